@@ -1,0 +1,579 @@
+//! The working copy of free resources a pass places jobs into, with the
+//! indexes that make a placement search cheap: per GPU model, the nodes
+//! ordered by how many GPUs of that model they have free.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::job::{GpuRequest, Job, JobId, JobSpec, Placement, ReplicaPlacement};
+use crate::node::{NodeId, NodeState};
+use crate::plan::{Need, PendingReason};
+use crate::policy::PlacementStrategy;
+use crate::resources::{GPU, GpuMilli, same_model};
+use crate::snapshot::{NodeEntry, NodeFree, Snapshot, bits};
+use crate::time::Time;
+
+/// Resources held back for the EASY reservation on one node.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Reserve {
+    pub(crate) gpus: u64,
+    pub(crate) mig: u64,
+    pub(crate) cpus: u64,
+    pub(crate) mem: u64,
+}
+
+/// One feasible spot for a replica on a node.
+#[derive(Clone, Debug)]
+pub(crate) struct Fit {
+    pub(crate) gpus: u64,
+    pub(crate) mig: u64,
+    /// 2 = one NVLink island (or topology unknown), 1 = one NUMA node, 0 = scattered.
+    pub(crate) topology: u8,
+    /// How many matching devices the node had usable (best fit prefers fewer).
+    pub(crate) avail: u32,
+}
+
+/// The working copy of free resources during a pass.
+pub(crate) struct Capacity<'s> {
+    pub(crate) snap: &'s Snapshot,
+    pub(crate) free: Vec<NodeFree>,
+    /// Per model: (usable free GPUs of that model, node) for up nodes with at least one.
+    by_model: Vec<BTreeSet<(u32, u32)>>,
+    /// Up nodes with a free MIG instance.
+    mig_nodes: BTreeSet<u32>,
+    reserved: BTreeMap<u32, Reserve>,
+    reserved_until: Time,
+    /// Jobs placed during this pass, by node, for anti-affinity.
+    placed: Vec<(u32, JobId)>,
+    /// Whether any job on the cluster or placed in this pass has anti-affinity terms.
+    pub(crate) anti_affinity_in_use: bool,
+}
+
+impl<'s> Capacity<'s> {
+    pub(crate) fn new(snap: &'s Snapshot) -> Capacity<'s> {
+        let mut c = Capacity {
+            snap,
+            free: snap.free.clone(),
+            by_model: vec![BTreeSet::new(); snap.models.len()],
+            mig_nodes: BTreeSet::new(),
+            reserved: BTreeMap::new(),
+            reserved_until: Time::NEVER,
+            placed: Vec::new(),
+            anti_affinity_in_use: snap.running_jobs().any(|j| !j.spec.anti_affinity.is_empty()),
+        };
+        for n in 0..snap.nodes.len() {
+            c.index_node(n as u32);
+        }
+        c
+    }
+
+    fn entry(&self, n: u32) -> &'s NodeEntry {
+        &self.snap.nodes[n as usize]
+    }
+
+    fn is_up(&self, n: u32) -> bool {
+        self.entry(n).node.state == NodeState::Up
+    }
+
+    fn index_node(&mut self, n: u32) {
+        if !self.is_up(n) {
+            return;
+        }
+        let e = self.entry(n);
+        let f = &self.free[n as usize];
+        for &(m, mask) in &e.model_masks {
+            let c = (f.gpus & mask).count_ones();
+            if c > 0 {
+                self.by_model[m].insert((c, n));
+            }
+        }
+        if f.mig != 0 {
+            self.mig_nodes.insert(n);
+        }
+    }
+
+    fn unindex_node(&mut self, n: u32) {
+        if !self.is_up(n) {
+            return;
+        }
+        let e = self.entry(n);
+        let f = &self.free[n as usize];
+        for &(m, mask) in &e.model_masks {
+            let c = (f.gpus & mask).count_ones();
+            if c > 0 {
+                self.by_model[m].remove(&(c, n));
+            }
+        }
+        self.mig_nodes.remove(&n);
+    }
+
+    /// Largest number of devices (whole GPUs of one model, or MIG instances) free on one up node.
+    pub(crate) fn max_free_devices(&self) -> u32 {
+        let gpus = self.by_model.iter().filter_map(|s| s.last()).map(|&(c, _)| c).max().unwrap_or(0);
+        let mig = self.mig_nodes.iter().map(|&n| self.free[n as usize].mig.count_ones()).max().unwrap_or(0);
+        gpus.max(mig)
+    }
+
+    /// Whether any up node has CPU left.
+    pub(crate) fn any_cpu_free(&self) -> bool {
+        (0..self.free.len()).any(|n| self.is_up(n as u32) && self.free[n].cpus > 0)
+    }
+
+    /// Marks resources as held back for a reservation until `until`.
+    pub(crate) fn set_reservation(&mut self, placement: &Placement, until: Time) {
+        self.reserved_until = until;
+        for r in placement {
+            let e = self.reserved.entry(r.node.0).or_default();
+            e.gpus |= r.gpus;
+            e.mig |= r.mig;
+            e.cpus += r.cpus_milli;
+            e.mem += r.memory_mb;
+        }
+    }
+
+    /// What a job ending at `ends` may use on node `n`.
+    pub(crate) fn usable(&self, n: u32, ends: Time) -> NodeFree {
+        let f = &self.free[n as usize];
+        match self.reserved.get(&n) {
+            Some(r) if ends > self.reserved_until || self.reserved_until == Time::NEVER => NodeFree {
+                gpus: f.gpus & !r.gpus,
+                mig: f.mig & !r.mig,
+                cpus: f.cpus.saturating_sub(r.cpus),
+                mem: f.mem.saturating_sub(r.mem),
+            },
+            _ => f.clone(),
+        }
+    }
+
+    /// Whether `job` may go on node `n` at all (state, selector, affinity, anti-affinity).
+    pub(crate) fn eligible(&self, n: u32, job: &Job) -> bool {
+        let e = self.entry(n);
+        if e.node.state != NodeState::Up || !job.spec.node_matches(&e.node) {
+            return false;
+        }
+        if !self.anti_affinity_in_use && job.spec.anti_affinity.is_empty() {
+            return true;
+        }
+        let conflicts = |other: &JobSpec| job.spec.repels(&other.labels) || other.repels(&job.spec.labels);
+        let running = e.jobs.iter().filter_map(|id| self.snap.jobs.get(id)).any(|o| conflicts(&o.spec));
+        let placed = self
+            .placed
+            .iter()
+            .filter(|(pn, _)| *pn == n)
+            .filter_map(|(_, id)| self.snap.jobs.get(id))
+            .any(|o| conflicts(&o.spec));
+        !(running || placed)
+    }
+
+    /// Places all replicas of `job` or none. On success the resources are taken.
+    pub(crate) fn place_job(&mut self, job: &Job, ends: Time, strategy: PlacementStrategy) -> Result<Placement, ()> {
+        let mut placement = Vec::with_capacity(job.spec.replicas as usize);
+        for _ in 0..job.spec.replicas {
+            match self.place_replica(job, ends, strategy) {
+                Some(r) => {
+                    self.commit(&r, job.id);
+                    placement.push(r);
+                }
+                None => {
+                    for r in placement.iter().rev() {
+                        self.uncommit(r, job.id);
+                    }
+                    return Err(());
+                }
+            }
+        }
+        Ok(placement)
+    }
+
+    /// Takes a replica's resources.
+    pub(crate) fn commit(&mut self, r: &ReplicaPlacement, job: JobId) {
+        let n = r.node.0;
+        self.unindex_node(n);
+        let f = &mut self.free[n as usize];
+        f.gpus &= !r.gpus;
+        f.mig &= !r.mig;
+        f.cpus = f.cpus.saturating_sub(r.cpus_milli);
+        f.mem = f.mem.saturating_sub(r.memory_mb);
+        self.index_node(n);
+        self.placed.push((n, job));
+        if self.snap.jobs.get(&job).is_some_and(|j| !j.spec.anti_affinity.is_empty()) {
+            self.anti_affinity_in_use = true;
+        }
+    }
+
+    pub(crate) fn uncommit(&mut self, r: &ReplicaPlacement, job: JobId) {
+        let n = r.node.0;
+        self.unindex_node(n);
+        let f = &mut self.free[n as usize];
+        f.gpus |= r.gpus;
+        f.mig |= r.mig;
+        f.cpus += r.cpus_milli;
+        f.mem += r.memory_mb;
+        self.index_node(n);
+        if let Some(pos) = self.placed.iter().rposition(|&(pn, j)| pn == n && j == job) {
+            self.placed.remove(pos);
+        }
+    }
+
+    /// Takes what is free now of `r`'s resources and leaves the rest (held by
+    /// jobs being preempted for it) alone: the nominated job's claim.
+    pub(crate) fn claim(&mut self, r: &ReplicaPlacement, released_cpus: u64, released_mem: u64, job: JobId) {
+        let n = r.node.0;
+        self.unindex_node(n);
+        let f = &mut self.free[n as usize];
+        f.gpus &= !r.gpus;
+        f.mig &= !r.mig;
+        f.cpus = f.cpus.saturating_sub(r.cpus_milli.saturating_sub(released_cpus));
+        f.mem = f.mem.saturating_sub(r.memory_mb.saturating_sub(released_mem));
+        self.index_node(n);
+        self.placed.push((n, job));
+    }
+
+    /// The best node and devices for one replica of `job`, given the indexes.
+    pub(crate) fn place_replica(&self, job: &Job, ends: Time, strategy: PlacementStrategy) -> Option<ReplicaPlacement> {
+        let req = &job.spec.replica;
+        let found = match &req.gpu {
+            GpuRequest::None => self.search_all(job, ends, strategy),
+            GpuRequest::Gpus { count } => self.search_gpus(job, ends, strategy, *count, None),
+            GpuRequest::Mig { profile, count } => {
+                let p = self.snap.profiles.iter().position(|x| x.profile == *profile)?;
+                self.search_mig(job, ends, strategy, p, *count)
+            }
+            GpuRequest::Memory { min_mb, count } => self.search_memory(job, ends, strategy, *min_mb, *count),
+        }?;
+        let (n, fit) = found;
+        Some(ReplicaPlacement {
+            node: NodeId(n),
+            gpus: fit.gpus,
+            mig: fit.mig,
+            cpus_milli: req.cpus_milli,
+            memory_mb: req.memory_mb,
+        })
+    }
+
+    /// Smallest-memory device first: MIG profiles and whole-GPU models that have enough memory.
+    fn search_memory(
+        &self,
+        job: &Job,
+        ends: Time,
+        s: PlacementStrategy,
+        min_mb: u64,
+        count: u32,
+    ) -> Option<(u32, Fit)> {
+        // (memory, is_gpu, index)
+        let mut options: Vec<(u64, bool, usize)> = Vec::new();
+        if count == 1 {
+            for (i, p) in self.snap.profiles.iter().enumerate() {
+                if p.memory_mb >= min_mb {
+                    options.push((p.memory_mb, false, i));
+                }
+            }
+        }
+        for (i, m) in self.snap.models.iter().enumerate() {
+            if m.memory_mb >= min_mb && job.model_allows_index(self.snap, i) {
+                options.push((m.memory_mb, true, i));
+            }
+        }
+        options.sort();
+        options.into_iter().find_map(|(_, is_gpu, i)| {
+            if is_gpu {
+                self.search_gpus(job, ends, s, count, Some(i))
+            } else {
+                self.search_mig(job, ends, s, i, count)
+            }
+        })
+    }
+
+    /// Whole GPUs of one model on one node, best fit through the per-model index.
+    fn search_gpus(
+        &self,
+        job: &Job,
+        ends: Time,
+        s: PlacementStrategy,
+        count: u32,
+        only: Option<usize>,
+    ) -> Option<(u32, Fit)> {
+        let scan_all = !job.spec.affinity.preferred.is_empty();
+        let mut best: Option<(Score, u32, Fit)> = None;
+        for m in 0..self.snap.models.len() {
+            if only.is_some_and(|o| o != m) || !job.model_allows_index(self.snap, m) {
+                continue;
+            }
+            let set = &self.by_model[m];
+            let mut first_free: Option<u32> = None;
+            let mut visit = |&(free, n): &(u32, u32)| -> bool {
+                if let Some(ff) = first_free
+                    && !scan_all
+                    && free != ff
+                {
+                    return false; // left the bucket of the first feasible node
+                }
+                if !self.eligible(n, job) {
+                    return true;
+                }
+                let e = self.entry(n);
+                let nf = self.usable(n, ends);
+                let Some(fit) = fit_gpus(e, &nf, job, count, Some(m)) else {
+                    return true;
+                };
+                first_free.get_or_insert(free);
+                let score = Score::new(job, e, &fit, s);
+                let perfect = fit.topology == 2;
+                if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
+                    best = Some((score, n, fit));
+                }
+                scan_all || !perfect
+            };
+            match s {
+                PlacementStrategy::BestFit => {
+                    for item in set.range((count, 0)..) {
+                        if !visit(item) {
+                            break;
+                        }
+                    }
+                }
+                PlacementStrategy::Spread => {
+                    for item in set.range((count, 0)..).rev() {
+                        if !visit(item) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        best.map(|(_, n, f)| (n, f))
+    }
+
+    fn search_mig(
+        &self,
+        job: &Job,
+        ends: Time,
+        s: PlacementStrategy,
+        profile: usize,
+        count: u32,
+    ) -> Option<(u32, Fit)> {
+        let mut best: Option<(Score, u32, Fit)> = None;
+        for &n in &self.mig_nodes {
+            if !self.eligible(n, job) {
+                continue;
+            }
+            let e = self.entry(n);
+            let nf = self.usable(n, ends);
+            if let Some(fit) = fit_mig(self.snap, e, &nf, job, profile, count) {
+                let score = Score::new(job, e, &fit, s);
+                if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
+                    best = Some((score, n, fit));
+                }
+            }
+        }
+        best.map(|(_, n, f)| (n, f))
+    }
+
+    /// CPU-only work: prefer nodes with the fewest free GPUs, to keep GPU nodes for GPU work.
+    fn search_all(&self, job: &Job, ends: Time, s: PlacementStrategy) -> Option<(u32, Fit)> {
+        let mut best: Option<(Score, u32, Fit)> = None;
+        for n in 0..self.free.len() as u32 {
+            if !self.eligible(n, job) {
+                continue;
+            }
+            let nf = self.usable(n, ends);
+            if !fits_host(&nf, job) {
+                continue;
+            }
+            let fit = Fit { gpus: 0, mig: 0, topology: 2, avail: nf.gpus.count_ones() + nf.mig.count_ones() };
+            let score = Score::new(job, self.entry(n), &fit, s);
+            if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
+                best = Some((score, n, fit));
+            }
+        }
+        best.map(|(_, n, f)| (n, f))
+    }
+
+    /// The reason a job that did not fit gets.
+    pub(crate) fn miss_reason(&self, job: &Job) -> PendingReason {
+        let need = Need {
+            replicas: job.spec.replicas,
+            gpu: job.spec.replica.gpu.clone(),
+            model: job.spec.replica.gpu_model.clone(),
+        };
+        let hosts = (0..self.free.len() as u32).any(|n| {
+            let e = self.entry(n);
+            e.node.state == NodeState::Up && job.spec.node_matches(&e.node) && could_host(self.snap, e, job)
+        });
+        if !hosts {
+            return PendingReason::NoMatchingNode { need };
+        }
+        let best_free = match &job.spec.replica.gpu {
+            GpuRequest::None => 0,
+            GpuRequest::Gpus { .. } | GpuRequest::Memory { .. } => (0..self.snap.models.len())
+                .filter(|&m| job.model_allows_index(self.snap, m))
+                .filter_map(|m| self.by_model[m].last().map(|&(c, _)| c))
+                .max()
+                .unwrap_or(0),
+            GpuRequest::Mig { profile, .. } => match self.snap.profiles.iter().position(|x| x.profile == *profile) {
+                Some(p) => self
+                    .mig_nodes
+                    .iter()
+                    .map(|&n| (self.free[n as usize].mig & self.entry(n).profile_mask(p)).count_ones())
+                    .max()
+                    .unwrap_or(0),
+                None => 0,
+            },
+        };
+        PendingReason::NoFit { need, best_free }
+    }
+}
+
+/// Ranks candidate nodes for one replica; greater is better.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Score {
+    preference: u32,
+    topology: u8,
+    /// Best fit: fewer usable devices left is better (negated); spread: more.
+    fit: i64,
+}
+
+impl Score {
+    fn new(job: &Job, e: &NodeEntry, fit: &Fit, s: PlacementStrategy) -> Score {
+        let fit_term = match s {
+            PlacementStrategy::BestFit => -i64::from(fit.avail),
+            PlacementStrategy::Spread => i64::from(fit.avail),
+        };
+        let preference = if job.spec.affinity.preferred.is_empty() { 0 } else { job.spec.node_preference(&e.node) };
+        Score { preference, topology: fit.topology, fit: fit_term }
+    }
+}
+
+fn fits_host(nf: &NodeFree, job: &Job) -> bool {
+    nf.cpus >= job.spec.replica.cpus_milli && nf.mem >= job.spec.replica.memory_mb
+}
+
+/// The lowest `count` set bits of `mask`.
+fn lowest(mask: u64, count: u32) -> u64 {
+    bits(mask).take(count as usize).fold(0, |acc, i| acc | 1 << i)
+}
+
+/// Picks `count` whole GPUs of model `m` on a node, preferring one NVLink island, then one NUMA node.
+pub(crate) fn fit_gpus(e: &NodeEntry, nf: &NodeFree, job: &Job, count: u32, m: Option<usize>) -> Option<Fit> {
+    if !fits_host(nf, job) {
+        return None;
+    }
+    let mut best: Option<Fit> = None;
+    for &(model, mask) in &e.model_masks {
+        if m.is_some_and(|m| m != model) {
+            continue;
+        }
+        let avail = nf.gpus & mask;
+        if avail.count_ones() < count {
+            continue;
+        }
+        let fit = choose_devices(e, avail, count);
+        if best
+            .as_ref()
+            .is_none_or(|b| (fit.topology, std::cmp::Reverse(fit.avail)) > (b.topology, std::cmp::Reverse(b.avail)))
+        {
+            best = Some(fit);
+        }
+    }
+    best
+}
+
+fn choose_devices(e: &NodeEntry, avail: u64, count: u32) -> Fit {
+    let total = avail.count_ones();
+    let fit = |gpus, topology| Fit { gpus, mig: 0, topology, avail: total };
+    if count <= 1 || e.nvlink_groups.is_empty() && e.numa_groups.is_empty() {
+        return fit(lowest(avail, count), 2);
+    }
+    for (groups, topology) in [(&e.nvlink_groups, 2), (&e.numa_groups, 1)] {
+        // Best fit inside the node too: the island with the fewest free GPUs that still fits.
+        let best = groups
+            .iter()
+            .map(|g| avail & g)
+            .filter(|g| g.count_ones() >= count)
+            .min_by_key(|g| (g.count_ones(), g.trailing_zeros()));
+        if let Some(g) = best {
+            return fit(lowest(g, count), topology);
+        }
+    }
+    let topology = if e.nvlink_groups.is_empty() { 2 } else { 0 };
+    fit(lowest(avail, count), topology)
+}
+
+/// Picks `count` MIG instances of `profile` on a node.
+pub(crate) fn fit_mig(
+    snap: &Snapshot,
+    e: &NodeEntry,
+    nf: &NodeFree,
+    job: &Job,
+    profile: usize,
+    count: u32,
+) -> Option<Fit> {
+    if !fits_host(nf, job) {
+        return None;
+    }
+    let avail =
+        nf.mig & e.profile_mask(profile) & e.mig_mask_for_model(&snap.models, job.spec.replica.gpu_model.as_deref());
+    (avail.count_ones() >= count).then(|| Fit {
+        gpus: 0,
+        mig: lowest(avail, count),
+        topology: 2,
+        avail: avail.count_ones(),
+    })
+}
+
+/// Whether one replica of `job` fits node `e` given free resources `nf`, and where.
+pub(crate) fn fit_on(snap: &Snapshot, e: &NodeEntry, nf: &NodeFree, job: &Job) -> Option<Fit> {
+    match &job.spec.replica.gpu {
+        GpuRequest::None => fits_host(nf, job).then_some(Fit { gpus: 0, mig: 0, topology: 2, avail: 0 }),
+        GpuRequest::Gpus { count } => {
+            let allowed: Vec<usize> = (0..snap.models.len()).filter(|&m| job.model_allows_index(snap, m)).collect();
+            allowed.into_iter().filter_map(|m| fit_gpus(e, nf, job, *count, Some(m))).max_by_key(|f| f.topology)
+        }
+        GpuRequest::Mig { profile, count } => {
+            let p = snap.profiles.iter().position(|x| x.profile == *profile)?;
+            fit_mig(snap, e, nf, job, p, *count)
+        }
+        GpuRequest::Memory { min_mb, count } => {
+            let mut options: Vec<(u64, bool, usize)> = Vec::new();
+            if *count == 1 {
+                options.extend(
+                    snap.profiles
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| p.memory_mb >= *min_mb)
+                        .map(|(i, p)| (p.memory_mb, false, i)),
+                );
+            }
+            options.extend(
+                snap.models
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, m)| m.memory_mb >= *min_mb && job.model_allows_index(snap, *i))
+                    .map(|(i, m)| (m.memory_mb, true, i)),
+            );
+            options.sort();
+            options.into_iter().find_map(|(_, is_gpu, i)| {
+                if is_gpu { fit_gpus(e, nf, job, *count, Some(i)) } else { fit_mig(snap, e, nf, job, i, *count) }
+            })
+        }
+    }
+}
+
+/// Whether node `e`, empty, could hold one replica of `job`.
+pub(crate) fn could_host(snap: &Snapshot, e: &NodeEntry, job: &Job) -> bool {
+    fit_on(snap, e, &e.full(), job).is_some()
+}
+
+/// Quota units (thousandths of a GPU) a placement holds.
+pub(crate) fn placement_units(snap: &Snapshot, placement: &Placement) -> GpuMilli {
+    placement.iter().map(|r| u64::from(r.gpus.count_ones()) * GPU + snap.nodes[r.node.index()].mig_units(r.mig)).sum()
+}
+
+impl Job {
+    /// Whether GPU model `m` (an index into the snapshot's models) is allowed for this job.
+    pub(crate) fn model_allows_index(&self, snap: &Snapshot, m: usize) -> bool {
+        match &self.spec.replica.gpu_model {
+            None => true,
+            Some(want) => same_model(want, &snap.models[m].name),
+        }
+    }
+}

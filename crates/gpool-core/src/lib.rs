@@ -1,0 +1,43 @@
+//! # gpool-core
+//!
+//! gpool's scheduling core: a pure function from a cluster [`Snapshot`] and a
+//! time to a [`Plan`] (start these jobs here, preempt those, and why every
+//! other job waits). No I/O, no async, no clock, no randomness: the daemon
+//! and the trace simulator call the same [`schedule`] with their own notion
+//! of time, and equal inputs give equal plans.
+//!
+//! ## Brief overview
+//! - [`Snapshot`]: nodes, devices, queues and jobs, kept current by the
+//!   caller event by event (`add_node`, `submit`, `start`, `stop`, …), with
+//!   the indexes a pass needs.
+//! - [`Policy`]: ordering (multifactor, FIFO, SJF, SRTF, LAS, max-min fair),
+//!   backfill (none, first fit, EASY), preemption rules, placement strategy.
+//! - [`schedule`]: one pass, returning a [`Plan`].
+//!
+//! The invariants every plan keeps are listed in ARCHITECTURE.md and checked
+//! by the property tests in `tests/`.
+
+mod backfill;
+mod capacity;
+pub mod fairshare;
+pub mod job;
+pub mod node;
+mod order;
+pub mod plan;
+pub mod policy;
+mod preempt;
+pub mod quota;
+pub mod resources;
+mod schedule;
+pub mod snapshot;
+pub mod time;
+
+pub use job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, StopCause};
+pub use node::{Device, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
+pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
+pub use policy::{Backfill, Ordering, PlacementStrategy, Policy};
+pub use quota::QueueConfig;
+pub use resources::{DeviceKind, GpuMilli, MigProfile};
+pub use schedule::schedule;
+pub use snapshot::{Snapshot, SnapshotError, StopOutcome};
+pub use time::Time;

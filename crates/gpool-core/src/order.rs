@@ -1,0 +1,106 @@
+//! The order a pass looks at pending jobs in.
+//!
+//! The snapshot keeps pending jobs in per-user sorted sets whose keys do not
+//! change while a job waits. A pass merges the users' heads through a heap
+//! keyed by the part of the order that does change (a user's fair-share
+//! factor, or for max-min fairness the GPUs the user holds right now), so it
+//! costs O(users + examined · log users), not a sort of every pending job.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::ops::Bound::{Excluded, Unbounded};
+
+use crate::job::JobId;
+use crate::policy::Ordering;
+use crate::resources::GpuMilli;
+use crate::snapshot::{GroupKey, PendingKey, Snapshot};
+use crate::time::Time;
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Head {
+    class: i32,
+    /// Orders groups before points (max-min fairness); 0 otherwise.
+    primary: i64,
+    points: i64,
+    id: Reverse<JobId>,
+    group: usize,
+    key: PendingKey,
+}
+
+/// Pending jobs, best first, with feedback when one starts.
+pub(crate) struct Candidates<'s> {
+    snap: &'s Snapshot,
+    groups: Vec<&'s GroupKey>,
+    /// Dynamic points per group (fair share), milli-points.
+    group_points: Vec<i64>,
+    /// GPUs (thousandths) each group holds, for max-min fairness.
+    rates: Vec<GpuMilli>,
+    shares: Vec<f64>,
+    heap: BinaryHeap<Head>,
+    /// The group whose successor is pushed on the next call (after feedback).
+    deferred: Option<(usize, PendingKey)>,
+    max_min: bool,
+}
+
+impl<'s> Candidates<'s> {
+    pub(crate) fn new(snap: &'s Snapshot, now: Time) -> Candidates<'s> {
+        let policy = snap.policy();
+        let groups: Vec<&GroupKey> = snap.pending.keys().collect();
+        let max_min = policy.ordering == Ordering::MaxMinFair;
+        let mut group_points = vec![0; groups.len()];
+        if policy.ordering == Ordering::Multifactor && policy.weights.fair_share != 0.0 {
+            let factors = snap.ledger.factors(now, &policy.fair_share);
+            for (i, g) in groups.iter().enumerate() {
+                let f = factors.get(*g).copied().unwrap_or(1.0);
+                group_points[i] = (f * policy.weights.fair_share * 1000.0) as i64;
+            }
+        }
+        let (mut rates, mut shares) = (vec![0; groups.len()], vec![1.0; groups.len()]);
+        if max_min {
+            let held: BTreeMap<&GroupKey, GpuMilli> = snap.ledger.rates().collect();
+            for (i, g) in groups.iter().enumerate() {
+                rates[i] = held.get(*g).copied().unwrap_or(0);
+                shares[i] = policy.fair_share.team_share(&g.0) * policy.fair_share.user_share(&g.1);
+            }
+        }
+        let mut c =
+            Candidates { snap, groups, group_points, rates, shares, heap: BinaryHeap::new(), deferred: None, max_min };
+        for g in 0..c.groups.len() {
+            if let Some(first) = c.snap.pending[c.groups[g]].first().copied() {
+                c.push(g, first);
+            }
+        }
+        c
+    }
+
+    fn push(&mut self, group: usize, key: PendingKey) {
+        let primary = if self.max_min { -((self.rates[group] as f64 / self.shares[group]) as i64) } else { 0 };
+        self.heap.push(Head {
+            class: key.class.0,
+            primary,
+            points: key.points.0.saturating_add(self.group_points[group]),
+            id: Reverse(key.id),
+            group,
+            key,
+        });
+    }
+
+    /// Tells the order that a job of the last returned group started holding `units`.
+    pub(crate) fn started(&mut self, units: GpuMilli) {
+        if let Some((g, _)) = self.deferred {
+            self.rates[g] += units;
+        }
+    }
+
+    /// The next job to look at.
+    pub(crate) fn next_job(&mut self) -> Option<JobId> {
+        if let Some((g, key)) = self.deferred.take()
+            && let Some(next) = self.snap.pending[self.groups[g]].range((Excluded(key), Unbounded)).next().copied()
+        {
+            self.push(g, next);
+        }
+        let head = self.heap.pop()?;
+        self.deferred = Some((head.group, head.key));
+        Some(head.key.id)
+    }
+}

@@ -1,0 +1,208 @@
+//! What a pass decides: starts, preemptions, a backfill reservation, and a
+//! reason for every job left waiting.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::job::{GpuRequest, JobId, Placement};
+use crate::node::NodeId;
+use crate::quota::QuotaBlock;
+use crate::resources::GpuMilli;
+use crate::time::Time;
+
+/// Start a job on a placement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Start {
+    pub job: JobId,
+    pub placement: Placement,
+    /// Started ahead of a blocked higher-ranked job.
+    pub backfilled: bool,
+}
+
+/// Why a victim was chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreemptWhy {
+    /// The preemptor's priority class is higher.
+    HigherPriority,
+    /// Same class; the victim has had much more GPU service (a higher LAS level).
+    MoreService,
+    /// Same class; the victim has more time left to run.
+    LongerRemaining,
+    /// The victim's queue borrows; the preemptor's queue is within its guarantee.
+    Reclaim { queue: Arc<str> },
+}
+
+/// Stop a running job (SIGTERM, then SIGKILL after its grace period) so that `for_job` can run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preempt {
+    pub victim: JobId,
+    pub for_job: JobId,
+    pub why: PreemptWhy,
+}
+
+/// The earliest start EASY backfill protects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub job: JobId,
+    /// [`Time::NEVER`] when running jobs have no time limit to plan with.
+    pub at: Time,
+    pub nodes: Vec<NodeId>,
+}
+
+/// What a job asks for, for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Need {
+    pub replicas: u32,
+    pub gpu: GpuRequest,
+    pub model: Option<Arc<str>>,
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.replicas > 1 {
+            write!(f, "{} replicas of ", self.replicas)?;
+        }
+        let model = self.model.as_deref().unwrap_or("GPU");
+        match &self.gpu {
+            GpuRequest::None => f.write_str("CPU and memory only"),
+            GpuRequest::Gpus { count } => write!(f, "{count}×{model}"),
+            GpuRequest::Mig { profile, count } => write!(f, "{count}×MIG {profile}"),
+            GpuRequest::Memory { min_mb, count } => {
+                write!(f, "{count}×{model} with ≥{} GiB", min_mb.div_ceil(1024))
+            }
+        }
+    }
+}
+
+/// Why a job is still pending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PendingReason {
+    /// A dependency has not finished yet.
+    Dependency { on: JobId },
+    /// A dependency failed or was cancelled: this job can never start.
+    DependencyFailed { on: JobId },
+    /// Held back (retry back-off) until then.
+    NotBefore { until: Time },
+    /// Its queue's quota does not allow it now.
+    Quota(QuotaBlock),
+    /// No node has room now. `best_free` = most free matching devices on any one node.
+    NoFit { need: Need, best_free: u32 },
+    /// No node that is up passes the job's selector, affinity and model constraint.
+    NoMatchingNode { need: Need },
+    /// Strict order: an earlier job that does not fit blocks this one.
+    HeadOfLine { blocked_by: JobId },
+    /// It would fit, but would delay the reserved start of an earlier job.
+    Reserved { for_job: JobId, at: Time },
+    /// Jobs were preempted for it; it starts when they have released their devices.
+    WaitingForPreemption { victims: u32 },
+    /// Not examined in detail: higher-ranked jobs wait too and nothing is free.
+    Queued,
+}
+
+fn gpus(milli: GpuMilli) -> String {
+    if milli % 1000 == 0 { format!("{} GPUs", milli / 1000) } else { format!("{:.2} GPUs", milli as f64 / 1000.0) }
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingReason::Dependency { on } => write!(f, "waiting for job {on} to finish"),
+            PendingReason::DependencyFailed { on } => {
+                write!(f, "job {on} it depends on did not succeed; it can never start")
+            }
+            PendingReason::NotBefore { until } => write!(f, "held until {until} (retry back-off)"),
+            PendingReason::Quota(QuotaBlock::AtMax { queue, max, used }) => {
+                write!(f, "queue {queue} is at its maximum of {} ({} in use)", gpus(*max), gpus(*used))
+            }
+            PendingReason::Quota(QuotaBlock::CohortExhausted { queue, cohort, lendable }) => write!(
+                f,
+                "queue {queue} is above its guarantee and cohort {cohort} has only {} unused to lend",
+                gpus(*lendable)
+            ),
+            PendingReason::NoFit { need, best_free } => {
+                let per = if need.replicas > 1 { "per node" } else { "on one node" };
+                write!(f, "needs {need} {per}, best node has {best_free} free")
+            }
+            PendingReason::NoMatchingNode { need } => {
+                write!(f, "needs {need}, but no node that is up matches its selector, affinity and GPU model")
+            }
+            PendingReason::HeadOfLine { blocked_by } => {
+                write!(f, "strict order: behind job {blocked_by}, which does not fit yet")
+            }
+            PendingReason::Reserved { for_job, at } => {
+                write!(f, "would delay job {for_job}, whose start is reserved")?;
+                if *at != Time::NEVER {
+                    write!(f, " for {at}")?;
+                }
+                Ok(())
+            }
+            PendingReason::WaitingForPreemption { victims } => {
+                write!(f, "waiting for {victims} preempted job(s) to release their devices")
+            }
+            PendingReason::Queued => f.write_str("behind higher-ranked jobs; nothing is free"),
+        }
+    }
+}
+
+/// Counters of one pass, for benchmarks and `gpool` diagnostics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassStats {
+    /// Pending jobs looked at.
+    pub examined: u32,
+    /// Of those, rejected by a cached result for the same shape.
+    pub cache_hits: u32,
+    /// Preemption searches run.
+    pub preemption_searches: u32,
+}
+
+/// The outcome of one scheduling pass.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Plan {
+    pub now: Time,
+    pub starts: Vec<Start>,
+    pub preemptions: Vec<Preempt>,
+    pub reservation: Option<Reservation>,
+    /// Where each job that preempted others will start once its victims are gone.
+    pub nominated: Vec<(JobId, Placement)>,
+    /// Jobs the pass examined and left pending, in rank order.
+    pub waiting: Vec<(JobId, PendingReason)>,
+    /// The reason of every pending job not in `starts` or `waiting`.
+    pub others: Option<PendingReason>,
+    pub stats: PassStats,
+}
+
+impl Plan {
+    /// The reason for every pending job the pass examined, by job id.
+    pub fn reasons(&self) -> BTreeMap<JobId, &PendingReason> {
+        self.waiting.iter().map(|(j, r)| (*j, r)).collect()
+    }
+
+    /// Whether the plan changes anything.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty() && self.preemptions.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::GPU;
+
+    #[test]
+    fn reasons_read_like_the_issue_promised() {
+        let need = Need { replicas: 1, gpu: GpuRequest::Gpus { count: 4 }, model: Some(Arc::from("H100-80GB")) };
+        let cases = [
+            (PendingReason::NoFit { need, best_free: 2 }, "needs 4×H100-80GB on one node, best node has 2 free"),
+            (
+                PendingReason::Quota(QuotaBlock::AtMax { queue: Arc::from("research"), max: 16 * GPU, used: 16 * GPU }),
+                "queue research is at its maximum of 16 GPUs (16 GPUs in use)",
+            ),
+            (PendingReason::Dependency { on: JobId(7) }, "waiting for job 7 to finish"),
+            (PendingReason::HeadOfLine { blocked_by: JobId(3) }, "strict order: behind job 3, which does not fit yet"),
+        ];
+        for (reason, text) in cases {
+            assert_eq!(reason.to_string(), text);
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Scheduling policy: how the queue is ordered, whether jobs may overtake a
+//! blocked one, who may preempt whom, and how replicas are placed.
+//!
+//! Policies are data. [`Policy::by_name`] gives the presets the daemon and
+//! the simulator offer; every field can also be set on its own.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How pending jobs are ordered within a priority class. Higher priority
+/// classes always come first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ordering {
+    /// Submission order.
+    Fifo,
+    /// Shortest planned run time first (needs estimates; jobs without one go last).
+    ShortestFirst,
+    /// Shortest planned remaining time first.
+    ShortestRemaining,
+    /// Least attained GPU-service first, in discrete levels (Tiresias 2D-LAS),
+    /// submission order within a level.
+    AttainedService,
+    /// The user using the fewest GPUs (relative to their share) goes first:
+    /// max-min fairness, re-evaluated after every start.
+    MaxMinFair,
+    /// Slurm-style multifactor priority: fair share + age − attained-service
+    /// level, all weighted.
+    Multifactor,
+}
+
+/// Whether and how later jobs may start while an earlier one is blocked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backfill {
+    /// Strict order: the first job that does not fit blocks everyone behind it.
+    None,
+    /// Any later job that fits now may start (may delay the blocked ones).
+    FirstFit,
+    /// EASY: reserve the earliest start of the first blocked job; later jobs
+    /// start only where they cannot delay that reservation.
+    Easy,
+}
+
+/// Replica placement strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlacementStrategy {
+    /// Fill the fullest node that fits (limits fragmentation).
+    BestFit,
+    /// Use the emptiest node (spreads load and heat).
+    Spread,
+}
+
+/// Who may preempt whom.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preemption {
+    /// Preemptible jobs of a lower priority class may be preempted.
+    pub by_priority: bool,
+    /// Within one priority class, a preemptible job may be preempted by a job
+    /// that ranks strictly better on the policy's preemption key (attained-
+    /// service level for [`Ordering::AttainedService`] and
+    /// [`Ordering::Multifactor`], remaining time for
+    /// [`Ordering::ShortestRemaining`]).
+    pub within_class: bool,
+    /// A queue below its guarantee may reclaim capacity from queues above theirs.
+    pub reclaim: bool,
+    /// A job is not preempted before it has run this long (limits churn).
+    pub min_runtime: Duration,
+}
+
+impl Preemption {
+    pub fn off() -> Preemption {
+        Preemption { by_priority: false, within_class: false, reclaim: false, min_runtime: Duration::ZERO }
+    }
+
+    /// Only preemptible jobs of lower priority classes (Kubernetes' default).
+    pub fn priority_only() -> Preemption {
+        Preemption { by_priority: true, ..Preemption::off() }
+    }
+
+    pub fn any(&self) -> bool {
+        self.by_priority || self.within_class || self.reclaim
+    }
+}
+
+/// Weights of the multifactor priority, in priority points.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Weights {
+    /// Points for a fair-share factor of 1 (user far below their share).
+    pub fair_share: f64,
+    /// Points per hour since submission. Unbounded, so every job eventually
+    /// outranks newer work of its class: nothing starves.
+    pub age_per_hour: f64,
+    /// Points subtracted per attained-service level.
+    pub service_level: f64,
+}
+
+/// Fair-share configuration: shares per team and per user within a team,
+/// usage decaying with a half-life.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FairShare {
+    pub half_life: Duration,
+    pub team_shares: BTreeMap<Arc<str>, f64>,
+    pub user_shares: BTreeMap<Arc<str>, f64>,
+}
+
+impl FairShare {
+    pub fn team_share(&self, team: &str) -> f64 {
+        self.team_shares.get(team).copied().unwrap_or(1.0).max(1e-9)
+    }
+    pub fn user_share(&self, user: &str) -> f64 {
+        self.user_shares.get(user).copied().unwrap_or(1.0).max(1e-9)
+    }
+}
+
+impl Default for FairShare {
+    fn default() -> Self {
+        FairShare {
+            half_life: Duration::from_secs(7 * 86_400),
+            team_shares: BTreeMap::new(),
+            user_shares: BTreeMap::new(),
+        }
+    }
+}
+
+/// A complete scheduling policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub name: String,
+    pub ordering: Ordering,
+    pub backfill: Backfill,
+    pub preemption: Preemption,
+    pub placement: PlacementStrategy,
+    pub weights: Weights,
+    pub fair_share: FairShare,
+    /// Attained-service level boundaries in GPU-seconds, ascending: level 0 is
+    /// below the first, level `k` between boundary `k-1` and `k`.
+    pub service_levels: Vec<u64>,
+}
+
+/// A policy name that is not one of the presets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy {0:?}: expected one of {names}", names = Policy::NAMES.join(", "))]
+pub struct UnknownPolicy(pub String);
+
+impl Policy {
+    /// Preset names accepted by [`Policy::by_name`].
+    pub const NAMES: &'static [&'static str] = &["default", "fifo", "fifo-backfill", "sjf", "srtf", "las", "fair"];
+
+    /// gpool's default: multifactor priority (fair share, age, attained-service
+    /// level), EASY backfill, priority preemption and, for jobs marked
+    /// preemptible, Tiresias-style preemption of jobs that have had much more
+    /// GPU service than a waiting one. Needs no run-time estimates.
+    pub fn gpool_default() -> Policy {
+        Policy {
+            name: "default".into(),
+            ordering: Ordering::Multifactor,
+            backfill: Backfill::Easy,
+            preemption: Preemption {
+                by_priority: true,
+                within_class: true,
+                reclaim: true,
+                min_runtime: Duration::from_secs(300),
+            },
+            placement: PlacementStrategy::BestFit,
+            weights: Weights { fair_share: 1000.0, age_per_hour: 20.0, service_level: 1000.0 },
+            fair_share: FairShare::default(),
+            // 1 GPU-hour, 10 GPU-hours, 100 GPU-hours.
+            service_levels: vec![3_600, 36_000, 360_000],
+        }
+    }
+
+    /// One of the presets: `default`, `fifo` (strict), `fifo-backfill` (EASY),
+    /// `sjf` (oracle shortest job first), `srtf` (oracle shortest remaining,
+    /// preemptive), `las` (Tiresias discretised 2D-LAS, preemptive),
+    /// `fair` (max-min fair share between users).
+    pub fn by_name(name: &str) -> Result<Policy, UnknownPolicy> {
+        let base = Policy::gpool_default();
+        let plain = |name: &str, ordering, backfill, preemption| Policy {
+            name: name.into(),
+            ordering,
+            backfill,
+            preemption,
+            ..Policy::gpool_default()
+        };
+        let within = Preemption { by_priority: true, within_class: true, reclaim: false, min_runtime: Duration::ZERO };
+        Ok(match name {
+            "default" | "gpool" => base,
+            "fifo" => plain("fifo", Ordering::Fifo, Backfill::None, Preemption::priority_only()),
+            "fifo-backfill" | "easy" => {
+                plain("fifo-backfill", Ordering::Fifo, Backfill::Easy, Preemption::priority_only())
+            }
+            "sjf" => plain("sjf", Ordering::ShortestFirst, Backfill::FirstFit, Preemption::priority_only()),
+            "srtf" => plain("srtf", Ordering::ShortestRemaining, Backfill::FirstFit, within),
+            "las" | "tiresias" => Policy {
+                // Tiresias (NSDI'19) thresholds: 3,200 GPU-seconds, then ten times that.
+                service_levels: vec![3_200, 32_000],
+                ..plain("las", Ordering::AttainedService, Backfill::FirstFit, within)
+            },
+            "fair" | "max-min" => plain("fair", Ordering::MaxMinFair, Backfill::FirstFit, Preemption::priority_only()),
+            other => return Err(UnknownPolicy(other.to_string())),
+        })
+    }
+
+    /// The attained-service level of `gpu_secs` GPU-seconds.
+    pub fn service_level(&self, gpu_secs: u64) -> u32 {
+        self.service_levels.iter().take_while(|b| gpu_secs >= **b).count() as u32
+    }
+
+    /// Whether the order depends on the user (fair share), so the pending
+    /// index groups jobs per user.
+    pub(crate) fn groups_by_user(&self) -> bool {
+        matches!(self.ordering, Ordering::Multifactor | Ordering::MaxMinFair)
+    }
+}
+
+impl fmt::Display for Ordering {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Ordering::Fifo => "fifo",
+            Ordering::ShortestFirst => "shortest-first",
+            Ordering::ShortestRemaining => "shortest-remaining",
+            Ordering::AttainedService => "attained-service",
+            Ordering::MaxMinFair => "max-min-fair",
+            Ordering::Multifactor => "multifactor",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_name_resolves_and_unknown_names_are_listed() {
+        for name in Policy::NAMES {
+            assert_eq!(Policy::by_name(name).map(|p| p.name), Ok((*name).to_string()));
+        }
+        let err = Policy::by_name("lottery").unwrap_err().to_string();
+        assert!(err.contains("lottery") && err.contains("fifo-backfill"), "{err}");
+    }
+
+    #[test]
+    fn service_levels_follow_the_boundaries() {
+        let p = Policy::gpool_default();
+        let cases = [(0, 0), (3_599, 0), (3_600, 1), (35_999, 1), (36_000, 2), (1_000_000, 3)];
+        for (secs, level) in cases {
+            assert_eq!(p.service_level(secs), level, "{secs} GPU-s");
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! Choosing a minimal set of victims so that a blocked job fits.
+//!
+//! Invariants (checked by property tests):
+//! - a victim is preemptible and of a lower priority class, or of the same
+//!   class and strictly worse on the policy's preemption key, or (reclaim)
+//!   held by a queue above its guarantee while the preemptor's queue stays
+//!   within its own;
+//! - victims are chosen only if the job then fits: nothing is preempted in vain;
+//! - no victim can be dropped from the set and still let the job fit.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::capacity::{Capacity, fit_on};
+use crate::job::{Job, JobId, Placement, ReplicaPlacement};
+use crate::node::NodeId;
+use crate::plan::PreemptWhy;
+use crate::policy::{Ordering, Policy};
+use crate::quota::QuotaState;
+use crate::resources::GpuMilli;
+use crate::snapshot::{NodeFree, Snapshot};
+use crate::time::Time;
+
+/// A running job that could be preempted by someone.
+#[derive(Clone, Debug)]
+pub(crate) struct Candidate {
+    pub(crate) id: JobId,
+    pub(crate) class: i32,
+    pub(crate) key: i64,
+    pub(crate) queue: Arc<str>,
+    pub(crate) units: GpuMilli,
+    pub(crate) preemptible: bool,
+}
+
+/// A node a replica could go on: (new victims, their GPU units, node), the victims, and the devices.
+type NodeChoice = ((usize, GpuMilli, u32), Vec<(usize, PreemptWhy)>, crate::capacity::Fit);
+
+/// Running jobs ordered from most to least preemptible, and per node.
+pub(crate) struct VictimPool {
+    pub(crate) list: Vec<Candidate>,
+    by_node: BTreeMap<u32, Vec<usize>>,
+}
+
+/// The key a policy compares within one priority class: lower is more deserving.
+pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<i64> {
+    match policy.ordering {
+        Ordering::AttainedService | Ordering::Multifactor => {
+            Some(i64::from(policy.service_level(job.attained_gpu_milli_secs(now) / 1000)))
+        }
+        Ordering::ShortestRemaining => {
+            Some(job.remaining(now).map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+        }
+        Ordering::Fifo | Ordering::ShortestFirst | Ordering::MaxMinFair => None,
+    }
+}
+
+impl VictimPool {
+    pub(crate) fn new(snap: &Snapshot, now: Time) -> VictimPool {
+        let policy = snap.policy();
+        let mut list: Vec<(Candidate, std::time::Duration)> = snap
+            .running_jobs()
+            .filter_map(|j| {
+                let r = j.running()?;
+                if r.stopping.is_some() || now.since(r.started) < policy.preemption.min_runtime {
+                    return None;
+                }
+                Some((
+                    Candidate {
+                        id: j.id,
+                        class: j.spec.priority,
+                        key: preemption_key(policy, j, now).unwrap_or(0),
+                        queue: j.spec.queue.clone(),
+                        units: r.gpu_milli,
+                        preemptible: j.spec.preemptible,
+                    },
+                    now.since(r.started),
+                ))
+            })
+            .collect();
+        // Most preemptible first: lowest class, worst key, then the job that would lose the least work.
+        list.sort_by(|(a, ra), (b, rb)| {
+            (a.class, std::cmp::Reverse(a.key), ra, std::cmp::Reverse(a.id)).cmp(&(
+                b.class,
+                std::cmp::Reverse(b.key),
+                rb,
+                std::cmp::Reverse(b.id),
+            ))
+        });
+        let list: Vec<Candidate> = list.into_iter().map(|(c, _)| c).collect();
+        let mut by_node: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, c) in list.iter().enumerate() {
+            if let Some(r) = snap.job(c.id).and_then(Job::running) {
+                let mut nodes: Vec<u32> = r.placement.iter().map(|p| p.node.0).collect();
+                nodes.dedup();
+                for n in nodes {
+                    by_node.entry(n).or_default().push(i);
+                }
+            }
+        }
+        VictimPool { list, by_node }
+    }
+}
+
+/// Everything a victim search reads.
+pub(crate) struct Search<'a, 's> {
+    pub(crate) cap: &'a Capacity<'s>,
+    pub(crate) pool: &'a VictimPool,
+    pub(crate) quota: &'a QuotaState,
+    pub(crate) job: &'a Job,
+    /// The preemptor's key and quota units.
+    pub(crate) key: Option<i64>,
+    pub(crate) units: GpuMilli,
+    pub(crate) ends: Time,
+    pub(crate) taken: &'a BTreeSet<JobId>,
+    /// Jobs already stopping for this job: counted as gone.
+    pub(crate) prereleased: &'a [JobId],
+}
+
+/// A working view of free resources with some jobs' resources given back.
+struct Trial<'a, 's> {
+    cap: &'a Capacity<'s>,
+    ends: Time,
+    over: BTreeMap<u32, NodeFree>,
+}
+
+impl<'a, 's> Trial<'a, 's> {
+    fn get(&self, n: u32) -> NodeFree {
+        self.over.get(&n).cloned().unwrap_or_else(|| self.cap.usable(n, self.ends))
+    }
+
+    fn release(&mut self, snap: &Snapshot, id: JobId) {
+        let Some(r) = snap.job(id).and_then(Job::running) else {
+            return;
+        };
+        for p in &r.placement {
+            let mut f = self.get(p.node.0);
+            give(&mut f, p);
+            self.over.insert(p.node.0, f);
+        }
+    }
+}
+
+fn give(f: &mut NodeFree, p: &ReplicaPlacement) {
+    f.gpus |= p.gpus;
+    f.mig |= p.mig;
+    f.cpus += p.cpus_milli;
+    f.mem += p.memory_mb;
+}
+
+impl Search<'_, '_> {
+    fn snap(&self) -> &Snapshot {
+        self.cap.snap
+    }
+
+    /// Why `v` may be preempted for this job, if it may.
+    fn allowed(&self, v: &Candidate, borrowed_left: &BTreeMap<Arc<str>, i64>) -> Option<PreemptWhy> {
+        let policy = self.snap().policy();
+        let j = &self.job.spec;
+        if self.taken.contains(&v.id) || v.id == self.job.id {
+            return None;
+        }
+        if v.preemptible && policy.preemption.by_priority && v.class < j.priority {
+            return Some(PreemptWhy::HigherPriority);
+        }
+        if v.preemptible
+            && policy.preemption.within_class
+            && v.class == j.priority
+            && let Some(k) = self.key
+            && v.key > k
+        {
+            return Some(match policy.ordering {
+                Ordering::ShortestRemaining => PreemptWhy::LongerRemaining,
+                _ => PreemptWhy::MoreService,
+            });
+        }
+        if policy.preemption.reclaim
+            && v.queue != j.queue
+            && borrowed_left.get(&v.queue).is_some_and(|left| *left >= v.units as i64)
+            && self.quota.within_guarantee(&self.snap().queues, &j.queue, self.units)
+        {
+            return Some(PreemptWhy::Reclaim { queue: v.queue.clone() });
+        }
+        None
+    }
+
+    /// Cheap test: could any running job be a victim for this job?
+    pub(crate) fn possible(&self) -> bool {
+        let borrowed = self.borrowed();
+        let most = self.pool.list.iter().find(|c| c.preemptible && !self.taken.contains(&c.id));
+        most.is_some_and(|c| self.allowed(c, &BTreeMap::new()).is_some())
+            || (!borrowed.is_empty() && self.pool.list.iter().any(|c| self.allowed(c, &borrowed).is_some()))
+            || !self.prereleased.is_empty()
+    }
+
+    /// Borrowed quota per queue that reclaim may take back, thousandths of a
+    /// GPU: judged on usage before this pass (jobs started in the pass are
+    /// not reclaimed in the same pass), less victims already taken.
+    fn borrowed(&self) -> BTreeMap<Arc<str>, i64> {
+        let snap = self.snap();
+        if !snap.policy().preemption.reclaim {
+            return BTreeMap::new();
+        }
+        let mut over: BTreeMap<Arc<str>, i64> = snap
+            .queue_usage
+            .iter()
+            .map(|(q, used)| (q.clone(), *used as i64 - snap.queues.get(q).map_or(0, |c| c.guarantee) as i64))
+            .collect();
+        for id in self.taken {
+            if let Some(j) = snap.job(*id)
+                && let (Some(r), Some(o)) = (j.running(), over.get_mut(&j.spec.queue))
+            {
+                *o -= r.gpu_milli as i64;
+            }
+        }
+        over.retain(|_, o| *o > 0);
+        over
+    }
+
+    /// A minimal victim set and the placement it makes possible.
+    pub(crate) fn run(&self) -> Option<(Vec<(JobId, PreemptWhy)>, Placement)> {
+        let mut borrowed = self.borrowed();
+        let mut chosen: Vec<(usize, PreemptWhy)> = Vec::new();
+        let mut placement = self.place_all(&mut chosen, &mut borrowed, true)?;
+        // Minimality: drop every victim the job can do without.
+        let mut i = chosen.len();
+        while i > 0 {
+            i -= 1;
+            let mut without = chosen.clone();
+            without.remove(i);
+            let mut fixed = without.clone();
+            if let Some(p) = self.place_all(&mut fixed, &mut BTreeMap::new(), false) {
+                chosen = without;
+                placement = p;
+            }
+        }
+        Some((chosen.into_iter().map(|(i, why)| (self.pool.list[i].id, why)).collect(), placement))
+    }
+
+    /// Places every replica, adding victims node by node when `grow`.
+    fn place_all(
+        &self,
+        chosen: &mut Vec<(usize, PreemptWhy)>,
+        borrowed: &mut BTreeMap<Arc<str>, i64>,
+        grow: bool,
+    ) -> Option<Placement> {
+        let snap = self.snap();
+        let mut trial = Trial { cap: self.cap, ends: self.ends, over: BTreeMap::new() };
+        for &id in self.prereleased {
+            trial.release(snap, id);
+        }
+        for &(i, _) in chosen.iter() {
+            trial.release(snap, self.pool.list[i].id);
+        }
+        let job = self.job;
+        let mut placement = Vec::with_capacity(job.spec.replicas as usize);
+        for _ in 0..job.spec.replicas {
+            // (new victims, their GPU units, node) → fewest victims, least GPU work lost, lowest node.
+            let mut best: Option<NodeChoice> = None;
+            for n in 0..snap.nodes.len() as u32 {
+                if !self.cap.eligible(n, job) {
+                    continue;
+                }
+                let e = &snap.nodes[n as usize];
+                let mut nf = trial.get(n);
+                if let Some(fit) = fit_on(snap, e, &nf, job) {
+                    let cost = (0, 0, n);
+                    if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                        best = Some((cost, Vec::new(), fit));
+                    }
+                    continue;
+                }
+                if !grow {
+                    continue;
+                }
+                let Some(hosted) = self.pool.by_node.get(&n) else {
+                    continue;
+                };
+                let mut added: Vec<(usize, PreemptWhy)> = Vec::new();
+                let mut left = borrowed.clone();
+                for &vi in hosted {
+                    if chosen.iter().any(|(c, _)| *c == vi) {
+                        continue;
+                    }
+                    let v = &self.pool.list[vi];
+                    let Some(why) = self.allowed(v, &left) else {
+                        continue;
+                    };
+                    if let PreemptWhy::Reclaim { queue } = &why
+                        && let Some(l) = left.get_mut(queue)
+                    {
+                        *l -= v.units as i64;
+                    }
+                    if let Some(r) = snap.job(v.id).and_then(Job::running) {
+                        for p in r.placement.iter().filter(|p| p.node.0 == n) {
+                            give(&mut nf, p);
+                        }
+                    }
+                    added.push((vi, why));
+                    if let Some(fit) = fit_on(snap, e, &nf, job) {
+                        let units = added.iter().map(|(i, _)| self.pool.list[*i].units).sum();
+                        let cost = (added.len(), units, n);
+                        if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                            best = Some((cost, added, fit));
+                        }
+                        break;
+                    }
+                }
+            }
+            let ((_, _, n), added, fit) = best?;
+            for (vi, why) in added {
+                if let PreemptWhy::Reclaim { queue } = &why
+                    && let Some(l) = borrowed.get_mut(queue)
+                {
+                    *l -= self.pool.list[vi].units as i64;
+                }
+                trial.release(snap, self.pool.list[vi].id);
+                chosen.push((vi, why));
+            }
+            let r = ReplicaPlacement {
+                node: NodeId(n),
+                gpus: fit.gpus,
+                mig: fit.mig,
+                cpus_milli: job.spec.replica.cpus_milli,
+                memory_mb: job.spec.replica.memory_mb,
+            };
+            let mut f = trial.get(n);
+            f.gpus &= !r.gpus;
+            f.mig &= !r.mig;
+            f.cpus = f.cpus.saturating_sub(r.cpus_milli);
+            f.mem = f.mem.saturating_sub(r.memory_mb);
+            trial.over.insert(n, f);
+            placement.push(r);
+        }
+        Some(placement)
+    }
+
+    /// CPU and memory the victims (and pre-released jobs) give back on a node,
+    /// so that the nominated job's claim only takes what is free now.
+    pub(crate) fn released_on(&self, victims: &[JobId], node: NodeId) -> (u64, u64) {
+        let snap = self.snap();
+        victims
+            .iter()
+            .chain(self.prereleased)
+            .filter_map(|id| snap.job(*id).and_then(Job::running))
+            .flat_map(|r| r.placement.iter())
+            .filter(|p| p.node == node)
+            .fold((0, 0), |(c, m), p| (c + p.cpus_milli, m + p.memory_mb))
+    }
+}

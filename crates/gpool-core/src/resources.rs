@@ -1,0 +1,186 @@
+//! Accelerator kinds, MIG profiles and the unit quotas are counted in.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// What kind of accelerator a device is. Only NVIDIA GPUs are discovered
+/// today; the other kinds exist so that inventory and requests can name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum DeviceKind {
+    #[default]
+    NvidiaGpu,
+    AmdGpu,
+    Tpu,
+}
+
+impl DeviceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceKind::NvidiaGpu => "nvidia-gpu",
+            DeviceKind::AmdGpu => "amd-gpu",
+            DeviceKind::Tpu => "tpu",
+        }
+    }
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DeviceKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "nvidia-gpu" | "nvidia" | "gpu" => Ok(DeviceKind::NvidiaGpu),
+            "amd-gpu" | "amd" => Ok(DeviceKind::AmdGpu),
+            "tpu" => Ok(DeviceKind::Tpu),
+            other => Err(format!("unknown device kind {other:?}: expected nvidia-gpu, amd-gpu or tpu")),
+        }
+    }
+}
+
+/// A GPU-instance profile of NVIDIA Multi-Instance GPU, e.g. `1g.10gb` or `1g.10gb+me`.
+///
+/// The name is what `nvidia-smi mig -lgip` prints and what Kubernetes puts
+/// after `nvidia.com/mig-`. Compute slices are out of 7 on A100/H100/H200.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MigProfile {
+    /// Compute slices (the `1` of `1g.10gb`).
+    pub compute_slices: u8,
+    /// Memory in GB as written in the name (the `10` of `1g.10gb`).
+    pub memory_gb: u32,
+    /// Media-extension variant (`+me`).
+    pub media_extensions: bool,
+}
+
+/// Number of compute slices of a full MIG-capable GPU.
+pub const MIG_COMPUTE_SLICES: u32 = 7;
+
+impl MigProfile {
+    /// The share of a whole GPU this profile is worth in quota accounting,
+    /// in thousandths of a GPU (compute slices out of seven).
+    pub fn gpu_milli(&self) -> u32 {
+        (u32::from(self.compute_slices) * 1000).div_ceil(MIG_COMPUTE_SLICES).min(1000)
+    }
+}
+
+impl fmt::Display for MigProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}g.{}gb", self.compute_slices, self.memory_gb)?;
+        if self.media_extensions {
+            f.write_str("+me")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a MIG profile name could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid MIG profile {input:?}: {why} (expected a name like 1g.10gb, 3g.40gb or 1g.10gb+me)")]
+pub struct MigProfileError {
+    pub input: String,
+    pub why: &'static str,
+}
+
+impl FromStr for MigProfile {
+    type Err = MigProfileError;
+
+    fn from_str(input: &str) -> Result<Self, MigProfileError> {
+        let err = |why| MigProfileError { input: input.to_string(), why };
+        let s = input.trim().to_ascii_lowercase();
+        let s = s.strip_prefix("nvidia.com/mig-").unwrap_or(&s);
+        let (s, me) = match s.strip_suffix("+me").or_else(|| s.strip_suffix(".me")) {
+            Some(rest) => (rest, true),
+            None => (s, false),
+        };
+        let (g, mem) = s.split_once('.').ok_or_else(|| err("missing '.' between compute and memory"))?;
+        let g = g.strip_suffix('g').ok_or_else(|| err("compute part must end in 'g'"))?;
+        let mem = mem.strip_suffix("gb").ok_or_else(|| err("memory part must end in 'gb'"))?;
+        let compute_slices: u8 = g.parse().map_err(|_| err("compute slices are not a number"))?;
+        let memory_gb: u32 = mem.parse().map_err(|_| err("memory is not a whole number of GB"))?;
+        if compute_slices == 0 || u32::from(compute_slices) > MIG_COMPUTE_SLICES {
+            return Err(err("compute slices must be between 1 and 7"));
+        }
+        if memory_gb == 0 {
+            return Err(err("memory must be at least 1 GB"));
+        }
+        Ok(MigProfile { compute_slices, memory_gb, media_extensions: me })
+    }
+}
+
+/// Whole-GPU equivalents in thousandths: a full GPU is 1000, a `3g.40gb`
+/// MIG instance 429. Quotas and fair-share usage are counted in this unit.
+pub type GpuMilli = u64;
+
+/// One whole GPU in [`GpuMilli`].
+pub const GPU: GpuMilli = 1000;
+
+/// Compares GPU model names the way users type them: case-insensitive, and
+/// `H100-80GB`, `h100 80gb` and `H100_80GB` are the same model.
+pub fn same_model(a: &str, b: &str) -> bool {
+    let norm = |c: char| {
+        if c == ' ' || c == '_' { '-' } else { c.to_ascii_lowercase() }
+    };
+    a.len() == b.len() && a.chars().map(norm).eq(b.chars().map(norm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_profiles_parse_from_the_names_tools_print() {
+        let cases: &[(&str, Result<(u8, u32, bool), &str>)] = &[
+            ("1g.10gb", Ok((1, 10, false))),
+            ("3g.40gb", Ok((3, 40, false))),
+            ("7g.80gb", Ok((7, 80, false))),
+            ("1g.10gb+me", Ok((1, 10, true))),
+            ("nvidia.com/mig-2g.20gb", Ok((2, 20, false))),
+            ("nvidia.com/mig-1g.10gb.me", Ok((1, 10, true))),
+            ("1G.5GB", Ok((1, 5, false))),
+            ("8g.80gb", Err("compute slices must be between 1 and 7")),
+            ("0g.10gb", Err("compute slices must be between 1 and 7")),
+            ("1g10gb", Err("missing '.' between compute and memory")),
+            ("1.10gb", Err("compute part must end in 'g'")),
+            ("1g.10", Err("memory part must end in 'gb'")),
+            ("xg.10gb", Err("compute slices are not a number")),
+            ("1g.0gb", Err("memory must be at least 1 GB")),
+            ("", Err("missing '.' between compute and memory")),
+        ];
+        for (input, want) in cases {
+            let got = input.parse::<MigProfile>();
+            match (got, want) {
+                (Ok(p), Ok((g, m, me))) => {
+                    assert_eq!((p.compute_slices, p.memory_gb, p.media_extensions), (*g, *m, *me), "{input}")
+                }
+                (Err(e), Err(why)) => assert_eq!(e.why, *why, "{input}"),
+                (got, want) => panic!("{input}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn profiles_print_back_to_their_canonical_name() {
+        for name in ["1g.10gb", "3g.40gb", "1g.10gb+me", "7g.141gb"] {
+            assert_eq!(name.parse::<MigProfile>().map(|p| p.to_string()).as_deref(), Ok(name));
+        }
+    }
+
+    #[test]
+    fn mig_quota_weight_is_compute_slices_over_seven() {
+        let w = |s: &str| s.parse::<MigProfile>().map(|p| p.gpu_milli()).unwrap_or(0);
+        assert_eq!(w("1g.10gb"), 143);
+        assert_eq!(w("3g.40gb"), 429);
+        assert_eq!(w("7g.80gb"), 1000);
+    }
+
+    #[test]
+    fn model_names_match_loosely_but_not_wrongly() {
+        assert!(same_model("H100-80GB", "h100_80gb"));
+        assert!(same_model("A100 80GB", "a100-80gb"));
+        assert!(!same_model("A100-80GB", "A100-40GB"));
+        assert!(!same_model("A100", "A100-80GB"));
+    }
+}

@@ -1,0 +1,676 @@
+//! The state a scheduling pass reads, kept up to date event by event.
+//!
+//! The daemon and the simulator own one [`Snapshot`] each and tell it what
+//! happened (a node joined, a job was submitted, started, stopped). The
+//! snapshot keeps the derived indexes a pass needs (free devices per node,
+//! pending jobs in policy order per user, queue usage, fair-share usage), so
+//! that a pass over 10,000 pending jobs rebuilds nothing.
+//!
+//! Every mutation checks its preconditions and returns a typed error instead
+//! of corrupting state: a start on a busy device is refused, not applied.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fairshare::UsageLedger;
+use crate::job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, Running, Service, StopCause};
+use crate::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
+use crate::policy::{Ordering, Policy};
+use crate::quota::QueueConfig;
+use crate::resources::{GPU, GpuMilli, MigProfile, same_model};
+use crate::time::Time;
+
+/// Free resources of one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NodeFree {
+    pub(crate) gpus: u64,
+    pub(crate) mig: u64,
+    pub(crate) cpus: u64,
+    pub(crate) mem: u64,
+}
+
+/// A node plus the bit masks placement works with.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeEntry {
+    pub(crate) node: Node,
+    /// Whole-GPU slot → index into `node.devices`.
+    pub(crate) gpu_slots: Vec<usize>,
+    /// MIG slot → (index into `node.devices`, index into that device's instances).
+    pub(crate) mig_slots: Vec<(usize, usize)>,
+    /// Per model (index into `Snapshot::models`): mask of whole-GPU slots.
+    pub(crate) model_masks: Vec<(usize, u64)>,
+    /// Per MIG profile (index into `Snapshot::profiles`): mask of MIG slots.
+    pub(crate) profile_masks: Vec<(usize, u64)>,
+    /// Per model: mask of MIG slots whose parent GPU is that model.
+    pub(crate) mig_model_masks: Vec<(usize, u64)>,
+    /// NVLink islands, then NUMA nodes, as masks of whole-GPU slots.
+    pub(crate) nvlink_groups: Vec<u64>,
+    pub(crate) numa_groups: Vec<u64>,
+    /// Quota weight of each MIG slot.
+    pub(crate) mig_milli: Vec<u16>,
+    /// Jobs holding resources here.
+    pub(crate) jobs: BTreeSet<JobId>,
+}
+
+impl NodeEntry {
+    fn new(node: Node, models: &mut Vec<ModelInfo>, profiles: &mut Vec<ProfileInfo>) -> NodeEntry {
+        let mut e = NodeEntry {
+            gpu_slots: Vec::new(),
+            mig_slots: Vec::new(),
+            model_masks: Vec::new(),
+            profile_masks: Vec::new(),
+            mig_model_masks: Vec::new(),
+            nvlink_groups: Vec::new(),
+            numa_groups: Vec::new(),
+            mig_milli: Vec::new(),
+            jobs: BTreeSet::new(),
+            node,
+        };
+        let mut nvlink: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut numa: BTreeMap<u32, u64> = BTreeMap::new();
+        for (di, d) in e.node.devices.iter().enumerate() {
+            let m = intern_model(models, d);
+            match &d.mig {
+                None => {
+                    let bit = 1u64 << e.gpu_slots.len();
+                    e.gpu_slots.push(di);
+                    add_mask(&mut e.model_masks, m, bit);
+                    if let Some(g) = d.nvlink_group {
+                        *nvlink.entry(g).or_default() |= bit;
+                    }
+                    if let Some(n) = d.numa_node {
+                        *numa.entry(n).or_default() |= bit;
+                    }
+                }
+                Some(instances) => {
+                    for (ii, inst) in instances.iter().enumerate() {
+                        let bit = 1u64 << e.mig_slots.len();
+                        e.mig_slots.push((di, ii));
+                        let p = intern_profile(profiles, &inst.profile, inst.memory_mb);
+                        add_mask(&mut e.profile_masks, p, bit);
+                        add_mask(&mut e.mig_model_masks, m, bit);
+                        e.mig_milli.push(inst.profile.gpu_milli() as u16);
+                    }
+                }
+            }
+        }
+        e.nvlink_groups = nvlink.into_values().collect();
+        e.numa_groups = numa.into_values().collect();
+        e
+    }
+
+    pub(crate) fn full(&self) -> NodeFree {
+        NodeFree {
+            gpus: low_bits(self.gpu_slots.len()),
+            mig: low_bits(self.mig_slots.len()),
+            cpus: self.node.cpus_milli,
+            mem: self.node.memory_mb,
+        }
+    }
+
+    pub(crate) fn profile_mask(&self, profile: usize) -> u64 {
+        self.profile_masks.iter().find(|(p, _)| *p == profile).map_or(0, |(_, k)| *k)
+    }
+
+    /// MIG slots whose parent GPU passes the job's model constraint.
+    pub(crate) fn mig_mask_for_model(&self, models: &[ModelInfo], model: Option<&str>) -> u64 {
+        match model {
+            None => low_bits(self.mig_slots.len()),
+            Some(want) => self
+                .mig_model_masks
+                .iter()
+                .filter(|(m, _)| same_model(&models[*m].name, want))
+                .fold(0, |acc, (_, k)| acc | k),
+        }
+    }
+
+    pub(crate) fn mig_units(&self, mask: u64) -> GpuMilli {
+        bits(mask).map(|i| GpuMilli::from(self.mig_milli[i])).sum()
+    }
+}
+
+fn add_mask(masks: &mut Vec<(usize, u64)>, key: usize, bit: u64) {
+    match masks.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, m)) => *m |= bit,
+        None => masks.push((key, bit)),
+    }
+}
+
+fn intern_model(models: &mut Vec<ModelInfo>, d: &Device) -> usize {
+    if let Some(i) = models.iter().position(|m| *m.name == *d.model) {
+        return i;
+    }
+    models.push(ModelInfo { name: d.model.clone(), memory_mb: d.memory_mb });
+    models.len() - 1
+}
+
+fn intern_profile(profiles: &mut Vec<ProfileInfo>, p: &MigProfile, memory_mb: u64) -> usize {
+    if let Some(i) = profiles.iter().position(|x| x.profile == *p) {
+        return i;
+    }
+    profiles.push(ProfileInfo { profile: p.clone(), memory_mb });
+    profiles.len() - 1
+}
+
+/// A mask with the lowest `n` bits set.
+pub(crate) fn low_bits(n: usize) -> u64 {
+    if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
+}
+
+/// Indices of the set bits, lowest first.
+pub(crate) fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if mask == 0 {
+            return None;
+        }
+        let i = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        Some(i)
+    })
+}
+
+/// A GPU model present in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ModelInfo {
+    pub(crate) name: Arc<str>,
+    pub(crate) memory_mb: u64,
+}
+
+/// A MIG profile present in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ProfileInfo {
+    pub(crate) profile: MigProfile,
+    pub(crate) memory_mb: u64,
+}
+
+/// Per-user group of the pending index: (team, user), or ("", "") when the policy does not order by user.
+pub(crate) type GroupKey = (Arc<str>, Arc<str>);
+
+/// Sort key of a pending job inside its group: best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct PendingKey {
+    pub(crate) class: Reverse<i32>,
+    /// Policy points that do not change while the job waits (milli-points, higher first).
+    pub(crate) points: Reverse<i64>,
+    pub(crate) id: JobId,
+}
+
+/// What went wrong applying an event to the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error("job {0} is already in the snapshot")]
+    DuplicateJob(JobId),
+    #[error("job {0} is not in the snapshot")]
+    UnknownJob(JobId),
+    #[error("job {0} is not pending")]
+    NotPending(JobId),
+    #[error("job {0} is not running")]
+    NotRunning(JobId),
+    #[error("job {job}: placement has {got} replicas, the job has {want}")]
+    ReplicaCount { job: JobId, got: usize, want: u32 },
+    #[error("no node {0}")]
+    UnknownNode(NodeId),
+    #[error("job {job} cannot start on {node}: {what} is not free")]
+    Busy { job: JobId, node: String, what: &'static str },
+    #[error("node {node} still runs {jobs} job(s); its inventory cannot change under them")]
+    NodeInUse { node: String, jobs: usize },
+}
+
+/// How a running job ended, as far as the queue is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// Back to the queue (preempted, node lost, retry); not before the given time.
+    Requeue { not_before: Time },
+    /// Done; `success` decides whether jobs depending on it may start.
+    Finished { success: bool },
+}
+
+/// The scheduler's view of the cluster. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    policy: Policy,
+    pub(crate) nodes: Vec<NodeEntry>,
+    node_names: BTreeMap<Arc<str>, NodeId>,
+    pub(crate) models: Vec<ModelInfo>,
+    pub(crate) profiles: Vec<ProfileInfo>,
+    pub(crate) free: Vec<NodeFree>,
+    pub(crate) jobs: HashMap<JobId, Job>,
+    pub(crate) pending: BTreeMap<GroupKey, BTreeSet<PendingKey>>,
+    pending_keys: HashMap<JobId, (GroupKey, PendingKey)>,
+    /// Pending jobs by devices per replica (0 = CPU-only), for early exit.
+    pub(crate) pending_by_devices: BTreeMap<u32, u32>,
+    pub(crate) running: BTreeSet<JobId>,
+    pub(crate) queues: BTreeMap<Arc<str>, QueueConfig>,
+    pub(crate) queue_usage: BTreeMap<Arc<str>, GpuMilli>,
+    finished: HashMap<JobId, bool>,
+    pub(crate) ledger: UsageLedger,
+}
+
+impl Snapshot {
+    /// An empty cluster scheduled by `policy`.
+    pub fn new(policy: Policy) -> Snapshot {
+        Snapshot {
+            policy,
+            nodes: Vec::new(),
+            node_names: BTreeMap::new(),
+            models: Vec::new(),
+            profiles: Vec::new(),
+            free: Vec::new(),
+            jobs: HashMap::new(),
+            pending: BTreeMap::new(),
+            pending_keys: HashMap::new(),
+            pending_by_devices: BTreeMap::new(),
+            running: BTreeSet::new(),
+            queues: BTreeMap::new(),
+            queue_usage: BTreeMap::new(),
+            finished: HashMap::new(),
+            ledger: UsageLedger::default(),
+        }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Changes the policy; re-indexes the pending jobs.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+        let pending: Vec<JobId> = self.pending_keys.keys().copied().collect();
+        self.pending.clear();
+        self.pending_keys.clear();
+        for id in pending {
+            self.index_pending(id);
+        }
+    }
+
+    // ----- nodes -----
+
+    /// Adds a node; returns its id.
+    pub fn add_node(&mut self, node: Node) -> Result<NodeId, SnapshotError> {
+        node.validate()?;
+        if self.node_names.contains_key(&node.name) {
+            return Err(NodeError::Duplicate { node: node.name.to_string() }.into());
+        }
+        let id = NodeId(self.nodes.len() as u32);
+        self.node_names.insert(node.name.clone(), id);
+        let entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
+        self.free.push(entry.full());
+        self.nodes.push(entry);
+        Ok(id)
+    }
+
+    /// Replaces a node's inventory (e.g. after a MIG re-partition). Refused while jobs run there.
+    pub fn replace_node(&mut self, id: NodeId, node: Node) -> Result<(), SnapshotError> {
+        node.validate()?;
+        let old = self.nodes.get(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
+        if !old.jobs.is_empty() {
+            return Err(SnapshotError::NodeInUse { node: old.node.name.to_string(), jobs: old.jobs.len() });
+        }
+        if old.node.name != node.name {
+            self.node_names.remove(&old.node.name);
+            self.node_names.insert(node.name.clone(), id);
+        }
+        let entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
+        self.free[id.index()] = entry.full();
+        self.nodes[id.index()] = entry;
+        Ok(())
+    }
+
+    pub fn set_node_state(&mut self, id: NodeId, state: NodeState) -> Result<(), SnapshotError> {
+        let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
+        e.node.state = state;
+        Ok(())
+    }
+
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id.index()).map(|e| &e.node)
+    }
+
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.node_names.get(name).copied()
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = (NodeId, &Node)> {
+        self.nodes.iter().enumerate().map(|(i, e)| (NodeId(i as u32), &e.node))
+    }
+
+    /// Jobs holding resources on a node.
+    pub fn jobs_on(&self, id: NodeId) -> impl Iterator<Item = JobId> + '_ {
+        self.nodes.get(id.index()).into_iter().flat_map(|e| e.jobs.iter().copied())
+    }
+
+    /// Free whole GPUs and MIG instances of a node, as slot masks.
+    pub fn free_masks(&self, id: NodeId) -> Option<(u64, u64)> {
+        self.free.get(id.index()).map(|f| (f.gpus, f.mig))
+    }
+
+    /// The devices and MIG instances a replica placement names.
+    pub fn replica_devices(&self, p: &ReplicaPlacement) -> (Vec<&Device>, Vec<(&Device, &MigInstance)>) {
+        let Some(e) = self.nodes.get(p.node.index()) else {
+            return (Vec::new(), Vec::new());
+        };
+        let gpus = bits(p.gpus).filter_map(|s| e.gpu_slots.get(s)).map(|&d| &e.node.devices[d]).collect();
+        let mig = bits(p.mig)
+            .filter_map(|s| e.mig_slots.get(s))
+            .filter_map(|&(d, i)| {
+                let dev = &e.node.devices[d];
+                dev.mig.as_ref().and_then(|m| m.get(i)).map(|inst| (dev, inst))
+            })
+            .collect();
+        (gpus, mig)
+    }
+
+    /// Finds the slot masks of devices by driver index and MIG UUID, the inverse of
+    /// [`Snapshot::replica_devices`]; used when re-adopting running jobs.
+    pub fn slots_of(&self, node: NodeId, gpu_indices: &[u32], mig_uuids: &[&str]) -> Option<(u64, u64)> {
+        let e = self.nodes.get(node.index())?;
+        let mut gpus = 0;
+        for idx in gpu_indices {
+            let slot = e.gpu_slots.iter().position(|&d| e.node.devices[d].index == *idx)?;
+            gpus |= 1 << slot;
+        }
+        let mut mig = 0;
+        for uuid in mig_uuids {
+            let slot = e.mig_slots.iter().position(|&(d, i)| {
+                e.node.devices[d].mig.as_ref().and_then(|m| m.get(i)).is_some_and(|inst| &*inst.uuid == *uuid)
+            })?;
+            mig |= 1 << slot;
+        }
+        Some((gpus, mig))
+    }
+
+    // ----- queues -----
+
+    pub fn set_queue(&mut self, q: QueueConfig) {
+        self.queues.insert(q.name.clone(), q);
+    }
+
+    pub fn queues(&self) -> impl Iterator<Item = &QueueConfig> {
+        self.queues.values()
+    }
+
+    /// GPU quota (thousandths) a queue's running jobs hold.
+    pub fn queue_usage(&self, queue: &str) -> GpuMilli {
+        self.queue_usage.get(queue).copied().unwrap_or(0)
+    }
+
+    /// The fair-share usage ledger.
+    pub fn usage(&self) -> &UsageLedger {
+        &self.ledger
+    }
+
+    // ----- jobs -----
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.pending_keys.len()
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn running_jobs(&self) -> impl Iterator<Item = &Job> {
+        self.running.iter().filter_map(|id| self.jobs.get(id))
+    }
+
+    /// Pending job ids, in no particular order.
+    pub fn pending_ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.pending_keys.keys().copied()
+    }
+
+    /// Outcome of a finished job, if the snapshot remembers it (for dependencies).
+    pub fn finished(&self, id: JobId) -> Option<bool> {
+        self.finished.get(&id).copied()
+    }
+
+    /// Records the outcome of a job that ended outside this snapshot's life (e.g. before a restart).
+    pub fn record_finished(&mut self, id: JobId, success: bool) {
+        self.finished.insert(id, success);
+    }
+
+    /// Adds a pending job.
+    pub fn submit(&mut self, id: JobId, spec: JobSpec) -> Result<(), SnapshotError> {
+        self.insert_job(id, Arc::new(spec), Service::default())?;
+        Ok(())
+    }
+
+    /// Adds a pending job that already has a history (restored from a store).
+    pub fn restore_pending(
+        &mut self,
+        id: JobId,
+        spec: Arc<JobSpec>,
+        service: Service,
+        not_before: Time,
+    ) -> Result<(), SnapshotError> {
+        self.insert_job(id, spec, service)?;
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.not_before = not_before;
+        }
+        Ok(())
+    }
+
+    fn insert_job(&mut self, id: JobId, spec: Arc<JobSpec>, service: Service) -> Result<(), SnapshotError> {
+        if self.jobs.contains_key(&id) {
+            return Err(SnapshotError::DuplicateJob(id));
+        }
+        self.ledger.change_rate(&spec.team, &spec.user, 0);
+        self.jobs.insert(id, Job { id, spec, state: JobState::Pending, service, not_before: Time::MIN });
+        self.index_pending(id);
+        Ok(())
+    }
+
+    /// Delays a pending job (retry back-off, hold).
+    pub fn set_not_before(&mut self, id: JobId, t: Time) -> Result<(), SnapshotError> {
+        let j = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
+        j.not_before = t;
+        Ok(())
+    }
+
+    /// Removes a pending job (cancelled, or failed for good).
+    pub fn remove_pending(&mut self, id: JobId, success: bool) -> Result<(), SnapshotError> {
+        let j = self.jobs.get(&id).ok_or(SnapshotError::UnknownJob(id))?;
+        if j.running().is_some() {
+            return Err(SnapshotError::NotPending(id));
+        }
+        self.unindex_pending(id);
+        self.jobs.remove(&id);
+        self.finished.insert(id, success);
+        Ok(())
+    }
+
+    /// Starts a pending job on `placement` at `now`.
+    pub fn start(&mut self, id: JobId, placement: Placement, now: Time) -> Result<(), SnapshotError> {
+        let job = self.jobs.get(&id).ok_or(SnapshotError::UnknownJob(id))?;
+        if job.running().is_some() {
+            return Err(SnapshotError::NotPending(id));
+        }
+        if placement.len() != job.spec.replicas as usize {
+            return Err(SnapshotError::ReplicaCount { job: id, got: placement.len(), want: job.spec.replicas });
+        }
+        // Check everything before changing anything: a refused start changes nothing.
+        let mut want: BTreeMap<NodeId, NodeFree> = BTreeMap::new();
+        for r in &placement {
+            let w = want.entry(r.node).or_default();
+            if r.gpus & w.gpus != 0 || r.mig & w.mig != 0 {
+                return Err(self.busy(id, r.node, "a device named twice"));
+            }
+            w.gpus |= r.gpus;
+            w.mig |= r.mig;
+            w.cpus += r.cpus_milli;
+            w.mem += r.memory_mb;
+        }
+        for (node, w) in &want {
+            let e = self.nodes.get(node.index()).ok_or(SnapshotError::UnknownNode(*node))?;
+            let f = &self.free[node.index()];
+            if w.gpus & !low_bits(e.gpu_slots.len()) != 0 || w.mig & !low_bits(e.mig_slots.len()) != 0 {
+                return Err(self.busy(id, *node, "a device that does not exist"));
+            }
+            if w.gpus & !f.gpus != 0 {
+                return Err(self.busy(id, *node, "a GPU"));
+            }
+            if w.mig & !f.mig != 0 {
+                return Err(self.busy(id, *node, "a MIG instance"));
+            }
+            if w.cpus > f.cpus {
+                return Err(self.busy(id, *node, "enough CPU"));
+            }
+            if w.mem > f.mem {
+                return Err(self.busy(id, *node, "enough memory"));
+            }
+        }
+        let mut units = 0;
+        for (node, w) in &want {
+            let f = &mut self.free[node.index()];
+            f.gpus &= !w.gpus;
+            f.mig &= !w.mig;
+            f.cpus -= w.cpus;
+            f.mem -= w.mem;
+            let e = &mut self.nodes[node.index()];
+            e.jobs.insert(id);
+            units += u64::from(w.gpus.count_ones()) * GPU + e.mig_units(w.mig);
+        }
+        self.unindex_pending(id);
+        let half_life = self.policy.fair_share.half_life;
+        self.ledger.advance(now, half_life);
+        let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
+        self.ledger.change_rate(&job.spec.team, &job.spec.user, units as i64);
+        *self.queue_usage.entry(job.spec.queue.clone()).or_default() += units;
+        job.state = JobState::Running(Running { placement, started: now, gpu_milli: units, stopping: None });
+        self.running.insert(id);
+        Ok(())
+    }
+
+    fn busy(&self, job: JobId, node: NodeId, what: &'static str) -> SnapshotError {
+        let node = self.nodes.get(node.index()).map_or_else(|| node.to_string(), |e| e.node.name.to_string());
+        SnapshotError::Busy { job, node, what }
+    }
+
+    /// Marks a running job as stopping; it keeps its resources until [`Snapshot::stop`].
+    pub fn request_stop(&mut self, id: JobId, cause: StopCause) -> Result<(), SnapshotError> {
+        let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
+        match &mut job.state {
+            JobState::Running(r) => {
+                r.stopping = Some(cause);
+                Ok(())
+            }
+            JobState::Pending => Err(SnapshotError::NotRunning(id)),
+        }
+    }
+
+    /// A running job's processes are gone: frees its resources and either
+    /// requeues it or forgets it.
+    pub fn stop(&mut self, id: JobId, now: Time, outcome: StopOutcome) -> Result<(), SnapshotError> {
+        let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
+        let JobState::Running(run) = std::mem::replace(&mut job.state, JobState::Pending) else {
+            return Err(SnapshotError::NotRunning(id));
+        };
+        let ran = now.since(run.started);
+        job.service.prior_runtime += ran;
+        job.service.prior_gpu_milli_secs =
+            job.service.prior_gpu_milli_secs.saturating_add(run.gpu_milli.saturating_mul(ran.as_secs()));
+        let spec = job.spec.clone();
+        for r in &run.placement {
+            if let (Some(f), Some(e)) = (self.free.get_mut(r.node.index()), self.nodes.get_mut(r.node.index())) {
+                f.gpus |= r.gpus;
+                f.mig |= r.mig;
+                f.cpus += r.cpus_milli;
+                f.mem += r.memory_mb;
+                e.jobs.remove(&id);
+            }
+        }
+        self.running.remove(&id);
+        self.ledger.advance(now, self.policy.fair_share.half_life);
+        self.ledger.change_rate(&spec.team, &spec.user, -(run.gpu_milli as i64));
+        if let Some(u) = self.queue_usage.get_mut(&spec.queue) {
+            *u = u.saturating_sub(run.gpu_milli);
+        }
+        match outcome {
+            StopOutcome::Requeue { not_before } => {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.service.restarts += 1;
+                    job.not_before = not_before;
+                }
+                self.index_pending(id);
+            }
+            StopOutcome::Finished { success } => {
+                self.jobs.remove(&id);
+                self.finished.insert(id, success);
+            }
+        }
+        Ok(())
+    }
+
+    // ----- the pending index -----
+
+    fn group_of(&self, spec: &JobSpec) -> GroupKey {
+        if self.policy.groups_by_user() {
+            (spec.team.clone(), spec.user.clone())
+        } else {
+            (Arc::from(""), Arc::from(""))
+        }
+    }
+
+    /// Points of a pending job that do not change while it waits, in milli-points (higher first).
+    pub(crate) fn static_points(&self, job: &Job) -> i64 {
+        let p = &self.policy;
+        let submit = job.spec.submit_time.as_millis();
+        let level = || i64::from(p.service_level(job.service.prior_gpu_milli_secs / 1000));
+        let ms = |d: Option<Duration>| d.map_or(i64::MAX / 4, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4));
+        match p.ordering {
+            Ordering::Fifo | Ordering::MaxMinFair => -submit,
+            Ordering::ShortestFirst => -ms(job.spec.planned_runtime()),
+            Ordering::ShortestRemaining => -ms(job.remaining(Time::MIN)),
+            Ordering::AttainedService => -(level() * 10_000_000_000_000) - submit,
+            Ordering::Multifactor => {
+                let age = -(submit as f64) / 3_600_000.0 * p.weights.age_per_hour;
+                let service = -(level() as f64) * p.weights.service_level;
+                ((age + service) * 1000.0) as i64
+            }
+        }
+    }
+
+    fn index_pending(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let key = PendingKey { class: Reverse(job.spec.priority), points: Reverse(self.static_points(job)), id };
+        let group = self.group_of(&job.spec);
+        *self.pending_by_devices.entry(device_need(&job.spec.replica.gpu)).or_default() += 1;
+        self.pending.entry(group.clone()).or_default().insert(key);
+        self.pending_keys.insert(id, (group, key));
+    }
+
+    fn unindex_pending(&mut self, id: JobId) {
+        let Some((group, key)) = self.pending_keys.remove(&id) else {
+            return;
+        };
+        if let Some(set) = self.pending.get_mut(&group) {
+            set.remove(&key);
+            if set.is_empty() {
+                self.pending.remove(&group);
+            }
+        }
+        if let Some(job) = self.jobs.get(&id) {
+            let need = device_need(&job.spec.replica.gpu);
+            if let Some(c) = self.pending_by_devices.get_mut(&need) {
+                *c -= 1;
+                if *c == 0 {
+                    self.pending_by_devices.remove(&need);
+                }
+            }
+        }
+    }
+}
+
+/// Devices per replica, the key of `pending_by_devices`.
+pub(crate) fn device_need(g: &GpuRequest) -> u32 {
+    g.device_count()
+}

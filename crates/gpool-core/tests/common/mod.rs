@@ -1,0 +1,273 @@
+//! Builders for scenario and property tests of the scheduling core.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpool_core::job::{LabelExpr, LabelOp};
+use gpool_core::node::Labels;
+use gpool_core::{
+    Device, DeviceKind, GpuRequest, JobId, JobSpec, MigInstance, MigProfile, Node, NodeId, Plan, Policy, QueueConfig,
+    Snapshot, StopOutcome, Time,
+};
+
+pub const GIB: u64 = 1024;
+
+/// A cluster under test: a snapshot plus name lookups.
+pub struct Cluster {
+    pub snap: Snapshot,
+    next_id: u64,
+}
+
+impl Cluster {
+    pub fn new(policy: &str) -> Cluster {
+        Cluster { snap: Snapshot::new(Policy::by_name(policy).expect("preset")), next_id: 1 }
+    }
+
+    pub fn with_policy(policy: Policy) -> Cluster {
+        Cluster { snap: Snapshot::new(policy), next_id: 1 }
+    }
+
+    /// `count` GPUs of `model` (e.g. "H100-80GB"), one NVLink island.
+    pub fn node(mut self, name: &str, count: u32, model: &str) -> Cluster {
+        let mem = model_memory(model);
+        self.snap.add_node(Node::with_gpus(name, count, model, mem)).expect("node");
+        self
+    }
+
+    pub fn node_with(mut self, node: Node) -> Cluster {
+        self.snap.add_node(node).expect("node");
+        self
+    }
+
+    /// A node whose GPUs are split into NVLink islands of `island` GPUs each.
+    pub fn islands(mut self, name: &str, count: u32, island: u32, model: &str) -> Cluster {
+        let mut n = Node::with_gpus(name, count, model, model_memory(model));
+        for d in &mut n.devices {
+            d.nvlink_group = Some(d.index / island);
+            d.numa_node = Some(d.index / island);
+        }
+        self.snap.add_node(n).expect("node");
+        self
+    }
+
+    pub fn labels(mut self, name: &str, labels: &[(&str, &str)]) -> Cluster {
+        let id = self.id(name);
+        let mut n = self.snap.node(id).expect("node").clone();
+        for (k, v) in labels {
+            n.labels.insert(k.to_string(), v.to_string());
+        }
+        self.snap.replace_node(id, n).expect("relabel");
+        self
+    }
+
+    /// One H100 with MIG on, partitioned into the given profiles.
+    pub fn mig_node(mut self, name: &str, profiles: &[&str]) -> Cluster {
+        let mut n = Node::new(name, 32, 256 * GIB);
+        let instances = profiles
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let profile: MigProfile = p.parse().expect("profile");
+                MigInstance {
+                    memory_mb: u64::from(profile.memory_gb) * 1000 - 200,
+                    profile,
+                    uuid: Arc::from(format!("MIG-{name}-{i}")),
+                    gi_id: i as u32 + 1,
+                }
+            })
+            .collect();
+        n.devices.push(Device {
+            index: 0,
+            uuid: Arc::from(format!("GPU-{name}-0")),
+            kind: DeviceKind::NvidiaGpu,
+            model: Arc::from("H100-80GB"),
+            memory_mb: 80 * GIB,
+            nvlink_group: None,
+            numa_node: None,
+            mig: Some(instances),
+        });
+        self.snap.add_node(n).expect("node");
+        self
+    }
+
+    pub fn queue(mut self, name: &str, cohort: Option<&str>, guarantee_gpus: u64, max_gpus: Option<u64>) -> Cluster {
+        self.snap.set_queue(QueueConfig {
+            name: Arc::from(name),
+            cohort: cohort.map(Arc::from),
+            guarantee: guarantee_gpus * 1000,
+            max: max_gpus.map(|m| m * 1000),
+        });
+        self
+    }
+
+    pub fn id(&self, node: &str) -> NodeId {
+        self.snap.node_id(node).expect("node name")
+    }
+
+    pub fn submit(&mut self, job: J) -> JobId {
+        let id = JobId(self.next_id);
+        self.next_id += 1;
+        self.snap.submit(id, job.spec).expect("submit");
+        id
+    }
+
+    /// Submits and starts a job where the scheduler would put it now.
+    pub fn run(&mut self, job: J, now: Time) -> JobId {
+        let id = self.submit(job);
+        let plan = gpool_core::schedule(&self.snap, now);
+        let start =
+            plan.starts.iter().find(|s| s.job == id).unwrap_or_else(|| panic!("job {id} did not start: {plan:#?}"));
+        self.snap.start(id, start.placement.clone(), now).expect("start");
+        id
+    }
+
+    pub fn plan(&self, now: Time) -> Plan {
+        gpool_core::schedule(&self.snap, now)
+    }
+
+    /// Applies a plan the way the simulator does: starts, and preemptions as immediate stops.
+    pub fn apply(&mut self, plan: &Plan) {
+        for p in &plan.preemptions {
+            self.snap.stop(p.victim, plan.now, StopOutcome::Requeue { not_before: Time::MIN }).expect("preempt");
+        }
+        for s in &plan.starts {
+            self.snap.start(s.job, s.placement.clone(), plan.now).expect("start");
+        }
+    }
+
+    pub fn finish(&mut self, id: JobId, now: Time) {
+        self.snap.stop(id, now, StopOutcome::Finished { success: true }).expect("finish");
+    }
+
+    /// Node names a started job landed on, in rank order.
+    pub fn nodes_of(&self, plan: &Plan, id: JobId) -> Vec<String> {
+        let s = plan.starts.iter().find(|s| s.job == id).unwrap_or_else(|| panic!("job {id} not started: {plan:#?}"));
+        s.placement.iter().map(|r| self.snap.node(r.node).map(|n| n.name.to_string()).unwrap_or_default()).collect()
+    }
+
+    /// Device indices (or MIG UUIDs) of a started job's first replica.
+    pub fn devices_of(&self, plan: &Plan, id: JobId) -> Vec<String> {
+        let s = plan.starts.iter().find(|s| s.job == id).unwrap_or_else(|| panic!("job {id} not started"));
+        let (gpus, mig) = self.snap.replica_devices(&s.placement[0]);
+        gpus.iter().map(|d| d.index.to_string()).chain(mig.iter().map(|(_, m)| format!("{}", m.profile))).collect()
+    }
+
+    pub fn reason(&self, plan: &Plan, id: JobId) -> String {
+        plan.reasons()
+            .get(&id)
+            .map(|r| r.to_string())
+            .or_else(|| plan.others.as_ref().map(|r| r.to_string()))
+            .unwrap_or_else(|| "started or unknown".into())
+    }
+}
+
+fn model_memory(model: &str) -> u64 {
+    let digits: String = model.split('-').nth(1).unwrap_or("").chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse::<u64>().map(|g| g * GIB).unwrap_or(24 * GIB)
+}
+
+/// A job under construction.
+#[derive(Clone)]
+pub struct J {
+    pub spec: JobSpec,
+}
+
+pub fn job(user: &str) -> J {
+    J { spec: JobSpec::new(user, Time::from_secs(0)) }
+}
+
+impl J {
+    pub fn gpus(mut self, n: u32) -> J {
+        self.spec.replica.gpu = GpuRequest::Gpus { count: n };
+        self
+    }
+    pub fn mig(mut self, profile: &str) -> J {
+        self.spec.replica.gpu = GpuRequest::Mig { profile: profile.parse().expect("profile"), count: 1 };
+        self
+    }
+    pub fn gpu_memory_gb(mut self, gb: u64) -> J {
+        self.spec.replica.gpu = GpuRequest::Memory { min_mb: gb * 1000, count: 1 };
+        self
+    }
+    pub fn model(mut self, m: &str) -> J {
+        self.spec.replica.gpu_model = Some(Arc::from(m));
+        self
+    }
+    pub fn cpus(mut self, c: u64) -> J {
+        self.spec.replica.cpus_milli = c * 1000;
+        self
+    }
+    pub fn memory_gb(mut self, g: u64) -> J {
+        self.spec.replica.memory_mb = g * GIB;
+        self
+    }
+    pub fn replicas(mut self, r: u32) -> J {
+        self.spec.replicas = r;
+        self
+    }
+    pub fn priority(mut self, p: i32) -> J {
+        self.spec.priority = p;
+        self
+    }
+    pub fn preemptible(mut self) -> J {
+        self.spec.preemptible = true;
+        self
+    }
+    pub fn queue(mut self, q: &str) -> J {
+        self.spec.queue = Arc::from(q);
+        self
+    }
+    pub fn team(mut self, t: &str) -> J {
+        self.spec.team = Arc::from(t);
+        self
+    }
+    pub fn at(mut self, secs: i64) -> J {
+        self.spec.submit_time = Time::from_secs(secs);
+        self
+    }
+    pub fn estimate(mut self, secs: u64) -> J {
+        self.spec.estimate = Some(Duration::from_secs(secs));
+        self
+    }
+    pub fn limit(mut self, secs: u64) -> J {
+        self.spec.time_limit = Some(Duration::from_secs(secs));
+        self
+    }
+    pub fn after(mut self, dep: JobId) -> J {
+        self.spec.dependencies.push(dep);
+        self
+    }
+    pub fn selector(mut self, k: &str, v: &str) -> J {
+        self.spec.node_selector.insert(k.into(), v.into());
+        self
+    }
+    pub fn prefer(mut self, weight: u32, k: &str, v: &str) -> J {
+        self.spec.affinity.preferred.push((weight, LabelExpr { key: k.into(), op: LabelOp::In(vec![v.into()]) }));
+        self
+    }
+    pub fn label(mut self, k: &str, v: &str) -> J {
+        self.spec.labels.insert(k.into(), v.into());
+        self
+    }
+    pub fn avoid(mut self, k: &str, v: &str) -> J {
+        let mut sel = Labels::new();
+        sel.insert(k.into(), v.into());
+        self.spec.anti_affinity.push(sel);
+        self
+    }
+}
+
+pub fn t(secs: i64) -> Time {
+    Time::from_secs(secs)
+}
+
+/// Counts of something per key, for assertions.
+pub fn count<K: Ord>(items: impl IntoIterator<Item = K>) -> BTreeMap<K, usize> {
+    let mut m = BTreeMap::new();
+    for k in items {
+        *m.entry(k).or_default() += 1;
+    }
+    m
+}

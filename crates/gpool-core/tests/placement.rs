@@ -1,0 +1,228 @@
+//! Placement scenarios: best fit, spread, topology, models, MIG, labels.
+
+mod common;
+use common::*;
+use gpool_core::{PlacementStrategy, Policy};
+
+struct Case {
+    name: &'static str,
+    cluster: fn() -> Cluster,
+    job: fn() -> J,
+    /// Expected node, and device indices or MIG profiles of the first replica (empty = don't check).
+    want_node: &'static str,
+    want_devices: &'static [&'static str],
+}
+
+#[test]
+fn placement_table() {
+    let cases = [
+        Case {
+            name: "best fit fills the fuller node",
+            cluster: || {
+                let mut c = Cluster::new("fifo").node("a", 8, "H100-80GB").node("b", 8, "H100-80GB");
+                c.run(job("x").gpus(6).selector("kubernetes.io/hostname", "b"), t(0));
+                c
+            },
+            job: || job("u").gpus(2),
+            want_node: "b",
+            want_devices: &["6", "7"],
+        },
+        Case {
+            name: "one NVLink island beats the lowest indices",
+            cluster: || {
+                let mut c = Cluster::new("fifo").islands("a", 8, 4, "H100-80GB");
+                c.run(job("x").gpus(1), t(0)); // takes GPU 0, island 0 keeps 3
+                c
+            },
+            job: || job("u").gpus(4),
+            want_node: "a",
+            want_devices: &["4", "5", "6", "7"],
+        },
+        Case {
+            name: "small request goes to the fuller island",
+            cluster: || {
+                let mut c = Cluster::new("fifo").islands("a", 8, 4, "H100-80GB");
+                c.run(job("x").gpus(1), t(0));
+                c
+            },
+            job: || job("u").gpus(2),
+            want_node: "a",
+            want_devices: &["1", "2"],
+        },
+        Case {
+            name: "model constraint picks the matching node",
+            cluster: || Cluster::new("fifo").node("a100", 8, "A100-80GB").node("h100", 8, "H100-80GB"),
+            job: || job("u").gpus(2).model("h100-80gb"),
+            want_node: "h100",
+            want_devices: &[],
+        },
+        Case {
+            name: "MIG profile matched by name",
+            cluster: || {
+                Cluster::new("fifo")
+                    .node("full", 8, "H100-80GB")
+                    .mig_node("mig", &["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])
+            },
+            job: || job("u").mig("1g.10gb"),
+            want_node: "mig",
+            want_devices: &["1g.10gb"],
+        },
+        Case {
+            name: "memory request takes the smallest slice that fits",
+            cluster: || {
+                Cluster::new("fifo").node("full", 8, "H100-80GB").mig_node("mig", &["3g.40gb", "2g.20gb", "1g.10gb"])
+            },
+            job: || job("u").gpu_memory_gb(15),
+            want_node: "mig",
+            want_devices: &["2g.20gb"],
+        },
+        Case {
+            name: "memory request larger than any slice takes a whole GPU",
+            cluster: || Cluster::new("fifo").node("full", 8, "H100-80GB").mig_node("mig", &["3g.40gb", "2g.20gb"]),
+            job: || job("u").gpu_memory_gb(60),
+            want_node: "full",
+            want_devices: &["0"],
+        },
+        Case {
+            name: "node selector",
+            cluster: || {
+                Cluster::new("fifo")
+                    .node("a", 8, "H100-80GB")
+                    .node("b", 8, "H100-80GB")
+                    .labels("a", &[("zone", "west")])
+                    .labels("b", &[("zone", "east")])
+            },
+            job: || job("u").gpus(1).selector("zone", "east"),
+            want_node: "b",
+            want_devices: &[],
+        },
+        Case {
+            name: "preferred affinity outweighs best fit",
+            cluster: || {
+                let mut c = Cluster::new("fifo")
+                    .node("a", 8, "H100-80GB")
+                    .node("b", 8, "H100-80GB")
+                    .labels("b", &[("disk", "nvme")]);
+                c.run(job("x").gpus(4).selector("kubernetes.io/hostname", "a"), t(0));
+                c
+            },
+            job: || job("u").gpus(2).prefer(10, "disk", "nvme"),
+            want_node: "b",
+            want_devices: &[],
+        },
+        Case {
+            name: "CPU-only work avoids nodes with free GPUs",
+            cluster: || {
+                Cluster::new("fifo").node("gpu", 8, "H100-80GB").node_with(gpool_core::Node::new("cpu", 64, 256 * GIB))
+            },
+            job: || job("u").cpus(8),
+            want_node: "cpu",
+            want_devices: &[],
+        },
+        Case {
+            name: "pool label is matchable",
+            cluster: || {
+                let mut spot = gpool_core::Node::with_gpus("s", 8, "H100-80GB", 80 * GIB);
+                spot.pool = gpool_core::Pool { name: "spot-h100".into(), kind: gpool_core::PoolKind::Spot };
+                Cluster::new("fifo").node("o", 8, "H100-80GB").node_with(spot)
+            },
+            job: || job("u").gpus(1).selector("gpool.io/pool-kind", "spot"),
+            want_node: "s",
+            want_devices: &[],
+        },
+    ];
+    for case in cases {
+        let mut c = (case.cluster)();
+        let id = c.submit((case.job)());
+        let plan = c.plan(t(10));
+        assert_eq!(c.nodes_of(&plan, id), vec![case.want_node.to_string()], "{}", case.name);
+        if !case.want_devices.is_empty() {
+            assert_eq!(c.devices_of(&plan, id), case.want_devices, "{}", case.name);
+        }
+    }
+}
+
+#[test]
+fn spread_uses_the_emptiest_node() {
+    let policy = Policy { placement: PlacementStrategy::Spread, ..Policy::by_name("fifo").expect("preset") };
+    let mut c = Cluster::with_policy(policy).node("a", 8, "H100-80GB").node("b", 8, "H100-80GB");
+    c.run(job("x").gpus(2).selector("kubernetes.io/hostname", "a"), t(0));
+    let id = c.submit(job("u").gpus(2));
+    assert_eq!(c.nodes_of(&c.plan(t(1)), id), ["b"]);
+}
+
+#[test]
+fn anti_affinity_spreads_replicas_of_one_job() {
+    let mut c = Cluster::new("fifo").node("a", 8, "H100-80GB").node("b", 8, "H100-80GB");
+    let id = c.submit(job("u").gpus(1).replicas(2).label("app", "web").avoid("app", "web"));
+    let mut nodes = c.nodes_of(&c.plan(t(0)), id);
+    nodes.sort();
+    assert_eq!(nodes, ["a", "b"]);
+}
+
+#[test]
+fn anti_affinity_against_running_jobs() {
+    let mut c = Cluster::new("fifo").node("a", 8, "H100-80GB").node("b", 8, "H100-80GB");
+    c.run(job("x").gpus(7).label("tier", "db").selector("kubernetes.io/hostname", "a"), t(0));
+    // Best fit would pick a (1 free); anti-affinity forbids it.
+    let id = c.submit(job("u").gpus(1).avoid("tier", "db"));
+    assert_eq!(c.nodes_of(&c.plan(t(1)), id), ["b"]);
+}
+
+#[test]
+fn reasons_name_what_is_missing() {
+    struct R {
+        name: &'static str,
+        job: J,
+        want: &'static str,
+    }
+    let cases = [
+        R {
+            name: "too few free",
+            job: job("u").gpus(4).model("H100-80GB"),
+            want: "needs 4×H100-80GB on one node, best node has 2 free",
+        },
+        R {
+            name: "no such model",
+            job: job("u").gpus(1).model("B200"),
+            want: "needs 1×B200, but no node that is up matches its selector, affinity and GPU model",
+        },
+        R {
+            name: "no such label",
+            job: job("u").gpus(1).selector("zone", "mars"),
+            want: "needs 1×GPU, but no node that is up matches its selector, affinity and GPU model",
+        },
+        R {
+            name: "gang",
+            job: job("u").gpus(8).replicas(2),
+            want: "needs 2 replicas of 8×GPU per node, best node has 2 free",
+        },
+        R {
+            name: "no MIG slice",
+            job: job("u").mig("1g.10gb"),
+            want: "needs 1×MIG 1g.10gb, but no node that is up matches its selector, affinity and GPU model",
+        },
+    ];
+    for case in cases {
+        let mut c = Cluster::new("fifo-backfill").node("a", 8, "H100-80GB");
+        c.run(job("x").gpus(6), t(0));
+        let id = c.submit(case.job);
+        let plan = c.plan(t(1));
+        assert_eq!(c.reason(&plan, id), case.want, "{}", case.name);
+    }
+}
+
+#[test]
+fn draining_and_down_nodes_take_nothing() {
+    for state in [gpool_core::NodeState::Draining, gpool_core::NodeState::Down] {
+        let mut c = Cluster::new("fifo").node("a", 8, "H100-80GB").node("b", 8, "H100-80GB");
+        let a = c.id("a");
+        c.snap.set_node_state(a, state).expect("state");
+        let id = c.submit(job("u").gpus(8));
+        let plan = c.plan(t(0));
+        assert_eq!(c.nodes_of(&plan, id), ["b"], "{state:?}");
+        let second = c.submit(job("u").gpus(8));
+        c.apply(&plan);
+        assert!(c.plan(t(1)).starts.iter().all(|s| s.job != second), "{state:?}");
+    }
+}

@@ -1,0 +1,335 @@
+//! Policy scenarios: ordering, backfill, gangs, quotas, preemption, dependencies.
+
+mod common;
+use common::*;
+use gpool_core::{JobId, PendingReason, PreemptWhy, StopOutcome};
+
+/// Ids of started jobs, sorted.
+fn started(plan: &gpool_core::Plan) -> Vec<u64> {
+    let mut v: Vec<u64> = plan.starts.iter().map(|s| s.job.0).collect();
+    v.sort();
+    v
+}
+
+struct OrderCase {
+    name: &'static str,
+    policy: &'static str,
+    /// Jobs submitted in this order onto a 4-GPU node that one running 3-GPU job half fills.
+    jobs: Vec<J>,
+    want_started: Vec<u64>,
+}
+
+#[test]
+fn ordering_and_backfill_table() {
+    // Job 1 (running, 3 GPUs, planned end t=100) is submitted first in every case.
+    let cases = vec![
+        OrderCase {
+            name: "strict FIFO: a blocked head blocks everyone",
+            policy: "fifo",
+            jobs: vec![job("a").gpus(4).at(1), job("b").gpus(1).at(2)],
+            want_started: vec![],
+        },
+        OrderCase {
+            name: "first fit: a small job overtakes",
+            policy: "sjf",
+            jobs: vec![job("a").gpus(4).at(1).estimate(10), job("b").gpus(1).at(2).estimate(1000)],
+            want_started: vec![3],
+        },
+        OrderCase {
+            name: "EASY: a short job that ends before the reservation backfills",
+            policy: "fifo-backfill",
+            jobs: vec![job("a").gpus(4).at(1).estimate(50), job("b").gpus(1).at(2).estimate(50)],
+            want_started: vec![3],
+        },
+        OrderCase {
+            name: "EASY: a long job that would delay the reservation does not",
+            policy: "fifo-backfill",
+            jobs: vec![job("a").gpus(4).at(1).estimate(50), job("b").gpus(1).at(2).estimate(500)],
+            want_started: vec![],
+        },
+        OrderCase {
+            name: "EASY: a job without estimate never backfills into the reservation",
+            policy: "fifo-backfill",
+            jobs: vec![job("a").gpus(4).at(1), job("b").gpus(1).at(2)],
+            want_started: vec![],
+        },
+        OrderCase {
+            name: "SJF orders by estimate",
+            policy: "sjf",
+            jobs: vec![job("a").gpus(1).at(1).estimate(100), job("b").gpus(1).at(2).estimate(10)],
+            want_started: vec![3],
+        },
+        OrderCase {
+            name: "higher priority class first",
+            policy: "fifo",
+            jobs: vec![job("a").gpus(1).at(1), job("b").gpus(1).at(2).priority(10)],
+            want_started: vec![3],
+        },
+    ];
+    for case in cases {
+        let mut c = Cluster::new(case.policy).node("n", 4, "H100-80GB");
+        c.run(job("r").gpus(3).limit(100), t(0));
+        for j in case.jobs {
+            c.submit(j);
+        }
+        let plan = c.plan(t(10));
+        assert_eq!(started(&plan), case.want_started, "{}: {plan:#?}", case.name);
+    }
+}
+
+#[test]
+fn easy_reservation_names_the_blocked_job_and_its_start() {
+    let mut c = Cluster::new("fifo-backfill").node("n", 4, "H100-80GB");
+    c.run(job("r").gpus(3).limit(100), t(0));
+    let head = c.submit(job("a").gpus(4).at(1));
+    let long = c.submit(job("b").gpus(1).at(2).estimate(500));
+    let plan = c.plan(t(10));
+    let r = plan.reservation.clone().expect("reservation");
+    assert_eq!((r.job, r.at), (head, t(100)));
+    assert_eq!(c.reason(&plan, long), format!("would delay job {head}, whose start is reserved for t=100s"));
+}
+
+#[test]
+fn fair_share_puts_the_light_user_first() {
+    let mut c = Cluster::new("default").node("n", 2, "H100-80GB");
+    // heavy has used a GPU for ten hours.
+    let h = c.run(job("heavy").gpus(1), t(0));
+    c.finish(h, t(36_000));
+    let heavy = c.submit(job("heavy").gpus(2).at(36_000));
+    let light = c.submit(job("light").gpus(2).at(36_001));
+    let plan = c.plan(t(36_002));
+    assert_eq!(started(&plan), vec![light.0], "light user first; heavy waits: {:?}", c.reason(&plan, heavy));
+}
+
+#[test]
+fn age_orders_jobs_of_equal_standing() {
+    let mut c = Cluster::new("default").node("n", 1, "H100-80GB");
+    let young = c.submit(job("a").gpus(1).at(100));
+    let old = c.submit(job("b").gpus(1).at(50));
+    let plan = c.plan(t(200));
+    assert_eq!(started(&plan), vec![old.0], "young waits: {}", c.reason(&plan, young));
+}
+
+#[test]
+fn max_min_fairness_serves_the_user_holding_least() {
+    let mut c = Cluster::new("fair").node("n", 4, "H100-80GB");
+    c.run(job("a").gpus(2).at(0), t(0));
+    let a2 = c.submit(job("a").gpus(1).at(1));
+    let b = c.submit(job("b").gpus(1).at(2));
+    let a3 = c.submit(job("a").gpus(1).at(3));
+    // One GPU per user goes first: b (holds 0) before a (holds 2), then a again.
+    let plan = c.plan(t(5));
+    assert_eq!(plan.starts.iter().map(|s| s.job).collect::<Vec<_>>(), vec![b, a2]);
+    assert!(plan.starts.iter().all(|s| s.job != a3));
+}
+
+#[test]
+fn gangs_are_all_or_nothing_and_do_not_deadlock() {
+    let mut c =
+        Cluster::new("fifo-backfill").node("a", 8, "H100-80GB").node("b", 8, "H100-80GB").node("c", 8, "H100-80GB");
+    let g1 = c.submit(job("u").gpus(8).replicas(2).at(1));
+    let g2 = c.submit(job("v").gpus(8).replicas(2).at(2));
+    let plan = c.plan(t(3));
+    // g1 gets two nodes; g2 holds nothing (no half-placed gang).
+    assert_eq!(c.nodes_of(&plan, g1).len(), 2);
+    assert!(plan.starts.iter().all(|s| s.job != g2));
+    c.apply(&plan);
+    let third = c.id("c");
+    assert_eq!(c.snap.free_masks(third), Some((0xff, 0)), "the third node stays whole");
+    c.finish(g1, t(100));
+    let plan = c.plan(t(100));
+    assert_eq!(c.nodes_of(&plan, g2).len(), 2);
+}
+
+#[test]
+fn quota_maximum_and_cohort_borrowing() {
+    let mut c = Cluster::new("fifo-backfill")
+        .node("a", 8, "H100-80GB")
+        .node("b", 8, "H100-80GB")
+        .queue("research", Some("lab"), 4, Some(10))
+        .queue("prod", Some("lab"), 8, None);
+    let r1 = c.submit(job("u").gpus(8).queue("research").at(1));
+    let r2 = c.submit(job("u").gpus(4).queue("research").at(2));
+    let plan = c.plan(t(3));
+    assert_eq!(started(&plan), vec![r1.0], "research borrows 4 of prod's idle guarantee");
+    assert_eq!(c.reason(&plan, r2), "queue research is at its maximum of 10 GPUs (8 GPUs in use)");
+}
+
+#[test]
+fn reclaim_preempts_only_borrowers_and_only_what_is_needed() {
+    let mut c = Cluster::new("default").node("a", 8, "H100-80GB").queue("research", Some("lab"), 4, None).queue(
+        "prod",
+        Some("lab"),
+        4,
+        None,
+    );
+    let mut borrowers = Vec::new();
+    for i in 0..8 {
+        borrowers.push(c.run(job("r").gpus(1).queue("research").at(i), t(i)));
+    }
+    let p = c.submit(job("p").gpus(2).queue("prod").at(1000));
+    let plan = c.plan(t(1000));
+    assert_eq!(plan.preemptions.len(), 2, "{plan:#?}");
+    assert!(plan.preemptions.iter().all(|x| x.for_job == p && matches!(x.why, PreemptWhy::Reclaim { .. })));
+    // The newest borrowers lose the least work.
+    let victims: Vec<JobId> = plan.preemptions.iter().map(|x| x.victim).collect();
+    assert!(victims.contains(&borrowers[7]) && victims.contains(&borrowers[6]), "{victims:?}");
+    assert_eq!(c.reason(&plan, p), "waiting for 2 preempted job(s) to release their devices");
+}
+
+#[test]
+fn preemption_rules() {
+    struct P {
+        name: &'static str,
+        running: Vec<J>,
+        job: J,
+        want_victims: usize,
+    }
+    let cases = vec![
+        P {
+            name: "lower class, preemptible",
+            running: vec![job("x").gpus(8).preemptible()],
+            job: job("y").gpus(4).priority(10),
+            want_victims: 1,
+        },
+        P {
+            name: "lower class, not preemptible",
+            running: vec![job("x").gpus(8)],
+            job: job("y").gpus(4).priority(10),
+            want_victims: 0,
+        },
+        P {
+            name: "same class, equal service",
+            running: vec![job("x").gpus(8).preemptible()],
+            job: job("y").gpus(4),
+            want_victims: 0,
+        },
+        P {
+            name: "never preempt for a job that still would not fit",
+            running: vec![job("x").gpus(8).preemptible()],
+            job: job("y").gpus(16).priority(10),
+            want_victims: 0,
+        },
+        P {
+            name: "minimal set: one 4-GPU victim, not four 1-GPU ones",
+            running: vec![
+                job("x").gpus(1).preemptible(),
+                job("x").gpus(1).preemptible(),
+                job("x").gpus(1).preemptible(),
+                job("x").gpus(1).preemptible(),
+                job("x").gpus(4).preemptible(),
+            ],
+            job: job("y").gpus(4).priority(10),
+            want_victims: 1,
+        },
+        P {
+            name: "lower class first even if newer",
+            running: vec![job("x").gpus(4).priority(5).preemptible(), job("x").gpus(4).preemptible()],
+            job: job("y").gpus(4).priority(10),
+            want_victims: 1,
+        },
+    ];
+    for case in cases {
+        let mut c = Cluster::new("fifo-backfill").node("n", 8, "H100-80GB");
+        for r in case.running {
+            c.run(r, t(0));
+        }
+        let y = c.submit(case.job.at(10));
+        let plan = c.plan(t(1000));
+        assert_eq!(plan.preemptions.len(), case.want_victims, "{}: {plan:#?}", case.name);
+        if case.want_victims > 0 {
+            let v = c.snap.job(plan.preemptions[0].victim).expect("victim");
+            assert!(v.spec.priority < 10, "{}", case.name);
+            assert_eq!(plan.nominated[0].0, y);
+        }
+    }
+}
+
+#[test]
+fn a_nominated_job_waits_for_its_victims_without_preempting_more() {
+    let mut c = Cluster::new("fifo-backfill").node("n", 8, "H100-80GB");
+    let a = c.run(job("x").gpus(4).preemptible(), t(0));
+    c.run(job("x").gpus(4).preemptible(), t(0));
+    let y = c.submit(job("y").gpus(4).priority(10).at(1));
+    let plan = c.plan(t(10));
+    assert_eq!(plan.preemptions.len(), 1);
+    let victim = plan.preemptions[0].victim;
+    // The daemon marks the victim stopping; its process takes its grace period to exit.
+    c.snap.request_stop(victim, gpool_core::StopCause::Preempted { for_job: y }).expect("stop");
+    for now in [11, 12, 20] {
+        let plan = c.plan(t(now));
+        assert!(plan.preemptions.is_empty(), "no second victim at t={now}: {plan:#?}");
+        assert_eq!(c.reason(&plan, y), "waiting for 1 preempted job(s) to release their devices");
+    }
+    c.snap.stop(victim, t(25), StopOutcome::Requeue { not_before: t(25) }).expect("stopped");
+    let plan = c.plan(t(25));
+    assert_eq!(started(&plan), vec![y.0]);
+    let _ = a;
+}
+
+#[test]
+fn las_preempts_the_most_served_job_and_does_not_ping_pong() {
+    let mut c = Cluster::new("las").node("n", 1, "H100-80GB");
+    let old = c.run(job("x").gpus(1).preemptible(), t(0));
+    // Ten hours later old has 36,000 GPU-seconds: level 2. A fresh job preempts it.
+    let new = c.submit(job("y").gpus(1).preemptible().at(36_000));
+    let plan = c.plan(t(36_000));
+    assert_eq!(plan.preemptions.iter().map(|p| (p.victim, p.for_job)).collect::<Vec<_>>(), vec![(old, new)]);
+    c.apply(&plan);
+    let plan = c.plan(t(36_000));
+    assert_eq!(started(&plan), vec![new.0]);
+    c.apply(&plan);
+    // The preempted job, now pending with more service, must not preempt back.
+    for now in [36_001, 36_100, 37_000] {
+        let plan = c.plan(t(now));
+        assert!(plan.preemptions.is_empty(), "ping-pong at t={now}: {plan:#?}");
+    }
+}
+
+#[test]
+fn srtf_preempts_the_job_with_most_time_left() {
+    let mut c = Cluster::new("srtf").node("n", 2, "H100-80GB");
+    let long = c.run(job("x").gpus(1).preemptible().estimate(10_000), t(0));
+    let short = c.run(job("x").gpus(1).preemptible().estimate(200), t(0));
+    let newcomer = c.submit(job("y").gpus(1).preemptible().estimate(100).at(50));
+    let plan = c.plan(t(50));
+    assert_eq!(plan.preemptions.iter().map(|p| p.victim).collect::<Vec<_>>(), vec![long]);
+    assert_eq!(plan.preemptions[0].why, PreemptWhy::LongerRemaining);
+    let _ = (short, newcomer);
+}
+
+#[test]
+fn dependencies_gate_starts() {
+    let mut c = Cluster::new("fifo-backfill").node("n", 8, "H100-80GB");
+    let pre = c.run(job("u").cpus(1), t(0));
+    let train = c.submit(job("u").gpus(1).after(pre).at(1));
+    let plan = c.plan(t(2));
+    assert_eq!(c.reason(&plan, train), format!("waiting for job {pre} to finish"));
+    c.finish(pre, t(3));
+    assert_eq!(started(&c.plan(t(3))), vec![train.0]);
+
+    let bad = c.run(job("u").cpus(1), t(4));
+    let eval = c.submit(job("u").gpus(1).after(bad).at(5));
+    c.snap.stop(bad, t(6), StopOutcome::Finished { success: false }).expect("stop");
+    let plan = c.plan(t(7));
+    assert!(matches!(plan.reasons()[&eval], PendingReason::DependencyFailed { .. }));
+}
+
+#[test]
+fn equal_snapshots_give_equal_plans() {
+    let mut c = Cluster::new("default")
+        .node("a", 8, "H100-80GB")
+        .node("b", 8, "A100-80GB")
+        .mig_node("m", &["3g.40gb", "1g.10gb"]);
+    for i in 0..40 {
+        let j = match i % 4 {
+            0 => job("a").gpus(1 + i % 3),
+            1 => job("b").gpus(8).replicas(2),
+            2 => job("c").mig("1g.10gb"),
+            _ => job("d").gpu_memory_gb(30).preemptible(),
+        };
+        c.submit(j.at(i64::from(i)));
+    }
+    let copy = c.snap.clone();
+    assert_eq!(gpool_core::schedule(&c.snap, t(100)), gpool_core::schedule(&copy, t(100)));
+}
