@@ -93,7 +93,7 @@ impl<'s> Candidates<'s> {
     }
 
     /// The next job to look at.
-    pub(crate) fn next_job(&mut self) -> Option<JobId> {
+    pub(crate) fn next_job(&mut self) -> Option<PendingKey> {
         if let Some((g, key)) = self.deferred.take()
             && let Some(next) = self.snap.pending[self.groups[g]].range((Excluded(key), Unbounded)).next().copied()
         {
@@ -101,6 +101,6 @@ impl<'s> Candidates<'s> {
         }
         let head = self.heap.pop()?;
         self.deferred = Some((head.group, head.key));
-        Some(head.key.id)
+        Some(head.key)
     }
 }

@@ -165,8 +165,10 @@ pub struct Plan {
     pub reservation: Option<Reservation>,
     /// Where each job that preempted others will start once its victims are gone.
     pub nominated: Vec<(JobId, Placement)>,
-    /// Jobs the pass examined and left pending, in rank order.
-    pub waiting: Vec<(JobId, PendingReason)>,
+    /// Jobs the pass examined and left pending, in rank order, with an index
+    /// into `reason_table` (jobs of one shape share one reason).
+    pub waiting: Vec<(JobId, u32)>,
+    pub reason_table: Vec<PendingReason>,
     /// The reason of every pending job not in `starts` or `waiting`.
     pub others: Option<PendingReason>,
     pub stats: PassStats,
@@ -175,7 +177,25 @@ pub struct Plan {
 impl Plan {
     /// The reason for every pending job the pass examined, by job id.
     pub fn reasons(&self) -> BTreeMap<JobId, &PendingReason> {
-        self.waiting.iter().map(|(j, r)| (*j, r)).collect()
+        self.waiting_reasons().collect()
+    }
+
+    /// The examined pending jobs and their reasons, in rank order.
+    pub fn waiting_reasons(&self) -> impl Iterator<Item = (JobId, &PendingReason)> {
+        self.waiting.iter().filter_map(|(j, r)| self.reason_table.get(*r as usize).map(|r| (*j, r)))
+    }
+
+    /// The reason of a pending job: its own if the pass examined it, else `others`.
+    pub fn reason_of(&self, job: JobId) -> Option<&PendingReason> {
+        self.waiting_reasons().find(|(j, _)| *j == job).map(|(_, r)| r).or(self.others.as_ref())
+    }
+
+    /// Records a waiting job with a new reason; returns the reason's index.
+    pub(crate) fn wait(&mut self, job: JobId, reason: PendingReason) -> u32 {
+        let id = self.reason_table.len() as u32;
+        self.reason_table.push(reason);
+        self.waiting.push((job, id));
+        id
     }
 
     /// Whether the plan changes anything.

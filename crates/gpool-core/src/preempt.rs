@@ -173,23 +173,33 @@ impl Search<'_, '_> {
                 _ => PreemptWhy::MoreService,
             });
         }
-        if policy.preemption.reclaim
-            && v.queue != j.queue
+        if !borrowed_left.is_empty()
             && borrowed_left.get(&v.queue).is_some_and(|left| *left >= v.units as i64)
-            && self.quota.within_guarantee(&self.snap().queues, &j.queue, self.units)
+            && v.queue != j.queue
+            && self.may_reclaim()
         {
             return Some(PreemptWhy::Reclaim { queue: v.queue.clone() });
         }
         None
     }
 
+    /// Whether this job may reclaim at all: its queue stays within its guarantee.
+    fn may_reclaim(&self) -> bool {
+        self.snap().policy().preemption.reclaim
+            && self.quota.within_guarantee(&self.snap().queues, &self.job.spec.queue, self.units)
+    }
+
     /// Cheap test: could any running job be a victim for this job?
     pub(crate) fn possible(&self) -> bool {
-        let borrowed = self.borrowed();
+        if !self.prereleased.is_empty() {
+            return true;
+        }
+        // The most preemptible candidate decides for priority and within-class preemption.
         let most = self.pool.list.iter().find(|c| c.preemptible && !self.taken.contains(&c.id));
-        most.is_some_and(|c| self.allowed(c, &BTreeMap::new()).is_some())
-            || (!borrowed.is_empty() && self.pool.list.iter().any(|c| self.allowed(c, &borrowed).is_some()))
-            || !self.prereleased.is_empty()
+        if most.is_some_and(|c| self.allowed(c, &BTreeMap::new()).is_some()) {
+            return true;
+        }
+        self.may_reclaim() && self.borrowed().keys().any(|q| *q != self.job.spec.queue)
     }
 
     /// Borrowed quota per queue that reclaim may take back, thousandths of a
@@ -197,7 +207,7 @@ impl Search<'_, '_> {
     /// not reclaimed in the same pass), less victims already taken.
     fn borrowed(&self) -> BTreeMap<Arc<str>, i64> {
         let snap = self.snap();
-        if !snap.policy().preemption.reclaim {
+        if !self.may_reclaim() {
             return BTreeMap::new();
         }
         let mut over: BTreeMap<Arc<str>, i64> = snap
@@ -252,11 +262,21 @@ impl Search<'_, '_> {
             trial.release(snap, self.pool.list[i].id);
         }
         let job = self.job;
+        // A single replica did not fit anywhere as things are, so only nodes
+        // where something can be given back are worth a look; a gang may put
+        // some replicas on free nodes and needs them all.
+        let nodes: Vec<u32> = if job.spec.replicas == 1 {
+            let mut n: BTreeSet<u32> = self.pool.by_node.keys().copied().collect();
+            n.extend(trial.over.keys().copied());
+            n.into_iter().collect()
+        } else {
+            (0..snap.nodes.len() as u32).collect()
+        };
         let mut placement = Vec::with_capacity(job.spec.replicas as usize);
         for _ in 0..job.spec.replicas {
             // (new victims, their GPU units, node) → fewest victims, least GPU work lost, lowest node.
             let mut best: Option<NodeChoice> = None;
-            for n in 0..snap.nodes.len() as u32 {
+            for &n in &nodes {
                 if !self.cap.eligible(n, job) {
                     continue;
                 }

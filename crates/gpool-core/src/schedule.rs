@@ -11,20 +11,20 @@
 //! The pass stops early when nothing left in the queue can fit and nobody
 //! can be preempted; the jobs it did not look at share one reason.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backfill::{Release, reserve};
 use crate::capacity::{Capacity, placement_units};
 use crate::job::StopCause;
-use crate::job::{Job, JobId, JobSpec, Placement};
+use crate::job::{Job, JobId, Placement};
 use crate::order::Candidates;
 use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
 use crate::policy::{Backfill, Policy};
 use crate::preempt::{Search, VictimPool, preemption_key};
 use crate::quota::QuotaState;
-use crate::snapshot::{Snapshot, device_need};
+use crate::snapshot::{PendingKey, Snapshot, device_need};
 use crate::time::Time;
 
 /// Runs one scheduling pass over `snap` at time `now`. Pure: equal inputs give equal plans.
@@ -43,10 +43,13 @@ struct Pass<'s> {
     nominations: BTreeMap<JobId, Vec<JobId>>,
     taken: BTreeSet<JobId>,
     pool: Option<VictimPool>,
-    /// Placement failures by job shape: valid for the whole pass, since free capacity only shrinks.
-    fit_failures: HashMap<u64, Vec<(&'s JobSpec, bool, PendingReason)>>,
-    /// Preemption failures by shape: (spec, best key that failed).
-    preempt_failures: HashMap<u64, Vec<(&'s JobSpec, i64)>>,
+    /// Per base-shape slot (see [`slot`]): the (CPU, memory) points at which
+    /// placement failed, with the reason. Valid for the whole pass, since free
+    /// capacity only shrinks during a pass, and for every job of that base
+    /// shape that needs at least that much CPU and memory.
+    no_fit: Vec<Frontier>,
+    /// Per base-shape slot: where placement and preemption both failed: skip the job.
+    dead: Vec<Frontier>,
     first_blocked: Option<JobId>,
     strict_blocked: Option<JobId>,
     reservation: Option<(JobId, Time)>,
@@ -55,6 +58,27 @@ struct Pass<'s> {
     /// Pending jobs not yet examined, by devices per replica.
     remaining: BTreeMap<u32, u32>,
     preemption_possible: bool,
+}
+
+/// Shape caches keep one entry per base shape and per "may use reserved resources".
+fn slot(base: u32, can_use_reserved: bool) -> usize {
+    base as usize * 2 + usize::from(can_use_reserved)
+}
+
+/// Failed (CPU, memory) points of one base shape, and their reasons.
+#[derive(Clone, Debug, Default)]
+struct Frontier(Vec<(u64, u64, u32)>);
+
+impl Frontier {
+    /// The reason of a failed point this request dominates, if any.
+    fn covers(&self, cpus: u64, mem: u64) -> Option<u32> {
+        self.0.iter().find(|(c, m, _)| *c <= cpus && *m <= mem).map(|(_, _, r)| *r)
+    }
+
+    fn add(&mut self, cpus: u64, mem: u64, reason: u32) {
+        self.0.retain(|(c, m, _)| !(cpus <= *c && mem <= *m));
+        self.0.push((cpus, mem, reason));
+    }
 }
 
 impl<'s> Pass<'s> {
@@ -74,6 +98,7 @@ impl<'s> Pass<'s> {
         }
         let quota = QuotaState::new(&snap.queues, usage.into_iter());
         let preemption_possible = !nominations.is_empty() || (policy.preemption.any() && snap.running_count() > 0);
+        let slots = snap.shapes.bases.len() * 2;
         Pass {
             snap,
             policy,
@@ -84,8 +109,8 @@ impl<'s> Pass<'s> {
             nominations,
             taken: BTreeSet::new(),
             pool: None,
-            fit_failures: HashMap::new(),
-            preempt_failures: HashMap::new(),
+            no_fit: vec![Frontier::default(); slots],
+            dead: vec![Frontier::default(); slots],
             first_blocked: None,
             strict_blocked: None,
             reservation: None,
@@ -95,14 +120,18 @@ impl<'s> Pass<'s> {
         }
     }
 
+    fn can_use_reserved(&self, ends: Time) -> bool {
+        self.reservation.is_none_or(|(_, t)| ends <= t && t != Time::NEVER)
+    }
+
     fn run(mut self) -> Plan {
         let mut candidates = Candidates::new(self.snap, self.now);
-        while let Some(id) = candidates.next_job() {
-            let Some(job) = self.snap.jobs.get(&id) else {
-                continue;
-            };
+        while let Some(key) = candidates.next_job() {
+            let id = key.id;
             self.plan.stats.examined += 1;
-            let need = device_need(&job.spec.replica.gpu);
+            let Some((shape, base)) = self.snap.shapes.get(key.shape) else { continue };
+            let need = device_need(&base.gpu);
+            let host = (shape.cpus_milli, shape.memory_mb);
             if let Some(c) = self.remaining.get_mut(&need) {
                 *c = c.saturating_sub(1);
                 if *c == 0 {
@@ -110,50 +139,22 @@ impl<'s> Pass<'s> {
                 }
             }
             if let Some(blocked_by) = self.strict_blocked {
-                self.plan.waiting.push((id, PendingReason::HeadOfLine { blocked_by }));
+                self.plan.wait(id, PendingReason::HeadOfLine { blocked_by });
                 self.plan.others = Some(PendingReason::HeadOfLine { blocked_by });
                 break;
             }
-            if let Some(reason) = self.gate(job) {
+            let ends = self.now.plus(Duration::from_millis(key.left_ms));
+            let ends = if key.left_ms == u64::MAX { Time::NEVER } else { ends };
+            let slot = slot(shape.base, self.can_use_reserved(ends));
+            if key.simple
+                && let Some(reason) = self.dead[slot].covers(host.0, host.1)
+            {
+                self.plan.stats.cache_hits += 1;
                 self.plan.waiting.push((id, reason));
                 continue;
             }
-            let ends = planned_end(job, self.now);
-            match self.try_place(job, ends) {
-                Ok(placement) => {
-                    let units = placement_units(self.snap, &placement);
-                    if let Err(block) = self.quota.check(&self.snap.queues, &job.spec.queue, units) {
-                        for r in &placement {
-                            self.cap.uncommit(r, id);
-                        }
-                        self.plan.waiting.push((id, PendingReason::Quota(block)));
-                        continue;
-                    }
-                    self.quota.add(&self.snap.queues, &job.spec.queue, units);
-                    candidates.started(units);
-                    self.plan.starts.push(Start { job: id, placement, backfilled: self.first_blocked.is_some() });
-                    self.started_ends.push(ends);
-                }
-                Err(reason) => {
-                    if self.try_preempt(job, ends, &mut candidates) {
-                        continue;
-                    }
-                    let capacity_blocked = matches!(reason, PendingReason::NoFit { .. });
-                    if capacity_blocked {
-                        self.first_blocked.get_or_insert(id);
-                        match self.policy.backfill {
-                            Backfill::None => self.strict_blocked = Some(id),
-                            Backfill::FirstFit => {}
-                            Backfill::Easy => {
-                                if self.reservation.is_none() {
-                                    self.make_reservation(job);
-                                }
-                            }
-                        }
-                    }
-                    self.plan.waiting.push((id, reason));
-                }
-            }
+            let Some(job) = self.snap.jobs.get(&id) else { continue };
+            self.examine(job, key, slot, host, ends, &mut candidates);
             if self.nothing_more_fits() {
                 if self.snap.pending_count() > self.plan.starts.len() + self.plan.waiting.len() {
                     self.plan.others = Some(PendingReason::Queued);
@@ -162,6 +163,66 @@ impl<'s> Pass<'s> {
             }
         }
         self.plan
+    }
+
+    /// Looks at one job in full: gates, placement, preemption, backfill.
+    fn examine(
+        &mut self,
+        job: &'s Job,
+        key: PendingKey,
+        slot: usize,
+        (cpus, mem): (u64, u64),
+        ends: Time,
+        candidates: &mut Candidates<'_>,
+    ) {
+        let id = job.id;
+        if let Some(reason) = self.gate(job) {
+            let quota_blocked = matches!(reason, PendingReason::Quota(_));
+            let r = self.plan.wait(id, reason);
+            // Quota only fills up during a pass: the whole shape is blocked.
+            if quota_blocked && key.simple {
+                self.dead[slot].add(0, 0, r);
+            }
+            return;
+        }
+        let cacheable = self.cacheable(key.shape);
+        match self.try_place(job, slot, (cpus, mem), cacheable) {
+            Ok(placement) => {
+                let units = placement_units(self.snap, &placement);
+                if let Err(block) = self.quota.check(&self.snap.queues, &job.spec.queue, units) {
+                    for r in &placement {
+                        self.cap.uncommit(r, id);
+                    }
+                    self.plan.wait(id, PendingReason::Quota(block));
+                    return;
+                }
+                self.quota.add(&self.snap.queues, &job.spec.queue, units);
+                candidates.started(units);
+                self.plan.starts.push(Start { job: id, placement, backfilled: self.first_blocked.is_some() });
+                self.started_ends.push(ends);
+            }
+            Err(reason) => {
+                if self.try_preempt(job, ends, candidates) {
+                    return;
+                }
+                if matches!(reason, PendingReason::NoFit { .. }) {
+                    self.first_blocked.get_or_insert(id);
+                    match self.policy.backfill {
+                        Backfill::None => self.strict_blocked = Some(id),
+                        Backfill::FirstFit => {}
+                        Backfill::Easy => {
+                            if self.reservation.is_none() {
+                                self.make_reservation(job);
+                            }
+                        }
+                    }
+                }
+                let r = self.plan.wait(id, reason);
+                if cacheable && key.simple && !self.nominations.contains_key(&id) {
+                    self.dead[slot].add(cpus, mem, r);
+                }
+            }
+        }
     }
 
     /// Reasons that need no placement search: dependencies, back-off, quota.
@@ -180,27 +241,31 @@ impl<'s> Pass<'s> {
         self.quota.check(&self.snap.queues, &job.spec.queue, units).err().map(PendingReason::Quota)
     }
 
-    fn cacheable(&self, job: &Job) -> bool {
-        job.spec.anti_affinity.is_empty() && (job.spec.labels.is_empty() || !self.cap.anti_affinity_in_use)
+    /// Whether jobs of this shape fail alike (anti-affinity makes placement depend on the job itself).
+    fn cacheable(&self, shape: u32) -> bool {
+        self.snap
+            .shapes
+            .get(shape)
+            .is_some_and(|(_, b)| b.anti_affinity.is_empty() && (!b.has_labels || !self.cap.anti_affinity_in_use))
     }
 
-    fn try_place(&mut self, job: &'s Job, ends: Time) -> Result<Placement, PendingReason> {
-        let can_use_reserved = self.reservation.is_none_or(|(_, t)| ends <= t && t != Time::NEVER);
-        let cacheable = self.cacheable(job);
-        let key = shape_hash(&job.spec, can_use_reserved);
-        if cacheable
-            && let Some(hit) = self.fit_failures.get(&key).and_then(|v| {
-                v.iter().find(|(s, c, _)| *c == can_use_reserved && same_shape(s, &job.spec)).map(|(_, _, r)| r.clone())
-            })
-        {
+    fn try_place(
+        &mut self,
+        job: &'s Job,
+        slot: usize,
+        (cpus, mem): (u64, u64),
+        cacheable: bool,
+    ) -> Result<Placement, PendingReason> {
+        if cacheable && let Some(r) = self.no_fit[slot].covers(cpus, mem) {
             self.plan.stats.cache_hits += 1;
-            return Err(hit);
+            return Err(self.plan.reason_table[r as usize].clone());
         }
+        let ends = planned_end(job, self.now);
         if let Ok(p) = self.cap.place_job(job, ends, self.policy.placement) {
             return Ok(p);
         }
         let reason = match self.reservation {
-            Some((for_job, at)) if !can_use_reserved => {
+            Some((for_job, at)) if !self.can_use_reserved(ends) => {
                 match self.cap.place_job(job, Time::MIN, self.policy.placement) {
                     Ok(p) => {
                         for r in &p {
@@ -214,7 +279,8 @@ impl<'s> Pass<'s> {
             _ => self.cap.miss_reason(job),
         };
         if cacheable {
-            self.fit_failures.entry(key).or_default().push((&job.spec, can_use_reserved, reason.clone()));
+            self.no_fit[slot].add(cpus, mem, self.plan.reason_table.len() as u32);
+            self.plan.reason_table.push(reason.clone());
         }
         Err(reason)
     }
@@ -226,21 +292,6 @@ impl<'s> Pass<'s> {
             return false;
         }
         let key = preemption_key(self.policy, job, self.now);
-        let cache_key = shape_hash(&job.spec, true);
-        let cacheable = self.cacheable(job) && prereleased.is_empty();
-        let k = key.unwrap_or(i64::MAX);
-        if cacheable
-            && self.preempt_failures.get(&cache_key).is_some_and(|v| {
-                v.iter().any(|(s, failed)| {
-                    *failed <= k
-                        && same_shape(s, &job.spec)
-                        && s.priority == job.spec.priority
-                        && s.queue == job.spec.queue
-                })
-            })
-        {
-            return false;
-        }
         let pool = self.pool.get_or_insert_with(|| VictimPool::new(self.snap, self.now));
         let units = job.spec.replica.gpu.min_units() * u64::from(job.spec.replicas);
         let search =
@@ -249,12 +300,7 @@ impl<'s> Pass<'s> {
             return false;
         }
         self.plan.stats.preemption_searches += 1;
-        let Some((victims, placement)) = search.run() else {
-            if cacheable {
-                self.preempt_failures.entry(cache_key).or_default().push((&job.spec, k));
-            }
-            return false;
-        };
+        let Some((victims, placement)) = search.run() else { return false };
         let victim_ids: Vec<JobId> = victims.iter().map(|(v, _)| *v).collect();
         let released: Vec<(u64, u64)> = placement.iter().map(|r| search.released_on(&victim_ids, r.node)).collect();
         let waiting_on = (victims.len() + prereleased.len()) as u32;
@@ -281,7 +327,7 @@ impl<'s> Pass<'s> {
         }
         self.quota.add(&self.snap.queues, &job.spec.queue, placement_units(self.snap, &placement));
         self.plan.nominated.push((job.id, placement));
-        self.plan.waiting.push((job.id, PendingReason::WaitingForPreemption { victims: waiting_on }));
+        self.plan.wait(job.id, PendingReason::WaitingForPreemption { victims: waiting_on });
         true
     }
 
@@ -305,8 +351,6 @@ impl<'s> Pass<'s> {
             self.cap.set_reservation(&placement, at);
             self.plan.reservation = Some(Reservation { job: job.id, at, nodes });
             self.reservation = Some((job.id, at));
-            // What failed before the reservation may fail for another reason now.
-            self.fit_failures.clear();
         }
     }
 
@@ -315,9 +359,7 @@ impl<'s> Pass<'s> {
         if self.preemption_possible {
             return false;
         }
-        let Some(&min_need) = self.remaining.keys().next() else {
-            return true;
-        };
+        let Some(&min_need) = self.remaining.keys().next() else { return true };
         if min_need == 0 {
             return !self.cap.any_cpu_free();
         }
@@ -332,18 +374,4 @@ fn planned_end(job: &Job, started: Time) -> Time {
         Some(p) => started.plus(p.saturating_sub(job.service.prior_runtime)),
         None => Time::NEVER,
     }
-}
-
-fn shape_hash(spec: &JobSpec, flag: bool) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    spec.replica.hash(&mut h);
-    spec.replicas.hash(&mut h);
-    spec.node_selector.hash(&mut h);
-    spec.affinity.hash(&mut h);
-    flag.hash(&mut h);
-    h.finish()
-}
-
-fn same_shape(a: &JobSpec, b: &JobSpec) -> bool {
-    a.replica == b.replica && a.replicas == b.replicas && a.node_selector == b.node_selector && a.affinity == b.affinity
 }

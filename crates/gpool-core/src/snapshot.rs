@@ -15,8 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fairshare::UsageLedger;
-use crate::job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, Running, Service, StopCause};
-use crate::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
+use crate::job::{
+    GpuRequest, Job, JobId, JobSpec, JobState, NodeAffinity, Placement, ReplicaPlacement, Running, Service, StopCause,
+};
+use crate::node::{Device, Labels, MigInstance, Node, NodeError, NodeId, NodeState};
 use crate::policy::{Ordering, Policy};
 use crate::quota::QueueConfig;
 use crate::resources::{GPU, GpuMilli, MigProfile, same_model};
@@ -188,13 +190,139 @@ pub(crate) struct ProfileInfo {
 /// Per-user group of the pending index: (team, user), or ("", "") when the policy does not order by user.
 pub(crate) type GroupKey = (Arc<str>, Arc<str>);
 
-/// Sort key of a pending job inside its group: best first.
+/// Sort key of a pending job inside its group: best first. Besides the
+/// order it carries what a pass needs to skip the job without looking it up:
+/// its shape and its planned run time left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct PendingKey {
     pub(crate) class: Reverse<i32>,
     /// Policy points that do not change while the job waits (milli-points, higher first).
     pub(crate) points: Reverse<i64>,
     pub(crate) id: JobId,
+    /// Interned [`Shape`] of the job.
+    pub(crate) shape: u32,
+    /// No dependencies and no back-off: the shape alone decides whether it fits.
+    pub(crate) simple: bool,
+    /// Planned run time left in ms; `u64::MAX` if unknown.
+    pub(crate) left_ms: u64,
+}
+
+/// Everything except CPU and memory that decides whether a pending job can
+/// be placed or can preempt (dependencies and back-off aside). Jobs of one
+/// base shape that need at least as much CPU and memory as one that failed
+/// fail too, so a pass tries few jobs per failing base shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct BaseShape {
+    pub(crate) gpu: GpuRequest,
+    pub(crate) gpu_model: Option<Arc<str>>,
+    pub(crate) replicas: u32,
+    pub(crate) node_selector: Labels,
+    pub(crate) affinity: NodeAffinity,
+    pub(crate) anti_affinity: Vec<Labels>,
+    pub(crate) has_labels: bool,
+    pub(crate) priority: i32,
+    pub(crate) queue: Arc<str>,
+    /// The job's key for within-class preemption (see `preempt::preemption_key`).
+    pub(crate) preempt_key: Option<i64>,
+}
+
+/// A base shape plus the host resources of one replica.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Shape {
+    pub(crate) base: u32,
+    pub(crate) cpus_milli: u64,
+    pub(crate) memory_mb: u64,
+}
+
+/// Reference-counted interning: equal values share one small id.
+#[derive(Clone, Debug)]
+pub(crate) struct Interner<T> {
+    ids: HashMap<T, u32>,
+    list: Vec<Option<T>>,
+    refs: Vec<u32>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner { ids: HashMap::new(), list: Vec::new(), refs: Vec::new(), free: Vec::new() }
+    }
+}
+
+impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
+    fn acquire(&mut self, value: T) -> u32 {
+        if let Some(&id) = self.ids.get(&value) {
+            self.refs[id as usize] += 1;
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.list[id as usize] = Some(value.clone());
+                self.refs[id as usize] = 1;
+                id
+            }
+            None => {
+                self.list.push(Some(value.clone()));
+                self.refs.push(1);
+                (self.list.len() - 1) as u32
+            }
+        };
+        self.ids.insert(value, id);
+        id
+    }
+
+    /// Drops one reference; returns the value when it was the last.
+    fn release(&mut self, id: u32) -> Option<T> {
+        let i = id as usize;
+        let r = self.refs.get_mut(i)?;
+        *r = r.saturating_sub(1);
+        if *r > 0 {
+            return None;
+        }
+        let value = self.list[i].take()?;
+        self.ids.remove(&value);
+        self.free.push(id);
+        Some(value)
+    }
+
+    pub(crate) fn get(&self, id: u32) -> Option<&T> {
+        self.list.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// One past the largest id in use.
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+/// The shapes of the pending jobs, two levels deep.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Shapes {
+    pub(crate) bases: Interner<BaseShape>,
+    pub(crate) shapes: Interner<Shape>,
+}
+
+impl Shapes {
+    fn acquire(&mut self, base: BaseShape, cpus_milli: u64, memory_mb: u64) -> u32 {
+        // A base is referenced once per distinct shape built on it.
+        let base = self.bases.acquire(base);
+        let id = self.shapes.acquire(Shape { base, cpus_milli, memory_mb });
+        if self.shapes.refs[id as usize] > 1 {
+            self.bases.release(base);
+        }
+        id
+    }
+
+    fn release(&mut self, id: u32) {
+        if let Some(shape) = self.shapes.release(id) {
+            self.bases.release(shape.base);
+        }
+    }
+
+    pub(crate) fn get(&self, id: u32) -> Option<(&Shape, &BaseShape)> {
+        let s = self.shapes.get(id)?;
+        Some((s, self.bases.get(s.base)?))
+    }
 }
 
 /// What went wrong applying an event to the snapshot.
@@ -241,6 +369,7 @@ pub struct Snapshot {
     pub(crate) jobs: HashMap<JobId, Job>,
     pub(crate) pending: BTreeMap<GroupKey, BTreeSet<PendingKey>>,
     pending_keys: HashMap<JobId, (GroupKey, PendingKey)>,
+    pub(crate) shapes: Shapes,
     /// Pending jobs by devices per replica (0 = CPU-only), for early exit.
     pub(crate) pending_by_devices: BTreeMap<u32, u32>,
     pub(crate) running: BTreeSet<JobId>,
@@ -263,6 +392,7 @@ impl Snapshot {
             jobs: HashMap::new(),
             pending: BTreeMap::new(),
             pending_keys: HashMap::new(),
+            shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
             running: BTreeSet::new(),
             queues: BTreeMap::new(),
@@ -282,6 +412,8 @@ impl Snapshot {
         let pending: Vec<JobId> = self.pending_keys.keys().copied().collect();
         self.pending.clear();
         self.pending_keys.clear();
+        self.pending_by_devices.clear();
+        self.shapes = Shapes::default();
         for id in pending {
             self.index_pending(id);
         }
@@ -471,6 +603,10 @@ impl Snapshot {
     pub fn set_not_before(&mut self, id: JobId, t: Time) -> Result<(), SnapshotError> {
         let j = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
         j.not_before = t;
+        if self.pending_keys.contains_key(&id) {
+            self.unindex_pending(id);
+            self.index_pending(id);
+        }
         Ok(())
     }
 
@@ -638,26 +774,48 @@ impl Snapshot {
     }
 
     fn index_pending(&mut self, id: JobId) {
-        let Some(job) = self.jobs.get(&id) else {
-            return;
+        let Some(job) = self.jobs.get(&id) else { return };
+        let spec = &job.spec;
+        let shape = self.shapes.acquire(
+            BaseShape {
+                gpu: spec.replica.gpu.clone(),
+                gpu_model: spec.replica.gpu_model.clone(),
+                replicas: spec.replicas,
+                node_selector: spec.node_selector.clone(),
+                affinity: spec.affinity.clone(),
+                anti_affinity: spec.anti_affinity.clone(),
+                has_labels: !spec.labels.is_empty(),
+                priority: spec.priority,
+                queue: spec.queue.clone(),
+                preempt_key: crate::preempt::preemption_key(&self.policy, job, Time::MIN),
+            },
+            spec.replica.cpus_milli,
+            spec.replica.memory_mb,
+        );
+        let left_ms = job.remaining(Time::MIN).map_or(u64::MAX, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let key = PendingKey {
+            class: Reverse(spec.priority),
+            points: Reverse(self.static_points(job)),
+            id,
+            shape,
+            simple: spec.dependencies.is_empty() && job.not_before == Time::MIN,
+            left_ms,
         };
-        let key = PendingKey { class: Reverse(job.spec.priority), points: Reverse(self.static_points(job)), id };
-        let group = self.group_of(&job.spec);
-        *self.pending_by_devices.entry(device_need(&job.spec.replica.gpu)).or_default() += 1;
+        let group = self.group_of(spec);
+        *self.pending_by_devices.entry(device_need(&spec.replica.gpu)).or_default() += 1;
         self.pending.entry(group.clone()).or_default().insert(key);
         self.pending_keys.insert(id, (group, key));
     }
 
     fn unindex_pending(&mut self, id: JobId) {
-        let Some((group, key)) = self.pending_keys.remove(&id) else {
-            return;
-        };
+        let Some((group, key)) = self.pending_keys.remove(&id) else { return };
         if let Some(set) = self.pending.get_mut(&group) {
             set.remove(&key);
             if set.is_empty() {
                 self.pending.remove(&group);
             }
         }
+        self.shapes.release(key.shape);
         if let Some(job) = self.jobs.get(&id) {
             let need = device_need(&job.spec.replica.gpu);
             if let Some(c) = self.pending_by_devices.get_mut(&need) {
