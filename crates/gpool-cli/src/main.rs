@@ -2,6 +2,7 @@
 
 mod bench;
 mod progress;
+mod sim;
 
 use clap::{Parser, Subcommand};
 
@@ -18,12 +19,15 @@ enum Command {
     /// Measure gpool's performance.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Replay a job trace through gpool's scheduler and report JCT, queueing, utilisation.
+    Sim(Box<sim::SimArgs>),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Sim(args) => sim::run_sim(*args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

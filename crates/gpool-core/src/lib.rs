@@ -20,6 +20,7 @@
 mod backfill;
 mod capacity;
 pub mod fairshare;
+mod feasible;
 pub mod job;
 pub mod node;
 mod order;
@@ -32,10 +33,11 @@ mod schedule;
 pub mod snapshot;
 pub mod time;
 
+pub use feasible::Infeasible;
 pub use job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, StopCause};
 pub use node::{Device, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
 pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
-pub use policy::{Backfill, Ordering, PlacementStrategy, Policy};
+pub use policy::{Backfill, Ordering, PlacementStrategy, Policy, PreemptKey};
 pub use quota::QueueConfig;
 pub use resources::{DeviceKind, GpuMilli, MigProfile};
 pub use schedule::schedule;

@@ -93,6 +93,13 @@ pub struct Weights {
     pub age_per_hour: f64,
     /// Points subtracted per attained-service level.
     pub service_level: f64,
+    /// Points by which a preemptor must outrank a victim of its own class
+    /// (age and service only): hysteresis against churn.
+    pub preemption_margin: f64,
+    /// Age points per hour when comparing a preemptor with a victim. At
+    /// least `age_per_hour`: age protects a running job from preemption more
+    /// than it moves a pending job up the queue.
+    pub preemption_age_per_hour: f64,
 }
 
 /// Fair-share configuration: shares per team and per user within a team,
@@ -133,9 +140,25 @@ pub struct Policy {
     pub placement: PlacementStrategy,
     pub weights: Weights,
     pub fair_share: FairShare,
+    /// EASY backfill without planned ends can only reserve "forever", which
+    /// idles the reserved devices; it does so only for a job blocked at the
+    /// head this long (so nothing starves behind a stream of smaller jobs),
+    /// and backfills first-fit before that.
+    pub open_reservation_after: Duration,
     /// Attained-service level boundaries in GPU-seconds, ascending: level 0 is
     /// below the first, level `k` between boundary `k-1` and `k`.
     pub service_levels: Vec<u64>,
+}
+
+/// What within-class preemption compares, lower is more deserving in both
+/// parts: `rank` is the attained-service level (multifactor, LAS) or the
+/// planned time left in ms (SRTF); `submit_ms` is used by multifactor only
+/// (0 otherwise). A job whose key is no lower in both parts than another's
+/// can preempt nothing the other could not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PreemptKey {
+    pub rank: i64,
+    pub submit_ms: i64,
 }
 
 /// A policy name that is not one of the presets.
@@ -163,8 +186,15 @@ impl Policy {
                 min_runtime: Duration::from_secs(300),
             },
             placement: PlacementStrategy::BestFit,
-            weights: Weights { fair_share: 1000.0, age_per_hour: 20.0, service_level: 1000.0 },
+            weights: Weights {
+                fair_share: 1000.0,
+                age_per_hour: 5.0,
+                service_level: 1000.0,
+                preemption_margin: 1000.0,
+                preemption_age_per_hour: 50.0,
+            },
             fair_share: FairShare::default(),
+            open_reservation_after: Duration::from_secs(6 * 3600),
             // 1 GPU-hour, 10 GPU-hours, 100 GPU-hours.
             service_levels: vec![3_600, 36_000, 360_000],
         }
@@ -183,7 +213,7 @@ impl Policy {
             preemption,
             ..Policy::gpool_default()
         };
-        let within = Preemption { by_priority: true, within_class: true, reclaim: false, min_runtime: Duration::ZERO };
+        let within = Preemption { within_class: true, ..Preemption::priority_only() };
         Ok(match name {
             "default" | "gpool" => base,
             "fifo" => plain("fifo", Ordering::Fifo, Backfill::None, Preemption::priority_only()),
@@ -205,6 +235,47 @@ impl Policy {
     /// The attained-service level of `gpu_secs` GPU-seconds.
     pub fn service_level(&self, gpu_secs: u64) -> u32 {
         self.service_levels.iter().take_while(|b| gpu_secs >= **b).count() as u32
+    }
+
+    /// Multifactor points, without fair share, of a job submitted at
+    /// `submit_ms` at service level `level`, in milli-points (higher first).
+    /// The age term is written relative to a fixed origin, so it does not
+    /// change with time; differences between jobs are what count.
+    pub fn multifactor_points(&self, submit_ms: i64, level: u32) -> i64 {
+        self.points_with_age(submit_ms, level, self.weights.age_per_hour)
+    }
+
+    fn points_with_age(&self, submit_ms: i64, level: u32, age_per_hour: f64) -> i64 {
+        let age = -(submit_ms as f64) / 3_600_000.0 * age_per_hour;
+        let service = -f64::from(level) * self.weights.service_level;
+        ((age + service) * 1000.0) as i64
+    }
+
+    /// Whether a job with preemption key `job` may preempt a victim with key
+    /// `victim` of the same class (see [`PreemptKey`]).
+    ///
+    /// Multifactor: the preemptor must beat the victim by
+    /// `weights.preemption_margin` points of age and service, where age counts
+    /// `age_per_hour` when the preemptor is the older job (the order's own
+    /// weight, so the order and preemption agree) and the larger
+    /// `preemption_age_per_hour` when the victim is older (age protects
+    /// running work). Both conditions of "beats the victim in the order and in
+    /// protection" reduce to this one comparison because both are linear.
+    /// Other orderings: strictly better key (lower level, less time left).
+    pub fn outranks(&self, job: PreemptKey, victim: PreemptKey) -> bool {
+        match self.ordering {
+            Ordering::Multifactor => {
+                let hours = (job.submit_ms - victim.submit_ms) as f64 / 3_600_000.0;
+                let w = if hours >= 0.0 {
+                    self.weights.preemption_age_per_hour.max(self.weights.age_per_hour)
+                } else {
+                    self.weights.age_per_hour
+                };
+                let points = -hours * w - (job.rank - victim.rank) as f64 * self.weights.service_level;
+                points >= self.weights.preemption_margin.max(1e-3)
+            }
+            _ => victim.rank > job.rank,
+        }
     }
 
     /// Whether the order depends on the user (fair share), so the pending

@@ -2,7 +2,7 @@
 //!
 //! Invariants (checked by property tests):
 //! - a victim is preemptible and of a lower priority class, or of the same
-//!   class and strictly worse on the policy's preemption key, or (reclaim)
+//!   class and worse on the policy's preemption key by the policy's margin, or (reclaim)
 //!   held by a queue above its guarantee while the preemptor's queue stays
 //!   within its own;
 //! - victims are chosen only if the job then fits: nothing is preempted in vain;
@@ -15,7 +15,7 @@ use crate::capacity::{Capacity, fit_on};
 use crate::job::{Job, JobId, Placement, ReplicaPlacement};
 use crate::node::NodeId;
 use crate::plan::PreemptWhy;
-use crate::policy::{Ordering, Policy};
+use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::quota::QuotaState;
 use crate::resources::GpuMilli;
 use crate::snapshot::{NodeFree, Snapshot};
@@ -26,7 +26,7 @@ use crate::time::Time;
 pub(crate) struct Candidate {
     pub(crate) id: JobId,
     pub(crate) class: i32,
-    pub(crate) key: i64,
+    pub(crate) key: PreemptKey,
     pub(crate) queue: Arc<str>,
     pub(crate) units: GpuMilli,
     pub(crate) preemptible: bool,
@@ -39,17 +39,21 @@ type NodeChoice = ((usize, GpuMilli, u32), Vec<(usize, PreemptWhy)>, crate::capa
 pub(crate) struct VictimPool {
     pub(crate) list: Vec<Candidate>,
     by_node: BTreeMap<u32, Vec<usize>>,
+    /// Per (class, rank) of preemptible candidates: the newest submission,
+    /// the easiest victim of that rank under multifactor preemption.
+    newest: BTreeMap<(i32, i64), i64>,
 }
 
-/// The key a policy compares within one priority class: lower is more deserving.
-pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<i64> {
+/// The key a policy compares within one priority class (see [`PreemptKey`]).
+pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<PreemptKey> {
+    let level = || i64::from(policy.service_level(job.attained_gpu_milli_secs(now) / 1000));
     match policy.ordering {
-        Ordering::AttainedService | Ordering::Multifactor => {
-            Some(i64::from(policy.service_level(job.attained_gpu_milli_secs(now) / 1000)))
-        }
-        Ordering::ShortestRemaining => {
-            Some(job.remaining(now).map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
-        }
+        Ordering::AttainedService => Some(PreemptKey { rank: level(), submit_ms: 0 }),
+        Ordering::Multifactor => Some(PreemptKey { rank: level(), submit_ms: job.spec.submit_time.as_millis() }),
+        Ordering::ShortestRemaining => Some(PreemptKey {
+            rank: job.remaining(now).map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            submit_ms: 0,
+        }),
         Ordering::Fifo | Ordering::ShortestFirst | Ordering::MaxMinFair => None,
     }
 }
@@ -68,7 +72,7 @@ impl VictimPool {
                     Candidate {
                         id: j.id,
                         class: j.spec.priority,
-                        key: preemption_key(policy, j, now).unwrap_or(0),
+                        key: preemption_key(policy, j, now).unwrap_or(PreemptKey { rank: 0, submit_ms: 0 }),
                         queue: j.spec.queue.clone(),
                         units: r.gpu_milli,
                         preemptible: j.spec.preemptible,
@@ -97,7 +101,12 @@ impl VictimPool {
                 }
             }
         }
-        VictimPool { list, by_node }
+        let mut newest: BTreeMap<(i32, i64), i64> = BTreeMap::new();
+        for c in list.iter().filter(|c| c.preemptible) {
+            let e = newest.entry((c.class, c.key.rank)).or_insert(i64::MIN);
+            *e = (*e).max(c.key.submit_ms);
+        }
+        VictimPool { list, by_node, newest }
     }
 }
 
@@ -108,7 +117,7 @@ pub(crate) struct Search<'a, 's> {
     pub(crate) quota: &'a QuotaState,
     pub(crate) job: &'a Job,
     /// The preemptor's key and quota units.
-    pub(crate) key: Option<i64>,
+    pub(crate) key: Option<PreemptKey>,
     pub(crate) units: GpuMilli,
     pub(crate) ends: Time,
     pub(crate) taken: &'a BTreeSet<JobId>,
@@ -166,7 +175,7 @@ impl Search<'_, '_> {
             && policy.preemption.within_class
             && v.class == j.priority
             && let Some(k) = self.key
-            && v.key > k
+            && policy.outranks(k, v.key)
         {
             return Some(match policy.ordering {
                 Ordering::ShortestRemaining => PreemptWhy::LongerRemaining,
@@ -195,9 +204,31 @@ impl Search<'_, '_> {
             return true;
         }
         // The most preemptible candidate decides for priority and within-class preemption.
-        let most = self.pool.list.iter().find(|c| c.preemptible && !self.taken.contains(&c.id));
-        if most.is_some_and(|c| self.allowed(c, &BTreeMap::new()).is_some()) {
+        // The priority class is monotone along the list: the first candidate decides.
+        let by_priority = self.pool.list.iter().find(|c| c.preemptible && !self.taken.contains(&c.id));
+        if by_priority.is_some_and(|c| self.allowed(c, &BTreeMap::new()).is_some()) {
             return true;
+        }
+        // Within a class, only a single-part key is monotone along the list.
+        let policy = self.snap().policy();
+        if policy.preemption.within_class && self.key.is_some() {
+            let found = match (policy.ordering, self.key) {
+                // A newer victim of a rank is easier to preempt than an older
+                // one, so the newest of each rank decides (conservatively: it
+                // may already be taken; the search then finds out).
+                (Ordering::Multifactor, Some(k)) => self
+                    .pool
+                    .newest
+                    .range((self.job.spec.priority, i64::MIN)..=(self.job.spec.priority, i64::MAX))
+                    .any(|(&(_, rank), &submit_ms)| policy.outranks(k, PreemptKey { rank, submit_ms })),
+                _ => {
+                    let mut within = self.pool.list.iter().filter(|c| c.preemptible && !self.taken.contains(&c.id));
+                    within.next().is_some_and(|c| self.allowed(c, &BTreeMap::new()).is_some())
+                }
+            };
+            if found {
+                return true;
+            }
         }
         self.may_reclaim() && self.borrowed().keys().any(|q| *q != self.job.spec.queue)
     }

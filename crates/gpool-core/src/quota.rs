@@ -57,7 +57,9 @@ impl QuotaState {
             }
         }
         for (queue, used) in usage {
-            s.add(queues, queue, used);
+            if used > 0 {
+                s.add(queues, queue, used);
+            }
         }
         s
     }

@@ -12,7 +12,6 @@
 //! can be preempted; the jobs it did not look at share one reason.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backfill::{Release, reserve};
@@ -21,7 +20,7 @@ use crate::job::StopCause;
 use crate::job::{Job, JobId, Placement};
 use crate::order::Candidates;
 use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
-use crate::policy::{Backfill, Policy};
+use crate::policy::{Backfill, Policy, PreemptKey};
 use crate::preempt::{Search, VictimPool, preemption_key};
 use crate::quota::QuotaState;
 use crate::snapshot::{PendingKey, Snapshot, device_need};
@@ -65,19 +64,28 @@ fn slot(base: u32, can_use_reserved: bool) -> usize {
     base as usize * 2 + usize::from(can_use_reserved)
 }
 
-/// Failed (CPU, memory) points of one base shape, and their reasons.
+/// Failed (CPU, memory, preemption key) points of one base shape, and their
+/// reasons. A job needing at least as much CPU and memory, with a key no
+/// lower in either part, fails too.
 #[derive(Clone, Debug, Default)]
-struct Frontier(Vec<(u64, u64, u32)>);
+struct Frontier(Vec<(u64, u64, PreemptKey, u32)>);
+
+/// The key that every key dominates (for failures that do not depend on it).
+const ANY_KEY: PreemptKey = PreemptKey { rank: i64::MIN, submit_ms: i64::MIN };
+
+fn dominates(a: PreemptKey, b: PreemptKey) -> bool {
+    a.rank <= b.rank && a.submit_ms <= b.submit_ms
+}
 
 impl Frontier {
     /// The reason of a failed point this request dominates, if any.
-    fn covers(&self, cpus: u64, mem: u64) -> Option<u32> {
-        self.0.iter().find(|(c, m, _)| *c <= cpus && *m <= mem).map(|(_, _, r)| *r)
+    fn covers(&self, cpus: u64, mem: u64, key: PreemptKey) -> Option<u32> {
+        self.0.iter().find(|(c, m, k, _)| *c <= cpus && *m <= mem && dominates(*k, key)).map(|(_, _, _, r)| *r)
     }
 
-    fn add(&mut self, cpus: u64, mem: u64, reason: u32) {
-        self.0.retain(|(c, m, _)| !(cpus <= *c && mem <= *m));
-        self.0.push((cpus, mem, reason));
+    fn add(&mut self, cpus: u64, mem: u64, key: PreemptKey, reason: u32) {
+        self.0.retain(|(c, m, k, _)| !(cpus <= *c && mem <= *m && dominates(key, *k)));
+        self.0.push((cpus, mem, key, reason));
     }
 }
 
@@ -85,7 +93,6 @@ impl<'s> Pass<'s> {
     fn new(snap: &'s Snapshot, now: Time) -> Pass<'s> {
         let policy = snap.policy();
         let mut nominations: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
-        let mut usage: Vec<(&Arc<str>, u64)> = Vec::new();
         for j in snap.running_jobs() {
             if let Some(r) = j.running() {
                 if let Some(StopCause::Preempted { for_job }) = &r.stopping
@@ -93,10 +100,9 @@ impl<'s> Pass<'s> {
                 {
                     nominations.entry(*for_job).or_default().push(j.id);
                 }
-                usage.push((&j.spec.queue, r.gpu_milli));
             }
         }
-        let quota = QuotaState::new(&snap.queues, usage.into_iter());
+        let quota = QuotaState::new(&snap.queues, snap.queue_usage.iter().map(|(q, u)| (q, *u)));
         let preemption_possible = !nominations.is_empty() || (policy.preemption.any() && snap.running_count() > 0);
         let slots = snap.shapes.bases.len() * 2;
         Pass {
@@ -147,7 +153,7 @@ impl<'s> Pass<'s> {
             let ends = if key.left_ms == u64::MAX { Time::NEVER } else { ends };
             let slot = slot(shape.base, self.can_use_reserved(ends));
             if key.simple
-                && let Some(reason) = self.dead[slot].covers(host.0, host.1)
+                && let Some(reason) = self.dead[slot].covers(host.0, host.1, key.pkey)
             {
                 self.plan.stats.cache_hits += 1;
                 self.plan.waiting.push((id, reason));
@@ -181,7 +187,7 @@ impl<'s> Pass<'s> {
             let r = self.plan.wait(id, reason);
             // Quota only fills up during a pass: the whole shape is blocked.
             if quota_blocked && key.simple {
-                self.dead[slot].add(0, 0, r);
+                self.dead[slot].add(0, 0, ANY_KEY, r);
             }
             return;
         }
@@ -219,7 +225,7 @@ impl<'s> Pass<'s> {
                 }
                 let r = self.plan.wait(id, reason);
                 if cacheable && key.simple && !self.nominations.contains_key(&id) {
-                    self.dead[slot].add(cpus, mem, r);
+                    self.dead[slot].add(cpus, mem, key.pkey, r);
                 }
             }
         }
@@ -256,7 +262,9 @@ impl<'s> Pass<'s> {
         (cpus, mem): (u64, u64),
         cacheable: bool,
     ) -> Result<Placement, PendingReason> {
-        if cacheable && let Some(r) = self.no_fit[slot].covers(cpus, mem) {
+        if cacheable
+            && let Some(r) = self.no_fit[slot].covers(cpus, mem, PreemptKey { rank: i64::MAX, submit_ms: i64::MAX })
+        {
             self.plan.stats.cache_hits += 1;
             return Err(self.plan.reason_table[r as usize].clone());
         }
@@ -279,7 +287,7 @@ impl<'s> Pass<'s> {
             _ => self.cap.miss_reason(job),
         };
         if cacheable {
-            self.no_fit[slot].add(cpus, mem, self.plan.reason_table.len() as u32);
+            self.no_fit[slot].add(cpus, mem, ANY_KEY, self.plan.reason_table.len() as u32);
             self.plan.reason_table.push(reason.clone());
         }
         Err(reason)
@@ -332,6 +340,9 @@ impl<'s> Pass<'s> {
     }
 
     fn make_reservation(&mut self, job: &Job) {
+        // Before `open_reservation_after`, only a reservation at a known time
+        // is kept, so jobs without a planned end are not worth releasing.
+        let open = self.now.since(job.spec.submit_time) >= self.policy.open_reservation_after;
         let mut releases: Vec<Release<'_>> = Vec::new();
         for j in self.snap.running_jobs() {
             let Some(r) = j.running() else { continue };
@@ -340,12 +351,22 @@ impl<'s> Pass<'s> {
             } else {
                 planned_end(j, r.started).max(self.now)
             };
-            releases.push(Release { at, placement: &r.placement });
+            if open || at != Time::NEVER {
+                releases.push(Release { at, placement: &r.placement });
+            }
         }
         for (s, at) in self.plan.starts.iter().zip(&self.started_ends) {
-            releases.push(Release { at: *at, placement: &s.placement });
+            if open || *at != Time::NEVER {
+                releases.push(Release { at: *at, placement: &s.placement });
+            }
+        }
+        if releases.is_empty() {
+            return;
         }
         if let Some((at, placement)) = reserve(&self.cap, job, releases) {
+            if at == Time::NEVER && !open {
+                return;
+            }
             let mut nodes: Vec<_> = placement.iter().map(|r| r.node).collect();
             nodes.dedup();
             self.cap.set_reservation(&placement, at);

@@ -19,10 +19,41 @@ use crate::job::{
     GpuRequest, Job, JobId, JobSpec, JobState, NodeAffinity, Placement, ReplicaPlacement, Running, Service, StopCause,
 };
 use crate::node::{Device, Labels, MigInstance, Node, NodeError, NodeId, NodeState};
-use crate::policy::{Ordering, Policy};
+use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::quota::QueueConfig;
 use crate::resources::{GPU, GpuMilli, MigProfile, same_model};
 use crate::time::Time;
+
+/// Hashing for maps keyed by job id: ids are already well spread integers,
+/// so a multiply-shift (Fibonacci hashing) is enough and much cheaper than
+/// SipHash. Maps using it are only looked up, never iterated for output, so
+/// their order cannot leak into plans.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHash;
+
+impl std::hash::BuildHasher for IdHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
 
 /// Free resources of one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -205,12 +236,15 @@ pub(crate) struct PendingKey {
     pub(crate) simple: bool,
     /// Planned run time left in ms; `u64::MAX` if unknown.
     pub(crate) left_ms: u64,
+    /// The job's key for within-class preemption (see `preempt::preemption_key`).
+    pub(crate) pkey: PreemptKey,
 }
 
-/// Everything except CPU and memory that decides whether a pending job can
-/// be placed or can preempt (dependencies and back-off aside). Jobs of one
-/// base shape that need at least as much CPU and memory as one that failed
-/// fail too, so a pass tries few jobs per failing base shape.
+/// Everything except CPU, memory and the preemption key that decides whether
+/// a pending job can be placed or can preempt (dependencies and back-off
+/// aside). Jobs of one base shape that need at least as much CPU and memory
+/// as one that failed, and are no more deserving of preemption, fail too, so
+/// a pass tries few jobs per failing base shape.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct BaseShape {
     pub(crate) gpu: GpuRequest,
@@ -222,8 +256,6 @@ pub(crate) struct BaseShape {
     pub(crate) has_labels: bool,
     pub(crate) priority: i32,
     pub(crate) queue: Arc<str>,
-    /// The job's key for within-class preemption (see `preempt::preemption_key`).
-    pub(crate) preempt_key: Option<i64>,
 }
 
 /// A base shape plus the host resources of one replica.
@@ -366,16 +398,16 @@ pub struct Snapshot {
     pub(crate) models: Vec<ModelInfo>,
     pub(crate) profiles: Vec<ProfileInfo>,
     pub(crate) free: Vec<NodeFree>,
-    pub(crate) jobs: HashMap<JobId, Job>,
+    pub(crate) jobs: HashMap<JobId, Job, IdHash>,
     pub(crate) pending: BTreeMap<GroupKey, BTreeSet<PendingKey>>,
-    pending_keys: HashMap<JobId, (GroupKey, PendingKey)>,
+    pending_keys: HashMap<JobId, (GroupKey, PendingKey), IdHash>,
     pub(crate) shapes: Shapes,
     /// Pending jobs by devices per replica (0 = CPU-only), for early exit.
     pub(crate) pending_by_devices: BTreeMap<u32, u32>,
     pub(crate) running: BTreeSet<JobId>,
     pub(crate) queues: BTreeMap<Arc<str>, QueueConfig>,
     pub(crate) queue_usage: BTreeMap<Arc<str>, GpuMilli>,
-    finished: HashMap<JobId, bool>,
+    finished: HashMap<JobId, bool, IdHash>,
     pub(crate) ledger: UsageLedger,
 }
 
@@ -389,15 +421,15 @@ impl Snapshot {
             models: Vec::new(),
             profiles: Vec::new(),
             free: Vec::new(),
-            jobs: HashMap::new(),
+            jobs: HashMap::default(),
             pending: BTreeMap::new(),
-            pending_keys: HashMap::new(),
+            pending_keys: HashMap::default(),
             shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
             running: BTreeSet::new(),
             queues: BTreeMap::new(),
             queue_usage: BTreeMap::new(),
-            finished: HashMap::new(),
+            finished: HashMap::default(),
             ledger: UsageLedger::default(),
         }
     }
@@ -765,11 +797,7 @@ impl Snapshot {
             Ordering::ShortestFirst => -ms(job.spec.planned_runtime()),
             Ordering::ShortestRemaining => -ms(job.remaining(Time::MIN)),
             Ordering::AttainedService => -(level() * 10_000_000_000_000) - submit,
-            Ordering::Multifactor => {
-                let age = -(submit as f64) / 3_600_000.0 * p.weights.age_per_hour;
-                let service = -(level() as f64) * p.weights.service_level;
-                ((age + service) * 1000.0) as i64
-            }
+            Ordering::Multifactor => p.multifactor_points(submit, level() as u32),
         }
     }
 
@@ -787,7 +815,6 @@ impl Snapshot {
                 has_labels: !spec.labels.is_empty(),
                 priority: spec.priority,
                 queue: spec.queue.clone(),
-                preempt_key: crate::preempt::preemption_key(&self.policy, job, Time::MIN),
             },
             spec.replica.cpus_milli,
             spec.replica.memory_mb,
@@ -800,6 +827,8 @@ impl Snapshot {
             shape,
             simple: spec.dependencies.is_empty() && job.not_before == Time::MIN,
             left_ms,
+            pkey: crate::preempt::preemption_key(&self.policy, job, Time::MIN)
+                .unwrap_or(PreemptKey { rank: i64::MAX, submit_ms: i64::MAX }),
         };
         let group = self.group_of(spec);
         *self.pending_by_devices.entry(device_need(&spec.replica.gpu)).or_default() += 1;

@@ -226,3 +226,24 @@ fn draining_and_down_nodes_take_nothing() {
         assert!(c.plan(t(1)).starts.iter().all(|s| s.job != second), "{state:?}");
     }
 }
+
+#[test]
+fn infeasible_requests_are_recognised_with_the_reason() {
+    let c = Cluster::new("fifo").node("a", 8, "H100-80GB").node("b", 8, "H100-80GB").queue("small", None, 0, Some(4));
+    let cases: [(J, Option<&str>); 7] = [
+        (job("u").gpus(8).replicas(2), None),
+        (job("u").gpus(8).replicas(3), Some("holds 2 such replicas")),
+        (job("u").gpus(9), Some("needs 9×GPU per replica on one node; the largest node, a, has 8×H100-80GB")),
+        (job("u").gpus(1).model("B200"), Some("needs 1×B200")),
+        (job("u").gpus(1).cpus(1000), Some("no node could ever run it")),
+        (job("u").gpus(5).queue("small"), Some("queue small has a maximum of 4.00")),
+        (job("u").mig("1g.10gb"), Some("needs 1×MIG 1g.10gb")),
+    ];
+    for (j, want) in cases {
+        let got = c.snap.check_feasible(&j.spec).map_err(|e| e.to_string());
+        match want {
+            None => assert_eq!(got, Ok(())),
+            Some(w) => assert!(got.as_ref().is_err_and(|e| e.contains(w)), "want {w:?}, got {got:?}"),
+        }
+    }
+}

@@ -158,8 +158,26 @@ fn check_plan(snap: &Snapshot, plan: &Plan) -> Result<(), String> {
         let ok = match &p.why {
             PreemptWhy::HigherPriority => v.spec.preemptible && v.spec.priority < j.spec.priority,
             PreemptWhy::MoreService => {
-                let lvl = |job: &Job| snap.policy().service_level(job.attained_gpu_milli_secs(plan.now) / 1000);
-                v.spec.preemptible && v.spec.priority == j.spec.priority && lvl(v) > lvl(j)
+                let p = snap.policy();
+                let lvl = |job: &Job| p.service_level(job.attained_gpu_milli_secs(plan.now) / 1000);
+                let better = match p.ordering {
+                    // Multifactor: the preemptor's age-and-service points beat the victim's by a full level.
+                    gpool_core::Ordering::Multifactor => {
+                        // Age counts the order's weight if the preemptor is older, the
+                        // (larger) protection weight if the victim is older.
+                        let hours =
+                            (j.spec.submit_time.as_millis() - v.spec.submit_time.as_millis()) as f64 / 3_600_000.0;
+                        let w = if hours >= 0.0 {
+                            p.weights.preemption_age_per_hour.max(p.weights.age_per_hour)
+                        } else {
+                            p.weights.age_per_hour
+                        };
+                        let levels = f64::from(lvl(j)) - f64::from(lvl(v));
+                        -hours * w - levels * p.weights.service_level >= p.weights.preemption_margin - 1e-3
+                    }
+                    _ => lvl(v) > lvl(j),
+                };
+                v.spec.preemptible && v.spec.priority == j.spec.priority && better
             }
             PreemptWhy::LongerRemaining => {
                 // Unknown remaining time counts as the longest.

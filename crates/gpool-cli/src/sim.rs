@@ -1,0 +1,263 @@
+//! `gpool sim`: replay a job trace through the scheduling core.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gpool_core::{Node, Policy};
+use gpool_sim::engine::{Estimates, SimConfig, SimResult, run};
+use gpool_sim::metrics::{Summary, summarize};
+use gpool_sim::plot::{Chart, Line, cdf, line_chart};
+use gpool_sim::trace::{self, Format, Window};
+
+use crate::progress::Progress;
+
+#[derive(Args, Debug)]
+pub(crate) struct SimArgs {
+    /// Trace file (Philly, ITP, Alibaba openb, or the generic CSV of docs/simulator.md).
+    #[arg(long)]
+    trace: PathBuf,
+    /// Trace format; guessed from the header when omitted.
+    #[arg(long)]
+    format: Option<Format>,
+    /// Number of identical nodes (with --gpus-per-node), unless --cluster is given.
+    #[arg(long, default_value_t = 80)]
+    nodes: u32,
+    /// GPUs per node (at most 64). To model one pool of GPUs with no node
+    /// packing, use 1 GPU per node: a job's GPUs then spread freely.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// GPU model of the uniform nodes.
+    #[arg(long, default_value = "H100-80GB")]
+    gpu_model: String,
+    /// Heterogeneous cluster description (YAML, see docs/simulator.md).
+    #[arg(long, conflicts_with_all = ["nodes", "gpus_per_node", "gpu_model"])]
+    cluster: Option<PathBuf>,
+    /// Scheduling policy: default, fifo, fifo-backfill, sjf, srtf, las, fair.
+    #[arg(long, default_value = "default", conflicts_with = "compare")]
+    policy: String,
+    /// Run several policies and compare them side by side (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    compare: Vec<String>,
+    /// Only jobs submitted in this window: 2017-10-01..2017-11-30, or seconds 0..86400.
+    #[arg(long)]
+    window: Option<Window>,
+    /// Divide inter-arrival times by this factor (2 = twice the load).
+    #[arg(long, default_value_t = 1.0)]
+    load_scale: f64,
+    /// Replay the trace this many times back to back (for scaling measurements).
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// Time lost at every restart after a preemption, in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    restart_delay: f64,
+    /// Whether jobs carry their real duration as an estimate: auto (the
+    /// duration-based baselines sjf, srtf and fifo-backfill get the oracle), oracle, none.
+    #[arg(long, default_value = "auto")]
+    estimates: String,
+    /// Treat trace jobs as not preemptible.
+    #[arg(long)]
+    no_preemption: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Write per-job CSV files and SVG plots into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+struct Run {
+    policy: String,
+    summary: Summary,
+    result: SimResult,
+}
+
+pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
+    if a.gpus_per_node == 0 || a.gpus_per_node > 64 {
+        bail!(
+            "--gpus-per-node must be between 1 and 64, got {}; to model one pool of N GPUs with no node packing use --nodes N --gpus-per-node 1",
+            a.gpus_per_node
+        );
+    }
+    if !(a.load_scale > 0.0 && a.load_scale.is_finite()) {
+        bail!("--load-scale must be a positive number, got {}", a.load_scale);
+    }
+    if !(a.restart_delay >= 0.0 && a.restart_delay.is_finite()) {
+        bail!("--restart-delay must be a number of seconds ≥ 0, got {}", a.restart_delay);
+    }
+    let text = std::fs::read_to_string(&a.trace).with_context(|| format!("cannot read trace {}", a.trace.display()))?;
+    let format = match a.format {
+        Some(f) => f,
+        None => trace::detect(&text)?,
+    };
+    let jobs = trace::parse(&text, format).with_context(|| format!("{} ({format} format)", a.trace.display()))?;
+    let mut jobs = trace::prepare(jobs, a.window, a.load_scale);
+    if a.repeat > 1 {
+        jobs = trace::repeat(&jobs, a.repeat);
+    }
+    if jobs.is_empty() {
+        bail!("no jobs left in {} after the window; check --window", a.trace.display());
+    }
+    let nodes: Vec<Node> = match &a.cluster {
+        Some(p) => {
+            let t = std::fs::read_to_string(p).with_context(|| format!("cannot read cluster file {}", p.display()))?;
+            gpool_sim::cluster::from_yaml(&t)?
+        }
+        None => gpool_sim::cluster::uniform(a.nodes, a.gpus_per_node, &a.gpu_model),
+    };
+    let policies: Vec<String> = if a.compare.is_empty() { vec![a.policy.clone()] } else { a.compare.clone() };
+    let mut runs = Vec::new();
+    for name in &policies {
+        let policy = Policy::by_name(name)?;
+        let estimates = match a.estimates.as_str() {
+            "auto" => Estimates::for_policy(name),
+            "oracle" => Estimates::Oracle,
+            "none" => Estimates::None,
+            other => bail!("--estimates must be auto, oracle or none, got {other:?}"),
+        };
+        let cfg = SimConfig {
+            policy,
+            nodes: nodes.clone(),
+            estimates,
+            restart_delay: Duration::from_secs_f64(a.restart_delay),
+            preemptible: !a.no_preemption,
+            sample: Duration::from_secs(3600),
+        };
+        let mut bar = Progress::new(&format!("{name:>13}"));
+        let result = run(&jobs, &cfg, |d, t| bar.update(d, t))?;
+        let summary = summarize(&result);
+        runs.push(Run { policy: name.clone(), summary, result });
+    }
+    if let Some(dir) = &a.out {
+        write_outputs(dir, &runs)?;
+    }
+    if a.json {
+        let list: Vec<serde_json::Value> = runs.iter().map(|r| summary_json(&r.policy, &r.summary)).collect();
+        let out =
+            if list.len() == 1 { list.into_iter().next().unwrap_or_default() } else { serde_json::Value::Array(list) };
+        println!("{out}");
+    } else {
+        let gpus: u64 = runs.first().map_or(0, |r| r.result.capacity_gpus);
+        println!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
+        print!("{}", table(&runs));
+    }
+    Ok(())
+}
+
+fn summary_json(policy: &str, s: &Summary) -> serde_json::Value {
+    serde_json::json!({
+        "policy": policy,
+        "jobs": s.jobs,
+        "unfinished": s.unfinished,
+        "rejected": s.rejected,
+        "avg_jct_s": s.avg_jct_s.round(),
+        "median_jct_s": s.median_jct_s.round(),
+        "p99_jct_s": s.p99_jct_s.round(),
+        "avg_queue_s": s.avg_queue_s.round(),
+        "p99_queue_s": s.p99_queue_s.round(),
+        "makespan_s": s.makespan_s.round(),
+        "gpu_utilization": (s.gpu_utilization * 10_000.0).round() / 10_000.0,
+        "avg_bounded_slowdown": (s.avg_bounded_slowdown * 100.0).round() / 100.0,
+        "jain_fairness": (s.jain_fairness * 10_000.0).round() / 10_000.0,
+        "preemptions": s.preemptions,
+        "sched_calls": s.sched_calls,
+        "sched_us_per_call": (s.sched_us_per_call * 10.0).round() / 10.0,
+        "sched_max_ms": (s.sched_max_ms * 100.0).round() / 100.0,
+        "wall_s": (s.wall_s * 100.0).round() / 100.0,
+    })
+}
+
+fn table(runs: &[Run]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| policy | jobs | avg JCT s | median JCT s | p99 JCT s | avg queue s | makespan s | GPU util | slowdown | Jain | preemptions | µs/decision | wall s |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in runs {
+        let s = &r.summary;
+        let _ = writeln!(
+            t,
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.3} | {:.2} | {:.3} | {} | {:.1} | {:.2} |",
+            r.policy,
+            s.jobs,
+            s.avg_jct_s,
+            s.median_jct_s,
+            s.p99_jct_s,
+            s.avg_queue_s,
+            s.makespan_s,
+            s.gpu_utilization,
+            s.avg_bounded_slowdown,
+            s.jain_fairness,
+            s.preemptions,
+            s.sched_us_per_call,
+            s.wall_s
+        );
+    }
+    t
+}
+
+fn write_outputs(dir: &Path, runs: &[Run]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))
+    };
+    for r in runs {
+        let mut csv =
+            String::from("line,group,gpus,submit_s,duration_s,first_start_s,end_s,jct_s,queue_s,preemptions\n");
+        for j in &r.result.jobs {
+            let opt = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_default();
+            let _ = writeln!(
+                csv,
+                "{},{},{},{:.3},{:.3},{},{},{},{},{}",
+                j.line,
+                j.group,
+                j.gpus,
+                j.submit_s,
+                j.duration_s,
+                opt(j.first_start_s),
+                opt(j.end_s),
+                opt(j.jct_s()),
+                opt(j.queue_s()),
+                j.preemptions
+            );
+        }
+        write(&format!("jobs-{}.csv", r.policy), &csv)?;
+    }
+    let hours = |s: f64| s / 3600.0;
+    let series = |f: fn(&gpool_sim::engine::Sample) -> f64| -> Vec<Line<'_>> {
+        runs.iter()
+            .map(|r| Line { name: &r.policy, points: r.result.series.iter().map(|s| (hours(s.t_s), f(s))).collect() })
+            .collect()
+    };
+    let chart = |title, y| Chart { title, x_label: "hours since start", y_label: y, log_x: false };
+    write(
+        "utilization.svg",
+        &line_chart(&chart("GPU utilisation (allocated / capacity)", "utilisation"), &series(|s| s.utilization)),
+    )?;
+    write("queue.svg", &line_chart(&chart("Jobs waiting", "pending jobs"), &series(|s| s.queued)))?;
+    let cdfs: Vec<Line<'_>> = runs
+        .iter()
+        .map(|r| Line {
+            name: &r.policy,
+            points: cdf(&r.result.jobs.iter().filter_map(|j| j.jct_s()).collect::<Vec<_>>(), 500),
+        })
+        .collect();
+    write(
+        "jct_cdf.svg",
+        &line_chart(
+            &Chart {
+                title: "Job completion time CDF",
+                x_label: "JCT (s, log scale)",
+                y_label: "fraction of jobs",
+                log_x: true,
+            },
+            &cdfs,
+        ),
+    )?;
+    write("summary.md", &table(runs))?;
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Whether a job could ever run on this cluster, ignoring what runs now:
+//! the daemon rejects a submission that no node could ever satisfy, with
+//! the reason, instead of letting it wait forever.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::capacity::fit_on;
+use crate::job::{Job, JobId, JobSpec, JobState, Service};
+use crate::node::NodeState;
+use crate::plan::Need;
+use crate::resources::GpuMilli;
+use crate::snapshot::{NodeFree, Snapshot};
+use crate::time::Time;
+
+/// Why a job can never run here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Infeasible {
+    /// No node (that is not down) matches the job's selector, affinity and request.
+    NoNode { need: Need, largest: String },
+    /// Some nodes could hold a replica, but not enough for the whole gang.
+    TooFewNodes { need: Need, replicas_that_fit: u32 },
+    /// The request is larger than its queue's maximum.
+    OverQueueMax { queue: Arc<str>, max: GpuMilli, units: GpuMilli },
+    /// Nonsense requests.
+    Invalid(&'static str),
+}
+
+impl fmt::Display for Infeasible {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Infeasible::NoNode { need, largest } => {
+                write!(f, "no node could ever run it: it needs {need} per replica on one node; {largest}")
+            }
+            Infeasible::TooFewNodes { need, replicas_that_fit } => write!(
+                f,
+                "no set of nodes could ever run it: it needs {need}, and the whole cluster, empty, holds {replicas_that_fit} such replicas"
+            ),
+            Infeasible::OverQueueMax { queue, max, units } => write!(
+                f,
+                "it needs {:.2} GPUs but queue {queue} has a maximum of {:.2}",
+                *units as f64 / 1000.0,
+                *max as f64 / 1000.0
+            ),
+            Infeasible::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
+impl Snapshot {
+    /// Checks that the job could run if the cluster were empty.
+    pub fn check_feasible(&self, spec: &JobSpec) -> Result<(), Infeasible> {
+        if spec.replicas == 0 {
+            return Err(Infeasible::Invalid("a job needs at least one replica"));
+        }
+        if spec.replica.gpu.device_count() == 0 && spec.replica.cpus_milli == 0 && spec.replica.memory_mb == 0 {
+            return Err(Infeasible::Invalid("a job must ask for GPUs, CPU or memory"));
+        }
+        let need =
+            Need { replicas: spec.replicas, gpu: spec.replica.gpu.clone(), model: spec.replica.gpu_model.clone() };
+        let units = spec.replica.gpu.min_units() * u64::from(spec.replicas);
+        if let Some(q) = self.queues.get(&spec.queue)
+            && let Some(max) = q.max
+            && units > max
+        {
+            return Err(Infeasible::OverQueueMax { queue: spec.queue.clone(), max, units });
+        }
+        let job = Job {
+            id: JobId(u64::MAX),
+            spec: Arc::new(spec.clone()),
+            state: JobState::Pending,
+            service: Service::default(),
+            not_before: Time::MIN,
+        };
+        let mut fit = 0u32;
+        for e in &self.nodes {
+            if e.node.state == NodeState::Down || !spec.node_matches(&e.node) {
+                continue;
+            }
+            let mut f: NodeFree = e.full();
+            while fit < spec.replicas {
+                let Some(x) = fit_on(self, e, &f, &job) else { break };
+                f.gpus &= !x.gpus;
+                f.mig &= !x.mig;
+                f.cpus = f.cpus.saturating_sub(spec.replica.cpus_milli);
+                f.mem = f.mem.saturating_sub(spec.replica.memory_mb);
+                fit += 1;
+                if x.gpus == 0 && x.mig == 0 && spec.replica.cpus_milli == 0 && spec.replica.memory_mb == 0 {
+                    fit = spec.replicas;
+                }
+            }
+            if fit >= spec.replicas {
+                return Ok(());
+            }
+        }
+        if fit == 0 {
+            let largest = self
+                .nodes
+                .iter()
+                .rev() // so that max_by_key, which keeps the last maximum, names the first node
+                .filter(|e| e.node.state != NodeState::Down)
+                .max_by_key(|e| e.gpu_slots.len())
+                .map(|e| {
+                    let model = e
+                        .gpu_slots
+                        .first()
+                        .map(|&d| e.node.devices[d].model.to_string())
+                        .unwrap_or_else(|| "GPU".into());
+                    format!(
+                        "the largest node, {}, has {}×{model}, {} MIG instances, {} CPUs",
+                        e.node.name,
+                        e.gpu_slots.len(),
+                        e.mig_slots.len(),
+                        e.node.cpus_milli / 1000
+                    )
+                })
+                .unwrap_or_else(|| "the cluster has no nodes".into());
+            return Err(Infeasible::NoNode { need, largest });
+        }
+        Err(Infeasible::TooFewNodes { need, replicas_that_fit: fit })
+    }
+}

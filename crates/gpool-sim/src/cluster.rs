@@ -1,0 +1,142 @@
+//! Cluster descriptions for the simulator: uniform (`--nodes N
+//! --gpus-per-node G`) or heterogeneous node groups in a YAML file.
+//!
+//! ```yaml
+//! nodes:
+//!   - name: a100          # node names: a100-0, a100-1, ...
+//!     count: 40
+//!     gpus: 8
+//!     model: A100-80GB
+//!     gpu_memory_gb: 80   # optional, default from the model name or 80
+//!     cpus: 96            # optional, default 12 per GPU
+//!     memory_gb: 1024     # optional, default 128 per GPU
+//!     labels: {zone: a}   # optional
+//!     pool: spot          # optional pool name; kind from `pool_kind`
+//!     pool_kind: spot     # on-demand (default), spot or reserved
+//!   - name: l4
+//!     count: 20
+//!     gpus: 4
+//!     model: L4-24GB
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gpool_core::{Node, Pool, PoolKind};
+use serde::Deserialize;
+
+/// Why a cluster description was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cluster file: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("cluster file: node group {group}: {what}")]
+    Invalid { group: String, what: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    nodes: Vec<Group>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Group {
+    name: String,
+    #[serde(default = "one")]
+    count: u32,
+    gpus: u32,
+    #[serde(default = "default_model")]
+    model: String,
+    gpu_memory_gb: Option<u64>,
+    cpus: Option<u64>,
+    memory_gb: Option<u64>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    pool: Option<String>,
+    pool_kind: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn default_model() -> String {
+    "H100-80GB".into()
+}
+
+/// GPU memory in MiB guessed from a model name like `A100-40GB` (80 GB otherwise).
+pub fn model_memory_mb(model: &str) -> u64 {
+    let gb = model
+        .rsplit(['-', '_', ' '])
+        .find_map(|part| part.to_ascii_lowercase().strip_suffix("gb").and_then(|n| n.parse::<u64>().ok()))
+        .unwrap_or(80);
+    gb * 1024
+}
+
+/// `nodes` identical nodes of `gpus` GPUs of `model`.
+pub fn uniform(nodes: u32, gpus: u32, model: &str) -> Vec<Node> {
+    (0..nodes).map(|i| Node::with_gpus(&format!("node-{i:04}"), gpus, model, model_memory_mb(model))).collect()
+}
+
+/// Nodes from a cluster YAML text.
+pub fn from_yaml(text: &str) -> Result<Vec<Node>, ClusterError> {
+    let file: File = serde_yaml::from_str(text)?;
+    let mut out = Vec::new();
+    for g in file.nodes {
+        let bad = |what: String| ClusterError::Invalid { group: g.name.clone(), what };
+        if g.gpus > 64 {
+            return Err(bad(format!("{} GPUs per node; at most 64 are supported", g.gpus)));
+        }
+        let kind = match g.pool_kind.as_deref() {
+            None | Some("on-demand") => PoolKind::OnDemand,
+            Some("spot") => PoolKind::Spot,
+            Some("reserved") => PoolKind::Reserved,
+            Some(other) => return Err(bad(format!("pool_kind {other:?} is not on-demand, spot or reserved"))),
+        };
+        let memory = g.gpu_memory_gb.map_or_else(|| model_memory_mb(&g.model), |gb| gb * 1024);
+        for i in 0..g.count {
+            let mut n = Node::with_gpus(&format!("{}-{i}", g.name), g.gpus, &g.model, memory);
+            if let Some(c) = g.cpus {
+                n.cpus_milli = c * 1000;
+            }
+            if let Some(m) = g.memory_gb {
+                n.memory_mb = m * 1024;
+            }
+            n.labels = g.labels.clone();
+            if let Some(p) = &g.pool {
+                n.pool = Pool { name: Arc::from(p.as_str()), kind };
+            }
+            out.push(n);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_groups_expand_to_nodes() {
+        let text = "nodes:\n  - {name: a100, count: 2, gpus: 8, model: A100-40GB, labels: {zone: a}}\n  - {name: l4, count: 1, gpus: 4, model: L4-24GB, pool: spot-l4, pool_kind: spot}\n";
+        let nodes = from_yaml(text).expect("valid");
+        assert_eq!(nodes.len(), 3);
+        assert_eq!(nodes[0].devices[0].memory_mb, 40 * 1024);
+        assert_eq!(nodes[1].labels.get("zone").map(String::as_str), Some("a"));
+        assert_eq!((nodes[2].devices.len(), nodes[2].pool.kind), (4, PoolKind::Spot));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_errors() {
+        assert!(
+            from_yaml("nodes:\n  - {name: x, gpus: 8, colour: red}\n").is_err_and(|e| e.to_string().contains("colour"))
+        );
+        assert!(from_yaml("nodes:\n  - {name: x, gpus: 65}\n").is_err_and(|e| e.to_string().contains("at most 64")));
+        assert!(
+            from_yaml("nodes:\n  - {name: x, gpus: 8, pool_kind: cheap}\n")
+                .is_err_and(|e| e.to_string().contains("cheap"))
+        );
+    }
+}

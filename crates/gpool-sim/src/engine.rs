@@ -1,0 +1,435 @@
+//! The discrete-event simulation: a virtual clock, arrivals and completions,
+//! and the scheduling core called exactly as the daemon calls it (keep the
+//! snapshot current, `schedule(&snapshot, now)`, apply the plan).
+//!
+//! Preemption is immediate in the simulation (no grace period), and every
+//! run after the first pays `restart_delay` before the job makes progress
+//! again (reloading a checkpoint, warming up): preemptive policies pay for
+//! what they do.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpool_core::job::{LabelExpr, LabelOp};
+use gpool_core::{GpuRequest, JobId, JobSpec, Node, Policy, Snapshot, StopOutcome, Time, schedule};
+
+use crate::trace::TraceJob;
+
+/// Whether jobs carry their true duration as an estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Estimates {
+    /// Estimates equal the real run time (the oracle of SJF/SRTF studies).
+    Oracle,
+    /// No estimates: the scheduler knows nothing about durations.
+    None,
+}
+
+impl Estimates {
+    /// What a policy preset expects: the oracle for the duration-based
+    /// baselines, nothing for the others (gpool's default does not need them).
+    pub fn for_policy(name: &str) -> Estimates {
+        match name {
+            "sjf" | "srtf" | "fifo-backfill" | "easy" => Estimates::Oracle,
+            _ => Estimates::None,
+        }
+    }
+}
+
+/// Simulation settings.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub policy: Policy,
+    pub nodes: Vec<Node>,
+    pub estimates: Estimates,
+    /// Lost time at the start of every run after the first.
+    pub restart_delay: Duration,
+    /// Whether trace jobs may be preempted.
+    pub preemptible: bool,
+    /// Width of one time-series bucket.
+    pub sample: Duration,
+}
+
+/// What happened to one job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRecord {
+    pub line: usize,
+    pub group: Arc<str>,
+    pub gpus: u32,
+    pub submit_s: f64,
+    pub duration_s: f64,
+    pub first_start_s: Option<f64>,
+    pub end_s: Option<f64>,
+    pub preemptions: u32,
+}
+
+impl JobRecord {
+    pub fn jct_s(&self) -> Option<f64> {
+        self.end_s.map(|e| e - self.submit_s)
+    }
+    pub fn queue_s(&self) -> Option<f64> {
+        self.first_start_s.map(|s| s - self.submit_s)
+    }
+}
+
+/// One time-series bucket: time-weighted averages over `[t_s, t_s + width)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub t_s: f64,
+    pub utilization: f64,
+    pub queued: f64,
+    pub running: f64,
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug)]
+pub struct SimResult {
+    pub jobs: Vec<JobRecord>,
+    /// Jobs no node set could ever run (too many GPUs, unknown model), by file line.
+    pub rejected: Vec<(usize, String)>,
+    pub series: Vec<Sample>,
+    pub capacity_gpus: u64,
+    pub preemptions: u64,
+    /// Calls of `schedule` and the wall time they took.
+    pub sched_calls: u64,
+    pub sched_time: Duration,
+    pub sched_max: Duration,
+    pub wall: Duration,
+}
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("the cluster is invalid: {0}")]
+    Cluster(gpool_core::SnapshotError),
+    #[error(
+        "the scheduler produced a plan the cluster refused at t={t}s: {err} (this is a bug in gpool; please report it)"
+    )]
+    Apply { t: f64, err: gpool_core::SnapshotError },
+    #[error("the cluster has no GPUs and no CPUs")]
+    EmptyCluster,
+}
+
+/// Per-job simulation state.
+struct State {
+    /// Useful work left, ms.
+    left_ms: i64,
+    /// Start of the current run and the overhead it pays first.
+    run: Option<(i64, i64)>,
+    epoch: u32,
+    runs: u32,
+}
+
+/// Runs a trace through the scheduling core. `progress(done, total)` is called as jobs finish.
+pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u64)) -> Result<SimResult, SimError> {
+    let wall = Instant::now();
+    let mut snap = Snapshot::new(cfg.policy.clone());
+    let mut gpus_per_node = 0u32;
+    let mut capacity_gpus = 0u64;
+    for n in &cfg.nodes {
+        let mut n = n.clone();
+        if let Some(d) = n.devices.first() {
+            n.labels.entry("gpool.io/gpu-model".into()).or_insert_with(|| d.model.to_string());
+        }
+        let whole = n.devices.iter().filter(|d| d.mig.is_none()).count() as u32;
+        gpus_per_node = gpus_per_node.max(whole);
+        capacity_gpus += u64::from(whole);
+        snap.add_node(n).map_err(SimError::Cluster)?;
+    }
+    if cfg.nodes.is_empty() {
+        return Err(SimError::EmptyCluster);
+    }
+
+    let mut records = Vec::with_capacity(trace.len());
+    let mut specs = Vec::with_capacity(trace.len());
+    let mut rejected = Vec::new();
+    let mut groups: std::collections::BTreeMap<String, Arc<str>> = Default::default();
+    for j in trace {
+        let group = groups.entry(j.group.clone()).or_insert_with(|| Arc::from(j.group.as_str())).clone();
+        let spec = job_spec(j, &group, gpus_per_node, cfg);
+        if let Err(why) = snap.check_feasible(&spec) {
+            rejected.push((j.line, why.to_string()));
+            continue;
+        }
+        records.push(JobRecord {
+            line: j.line,
+            group,
+            gpus: j.gpus,
+            submit_s: j.submit_s,
+            duration_s: j.duration_s,
+            first_start_s: None,
+            end_s: None,
+            preemptions: 0,
+        });
+        specs.push(spec);
+    }
+    let total = records.len() as u64;
+    let mut states: Vec<State> = records
+        .iter()
+        .map(|r| State { left_ms: (r.duration_s * 1000.0).round() as i64, run: None, epoch: 0, runs: 0 })
+        .collect();
+    let delay_ms = i64::try_from(cfg.restart_delay.as_millis()).unwrap_or(i64::MAX);
+
+    let mut completions: BinaryHeap<Reverse<(i64, usize, u32)>> = BinaryHeap::new();
+    let mut next_arrival = 0usize;
+    let mut series = Series::new(cfg.sample, capacity_gpus);
+    let mut stats = Stats::default();
+    let mut done = 0u64;
+    let mut allocated_gpus = 0u64;
+
+    loop {
+        let arrival = specs.get(next_arrival).map(|s| s.submit_time.as_millis());
+        let completion = completions.peek().map(|Reverse((t, _, _))| *t);
+        let now_ms = match (arrival, completion) {
+            (None, None) => break,
+            (a, c) => a.unwrap_or(i64::MAX).min(c.unwrap_or(i64::MAX)),
+        };
+        let now = Time::from_millis(now_ms);
+
+        // Completions at `now` are scheduled before arrivals at `now` join the
+        // queue: a job that ends at t ended just before one that arrives at t.
+        let mut finished_any = false;
+        while let Some(Reverse((t, idx, epoch))) = completions.peek().copied() {
+            if t > now_ms {
+                break;
+            }
+            completions.pop();
+            if states[idx].epoch != epoch {
+                continue; // preempted since: stale
+            }
+            let id = JobId(idx as u64);
+            allocated_gpus -= snap.job(id).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
+            snap.stop(id, now, StopOutcome::Finished { success: true })
+                .map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+            states[idx].run = None;
+            records[idx].end_s = Some(now.as_secs_f64());
+            finished_any = true;
+            done += 1;
+            if done % 1024 == 0 {
+                progress(done, total);
+            }
+        }
+        let mut ctx = Ctx {
+            snap: &mut snap,
+            states: &mut states,
+            records: &mut records,
+            completions: &mut completions,
+            allocated_gpus: &mut allocated_gpus,
+            stats: &mut stats,
+            delay_ms,
+        };
+        if finished_any && specs.get(next_arrival).is_some_and(|s| s.submit_time.as_millis() == now_ms) {
+            ctx.schedule(now)?;
+        }
+        while let Some(spec) = specs.get(next_arrival) {
+            if spec.submit_time.as_millis() > now_ms {
+                break;
+            }
+            ctx.snap
+                .submit(JobId(next_arrival as u64), spec.clone())
+                .map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+            next_arrival += 1;
+        }
+        ctx.schedule(now)?;
+        // The state from now until the next event.
+        series.advance(now_ms, allocated_gpus, snap.pending_count(), snap.running_count());
+    }
+    progress(done, total);
+    Ok(SimResult {
+        jobs: records,
+        rejected,
+        series: series.finish(),
+        capacity_gpus,
+        preemptions: stats.preemptions,
+        sched_calls: stats.calls,
+        sched_time: stats.time,
+        sched_max: stats.max,
+        wall: wall.elapsed(),
+    })
+}
+
+#[derive(Default)]
+struct Stats {
+    preemptions: u64,
+    calls: u64,
+    time: Duration,
+    max: Duration,
+}
+
+/// What applying a plan touches.
+struct Ctx<'a> {
+    snap: &'a mut Snapshot,
+    states: &'a mut [State],
+    records: &'a mut [JobRecord],
+    completions: &'a mut BinaryHeap<Reverse<(i64, usize, u32)>>,
+    allocated_gpus: &'a mut u64,
+    stats: &'a mut Stats,
+    delay_ms: i64,
+}
+
+impl Ctx<'_> {
+    /// Schedules at `now` and applies the plan; re-runs at the same instant
+    /// (at most three more times) while preemptions free devices.
+    fn schedule(&mut self, now: Time) -> Result<(), SimError> {
+        let now_ms = now.as_millis();
+        let apply_err = |err| SimError::Apply { t: now.as_secs_f64(), err };
+        for _ in 0..4 {
+            let t0 = Instant::now();
+            let plan = schedule(self.snap, now);
+            let took = t0.elapsed();
+            self.stats.calls += 1;
+            self.stats.time += took;
+            self.stats.max = self.stats.max.max(took);
+            for p in &plan.preemptions {
+                let idx = p.victim.0 as usize;
+                *self.allocated_gpus -=
+                    self.snap.job(p.victim).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
+                self.snap.stop(p.victim, now, StopOutcome::Requeue { not_before: Time::MIN }).map_err(apply_err)?;
+                let s = &mut self.states[idx];
+                if let Some((start, overhead)) = s.run.take() {
+                    s.left_ms -= (now_ms - start - overhead).max(0);
+                }
+                s.epoch += 1;
+                self.records[idx].preemptions += 1;
+                self.stats.preemptions += 1;
+            }
+            for st in &plan.starts {
+                let idx = st.job.0 as usize;
+                self.snap.start(st.job, st.placement.clone(), now).map_err(apply_err)?;
+                *self.allocated_gpus +=
+                    self.snap.job(st.job).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
+                let s = &mut self.states[idx];
+                let overhead = if s.runs > 0 { self.delay_ms } else { 0 };
+                s.runs += 1;
+                s.run = Some((now_ms, overhead));
+                self.completions.push(Reverse((now_ms + overhead + s.left_ms.max(0), idx, s.epoch)));
+                self.records[idx].first_start_s.get_or_insert(now.as_secs_f64());
+            }
+            if plan.preemptions.is_empty() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The core's view of a trace job.
+fn job_spec(j: &TraceJob, group: &Arc<str>, gpus_per_node: u32, cfg: &SimConfig) -> JobSpec {
+    let mut spec = JobSpec::new("sim", Time::from_millis((j.submit_s * 1000.0).round() as i64));
+    spec.user = group.clone();
+    spec.team = group.clone();
+    spec.preemptible = cfg.preemptible;
+    let (replicas, per) = split_gpus(j.gpus, gpus_per_node.max(1));
+    spec.replicas = replicas;
+    spec.replica.gpu = if per == 0 { GpuRequest::None } else { GpuRequest::Gpus { count: per } };
+    spec.replica.cpus_milli = j.cpus_milli / u64::from(replicas);
+    spec.replica.memory_mb = j.memory_mb / u64::from(replicas);
+    match j.gpu_models.as_slice() {
+        [] => {}
+        [one] => spec.replica.gpu_model = Some(Arc::from(one.as_str())),
+        many => {
+            spec.affinity.required.push(LabelExpr { key: "gpool.io/gpu-model".into(), op: LabelOp::In(many.to_vec()) })
+        }
+    }
+    if cfg.estimates == Estimates::Oracle {
+        spec.estimate = Some(Duration::from_secs_f64(j.duration_s));
+    }
+    spec
+}
+
+/// Splits a GPU count into equal replicas of at most `per_node`: the fewest
+/// replicas whose size divides the count (12 GPUs on 8-GPU nodes: 2 × 6).
+pub fn split_gpus(gpus: u32, per_node: u32) -> (u32, u32) {
+    if gpus <= per_node {
+        return (1, gpus);
+    }
+    let min = gpus.div_ceil(per_node);
+    (min..=gpus).find(|r| gpus % r == 0).map_or((gpus, 1), |r| (r, gpus / r))
+}
+
+/// Time-weighted averages per bucket.
+struct Series {
+    width_ms: i64,
+    capacity: f64,
+    out: Vec<Sample>,
+    bucket: i64,
+    last_ms: Option<i64>,
+    last: (f64, f64, f64),
+    acc: (f64, f64, f64),
+}
+
+impl Series {
+    fn new(width: Duration, capacity_gpus: u64) -> Series {
+        Series {
+            width_ms: i64::try_from(width.as_millis()).unwrap_or(3_600_000).max(1),
+            capacity: capacity_gpus.max(1) as f64,
+            out: Vec::new(),
+            bucket: 0,
+            last_ms: None,
+            last: (0.0, 0.0, 0.0),
+            acc: (0.0, 0.0, 0.0),
+        }
+    }
+
+    /// Closes the interval since the last call with the state recorded then,
+    /// and records `(allocated, pending, running)` as held from `now_ms` on.
+    fn advance(&mut self, now_ms: i64, allocated: u64, pending: usize, running: usize) {
+        let Some(mut t) = self.last_ms else {
+            self.bucket = now_ms.div_euclid(self.width_ms);
+            self.last_ms = Some(now_ms);
+            self.last = (allocated as f64, pending as f64, running as f64);
+            return;
+        };
+        while t < now_ms {
+            let end = ((self.bucket + 1) * self.width_ms).min(now_ms);
+            let dt = (end - t) as f64;
+            self.acc.0 += self.last.0 * dt;
+            self.acc.1 += self.last.1 * dt;
+            self.acc.2 += self.last.2 * dt;
+            t = end;
+            if t == (self.bucket + 1) * self.width_ms {
+                self.flush();
+            }
+        }
+        self.last_ms = Some(now_ms);
+        self.last = (allocated as f64, pending as f64, running as f64);
+    }
+
+    fn flush(&mut self) {
+        let w = self.width_ms as f64;
+        self.out.push(Sample {
+            t_s: (self.bucket * self.width_ms) as f64 / 1000.0,
+            utilization: self.acc.0 / w / self.capacity,
+            queued: self.acc.1 / w,
+            running: self.acc.2 / w,
+        });
+        self.acc = (0.0, 0.0, 0.0);
+        self.bucket += 1;
+    }
+
+    fn finish(self) -> Vec<Sample> {
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_counts_split_into_equal_replicas() {
+        let cases = [
+            (1, 8, (1, 1)),
+            (8, 8, (1, 8)),
+            (12, 8, (2, 6)),
+            (16, 8, (2, 8)),
+            (24, 8, (3, 8)),
+            (128, 8, (16, 8)),
+            (7, 4, (7, 1)),
+        ];
+        for (g, per, want) in cases {
+            assert_eq!(split_gpus(g, per), want, "{g} on {per}");
+        }
+    }
+}
