@@ -228,6 +228,41 @@ impl<'s> Capacity<'s> {
         self.placed.push((n, job));
     }
 
+    /// Takes what is free of `r` and returns exactly what was taken, so it can be given back.
+    pub(crate) fn hold(&mut self, r: &ReplicaPlacement) -> ReplicaPlacement {
+        let n = r.node.0;
+        if n as usize >= self.free.len() {
+            return ReplicaPlacement { gpus: 0, mig: 0, cpus_milli: 0, memory_mb: 0, ..r.clone() };
+        }
+        self.unindex_node(n);
+        let f = &mut self.free[n as usize];
+        let taken = ReplicaPlacement {
+            node: r.node,
+            gpus: f.gpus & r.gpus,
+            mig: f.mig & r.mig,
+            cpus_milli: f.cpus.min(r.cpus_milli),
+            memory_mb: f.mem.min(r.memory_mb),
+        };
+        f.gpus &= !taken.gpus;
+        f.mig &= !taken.mig;
+        f.cpus -= taken.cpus_milli;
+        f.mem -= taken.memory_mb;
+        self.index_node(n);
+        taken
+    }
+
+    /// Gives back what [`Capacity::hold`] took.
+    pub(crate) fn release(&mut self, held: &ReplicaPlacement) {
+        let n = held.node.0;
+        self.unindex_node(n);
+        let f = &mut self.free[n as usize];
+        f.gpus |= held.gpus;
+        f.mig |= held.mig;
+        f.cpus += held.cpus_milli;
+        f.mem += held.memory_mb;
+        self.index_node(n);
+    }
+
     /// The best node and devices for one replica of `job`, given the indexes.
     pub(crate) fn place_replica(&self, job: &Job, ends: Time, strategy: PlacementStrategy) -> Option<ReplicaPlacement> {
         let req = &job.spec.replica;

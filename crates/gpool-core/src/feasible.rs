@@ -53,9 +53,6 @@ impl Snapshot {
         if spec.replicas == 0 {
             return Err(Infeasible::Invalid("a job needs at least one replica"));
         }
-        if spec.replica.gpu.device_count() == 0 && spec.replica.cpus_milli == 0 && spec.replica.memory_mb == 0 {
-            return Err(Infeasible::Invalid("a job must ask for GPUs, CPU or memory"));
-        }
         let need =
             Need { replicas: spec.replicas, gpu: spec.replica.gpu.clone(), model: spec.replica.gpu_model.clone() };
         let units = spec.replica.gpu.min_units() * u64::from(spec.replicas);

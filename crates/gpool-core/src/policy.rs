@@ -64,7 +64,8 @@ pub struct Preemption {
     pub within_class: bool,
     /// A queue below its guarantee may reclaim capacity from queues above theirs.
     pub reclaim: bool,
-    /// A job is not preempted before it has run this long (limits churn).
+    /// A job is not preempted *within its class* before it has run this long
+    /// (limits churn between peers). Priority and reclaim preemption act at once.
     pub min_runtime: Duration,
 }
 

@@ -30,6 +30,8 @@ pub(crate) struct Candidate {
     pub(crate) queue: Arc<str>,
     pub(crate) units: GpuMilli,
     pub(crate) preemptible: bool,
+    /// Started less than `min_runtime` ago: exempt from within-class preemption.
+    pub(crate) young: bool,
 }
 
 /// A node a replica could go on: (new victims, their GPU units, node), the victims, and the devices.
@@ -65,7 +67,7 @@ impl VictimPool {
             .running_jobs()
             .filter_map(|j| {
                 let r = j.running()?;
-                if r.stopping.is_some() || now.since(r.started) < policy.preemption.min_runtime {
+                if r.stopping.is_some() {
                     return None;
                 }
                 Some((
@@ -76,6 +78,7 @@ impl VictimPool {
                         queue: j.spec.queue.clone(),
                         units: r.gpu_milli,
                         preemptible: j.spec.preemptible,
+                        young: now.since(r.started) < policy.preemption.min_runtime,
                     },
                     now.since(r.started),
                 ))
@@ -102,7 +105,7 @@ impl VictimPool {
             }
         }
         let mut newest: BTreeMap<(i32, i64), i64> = BTreeMap::new();
-        for c in list.iter().filter(|c| c.preemptible) {
+        for c in list.iter().filter(|c| c.preemptible && !c.young) {
             let e = newest.entry((c.class, c.key.rank)).or_insert(i64::MIN);
             *e = (*e).max(c.key.submit_ms);
         }
@@ -168,10 +171,17 @@ impl Search<'_, '_> {
         if self.taken.contains(&v.id) || v.id == self.job.id {
             return None;
         }
-        if v.preemptible && policy.preemption.by_priority && v.class < j.priority {
+        // Another queue's guarantee is not overridden by priority: across
+        // queues only borrowed capacity can be taken (Kueue's rule). Without
+        // this, priority and reclaim can each undo the other forever.
+        let borrowed = || borrowed_left.get(&v.queue).is_some_and(|left| *left >= v.units as i64);
+        let same_queue_or_borrowed = v.queue == j.queue || borrowed();
+        if v.preemptible && policy.preemption.by_priority && v.class < j.priority && same_queue_or_borrowed {
             return Some(PreemptWhy::HigherPriority);
         }
         if v.preemptible
+            && same_queue_or_borrowed
+            && !v.young
             && policy.preemption.within_class
             && v.class == j.priority
             && let Some(k) = self.key
@@ -182,11 +192,7 @@ impl Search<'_, '_> {
                 _ => PreemptWhy::MoreService,
             });
         }
-        if !borrowed_left.is_empty()
-            && borrowed_left.get(&v.queue).is_some_and(|left| *left >= v.units as i64)
-            && v.queue != j.queue
-            && self.may_reclaim()
-        {
+        if v.queue != j.queue && borrowed() && self.may_reclaim() {
             return Some(PreemptWhy::Reclaim { queue: v.queue.clone() });
         }
         None
@@ -204,9 +210,16 @@ impl Search<'_, '_> {
             return true;
         }
         // The most preemptible candidate decides for priority and within-class preemption.
-        // The priority class is monotone along the list: the first candidate decides.
-        let by_priority = self.pool.list.iter().find(|c| c.preemptible && !self.taken.contains(&c.id));
-        if by_priority.is_some_and(|c| self.allowed(c, &BTreeMap::new()).is_some()) {
+        let borrowed = self.borrowed();
+        // The priority class is monotone along the list; only candidates the
+        // queue rule lets us take count.
+        let takeable = |c: &&Candidate| {
+            c.preemptible
+                && !self.taken.contains(&c.id)
+                && (c.queue == self.job.spec.queue || borrowed.contains_key(&c.queue))
+        };
+        let by_priority = self.pool.list.iter().find(takeable);
+        if by_priority.is_some_and(|c| self.allowed(c, &borrowed).is_some()) {
             return true;
         }
         // Within a class, only a single-part key is monotone along the list.
@@ -222,25 +235,23 @@ impl Search<'_, '_> {
                     .range((self.job.spec.priority, i64::MIN)..=(self.job.spec.priority, i64::MAX))
                     .any(|(&(_, rank), &submit_ms)| policy.outranks(k, PreemptKey { rank, submit_ms })),
                 _ => {
-                    let mut within = self.pool.list.iter().filter(|c| c.preemptible && !self.taken.contains(&c.id));
-                    within.next().is_some_and(|c| self.allowed(c, &BTreeMap::new()).is_some())
+                    let mut within = self.pool.list.iter().filter(|c| takeable(c) && !c.young);
+                    within.next().is_some_and(|c| self.allowed(c, &borrowed).is_some())
                 }
             };
             if found {
                 return true;
             }
         }
-        self.may_reclaim() && self.borrowed().keys().any(|q| *q != self.job.spec.queue)
+        self.may_reclaim() && borrowed.keys().any(|q| *q != self.job.spec.queue)
     }
 
-    /// Borrowed quota per queue that reclaim may take back, thousandths of a
-    /// GPU: judged on usage before this pass (jobs started in the pass are
-    /// not reclaimed in the same pass), less victims already taken.
+    /// Borrowed quota per queue (usage above guarantee) that preemption from
+    /// other queues may take, thousandths of a GPU: judged on usage before
+    /// this pass (jobs started in the pass are not taken in the same pass),
+    /// less victims already taken.
     fn borrowed(&self) -> BTreeMap<Arc<str>, i64> {
         let snap = self.snap();
-        if !self.may_reclaim() {
-            return BTreeMap::new();
-        }
         let mut over: BTreeMap<Arc<str>, i64> = snap
             .queue_usage
             .iter()

@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::backfill::{Release, reserve};
 use crate::capacity::{Capacity, placement_units};
 use crate::job::StopCause;
-use crate::job::{Job, JobId, Placement};
+use crate::job::{Job, JobId, Placement, ReplicaPlacement};
 use crate::order::Candidates;
 use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
 use crate::policy::{Backfill, Policy, PreemptKey};
@@ -56,7 +56,23 @@ struct Pass<'s> {
     started_ends: Vec<Time>,
     /// Pending jobs not yet examined, by devices per replica.
     remaining: BTreeMap<u32, u32>,
+    /// Free devices held for nominated jobs until they are examined.
+    held: BTreeMap<JobId, Vec<ReplicaPlacement>>,
     preemption_possible: bool,
+}
+
+/// What the pass knows about a job it is about to examine in full.
+#[derive(Clone, Copy)]
+struct Look {
+    key: PendingKey,
+    /// Its shape-cache slot.
+    slot: usize,
+    cpus: u64,
+    mem: u64,
+    /// Its planned end if started now.
+    ends: Time,
+    /// It holds a nomination from an earlier preemption.
+    nominated: bool,
 }
 
 /// Shape caches keep one entry per base shape and per "may use reserved resources".
@@ -105,11 +121,19 @@ impl<'s> Pass<'s> {
         let quota = QuotaState::new(&snap.queues, snap.queue_usage.iter().map(|(q, u)| (q, *u)));
         let preemption_possible = !nominations.is_empty() || (policy.preemption.any() && snap.running_count() > 0);
         let slots = snap.shapes.bases.len() * 2;
+        let mut cap = Capacity::new(snap);
+        let mut held = BTreeMap::new();
+        for (job, placement) in &snap.nominations {
+            if snap.job(*job).is_some_and(|j| j.running().is_none()) {
+                held.insert(*job, placement.iter().map(|r| cap.hold(r)).collect());
+            }
+        }
+        let preemption_possible = preemption_possible || !held.is_empty();
         Pass {
             snap,
             policy,
             now,
-            cap: Capacity::new(snap),
+            cap,
             quota,
             plan: Plan { now, ..Plan::default() },
             nominations,
@@ -122,6 +146,7 @@ impl<'s> Pass<'s> {
             reservation: None,
             started_ends: Vec::new(),
             remaining: snap.pending_by_devices.clone(),
+            held,
             preemption_possible,
         }
     }
@@ -152,7 +177,14 @@ impl<'s> Pass<'s> {
             let ends = self.now.plus(Duration::from_millis(key.left_ms));
             let ends = if key.left_ms == u64::MAX { Time::NEVER } else { ends };
             let slot = slot(shape.base, self.can_use_reserved(ends));
+            let nominated = self.held.remove(&id);
+            if let Some(held) = &nominated {
+                for r in held {
+                    self.cap.release(r);
+                }
+            }
             if key.simple
+                && nominated.is_none()
                 && let Some(reason) = self.dead[slot].covers(host.0, host.1, key.pkey)
             {
                 self.plan.stats.cache_hits += 1;
@@ -160,7 +192,8 @@ impl<'s> Pass<'s> {
                 continue;
             }
             let Some(job) = self.snap.jobs.get(&id) else { continue };
-            self.examine(job, key, slot, host, ends, &mut candidates);
+            let look = Look { key, slot, cpus: host.0, mem: host.1, ends, nominated: nominated.is_some() };
+            self.examine(job, &look, &mut candidates);
             if self.nothing_more_fits() {
                 if self.snap.pending_count() > self.plan.starts.len() + self.plan.waiting.len() {
                     self.plan.others = Some(PendingReason::Queued);
@@ -172,15 +205,8 @@ impl<'s> Pass<'s> {
     }
 
     /// Looks at one job in full: gates, placement, preemption, backfill.
-    fn examine(
-        &mut self,
-        job: &'s Job,
-        key: PendingKey,
-        slot: usize,
-        (cpus, mem): (u64, u64),
-        ends: Time,
-        candidates: &mut Candidates<'_>,
-    ) {
+    fn examine(&mut self, job: &'s Job, look: &Look, candidates: &mut Candidates<'_>) {
+        let Look { key, slot, cpus, mem, ends, nominated } = *look;
         let id = job.id;
         if let Some(reason) = self.gate(job) {
             let quota_blocked = matches!(reason, PendingReason::Quota(_));
@@ -191,7 +217,8 @@ impl<'s> Pass<'s> {
             }
             return;
         }
-        let cacheable = self.cacheable(key.shape);
+        // A nominated job just got its held devices back: cached failures do not apply to it.
+        let cacheable = self.cacheable(key.shape) && !nominated;
         match self.try_place(job, slot, (cpus, mem), cacheable) {
             Ok(placement) => {
                 let units = placement_units(self.snap, &placement);

@@ -408,6 +408,8 @@ pub struct Snapshot {
     pub(crate) queues: BTreeMap<Arc<str>, QueueConfig>,
     pub(crate) queue_usage: BTreeMap<Arc<str>, GpuMilli>,
     finished: HashMap<JobId, bool, IdHash>,
+    /// Placements promised to pending jobs that preempted others, until they start.
+    pub(crate) nominations: BTreeMap<JobId, Placement>,
     pub(crate) ledger: UsageLedger,
 }
 
@@ -430,6 +432,7 @@ impl Snapshot {
             queues: BTreeMap::new(),
             queue_usage: BTreeMap::new(),
             finished: HashMap::default(),
+            nominations: BTreeMap::new(),
             ledger: UsageLedger::default(),
         }
     }
@@ -642,6 +645,16 @@ impl Snapshot {
         Ok(())
     }
 
+    /// Records that a pending job will take `placement` once its victims are
+    /// gone (from [`crate::Plan::nominated`]). Until the job starts, each pass
+    /// holds the free part of that placement for it, so that nobody the order
+    /// puts first takes back what was freed for it (a preemption loop).
+    pub fn nominate(&mut self, id: JobId, placement: Placement) {
+        if self.pending_keys.contains_key(&id) {
+            self.nominations.insert(id, placement);
+        }
+    }
+
     /// Removes a pending job (cancelled, or failed for good).
     pub fn remove_pending(&mut self, id: JobId, success: bool) -> Result<(), SnapshotError> {
         let j = self.jobs.get(&id).ok_or(SnapshotError::UnknownJob(id))?;
@@ -650,6 +663,7 @@ impl Snapshot {
         }
         self.unindex_pending(id);
         self.jobs.remove(&id);
+        self.nominations.remove(&id);
         self.finished.insert(id, success);
         Ok(())
     }
@@ -706,6 +720,7 @@ impl Snapshot {
             units += u64::from(w.gpus.count_ones()) * GPU + e.mig_units(w.mig);
         }
         self.unindex_pending(id);
+        self.nominations.remove(&id);
         let half_life = self.policy.fair_share.half_life;
         self.ledger.advance(now, half_life);
         let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;

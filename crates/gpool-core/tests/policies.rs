@@ -333,3 +333,39 @@ fn equal_snapshots_give_equal_plans() {
     let copy = c.snap.clone();
     assert_eq!(gpool_core::schedule(&c.snap, t(100)), gpool_core::schedule(&copy, t(100)));
 }
+
+#[test]
+fn a_nomination_holds_the_freed_devices_until_the_preemptor_starts() {
+    // A (higher class) runs in a queue with no guarantee; B's queue is guaranteed the node.
+    // B reclaims A's GPU; once A has stopped, A outranks B but must not take it back.
+    let mut c = Cluster::new("default").islands("n", 2, 1, "H100-80GB").queue("guaranteed", None, 2, None);
+    let a = c.submit(job("u").queue("scratch").priority(5).gpus(1));
+    let b = c.submit(job("u").queue("guaranteed").gpus(2));
+    let plan = c.plan(t(0));
+    assert_eq!(started(&plan), vec![a.0], "B is blocked while A starts in the same pass");
+    c.apply(&plan);
+    let plan = c.plan(t(1));
+    assert_eq!(plan.preemptions.iter().map(|p| (p.victim, p.for_job)).collect::<Vec<_>>(), vec![(a, b)]);
+    c.apply(&plan);
+    let plan = c.plan(t(1));
+    assert_eq!(started(&plan), vec![b.0], "B starts; A waits: {plan:#?}");
+    c.apply(&plan);
+    for now in 2..6 {
+        assert!(c.plan(t(now)).preemptions.is_empty(), "no loop at t={now}");
+    }
+}
+
+#[test]
+fn priority_does_not_override_another_queues_guarantee() {
+    let mut c = Cluster::new("default").node("n", 4, "H100-80GB").queue("team-a", None, 4, None);
+    c.run(job("a").queue("team-a").gpus(4).preemptible(), t(0));
+    let urgent = c.submit(job("b").queue("team-b").gpus(4).priority(10).at(1));
+    let plan = c.plan(t(1000));
+    assert!(plan.preemptions.is_empty(), "team-a is within its guarantee: {plan:#?}");
+    assert_eq!(c.reason(&plan, urgent), "needs 4×GPU on one node, best node has 0 free");
+    // Within one queue, priority preempts as usual, and without waiting for min_runtime.
+    let mut c = Cluster::new("default").node("n", 4, "H100-80GB").queue("team-a", None, 4, None);
+    c.run(job("a").queue("team-a").gpus(4).preemptible(), t(0));
+    c.submit(job("a").queue("team-a").gpus(4).priority(10).at(1));
+    assert_eq!(c.plan(t(10)).preemptions.len(), 1);
+}

@@ -151,6 +151,14 @@ fn check_plan(snap: &Snapshot, plan: &Plan) -> Result<(), String> {
     for p in &plan.preemptions {
         let v = snap.job(p.victim).ok_or("unknown victim")?;
         let j = snap.job(p.for_job).ok_or("unknown preemptor")?;
+        // Across queues only borrowed capacity may be taken, whatever the rule.
+        let guarantee = |q: &str| snap.queues().find(|c| &*c.name == q).map_or(0, |c| c.guarantee);
+        if v.spec.queue != j.spec.queue && snap.queue_usage(&v.spec.queue) <= guarantee(&v.spec.queue) {
+            return Err(format!(
+                "victim {} of queue {} taken within its guarantee by job {}",
+                p.victim, v.spec.queue, p.for_job
+            ));
+        }
         let run = v.running().ok_or("victim not running")?;
         if run.stopping.is_some() {
             return Err(format!("victim {} was already stopping", p.victim));

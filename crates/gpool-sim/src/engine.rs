@@ -306,6 +306,9 @@ impl Ctx<'_> {
                 self.completions.push(Reverse((now_ms + overhead + s.left_ms.max(0), idx, s.epoch)));
                 self.records[idx].first_start_s.get_or_insert(now.as_secs_f64());
             }
+            for (job, placement) in &plan.nominated {
+                self.snap.nominate(*job, placement.clone());
+            }
             if plan.preemptions.is_empty() {
                 break;
             }

@@ -135,6 +135,9 @@ impl Cluster {
         for s in &plan.starts {
             self.snap.start(s.job, s.placement.clone(), plan.now).expect("start");
         }
+        for (job, placement) in &plan.nominated {
+            self.snap.nominate(*job, placement.clone());
+        }
     }
 
     pub fn finish(&mut self, id: JobId, now: Time) {
