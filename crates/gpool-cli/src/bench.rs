@@ -11,6 +11,12 @@ use crate::progress::Progress;
 pub(crate) enum BenchCommand {
     /// Full scheduling passes on a synthetic cluster and queue.
     Schedule(ScheduleArgs),
+    /// Run jobs through a real daemon: submit to all done.
+    Jobs(crate::bench_daemon::JobsArgs),
+    /// Batch submissions through the API into the store.
+    Submit(crate::bench_daemon::SubmitArgs),
+    /// Submit-to-start latency on an idle GPU.
+    Latency(crate::bench_daemon::LatencyArgs),
 }
 
 #[derive(Args, Debug)]
@@ -41,6 +47,9 @@ pub(crate) struct ScheduleArgs {
 pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Schedule(a) => schedule(a),
+        BenchCommand::Jobs(a) => crate::bench_daemon::jobs(a),
+        BenchCommand::Submit(a) => crate::bench_daemon::submit(a),
+        BenchCommand::Latency(a) => crate::bench_daemon::latency(a),
     }
 }
 
@@ -82,9 +91,9 @@ fn schedule(a: ScheduleArgs) -> anyhow::Result<()> {
             "gpus": r.gpus,
             "policy": a.policy,
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!(
+        outln!(
             "{} nodes × {} GPUs, {} pending, policy {}\n  median pass {:.2} ms (p90 {:.2}, max {:.2}); first pass {:.2} ms started {}\n  {} jobs started, {} preemptions; {} pending, {} running at the end",
             a.nodes,
             a.gpus_per_node,

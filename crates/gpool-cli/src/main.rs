@@ -1,6 +1,23 @@
 //! `gpool`: one binary for the daemon, the CLI client, the simulator and the benchmarks.
 
+/// `println!` that ends the program quietly when standard output is closed
+/// (`gpool queue | head`) instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        let mut out = std::io::stdout().lock();
+        let line = format!($($t)*);
+        if let Err(e) = std::io::Write::write_all(&mut out, line.as_bytes()).and_then(|()| std::io::Write::write_all(&mut out, b"\n")) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 mod bench;
+mod bench_daemon;
+mod client;
+mod jobs;
 mod progress;
 mod sim;
 
@@ -16,6 +33,33 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Start gpool on this machine: control plane, local agent and API in one process.
+    Up(jobs::UpArgs),
+    /// Submit a job; prints its id.
+    Submit(Box<jobs::SubmitArgs>),
+    /// List jobs (active ones by default), with why each pending job waits.
+    #[command(alias = "ls")]
+    Queue(jobs::QueueArgs),
+    /// Show jobs in detail.
+    Show(jobs::IdArgs),
+    /// Cancel jobs: the stop signal, then SIGKILL after the grace period.
+    Cancel(jobs::IdArgs),
+    /// Print a job's output; -f follows it until the job ends.
+    Logs(jobs::LogsArgs),
+    /// Nodes and their devices.
+    Nodes(jobs::ListArgs),
+    /// Quota queues and their use.
+    Queues(jobs::ListArgs),
+    /// Follow what happens (submissions, starts, ends, preemptions).
+    Events(jobs::EventsArgs),
+    /// Who the token belongs to.
+    Whoami(jobs::ListArgs),
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Supervise one job replica (started by the agent, not by hand).
+    #[command(hide = true)]
+    Shim { dir: std::path::PathBuf },
     /// Measure gpool's performance.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -23,9 +67,27 @@ enum Command {
     Sim(Box<sim::SimArgs>),
 }
 
+#[derive(Subcommand, Debug)]
+enum TokenCommand {
+    /// Create a token for a user (admins only); prints the secret once.
+    Create(jobs::TokenArgs),
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Shim { dir } => return std::process::ExitCode::from(gpool_daemon::shim::main(&dir) as u8),
+        Command::Up(a) => jobs::up(a),
+        Command::Submit(a) => jobs::submit(*a),
+        Command::Queue(a) => jobs::queue(a),
+        Command::Show(a) => jobs::show(a),
+        Command::Cancel(a) => jobs::cancel(a),
+        Command::Logs(a) => jobs::logs(a),
+        Command::Nodes(a) => jobs::nodes(a),
+        Command::Queues(a) => jobs::queues(a),
+        Command::Events(a) => jobs::events(a),
+        Command::Whoami(a) => jobs::whoami(a),
+        Command::Token(TokenCommand::Create(a)) => jobs::token_create(a),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Sim(args) => sim::run_sim(*args),
     };

@@ -81,10 +81,10 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             a.gpus_per_node
         );
     }
-    if !(a.load_scale > 0.0 && a.load_scale.is_finite()) {
+    if a.load_scale.is_nan() || a.load_scale <= 0.0 || a.load_scale.is_infinite() {
         bail!("--load-scale must be a positive number, got {}", a.load_scale);
     }
-    if !(a.restart_delay >= 0.0 && a.restart_delay.is_finite()) {
+    if a.restart_delay.is_nan() || a.restart_delay < 0.0 || a.restart_delay.is_infinite() {
         bail!("--restart-delay must be a number of seconds ≥ 0, got {}", a.restart_delay);
     }
     let text = std::fs::read_to_string(&a.trace).with_context(|| format!("cannot read trace {}", a.trace.display()))?;
@@ -137,10 +137,10 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
         let list: Vec<serde_json::Value> = runs.iter().map(|r| summary_json(&r.policy, &r.summary)).collect();
         let out =
             if list.len() == 1 { list.into_iter().next().unwrap_or_default() } else { serde_json::Value::Array(list) };
-        println!("{out}");
+        outln!("{out}");
     } else {
         let gpus: u64 = runs.first().map_or(0, |r| r.result.capacity_gpus);
-        println!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
+        outln!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
         print!("{}", table(&runs));
     }
     Ok(())

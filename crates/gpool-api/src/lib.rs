@@ -1,0 +1,17 @@
+//! # gpool-api
+//!
+//! The wire types of gpool: the job spec users write (YAML or JSON,
+//! Kubernetes-like, unknown fields rejected) and the JSON the REST API under
+//! `/api/v1` returns. The CLI speaks only these types; the daemon converts
+//! them to and from the scheduling core's domain types.
+//!
+//! Compatibility: fields are only ever added to views; a field of the spec
+//! keeps its meaning once released.
+
+pub mod quantity;
+pub mod spec;
+pub mod time;
+pub mod view;
+
+pub use spec::{Command, JobSpec};
+pub use view::*;

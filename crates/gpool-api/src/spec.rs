@@ -1,0 +1,311 @@
+//! The job spec users write: YAML (`gpool submit -f job.yaml`) or JSON (the
+//! API). Kubernetes conventions: `resources` keyed by `nvidia.com/gpu` and
+//! `nvidia.com/mig-<profile>`, `nodeSelector`, `affinity`. Unknown fields
+//! are rejected with their name.
+//!
+//! ```yaml
+//! name: train-llm
+//! command: ["python", "train.py", "--epochs", "3"]   # or a string, run by /bin/sh -c
+//! workdir: /home/ana/llm
+//! env: {WANDB_MODE: offline}
+//! resources:
+//!   nvidia.com/gpu: 4          # or nvidia.com/mig-1g.10gb: 1, or gpool.io/gpu-memory: 20Gi
+//!   cpu: 16
+//!   memory: 64Gi
+//! gpuModel: H100-80GB
+//! replicas: 2                  # torchrun-style ranks, started together
+//! queue: research
+//! priority: high               # low | normal | high, or a number
+//! preemptible: true
+//! gracePeriod: 2m              # SIGTERM, then SIGKILL after this
+//! stopSignal: SIGUSR1
+//! timeLimit: 12h
+//! retries: 2
+//! dependsOn: [41]
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The command of a job: an argument vector, or a shell line.
+///
+/// Arguments that YAML reads as numbers or booleans (`--lr 0.1`, `true`) are
+/// taken as the text they were written as.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Command {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Command, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Command;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of arguments like [python, train.py] or a shell command line")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Command, E> {
+                Ok(Command::Shell(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Command, A::Error> {
+                let mut argv = Vec::new();
+                while let Some(arg) = seq.next_element::<Arg>()? {
+                    argv.push(arg.0);
+                }
+                Ok(Command::Argv(argv))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One argument: any scalar, as text.
+struct Arg(String);
+
+impl<'de> Deserialize<'de> for Arg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Arg, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Arg;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an argument (text, number or boolean)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Arg, E> {
+                Ok(Arg(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Arg, E> {
+                Ok(Arg(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Arg, E> {
+                Ok(Arg(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Arg, E> {
+                Ok(Arg(v.to_string()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Arg, E> {
+                Ok(Arg(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Command {
+    /// The argument vector to execute.
+    pub fn argv(&self) -> Vec<String> {
+        match self {
+            Command::Argv(v) => v.clone(),
+            Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Command::Argv(v) => v.is_empty() || v[0].is_empty(),
+            Command::Shell(s) => s.trim().is_empty(),
+        }
+    }
+}
+
+/// A label match expression (Kubernetes `matchExpressions`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchExpression {
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// A preferred expression with its weight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedExpression {
+    pub weight: u32,
+    #[serde(flatten)]
+    pub expression: MatchExpression,
+}
+
+/// Node affinity, simplified from Kubernetes: required expressions must all
+/// hold; preferred ones add their weight to a node's score.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Affinity {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<MatchExpression>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred: Vec<WeightedExpression>,
+}
+
+/// A priority: a class name or a number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Priority {
+    Value(i32),
+    Class(String),
+}
+
+/// A quantity: a number or a string with a unit (`32Gi`, `500m`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Quantity {
+    Number(f64),
+    Text(String),
+}
+
+impl Quantity {
+    pub fn text(&self) -> String {
+        match self {
+            Quantity::Number(n) if n.fract() == 0.0 => format!("{n:.0}"),
+            Quantity::Number(n) => n.to_string(),
+            Quantity::Text(s) => s.clone(),
+        }
+    }
+}
+
+/// A duration: seconds as a number or text like `2h30m`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DurationText {
+    Seconds(f64),
+    Text(String),
+}
+
+impl DurationText {
+    pub fn text(&self) -> String {
+        match self {
+            DurationText::Seconds(s) => s.to_string(),
+            DurationText::Text(t) => t.clone(),
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A job as submitted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JobSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub command: Command,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// `nvidia.com/gpu`, `nvidia.com/mig-<profile>`, `gpool.io/gpu-memory`, `cpu`, `memory`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    #[serde(default = "one")]
+    pub replicas: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    #[serde(default)]
+    pub preemptible: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<DurationText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<DurationText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<DurationText>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Avoid nodes running jobs whose labels match all of one of these maps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anti_affinity: Vec<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<u64>,
+    /// Retries after a failure (non-zero exit), with exponential back-off.
+    #[serde(default)]
+    pub retries: u32,
+}
+
+impl JobSpec {
+    /// A spec running `argv` with no resources.
+    pub fn new(argv: Vec<String>) -> JobSpec {
+        JobSpec {
+            name: None,
+            command: Command::Argv(argv),
+            workdir: None,
+            env: BTreeMap::new(),
+            resources: BTreeMap::new(),
+            gpu_model: None,
+            replicas: 1,
+            queue: None,
+            priority: None,
+            preemptible: false,
+            grace_period: None,
+            stop_signal: None,
+            time_limit: None,
+            estimate: None,
+            node_selector: BTreeMap::new(),
+            affinity: None,
+            labels: BTreeMap::new(),
+            anti_affinity: Vec::new(),
+            depends_on: Vec::new(),
+            retries: 0,
+        }
+    }
+}
+
+/// A batch submission: `{"jobs": [spec, …]}`. A single spec is sent bare.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    pub jobs: Vec<JobSpec>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_specs_read_like_kubernetes() {
+        let yaml = "name: t\ncommand: [python, train.py]\nresources:\n  nvidia.com/gpu: 4\n  memory: 64Gi\ngpuModel: H100-80GB\nreplicas: 2\npriority: high\ntimeLimit: 2h\n";
+        let s: JobSpec = serde_yaml::from_str(yaml).expect("valid");
+        assert_eq!(s.command.argv(), ["python", "train.py"]);
+        assert_eq!(s.resources.get("nvidia.com/gpu"), Some(&Quantity::Number(4.0)));
+        assert_eq!(s.priority, Some(Priority::Class("high".into())));
+        assert_eq!(s.replicas, 2);
+        let shell: JobSpec = serde_yaml::from_str("command: echo hi && sleep 1\n").expect("valid");
+        assert_eq!(shell.command.argv(), ["/bin/sh", "-c", "echo hi && sleep 1"]);
+        let scalars: JobSpec =
+            serde_yaml::from_str("command: [python, train.py, --lr, 0.1, --epochs, 3, --fast, true]\n").expect("valid");
+        assert_eq!(scalars.command.argv(), ["python", "train.py", "--lr", "0.1", "--epochs", "3", "--fast", "true"]);
+        let err = serde_json::from_str::<JobSpec>(r#"{"command": 5}"#).expect_err("a number is no command").to_string();
+        assert!(err.contains("a list of arguments"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let err = serde_yaml::from_str::<JobSpec>("command: [x]\ngpus: 4\n").expect_err("unknown");
+        assert!(err.to_string().contains("unknown field `gpus`"), "{err}");
+        let err =
+            serde_json::from_str::<JobSpec>(r#"{"command":["x"],"affinity":{"requird":[]}}"#).expect_err("unknown");
+        assert!(err.to_string().contains("requird"), "{err}");
+    }
+
+    #[test]
+    fn batches_are_strict_too() {
+        let batch: Batch =
+            serde_json::from_str(r#"{"jobs":[{"command":["true"]},{"command":"true"}]}"#).expect("batch");
+        assert_eq!(batch.jobs.len(), 2);
+        assert!(serde_json::from_str::<Batch>(r#"{"jobs":[],"extra":1}"#).is_err());
+    }
+}

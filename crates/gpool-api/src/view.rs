@@ -1,0 +1,233 @@
+//! What the REST API returns.
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::JobSpec;
+
+/// Lifecycle states of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for resources, a dependency or its retry back-off.
+    Pending,
+    /// Devices allocated; processes being started.
+    Starting,
+    Running,
+    /// Stop signal sent (cancel, preemption, time limit); waiting for the processes to exit.
+    Stopping,
+    Succeeded,
+    Failed,
+    Cancelled,
+    /// Killed at its time limit.
+    TimedOut,
+}
+
+impl JobState {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::TimedOut)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Starting => "starting",
+            JobState::Running => "running",
+            JobState::Stopping => "stopping",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::TimedOut => "timed_out",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        [
+            JobState::Pending,
+            JobState::Starting,
+            JobState::Running,
+            JobState::Stopping,
+            JobState::Succeeded,
+            JobState::Failed,
+            JobState::Cancelled,
+            JobState::TimedOut,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+}
+
+/// Where one replica runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaView {
+    pub rank: u32,
+    pub node: String,
+    /// Driver indices of whole GPUs.
+    pub gpus: Vec<u32>,
+    /// UUIDs of MIG instances.
+    pub mig: Vec<String>,
+    /// What the replica's `CUDA_VISIBLE_DEVICES` is set to.
+    pub cuda_visible_devices: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+}
+
+/// A job as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: u64,
+    pub name: String,
+    pub user: String,
+    pub team: String,
+    pub queue: String,
+    pub state: JobState,
+    /// Why a pending job waits, or why a finished one ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub priority: i32,
+    pub submitted_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    /// Runs so far (1 on the first start).
+    pub attempt: u32,
+    pub restarts: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitView>,
+    pub spec: JobSpec,
+}
+
+/// A page of jobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+    /// Pass as `after` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
+}
+
+/// The answer to a submission.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submitted {
+    pub ids: Vec<u64>,
+}
+
+/// A MIG instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigView {
+    pub profile: String,
+    pub uuid: String,
+    pub gi_id: u32,
+    pub memory_mb: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<u64>,
+}
+
+/// A device on a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceView {
+    pub index: u32,
+    pub uuid: String,
+    pub kind: String,
+    pub model: String,
+    pub memory_mb: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_group: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigView>,
+    /// The job holding the whole device, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<u64>,
+}
+
+/// A node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    pub state: String,
+    pub pool: String,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub free_cpus: f64,
+    pub free_memory_mb: u64,
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Where the devices were found: `nvml`, `nvidia-smi` or `simulated`.
+    pub source: String,
+    pub devices: Vec<DeviceView>,
+    pub jobs: Vec<u64>,
+}
+
+/// A quota queue and its use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueView {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    pub guarantee_gpus: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_gpus: Option<f64>,
+    pub used_gpus: f64,
+    pub pending: u64,
+    pub running: u64,
+}
+
+/// Something that happened, as sent on the event stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventView {
+    pub seq: u64,
+    pub at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<u64>,
+    /// The owner of the job the event is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// `submitted`, `started`, `succeeded`, `failed`, `preempted`, `cancelled`, `requeued`, …
+    pub kind: String,
+    pub message: String,
+}
+
+/// An API error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// A new token (the secret is shown once).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCreated {
+    pub token: String,
+    pub user: String,
+    pub team: String,
+    pub role: String,
+}
+
+/// A token request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    pub user: String,
+    #[serde(default)]
+    pub team: Option<String>,
+    /// `user` (default) or `admin`.
+    #[serde(default)]
+    pub role: Option<String>,
+}
+
+/// Who the caller is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhoAmI {
+    pub user: String,
+    pub team: String,
+    pub role: String,
+}

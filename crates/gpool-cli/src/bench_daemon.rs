@@ -1,0 +1,273 @@
+//! `gpool bench jobs` and `gpool bench submit`: the daemon end to end.
+//!
+//! Both start a real `gpool up` (this binary) on a scratch data directory
+//! with a simulated inventory, talk to it over HTTP on loopback, and stop it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::{Value, json};
+
+struct Daemon {
+    child: Child,
+    url: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+/// Scratch directories of the runs, removed when the benchmark ends (not between
+/// runs: deleting thousands of inodes right before a run slows ext4's inode allocation).
+struct Scratch(Vec<PathBuf>);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl Daemon {
+    fn start(gpus: &str, scratch: &mut Scratch) -> anyhow::Result<Daemon> {
+        let dir = std::env::temp_dir().join(format!("gpool-bench-{}-{}", std::process::id(), scratch.0.len()));
+        let _ = std::fs::remove_dir_all(&dir);
+        scratch.0.push(dir.clone());
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(["up", "--simulate-gpus", gpus, "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("start gpool up")?;
+        let mut out = BufReader::new(child.stdout.take().context("stdout")?);
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .context("the daemon did not say where it listens")?
+            .to_string();
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = out.read_to_end(&mut sink);
+        });
+        let token = std::fs::read_to_string(dir.join("admin.token"))?.trim().to_string();
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Ok(Daemon { child, url, token, agent })
+    }
+
+    fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let mut r = self
+            .agent
+            .post(format!("{}{path}", self.url))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .send_json(body)?;
+        let status = r.status().as_u16();
+        let v: Value = r.body_mut().read_json()?;
+        if status >= 300 {
+            bail!("{path}: HTTP {status}: {v}");
+        }
+        Ok(v)
+    }
+
+    /// Follows the event stream until `n` jobs have ended; returns when the last one did.
+    fn wait_for(&self, n: usize, from_seq: u64) -> anyhow::Result<Instant> {
+        let mut r = self
+            .agent
+            .get(format!("{}/api/v1/events?after={from_seq}", self.url))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()?;
+        let mut reader = BufReader::new(r.body_mut().as_reader());
+        let mut line = String::new();
+        let mut ended = 0;
+        while ended < n {
+            line.clear();
+            if reader.read_line(&mut line)? == 0 {
+                bail!("the event stream ended after {ended} of {n} jobs");
+            }
+            if line.starts_with("event: succeeded") || line.starts_with("event: failed") {
+                ended += 1;
+            }
+        }
+        Ok(Instant::now())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct JobsArgs {
+    /// Jobs to run.
+    #[arg(long, default_value_t = 300)]
+    jobs: usize,
+    /// Simulated GPUs.
+    #[arg(long, default_value = "8xH100-80GB")]
+    gpus: String,
+    /// What each job runs (a shell line), one GPU each.
+    #[arg(long, default_value = "true")]
+    command: String,
+    /// Repetitions (a fresh daemon each); the median is reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Submits `jobs` one-GPU jobs in one batch and times submit → all done.
+pub(crate) fn jobs(a: JobsArgs) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    let mut scratch = Scratch(Vec::new());
+    for _ in 0..a.runs.max(1) {
+        let d = Daemon::start(&a.gpus, &mut scratch)?;
+        let specs: Vec<Value> =
+            (0..a.jobs).map(|_| json!({"command": a.command, "resources": {"nvidia.com/gpu": 1}})).collect();
+        let t0 = Instant::now();
+        d.post("/api/v1/jobs", &json!({"jobs": specs}))?;
+        let end = d.wait_for(a.jobs, 0)?;
+        results.push(end.duration_since(t0).as_secs_f64());
+    }
+    results.sort_by(f64::total_cmp);
+    let median = results[results.len() / 2];
+    let rate = a.jobs as f64 / median;
+    if a.json {
+        outln!(
+            "{}",
+            json!({"jobs": a.jobs, "command": a.command, "gpus": a.gpus, "seconds": (median * 1000.0).round() / 1000.0, "jobs_per_s": rate.round(), "runs": results})
+        );
+    } else {
+        outln!(
+            "{} jobs of `{}` on {}: {:.2} s from submit to all done (median of {}), {:.0} jobs/s; runs: {:?}",
+            a.jobs,
+            a.command,
+            a.gpus,
+            median,
+            results.len(),
+            rate,
+            results
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SubmitArgs {
+    /// Jobs per request.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Requests.
+    #[arg(long, default_value_t = 50)]
+    requests: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Times batch submissions while every GPU is held, so nothing starts and only the API and the store are measured.
+pub(crate) fn submit(a: SubmitArgs) -> anyhow::Result<()> {
+    let mut scratch = Scratch(Vec::new());
+    let d = Daemon::start("8xH100-80GB", &mut scratch)?;
+    let blocker = d.post("/api/v1/jobs", &json!({"command": "sleep 600", "resources": {"nvidia.com/gpu": 8}}))?["ids"]
+        [0]
+    .as_u64()
+    .context("id")?;
+    let specs: Vec<Value> = (0..a.batch)
+        .map(|i| json!({"command": ["true"], "name": format!("j{i}"), "resources": {"nvidia.com/gpu": 1}}))
+        .collect();
+    let body = json!({"jobs": specs});
+    let mut lat = Vec::new();
+    let t0 = Instant::now();
+    for _ in 0..a.requests {
+        let t = Instant::now();
+        d.post("/api/v1/jobs", &body)?;
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let total = t0.elapsed();
+    d.post(&format!("/api/v1/jobs/{blocker}/cancel"), &json!({}))?;
+    lat.sort_by(f64::total_cmp);
+    let jobs = a.batch * a.requests;
+    let rate = jobs as f64 / total.as_secs_f64();
+    let p = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
+    if a.json {
+        outln!(
+            "{}",
+            json!({"batch": a.batch, "requests": a.requests, "jobs": jobs, "jobs_per_s": rate.round(), "p50_ms": (p(0.5) * 100.0).round() / 100.0, "p99_ms": (p(0.99) * 100.0).round() / 100.0})
+        );
+    } else {
+        outln!(
+            "{jobs} jobs in {} requests of {}: {:.0} jobs/s accepted and committed; request latency p50 {:.1} ms, p99 {:.1} ms",
+            a.requests,
+            a.batch,
+            rate,
+            p(0.5),
+            p(0.99)
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct LatencyArgs {
+    /// Jobs, one at a time on an idle GPU.
+    #[arg(long, default_value_t = 50)]
+    samples: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Submit → "started" event, one job at a time on an idle GPU.
+pub(crate) fn latency(a: LatencyArgs) -> anyhow::Result<()> {
+    let mut scratch = Scratch(Vec::new());
+    let d = Daemon::start("8xH100-80GB", &mut scratch)?;
+    let mut lat = Vec::new();
+    for _ in 0..a.samples.max(1) {
+        let mut stream = d
+            .agent
+            .get(format!("{}/api/v1/events", d.url))
+            .header("Authorization", format!("Bearer {}", d.token))
+            .call()?;
+        let t = Instant::now();
+        let id = d.post("/api/v1/jobs", &json!({"command": "true", "resources": {"nvidia.com/gpu": 1}}))?["ids"][0]
+            .as_u64()
+            .context("id")?;
+        let mut reader = BufReader::new(stream.body_mut().as_reader());
+        let mut line = String::new();
+        let mut is_started = false;
+        loop {
+            line.clear();
+            if reader.read_line(&mut line)? == 0 {
+                bail!("the event stream ended");
+            }
+            if line.starts_with("event: started") {
+                is_started = true;
+            } else if is_started && line.starts_with("data:") && line.contains(&format!("\"job\":{id},")) {
+                break;
+            }
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    lat.sort_by(f64::total_cmp);
+    let p = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
+    if a.json {
+        outln!(
+            "{}",
+            json!({"samples": lat.len(), "p50_ms": (p(0.5) * 100.0).round() / 100.0, "p99_ms": (p(0.99) * 100.0).round() / 100.0, "max_ms": (p(1.0) * 100.0).round() / 100.0})
+        );
+    } else {
+        outln!(
+            "submit → started on an idle GPU, {} samples: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            lat.len(),
+            p(0.5),
+            p(0.99),
+            p(1.0)
+        );
+    }
+    Ok(())
+}

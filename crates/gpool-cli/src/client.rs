@@ -1,0 +1,142 @@
+//! The HTTP client of the CLI: finds the daemon and its token, speaks gpool-api types.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Where the daemon is and who we are.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct Connect {
+    /// Daemon URL; default: $GPOOL_SERVER, else the local daemon of --data-dir.
+    #[arg(long, global = true, env = "GPOOL_SERVER")]
+    server: Option<String>,
+    /// API token; default: $GPOOL_TOKEN, else the local daemon's admin token.
+    #[arg(long, global = true, env = "GPOOL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Data directory of the local daemon.
+    #[arg(long, global = true, env = "GPOOL_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+pub(crate) struct Client {
+    base: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+impl Connect {
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(gpool_daemon::up::default_data_dir)
+    }
+
+    pub(crate) fn client(&self) -> anyhow::Result<Client> {
+        let dir = self.data_dir();
+        let base = match &self.server {
+            Some(s) => s.trim_end_matches('/').to_string(),
+            None => std::fs::read_to_string(dir.join(gpool_daemon::up::URL_FILE))
+                .map(|s| s.trim().to_string())
+                .with_context(|| {
+                    format!(
+                        "no gpool daemon found in {}: start one with `gpool up`, or pass --server URL",
+                        dir.display()
+                    )
+                })?,
+        };
+        let token = match &self.token {
+            Some(t) => t.clone(),
+            None => std::fs::read_to_string(dir.join(gpool_daemon::up::TOKEN_FILE))
+                .map(|s| s.trim().to_string())
+                .with_context(|| {
+                    format!(
+                        "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
+                        dir.join(gpool_daemon::up::TOKEN_FILE).display()
+                    )
+                })?,
+        };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        Ok(Client { base, token, agent })
+    }
+}
+
+fn check(mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    let msg = serde_json::from_str::<gpool_api::ErrorBody>(&text).map(|e| e.error).unwrap_or(text);
+    bail!("{msg} (HTTP {})", status.as_u16())
+}
+
+impl Client {
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.base)
+    }
+
+    fn auth(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    fn unreachable(&self, e: ureq::Error) -> anyhow::Error {
+        anyhow::anyhow!("cannot reach the gpool daemon at {}: {e}", self.base)
+    }
+
+    pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let resp = self
+            .agent
+            .get(self.url(path))
+            .header("Authorization", self.auth())
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        let mut resp = check(resp)?;
+        resp.body_mut()
+            .with_config()
+            .limit(256 * 1024 * 1024)
+            .read_json::<T>()
+            .context("unexpected answer from the daemon")
+    }
+
+    pub(crate) fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
+        let resp = self
+            .agent
+            .post(self.url(path))
+            .header("Authorization", self.auth())
+            .send_json(body)
+            .map_err(|e| self.unreachable(e))?;
+        let mut resp = check(resp)?;
+        resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
+    }
+
+    /// Streams a plain-text body into `out`.
+    pub(crate) fn stream(&self, path: &str, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+        let resp = self
+            .agent
+            .get(self.url(path))
+            .header("Authorization", self.auth())
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        let resp = check(resp)?;
+        let mut reader = resp.into_body().into_reader();
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = reader.read(&mut buf).context("the stream broke")?;
+            if n == 0 {
+                return Ok(());
+            }
+            // A reader that went away (`gpool logs 7 | head`) is not an error.
+            match out.write_all(&buf[..n]).and_then(|()| out.flush()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                r => r?,
+            }
+        }
+    }
+}

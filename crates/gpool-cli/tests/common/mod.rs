@@ -1,0 +1,199 @@
+//! A harness that runs the real `gpool` binary: a daemon on loopback with a
+//! simulated inventory, and HTTP helpers.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_gpool");
+
+/// A scratch directory removed at drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("gpool-e2e-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `gpool up`.
+pub struct Daemon {
+    pub child: Child,
+    pub url: String,
+    pub token: String,
+    pub data: PathBuf,
+    agent: ureq::Agent,
+}
+
+impl Daemon {
+    /// Starts a daemon and waits for the line saying where it listens.
+    pub fn start(data: &Path, gpus: &str, extra: &[&str]) -> Daemon {
+        let mut child = Command::new(BIN)
+            .args(["up", "--simulate-gpus", gpus, "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start gpool up");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("first line");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_string();
+        // Keep draining stdout so the daemon never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = out.read_to_end(&mut sink);
+        });
+        let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        Daemon { child, url, token, data: data.to_path_buf(), agent }
+    }
+
+    /// `kill -9`: no chance to clean anything up.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn req(&self, method: &str, path: &str, token: &str, body: Option<&Value>) -> (u16, Value) {
+        let url = format!("{}{path}", self.url);
+        let auth = format!("Bearer {token}");
+        let resp = match (method, body) {
+            ("GET", _) => self.agent.get(&url).header("Authorization", &auth).call(),
+            ("DELETE", _) => self.agent.delete(&url).header("Authorization", &auth).call(),
+            (_, Some(b)) => self.agent.post(&url).header("Authorization", &auth).send_json(b),
+            (_, None) => self.agent.post(&url).header("Authorization", &auth).send_empty(),
+        };
+        let mut resp = resp.expect("daemon reachable");
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub fn raw(&self, path: &str, token: &str, content_type: &str, body: Vec<u8>) -> (u16, String) {
+        let mut resp = self
+            .agent
+            .post(format!("{}{path}", self.url))
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", content_type)
+            .send(&body[..])
+            .expect("daemon reachable");
+        (resp.status().as_u16(), resp.body_mut().read_to_string().unwrap_or_default())
+    }
+
+    pub fn get(&self, path: &str) -> Value {
+        let (s, v) = self.req("GET", path, &self.token, None);
+        assert_eq!(s, 200, "GET {path}: {v}");
+        v
+    }
+
+    pub fn submit(&self, spec: Value) -> u64 {
+        let (s, v) = self.req("POST", "/api/v1/jobs", &self.token, Some(&spec));
+        assert_eq!(s, 201, "submit {spec}: {v}");
+        v["ids"][0].as_u64().expect("id")
+    }
+
+    pub fn submit_batch(&self, specs: Vec<Value>) -> Vec<u64> {
+        let (s, v) = self.req("POST", "/api/v1/jobs", &self.token, Some(&serde_json::json!({ "jobs": specs })));
+        assert_eq!(s, 201, "batch: {v}");
+        v["ids"].as_array().expect("ids").iter().filter_map(Value::as_u64).collect()
+    }
+
+    pub fn job(&self, id: u64) -> Value {
+        self.get(&format!("/api/v1/jobs/{id}"))
+    }
+
+    /// Reads the event stream (history from the start, then live) until every
+    /// job in `ids` has had a terminal event; fails after `limit`.
+    pub fn wait_ended(&self, ids: &[u64], limit: Duration) {
+        let mut left: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+        let resp = self
+            .agent
+            .get(format!("{}/api/v1/events?after=0", self.url))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .config()
+            .timeout_global(Some(limit))
+            .build()
+            .call();
+        let Ok(mut resp) = resp else { panic!("cannot open the event stream") };
+        let mut reader = BufReader::new(resp.body_mut().as_reader());
+        let mut line = String::new();
+        while !left.is_empty() {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => panic!("jobs {left:?} did not end within {limit:?}"),
+                Ok(_) => {}
+            }
+            let Some(data) = line.trim_end().strip_prefix("data:") else { continue };
+            let Ok(e) = serde_json::from_str::<Value>(data.trim()) else { continue };
+            if matches!(e["kind"].as_str(), Some("succeeded" | "failed" | "cancelled" | "timed_out"))
+                && let Some(j) = e["job"].as_u64()
+            {
+                left.remove(&j);
+            }
+        }
+    }
+
+    pub fn token_for(&self, user: &str) -> String {
+        let (s, v) =
+            self.req("POST", "/api/v1/tokens", &self.token, Some(&serde_json::json!({"user": user, "team": "ml"})));
+        assert_eq!(s, 201, "{v}");
+        v["token"].as_str().expect("token").to_string()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+        // Jobs outlive their daemon by design; a test must not leave them running.
+        for pid in processes_of(&self.data, None) {
+            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+        }
+    }
+}
+
+/// Processes started by jobs of the daemon using `data` (job `id`, or any job with `None`).
+/// Tests run in parallel and every daemon numbers its jobs from 1, so the job
+/// id alone is not enough: a job's checkpoint directory lies in its daemon's data directory.
+pub fn processes_of(data: &Path, id: Option<u64>) -> Vec<i32> {
+    let job = id.map(|i| format!("GPOOL_JOB_ID={i}"));
+    let dir = format!("GPOOL_CHECKPOINT_DIR={}/", data.display());
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/environ"))
+                        .map(|env| {
+                            let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+                            vars.iter().any(|kv| kv.starts_with(dir.as_bytes()))
+                                && job.as_ref().is_none_or(|j| vars.contains(&j.as_bytes()))
+                        })
+                        .unwrap_or(false)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

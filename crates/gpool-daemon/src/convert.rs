@@ -1,0 +1,232 @@
+//! Wire spec → domain spec, with errors that name the field.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpool_api::quantity::{parse_bytes, parse_cpu_milli, parse_duration};
+use gpool_api::spec::{DurationText, MatchExpression, Priority, Quantity};
+use gpool_core::job::{LabelExpr, LabelOp, NodeAffinity};
+use gpool_core::{GpuRequest, JobSpec, MigProfile, Time};
+
+/// A field of a submitted spec that is wrong, and how.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+fn bad(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError { field: field.into(), message: message.into() }
+}
+
+/// Priority class names and their values.
+pub const PRIORITY_CLASSES: [(&str, i32); 3] = [("low", -10), ("normal", 0), ("high", 10)];
+
+/// Default grace period between the stop signal and SIGKILL.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+fn duration(field: &str, d: &Option<DurationText>) -> Result<Option<Duration>, FieldError> {
+    match d {
+        None => Ok(None),
+        Some(DurationText::Seconds(s)) if s.is_finite() && *s >= 0.0 && *s < 1e12 => {
+            Ok(Some(Duration::from_secs_f64(*s)))
+        }
+        Some(t) => parse_duration(&t.text()).map(Some).map_err(|e| bad(field, e.to_string())),
+    }
+}
+
+fn whole(field: &str, q: &Quantity) -> Result<u32, FieldError> {
+    match q {
+        Quantity::Number(n) if n.fract() == 0.0 && *n >= 1.0 && *n <= 64.0 => Ok(*n as u32),
+        Quantity::Text(t) if t.trim().parse::<u32>().is_ok_and(|n| (1..=64).contains(&n)) => {
+            Ok(t.trim().parse().unwrap_or(1))
+        }
+        _ => Err(bad(field, format!("must be a whole number of devices from 1 to 64, got {}", q.text()))),
+    }
+}
+
+fn expr(field: &str, e: &MatchExpression) -> Result<LabelExpr, FieldError> {
+    let op = match e.operator.as_str() {
+        "In" => LabelOp::In(e.values.clone()),
+        "NotIn" => LabelOp::NotIn(e.values.clone()),
+        "Exists" => LabelOp::Exists,
+        "DoesNotExist" => LabelOp::DoesNotExist,
+        other => {
+            return Err(bad(
+                format!("{field}.operator"),
+                format!("{other:?} is not In, NotIn, Exists or DoesNotExist"),
+            ));
+        }
+    };
+    if matches!(op, LabelOp::In(ref v) | LabelOp::NotIn(ref v) if v.is_empty()) {
+        return Err(bad(format!("{field}.values"), "In and NotIn need at least one value"));
+    }
+    Ok(LabelExpr { key: e.key.clone(), op })
+}
+
+/// Checks a wire spec and builds the scheduling core's view of it.
+pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64) -> Result<JobSpec, FieldError> {
+    if spec.command.is_empty() {
+        return Err(bad("command", "must name a program (a list like [python, train.py] or a shell line)"));
+    }
+    if spec.replicas == 0 || spec.replicas > 1024 {
+        return Err(bad("replicas", format!("must be from 1 to 1024, got {}", spec.replicas)));
+    }
+    let mut core = JobSpec::new(user, Time::from_millis(submit_ms));
+    core.team = Arc::from(team);
+    core.queue = Arc::from(spec.queue.as_deref().unwrap_or("default"));
+    if core.queue.is_empty() {
+        return Err(bad("queue", "must not be empty"));
+    }
+    core.replicas = spec.replicas;
+    core.preemptible = spec.preemptible;
+    core.priority = match &spec.priority {
+        None => 0,
+        Some(Priority::Value(v)) => *v,
+        Some(Priority::Class(c)) => PRIORITY_CLASSES
+            .iter()
+            .find(|(n, _)| n == c)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| bad("priority", format!("unknown class {c:?}: use low, normal, high or a number")))?,
+    };
+    core.grace = duration("gracePeriod", &spec.grace_period)?.unwrap_or(DEFAULT_GRACE);
+    core.time_limit = duration("timeLimit", &spec.time_limit)?;
+    core.estimate = duration("estimate", &spec.estimate)?;
+    if core.time_limit.is_some_and(|d| d.is_zero()) {
+        return Err(bad("timeLimit", "must be longer than zero"));
+    }
+    if let Some(sig) = &spec.stop_signal
+        && crate::agent::parse_signal(sig).is_none()
+    {
+        return Err(bad("stopSignal", format!("{sig:?} is not a signal name like SIGTERM or SIGUSR1")));
+    }
+    let mut gpu: Option<GpuRequest> = None;
+    let mut set_gpu = |field: &str, g: GpuRequest| -> Result<(), FieldError> {
+        if gpu.replace(g).is_some() {
+            return Err(bad(
+                format!("resources.{field}"),
+                "a job asks for one kind of GPU resource: nvidia.com/gpu, one nvidia.com/mig-<profile>, or gpool.io/gpu-memory",
+            ));
+        }
+        Ok(())
+    };
+    for (key, q) in &spec.resources {
+        let field = format!("resources.{key}");
+        match key.as_str() {
+            "nvidia.com/gpu" => set_gpu(key, GpuRequest::Gpus { count: whole(&field, q)? })?,
+            "cpu" => core.replica.cpus_milli = parse_cpu_milli(&q.text()).map_err(|e| bad(&field, e.to_string()))?,
+            "memory" => {
+                core.replica.memory_mb =
+                    parse_bytes(&q.text()).map_err(|e| bad(&field, e.to_string()))?.div_ceil(1024 * 1024)
+            }
+            "gpool.io/gpu-memory" => {
+                let mb = parse_bytes(&q.text()).map_err(|e| bad(&field, e.to_string()))?.div_ceil(1024 * 1024);
+                if mb == 0 {
+                    return Err(bad(&field, "must be more than zero"));
+                }
+                set_gpu(key, GpuRequest::Memory { min_mb: mb, count: 1 })?
+            }
+            k if k.starts_with("nvidia.com/mig-") => {
+                let profile: MigProfile =
+                    k.parse().map_err(|e: gpool_core::resources::MigProfileError| bad(&field, e.to_string()))?;
+                set_gpu(key, GpuRequest::Mig { profile, count: whole(&field, q)? })?
+            }
+            _ => {
+                return Err(bad(
+                    &field,
+                    "unknown resource; use nvidia.com/gpu, nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb), gpool.io/gpu-memory, cpu or memory",
+                ));
+            }
+        }
+    }
+    core.replica.gpu = gpu.unwrap_or_default();
+    core.replica.gpu_model = spec.gpu_model.as_deref().filter(|m| !m.trim().is_empty()).map(Arc::from);
+    if core.replica.gpu_model.is_some() && core.replica.gpu == GpuRequest::None {
+        return Err(bad(
+            "gpuModel",
+            "names a GPU model but the job asks for no GPU (add resources: nvidia.com/gpu: 1)",
+        ));
+    }
+    core.node_selector = spec.node_selector.clone();
+    if let Some(a) = &spec.affinity {
+        let mut aff = NodeAffinity::default();
+        for (i, e) in a.required.iter().enumerate() {
+            aff.required.push(expr(&format!("affinity.required[{i}]"), e)?);
+        }
+        for (i, w) in a.preferred.iter().enumerate() {
+            aff.preferred.push((w.weight, expr(&format!("affinity.preferred[{i}]"), &w.expression)?));
+        }
+        core.affinity = aff;
+    }
+    core.labels = spec.labels.clone();
+    core.anti_affinity = spec.anti_affinity.clone();
+    core.dependencies = spec.depends_on.iter().map(|d| gpool_core::JobId(*d)).collect();
+    for k in spec.env.keys() {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(bad(format!("env.{k}"), "is not a valid variable name"));
+        }
+    }
+    Ok(core)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> gpool_api::JobSpec {
+        serde_yaml::from_str(yaml).expect("yaml")
+    }
+
+    #[test]
+    fn resources_map_to_requests() {
+        let cases = [
+            ("command: [x]\nresources: {nvidia.com/gpu: 4}\n", GpuRequest::Gpus { count: 4 }),
+            (
+                "command: [x]\nresources: {nvidia.com/mig-1g.10gb: 1}\n",
+                GpuRequest::Mig { profile: "1g.10gb".parse().expect("p"), count: 1 },
+            ),
+            (
+                "command: [x]\nresources: {gpool.io/gpu-memory: 20Gi}\n",
+                GpuRequest::Memory { min_mb: 20 * 1024, count: 1 },
+            ),
+            ("command: [x]\nresources: {cpu: 2}\n", GpuRequest::None),
+        ];
+        for (y, want) in cases {
+            assert_eq!(to_core(&spec(y), "u", "t", 0).expect(y).replica.gpu, want, "{y}");
+        }
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let cases = [
+            ("command: []\n", "command"),
+            ("command: [x]\nresources: {nvidia.com/gpu: 0}\n", "resources.nvidia.com/gpu"),
+            ("command: [x]\nresources: {nvidia.com/gpu: 1.5}\n", "resources.nvidia.com/gpu"),
+            ("command: [x]\nresources: {nvidia.com/tpu: 1}\n", "resources.nvidia.com/tpu"),
+            ("command: [x]\nresources: {nvidia.com/mig-9g.10gb: 1}\n", "resources.nvidia.com/mig-9g.10gb"),
+            ("command: [x]\nresources: {memory: lots}\n", "resources.memory"),
+            (
+                "command: [x]\nresources: {nvidia.com/gpu: 1, nvidia.com/mig-1g.10gb: 1}\n",
+                "resources.nvidia.com/mig-1g.10gb",
+            ),
+            ("command: [x]\ntimeLimit: soon\n", "timeLimit"),
+            ("command: [x]\npriority: urgent\n", "priority"),
+            ("command: [x]\nreplicas: 0\n", "replicas"),
+            ("command: [x]\nstopSignal: SIGFOO\n", "stopSignal"),
+            ("command: [x]\ngpuModel: H100\n", "gpuModel"),
+            ("command: [x]\naffinity: {required: [{key: a, operator: Near}]}\n", "affinity.required[0].operator"),
+        ];
+        for (y, field) in cases {
+            let e = to_core(&spec(y), "u", "t", 0).expect_err(y);
+            assert_eq!(e.field, field, "{y}: {e}");
+        }
+    }
+
+    #[test]
+    fn classes_and_durations() {
+        let c =
+            to_core(&spec("command: x\npriority: high\ngracePeriod: 2m\ntimeLimit: 1h30m\n"), "u", "t", 0).expect("ok");
+        assert_eq!((c.priority, c.grace.as_secs(), c.time_limit.map(|d| d.as_secs())), (10, 120, Some(5400)));
+    }
+}

@@ -1,0 +1,387 @@
+//! The REST API under `/api/v1`: handlers translate HTTP to controller
+//! [`Call`]s and back; they hold no state and take no locks.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, Stream, StreamExt};
+use gpool_api as api;
+use serde::de::DeserializeOwned;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{broadcast, oneshot};
+
+use crate::controller::{ApiError, Call, Event, ListQuery, LogTarget, Reply};
+
+/// Largest request body accepted (a batch of a few thousand specs).
+pub const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// What every handler needs.
+#[derive(Clone)]
+pub struct AppState {
+    pub tx: Sender<Event>,
+    pub events: broadcast::Sender<api::EventView>,
+}
+
+/// The routes, for the OpenAPI completeness test.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/healthz"),
+    ("get", "/api/v1/openapi.json"),
+    ("post", "/api/v1/jobs"),
+    ("get", "/api/v1/jobs"),
+    ("get", "/api/v1/jobs/{id}"),
+    ("delete", "/api/v1/jobs/{id}"),
+    ("post", "/api/v1/jobs/{id}/cancel"),
+    ("get", "/api/v1/jobs/{id}/logs"),
+    ("get", "/api/v1/nodes"),
+    ("get", "/api/v1/queues"),
+    ("get", "/api/v1/events"),
+    ("post", "/api/v1/tokens"),
+    ("get", "/api/v1/whoami"),
+];
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/jobs", post(submit).get(list))
+        .route("/api/v1/jobs/{id}", get(get_job).delete(cancel))
+        .route("/api/v1/jobs/{id}/cancel", post(cancel))
+        .route("/api/v1/jobs/{id}/logs", get(logs))
+        .route("/api/v1/nodes", get(nodes))
+        .route("/api/v1/queues", get(queues))
+        .route("/api/v1/events", get(events))
+        .route("/api/v1/tokens", post(create_token))
+        .route("/api/v1/whoami", get(whoami))
+        .fallback(|| async { AppError(ApiError::new(404, "no such endpoint; see /api/v1/openapi.json")) })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(refuse_declared_oversize))
+        .with_state(state)
+}
+
+/// Refuses a body whose declared length is over the limit before reading any of it.
+async fn refuse_declared_oversize(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        return AppError(ApiError::new(413, format!("the body is larger than {} MiB", MAX_BODY / (1024 * 1024))))
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// An error as the API returns it: `{"error": "..."}` with a status.
+pub struct AppError(pub ApiError);
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(api::ErrorBody { error: self.0.message })).into_response()
+    }
+}
+
+type Result<T> = std::result::Result<T, AppError>;
+
+fn bad(msg: impl Into<String>) -> AppError {
+    AppError(ApiError::new(400, msg))
+}
+
+fn token(headers: &HeaderMap) -> Result<String> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| AppError(ApiError::new(401, "missing 'Authorization: Bearer <token>' header")))?;
+    value
+        .strip_prefix("Bearer ")
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| AppError(ApiError::new(401, "the Authorization header must be 'Bearer <token>'")))
+}
+
+/// Sends a call to the controller and waits for its answer.
+async fn call<T>(st: &AppState, headers: &HeaderMap, make: impl FnOnce(Reply<T>) -> Call) -> Result<T> {
+    let token = token(headers)?;
+    let (tx, rx) = oneshot::channel();
+    st.tx
+        .send(Event::Api { token, call: make(tx) })
+        .map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
+    rx.await.map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?.map_err(AppError)
+}
+
+/// Parses a body strictly, naming the field path of any error.
+fn parse<T: DeserializeOwned>(body: &[u8], yaml: bool) -> std::result::Result<T, String> {
+    if yaml {
+        let de = serde_yaml::Deserializer::from_slice(body);
+        serde_path_to_error::deserialize(de).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+    } else {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
+        })
+    }
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], crate::openapi::DOCUMENT)
+}
+
+async fn submit(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response> {
+    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"));
+    let value: serde_json::Value = if yaml {
+        serde_yaml::from_slice(&body).map_err(|e| bad(format!("the body is not valid YAML: {e}")))?
+    } else {
+        serde_json::from_slice(&body).map_err(|e| bad(format!("the body is not valid JSON: {e}")))?
+    };
+    let specs = if value.get("jobs").is_some() {
+        parse::<api::spec::Batch>(&body, yaml).map_err(bad)?.jobs
+    } else {
+        vec![parse::<api::JobSpec>(&body, yaml).map_err(bad)?]
+    };
+    let out = call(&st, &headers, |reply| Call::Submit { specs, reply }).await?;
+    Ok((StatusCode::CREATED, Json(out)).into_response())
+}
+
+fn only(params: &HashMap<String, String>, allowed: &[&str]) -> Result<()> {
+    match params.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(bad(format!("unknown query parameter {k:?}; expected one of {}", allowed.join(", ")))),
+        None => Ok(()),
+    }
+}
+
+fn number<T: std::str::FromStr>(params: &HashMap<String, String>, key: &str) -> Result<Option<T>> {
+    params.get(key).map(|v| v.parse::<T>().map_err(|_| bad(format!("{key}: {v:?} is not a number")))).transpose()
+}
+
+async fn list(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(p): Query<HashMap<String, String>>,
+) -> Result<Json<api::JobList>> {
+    only(&p, &["state", "user", "queue", "after", "limit"])?;
+    let mut states = Vec::new();
+    for s in p.get("state").map(|s| s.split(',').filter(|x| !x.is_empty()).collect::<Vec<_>>()).unwrap_or_default() {
+        let st = match s {
+            "active" => {
+                states.extend([api::JobState::Pending, api::JobState::Starting, api::JobState::Running, api::JobState::Stopping]);
+                continue;
+            }
+            other => api::JobState::parse(other).ok_or_else(|| {
+                bad(format!("state: {other:?} is not one of pending, starting, running, stopping, succeeded, failed, cancelled, timed_out, active"))
+            })?,
+        };
+        states.push(st);
+    }
+    let query = ListQuery {
+        states,
+        user: p.get("user").cloned(),
+        queue: p.get("queue").cloned(),
+        after: number(&p, "after")?,
+        limit: number(&p, "limit")?.unwrap_or(100),
+    };
+    Ok(Json(call(&st, &headers, |reply| Call::List { query, reply }).await?))
+}
+
+fn job_id(id: &str) -> Result<u64> {
+    id.parse().map_err(|_| bad(format!("{id:?} is not a job id")))
+}
+
+async fn get_job(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<api::JobView>> {
+    let id = job_id(&id)?;
+    Ok(Json(call(&st, &headers, |reply| Call::Get { id, reply }).await?))
+}
+
+async fn cancel(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<api::JobView>> {
+    let id = job_id(&id)?;
+    Ok(Json(call(&st, &headers, |reply| Call::Cancel { id, reply }).await?))
+}
+
+async fn nodes(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::NodeView>>> {
+    Ok(Json(call(&st, &headers, |reply| Call::Nodes { reply }).await?))
+}
+
+async fn queues(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::QueueView>>> {
+    Ok(Json(call(&st, &headers, |reply| Call::Queues { reply }).await?))
+}
+
+async fn whoami(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<api::WhoAmI>> {
+    Ok(Json(call(&st, &headers, |reply| Call::WhoAmI { reply }).await?))
+}
+
+async fn create_token(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response> {
+    let req: api::TokenRequest = parse(&body, false).map_err(bad)?;
+    let out = call(&st, &headers, |reply| Call::CreateToken { req, reply }).await?;
+    Ok((StatusCode::CREATED, Json(out)).into_response())
+}
+
+/// `?stream=stdout|stderr&rank=0&follow=true`: the log, and with follow,
+/// everything written after, until the job has ended and the file is drained.
+async fn logs(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Result<Response> {
+    only(&p, &["stream", "rank", "follow"])?;
+    let id = job_id(&id)?;
+    let stream = p.get("stream").cloned().unwrap_or_else(|| "stdout".into());
+    if stream != "stdout" && stream != "stderr" {
+        return Err(bad(format!("stream: {stream:?} is not stdout or stderr")));
+    }
+    let rank: u32 = number(&p, "rank")?.unwrap_or(0);
+    let follow = match p.get("follow").map(String::as_str) {
+        None | Some("false") | Some("0") => false,
+        Some("true") | Some("1") | Some("") => true,
+        Some(other) => return Err(bad(format!("follow: {other:?} is not true or false"))),
+    };
+    let events = st.events.subscribe();
+    let target: LogTarget = call(&st, &headers, |reply| Call::Logs { id, rank, stream: stream.clone(), reply }).await?;
+    let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    if !follow || target.finished {
+        let bytes = tokio::fs::read(&target.path).await.unwrap_or_default();
+        return Ok((text, bytes).into_response());
+    }
+    Ok((text, Body::from_stream(follow_file(target, id, events))).into_response())
+}
+
+struct Tail {
+    path: std::path::PathBuf,
+    job: u64,
+    file: Option<tokio::fs::File>,
+    watch: Option<inotify::EventStream<Vec<u8>>>,
+    events: broadcast::Receiver<api::EventView>,
+    ended: bool,
+    done: bool,
+}
+
+/// Streams a growing file: read to the end, then wait for the kernel to say
+/// it changed (inotify) or for the job to end; never polls.
+fn follow_file(
+    target: LogTarget,
+    job: u64,
+    events: broadcast::Receiver<api::EventView>,
+) -> impl Stream<Item = std::io::Result<Bytes>> {
+    let tail = Tail { path: target.path, job, file: None, watch: None, events, ended: false, done: false };
+    stream::unfold(tail, |mut t| async move {
+        if t.done {
+            return None;
+        }
+        loop {
+            if t.file.is_none() {
+                match tokio::fs::File::open(&t.path).await {
+                    Ok(f) => {
+                        t.file = Some(f);
+                        if let Ok(ino) = inotify::Inotify::init() {
+                            let ok = ino
+                                .watches()
+                                .add(&t.path, inotify::WatchMask::MODIFY | inotify::WatchMask::CLOSE_WRITE)
+                                .is_ok();
+                            t.watch = if ok { ino.into_event_stream(vec![0u8; 4096]).ok() } else { None };
+                        }
+                    }
+                    // Not created yet (the job has not started): wait for news of the job.
+                    Err(_) if !t.ended => {
+                        if wait_job_news(&mut t).await {
+                            continue;
+                        }
+                        return None;
+                    }
+                    Err(_) => return None,
+                }
+            }
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = match t.file.as_mut() {
+                Some(f) => f.read(&mut buf).await,
+                None => Ok(0),
+            };
+            match n {
+                Ok(0) if t.ended => return None,
+                Ok(0) => {
+                    let changed = async {
+                        match t.watch.as_mut() {
+                            Some(w) => {
+                                let _ = w.next().await;
+                            }
+                            None => std::future::pending::<()>().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = changed => {}
+                        alive = wait_job_news_ref(&mut t.events, t.job) => { if !alive { t.ended = true; } }
+                    }
+                }
+                Ok(n) => {
+                    buf.truncate(n);
+                    return Some((Ok(Bytes::from(buf)), t));
+                }
+                Err(e) => {
+                    t.done = true;
+                    return Some((Err(e), t));
+                }
+            }
+        }
+    })
+}
+
+/// Waits for the next event of this job; false once it has ended (or the stream closed).
+async fn wait_job_news_ref(events: &mut broadcast::Receiver<api::EventView>, job: u64) -> bool {
+    loop {
+        match events.recv().await {
+            Ok(e) if e.job == Some(job) => {
+                return !matches!(e.kind.as_str(), "succeeded" | "failed" | "cancelled" | "timed_out");
+            }
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => return false,
+        }
+    }
+}
+
+async fn wait_job_news(t: &mut Tail) -> bool {
+    let alive = wait_job_news_ref(&mut t.events, t.job).await;
+    if !alive {
+        t.ended = true;
+    }
+    // Either it started (the file exists now) or it ended (read what there is).
+    true
+}
+
+/// Server-sent events: history after `?after=SEQ` (optionally `&job=ID`), then live.
+async fn events(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(p): Query<HashMap<String, String>>,
+) -> Result<Sse<impl Stream<Item = std::result::Result<SseEvent, Infallible>>>> {
+    only(&p, &["after", "job"])?;
+    let after: u64 = number(&p, "after")?.unwrap_or(u64::MAX);
+    let job: Option<u64> = number(&p, "job")?;
+    let me = call(&st, &headers, |reply| Call::WhoAmI { reply }).await?;
+    let live = st.events.subscribe();
+    let history = if after == u64::MAX {
+        Vec::new()
+    } else {
+        call(&st, &headers, |reply| Call::Events { after, job, reply }).await?
+    };
+    let last = history.last().map_or(0, |e| e.seq);
+    let admin = me.role == "admin";
+    let user = me.user;
+    let visible = move |e: &api::EventView| {
+        (job.is_none() || e.job == Some(job.unwrap_or(0))) && (admin || e.user.as_deref() == Some(user.as_str()))
+    };
+    let to_sse = |e: api::EventView| {
+        Ok(SseEvent::default().id(e.seq.to_string()).event(e.kind.clone()).json_data(&e).unwrap_or_default())
+    };
+    let past = stream::iter(history.into_iter().map(to_sse));
+    let now = tokio_stream::wrappers::BroadcastStream::new(live).filter_map(move |r| {
+        let keep = r.ok().filter(|e| e.seq > last && visible(e));
+        async move { keep.map(to_sse) }
+    });
+    Ok(Sse::new(past.chain(now)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}

@@ -1,0 +1,13 @@
+//! # gpool-daemon
+//!
+//! `gpool up`: the control plane, a local node agent and the REST API in one
+//! process. See ARCHITECTURE.md ("gpool-daemon") for the event loop.
+
+pub mod agent;
+pub mod auth;
+pub mod controller;
+pub mod convert;
+pub mod http;
+pub mod openapi;
+pub mod shim;
+pub mod up;

@@ -1,0 +1,139 @@
+//! The OpenAPI 3 description of `/api/v1`, served at `/api/v1/openapi.json`.
+//! A test checks that every route of the router is described here.
+
+pub const DOCUMENT: &str = r##"{
+  "openapi": "3.0.3",
+  "info": {
+    "title": "gpool API",
+    "version": "1",
+    "description": "Submit, watch and cancel GPU jobs; inspect nodes, queues and events. Every call except /healthz and this document needs 'Authorization: Bearer <token>'. Users see and cancel their own jobs; admins all. Errors are {\"error\": \"...\"} with a 4xx/5xx status."
+  },
+  "components": {
+    "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+    "schemas": {
+      "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" } } },
+      "JobSpec": {
+        "type": "object", "required": ["command"], "additionalProperties": false,
+        "properties": {
+          "name": { "type": "string" },
+          "command": { "oneOf": [ { "type": "array", "items": { "type": "string" }, "minItems": 1 }, { "type": "string", "description": "run by /bin/sh -c" } ] },
+          "workdir": { "type": "string" },
+          "env": { "type": "object", "additionalProperties": { "type": "string" } },
+          "resources": { "type": "object", "description": "nvidia.com/gpu, nvidia.com/mig-<profile>, gpool.io/gpu-memory, cpu, memory", "additionalProperties": { "oneOf": [ { "type": "number" }, { "type": "string" } ] } },
+          "gpuModel": { "type": "string", "example": "H100-80GB" },
+          "replicas": { "type": "integer", "minimum": 1, "default": 1 },
+          "queue": { "type": "string", "default": "default" },
+          "priority": { "oneOf": [ { "type": "integer" }, { "type": "string", "enum": ["low", "normal", "high"] } ] },
+          "preemptible": { "type": "boolean", "default": false },
+          "gracePeriod": { "oneOf": [ { "type": "number" }, { "type": "string" } ], "description": "e.g. 30s (default), 2m" },
+          "stopSignal": { "type": "string", "default": "SIGTERM" },
+          "timeLimit": { "oneOf": [ { "type": "number" }, { "type": "string" } ] },
+          "estimate": { "oneOf": [ { "type": "number" }, { "type": "string" } ] },
+          "nodeSelector": { "type": "object", "additionalProperties": { "type": "string" } },
+          "affinity": { "type": "object", "additionalProperties": false, "properties": {
+            "required": { "type": "array", "items": { "$ref": "#/components/schemas/MatchExpression" } },
+            "preferred": { "type": "array", "items": { "allOf": [ { "$ref": "#/components/schemas/MatchExpression" }, { "type": "object", "required": ["weight"], "properties": { "weight": { "type": "integer" } } } ] } } } },
+          "labels": { "type": "object", "additionalProperties": { "type": "string" } },
+          "antiAffinity": { "type": "array", "items": { "type": "object", "additionalProperties": { "type": "string" } } },
+          "dependsOn": { "type": "array", "items": { "type": "integer" } },
+          "retries": { "type": "integer", "minimum": 0, "default": 0 }
+        }
+      },
+      "MatchExpression": { "type": "object", "required": ["key", "operator"], "properties": {
+        "key": { "type": "string" }, "operator": { "type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"] },
+        "values": { "type": "array", "items": { "type": "string" } } } },
+      "Batch": { "type": "object", "required": ["jobs"], "additionalProperties": false, "properties": { "jobs": { "type": "array", "items": { "$ref": "#/components/schemas/JobSpec" } } } },
+      "Submitted": { "type": "object", "required": ["ids"], "properties": { "ids": { "type": "array", "items": { "type": "integer" } } } },
+      "JobState": { "type": "string", "enum": ["pending", "starting", "running", "stopping", "succeeded", "failed", "cancelled", "timed_out"] },
+      "Replica": { "type": "object", "properties": {
+        "rank": { "type": "integer" }, "node": { "type": "string" }, "gpus": { "type": "array", "items": { "type": "integer" } },
+        "mig": { "type": "array", "items": { "type": "string" } }, "cuda_visible_devices": { "type": "string" } } },
+      "Job": { "type": "object", "required": ["id", "name", "user", "team", "queue", "state", "priority", "submitted_at", "attempt", "restarts", "spec"], "properties": {
+        "id": { "type": "integer" }, "name": { "type": "string" }, "user": { "type": "string" }, "team": { "type": "string" }, "queue": { "type": "string" },
+        "state": { "$ref": "#/components/schemas/JobState" },
+        "reason": { "type": "string", "description": "why a pending job waits, or why a finished one ended" },
+        "priority": { "type": "integer" }, "submitted_at": { "type": "string", "format": "date-time" },
+        "started_at": { "type": "string", "format": "date-time" }, "ended_at": { "type": "string", "format": "date-time" },
+        "attempt": { "type": "integer" }, "restarts": { "type": "integer" },
+        "replicas": { "type": "array", "items": { "$ref": "#/components/schemas/Replica" } },
+        "exit": { "type": "object", "properties": { "code": { "type": "integer" }, "signal": { "type": "integer" } } },
+        "spec": { "$ref": "#/components/schemas/JobSpec" } } },
+      "JobList": { "type": "object", "required": ["jobs"], "properties": { "jobs": { "type": "array", "items": { "$ref": "#/components/schemas/Job" } }, "next": { "type": "integer", "description": "pass as 'after' for the next page" } } },
+      "Node": { "type": "object", "properties": {
+        "name": { "type": "string" }, "state": { "type": "string" }, "pool": { "type": "string" }, "cpus": { "type": "number" }, "memory_mb": { "type": "integer" },
+        "free_cpus": { "type": "number" }, "free_memory_mb": { "type": "integer" }, "labels": { "type": "object" }, "source": { "type": "string" },
+        "devices": { "type": "array", "items": { "type": "object" } }, "jobs": { "type": "array", "items": { "type": "integer" } } } },
+      "Queue": { "type": "object", "properties": {
+        "name": { "type": "string" }, "cohort": { "type": "string" }, "guarantee_gpus": { "type": "number" }, "max_gpus": { "type": "number" },
+        "used_gpus": { "type": "number" }, "pending": { "type": "integer" }, "running": { "type": "integer" } } },
+      "Event": { "type": "object", "properties": { "seq": { "type": "integer" }, "at": { "type": "string" }, "job": { "type": "integer" }, "user": { "type": "string" }, "kind": { "type": "string" }, "message": { "type": "string" } } },
+      "TokenRequest": { "type": "object", "required": ["user"], "additionalProperties": false, "properties": { "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string", "enum": ["user", "admin"] } } },
+      "TokenCreated": { "type": "object", "properties": { "token": { "type": "string" }, "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" } } },
+      "WhoAmI": { "type": "object", "properties": { "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" } } }
+    },
+    "responses": {
+      "Error": { "description": "error", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+    }
+  },
+  "security": [ { "bearer": [] } ],
+  "paths": {
+    "/healthz": { "get": { "security": [], "summary": "liveness", "responses": { "200": { "description": "ok" } } } },
+    "/api/v1/openapi.json": { "get": { "security": [], "summary": "this document", "responses": { "200": { "description": "OpenAPI document" } } } },
+    "/api/v1/jobs": {
+      "post": { "summary": "submit one job or a batch (all or nothing)", "requestBody": { "required": true, "content": {
+          "application/json": { "schema": { "oneOf": [ { "$ref": "#/components/schemas/JobSpec" }, { "$ref": "#/components/schemas/Batch" } ] } },
+          "application/yaml": { "schema": { "oneOf": [ { "$ref": "#/components/schemas/JobSpec" }, { "$ref": "#/components/schemas/Batch" } ] } } } },
+        "responses": { "201": { "description": "committed", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Submitted" } } } },
+          "400": { "$ref": "#/components/responses/Error" }, "401": { "$ref": "#/components/responses/Error" }, "413": { "description": "body too large" } } },
+      "get": { "summary": "list jobs (own jobs for users)", "parameters": [
+          { "name": "state", "in": "query", "schema": { "type": "string" }, "description": "comma-separated states, or 'active'" },
+          { "name": "user", "in": "query", "schema": { "type": "string" } },
+          { "name": "queue", "in": "query", "schema": { "type": "string" } },
+          { "name": "after", "in": "query", "schema": { "type": "integer" }, "description": "cursor: ids greater than this" },
+          { "name": "limit", "in": "query", "schema": { "type": "integer", "default": 100, "maximum": 1000 } } ],
+        "responses": { "200": { "description": "a page", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/JobList" } } } }, "400": { "$ref": "#/components/responses/Error" } } }
+    },
+    "/api/v1/jobs/{id}": {
+      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ],
+      "get": { "summary": "one job", "responses": { "200": { "description": "the job", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Job" } } } }, "404": { "$ref": "#/components/responses/Error" } } },
+      "delete": { "summary": "cancel (same as POST .../cancel)", "responses": { "200": { "description": "the job", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Job" } } } }, "404": { "$ref": "#/components/responses/Error" }, "409": { "$ref": "#/components/responses/Error" } } }
+    },
+    "/api/v1/jobs/{id}/cancel": {
+      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ],
+      "post": { "summary": "cancel: the stop signal, then SIGKILL after the grace period", "responses": { "200": { "description": "the job", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Job" } } } }, "404": { "$ref": "#/components/responses/Error" }, "409": { "$ref": "#/components/responses/Error" } } }
+    },
+    "/api/v1/jobs/{id}/logs": {
+      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } },
+        { "name": "stream", "in": "query", "schema": { "type": "string", "enum": ["stdout", "stderr"], "default": "stdout" } },
+        { "name": "rank", "in": "query", "schema": { "type": "integer", "default": 0 } },
+        { "name": "follow", "in": "query", "schema": { "type": "boolean", "default": false } } ],
+      "get": { "summary": "a replica's output; with follow, streamed until the job ends", "responses": { "200": { "description": "text", "content": { "text/plain": {} } }, "404": { "$ref": "#/components/responses/Error" } } }
+    },
+    "/api/v1/nodes": { "get": { "summary": "nodes and devices", "responses": { "200": { "description": "nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Node" } } } } } } } },
+    "/api/v1/queues": { "get": { "summary": "queues, quotas and use", "responses": { "200": { "description": "queues", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Queue" } } } } } } } },
+    "/api/v1/events": { "get": { "summary": "server-sent events; history after 'after', then live", "parameters": [
+        { "name": "after", "in": "query", "schema": { "type": "integer" } }, { "name": "job", "in": "query", "schema": { "type": "integer" } } ],
+      "responses": { "200": { "description": "text/event-stream of Event", "content": { "text/event-stream": { "schema": { "$ref": "#/components/schemas/Event" } } } } } } },
+    "/api/v1/tokens": { "post": { "summary": "create a token (admins)", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/TokenRequest" } } } },
+      "responses": { "201": { "description": "the secret, shown once", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/TokenCreated" } } } }, "403": { "$ref": "#/components/responses/Error" } } } },
+    "/api/v1/whoami": { "get": { "summary": "the caller", "responses": { "200": { "description": "who", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/WhoAmI" } } } } } } }
+  }
+}
+"##;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_is_json_and_describes_every_route() {
+        let doc: serde_json::Value = serde_json::from_str(DOCUMENT).expect("valid JSON");
+        for (method, path) in crate::http::ROUTES {
+            assert!(doc["paths"][path][method].is_object(), "{method} {path} missing from the OpenAPI document");
+        }
+        let described: usize = doc["paths"].as_object().map_or(0, |p| {
+            p.values().map(|v| v.as_object().map_or(0, |m| m.keys().filter(|k| *k != "parameters").count())).sum()
+        });
+        assert_eq!(described, crate::http::ROUTES.len(), "the document describes routes the router does not have");
+    }
+}

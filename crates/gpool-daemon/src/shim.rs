@@ -1,0 +1,220 @@
+//! `gpool shim DIR`: the supervisor of one job replica.
+//!
+//! The agent starts one shim per replica; the shim starts the job's command
+//! and outlives the daemon, so a daemon restart (even `kill -9`) loses
+//! nothing: the new daemon re-adopts running replicas through their shims.
+//!
+//! The shim:
+//! 1. becomes a session leader and a *child subreaper*: any process the job
+//!    starts that is orphaned (daemons, `setsid` + `&`) is re-parented to the
+//!    shim, not to init, so the shim can find and kill it;
+//! 2. takes an exclusive lock on `DIR/lock` for its whole life: a daemon that
+//!    can take the lock knows no shim is alive for that replica;
+//! 3. reads what to run from its standard input, starts the command in a new process group with its environment,
+//!    working directory and log files, and records both pids in `DIR/shim.json`;
+//! 4. when the command exits, kills its process group and every remaining
+//!    descendant, reaps them all, writes `DIR/exit.json` atomically, and exits.
+//!
+//! A job's GPUs are released only after step 4, so when a job ends nothing
+//! it started is still running.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use rustix::fs::{FlockOperation, flock};
+use rustix::process::{
+    Pid, Signal, WaitOptions, getpid, kill_process, kill_process_group, set_child_subreaper, setsid,
+};
+use serde::{Deserialize, Serialize};
+
+/// What to run, sent by the agent as JSON on the shim's standard input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+/// Written by the shim once the command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShimState {
+    pub shim_pid: i32,
+    /// Also the process group of the job.
+    pub job_pid: i32,
+}
+
+/// How the replica ended, written atomically by the shim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    /// Set when the command could not be started at all.
+    pub error: Option<String>,
+}
+
+pub const STATE: &str = "shim.json";
+pub const EXIT: &str = "exit.json";
+pub const LOCK: &str = "lock";
+/// Left by a restarted daemon that gave the replica up: a shim that starts late must not run it.
+pub const ABANDONED: &str = "abandoned";
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Writes `value` as JSON to `dir/name` via a temporary file and a rename, so
+/// readers see all or nothing. No fsync: these records must survive a crash
+/// of the daemon or the shim (the kernel keeps the data), not a power loss,
+/// after which no job is running anyway; `--fsync` covers the store.
+pub(crate) fn write_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(&serde_json::to_vec(value).map_err(std::io::Error::other)?)?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(name))?;
+    Ok(())
+}
+
+pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
+    std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// Runs the shim in `dir`; returns the process exit code.
+pub fn main(dir: &Path) -> i32 {
+    match run(dir) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("gpool shim {}: {e:#}", dir.display());
+            1
+        }
+    }
+}
+
+fn run(dir: &Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    // A session of our own: signals to the daemon's group do not reach the job.
+    let _ = setsid();
+    let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK)).context("open lock")?;
+    flock(&lock, FlockOperation::NonBlockingLockExclusive).context("another shim holds this replica's lock")?;
+    if dir.join(ABANDONED).exists() {
+        // The daemon died between starting us and our taking the lock, and its
+        // successor requeued the job: running it here would run it twice.
+        return Ok(());
+    }
+    set_child_subreaper(Some(getpid())).context("become child subreaper")?;
+    let mut spec = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut spec).context("read the launch spec from stdin")?;
+    let launch: Launch = serde_json::from_slice(&spec).context("parse the launch spec")?;
+    let started_ms = now_ms();
+    let open_log = |p: &Path| OpenOptions::new().create(true).append(true).open(p);
+    let spawned = (|| -> std::io::Result<std::process::Child> {
+        let (out, err) = (open_log(&launch.stdout)?, open_log(&launch.stderr)?);
+        let (prog, args) = launch.argv.split_first().ok_or_else(|| std::io::Error::other("empty command"))?;
+        Command::new(prog)
+            .args(args)
+            .env_clear()
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&launch.cwd)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+    })();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = format!(
+                "cannot start {:?} in {}: {e}",
+                launch.argv.first().map_or("", String::as_str),
+                launch.cwd.display()
+            );
+            if let Ok(mut f) = open_log(&launch.stderr) {
+                let _ = writeln!(f, "gpool: {msg}");
+            }
+            let rec = ExitRecord { code: Some(127), signal: None, started_ms, ended_ms: now_ms(), error: Some(msg) };
+            write_atomic(dir, EXIT, &rec).context("write exit.json")?;
+            return Ok(());
+        }
+    };
+    let job_pid = child.id() as i32;
+    write_atomic(dir, STATE, &ShimState { shim_pid: getpid().as_raw_nonzero().get(), job_pid })
+        .context("write shim.json")?;
+    let status = child.wait().context("wait for the job")?;
+    kill_everything(job_pid);
+    let rec = ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error: None };
+    write_atomic(dir, EXIT, &rec).context("write exit.json")?;
+    drop(lock);
+    Ok(())
+}
+
+/// Kills the job's process group and every descendant left, and reaps them,
+/// until the shim has no children at all.
+fn kill_everything(job_pid: i32) {
+    if let Some(pgid) = Pid::from_raw(job_pid) {
+        let _ = kill_process_group(pgid, Signal::KILL);
+    }
+    let me = getpid().as_raw_nonzero().get();
+    loop {
+        for pid in children_of(me) {
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = kill_process(p, Signal::KILL);
+            }
+        }
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(_) => continue,
+            // ECHILD: nothing left to reap; anything orphaned later would be re-parented to us, and we are done.
+            Err(_) => break,
+        }
+    }
+}
+
+/// Pids whose parent is `ppid`, from /proc.
+pub(crate) fn children_of(ppid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| proc_ppid(*pid) == Some(ppid))
+        .collect()
+}
+
+/// The parent pid from /proc/PID/stat (the command name may contain spaces and parentheses).
+pub(crate) fn proc_ppid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Pids of processes whose environment has `key=value` (fallback sweep for strays).
+pub(crate) fn pids_with_env(key: &str, value: &str) -> Vec<i32> {
+    let needle = format!("{key}={value}");
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ppid_parsing_survives_odd_command_names() {
+        let me = std::process::id() as i32;
+        let parent = proc_ppid(me).expect("own stat");
+        assert!(parent > 0);
+        assert!(children_of(parent).contains(&me));
+    }
+}

@@ -1,0 +1,36 @@
+-- Jobs: indexed columns for filters, the full record as JSON.
+CREATE TABLE jobs (
+    id           INTEGER PRIMARY KEY,
+    user_name    TEXT    NOT NULL,
+    team         TEXT    NOT NULL,
+    queue        TEXT    NOT NULL,
+    state        TEXT    NOT NULL,
+    submitted_ms INTEGER NOT NULL,
+    doc          TEXT    NOT NULL
+);
+CREATE INDEX jobs_state ON jobs (state, id);
+CREATE INDEX jobs_user ON jobs (user_name, id);
+
+-- API tokens, stored as SHA-256 of the secret.
+CREATE TABLE tokens (
+    hash       TEXT PRIMARY KEY,
+    user_name  TEXT    NOT NULL,
+    team       TEXT    NOT NULL,
+    role       TEXT    NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+
+-- What happened, in order: the API's event stream and job history.
+CREATE TABLE events (
+    seq     INTEGER PRIMARY KEY,
+    at_ms   INTEGER NOT NULL,
+    job_id  INTEGER,
+    kind    TEXT    NOT NULL,
+    message TEXT    NOT NULL
+);
+CREATE INDEX events_job ON events (job_id, seq);
+
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);

@@ -1,0 +1,86 @@
+//! The behaviour every [`Store`] backend must have, as one suite run against
+//! each backend (SQLite here; PostgreSQL with the multi-node work).
+
+use crate::{EventRow, JobQuery, JobRow, Store, TokenRow, Write};
+
+fn job(id: u64, user: &str, state: &str) -> JobRow {
+    JobRow {
+        id,
+        user: user.into(),
+        team: "t".into(),
+        queue: if id % 2 == 0 { "even".into() } else { "odd".into() },
+        state: state.into(),
+        submitted_ms: id as i64 * 1000,
+        doc: format!("{{\"id\":{id}}}"),
+    }
+}
+
+/// Runs every check on fresh stores made by `make`.
+pub fn run_all(make: &mut dyn FnMut() -> Box<dyn Store>) {
+    commits_are_all_or_nothing(make());
+    jobs_are_replaced_and_queried(make());
+    tokens_round_trip(make());
+    events_page_in_order(make());
+}
+
+fn commits_are_all_or_nothing(mut s: Box<dyn Store>) {
+    s.commit(&[Write::PutJob(job(1, "a", "pending"))]).expect("first commit");
+    // The second write collides with an existing event seq: the whole batch must roll back.
+    let e = EventRow { seq: 1, at_ms: 0, job: None, kind: "k".into(), message: "m".into() };
+    s.commit(&[Write::AppendEvent(e.clone())]).expect("event");
+    let bad = [Write::PutJob(job(2, "a", "pending")), Write::AppendEvent(e)];
+    assert!(s.commit(&bad).is_err(), "duplicate event seq must fail");
+    assert_eq!(s.job(2).expect("query"), None, "a failed batch leaves nothing behind");
+    assert_eq!(s.max_job_id().expect("max"), 1);
+}
+
+fn jobs_are_replaced_and_queried(mut s: Box<dyn Store>) {
+    let mut batch: Vec<Write> =
+        (1..=10).map(|i| Write::PutJob(job(i, if i <= 5 { "ana" } else { "bo" }, "pending"))).collect();
+    batch.push(Write::PutJob(job(3, "ana", "running")));
+    s.commit(&batch).expect("commit");
+    assert_eq!(s.job(3).expect("job").map(|j| j.state), Some("running".into()), "last write wins");
+    let page = s.jobs(&JobQuery { user: Some("ana".into()), limit: 2, ..JobQuery::default() }).expect("page");
+    assert_eq!(page.iter().map(|j| j.id).collect::<Vec<_>>(), vec![1, 2]);
+    let next =
+        s.jobs(&JobQuery { user: Some("ana".into()), after: Some(2), limit: 10, ..JobQuery::default() }).expect("next");
+    assert_eq!(next.iter().map(|j| j.id).collect::<Vec<_>>(), vec![3, 4, 5]);
+    let running =
+        s.jobs(&JobQuery { states: vec!["running".into()], limit: 10, ..JobQuery::default() }).expect("states");
+    assert_eq!(running.len(), 1);
+    let even = s.jobs(&JobQuery { queue: Some("even".into()), limit: 100, ..JobQuery::default() }).expect("queue");
+    assert_eq!(even.len(), 5);
+    let active = s.jobs_in_states(&["pending", "running"]).expect("active");
+    assert_eq!(active.len(), 10);
+    assert_eq!(s.max_job_id().expect("max"), 10);
+    assert_eq!(s.job(3).expect("job").map(|j| j.doc), Some("{\"id\":3}".into()));
+}
+
+fn tokens_round_trip(mut s: Box<dyn Store>) {
+    let t = TokenRow { hash: "ab".into(), user: "ana".into(), team: "ml".into(), role: "user".into(), created_ms: 5 };
+    s.commit(&[Write::PutToken(t.clone())]).expect("put");
+    assert_eq!(s.tokens().expect("tokens"), vec![t]);
+    s.commit(&[Write::DeleteToken("ab".into())]).expect("delete");
+    assert!(s.tokens().expect("tokens").is_empty());
+}
+
+fn events_page_in_order(mut s: Box<dyn Store>) {
+    let writes: Vec<Write> = (1..=5)
+        .map(|i| {
+            Write::AppendEvent(EventRow {
+                seq: i,
+                at_ms: i as i64,
+                job: Some(i % 2),
+                kind: "k".into(),
+                message: format!("e{i}"),
+            })
+        })
+        .collect();
+    s.commit(&writes).expect("events");
+    assert_eq!(s.events(2, None, 2).expect("page").iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(s.events(0, Some(1), 10).expect("job").iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 3, 5]);
+    assert_eq!(s.max_event_seq().expect("max"), 5);
+    s.commit(&[Write::PutMeta("v".into(), "1".into())]).expect("meta");
+    assert_eq!(s.meta("v").expect("meta"), Some("1".into()));
+    assert_eq!(s.meta("missing").expect("meta"), None);
+}

@@ -1,0 +1,100 @@
+//! # gpool-store
+//!
+//! The control plane's durable state behind one trait, [`Store`]. The
+//! controller owns one store and writes each batch of changes in a single
+//! transaction ([`Store::commit`]) before it answers anyone: a submission
+//! acknowledged with 2xx has been committed.
+//!
+//! Rows carry the columns queries filter on plus a JSON document the
+//! controller owns; the store does not interpret documents.
+
+pub mod conformance;
+mod sqlite;
+
+pub use sqlite::Sqlite;
+
+/// A job row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRow {
+    pub id: u64,
+    pub user: String,
+    pub team: String,
+    pub queue: String,
+    pub state: String,
+    pub submitted_ms: i64,
+    pub doc: String,
+}
+
+/// An API token row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRow {
+    /// Hex SHA-256 of the secret.
+    pub hash: String,
+    pub user: String,
+    pub team: String,
+    pub role: String,
+    pub created_ms: i64,
+}
+
+/// An event row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRow {
+    pub seq: u64,
+    pub at_ms: i64,
+    pub job: Option<u64>,
+    pub kind: String,
+    pub message: String,
+}
+
+/// One change, applied with the others of its batch or not at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Insert or replace a job.
+    PutJob(JobRow),
+    PutToken(TokenRow),
+    DeleteToken(String),
+    AppendEvent(EventRow),
+    PutMeta(String, String),
+}
+
+/// A page of jobs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobQuery {
+    pub user: Option<String>,
+    pub queue: Option<String>,
+    /// Any of these states (empty = all).
+    pub states: Vec<String>,
+    /// Only ids greater than this (pagination cursor).
+    pub after: Option<u64>,
+    pub limit: u32,
+}
+
+/// What went wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot open the database at {path}: {why}")]
+    Open { path: String, why: String },
+    #[error("the database schema is version {found}, newer than this gpool ({supported}); upgrade gpool")]
+    TooNew { found: u32, supported: u32 },
+}
+
+/// Durable state of the control plane.
+pub trait Store: Send {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    /// Applies all writes in one transaction.
+    fn commit(&mut self, writes: &[Write]) -> Result<(), StoreError>;
+    fn job(&mut self, id: u64) -> Result<Option<JobRow>, StoreError>;
+    /// Jobs matching the query, by ascending id, at most `limit`.
+    fn jobs(&mut self, q: &JobQuery) -> Result<Vec<JobRow>, StoreError>;
+    /// Jobs in any of these states (the controller loads non-terminal ones at start).
+    fn jobs_in_states(&mut self, states: &[&str]) -> Result<Vec<JobRow>, StoreError>;
+    fn max_job_id(&mut self) -> Result<u64, StoreError>;
+    fn tokens(&mut self) -> Result<Vec<TokenRow>, StoreError>;
+    /// Events with `seq > after`, at most `limit`, for one job or all.
+    fn events(&mut self, after: u64, job: Option<u64>, limit: u32) -> Result<Vec<EventRow>, StoreError>;
+    fn max_event_seq(&mut self) -> Result<u64, StoreError>;
+    fn meta(&mut self, key: &str) -> Result<Option<String>, StoreError>;
+}

@@ -1,0 +1,253 @@
+//! The embedded SQLite store (WAL).
+//!
+//! Durability: `synchronous=NORMAL` in WAL mode survives a crash of the
+//! process (`kill -9`) at any moment: committed transactions are in the WAL,
+//! which the OS holds. Surviving power loss needs `synchronous=FULL`
+//! ([`Sqlite::open`] with `fsync: true`), at a cost per commit.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::{EventRow, JobQuery, JobRow, Store, StoreError, TokenRow, Write};
+
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")];
+
+/// A SQLite database file.
+pub struct Sqlite {
+    conn: Connection,
+}
+
+impl Sqlite {
+    /// Opens (creating if needed) and migrates the database at `path`.
+    pub fn open(path: &Path, fsync: bool) -> Result<Sqlite, StoreError> {
+        let conn = Connection::open(path)
+            .map_err(|e| StoreError::Open { path: path.display().to_string(), why: e.to_string() })?;
+        Sqlite::init(conn, fsync)
+    }
+
+    /// A private in-memory database (tests).
+    pub fn memory() -> Result<Sqlite, StoreError> {
+        Sqlite::init(Connection::open_in_memory()?, false)
+    }
+
+    fn init(conn: Connection, fsync: bool) -> Result<Sqlite, StoreError> {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", if fsync { "FULL" } else { "NORMAL" })?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let mut s = Sqlite { conn };
+        s.migrate()?;
+        Ok(s)
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let version: u32 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let supported = MIGRATIONS.len() as u32;
+        if version > supported {
+            return Err(StoreError::TooNew { found: version, supported });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", i as u32 + 1)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+}
+
+fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
+    Ok(JobRow {
+        id: r.get::<_, i64>(0)? as u64,
+        user: r.get(1)?,
+        team: r.get(2)?,
+        queue: r.get(3)?,
+        state: r.get(4)?,
+        submitted_ms: r.get(5)?,
+        doc: r.get(6)?,
+    })
+}
+
+const JOB_COLS: &str = "id, user_name, team, queue, state, submitted_ms, doc";
+
+impl Store for Sqlite {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn commit(&mut self, writes: &[Write]) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction()?;
+        {
+            let mut put_job = tx.prepare_cached(
+                "INSERT OR REPLACE INTO jobs (id, user_name, team, queue, state, submitted_ms, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            let mut put_event = tx
+                .prepare_cached("INSERT INTO events (seq, at_ms, job_id, kind, message) VALUES (?1, ?2, ?3, ?4, ?5)")?;
+            for w in writes {
+                match w {
+                    Write::PutJob(j) => {
+                        put_job.execute(params![
+                            j.id as i64,
+                            j.user,
+                            j.team,
+                            j.queue,
+                            j.state,
+                            j.submitted_ms,
+                            j.doc
+                        ])?;
+                    }
+                    Write::PutToken(t) => {
+                        tx.execute(
+                            "INSERT OR REPLACE INTO tokens (hash, user_name, team, role, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                            params![t.hash, t.user, t.team, t.role, t.created_ms],
+                        )?;
+                    }
+                    Write::DeleteToken(h) => {
+                        tx.execute("DELETE FROM tokens WHERE hash = ?1", params![h])?;
+                    }
+                    Write::AppendEvent(e) => {
+                        put_event.execute(params![
+                            e.seq as i64,
+                            e.at_ms,
+                            e.job.map(|j| j as i64),
+                            e.kind,
+                            e.message
+                        ])?;
+                    }
+                    Write::PutMeta(k, v) => {
+                        tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)", params![k, v])?;
+                    }
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn job(&mut self, id: u64) -> Result<Option<JobRow>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(&format!("SELECT {JOB_COLS} FROM jobs WHERE id = ?1"))?
+            .query_row(params![id as i64], job_row)
+            .optional()?)
+    }
+
+    fn jobs(&mut self, q: &JobQuery) -> Result<Vec<JobRow>, StoreError> {
+        let mut sql = format!("SELECT {JOB_COLS} FROM jobs WHERE id > ?1");
+        let mut args: Vec<rusqlite::types::Value> = vec![(q.after.unwrap_or(0) as i64).into()];
+        if let Some(u) = &q.user {
+            args.push(u.clone().into());
+            sql.push_str(&format!(" AND user_name = ?{}", args.len()));
+        }
+        if let Some(qu) = &q.queue {
+            args.push(qu.clone().into());
+            sql.push_str(&format!(" AND queue = ?{}", args.len()));
+        }
+        if !q.states.is_empty() {
+            let mut marks = Vec::new();
+            for s in &q.states {
+                args.push(s.clone().into());
+                marks.push(format!("?{}", args.len()));
+            }
+            sql.push_str(&format!(" AND state IN ({})", marks.join(", ")));
+        }
+        args.push(i64::from(q.limit.max(1)).into());
+        sql.push_str(&format!(" ORDER BY id LIMIT ?{}", args.len()));
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args), job_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn jobs_in_states(&mut self, states: &[&str]) -> Result<Vec<JobRow>, StoreError> {
+        let marks: Vec<String> = (1..=states.len()).map(|i| format!("?{i}")).collect();
+        let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE state IN ({}) ORDER BY id", marks.join(", "));
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(states.iter()), job_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn max_job_id(&mut self) -> Result<u64, StoreError> {
+        let v: Option<i64> = self.conn.query_row("SELECT MAX(id) FROM jobs", [], |r| r.get(0))?;
+        Ok(v.unwrap_or(0) as u64)
+    }
+
+    fn tokens(&mut self) -> Result<Vec<TokenRow>, StoreError> {
+        let mut stmt =
+            self.conn.prepare("SELECT hash, user_name, team, role, created_ms FROM tokens ORDER BY created_ms")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(TokenRow { hash: r.get(0)?, user: r.get(1)?, team: r.get(2)?, role: r.get(3)?, created_ms: r.get(4)? })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn events(&mut self, after: u64, job: Option<u64>, limit: u32) -> Result<Vec<EventRow>, StoreError> {
+        let map = |r: &rusqlite::Row<'_>| -> rusqlite::Result<EventRow> {
+            Ok(EventRow {
+                seq: r.get::<_, i64>(0)? as u64,
+                at_ms: r.get(1)?,
+                job: r.get::<_, Option<i64>>(2)?.map(|j| j as u64),
+                kind: r.get(3)?,
+                message: r.get(4)?,
+            })
+        };
+        let limit = i64::from(limit.max(1));
+        let rows: Vec<EventRow> = match job {
+            Some(j) => self
+                .conn
+                .prepare_cached("SELECT seq, at_ms, job_id, kind, message FROM events WHERE seq > ?1 AND job_id = ?2 ORDER BY seq LIMIT ?3")?
+                .query_map(params![after as i64, j as i64, limit], map)?
+                .collect::<Result<_, _>>()?,
+            None => self
+                .conn
+                .prepare_cached("SELECT seq, at_ms, job_id, kind, message FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?
+                .query_map(params![after as i64, limit], map)?
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(rows)
+    }
+
+    fn max_event_seq(&mut self) -> Result<u64, StoreError> {
+        let v: Option<i64> = self.conn.query_row("SELECT MAX(seq) FROM events", [], |r| r.get(0))?;
+        Ok(v.unwrap_or(0) as u64)
+    }
+
+    fn meta(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0)).optional()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance;
+
+    #[test]
+    fn sqlite_passes_the_conformance_suite() {
+        conformance::run_all(&mut || Box::new(Sqlite::memory().expect("memory db")));
+    }
+
+    #[test]
+    fn a_file_database_keeps_commits_across_reopen() {
+        let dir = std::env::temp_dir().join(format!("gpool-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("state.db");
+        {
+            let mut s = Sqlite::open(&path, false).expect("open");
+            s.commit(&[Write::PutMeta("k".into(), "v".into())]).expect("commit");
+        }
+        let mut s = Sqlite::open(&path, false).expect("reopen");
+        assert_eq!(s.meta("k").expect("meta"), Some("v".into()));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let conn = Connection::open_in_memory().expect("db");
+        conn.pragma_update(None, "user_version", 99).expect("pragma");
+        assert!(matches!(Sqlite::init(conn, false), Err(StoreError::TooNew { found: 99, .. })));
+    }
+}
