@@ -559,10 +559,10 @@ pub(crate) fn fit_mig(
 pub(crate) fn fit_on(snap: &Snapshot, e: &NodeEntry, nf: &NodeFree, job: &Job) -> Option<Fit> {
     match &job.spec.replica.gpu {
         GpuRequest::None => fits_host(nf, job).then_some(Fit { gpus: 0, mig: 0, topology: 2, avail: 0 }),
-        GpuRequest::Gpus { count } => {
-            let allowed: Vec<usize> = (0..snap.models.len()).filter(|&m| job.model_allows_index(snap, m)).collect();
-            allowed.into_iter().filter_map(|m| fit_gpus(e, nf, job, *count, Some(m))).max_by_key(|f| f.topology)
-        }
+        GpuRequest::Gpus { count } => (0..snap.models.len())
+            .filter(|&m| job.model_allows_index(snap, m))
+            .filter_map(|m| fit_gpus(e, nf, job, *count, Some(m)))
+            .max_by_key(|f| f.topology),
         GpuRequest::Mig { profile, count } => {
             let p = snap.profiles.iter().position(|x| x.profile == *profile)?;
             fit_mig(snap, e, nf, job, p, *count)

@@ -163,7 +163,9 @@ pub struct Plan {
     pub starts: Vec<Start>,
     pub preemptions: Vec<Preempt>,
     pub reservation: Option<Reservation>,
-    /// Where each job that preempted others will start once its victims are gone.
+    /// Where each job that preempted others will start once its victims are
+    /// gone: the nominations valid after this pass (give them to
+    /// [`crate::Snapshot::set_nominations`]).
     pub nominated: Vec<(JobId, Placement)>,
     /// Jobs the pass examined and left pending, in rank order, with an index
     /// into `reason_table` (jobs of one shape share one reason).

@@ -338,17 +338,18 @@ impl Search<'_, '_> {
                     continue;
                 };
                 let mut added: Vec<(usize, PreemptWhy)> = Vec::new();
-                let mut left = borrowed.clone();
+                // Copied only if a victim from another queue uses up some of its borrowed quota.
+                let mut left: Option<BTreeMap<Arc<str>, i64>> = None;
                 for &vi in hosted {
                     if chosen.iter().any(|(c, _)| *c == vi) {
                         continue;
                     }
                     let v = &self.pool.list[vi];
-                    let Some(why) = self.allowed(v, &left) else {
+                    let Some(why) = self.allowed(v, left.as_ref().unwrap_or(borrowed)) else {
                         continue;
                     };
-                    if let PreemptWhy::Reclaim { queue } = &why
-                        && let Some(l) = left.get_mut(queue)
+                    if v.queue != job.spec.queue
+                        && let Some(l) = left.get_or_insert_with(|| borrowed.clone()).get_mut(&v.queue)
                     {
                         *l -= v.units as i64;
                     }
@@ -370,10 +371,12 @@ impl Search<'_, '_> {
             }
             let ((_, _, n), added, fit) = best?;
             for (vi, why) in added {
-                if let PreemptWhy::Reclaim { queue } = &why
-                    && let Some(l) = borrowed.get_mut(queue)
+                // Any victim of another queue comes out of that queue's borrowed quota.
+                let v = &self.pool.list[vi];
+                if v.queue != job.spec.queue
+                    && let Some(l) = borrowed.get_mut(&v.queue)
                 {
-                    *l -= self.pool.list[vi].units as i64;
+                    *l -= v.units as i64;
                 }
                 trial.release(snap, self.pool.list[vi].id);
                 chosen.push((vi, why));

@@ -201,6 +201,12 @@ impl<'s> Pass<'s> {
                 break;
             }
         }
+        // Nominated jobs the pass did not reach keep their nominations.
+        for job in std::mem::take(&mut self.held).into_keys() {
+            if let Some(p) = self.snap.nominations.get(&job) {
+                self.plan.nominated.push((job, p.clone()));
+            }
+        }
         self.plan
     }
 

@@ -645,14 +645,30 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Records that a pending job will take `placement` once its victims are
-    /// gone (from [`crate::Plan::nominated`]). Until the job starts, each pass
-    /// holds the free part of that placement for it, so that nobody the order
-    /// puts first takes back what was freed for it (a preemption loop).
-    pub fn nominate(&mut self, id: JobId, placement: Placement) {
-        if self.pending_keys.contains_key(&id) {
-            self.nominations.insert(id, placement);
-        }
+    /// Takes a plan's nominations: pending jobs that preempted others by
+    /// *reclaim* and will take a placement once their victims are gone. The
+    /// next pass holds the free part of each such placement until it examines
+    /// the job, so that a job the order puts first (another queue's, borrowing)
+    /// cannot take back what was reclaimed: that would loop forever, since
+    /// reclaim would take it again. A nomination lives until the job is
+    /// examined again; it is renewed only while the job still waits for its
+    /// victims. Nominations for priority or within-class preemption are not
+    /// held: there the order and preemption agree, and a job ranked above the
+    /// preemptor may use what was freed (as higher-priority pods may use a
+    /// Kubernetes nominee's node).
+    pub fn set_nominations(&mut self, plan: &crate::Plan) {
+        let reclaimed = |job: JobId| {
+            plan.preemptions.iter().any(|p| p.for_job == job && matches!(p.why, crate::PreemptWhy::Reclaim { .. }))
+        };
+        let held: BTreeMap<JobId, Placement> = plan
+            .nominated
+            .iter()
+            .filter(|(id, _)| {
+                self.pending_keys.contains_key(id) && (reclaimed(*id) || self.nominations.contains_key(id))
+            })
+            .map(|(id, p)| (*id, p.clone()))
+            .collect();
+        self.nominations = held;
     }
 
     /// Removes a pending job (cancelled, or failed for good).

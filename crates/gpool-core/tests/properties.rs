@@ -201,6 +201,21 @@ fn check_plan(snap: &Snapshot, plan: &Plan) -> Result<(), String> {
             return Err(format!("victim {} not allowed for {} ({:?})", p.victim, p.for_job, p.why));
         }
     }
+    // Together, the victims other queues take from a queue come out of its borrowed part only.
+    let mut taken_from: BTreeMap<String, u64> = BTreeMap::new();
+    for p in &plan.preemptions {
+        let (v, j) = (snap.job(p.victim).ok_or("victim")?, snap.job(p.for_job).ok_or("preemptor")?);
+        if v.spec.queue != j.spec.queue {
+            *taken_from.entry(v.spec.queue.to_string()).or_default() += v.running().map_or(0, |r| r.gpu_milli);
+        }
+    }
+    for (q, taken) in taken_from {
+        let guarantee = snap.queues().find(|c| *c.name == *q).map_or(0, |c| c.guarantee);
+        let borrowed = snap.queue_usage(&q).saturating_sub(guarantee);
+        if taken > borrowed {
+            return Err(format!("other queues took {taken} from queue {q}, which borrowed only {borrowed}"));
+        }
+    }
     for (job, placement) in &plan.nominated {
         let mut avail: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         let victims = plan.preemptions.iter().filter(|p| p.for_job == *job).map(|p| p.victim);

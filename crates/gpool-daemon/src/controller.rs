@@ -956,9 +956,7 @@ impl Controller {
         for s in &plan.starts {
             self.start(s.job.0, s.placement.clone(), now);
         }
-        for (job, placement) in &plan.nominated {
-            self.snap.nominate(*job, placement.clone());
-        }
+        self.snap.set_nominations(&plan);
         self.reasons.clear();
         for (id, r) in plan.waiting_reasons() {
             self.reasons.insert(id.0, r.to_string());

@@ -55,9 +55,7 @@ fn apply(snap: &mut Snapshot, plan: &Plan) -> Result<(), gpool_core::SnapshotErr
     for s in &plan.starts {
         snap.start(s.job, s.placement.clone(), plan.now)?;
     }
-    for (job, placement) in &plan.nominated {
-        snap.nominate(*job, placement.clone());
-    }
+    snap.set_nominations(plan);
     Ok(())
 }
 

@@ -306,9 +306,7 @@ impl Ctx<'_> {
                 self.completions.push(Reverse((now_ms + overhead + s.left_ms.max(0), idx, s.epoch)));
                 self.records[idx].first_start_s.get_or_insert(now.as_secs_f64());
             }
-            for (job, placement) in &plan.nominated {
-                self.snap.nominate(*job, placement.clone());
-            }
+            self.snap.set_nominations(&plan);
             if plan.preemptions.is_empty() {
                 break;
             }

@@ -135,9 +135,7 @@ impl Cluster {
         for s in &plan.starts {
             self.snap.start(s.job, s.placement.clone(), plan.now).expect("start");
         }
-        for (job, placement) in &plan.nominated {
-            self.snap.nominate(*job, placement.clone());
-        }
+        self.snap.set_nominations(plan);
     }
 
     pub fn finish(&mut self, id: JobId, now: Time) {
