@@ -1,24 +1,39 @@
 //! # gpool-gpu
 //!
-//! The device layer: what GPUs a node has, behind one trait, [`Backend`].
+//! The device layer: what GPUs a node has and what they are doing, behind
+//! one trait, [`Backend`].
 //!
 //! - [`nvml`]: NVIDIA's management library, loaded at run time (no link-time
 //!   dependency): builds everywhere, and says plainly when there is no driver.
+//! - [`smi`]: `nvidia-smi` output, parsed: the fallback where NVML cannot
+//!   load, and the way tests use recorded real GPUs.
 //! - [`simulated`]: an inventory from a spec like `8xH100-80GB` for machines
-//!   without GPUs, demos and tests.
+//!   without GPUs, demos and tests, whose load follows what its jobs declare.
+//!
+//! Every metric is an `Option`: a value the device does not report
+//! (`[N/A]`, `[Not Supported]`, `ERR!`, an NVML `NotSupported`) is absent,
+//! never zero.
 
 pub mod model;
 pub mod nvml;
 pub mod simulated;
+pub mod smi;
 
 /// One MIG GPU instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MigInfo {
     /// Profile name, e.g. `1g.10gb`.
     pub profile: String,
+    /// `MIG-…` UUID (what `CUDA_VISIBLE_DEVICES` takes), or the old
+    /// `MIG-GPU-<uuid>/<gi>/<ci>` form of pre-R470 drivers.
     pub uuid: String,
+    /// GPU instance id (driver-assigned).
     pub gi_id: u32,
+    /// Compute instance id, where known.
+    pub ci_id: Option<u32>,
     pub memory_mb: u64,
+    /// Placement start and size, in memory slices, where known (`mig -lgi`).
+    pub placement: Option<(u32, u32)>,
 }
 
 /// One GPU as discovered.
@@ -34,12 +49,72 @@ pub struct GpuInfo {
     pub pci_bus_id: Option<String>,
     /// GPUs with the same group are connected by NVLink.
     pub nvlink_group: Option<u32>,
+    /// PCI bus ids of NVLink peers, where known.
+    pub nvlink_peers: Vec<String>,
     pub numa_node: Option<u32>,
     /// `Some` when MIG mode is on.
     pub mig: Option<Vec<MigInfo>>,
 }
 
-/// Why devices could not be discovered.
+/// A process using a GPU (or one of its MIG instances).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub name: Option<String>,
+    pub used_memory_mb: Option<u64>,
+    /// The MIG instance the process runs in, if any.
+    pub gi_id: Option<u32>,
+    pub ci_id: Option<u32>,
+}
+
+/// What a MIG instance is doing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MigSample {
+    pub gi_id: u32,
+    pub ci_id: Option<u32>,
+    pub memory_used_mb: Option<u64>,
+    pub memory_total_mb: Option<u64>,
+}
+
+/// What one GPU is doing at one moment. Absent values are `None`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuSample {
+    pub index: u32,
+    pub uuid: String,
+    /// Percent of time a kernel ran (`utilization.gpu`, DCGM_FI_DEV_GPU_UTIL).
+    pub gpu_util_pct: Option<f64>,
+    /// Percent of time memory was read or written (`utilization.memory`).
+    pub mem_util_pct: Option<f64>,
+    pub memory_used_mb: Option<u64>,
+    pub memory_total_mb: Option<u64>,
+    pub memory_free_mb: Option<u64>,
+    pub memory_reserved_mb: Option<u64>,
+    pub temperature_c: Option<f64>,
+    pub memory_temperature_c: Option<f64>,
+    pub power_draw_w: Option<f64>,
+    pub power_limit_w: Option<f64>,
+    /// Total energy since the driver loaded, millijoules.
+    pub energy_mj: Option<u64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    pub fan_pct: Option<f64>,
+    /// Performance state, e.g. `P0`.
+    pub pstate: Option<String>,
+    pub ecc_corrected_volatile: Option<u64>,
+    pub ecc_uncorrected_volatile: Option<u64>,
+    /// The last XID error seen (0 = none), where the backend can see them.
+    pub xid_last: Option<u64>,
+    /// Active clock throttle (event) reasons, by name: `idle`, `sw_power_cap`,
+    /// `hw_slowdown`, `hw_thermal_slowdown`, `sw_thermal_slowdown`,
+    /// `hw_power_brake_slowdown`, `sync_boost`, `applications_clocks_setting`,
+    /// `display_clock_setting`. `None` when unknown; empty when none is active.
+    pub throttle_reasons: Option<Vec<String>>,
+    pub processes: Vec<GpuProcess>,
+    /// Per MIG instance, when MIG is on.
+    pub mig: Vec<MigSample>,
+}
+
+/// Why devices could not be discovered or read.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     #[error(
@@ -52,12 +127,20 @@ pub enum GpuError {
         "invalid --simulate-gpus {spec:?}: {why} (expected e.g. 8xH100-80GB, 4xA100-80GB,4xL4 or 1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb)"
     )]
     Spec { spec: String, why: String },
+    /// `nvidia-smi` could not be run, or failed.
+    #[error("nvidia-smi {args}: {why}")]
+    Smi { args: String, why: String },
+    /// `nvidia-smi` output that does not parse.
+    #[error("cannot parse nvidia-smi output ({what}), line {line}: {why}")]
+    Parse { what: &'static str, line: usize, why: String },
 }
 
-/// A source of device inventory.
+/// A source of device inventory and samples.
 pub trait Backend: Send {
     /// `nvml`, `nvidia-smi` or `simulated`.
     fn name(&self) -> &'static str;
     /// The node's GPUs, in driver index order.
     fn inventory(&mut self) -> Result<Vec<GpuInfo>, GpuError>;
+    /// What every GPU is doing now, in driver index order.
+    fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError>;
 }

@@ -6,7 +6,7 @@ use nvml_wrapper::Nvml as Lib;
 use nvml_wrapper::error::NvmlError;
 
 use crate::model::short_model;
-use crate::{Backend, GpuError, GpuInfo, MigInfo};
+use crate::{Backend, GpuError, GpuInfo, GpuSample, MigInfo};
 
 /// An initialised NVML (kept for the process's life: dropping it calls nvmlShutdown).
 pub struct Nvml {
@@ -72,7 +72,9 @@ impl Backend for Nvml {
                             profile: md.name().map(|n| mig_profile(&n)).unwrap_or_else(|_| "unknown".into()),
                             uuid: md.uuid().map_err(nvml_err)?,
                             gi_id: m + 1,
+                            ci_id: None,
                             memory_mb: md.memory_info().map(|m| m.total / (1024 * 1024)).unwrap_or(0),
+                            placement: None,
                         });
                     }
                 }
@@ -88,6 +90,7 @@ impl Backend for Nvml {
                 memory_mb,
                 pci_bus_id: pci,
                 nvlink_group: None,
+                nvlink_peers: Vec::new(),
                 numa_node: None,
                 mig,
             });
@@ -115,6 +118,10 @@ impl Backend for Nvml {
             }
         }
         Ok(gpus)
+    }
+
+    fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
+        Err(GpuError::Nvml("sampling is not implemented yet".into()))
     }
 }
 

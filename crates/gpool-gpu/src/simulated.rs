@@ -3,7 +3,7 @@
 //! UUIDs are stable for a given spec and host name, so a restarted daemon
 //! sees the same devices.
 
-use crate::{Backend, GpuError, GpuInfo, MigInfo};
+use crate::{Backend, GpuError, GpuInfo, GpuSample, MigInfo};
 
 /// Memory in MiB the driver reports for a model name (from the `…GB` in the name, else 24 GB).
 fn memory_mb(model: &str) -> u64 {
@@ -64,6 +64,8 @@ impl Simulated {
                             profile: p.clone(),
                             uuid: format!("MIG-{}", fake_uuid(&format!("{host}/{index}"), i as u32)),
                             gi_id: i as u32 + 1,
+                            ci_id: Some(0),
+                            placement: None,
                             memory_mb: p
                                 .split('.')
                                 .nth(1)
@@ -81,6 +83,7 @@ impl Simulated {
                     memory_mb: mem,
                     pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index)),
                     nvlink_group: Some(0),
+                    nvlink_peers: Vec::new(),
                     numa_node: Some(0),
                     mig,
                 });
@@ -128,6 +131,14 @@ impl Backend for Simulated {
 
     fn inventory(&mut self) -> Result<Vec<GpuInfo>, GpuError> {
         Ok(self.gpus.clone())
+    }
+
+    fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
+        Ok(self
+            .gpus
+            .iter()
+            .map(|g| GpuSample { index: g.index, uuid: g.uuid.clone(), ..GpuSample::default() })
+            .collect())
     }
 }
 
