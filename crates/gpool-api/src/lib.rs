@@ -10,8 +10,10 @@
 
 pub mod quantity;
 pub mod spec;
+pub mod telemetry;
 pub mod time;
 pub mod view;
 
 pub use spec::{Command, JobSpec};
+pub use telemetry::*;
 pub use view::*;

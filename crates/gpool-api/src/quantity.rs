@@ -60,12 +60,12 @@ pub fn parse_cpu_milli(s: &str) -> Result<u64, QuantityError> {
     Ok((v * mult).round() as u64)
 }
 
-/// A duration from `90s`, `30m`, `2h`, `1h30m`, `1d`, `1.5h` or plain seconds.
+/// A duration from `90s`, `30m`, `2h`, `1h30m`, `1d`, `1.5h`, `500ms` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, QuantityError> {
     let err = || QuantityError {
         input: s.to_string(),
         what: "duration",
-        hint: "use e.g. 90s, 30m, 2h, 1h30m, 1d or a number of seconds",
+        hint: "use e.g. 500ms, 90s, 30m, 2h, 1h30m, 1d or a number of seconds",
     };
     let t = s.trim();
     if t.is_empty() {
@@ -81,13 +81,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, QuantityError> {
     let mut total = 0.0;
     let mut num = String::new();
     let mut any = false;
-    for c in t.chars() {
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
         if c.is_ascii_digit() || c == '.' {
             num.push(c);
             continue;
         }
         let unit = match c {
             's' => 1.0,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                0.001
+            }
             'm' => 60.0,
             'h' => 3600.0,
             'd' => 86_400.0,
@@ -165,6 +170,9 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(parse_duration(s).ok().map(|d| d.as_secs()), want, "{s}");
         }
+        assert_eq!(parse_duration("500ms").ok(), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m500ms").ok(), Some(Duration::from_millis(60_500)));
+        assert!(parse_duration("5mss").is_err());
         assert_eq!(format_duration(Duration::from_secs(9000)), "2h30m");
         assert_eq!(format_duration(Duration::from_secs(45)), "45s");
     }

@@ -105,6 +105,9 @@ pub struct JobView {
     pub replicas: Vec<ReplicaView>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitView>,
+    /// GPU-hours, utilisation and peak memory, once telemetry came in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::telemetry::UsageSummary>,
     pub spec: JobSpec,
 }
 
@@ -132,10 +135,13 @@ pub struct MigView {
     pub memory_mb: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<u64>,
+    /// Memory in use, where the device reports it per instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_mb: Option<u64>,
 }
 
 /// A device on a node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceView {
     pub index: u32,
     pub uuid: String,
@@ -149,6 +155,13 @@ pub struct DeviceView {
     /// The job holding the whole device, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// The latest reading, once the node's sampler has sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<crate::telemetry::DeviceTelemetry>,
 }
 
 /// A node.

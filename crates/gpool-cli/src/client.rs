@@ -78,6 +78,11 @@ fn check(mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<ureq::htt
 }
 
 impl Client {
+    /// The daemon's address.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}/api/v1{path}", self.base)
     }

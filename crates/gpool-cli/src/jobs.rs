@@ -17,7 +17,7 @@ pub(crate) enum Output {
     Json,
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(v)?;
     outln!("{text}");
     Ok(())
@@ -335,6 +335,15 @@ pub(crate) fn show(a: IdArgs) -> anyhow::Result<()> {
         if let Some(x) = &j.exit {
             outln!("  exit             code {:?} signal {:?}", x.code, x.signal);
         }
+        if let Some(u) = &j.usage {
+            let curve: Vec<f64> = client
+                .get::<api::JobUsageView>(&format!("/jobs/{}/usage", j.id))
+                .map(|v| v.points.iter().filter_map(|p| p.gpu_util).collect())
+                .unwrap_or_default();
+            for line in crate::telemetry::usage_lines(u, &curve) {
+                outln!("{line}");
+            }
+        }
     }
     Ok(())
 }
@@ -419,18 +428,34 @@ pub(crate) fn nodes(a: ListArgs) -> anyhow::Result<()> {
         );
         for d in &n.devices {
             let who = d.job.map_or_else(|| "free".to_string(), |j| format!("job {j}"));
+            let t = d.telemetry.as_ref();
+            let now = match t {
+                Some(t) => format!(
+                    "{:>4} {:>14} {:>5} {:>6}",
+                    t.gpu_util.map_or_else(|| "-".into(), |u| format!("{u:.0}%")),
+                    match (t.memory_used_mb, t.memory_total_mb) {
+                        (Some(u), Some(m)) => format!("{}/{} GiB", u / 1024, m / 1024),
+                        _ => "-".into(),
+                    },
+                    t.temperature_c.map_or_else(|| "-".into(), |c| format!("{c:.0}C")),
+                    t.power_w.map_or_else(|| "-".into(), |p| format!("{p:.0}W")),
+                ),
+                None => format!("{:>4} {:>14} {:>5} {:>6}", "-", "-", "-", "-"),
+            };
             outln!(
-                "  GPU {:<2} {:<12} {:>6} MiB  {}  {}",
+                "  GPU {:<2} {:<12} {:>6} MiB  {}  {}  {}",
                 d.index,
                 d.model,
                 d.memory_mb,
+                now,
                 d.uuid,
                 if d.mig.is_empty() { who } else { "MIG".into() }
             );
             for m in &d.mig {
                 outln!(
-                    "    MIG {:<10} {}  {}",
+                    "    MIG {:<10} {:>10}  {}  {}",
                     m.profile,
+                    m.memory_used_mb.map_or_else(|| "-".into(), |u| format!("{u} MiB")),
                     m.uuid,
                     m.job.map_or_else(|| "free".to_string(), |j| format!("job {j}"))
                 );
@@ -593,6 +618,29 @@ pub(crate) struct UpArgs {
     /// Data directory (state, logs, tokens).
     #[arg(long, env = "GPOOL_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Where real GPUs are read from: auto (NVML, else nvidia-smi), nvml, nvidia-smi.
+    #[arg(long, default_value = "auto")]
+    gpu_backend: String,
+    /// How often GPUs and job processes are sampled (e.g. 5s, 1s, 500ms).
+    #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
+    sample_interval: std::time::Duration,
+    /// Alert rules (YAML list of {name, scope, metric, above|below, for, severity}); default: built-in rules.
+    #[arg(long)]
+    alert_rules: Option<PathBuf>,
+    /// POST alert notifications here (Alertmanager webhook format).
+    #[arg(long)]
+    alert_webhook: Option<String>,
+    /// Price of a GPU-hour of a model, over the built-in AWS list prices: --gpu-price H100-80GB=4.50 (repeatable).
+    #[arg(long = "gpu-price")]
+    gpu_prices: Vec<String>,
+}
+
+fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    let d = gpool_api::quantity::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(d)
 }
 
 pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
@@ -606,5 +654,10 @@ pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
         policy: a.policy,
         queues_file: a.queues,
         fsync: a.fsync,
+        gpu_backend: a.gpu_backend,
+        sample_interval: a.sample_interval,
+        alert_rules: a.alert_rules,
+        alert_webhook: a.alert_webhook,
+        gpu_prices: a.gpu_prices,
     })
 }

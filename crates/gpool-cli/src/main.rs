@@ -20,6 +20,8 @@ mod client;
 mod jobs;
 mod progress;
 mod sim;
+mod telemetry;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +56,12 @@ enum Command {
     Events(jobs::EventsArgs),
     /// Who the token belongs to.
     Whoami(jobs::ListArgs),
+    /// Diagnose a job from its GPU telemetry: bottlenecks, idle or oversized GPUs, and what the waste costs.
+    Advise(telemetry::AdviseArgs),
+    /// Alerts firing now (GPU health, idle or saturated GPUs, low utilisation).
+    Alerts(telemetry::AlertsArgs),
+    /// A live view of GPUs, their jobs and the queue (like nvitop, over the API).
+    Top(top::TopArgs),
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -87,6 +95,9 @@ fn main() -> std::process::ExitCode {
         Command::Queues(a) => jobs::queues(a),
         Command::Events(a) => jobs::events(a),
         Command::Whoami(a) => jobs::whoami(a),
+        Command::Advise(a) => telemetry::advise(a),
+        Command::Alerts(a) => telemetry::alerts(a),
+        Command::Top(a) => top::run(a),
         Command::Token(TokenCommand::Create(a)) => jobs::token_create(a),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Sim(args) => sim::run_sim(*args),

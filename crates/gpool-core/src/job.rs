@@ -189,6 +189,12 @@ impl JobSpec {
         self.anti_affinity.iter().any(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| other.get(k) == Some(v)))
     }
 
+    /// The GPUs all replicas request, in thousandths (the least a memory
+    /// request can be charged): what a pending job waits for.
+    pub fn requested_gpu_milli(&self) -> GpuMilli {
+        self.replica.gpu.min_units().saturating_mul(u64::from(self.replicas))
+    }
+
     /// Whether placement, quota and fair share need to look at the job's GPUs at all.
     pub fn wants_gpus(&self) -> bool {
         self.replica.gpu.device_count() > 0

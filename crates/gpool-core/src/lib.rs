@@ -13,10 +13,14 @@
 //! - [`Policy`]: ordering (multifactor, FIFO, SJF, SRTF, LAS, max-min fair),
 //!   backfill (none, first fit, EASY), preemption rules, placement strategy.
 //! - [`schedule`]: one pass, returning a [`Plan`].
+//! - [`alert`] and [`advice`]: alert rules and diagnosis over GPU telemetry,
+//!   pure in the same way (readings and time in, transitions and findings out).
 //!
 //! The invariants every plan keeps are listed in ARCHITECTURE.md and checked
 //! by the property tests in `tests/`.
 
+pub mod advice;
+pub mod alert;
 mod backfill;
 mod capacity;
 pub mod fairshare;

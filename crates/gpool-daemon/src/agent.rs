@@ -22,7 +22,9 @@ use rustix::event::{PollFd, PollFlags, poll};
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process, kill_process_group, pidfd_open};
 
+use crate::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
 use crate::shim::{self, EXIT, ExitRecord, LOCK, Launch, STATE, ShimState, read_json};
+use crate::telemetry::NodeReport;
 
 /// A replica, identified across restarts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -39,6 +41,8 @@ pub enum AgentReport {
     Exited { key: ReplicaKey, exit: ExitRecord },
     /// The replica's shim disappeared without a record (killed, machine reboot).
     Lost { key: ReplicaKey, why: String },
+    /// What the node's devices and replicas are doing.
+    Telemetry(NodeReport),
 }
 
 /// What a restarted agent found for a replica it was told is running.
@@ -57,11 +61,26 @@ pub struct Agent {
     data_dir: PathBuf,
     exe: PathBuf,
     reports: Sender<crate::controller::Event>,
+    /// Running replicas, shared with the telemetry sampler.
+    replicas: Replicas,
+    /// The node's GPUs are simulated: jobs get `GPOOL_SIM_LOAD_FILE`.
+    simulated: bool,
 }
 
 impl Agent {
-    pub fn new(data_dir: &Path, exe: PathBuf, reports: Sender<crate::controller::Event>) -> Agent {
-        Agent { data_dir: data_dir.to_path_buf(), exe, reports }
+    pub fn new(
+        data_dir: &Path,
+        exe: PathBuf,
+        reports: Sender<crate::controller::Event>,
+        replicas: Replicas,
+        simulated: bool,
+    ) -> Agent {
+        Agent { data_dir: data_dir.to_path_buf(), exe, reports, replicas, simulated }
+    }
+
+    fn register(&self, key: ReplicaKey, devices: Vec<String>, declared_load: Option<String>) {
+        let entry = ReplicaEntry { run_dir: self.run_dir(key), devices, declared_load };
+        self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, entry);
     }
 
     pub fn job_dir(&self, job: u64) -> PathBuf {
@@ -80,10 +99,15 @@ impl Agent {
         self.job_dir(job).join("checkpoint")
     }
 
-    /// Starts a replica. Errors are about the agent's own files; a command that
-    /// cannot run is reported as an exit with code 127 by the shim.
-    pub fn start(&self, key: ReplicaKey, mut launch: Launch) -> std::io::Result<()> {
+    /// Starts a replica on `devices` (GPU or MIG UUIDs). Errors are about the
+    /// agent's own files; a command that cannot run is reported as an exit
+    /// with code 127 by the shim.
+    pub fn start(&self, key: ReplicaKey, mut launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
         let dir = self.run_dir(key);
+        if self.simulated {
+            launch.env.push(("GPOOL_SIM_LOAD_FILE".into(), dir.join(SIM_LOAD_FILE).display().to_string()));
+        }
+        let declared = launch.env.iter().find(|(k, _)| k == SIM_LOAD_ENV).map(|(_, v)| v.clone());
         std::fs::create_dir_all(&dir)?;
         std::fs::create_dir_all(self.checkpoint_dir(key.job))?;
         launch.stdout = self.log_path(key.job, key.rank, "stdout");
@@ -107,11 +131,14 @@ impl Agent {
             // A shim that dies before reading reports itself through its exit record or its absence.
             let _ = stdin.write_all(&spec);
         }
+        self.register(key, devices, declared);
         let reports = self.reports.clone();
+        let replicas = self.replicas.clone();
         std::thread::Builder::new().name(format!("wait-{}-{}", key.job, key.rank)).spawn(move || {
             let status = child.wait();
             report_end(
                 &reports,
+                &replicas,
                 key,
                 &dir,
                 status.map(|s| format!("shim ended with {s}")).unwrap_or_else(|e| e.to_string()),
@@ -130,11 +157,12 @@ impl Agent {
         }
     }
 
-    /// After a daemon restart: finds out what became of a replica the store says runs.
-    pub fn reconcile(&self, key: ReplicaKey) -> Found {
+    /// After a daemon restart: finds out what became of a replica the store
+    /// says runs on `devices`.
+    pub fn reconcile(&self, key: ReplicaKey, devices: Vec<String>) -> Found {
         let dir = self.run_dir(key);
         if dir.join(EXIT).exists() {
-            report_end(&self.reports, key, &dir, String::new());
+            report_end(&self.reports, &self.replicas, key, &dir, String::new());
             return Found::Finished;
         }
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK));
@@ -147,13 +175,15 @@ impl Agent {
             && let Some(pid) = Pid::from_raw(st.shim_pid)
             && let Ok(fd) = pidfd_open(pid, PidfdFlags::empty())
         {
+            self.register(key, devices.clone(), None);
             let reports = self.reports.clone();
+            let replicas = self.replicas.clone();
             let watched = dir.clone();
             let spawned =
                 std::thread::Builder::new().name(format!("adopt-{}-{}", key.job, key.rank)).spawn(move || {
                     let mut fds = [PollFd::new(&fd, PollFlags::IN)];
                     while poll(&mut fds, None).is_err() {}
-                    report_end(&reports, key, &watched, "shim ended".into());
+                    report_end(&reports, &replicas, key, &watched, "shim ended".into());
                 });
             if spawned.is_ok() {
                 return Found::Adopted;
@@ -170,19 +200,28 @@ impl Agent {
             return Found::Lost;
         }
         // The lock is held but the shim cannot be watched: wait for the lock in a thread.
+        self.register(key, devices, None);
         let reports = self.reports.clone();
+        let replicas = self.replicas.clone();
         let _ = std::thread::Builder::new().name(format!("lockwait-{}-{}", key.job, key.rank)).spawn(move || {
             if let Ok(f) = lock {
                 let _ = flock(&f, FlockOperation::LockExclusive);
             }
-            report_end(&reports, key, &dir, "shim ended".into());
+            report_end(&reports, &replicas, key, &dir, "shim ended".into());
         });
         Found::Adopted
     }
 }
 
 /// Reads the exit record of an ended shim and reports it.
-fn report_end(reports: &Sender<crate::controller::Event>, key: ReplicaKey, dir: &Path, context: String) {
+fn report_end(
+    reports: &Sender<crate::controller::Event>,
+    replicas: &Replicas,
+    key: ReplicaKey,
+    dir: &Path,
+    context: String,
+) {
+    replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
     let report = match read_json::<ExitRecord>(&dir.join(EXIT)) {
         Some(exit) => AgentReport::Exited { key, exit },
         None => {

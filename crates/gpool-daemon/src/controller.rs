@@ -30,7 +30,11 @@ use tokio::sync::{broadcast, oneshot};
 use crate::agent::{Agent, AgentReport, Found, ReplicaKey, parse_signal};
 use crate::auth::{Caller, Role, hash_token};
 use crate::convert::to_core;
+use crate::metrics::{self, Histogram, Scrape};
+use crate::prices::Prices;
 use crate::shim::{ExitRecord, Launch, now_ms};
+use crate::telemetry::{DevRef, Holder, NodeReport, Telemetry, TelemetryConfig};
+use crate::webhook::{Notice, Webhook};
 
 /// An API failure: HTTP status and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,16 +71,66 @@ pub struct ListQuery {
 /// An API call.
 #[derive(Debug)]
 pub enum Call {
-    Submit { specs: Vec<api::JobSpec>, reply: Reply<api::Submitted> },
-    Get { id: u64, reply: Reply<api::JobView> },
-    List { query: ListQuery, reply: Reply<api::JobList> },
-    Cancel { id: u64, reply: Reply<api::JobView> },
-    Logs { id: u64, rank: u32, stream: String, reply: Reply<LogTarget> },
-    Nodes { reply: Reply<Vec<api::NodeView>> },
-    Queues { reply: Reply<Vec<api::QueueView>> },
-    Events { after: u64, job: Option<u64>, reply: Reply<Vec<api::EventView>> },
-    CreateToken { req: api::TokenRequest, reply: Reply<api::TokenCreated> },
-    WhoAmI { reply: Reply<api::WhoAmI> },
+    Submit {
+        specs: Vec<api::JobSpec>,
+        reply: Reply<api::Submitted>,
+    },
+    Get {
+        id: u64,
+        reply: Reply<api::JobView>,
+    },
+    List {
+        query: ListQuery,
+        reply: Reply<api::JobList>,
+    },
+    Cancel {
+        id: u64,
+        reply: Reply<api::JobView>,
+    },
+    Logs {
+        id: u64,
+        rank: u32,
+        stream: String,
+        reply: Reply<LogTarget>,
+    },
+    Nodes {
+        reply: Reply<Vec<api::NodeView>>,
+    },
+    Queues {
+        reply: Reply<Vec<api::QueueView>>,
+    },
+    Events {
+        after: u64,
+        job: Option<u64>,
+        reply: Reply<Vec<api::EventView>>,
+    },
+    CreateToken {
+        req: api::TokenRequest,
+        reply: Reply<api::TokenCreated>,
+    },
+    WhoAmI {
+        reply: Reply<api::WhoAmI>,
+    },
+    /// A job's utilisation curve and usage.
+    Usage {
+        id: u64,
+        reply: Reply<api::JobUsageView>,
+    },
+    /// The advisor's findings for a job; `min_span` overrides how much telemetry it needs.
+    Advice {
+        id: u64,
+        min_span: Option<Duration>,
+        reply: Reply<api::AdviceView>,
+    },
+    Alerts {
+        reply: Reply<Vec<api::AlertView>>,
+    },
+}
+
+/// A request that needs no token (the Prometheus scrape).
+#[derive(Debug)]
+pub enum Open {
+    Metrics { reply: oneshot::Sender<Scrape> },
 }
 
 /// Everything the controller reacts to.
@@ -87,6 +141,7 @@ pub enum Event {
         token: String,
         call: Call,
     },
+    Open(Open),
     Agent(AgentReport),
     Shutdown,
 }
@@ -171,6 +226,12 @@ pub struct JobDoc {
     pub run: Option<RunDoc>,
     #[serde(default)]
     pub exit: Option<api::ExitView>,
+    /// When it last joined the queue (submission or requeue).
+    #[serde(default)]
+    pub queued_ms: Option<i64>,
+    /// Usage of its finished runs.
+    #[serde(default)]
+    pub usage: Option<api::UsageSummary>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -189,8 +250,17 @@ enum Timer {
 }
 
 enum Effect {
-    Start(ReplicaKey, Launch),
+    /// Start a replica on these devices (GPU or MIG UUIDs).
+    Start(ReplicaKey, Launch, Vec<String>),
     Signal(ReplicaKey, Signal),
+}
+
+/// What the driver says about a GPU that the scheduling core does not keep:
+/// labels of the DCGM-compatible series.
+#[derive(Clone, Debug, Default)]
+pub struct GpuMeta {
+    pub name: String,
+    pub pci_bus_id: Option<String>,
 }
 
 /// Settings of the controller.
@@ -203,6 +273,12 @@ pub struct Config {
     pub queues: Vec<QueueConfig>,
     /// First retry back-off; doubles with each failure, at most ten minutes.
     pub retry_backoff: Duration,
+    pub telemetry: TelemetryConfig,
+    pub prices: Prices,
+    /// Driver names and PCI ids of this node's GPUs, by index.
+    pub gpu_meta: BTreeMap<u32, GpuMeta>,
+    /// Where to POST alert notifications (Alertmanager webhook format).
+    pub webhook: Option<Webhook>,
 }
 
 const ACTIVE: [&str; 4] = ["pending", "starting", "running", "stopping"];
@@ -232,6 +308,14 @@ pub struct Controller {
     published: Vec<api::EventView>,
     dirty: bool,
     shutdown: bool,
+    // Telemetry and the exporter's counters.
+    telemetry: Telemetry,
+    notices: Vec<Notice>,
+    wait: Histogram,
+    allocations: u64,
+    preemptions: u64,
+    /// GPU-hours of finished runs per (user, team), since the daemon started.
+    gpu_hours_done: BTreeMap<(String, String), f64>,
 }
 
 fn state_str(s: api::JobState) -> &'static str {
@@ -262,6 +346,7 @@ impl Controller {
             .collect();
         let next_id = store.max_job_id()? + 1;
         let next_seq = store.max_event_seq()? + 1;
+        let cfg_telemetry = cfg.telemetry.clone();
         let mut c = Controller {
             cfg,
             store,
@@ -284,6 +369,12 @@ impl Controller {
             published: Vec::new(),
             dirty: true,
             shutdown: false,
+            telemetry: Telemetry::new(cfg_telemetry),
+            notices: Vec::new(),
+            wait: Histogram::wait_seconds(),
+            allocations: 0,
+            preemptions: 0,
+            gpu_hours_done: BTreeMap::new(),
         };
         c.restore()?;
         Ok(c)
@@ -364,7 +455,7 @@ impl Controller {
                 _ => {
                     // Its devices are gone or taken: nothing can run it here any more.
                     for r in &run.replicas {
-                        self.agent.reconcile(ReplicaKey { job: id, attempt: run.attempt, rank: r.rank });
+                        self.agent.reconcile(ReplicaKey { job: id, attempt: run.attempt, rank: r.rank }, Vec::new());
                     }
                     self.requeue_after_loss(id, "its devices are no longer in this node's inventory", now);
                     continue;
@@ -390,7 +481,7 @@ impl Controller {
             }
             for r in run.replicas.iter().filter(|r| !r.ended()) {
                 let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
-                if self.agent.reconcile(key) == Found::Lost {
+                if self.agent.reconcile(key, self.device_uuids(r)) == Found::Lost {
                     self.on_replica_end(key, None, Some("its shim was gone when the daemon restarted".into()), now);
                 }
             }
@@ -443,6 +534,11 @@ impl Controller {
             Event::Api { token, call } => self.api(&token, call, now),
             Event::Agent(AgentReport::Exited { key, exit }) => self.on_replica_end(key, Some(exit), None, now),
             Event::Agent(AgentReport::Lost { key, why }) => self.on_replica_end(key, None, Some(why), now),
+            Event::Agent(AgentReport::Telemetry(r)) => self.on_telemetry(r, now),
+            Event::Open(Open::Metrics { reply }) => {
+                let scrape = self.scrape(now);
+                let _ = reply.send(scrape);
+            }
             Event::Shutdown => self.shutdown = true,
         }
     }
@@ -485,6 +581,9 @@ impl Controller {
                 Call::Events { reply, .. } => self.reply(reply, Err(err)),
                 Call::CreateToken { reply, .. } => self.reply(reply, Err(err)),
                 Call::WhoAmI { reply } => self.reply(reply, Err(err)),
+                Call::Usage { reply, .. } => self.reply(reply, Err(err)),
+                Call::Advice { reply, .. } => self.reply(reply, Err(err)),
+                Call::Alerts { reply } => self.reply(reply, Err(err)),
             };
         };
         match call {
@@ -538,6 +637,18 @@ impl Controller {
                     team: caller.team.clone(),
                     role: caller.role.as_str().into(),
                 });
+                self.reply(reply, r);
+            }
+            Call::Usage { id, reply } => {
+                let r = self.visible(&caller, id).and_then(|d| self.usage(&d));
+                self.reply(reply, r);
+            }
+            Call::Advice { id, min_span, reply } => {
+                let r = self.visible(&caller, id).and_then(|d| self.advice(&d, min_span));
+                self.reply(reply, r);
+            }
+            Call::Alerts { reply } => {
+                let r = Ok(self.alerts(&caller));
                 self.reply(reply, r);
             }
         }
@@ -604,6 +715,8 @@ impl Controller {
                 prior_gpu_milli_secs: 0,
                 run: None,
                 exit: None,
+                queued_ms: Some(now),
+                usage: None,
             };
             if let Err(e) = self.snap.submit(JobId(id), core) {
                 return Err(ApiError::new(500, format!("internal error: {e}")));
@@ -797,6 +910,7 @@ impl Controller {
 
     /// All replicas of the current run are gone: free the devices and decide what next.
     fn finish_run(&mut self, id: u64, now: i64) {
+        self.account_run(id, now);
         let Some(doc) = self.jobs.get(&id).cloned() else { return };
         let Some(run) = doc.run.clone() else { return };
         let exits: Vec<&ExitRecord> = run.replicas.iter().filter_map(|r| r.exit.as_ref()).collect();
@@ -859,6 +973,7 @@ impl Controller {
                 let _ = self.snap.stop(JobId(id), Time::from_millis(now), StopOutcome::Requeue { not_before: nb });
                 if let Some(d) = self.jobs.get_mut(&id) {
                     d.state = api::JobState::Pending;
+                    d.queued_ms = Some(now);
                     d.restarts += 1;
                     d.failures += u32::from(failure);
                     d.not_before_ms = (not_before > now).then_some(not_before);
@@ -899,6 +1014,7 @@ impl Controller {
         let _ = self.snap.stop(JobId(id), Time::from_millis(now), StopOutcome::Requeue { not_before: Time::MIN });
         if let Some(d) = self.jobs.get_mut(&id) {
             d.state = api::JobState::Pending;
+            d.queued_ms = Some(now);
             d.restarts += 1;
             d.end_reason = Some(format!("requeued: {why}"));
         }
@@ -945,6 +1061,7 @@ impl Controller {
         self.dirty = false;
         let plan = schedule(&self.snap, Time::from_millis(now));
         for p in &plan.preemptions {
+            self.preemptions += 1;
             self.stop_run(p.victim.0, Stop::Preempt { for_job: p.for_job.0 }, now);
             self.event(
                 now,
@@ -970,6 +1087,8 @@ impl Controller {
             return;
         }
         let Some(doc) = self.jobs.get_mut(&id) else { return };
+        self.allocations += 1;
+        self.wait.observe((now - doc.queued_ms.unwrap_or(doc.submitted_ms)).max(0) as f64 / 1000.0);
         doc.attempt += 1;
         doc.state = api::JobState::Running;
         doc.started_ms.get_or_insert(now);
@@ -986,6 +1105,8 @@ impl Controller {
             let (gpus, mig) = self.snap.replica_devices(r);
             let gpu_idx: Vec<u32> = gpus.iter().map(|d| d.index).collect();
             let mig_uuids: Vec<String> = mig.iter().map(|(_, m)| m.uuid.to_string()).collect();
+            let device_uuids: Vec<String> =
+                gpus.iter().map(|d| d.uuid.to_string()).chain(mig_uuids.iter().cloned()).collect();
             let visible = if mig_uuids.is_empty() {
                 gpu_idx.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
             } else {
@@ -1039,7 +1160,7 @@ impl Controller {
                 stdout: PathBuf::new(),
                 stderr: PathBuf::new(),
             };
-            self.effects.push(Effect::Start(ReplicaKey { job: id, attempt, rank: rank as u32 }, launch));
+            self.effects.push(Effect::Start(ReplicaKey { job: id, attempt, rank: rank as u32 }, launch, device_uuids));
         }
         doc.run = Some(RunDoc { attempt, started_ms: now, replicas, stop: None, kill_at_ms: None });
         if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
@@ -1082,8 +1203,8 @@ impl Controller {
         }
         for e in std::mem::take(&mut self.effects) {
             match e {
-                Effect::Start(key, launch) => {
-                    if let Err(err) = self.agent.start(key, launch) {
+                Effect::Start(key, launch, devices) => {
+                    if let Err(err) = self.agent.start(key, launch, devices) {
                         let exit = ExitRecord {
                             code: Some(127),
                             signal: None,
@@ -1099,6 +1220,336 @@ impl Controller {
         }
         for e in std::mem::take(&mut self.published) {
             let _ = self.events.send(e);
+        }
+        if let Some(w) = &self.cfg.webhook {
+            w.send(std::mem::take(&mut self.notices));
+        } else {
+            self.notices.clear();
+        }
+    }
+
+    // ----- telemetry -----
+
+    /// UUIDs of the devices a replica record names (for the agent's sampler).
+    fn device_uuids(&self, r: &ReplicaDoc) -> Vec<String> {
+        let Some(node) = self.snap.node(self.node) else { return Vec::new() };
+        let mut v: Vec<String> = r
+            .gpus
+            .iter()
+            .filter_map(|i| node.devices.iter().find(|d| d.index == *i))
+            .map(|d| d.uuid.to_string())
+            .collect();
+        v.extend(r.mig.iter().cloned());
+        v
+    }
+
+    /// Who holds each device of a node now.
+    fn holders(&self, node: NodeId) -> HashMap<DevRef, Holder> {
+        let mut out = HashMap::new();
+        let node_cpus = self.snap.node(node).map_or(0.0, |n| n.cpus_milli as f64 / 1000.0);
+        for j in self.snap.jobs_on(node) {
+            let (Some(job), Some(doc)) = (self.snap.job(j), self.jobs.get(&j.0)) else { continue };
+            let Some(run) = job.running() else { continue };
+            let here: Vec<&gpool_core::ReplicaPlacement> = run.placement.iter().filter(|p| p.node == node).collect();
+            let requested: u64 = here.iter().map(|p| p.cpus_milli).sum();
+            let cpus = Some(if requested > 0 { requested as f64 / 1000.0 } else { node_cpus });
+            let holder = |mig_profile: Option<gpool_core::MigProfile>, memory_total_mb: u64| Holder {
+                job: j.0,
+                name: doc.name.clone(),
+                user: doc.user.clone(),
+                team: doc.team.clone(),
+                queue: doc.queue.clone(),
+                cpus,
+                mig_profile,
+                memory_total_mb,
+            };
+            for p in here {
+                let (gpus, mig) = self.snap.replica_devices(p);
+                for d in gpus {
+                    out.insert(DevRef::Gpu(d.index), holder(None, d.memory_mb));
+                }
+                for (d, m) in mig {
+                    out.insert(
+                        DevRef::Mig { gpu: d.index, gi_id: m.gi_id },
+                        holder(Some(m.profile.clone()), m.memory_mb),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    fn on_telemetry(&mut self, r: NodeReport, now: i64) {
+        let Some(node) = self.snap.node_id(&r.node) else { return };
+        let holders = self.holders(node);
+        if let Some(e) = &r.error
+            && self.telemetry.node_error(&r.node) != Some(e.as_str())
+        {
+            self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
+        }
+        let out = self.telemetry.on_report(r, &holders);
+        if !out.rows.is_empty() {
+            self.writes.push(Write::AppendSamples(out.rows));
+        }
+        self.publish_alerts(out.transitions, now);
+    }
+
+    /// Alert transitions become events (`alert_firing`, `alert_resolved`) and webhook notices.
+    fn publish_alerts(&mut self, transitions: Vec<gpool_core::alert::Transition>, now: i64) {
+        for t in transitions {
+            let job = t.labels.iter().find(|(k, _)| k == "job_id").and_then(|(_, v)| v.parse().ok());
+            let kind = if t.firing { "alert_firing" } else { "alert_resolved" };
+            self.event(now, job, kind, format!("[{}] {}", t.severity.as_str(), t.summary));
+            let mut labels: BTreeMap<String, String> = t.labels.iter().cloned().collect();
+            labels.insert("alertname".into(), t.rule.clone());
+            labels.insert("severity".into(), t.severity.as_str().into());
+            labels.insert("subject".into(), t.subject.clone());
+            self.notices.push(Notice {
+                status: if t.firing { "firing" } else { "resolved" }.into(),
+                labels,
+                annotations: [("summary".to_string(), t.summary.clone())].into_iter().collect(),
+                starts_at: api::time::rfc3339(t.since.as_millis()),
+                ends_at: if t.firing { "0001-01-01T00:00:00Z".into() } else { api::time::rfc3339(now) },
+            });
+        }
+    }
+
+    /// The price of one GPU-hour of a job's devices, if known.
+    fn price_of(&self, d: &JobDoc) -> Option<f64> {
+        let model = d
+            .run
+            .as_ref()
+            .and_then(|r| r.replicas.first())
+            .and_then(|r| {
+                let node = self.snap.node(self.snap.node_id(&r.node)?)?;
+                let index = r.gpus.first().copied().or_else(|| {
+                    node.devices
+                        .iter()
+                        .find(|dev| {
+                            dev.mig.as_ref().is_some_and(|m| m.iter().any(|i| r.mig.contains(&i.uuid.to_string())))
+                        })
+                        .map(|dev| dev.index)
+                })?;
+                node.devices.iter().find(|dev| dev.index == index).map(|dev| dev.model.to_string())
+            })
+            .or_else(|| d.spec.gpu_model.clone())?;
+        self.cfg.prices.per_gpu_hour(&model)
+    }
+
+    /// A job's usage: its finished runs plus the live one.
+    fn usage_summary(&self, d: &JobDoc) -> Option<api::UsageSummary> {
+        let mut s = merge_usage(d.usage.clone(), self.telemetry.summary(d.id))?;
+        s.cost_usd = self.price_of(d).map(|p| p * s.gpu_hours);
+        Some(s)
+    }
+
+    /// Closes a run's telemetry: its last rows, its usage into the job's record.
+    fn account_run(&mut self, id: u64, now: i64) {
+        let (rows, summary, transitions) = self.telemetry.end_job(id);
+        if !rows.is_empty() {
+            self.writes.push(Write::AppendSamples(rows));
+        }
+        self.publish_alerts(transitions, now);
+        let gpu_milli = self.snap.job(JobId(id)).and_then(|j| j.running().map(|r| (r.gpu_milli, r.started)));
+        if let Some(d) = self.jobs.get_mut(&id) {
+            if let Some((milli, started)) = gpu_milli {
+                let hours = milli as f64 / 1000.0 * Time::from_millis(now).since(started).as_secs_f64() / 3600.0;
+                *self.gpu_hours_done.entry((d.user.clone(), d.team.clone())).or_default() += hours;
+            }
+            d.usage = merge_usage(d.usage.take(), summary);
+        }
+    }
+
+    fn usage(&mut self, d: &JobDoc) -> Result<api::JobUsageView, ApiError> {
+        let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let summary = self.usage_summary(d).unwrap_or_default();
+        let points = rows
+            .into_iter()
+            .map(|r| api::UsagePoint {
+                at: api::time::rfc3339(r.at_ms),
+                device: r.device,
+                gpu_util: r.gpu_util,
+                memory_mb: r.memory_mb,
+                memory_total_mb: r.memory_total_mb,
+                cpu_cores: r.cpu_cores,
+            })
+            .collect();
+        Ok(api::JobUsageView { job: d.id, summary, points })
+    }
+
+    fn advice(&mut self, d: &JobDoc, min_span: Option<Duration>) -> Result<api::AdviceView, ApiError> {
+        use gpool_core::advice::{Thresholds, advise};
+        // A running job: its recent full-resolution series; a finished one: the stored rows.
+        let mut usage = match self.telemetry.job_usage(d.id) {
+            Some(u) => u,
+            None => {
+                let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
+                let mut u = crate::telemetry::usage_from_rows(&rows);
+                let cpus: u64 = d.run.as_ref().map_or(0, |r| r.replicas.iter().map(|x| x.cpus_milli).sum());
+                u.cpus_allocated = (cpus > 0).then_some(cpus as f64 / 1000.0);
+                u
+            }
+        };
+        let summary = self.usage_summary(d).unwrap_or_default();
+        usage.runtime = Duration::from_secs_f64(summary.gpu_hours * 3600.0 / usage.devices.len().max(1) as f64);
+        let price = self.price_of(d);
+        usage.price_per_gpu_hour = price;
+        let mut offered: Vec<(gpool_core::MigProfile, u64)> = self
+            .snap
+            .nodes()
+            .flat_map(|(_, n)| n.devices.iter().filter_map(|dev| dev.mig.as_ref()).flatten())
+            .map(|m| (m.profile.clone(), m.memory_mb))
+            .collect();
+        offered.sort_by_key(|(p, mem)| (p.compute_slices, *mem, p.to_string()));
+        offered.dedup_by(|a, b| a.0 == b.0);
+        usage.mig_offered = offered;
+        let mut t = Thresholds::default();
+        if let Some(s) = min_span {
+            t.min_span = s;
+        }
+        let a = advise(&usage, &t);
+        Ok(api::AdviceView {
+            job: d.id,
+            summary,
+            p5_gpu_util: a.summary.p5_util,
+            p95_gpu_util: a.summary.p95_util,
+            price_per_gpu_hour: price,
+            findings: a
+                .findings
+                .into_iter()
+                .map(|f| api::FindingView {
+                    kind: f.kind.as_str().into(),
+                    summary: f.summary,
+                    evidence: f.evidence,
+                    suggestions: f.suggestions,
+                    wasted_gpu_hours: f.wasted_gpu_hours,
+                    wasted_usd: f.wasted_usd,
+                })
+                .collect(),
+        })
+    }
+
+    /// Alerts firing now; users see those about their own jobs and about GPUs.
+    fn alerts(&self, caller: &Caller) -> Vec<api::AlertView> {
+        self.telemetry
+            .active_alerts()
+            .into_iter()
+            .filter(|a| {
+                caller.role == Role::Admin
+                    || a.labels.iter().find(|(k, _)| k == "user").is_none_or(|(_, u)| *u == caller.user)
+            })
+            .map(|a| api::AlertView {
+                rule: a.rule,
+                severity: a.severity.as_str().into(),
+                subject: a.subject,
+                value: a.value,
+                since: api::time::rfc3339(a.since.as_millis()),
+                summary: a.summary,
+                labels: a.labels.into_iter().collect(),
+            })
+            .collect()
+    }
+
+    /// Everything `/metrics` shows, read from the controller's state.
+    fn scrape(&self, now: i64) -> Scrape {
+        let mut gpus = Vec::new();
+        let mut migs = Vec::new();
+        for (id, n) in self.snap.nodes() {
+            let holders = self.holders(id);
+            let job_labels = |h: &Holder| -> metrics::Labels {
+                vec![
+                    ("job_id", h.job.to_string()),
+                    ("job_name", h.name.clone()),
+                    ("user", h.user.clone()),
+                    ("team", h.team.clone()),
+                    ("queue", h.queue.clone()),
+                ]
+            };
+            for d in &n.devices {
+                let Some(track) = self.telemetry.gpu(&n.name, d.index) else { continue };
+                let meta = self.cfg.gpu_meta.get(&d.index).cloned().unwrap_or_default();
+                let mut labels: metrics::Labels = vec![
+                    ("gpu", d.index.to_string()),
+                    ("UUID", d.uuid.to_string()),
+                    ("pci_bus_id", meta.pci_bus_id.clone().unwrap_or_default()),
+                    ("device", format!("nvidia{}", d.index)),
+                    ("modelName", if meta.name.is_empty() { d.model.to_string() } else { meta.name.clone() }),
+                    ("Hostname", n.name.to_string()),
+                ];
+                for m in d.mig.iter().flatten() {
+                    let sample = track.sample.mig.iter().find(|x| x.gi_id == m.gi_id);
+                    let mut l = labels.clone();
+                    l.push(("GPU_I_PROFILE", m.profile.to_string()));
+                    l.push(("GPU_I_ID", m.gi_id.to_string()));
+                    if let Some(h) = holders.get(&DevRef::Mig { gpu: d.index, gi_id: m.gi_id }) {
+                        l.extend(job_labels(h));
+                    }
+                    migs.push(metrics::MigSeries {
+                        labels: l,
+                        memory_used_mb: sample.and_then(|x| x.memory_used_mb),
+                        memory_total_mb: sample.and_then(|x| x.memory_total_mb).or(Some(m.memory_mb)),
+                    });
+                }
+                if let Some(h) = holders.get(&DevRef::Gpu(d.index)) {
+                    labels.extend(job_labels(h));
+                }
+                gpus.push(metrics::GpuSeries { labels, sample: track.sample.clone() });
+            }
+        }
+        let mut queues: BTreeMap<String, metrics::QueueStat> = BTreeMap::new();
+        let mut jobs_by_state: BTreeMap<String, u64> = BTreeMap::new();
+        for d in self.jobs.values() {
+            *jobs_by_state.entry(d.state.as_str().into()).or_default() += 1;
+            let q = queues
+                .entry(d.queue.clone())
+                .or_insert_with(|| metrics::QueueStat { name: d.queue.clone(), ..metrics::QueueStat::default() });
+            let gpus = self.snap.job(JobId(d.id)).map_or(0.0, |j| j.spec.requested_gpu_milli() as f64 / 1000.0);
+            if d.state == api::JobState::Pending {
+                q.pending_jobs += 1;
+                q.pending_gpus += gpus;
+            } else {
+                q.running_jobs += 1;
+            }
+        }
+        for q in self.snap.queues() {
+            queues
+                .entry(q.name.to_string())
+                .or_insert_with(|| metrics::QueueStat { name: q.name.to_string(), ..metrics::QueueStat::default() });
+        }
+        for q in queues.values_mut() {
+            q.used_gpus = self.snap.queue_usage(&q.name) as f64 / 1000.0;
+        }
+        let mut gpu_hours = self.gpu_hours_done.clone();
+        for j in self.snap.running_jobs() {
+            if let (Some(r), Some(d)) = (j.running(), self.jobs.get(&j.id.0)) {
+                let h = r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0;
+                *gpu_hours.entry((d.user.clone(), d.team.clone())).or_default() += h;
+            }
+        }
+        let mut alerts: BTreeMap<(String, String), u64> =
+            self.telemetry.rules().iter().map(|r| ((r.name.clone(), r.severity.as_str().to_string()), 0)).collect();
+        for a in self.telemetry.active_alerts() {
+            *alerts.entry((a.rule, a.severity.as_str().into())).or_default() += 1;
+        }
+        Scrape {
+            gpus,
+            migs,
+            queues: queues.into_values().collect(),
+            jobs_by_state,
+            wait: self.wait.clone(),
+            allocations_total: self.allocations,
+            preemptions_total: self.preemptions,
+            gpu_hours,
+            idle_gpu_seconds: self.telemetry.counters.idle_allocated_gpu_secs.clone(),
+            nodes: self
+                .snap
+                .nodes()
+                .map(|(_, n)| {
+                    let ok = self.telemetry.node_error(&n.name).is_none();
+                    (n.name.to_string(), n.state.as_str().to_string(), ok)
+                })
+                .collect(),
+            alerts,
         }
     }
 
@@ -1161,6 +1612,7 @@ impl Controller {
             restarts: d.restarts,
             replicas,
             exit: d.exit.clone(),
+            usage: self.usage_summary(d),
             spec: d.spec.clone(),
         }
     }
@@ -1185,6 +1637,8 @@ impl Controller {
                     .devices
                     .iter()
                     .map(|d| {
+                        let track = self.telemetry.gpu(&n.name, d.index);
+                        let meta = self.cfg.gpu_meta.get(&d.index);
                         let (job, mig) = match &d.mig {
                             None => {
                                 let bit = 1u64 << gslot;
@@ -1203,6 +1657,9 @@ impl Controller {
                                             gi_id: m.gi_id,
                                             memory_mb: m.memory_mb,
                                             job: if free_mig & bit == 0 { holder(bit, true) } else { None },
+                                            memory_used_mb: track.and_then(|t| {
+                                                t.sample.mig.iter().find(|x| x.gi_id == m.gi_id)?.memory_used_mb
+                                            }),
                                         }
                                     })
                                     .collect(),
@@ -1217,6 +1674,11 @@ impl Controller {
                             nvlink_group: d.nvlink_group,
                             mig,
                             job,
+                            name: meta.map(|m| m.name.clone()).filter(|n| !n.is_empty()),
+                            pci_bus_id: meta.and_then(|m| m.pci_bus_id.clone()),
+                            telemetry: track.map(|t| {
+                                crate::telemetry::device_view(t, |pid| self.telemetry.job_of_pid(&n.name, pid))
+                            }),
                         }
                     })
                     .collect();
@@ -1265,6 +1727,27 @@ impl Controller {
             })
             .collect()
     }
+}
+
+/// Adds up the usage of two runs (means weighted by GPU-hours).
+fn merge_usage(a: Option<api::UsageSummary>, b: Option<api::UsageSummary>) -> Option<api::UsageSummary> {
+    let (a, b) = match (a, b) {
+        (None, x) | (x, None) => return x,
+        (Some(a), Some(b)) => (a, b),
+    };
+    let w = |x: &api::UsageSummary| x.gpu_hours.max(1e-12);
+    let mean = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some((x * w(&a) + y * w(&b)) / (w(&a) + w(&b))),
+        (x, None) | (None, x) => x,
+    };
+    Some(api::UsageSummary {
+        gpu_hours: a.gpu_hours + b.gpu_hours,
+        idle_gpu_hours: a.idle_gpu_hours + b.idle_gpu_hours,
+        mean_gpu_util: mean(a.mean_gpu_util, b.mean_gpu_util),
+        peak_memory_mb: a.peak_memory_mb.max(b.peak_memory_mb),
+        mean_cpu_cores: mean(a.mean_cpu_cores, b.mean_cpu_cores),
+        cost_usd: None,
+    })
 }
 
 fn put_job(d: &JobDoc) -> Write {

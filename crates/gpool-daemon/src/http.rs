@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::controller::{ApiError, Call, Event, ListQuery, LogTarget, Reply};
+use crate::controller::{ApiError, Call, Event, ListQuery, LogTarget, Open, Reply};
 
 /// Largest request body accepted (a batch of a few thousand specs).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -46,6 +46,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/events"),
     ("post", "/api/v1/tokens"),
     ("get", "/api/v1/whoami"),
+    ("get", "/api/v1/jobs/{id}/usage"),
+    ("get", "/api/v1/jobs/{id}/advice"),
+    ("get", "/api/v1/alerts"),
+    ("get", "/metrics"),
 ];
 
 pub fn router(state: AppState) -> Router {
@@ -61,6 +65,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/events", get(events))
         .route("/api/v1/tokens", post(create_token))
         .route("/api/v1/whoami", get(whoami))
+        .route("/api/v1/jobs/{id}/usage", get(usage))
+        .route("/api/v1/jobs/{id}/advice", get(advice))
+        .route("/api/v1/alerts", get(alerts))
+        .route("/metrics", get(metrics))
         .fallback(|| async { AppError(ApiError::new(404, "no such endpoint; see /api/v1/openapi.json")) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
@@ -210,6 +218,48 @@ async fn nodes(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Ve
 
 async fn queues(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::QueueView>>> {
     Ok(Json(call(&st, &headers, |reply| Call::Queues { reply }).await?))
+}
+
+async fn usage(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<api::JobUsageView>> {
+    let id = job_id(&id)?;
+    Ok(Json(call(&st, &headers, |reply| Call::Usage { id, reply }).await?))
+}
+
+/// `?minSpan=2m`: judge on less telemetry than the advisor's default 5 minutes.
+async fn advice(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Result<Json<api::AdviceView>> {
+    only(&p, &["minSpan"])?;
+    let id = job_id(&id)?;
+    let min_span = p
+        .get("minSpan")
+        .map(|v| api::quantity::parse_duration(v).map_err(|e| bad(format!("minSpan: {e}"))))
+        .transpose()?;
+    Ok(Json(call(&st, &headers, |reply| Call::Advice { id, min_span, reply }).await?))
+}
+
+async fn alerts(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::AlertView>>> {
+    Ok(Json(call(&st, &headers, |reply| Call::Alerts { reply }).await?))
+}
+
+/// The Prometheus exporter. Open like the DCGM exporter's (no token): bind
+/// the daemon to a private address, or put it behind a proxy, where that
+/// matters (docs/telemetry.md).
+async fn metrics(State(st): State<AppState>) -> Result<Response> {
+    let (tx, rx) = oneshot::channel();
+    st.tx
+        .send(Event::Open(Open::Metrics { reply: tx }))
+        .map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
+    let scrape = rx.await.map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
+    let text = crate::metrics::render(&scrape);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
 async fn whoami(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<api::WhoAmI>> {

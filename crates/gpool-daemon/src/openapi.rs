@@ -69,7 +69,23 @@ pub const DOCUMENT: &str = r##"{
       "Event": { "type": "object", "properties": { "seq": { "type": "integer" }, "at": { "type": "string" }, "job": { "type": "integer" }, "user": { "type": "string" }, "kind": { "type": "string" }, "message": { "type": "string" } } },
       "TokenRequest": { "type": "object", "required": ["user"], "additionalProperties": false, "properties": { "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string", "enum": ["user", "admin"] } } },
       "TokenCreated": { "type": "object", "properties": { "token": { "type": "string" }, "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" } } },
-      "WhoAmI": { "type": "object", "properties": { "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" } } }
+      "WhoAmI": { "type": "object", "properties": { "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" } } },
+      "UsageSummary": { "type": "object", "description": "absent values are left out", "properties": {
+        "gpu_hours": { "type": "number" }, "idle_gpu_hours": { "type": "number" }, "mean_gpu_util": { "type": "number" },
+        "peak_memory_mb": { "type": "integer" }, "mean_cpu_cores": { "type": "number" }, "cost_usd": { "type": "number" } } },
+      "JobUsage": { "type": "object", "properties": { "job": { "type": "integer" }, "summary": { "$ref": "#/components/schemas/UsageSummary" },
+        "points": { "type": "array", "items": { "type": "object", "properties": {
+          "at": { "type": "string", "format": "date-time" }, "device": { "type": "string" }, "gpu_util": { "type": "number" },
+          "memory_mb": { "type": "integer" }, "memory_total_mb": { "type": "integer" }, "cpu_cores": { "type": "number" } } } } } },
+      "Advice": { "type": "object", "properties": { "job": { "type": "integer" }, "summary": { "$ref": "#/components/schemas/UsageSummary" },
+        "p5_gpu_util": { "type": "number" }, "p95_gpu_util": { "type": "number" }, "price_per_gpu_hour": { "type": "number" },
+        "findings": { "type": "array", "items": { "type": "object", "properties": {
+          "kind": { "type": "string", "enum": ["input_bound", "cpu_bound", "idle_gpu", "over_provisioned", "memory_bound", "not_enough_data", "healthy"] },
+          "summary": { "type": "string" }, "evidence": { "type": "array", "items": { "type": "string" } },
+          "suggestions": { "type": "array", "items": { "type": "string" } }, "wasted_gpu_hours": { "type": "number" }, "wasted_usd": { "type": "number" } } } } } },
+      "Alert": { "type": "object", "properties": { "rule": { "type": "string" }, "severity": { "type": "string", "enum": ["info", "warning", "critical"] },
+        "subject": { "type": "string" }, "value": { "type": "number" }, "since": { "type": "string", "format": "date-time" },
+        "summary": { "type": "string" }, "labels": { "type": "object", "additionalProperties": { "type": "string" } } } }
     },
     "responses": {
       "Error": { "description": "error", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
@@ -116,7 +132,18 @@ pub const DOCUMENT: &str = r##"{
       "responses": { "200": { "description": "text/event-stream of Event", "content": { "text/event-stream": { "schema": { "$ref": "#/components/schemas/Event" } } } } } } },
     "/api/v1/tokens": { "post": { "summary": "create a token (admins)", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/TokenRequest" } } } },
       "responses": { "201": { "description": "the secret, shown once", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/TokenCreated" } } } }, "403": { "$ref": "#/components/responses/Error" } } } },
-    "/api/v1/whoami": { "get": { "summary": "the caller", "responses": { "200": { "description": "who", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/WhoAmI" } } } } } } }
+    "/api/v1/whoami": { "get": { "summary": "the caller", "responses": { "200": { "description": "who", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/WhoAmI" } } } } } } },
+    "/api/v1/jobs/{id}/usage": {
+      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ],
+      "get": { "summary": "a job's utilisation curve (one point per device per minute) and usage", "responses": { "200": { "description": "usage", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/JobUsage" } } } }, "404": { "$ref": "#/components/responses/Error" } } }
+    },
+    "/api/v1/jobs/{id}/advice": {
+      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } },
+        { "name": "minSpan", "in": "query", "schema": { "type": "string", "default": "5m" }, "description": "judge on at least this much telemetry" } ],
+      "get": { "summary": "diagnosis and right-sizing advice from the job's telemetry", "responses": { "200": { "description": "findings", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Advice" } } } }, "404": { "$ref": "#/components/responses/Error" } } }
+    },
+    "/api/v1/alerts": { "get": { "summary": "alerts firing now (users: about their jobs and about GPUs)", "responses": { "200": { "description": "alerts", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Alert" } } } } } } } },
+    "/metrics": { "get": { "security": [], "summary": "Prometheus exporter: DCGM-compatible GPU series with job labels, queue and usage series", "responses": { "200": { "description": "Prometheus text format 0.0.4", "content": { "text/plain": {} } } } } }
   }
 }
 "##;

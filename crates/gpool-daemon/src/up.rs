@@ -8,14 +8,19 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use gpool_core::{Device, DeviceKind, MigInstance, Node, Policy, QueueConfig, Snapshot};
+use gpool_gpu::simulated::Simulated;
 use gpool_gpu::{Backend, GpuError, GpuInfo};
 use gpool_store::Sqlite;
 use rustix::fs::{FlockOperation, flock};
 use serde::Deserialize;
 
 use crate::agent::Agent;
-use crate::controller::{Config, Controller, Event};
+use crate::controller::{Config, Controller, Event, GpuMeta};
 use crate::http::{AppState, router};
+use crate::prices::Prices;
+use crate::sampler::{self, Replicas, Sampler};
+use crate::telemetry::TelemetryConfig;
+use crate::webhook::Webhook;
 
 /// Settings of `gpool up`.
 #[derive(Clone, Debug)]
@@ -31,6 +36,16 @@ pub struct UpConfig {
     pub queues_file: Option<PathBuf>,
     /// fsync every commit (survive power loss, not only process crashes).
     pub fsync: bool,
+    /// Where GPUs come from when not simulated: `auto` (NVML, else nvidia-smi), `nvml`, `nvidia-smi`.
+    pub gpu_backend: String,
+    /// How often the sampler reads the GPUs.
+    pub sample_interval: std::time::Duration,
+    /// Alert rules (YAML); default: the built-in rules.
+    pub alert_rules: Option<PathBuf>,
+    /// Where to POST alert notifications.
+    pub alert_webhook: Option<String>,
+    /// `MODEL=USD` per GPU-hour, over the built-in prices.
+    pub gpu_prices: Vec<String>,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/gpool`, else `~/.local/share/gpool`.
@@ -56,6 +71,60 @@ struct QueueFile {
     guarantee_gpus: f64,
     #[serde(default)]
     max_gpus: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    name: String,
+    scope: String,
+    metric: String,
+    #[serde(default)]
+    above: Option<f64>,
+    #[serde(default)]
+    below: Option<f64>,
+    #[serde(default, rename = "for")]
+    hold: Option<String>,
+    #[serde(default)]
+    severity: Option<String>,
+}
+
+/// Reads an alert rules YAML file: a list of
+/// `{name, scope, metric, above|below, for, severity}` (docs/telemetry.md).
+pub fn read_alert_rules(path: &Path) -> anyhow::Result<Vec<gpool_core::alert::Rule>> {
+    use gpool_core::alert::{Comparison, Metric, Rule, Scope, Severity};
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let list: Vec<RuleFile> =
+        serde_yaml::from_str(&text).with_context(|| format!("{}: expected a list of alert rules", path.display()))?;
+    let p = path.display();
+    list.into_iter()
+        .map(|r| {
+            let scope = Scope::parse(&r.scope).with_context(|| {
+                format!("{p}: rule {}: scope {:?} is not gpu, allocated_gpu or job", r.name, r.scope)
+            })?;
+            let metric = Metric::parse(&r.metric).with_context(|| {
+                let names: Vec<&str> = Metric::ALL.iter().map(|m| m.as_str()).collect();
+                format!("{p}: rule {}: metric {:?} is not one of {}", r.name, r.metric, names.join(", "))
+            })?;
+            let (comparison, threshold) = match (r.above, r.below) {
+                (Some(a), None) => (Comparison::Above, a),
+                (None, Some(b)) => (Comparison::Below, b),
+                _ => bail!("{p}: rule {}: give exactly one of `above: N` or `below: N`", r.name),
+            };
+            let hold = match &r.hold {
+                Some(h) => gpool_api::quantity::parse_duration(h)
+                    .map_err(|e| anyhow::anyhow!("{p}: rule {}: for: {e}", r.name))?,
+                None => std::time::Duration::ZERO,
+            };
+            let severity = match r.severity.as_deref() {
+                None => Severity::Warning,
+                Some(s) => Severity::parse(s).with_context(|| {
+                    format!("{p}: rule {}: severity {s:?} is not info, warning or critical", r.name)
+                })?,
+            };
+            Ok(Rule { name: r.name, scope, metric, comparison, threshold, hold, severity })
+        })
+        .collect()
 }
 
 /// Reads a queues YAML file: a list of `{name, cohort, guaranteeGpus, maxGpus}`.
@@ -152,25 +221,28 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         None => Vec::new(),
     };
     let node_name = cfg.node_name.clone().unwrap_or_else(host_name);
-    let (gpus, source) = match &cfg.simulate_gpus {
-        Some(spec) => (gpool_gpu::simulated::Simulated::parse(spec, &node_name)?.inventory()?, "simulated"),
-        None => match gpool_gpu::nvml::Nvml::load().and_then(|mut n| n.inventory()) {
-            Ok(g) => (g, "nvml"),
-            Err(e @ GpuError::NoDriver(_)) => {
-                eprintln!("gpool: warning: {e}. Starting with no GPUs: only CPU jobs can run.");
-                (Vec::new(), "none")
-            }
-            Err(e) => return Err(e.into()),
-        },
-    };
+    let replicas: Replicas = Arc::default();
+    let (gpus, backend) = discover(&cfg, &node_name, &replicas)?;
+    let source = backend.as_ref().map_or("none", |b| b.name());
     let node = local_node(&node_name, &gpus, cfg.cpus, cfg.memory_gb, cfg.simulate_gpus.is_some());
+    let rules = match &cfg.alert_rules {
+        Some(p) => read_alert_rules(p)?,
+        None => gpool_core::alert::Rule::defaults(),
+    };
+    let prices = Prices::built_in().with_overrides(&cfg.gpu_prices).map_err(anyhow::Error::msg)?;
+    let gpu_meta =
+        gpus.iter().map(|g| (g.index, GpuMeta { name: g.name.clone(), pci_bus_id: g.pci_bus_id.clone() })).collect();
     let mut snap = Snapshot::new(policy.clone());
     let node_id = snap.add_node(node)?;
     let store = Sqlite::open(&cfg.data_dir.join("state.db"), cfg.fsync)?;
     let (tx, rx) = std::sync::mpsc::channel::<Event>();
     let (events, _) = tokio::sync::broadcast::channel(4096);
     let exe = std::env::current_exe().context("cannot find the gpool executable for job shims")?;
-    let agent = Agent::new(&cfg.data_dir, exe, tx.clone());
+    let agent = Agent::new(&cfg.data_dir, exe, tx.clone(), replicas.clone(), cfg.simulate_gpus.is_some());
+    let webhook = match &cfg.alert_webhook {
+        Some(url) => Some(Webhook::spawn(url.clone(), format!("http://{}", cfg.listen))?),
+        None => None,
+    };
     let config = Config {
         data_dir: cfg.data_dir.clone(),
         node_name: node_name.clone(),
@@ -178,12 +250,21 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         policy,
         queues,
         retry_backoff: std::time::Duration::from_secs(10),
+        telemetry: TelemetryConfig { rules, ..TelemetryConfig::default() },
+        prices,
+        gpu_meta,
+        webhook,
     };
     let mut controller = Controller::new(config, Box::new(store), snap, node_id, agent, events.clone(), tx.clone())?;
     let token = admin_token(&cfg.data_dir)?;
     let admin_user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
     controller.ensure_admin_token(&token, &admin_user)?;
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || controller.run(rx))?;
+    // The sampler stops when this sender is dropped, at the end of `run`.
+    let _sampler = match backend {
+        Some(b) => Some(sampler::spawn(Sampler::new(node_name.clone(), b, cfg.sample_interval, replicas), tx.clone())?),
+        None => None,
+    };
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let state = AppState { tx: tx.clone(), events };
@@ -215,6 +296,46 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let _ = ctl.join();
     let _ = std::fs::remove_file(cfg.data_dir.join(URL_FILE));
     served
+}
+
+/// Finds the node's GPUs and the backend that will sample them.
+fn discover(
+    cfg: &UpConfig,
+    node_name: &str,
+    replicas: &Replicas,
+) -> anyhow::Result<(Vec<GpuInfo>, Option<Box<dyn Backend>>)> {
+    if let Some(spec) = &cfg.simulate_gpus {
+        let mut sim = Simulated::parse(spec, node_name)?;
+        let gpus = sim.inventory()?;
+        return Ok((gpus, Some(Box::new(sim.with_loads(sampler::sim_loads(replicas.clone()))))));
+    }
+    let nvml = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {
+        let mut n = gpool_gpu::nvml::Nvml::load()?;
+        Ok((n.inventory()?, Box::new(n)))
+    };
+    let smi = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {
+        let mut s = gpool_gpu::smi::NvidiaSmi::new(None);
+        Ok((s.inventory()?, Box::new(s)))
+    };
+    let found = match cfg.gpu_backend.as_str() {
+        "nvml" => nvml(),
+        "nvidia-smi" => smi(),
+        "auto" => nvml().or_else(|e| {
+            smi().map_err(|e2| match e {
+                GpuError::NoDriver(_) => e,
+                _ => GpuError::Nvml(format!("{e}; nvidia-smi: {e2}")),
+            })
+        }),
+        other => bail!("--gpu-backend {other:?}: expected auto, nvml or nvidia-smi"),
+    };
+    match found {
+        Ok((gpus, b)) => Ok((gpus, Some(b))),
+        Err(e @ GpuError::NoDriver(_)) if cfg.gpu_backend == "auto" => {
+            eprintln!("gpool: warning: {e}. Starting with no GPUs: only CPU jobs can run.");
+            Ok((Vec::new(), None))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn shutdown_signal() {

@@ -15,10 +15,29 @@ fn memory_mb(model: &str) -> u64 {
     gb * 1024 - gb * 1024 / 200
 }
 
+/// What a job does on a simulated device (a GPU or a MIG instance), as it declares it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SimLoad {
+    pub gpu_util_pct: f64,
+    pub memory_used_mb: u64,
+    pub pids: Vec<u32>,
+}
+
+/// Called with a device UUID (`GPU-…` or `MIG-…`); `None` = nothing runs there.
+pub type LoadSource = Box<dyn Fn(&str) -> Option<SimLoad> + Send>;
+
 /// A parsed `--simulate-gpus` spec.
-#[derive(Clone, Debug)]
 pub struct Simulated {
     gpus: Vec<GpuInfo>,
+    loads: Option<LoadSource>,
+}
+
+impl Simulated {
+    /// Samples follow what the source says each device's job does.
+    pub fn with_loads(mut self, source: LoadSource) -> Simulated {
+        self.loads = Some(source);
+        self
+    }
 }
 
 impl Simulated {
@@ -95,7 +114,7 @@ impl Simulated {
         if gpus.len() > 64 {
             return Err(bad(format!("{} GPUs; at most 64 per node", gpus.len())));
         }
-        Ok(Simulated { gpus })
+        Ok(Simulated { gpus, loads: None })
     }
 }
 
@@ -137,7 +156,17 @@ impl Backend for Simulated {
         Ok(self
             .gpus
             .iter()
-            .map(|g| GpuSample { index: g.index, uuid: g.uuid.clone(), ..GpuSample::default() })
+            .map(|g| {
+                let load = self.loads.as_ref().and_then(|f| f(&g.uuid));
+                GpuSample {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    gpu_util_pct: Some(load.as_ref().map_or(0.0, |l| l.gpu_util_pct)),
+                    memory_used_mb: Some(load.as_ref().map_or(0, |l| l.memory_used_mb)),
+                    memory_total_mb: Some(g.memory_mb),
+                    ..GpuSample::default()
+                }
+            })
             .collect())
     }
 }
@@ -176,7 +205,8 @@ mod tests {
             ("1xH100:mig=7g.80gb+1g.10gb", "8 compute slices"),
             ("", "no GPUs"),
         ] {
-            let e = Simulated::parse(spec, "h").expect_err(spec).to_string();
+            let Err(e) = Simulated::parse(spec, "h") else { panic!("{spec} parsed") };
+            let e = e.to_string();
             assert!(e.contains(why), "{spec}: {e}");
         }
     }

@@ -1,7 +1,7 @@
 //! The behaviour every [`Store`] backend must have, as one suite run against
 //! each backend (SQLite here; PostgreSQL with the multi-node work).
 
-use crate::{EventRow, JobQuery, JobRow, Store, TokenRow, Write};
+use crate::{EventRow, JobQuery, JobRow, SampleRow, Store, TokenRow, Write};
 
 fn job(id: u64, user: &str, state: &str) -> JobRow {
     JobRow {
@@ -21,6 +21,7 @@ pub fn run_all(make: &mut dyn FnMut() -> Box<dyn Store>) {
     jobs_are_replaced_and_queried(make());
     tokens_round_trip(make());
     events_page_in_order(make());
+    samples_keep_absent_values_and_order(make());
 }
 
 fn commits_are_all_or_nothing(mut s: Box<dyn Store>) {
@@ -83,4 +84,30 @@ fn events_page_in_order(mut s: Box<dyn Store>) {
     s.commit(&[Write::PutMeta("v".into(), "1".into())]).expect("meta");
     assert_eq!(s.meta("v").expect("meta"), Some("1".into()));
     assert_eq!(s.meta("missing").expect("meta"), None);
+}
+
+fn samples_keep_absent_values_and_order(mut s: Box<dyn Store>) {
+    let row = |job: u64, at_ms: i64, device: &str, util: Option<f64>| SampleRow {
+        job,
+        at_ms,
+        device: device.into(),
+        gpu_util: util,
+        memory_mb: util.map(|u| u as u64 * 100),
+        memory_total_mb: 81_559,
+        cpu_cores: Some(1.5),
+    };
+    let first =
+        vec![row(1, 60_000, "n/gpu1", Some(50.0)), row(1, 60_000, "n/gpu0", None), row(2, 0, "n/gpu2", Some(1.0))];
+    s.commit(&[Write::AppendSamples(first)]).expect("samples");
+    s.commit(&[Write::AppendSamples(vec![row(1, 0, "n/gpu0", Some(99.5))])]).expect("more");
+    let got = s.samples(1).expect("samples");
+    assert_eq!(
+        got.iter().map(|r| (r.at_ms, r.device.as_str())).collect::<Vec<_>>(),
+        vec![(0, "n/gpu0"), (60_000, "n/gpu0"), (60_000, "n/gpu1")],
+        "by time, then device"
+    );
+    assert_eq!(got[1].gpu_util, None, "an absent value stays absent");
+    assert_eq!(got[1].memory_mb, None);
+    assert_eq!(got[0], row(1, 0, "n/gpu0", Some(99.5)));
+    assert!(s.samples(3).expect("none").is_empty());
 }

@@ -46,8 +46,24 @@ pub struct EventRow {
     pub message: String,
 }
 
+/// One downsampled telemetry point of a job's device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleRow {
+    pub job: u64,
+    pub at_ms: i64,
+    /// `node/gpu3`, or `node/gpu0/mig-2` for a MIG instance.
+    pub device: String,
+    /// Mean utilisation over the interval, percent; absent where the device reports none.
+    pub gpu_util: Option<f64>,
+    /// Peak memory used over the interval, MiB.
+    pub memory_mb: Option<u64>,
+    pub memory_total_mb: u64,
+    /// Mean CPU cores the job's processes used (the same on each device row).
+    pub cpu_cores: Option<f64>,
+}
+
 /// One change, applied with the others of its batch or not at all.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Write {
     /// Insert or replace a job.
     PutJob(JobRow),
@@ -55,6 +71,7 @@ pub enum Write {
     DeleteToken(String),
     AppendEvent(EventRow),
     PutMeta(String, String),
+    AppendSamples(Vec<SampleRow>),
 }
 
 /// A page of jobs.
@@ -97,4 +114,6 @@ pub trait Store: Send {
     fn events(&mut self, after: u64, job: Option<u64>, limit: u32) -> Result<Vec<EventRow>, StoreError>;
     fn max_event_seq(&mut self) -> Result<u64, StoreError>;
     fn meta(&mut self, key: &str) -> Result<Option<String>, StoreError>;
+    /// A job's telemetry rows, by time.
+    fn samples(&mut self, job: u64) -> Result<Vec<SampleRow>, StoreError>;
 }

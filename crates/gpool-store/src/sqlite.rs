@@ -9,9 +9,10 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{EventRow, JobQuery, JobRow, Store, StoreError, TokenRow, Write};
+use crate::{EventRow, JobQuery, JobRow, SampleRow, Store, StoreError, TokenRow, Write};
 
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")];
+const MIGRATIONS: &[&str] =
+    &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_job_samples.sql")];
 
 /// A SQLite database file.
 pub struct Sqlite {
@@ -121,6 +122,22 @@ impl Store for Sqlite {
                     Write::PutMeta(k, v) => {
                         tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)", params![k, v])?;
                     }
+                    Write::AppendSamples(rows) => {
+                        let mut put = tx.prepare_cached(
+                            "INSERT INTO job_samples (job_id, at_ms, device, gpu_util, memory_mb, memory_total, cpu_cores) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        )?;
+                        for r in rows {
+                            put.execute(params![
+                                r.job as i64,
+                                r.at_ms,
+                                r.device,
+                                r.gpu_util,
+                                r.memory_mb.map(|m| m as i64),
+                                r.memory_total_mb as i64,
+                                r.cpu_cores
+                            ])?;
+                        }
+                    }
                 }
             }
         }
@@ -217,6 +234,24 @@ impl Store for Sqlite {
 
     fn meta(&mut self, key: &str) -> Result<Option<String>, StoreError> {
         Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0)).optional()?)
+    }
+
+    fn samples(&mut self, job: u64) -> Result<Vec<SampleRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT job_id, at_ms, device, gpu_util, memory_mb, memory_total, cpu_cores FROM job_samples WHERE job_id = ?1 ORDER BY at_ms, device",
+        )?;
+        let rows = stmt.query_map(params![job as i64], |r| {
+            Ok(SampleRow {
+                job: r.get::<_, i64>(0)? as u64,
+                at_ms: r.get(1)?,
+                device: r.get(2)?,
+                gpu_util: r.get(3)?,
+                memory_mb: r.get::<_, Option<i64>>(4)?.map(|m| m as u64),
+                memory_total_mb: r.get::<_, i64>(5)? as u64,
+                cpu_cores: r.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 }
 

@@ -1,0 +1,367 @@
+//! The Prometheus exporter (`GET /metrics`).
+//!
+//! Per-GPU series use the names and labels of NVIDIA's DCGM exporter
+//! (`DCGM_FI_DEV_GPU_UTIL{gpu,UUID,pci_bus_id,device,modelName,Hostname}`,
+//! MIG instances with `GPU_I_PROFILE`/`GPU_I_ID`), so existing Grafana
+//! dashboards work; a series of a device held by a job also carries
+//! `job_id`, `job_name`, `user`, `team` and `queue`. gpool's own series start
+//! with `gpool_`. The controller fills a [`Scrape`]; [`render`] writes the
+//! text format outside the controller's thread.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use gpool_gpu::GpuSample;
+
+/// Labels of one series, in order.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// One GPU's series.
+#[derive(Clone, Debug, Default)]
+pub struct GpuSeries {
+    pub labels: Labels,
+    pub sample: GpuSample,
+}
+
+/// One MIG instance's series.
+#[derive(Clone, Debug, Default)]
+pub struct MigSeries {
+    pub labels: Labels,
+    pub memory_used_mb: Option<u64>,
+    pub memory_total_mb: Option<u64>,
+}
+
+/// A queue's load.
+#[derive(Clone, Debug, Default)]
+pub struct QueueStat {
+    pub name: String,
+    pub pending_jobs: u64,
+    pub pending_gpus: f64,
+    pub running_jobs: u64,
+    pub used_gpus: f64,
+}
+
+/// A cumulative histogram.
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    pub bounds: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl Histogram {
+    /// Queueing delays: from a second to a day.
+    pub fn wait_seconds() -> Histogram {
+        let bounds = vec![1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4.0 * 3600.0, 12.0 * 3600.0, 86_400.0];
+        Histogram { counts: vec![0; bounds.len()], bounds, sum: 0.0, count: 0 }
+    }
+
+    pub fn observe(&mut self, v: f64) {
+        for (b, c) in self.bounds.iter().zip(self.counts.iter_mut()) {
+            if v <= *b {
+                *c += 1;
+            }
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+/// Everything one scrape shows.
+#[derive(Clone, Debug)]
+pub struct Scrape {
+    pub gpus: Vec<GpuSeries>,
+    pub migs: Vec<MigSeries>,
+    pub queues: Vec<QueueStat>,
+    pub jobs_by_state: BTreeMap<String, u64>,
+    pub wait: Histogram,
+    pub allocations_total: u64,
+    pub preemptions_total: u64,
+    /// Allocated GPU-hours per (user, team), finished and running.
+    pub gpu_hours: BTreeMap<(String, String), f64>,
+    pub idle_gpu_seconds: BTreeMap<(String, String), f64>,
+    /// Nodes: (name, state, 1 if its sampler works).
+    pub nodes: Vec<(String, String, bool)>,
+    /// Firing alerts per (rule, severity).
+    pub alerts: BTreeMap<(String, String), u64>,
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn labels(out: &mut String, l: &[(&str, String)]) {
+    if l.is_empty() {
+        return;
+    }
+    out.push('{');
+    for (i, (k, v)) in l.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{k}=\"{}\"", escape(v));
+    }
+    out.push('}');
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn value(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v}") }
+}
+
+/// A metric family with one value per series; series without a value are left out.
+fn family<'a>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    items: impl Iterator<Item = (Option<f64>, &'a Labels)>,
+) {
+    let mut any = false;
+    for (v, l) in items {
+        let Some(v) = v else { continue };
+        if !any {
+            header(out, name, kind, help);
+            any = true;
+        }
+        out.push_str(name);
+        labels(out, l);
+        let _ = writeln!(out, " {}", value(v));
+    }
+}
+
+/// The throttle-reason bitmask of NVML (`clocks_event_reasons`) from names.
+fn throttle_mask(reasons: &[String]) -> u64 {
+    reasons
+        .iter()
+        .map(|r| match r.as_str() {
+            "idle" => 0x1,
+            "applications_clocks_setting" => 0x2,
+            "sw_power_cap" => 0x4,
+            "hw_slowdown" => 0x8,
+            "sync_boost" => 0x10,
+            "sw_thermal_slowdown" => 0x20,
+            "hw_thermal_slowdown" => 0x40,
+            "hw_power_brake_slowdown" => 0x80,
+            "display_clock_setting" => 0x100,
+            _ => 0,
+        })
+        .fold(0, |a, b| a | b)
+}
+
+/// Writes the Prometheus text exposition format (version 0.0.4).
+pub fn render(s: &Scrape) -> String {
+    let mut out = String::with_capacity(4096 + 400 * s.gpus.len());
+    let num = |x: Option<u64>| x.map(|v| v as f64);
+    // One family per metric; `gpu` takes a sample's value for every GPU.
+    let mut gpu = |name: &str, kind: &str, help: &str, get: &dyn Fn(&GpuSample) -> Option<f64>| {
+        family(&mut out, name, kind, help, s.gpus.iter().map(|x| (get(&x.sample), &x.labels)));
+    };
+    gpu("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", &|x| x.gpu_util_pct);
+    gpu("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", &|x| x.mem_util_pct);
+    gpu("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", &|x| num(x.memory_reserved_mb));
+    gpu("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", &|x| x.temperature_c);
+    gpu("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", &|x| x.memory_temperature_c);
+    gpu("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", &|x| x.power_draw_w);
+    gpu("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W).", &|x| x.power_limit_w);
+    gpu("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).", &|x| {
+        num(x.energy_mj)
+    });
+    gpu("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", &|x| x.sm_clock_mhz.map(f64::from));
+    gpu("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", &|x| x.mem_clock_mhz.map(f64::from));
+    gpu("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (in %).", &|x| x.fan_pct);
+    gpu("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", &|x| num(x.xid_last));
+    gpu("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors.", &|x| {
+        num(x.ecc_corrected_volatile)
+    });
+    gpu("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.", &|x| {
+        num(x.ecc_uncorrected_volatile)
+    });
+    gpu("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Throttle reasons bitmask (NVML clocks_event_reasons).", &|x| {
+        x.throttle_reasons.as_deref().map(|r| throttle_mask(r) as f64)
+    });
+    // Frame-buffer memory: whole GPUs, then MIG instances (with GPU_I_* labels).
+    let free =
+        |total: Option<u64>, used: Option<u64>, free: Option<u64>| free.or_else(|| Some(total?.saturating_sub(used?)));
+    let used = s.gpus.iter().map(|x| (num(x.sample.memory_used_mb), &x.labels));
+    let mig_used = s.migs.iter().map(|x| (num(x.memory_used_mb), &x.labels));
+    family(&mut out, "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", used.chain(mig_used));
+    let gpu_free = s
+        .gpus
+        .iter()
+        .map(|x| (num(free(x.sample.memory_total_mb, x.sample.memory_used_mb, x.sample.memory_free_mb)), &x.labels));
+    let mig_free = s.migs.iter().map(|x| (num(free(x.memory_total_mb, x.memory_used_mb, None)), &x.labels));
+    family(&mut out, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", gpu_free.chain(mig_free));
+
+    header(&mut out, "gpool_queue_pending_jobs", "gauge", "Jobs waiting in the queue.");
+    for q in &s.queues {
+        let _ = writeln!(out, "gpool_queue_pending_jobs{{queue=\"{}\"}} {}", escape(&q.name), q.pending_jobs);
+    }
+    header(
+        &mut out,
+        "gpool_queue_pending_gpus",
+        "gauge",
+        "GPUs requested by waiting jobs (MIG instances count their share).",
+    );
+    for q in &s.queues {
+        let _ = writeln!(out, "gpool_queue_pending_gpus{{queue=\"{}\"}} {}", escape(&q.name), value(q.pending_gpus));
+    }
+    header(&mut out, "gpool_queue_running_jobs", "gauge", "Jobs running (or stopping) in the queue.");
+    for q in &s.queues {
+        let _ = writeln!(out, "gpool_queue_running_jobs{{queue=\"{}\"}} {}", escape(&q.name), q.running_jobs);
+    }
+    header(&mut out, "gpool_queue_allocated_gpus", "gauge", "GPUs the queue's running jobs hold.");
+    for q in &s.queues {
+        let _ = writeln!(out, "gpool_queue_allocated_gpus{{queue=\"{}\"}} {}", escape(&q.name), value(q.used_gpus));
+    }
+    header(&mut out, "gpool_jobs", "gauge", "Active jobs by state.");
+    for (st, n) in &s.jobs_by_state {
+        let _ = writeln!(out, "gpool_jobs{{state=\"{st}\"}} {n}");
+    }
+    header(&mut out, "gpool_job_wait_seconds", "histogram", "Time from submission (or requeue) to start.");
+    for (b, c) in s.wait.bounds.iter().zip(&s.wait.counts) {
+        let _ = writeln!(out, "gpool_job_wait_seconds_bucket{{le=\"{}\"}} {c}", value(*b));
+    }
+    let _ = writeln!(out, "gpool_job_wait_seconds_bucket{{le=\"+Inf\"}} {}", s.wait.count);
+    let _ = writeln!(out, "gpool_job_wait_seconds_sum {}", value(s.wait.sum));
+    let _ = writeln!(out, "gpool_job_wait_seconds_count {}", s.wait.count);
+    header(&mut out, "gpool_allocations_total", "counter", "Job runs started (devices allocated).");
+    let _ = writeln!(out, "gpool_allocations_total {}", s.allocations_total);
+    header(&mut out, "gpool_preemptions_total", "counter", "Jobs preempted.");
+    let _ = writeln!(out, "gpool_preemptions_total {}", s.preemptions_total);
+    header(&mut out, "gpool_allocated_gpu_hours_total", "counter", "GPU-hours allocated to jobs, per user and team.");
+    for ((u, t), h) in &s.gpu_hours {
+        let _ = writeln!(
+            out,
+            "gpool_allocated_gpu_hours_total{{user=\"{}\",team=\"{}\"}} {}",
+            escape(u),
+            escape(t),
+            value(*h)
+        );
+    }
+    header(
+        &mut out,
+        "gpool_idle_allocated_gpu_seconds_total",
+        "counter",
+        "Seconds allocated GPUs spent under 5% utilisation, per user and team.",
+    );
+    for ((u, t), v) in &s.idle_gpu_seconds {
+        let _ = writeln!(
+            out,
+            "gpool_idle_allocated_gpu_seconds_total{{user=\"{}\",team=\"{}\"}} {}",
+            escape(u),
+            escape(t),
+            value(*v)
+        );
+    }
+    header(&mut out, "gpool_node_up", "gauge", "1 if the node is up and its telemetry sampler works.");
+    for (n, st, ok) in &s.nodes {
+        let _ = writeln!(out, "gpool_node_up{{node=\"{}\",state=\"{st}\"}} {}", escape(n), u8::from(*ok && st == "up"));
+    }
+    header(&mut out, "gpool_alerts_firing", "gauge", "Alerts firing now, per rule.");
+    for ((rule, sev), n) in &s.alerts {
+        let _ = writeln!(out, "gpool_alerts_firing{{alertname=\"{}\",severity=\"{sev}\"}} {n}", escape(rule));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape() -> Scrape {
+        let gpu_labels = |i: u32| -> Labels {
+            vec![
+                ("gpu", i.to_string()),
+                ("UUID", format!("GPU-{i}")),
+                ("pci_bus_id", format!("00000000:{:02X}:00.0", i)),
+                ("device", format!("nvidia{i}")),
+                ("modelName", "NVIDIA H100 80GB HBM3".into()),
+                ("Hostname", "n1".into()),
+            ]
+        };
+        let mut held = gpu_labels(0);
+        held.extend([("job_id", "7".to_string()), ("user", "a\"b".to_string())]);
+        Scrape {
+            gpus: vec![
+                GpuSeries {
+                    labels: held,
+                    sample: GpuSample {
+                        gpu_util_pct: Some(93.0),
+                        memory_used_mb: Some(11_125),
+                        memory_total_mb: Some(81_559),
+                        throttle_reasons: Some(vec!["sw_power_cap".into()]),
+                        ..GpuSample::default()
+                    },
+                },
+                GpuSeries {
+                    labels: gpu_labels(1),
+                    sample: GpuSample { gpu_util_pct: None, memory_used_mb: Some(0), ..GpuSample::default() },
+                },
+            ],
+            migs: vec![MigSeries {
+                labels: vec![("gpu", "1".into()), ("GPU_I_PROFILE", "1g.10gb".into()), ("GPU_I_ID", "9".into())],
+                memory_used_mb: Some(13),
+                memory_total_mb: Some(9_984),
+            }],
+            queues: vec![QueueStat {
+                name: "research".into(),
+                pending_jobs: 3,
+                pending_gpus: 2.5,
+                running_jobs: 1,
+                used_gpus: 1.0,
+            }],
+            jobs_by_state: [("running".to_string(), 1)].into_iter().collect(),
+            wait: {
+                let mut h = Histogram::wait_seconds();
+                h.observe(3.0);
+                h.observe(7200.0);
+                h
+            },
+            allocations_total: 2,
+            preemptions_total: 0,
+            gpu_hours: [(("ana".to_string(), "ml".to_string()), 1.5)].into_iter().collect(),
+            idle_gpu_seconds: BTreeMap::new(),
+            nodes: vec![("n1".into(), "up".into(), true)],
+            alerts: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn series_use_dcgm_names_and_labels_and_skip_absent_values() {
+        let text = render(&scrape());
+        assert!(text.contains("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:00:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"n1\",job_id=\"7\",user=\"a\\\"b\"} 93\n"), "{text}");
+        assert!(!text.contains("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\""), "an absent value is no series");
+        assert!(text.contains("DCGM_FI_DEV_FB_FREE{gpu=\"0\""), "free is derived from total and used");
+        assert!(text.contains("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"0\"") && text.contains("} 4\n"));
+        assert!(text.contains("DCGM_FI_DEV_FB_USED{gpu=\"1\",GPU_I_PROFILE=\"1g.10gb\",GPU_I_ID=\"9\"} 13"));
+        assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"5\"} 1\n"));
+        assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(text.contains("gpool_queue_pending_gpus{queue=\"research\"} 2.5\n"));
+        assert!(text.contains("gpool_allocated_gpu_hours_total{user=\"ana\",team=\"ml\"} 1.5\n"));
+    }
+
+    #[test]
+    fn every_family_is_contiguous_and_declared_once() {
+        let text = render(&scrape());
+        let mut seen: Vec<String> = Vec::new();
+        let mut current = String::new();
+        for l in text.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap_or("").to_string();
+                assert!(!seen.contains(&name), "{name} declared twice");
+                seen.push(name.clone());
+                current = name;
+            } else if !l.starts_with('#') {
+                let name = l.split(['{', ' ']).next().unwrap_or("");
+                assert!(name.starts_with(&current), "{name} outside its family {current}");
+            }
+        }
+        assert!(seen.len() >= 15, "{seen:?}");
+    }
+}

@@ -1,0 +1,245 @@
+//! The agent's telemetry sampler: every interval (default 5 s) it reads the
+//! device backend and the CPU time of each replica's processes, maps GPU
+//! processes to jobs by pid, and sends one [`NodeReport`] to the controller.
+//!
+//! The replicas it measures come from the agent's [`Replicas`] table, which
+//! the agent updates as replicas start and end (the lock is held only to
+//! copy or change an entry, never across I/O).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gpool_gpu::Backend;
+use gpool_gpu::simulated::SimLoad;
+
+use crate::agent::ReplicaKey;
+use crate::shim::{STATE, ShimState, now_ms, read_json};
+use crate::telemetry::NodeReport;
+
+/// The file a job on a simulated GPU writes to say what it does: a line such
+/// as `util=35 mem=30000` (utilisation in percent, memory in MiB). The last
+/// line counts. Its path is in the job's `GPOOL_SIM_LOAD_FILE`.
+pub const SIM_LOAD_FILE: &str = "gpu-load";
+/// The same, declared once in the job's environment: `GPOOL_SIM_LOAD="util=90 mem=70000"`.
+pub const SIM_LOAD_ENV: &str = "GPOOL_SIM_LOAD";
+
+/// A running replica as the sampler sees it.
+#[derive(Clone, Debug, Default)]
+pub struct ReplicaEntry {
+    pub run_dir: PathBuf,
+    /// UUIDs of its GPUs or MIG instances.
+    pub devices: Vec<String>,
+    /// The load it declares in its environment (`GPOOL_SIM_LOAD`), if any.
+    pub declared_load: Option<String>,
+}
+
+/// The agent's table of running replicas, shared with the sampler.
+pub type Replicas = Arc<Mutex<BTreeMap<ReplicaKey, ReplicaEntry>>>;
+
+/// Parses `util=35 mem=30000` (memory in MiB, or with a `GiB`/`MiB` suffix).
+pub fn parse_sim_load(s: &str) -> Option<SimLoad> {
+    let line = s.lines().rev().find(|l| !l.trim().is_empty())?;
+    let mut load = SimLoad::default();
+    let mut any = false;
+    for kv in line.split([' ', ',', '\t']).filter(|x| !x.is_empty()) {
+        let (k, v) = kv.split_once('=')?;
+        match k.trim() {
+            "util" => load.gpu_util_pct = v.trim().trim_end_matches('%').parse().ok()?,
+            "mem" => {
+                let v = v.trim();
+                load.memory_used_mb = if let Some(g) = v.strip_suffix("GiB") {
+                    (g.parse::<f64>().ok()? * 1024.0) as u64
+                } else {
+                    v.strip_suffix("MiB").unwrap_or(v).parse().ok()?
+                };
+            }
+            _ => return None,
+        }
+        any = true;
+    }
+    any.then_some(load)
+}
+
+fn lock(r: &Replicas) -> std::sync::MutexGuard<'_, BTreeMap<ReplicaKey, ReplicaEntry>> {
+    r.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The load source of a simulated backend: each device's load is what the
+/// replica holding it declares (its load file, else its environment).
+pub fn sim_loads(replicas: Replicas) -> gpool_gpu::simulated::LoadSource {
+    Box::new(move |uuid: &str| {
+        let entry = lock(&replicas).values().find(|e| e.devices.iter().any(|d| d == uuid)).cloned()?;
+        let declared = std::fs::read_to_string(entry.run_dir.join(SIM_LOAD_FILE))
+            .ok()
+            .and_then(|s| parse_sim_load(&s))
+            .or_else(|| entry.declared_load.as_deref().and_then(parse_sim_load));
+        let pid = read_json::<ShimState>(&entry.run_dir.join(STATE)).map(|s| s.job_pid as u32);
+        let mut load = declared.unwrap_or_default();
+        load.pids = pid.into_iter().collect();
+        Some(load)
+    })
+}
+
+/// One process as /proc shows it.
+struct Proc {
+    pid: u32,
+    session: i32,
+    /// utime + stime + cutime + cstime, in clock ticks.
+    ticks: u64,
+}
+
+fn read_procs() -> Vec<Proc> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let rest: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+            let field = |i: usize| rest.get(i).and_then(|x| x.parse::<i64>().ok());
+            let ticks = [11, 12, 13, 14].iter().filter_map(|i| field(*i)).map(|t| t.max(0) as u64).sum();
+            Some(Proc { pid, session: field(3)? as i32, ticks })
+        })
+        .collect()
+}
+
+/// Samples a node until `stop` is dropped or sent to.
+pub struct Sampler {
+    pub node: String,
+    pub backend: Box<dyn Backend>,
+    pub interval: Duration,
+    pub replicas: Replicas,
+    /// CPU ticks per replica at the previous sample.
+    prev: BTreeMap<ReplicaKey, (Instant, u64)>,
+    ticks_per_sec: f64,
+}
+
+impl Sampler {
+    pub fn new(node: String, backend: Box<dyn Backend>, interval: Duration, replicas: Replicas) -> Sampler {
+        Sampler {
+            node,
+            backend,
+            interval,
+            replicas,
+            prev: BTreeMap::new(),
+            ticks_per_sec: rustix::param::clock_ticks_per_second() as f64,
+        }
+    }
+
+    /// Reads everything once.
+    pub fn sample(&mut self) -> NodeReport {
+        let at_ms = now_ms();
+        let (gpus, error) = match self.backend.sample() {
+            Ok(g) => (g, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        let replicas: Vec<(ReplicaKey, PathBuf)> =
+            lock(&self.replicas).iter().map(|(k, e)| (*k, e.run_dir.clone())).collect();
+        // Replicas by the session of their shim.
+        let mut by_session: BTreeMap<i32, ReplicaKey> = BTreeMap::new();
+        for (key, dir) in &replicas {
+            if let Some(st) = read_json::<ShimState>(&dir.join(STATE)) {
+                by_session.insert(st.shim_pid, *key);
+            }
+        }
+        let procs = read_procs();
+        let mut ticks: BTreeMap<ReplicaKey, u64> = BTreeMap::new();
+        let mut pid_jobs: BTreeMap<u32, u64> = BTreeMap::new();
+        for p in &procs {
+            if let Some(key) = by_session.get(&p.session) {
+                *ticks.entry(*key).or_default() += p.ticks;
+                pid_jobs.insert(p.pid, key.job);
+            }
+        }
+        // GPU processes outside a replica's session (they left it with setsid): ask their environment.
+        for s in &gpus {
+            for gp in &s.processes {
+                if !pid_jobs.contains_key(&gp.pid)
+                    && let Some(job) = env_job(gp.pid)
+                {
+                    pid_jobs.insert(gp.pid, job);
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut usage = Vec::new();
+        for (key, t) in &ticks {
+            if let Some((then, before)) = self.prev.get(key) {
+                let secs = now.duration_since(*then).as_secs_f64();
+                if secs > 0.0 && *t >= *before {
+                    usage.push((*key, (*t - *before) as f64 / self.ticks_per_sec / secs));
+                }
+            }
+        }
+        self.prev = ticks.into_iter().map(|(k, t)| (k, (now, t))).collect();
+        NodeReport { node: self.node.clone(), at_ms, gpus, replicas: usage, pid_jobs, error }
+    }
+
+    /// Samples every interval and sends each report, until `stop` says so.
+    pub fn run(mut self, send: impl Fn(NodeReport) -> bool, stop: Receiver<()>) {
+        loop {
+            if !send(self.sample()) {
+                return;
+            }
+            match stop.recv_timeout(self.interval) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+}
+
+/// The job a process belongs to, from its environment.
+fn env_job(pid: u32) -> Option<u64> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0).find_map(|kv| std::str::from_utf8(kv).ok()?.strip_prefix("GPOOL_JOB_ID=")?.parse().ok())
+}
+
+/// Starts the sampler thread; it stops when the returned sender is dropped.
+pub fn spawn(sampler: Sampler, tx: Sender<crate::controller::Event>) -> std::io::Result<Sender<()>> {
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("sampler".into()).spawn(move || {
+        sampler
+            .run(|r| tx.send(crate::controller::Event::Agent(crate::agent::AgentReport::Telemetry(r))).is_ok(), stop_rx)
+    })?;
+    Ok(stop_tx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_loads_parse_and_bad_ones_are_ignored() {
+        let l = parse_sim_load("util=35 mem=30000\n").expect("load");
+        assert_eq!((l.gpu_util_pct, l.memory_used_mb), (35.0, 30_000));
+        let last = parse_sim_load("util=10 mem=1GiB\nutil=90% mem=70000MiB\n").expect("last line");
+        assert_eq!((last.gpu_util_pct, last.memory_used_mb), (90.0, 70_000));
+        assert_eq!(parse_sim_load("mem=2GiB").map(|l| l.memory_used_mb), Some(2048));
+        for bad in ["", "util", "util=x", "speed=3", "util=5 mem=lots"] {
+            assert_eq!(parse_sim_load(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cpu_time_of_a_session_is_measured() {
+        // This test process's own session: its CPU ticks only grow.
+        let me = std::process::id();
+        let ticks = || -> u64 { read_procs().iter().filter(|p| p.pid == me).map(|p| p.ticks).sum() };
+        let a = ticks();
+        // Burn CPU until the kernel has charged this process at least two ticks more.
+        let mut x = 0u64;
+        let mut rounds = 0u32;
+        while ticks() < a + 2 {
+            for i in 0..1_000_000u64 {
+                x = x.wrapping_add(std::hint::black_box(i * i));
+            }
+            rounds += 1;
+            assert!(rounds < 10_000, "CPU time does not grow: {a} ticks");
+        }
+        assert!(x > 0);
+        assert!(read_procs().iter().any(|p| p.pid == me && p.session > 0));
+    }
+}

@@ -1,0 +1,625 @@
+//! GPU telemetry as the controller keeps it: the latest reading and a short
+//! history of every GPU, and for every running job the series of the devices
+//! it holds, downsampled to one row per device per interval for the store
+//! (so a finished job still shows its utilisation curve and peak memory).
+//!
+//! Owned by the controller (one owner, no locks). Agents send
+//! [`NodeReport`]s; the controller passes what is allocated to whom, and
+//! gets back rows to commit and alert transitions to publish.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use gpool_api as api;
+use gpool_core::MigProfile;
+use gpool_core::advice::{CpuPoint, DevicePoint, DeviceSeries, JobUsage};
+use gpool_core::alert::{self, Engine, Kind, Observation, Reading, Transition};
+use gpool_core::time::Time;
+use gpool_gpu::GpuSample;
+use gpool_store::SampleRow;
+
+use crate::agent::ReplicaKey;
+
+/// Samples of one GPU kept in memory for `gpool top` sparklines.
+const GPU_HISTORY: usize = 120;
+/// Full-resolution points of a running job's device kept in memory (for advice).
+const JOB_RECENT: usize = 720;
+/// Under this utilisation an allocated GPU counts as idle (percent).
+pub const IDLE_UTIL: f64 = 5.0;
+
+/// What a node's sampler read at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct NodeReport {
+    pub node: String,
+    pub at_ms: i64,
+    pub gpus: Vec<GpuSample>,
+    /// CPU cores each replica's processes used since the last report.
+    pub replicas: Vec<(ReplicaKey, f64)>,
+    /// Which job each GPU process belongs to (by pid).
+    pub pid_jobs: BTreeMap<u32, u64>,
+    /// Set when the backend could not be read this time: why.
+    pub error: Option<String>,
+}
+
+/// A device a job holds, as the controller knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DevRef {
+    Gpu(u32),
+    /// A MIG instance: its GPU's index and GPU instance id.
+    Mig {
+        gpu: u32,
+        gi_id: u32,
+    },
+}
+
+/// Who holds a device.
+#[derive(Clone, Debug)]
+pub struct Holder {
+    pub job: u64,
+    pub name: String,
+    pub user: String,
+    pub team: String,
+    pub queue: String,
+    /// Cores requested by the job (all replicas), if any.
+    pub cpus: Option<f64>,
+    pub mig_profile: Option<MigProfile>,
+    pub memory_total_mb: u64,
+}
+
+/// The latest state of one GPU.
+#[derive(Clone, Debug)]
+pub struct GpuTrack {
+    pub at_ms: i64,
+    pub sample: GpuSample,
+    pub util_history: VecDeque<f32>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Bucket {
+    start_ms: i64,
+    util_sum: f64,
+    util_n: u32,
+    mem_max: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+struct DevTrack {
+    name: String,
+    total_mb: u64,
+    mig_profile: Option<MigProfile>,
+    recent: VecDeque<DevicePoint>,
+    bucket: Bucket,
+    last_at_ms: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct JobTrack {
+    user: String,
+    cpus: Option<f64>,
+    devices: BTreeMap<String, DevTrack>,
+    /// Latest CPU cores per node.
+    cpu_by_node: BTreeMap<String, f64>,
+    cpu_recent: VecDeque<CpuPoint>,
+    cpu_bucket: (f64, u32),
+    gpu_secs: f64,
+    idle_secs: f64,
+    util_sum: f64,
+    util_n: u64,
+    peak_mb: Option<u64>,
+    cpu_sum: f64,
+    cpu_n: u64,
+}
+
+/// Cumulative figures for the exporter, since the daemon started.
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    /// Allocated GPU-seconds with the device idle, per (user, team).
+    pub idle_allocated_gpu_secs: BTreeMap<(String, String), f64>,
+}
+
+/// Settings.
+#[derive(Clone, Debug)]
+pub struct TelemetryConfig {
+    /// Width of a stored row.
+    pub resolution: Duration,
+    pub rules: Vec<alert::Rule>,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig { resolution: Duration::from_secs(60), rules: alert::Rule::defaults() }
+    }
+}
+
+/// The result of taking a report.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub rows: Vec<SampleRow>,
+    pub transitions: Vec<Transition>,
+}
+
+/// All telemetry state. See the module docs.
+pub struct Telemetry {
+    resolution_ms: i64,
+    gpus: BTreeMap<(String, u32), GpuTrack>,
+    node_errors: BTreeMap<String, String>,
+    pid_jobs: BTreeMap<String, BTreeMap<u32, u64>>,
+    jobs: HashMap<u64, JobTrack>,
+    alerts: Engine,
+    pub counters: Counters,
+}
+
+fn device_name(node: &str, d: &DevRef, profile: Option<&MigProfile>) -> String {
+    match (d, profile) {
+        (DevRef::Gpu(i), _) => format!("{node}/gpu{i}"),
+        (DevRef::Mig { gpu, gi_id }, Some(p)) => format!("{node}/gpu{gpu}/mig{gi_id} ({p})"),
+        (DevRef::Mig { gpu, gi_id }, None) => format!("{node}/gpu{gpu}/mig{gi_id}"),
+    }
+}
+
+fn pct(used: Option<u64>, total: Option<u64>) -> Option<f64> {
+    match (used, total) {
+        (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64 * 100.0),
+        _ => None,
+    }
+}
+
+impl Telemetry {
+    pub fn new(cfg: TelemetryConfig) -> Telemetry {
+        Telemetry {
+            resolution_ms: cfg.resolution.as_millis().max(1) as i64,
+            gpus: BTreeMap::new(),
+            node_errors: BTreeMap::new(),
+            pid_jobs: BTreeMap::new(),
+            jobs: HashMap::new(),
+            alerts: Engine::new(cfg.rules),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Takes a node's report. `holders` says who holds each device of that
+    /// node now; `jobs_of` maps a replica to its job's other devices (for CPU).
+    pub fn on_report(&mut self, r: NodeReport, holders: &HashMap<DevRef, Holder>) -> Outcome {
+        let mut out = Outcome::default();
+        match &r.error {
+            Some(e) => {
+                self.node_errors.insert(r.node.clone(), e.clone());
+            }
+            None => {
+                self.node_errors.remove(&r.node);
+            }
+        }
+        self.pid_jobs.insert(r.node.clone(), r.pid_jobs.clone());
+        let at = Time::from_millis(r.at_ms);
+        let mut obs = Vec::new();
+        // CPU per job on this node.
+        let mut cpu: BTreeMap<u64, f64> = BTreeMap::new();
+        for (key, cores) in &r.replicas {
+            *cpu.entry(key.job).or_default() += cores;
+        }
+        for s in &r.gpus {
+            let key = (r.node.clone(), s.index);
+            let track = self.gpus.entry(key).or_insert_with(|| GpuTrack {
+                at_ms: r.at_ms,
+                sample: s.clone(),
+                util_history: VecDeque::new(),
+            });
+            track.at_ms = r.at_ms;
+            track.sample = s.clone();
+            if let Some(u) = s.gpu_util_pct {
+                if track.util_history.len() == GPU_HISTORY {
+                    track.util_history.pop_front();
+                }
+                track.util_history.push_back(u as f32);
+            }
+            // The whole GPU, or each of its MIG instances.
+            let mut devs: Vec<(DevRef, Option<f64>, Option<u64>)> = Vec::new();
+            if s.mig.is_empty() {
+                devs.push((DevRef::Gpu(s.index), s.gpu_util_pct, s.memory_used_mb));
+            } else {
+                for m in &s.mig {
+                    devs.push((DevRef::Mig { gpu: s.index, gi_id: m.gi_id }, None, m.memory_used_mb));
+                }
+            }
+            let whole = holders.get(&DevRef::Gpu(s.index));
+            let mut labels = vec![
+                ("node".to_string(), r.node.clone()),
+                ("gpu".to_string(), s.index.to_string()),
+                ("UUID".to_string(), s.uuid.clone()),
+            ];
+            if let Some(h) = whole {
+                labels.push(("job_id".into(), h.job.to_string()));
+                labels.push(("user".into(), h.user.clone()));
+            }
+            let allocated = whole.is_some() || devs.iter().any(|(d, _, _)| holders.contains_key(d));
+            obs.push(Observation {
+                subject: format!("{}/gpu{}", r.node, s.index),
+                kind: Kind::Gpu { allocated },
+                reading: Reading {
+                    gpu_util: s.gpu_util_pct,
+                    memory_used_pct: pct(s.memory_used_mb, s.memory_total_mb),
+                    temperature: s.temperature_c,
+                    power_draw: s.power_draw_w,
+                    ecc_uncorrected: s.ecc_uncorrected_volatile.map(|v| v as f64),
+                    xid: s.xid_last.map(|v| v as f64),
+                },
+                labels,
+            });
+            for (d, util, mem) in devs {
+                let Some(h) = holders.get(&d) else { continue };
+                let name = device_name(&r.node, &d, h.mig_profile.as_ref());
+                let job = self.jobs.entry(h.job).or_insert_with(|| JobTrack {
+                    user: h.user.clone(),
+                    cpus: h.cpus,
+                    ..JobTrack::default()
+                });
+                let dev = job.devices.entry(name.clone()).or_insert_with(|| DevTrack {
+                    name: name.clone(),
+                    total_mb: h.memory_total_mb,
+                    mig_profile: h.mig_profile.clone(),
+                    recent: VecDeque::new(),
+                    bucket: Bucket { start_ms: r.at_ms, ..Bucket::default() },
+                    last_at_ms: None,
+                });
+                // Time since this device's previous sample, for GPU-second accounting.
+                let dt = dev.last_at_ms.map_or(0.0, |t| ((r.at_ms - t).max(0) as f64) / 1000.0);
+                dev.last_at_ms = Some(r.at_ms);
+                let equiv = h.mig_profile.as_ref().map_or(1.0, |p| f64::from(p.compute_slices) / 7.0);
+                job.gpu_secs += dt * equiv;
+                if let Some(u) = util {
+                    job.util_sum += u;
+                    job.util_n += 1;
+                    if u < IDLE_UTIL {
+                        job.idle_secs += dt * equiv;
+                        *self.counters.idle_allocated_gpu_secs.entry((h.user.clone(), h.team.clone())).or_default() +=
+                            dt * equiv;
+                    }
+                }
+                if let Some(m) = mem {
+                    job.peak_mb = Some(job.peak_mb.map_or(m, |p| p.max(m)));
+                }
+                if dev.recent.len() == JOB_RECENT {
+                    dev.recent.pop_front();
+                }
+                dev.recent.push_back(DevicePoint { at, util, memory_used_mb: mem });
+                // Downsample: a row per device per interval.
+                if r.at_ms - dev.bucket.start_ms >= self.resolution_ms {
+                    let b = std::mem::replace(&mut dev.bucket, Bucket { start_ms: r.at_ms, ..Bucket::default() });
+                    let cores = (job.cpu_bucket.1 > 0).then(|| job.cpu_bucket.0 / f64::from(job.cpu_bucket.1));
+                    out.rows.push(row(h.job, &name, dev.total_mb, &b, cores));
+                }
+                let b = &mut dev.bucket;
+                if let Some(u) = util {
+                    b.util_sum += u;
+                    b.util_n += 1;
+                }
+                if let Some(m) = mem {
+                    b.mem_max = Some(b.mem_max.map_or(m, |x| x.max(m)));
+                }
+            }
+        }
+        // CPU points for the jobs of this node.
+        for (job, cores) in cpu {
+            if let Some(t) = self.jobs.get_mut(&job) {
+                t.cpu_by_node.insert(r.node.clone(), cores);
+                let total: f64 = t.cpu_by_node.values().sum();
+                if t.cpu_recent.len() == JOB_RECENT {
+                    t.cpu_recent.pop_front();
+                }
+                t.cpu_recent.push_back(CpuPoint { at, cores: total });
+                t.cpu_sum += total;
+                t.cpu_n += 1;
+                // A bucket's CPU mean resets when its devices' rows were written.
+                if out.rows.iter().any(|row| row.job == job) {
+                    t.cpu_bucket = (0.0, 0);
+                }
+                t.cpu_bucket.0 += total;
+                t.cpu_bucket.1 += 1;
+            }
+        }
+        // Job-level readings: the mean utilisation of its devices' latest samples.
+        let mut seen: Vec<u64> = holders.values().map(|h| h.job).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for job in seen {
+            let Some(t) = self.jobs.get(&job) else { continue };
+            let latest: Vec<&DevicePoint> = t.devices.values().filter_map(|d| d.recent.back()).collect();
+            let utils: Vec<f64> = latest.iter().filter_map(|p| p.util).collect();
+            let mem_pct = t
+                .devices
+                .values()
+                .filter_map(|d| d.recent.back().and_then(|p| pct(p.memory_used_mb, Some(d.total_mb))))
+                .reduce(f64::max);
+            obs.push(Observation {
+                subject: format!("job/{job}"),
+                kind: Kind::Job,
+                reading: Reading {
+                    gpu_util: (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64),
+                    memory_used_pct: mem_pct,
+                    ..Reading::default()
+                },
+                labels: vec![("job_id".into(), job.to_string()), ("user".into(), t.user.clone())],
+            });
+        }
+        out.transitions = self.alerts.observe(at, &obs);
+        out
+    }
+
+    /// A job's run ended: flushes its open rows, forgets it, and returns its usage.
+    pub fn end_job(&mut self, job: u64) -> (Vec<SampleRow>, Option<api::UsageSummary>, Vec<Transition>) {
+        let summary = self.summary(job);
+        let transitions = self.alerts.forget(&format!("job/{job}"));
+        let mut rows = Vec::new();
+        if let Some(t) = self.jobs.remove(&job) {
+            let cores = (t.cpu_bucket.1 > 0).then(|| t.cpu_bucket.0 / f64::from(t.cpu_bucket.1));
+            for d in t.devices.values() {
+                if d.bucket.util_n > 0 || d.bucket.mem_max.is_some() {
+                    rows.push(row(job, &d.name, d.total_mb, &d.bucket, cores));
+                }
+            }
+        }
+        (rows, summary, transitions)
+    }
+
+    /// A running job's usage so far (`None` before its first sample).
+    pub fn summary(&self, job: u64) -> Option<api::UsageSummary> {
+        let t = self.jobs.get(&job)?;
+        Some(api::UsageSummary {
+            gpu_hours: t.gpu_secs / 3600.0,
+            idle_gpu_hours: t.idle_secs / 3600.0,
+            mean_gpu_util: (t.util_n > 0).then(|| t.util_sum / t.util_n as f64),
+            peak_memory_mb: t.peak_mb,
+            mean_cpu_cores: (t.cpu_n > 0).then(|| t.cpu_sum / t.cpu_n as f64),
+            cost_usd: None,
+        })
+    }
+
+    /// The recent full-resolution series of a running job, for the advisor.
+    pub fn job_usage(&self, job: u64) -> Option<JobUsage> {
+        let t = self.jobs.get(&job)?;
+        Some(JobUsage {
+            devices: t
+                .devices
+                .values()
+                .map(|d| DeviceSeries {
+                    name: d.name.clone(),
+                    memory_total_mb: d.total_mb,
+                    mig_profile: d.mig_profile.clone(),
+                    points: d.recent.iter().copied().collect(),
+                })
+                .collect(),
+            cpu: t.cpu_recent.iter().copied().collect(),
+            cpus_allocated: t.cpus,
+            ..JobUsage::default()
+        })
+    }
+
+    /// The latest reading of a GPU.
+    pub fn gpu(&self, node: &str, index: u32) -> Option<&GpuTrack> {
+        self.gpus.get(&(node.to_string(), index))
+    }
+
+    /// Every GPU's latest reading, by (node, index).
+    pub fn gpus(&self) -> impl Iterator<Item = (&(String, u32), &GpuTrack)> {
+        self.gpus.iter()
+    }
+
+    /// The job a GPU process belongs to.
+    pub fn job_of_pid(&self, node: &str, pid: u32) -> Option<u64> {
+        self.pid_jobs.get(node).and_then(|m| m.get(&pid)).copied()
+    }
+
+    /// Why a node's sampler failed last, if it did.
+    pub fn node_error(&self, node: &str) -> Option<&str> {
+        self.node_errors.get(node).map(String::as_str)
+    }
+
+    /// A node left: drop its GPUs and resolve their alerts.
+    pub fn forget_node(&mut self, node: &str) -> Vec<Transition> {
+        let keys: Vec<(String, u32)> = self.gpus.keys().filter(|(n, _)| n == node).cloned().collect();
+        let mut out = Vec::new();
+        for k in keys {
+            self.gpus.remove(&k);
+            out.extend(self.alerts.forget(&format!("{}/gpu{}", k.0, k.1)));
+        }
+        out
+    }
+
+    pub fn active_alerts(&self) -> Vec<alert::Active> {
+        self.alerts.active()
+    }
+
+    pub fn rules(&self) -> &[alert::Rule] {
+        self.alerts.rules()
+    }
+}
+
+fn row(job: u64, device: &str, total_mb: u64, b: &Bucket, cpu_cores: Option<f64>) -> SampleRow {
+    SampleRow {
+        job,
+        at_ms: b.start_ms,
+        device: device.to_string(),
+        gpu_util: (b.util_n > 0).then(|| b.util_sum / f64::from(b.util_n)),
+        memory_mb: b.mem_max,
+        memory_total_mb: total_mb,
+        cpu_cores,
+    }
+}
+
+/// The telemetry view of a GPU for the API.
+pub fn device_view(t: &GpuTrack, pid_job: impl Fn(u32) -> Option<u64>) -> api::DeviceTelemetry {
+    let s = &t.sample;
+    api::DeviceTelemetry {
+        at: api::time::rfc3339(t.at_ms),
+        gpu_util: s.gpu_util_pct,
+        mem_util: s.mem_util_pct,
+        memory_used_mb: s.memory_used_mb,
+        memory_total_mb: s.memory_total_mb,
+        temperature_c: s.temperature_c,
+        power_w: s.power_draw_w,
+        power_limit_w: s.power_limit_w,
+        sm_clock_mhz: s.sm_clock_mhz,
+        mem_clock_mhz: s.mem_clock_mhz,
+        pstate: s.pstate.clone(),
+        ecc_uncorrected: s.ecc_uncorrected_volatile,
+        xid: s.xid_last,
+        throttle_reasons: s.throttle_reasons.clone(),
+        processes: s
+            .processes
+            .iter()
+            .map(|p| api::GpuProcessView {
+                pid: p.pid,
+                name: p.name.clone(),
+                used_memory_mb: p.used_memory_mb,
+                job: pid_job(p.pid),
+            })
+            .collect(),
+        util_history: t.util_history.iter().copied().collect(),
+    }
+}
+
+/// Rebuilds an advisor input from stored rows (a finished job, or one that
+/// ran before the daemon restarted).
+pub fn usage_from_rows(rows: &[SampleRow]) -> JobUsage {
+    let mut devices: BTreeMap<&str, DeviceSeries> = BTreeMap::new();
+    let mut cpu: BTreeMap<i64, f64> = BTreeMap::new();
+    for r in rows {
+        let d = devices.entry(r.device.as_str()).or_insert_with(|| DeviceSeries {
+            name: r.device.clone(),
+            memory_total_mb: r.memory_total_mb,
+            mig_profile: r.device.rsplit_once('(').and_then(|(_, p)| p.trim_end_matches(')').parse().ok()),
+            points: Vec::new(),
+        });
+        d.points.push(DevicePoint { at: Time::from_millis(r.at_ms), util: r.gpu_util, memory_used_mb: r.memory_mb });
+        if let Some(c) = r.cpu_cores {
+            cpu.insert(r.at_ms, c);
+        }
+    }
+    JobUsage {
+        devices: devices.into_values().collect(),
+        cpu: cpu.into_iter().map(|(at, cores)| CpuPoint { at: Time::from_millis(at), cores }).collect(),
+        ..JobUsage::default()
+    }
+}
+
+/// A usage summary from stored rows.
+pub fn summary_from_rows(rows: &[SampleRow], resolution: Duration) -> api::UsageSummary {
+    let step = resolution.as_secs_f64();
+    let mut s = api::UsageSummary::default();
+    let (mut util_sum, mut util_n, mut cpu_sum, mut cpu_n) = (0.0, 0u64, 0.0, 0u64);
+    for r in rows {
+        let equiv = r
+            .device
+            .rsplit_once('(')
+            .and_then(|(_, p)| p.trim_end_matches(')').parse::<MigProfile>().ok())
+            .map_or(1.0, |p| f64::from(p.compute_slices) / 7.0);
+        s.gpu_hours += step * equiv / 3600.0;
+        if let Some(u) = r.gpu_util {
+            util_sum += u;
+            util_n += 1;
+            if u < IDLE_UTIL {
+                s.idle_gpu_hours += step * equiv / 3600.0;
+            }
+        }
+        if let Some(m) = r.memory_mb {
+            s.peak_memory_mb = Some(s.peak_memory_mb.map_or(m, |p| p.max(m)));
+        }
+        if let Some(c) = r.cpu_cores {
+            cpu_sum += c;
+            cpu_n += 1;
+        }
+    }
+    s.mean_gpu_util = (util_n > 0).then(|| util_sum / util_n as f64);
+    s.mean_cpu_cores = (cpu_n > 0).then(|| cpu_sum / cpu_n as f64);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(job: u64) -> Holder {
+        Holder {
+            job,
+            name: "train".into(),
+            user: "ana".into(),
+            team: "ml".into(),
+            queue: "default".into(),
+            cpus: Some(8.0),
+            mig_profile: None,
+            memory_total_mb: 81_559,
+        }
+    }
+
+    fn report(at_s: i64, util: [f64; 2]) -> NodeReport {
+        NodeReport {
+            node: "n1".into(),
+            at_ms: at_s * 1000,
+            gpus: (0..2)
+                .map(|i| GpuSample {
+                    index: i,
+                    uuid: format!("GPU-{i}"),
+                    gpu_util_pct: Some(util[i as usize]),
+                    memory_used_mb: Some(40_000),
+                    memory_total_mb: Some(81_559),
+                    ..GpuSample::default()
+                })
+                .collect(),
+            replicas: vec![(ReplicaKey { job: 7, attempt: 1, rank: 0 }, 2.0)],
+            ..NodeReport::default()
+        }
+    }
+
+    #[test]
+    fn allocated_devices_accumulate_gpu_hours_rows_and_idle_time() {
+        let mut t = Telemetry::new(TelemetryConfig { resolution: Duration::from_secs(60), rules: vec![] });
+        let holders: HashMap<DevRef, Holder> = [(DevRef::Gpu(0), holder(7))].into_iter().collect();
+        let mut rows = Vec::new();
+        for i in 0..=12 {
+            // GPU 0 (job 7) at 3% for the first minute, then busy; GPU 1 is nobody's.
+            let u = if i <= 6 { 3.0 } else { 90.0 };
+            rows.extend(t.on_report(report(i * 10, [u, 0.0]), &holders).rows);
+        }
+        assert_eq!(rows.len(), 2, "one row per minute of GPU 0: {rows:?}");
+        assert_eq!(rows[0].device, "n1/gpu0");
+        assert_eq!(rows[0].gpu_util, Some(3.0));
+        assert_eq!(rows[0].cpu_cores, Some(2.0));
+        let s = t.summary(7).expect("summary");
+        assert!((s.gpu_hours - 120.0 / 3600.0).abs() < 1e-9, "{}", s.gpu_hours);
+        assert!((s.idle_gpu_hours - 60.0 / 3600.0).abs() < 1e-9, "{}", s.idle_gpu_hours);
+        assert_eq!(s.peak_memory_mb, Some(40_000));
+        let (last, _, _) = t.end_job(7);
+        assert_eq!(last.len(), 1, "the open minute is flushed at the end");
+        assert!(t.summary(7).is_none());
+        let idle = t.counters.idle_allocated_gpu_secs.get(&("ana".into(), "ml".into())).copied();
+        assert_eq!(idle, Some(60.0));
+        let stored = summary_from_rows(&[rows, last].concat(), Duration::from_secs(60));
+        assert_eq!(stored.peak_memory_mb, Some(40_000));
+    }
+
+    #[test]
+    fn an_idle_allocated_gpu_raises_an_alert_and_ending_the_job_resolves_it() {
+        let rule = alert::Rule {
+            name: "Idle".into(),
+            scope: alert::Scope::AllocatedGpu,
+            metric: alert::Metric::GpuUtil,
+            comparison: alert::Comparison::Below,
+            threshold: 5.0,
+            hold: Duration::from_secs(20),
+            severity: alert::Severity::Warning,
+        };
+        let job_rule = alert::Rule { name: "JobIdle".into(), scope: alert::Scope::Job, ..rule.clone() };
+        let mut t =
+            Telemetry::new(TelemetryConfig { resolution: Duration::from_secs(60), rules: vec![rule, job_rule] });
+        let holders: HashMap<DevRef, Holder> = [(DevRef::Gpu(1), holder(7))].into_iter().collect();
+        let mut fired = Vec::new();
+        for i in 0..4 {
+            fired.extend(t.on_report(report(i * 10, [0.0, 0.0]), &holders).transitions);
+        }
+        let names: Vec<(&str, &str)> = fired.iter().map(|x| (x.rule.as_str(), x.subject.as_str())).collect();
+        assert_eq!(names, vec![("Idle", "n1/gpu1"), ("JobIdle", "job/7")], "GPU 0 is idle but nobody's");
+        let (_, _, resolved) = t.end_job(7);
+        assert_eq!(resolved.len(), 1);
+        assert!(!resolved[0].firing);
+    }
+}
