@@ -371,6 +371,29 @@ impl Engine {
         out
     }
 
+    /// A GPU was released: its alerts of rules about allocated GPUs resolve
+    /// (the others, such as temperature, stay as they are).
+    pub fn release(&mut self, subject: &str) -> Vec<Transition> {
+        let keys: Vec<(usize, String)> = self
+            .states
+            .keys()
+            .filter(|(ri, s)| s == subject && self.rules.get(*ri).is_some_and(|r| r.scope == Scope::AllocatedGpu))
+            .cloned()
+            .collect();
+        let mut out = Vec::new();
+        for key in keys {
+            if let Some(st) = self.states.remove(&key)
+                && st.firing
+                && let Some(rule) = self.rules.get(key.0)
+            {
+                let mut t = Engine::transition(rule, subject, &st, false);
+                t.summary = format!("{} on {subject} resolved: the GPU was released", rule.name);
+                out.push(t);
+            }
+        }
+        out
+    }
+
     /// Alerts firing now, most severe first.
     pub fn active(&self) -> Vec<Active> {
         let mut v: Vec<Active> = self
@@ -484,6 +507,26 @@ mod tests {
         assert!(!t[0].firing);
         assert!(e.active().is_empty());
         assert!(e.forget("g").is_empty());
+    }
+
+    #[test]
+    fn releasing_a_gpu_resolves_only_allocation_alerts() {
+        let hot = Rule {
+            name: "Hot".into(),
+            scope: Scope::Gpu,
+            metric: Metric::Temperature,
+            comparison: Comparison::Above,
+            threshold: 80.0,
+            hold: Duration::ZERO,
+            severity: Severity::Critical,
+        };
+        let mut e = Engine::new(vec![idle_rule(0), hot]);
+        let mut o = gpu("g", true, Some(0.0));
+        o.reading.temperature = Some(90.0);
+        assert_eq!(e.observe(at(0), &[o]).len(), 2);
+        let t = e.release("g");
+        assert_eq!(t.iter().map(|x| x.rule.as_str()).collect::<Vec<_>>(), ["Idle"]);
+        assert_eq!(e.active().iter().map(|a| a.rule.as_str()).collect::<Vec<_>>(), ["Hot"]);
     }
 
     #[test]

@@ -1345,10 +1345,29 @@ impl Controller {
 
     /// Closes a run's telemetry: its last rows, its usage into the job's record.
     fn account_run(&mut self, id: u64, now: i64) {
-        let (rows, summary, transitions) = self.telemetry.end_job(id);
+        let (rows, summary, mut transitions) = self.telemetry.end_job(id);
         if !rows.is_empty() {
             self.writes.push(Write::AppendSamples(rows));
         }
+        // The GPUs it held (whole, or the parents of its MIG instances).
+        let held: Vec<(String, u32)> = self
+            .snap
+            .job(JobId(id))
+            .and_then(|j| j.running())
+            .map(|r| {
+                r.placement
+                    .iter()
+                    .flat_map(|p| {
+                        let name = self.snap.node(p.node).map_or_else(String::new, |n| n.name.to_string());
+                        let (gpus, mig) = self.snap.replica_devices(p);
+                        let idx: Vec<u32> =
+                            gpus.iter().map(|d| d.index).chain(mig.iter().map(|(d, _)| d.index)).collect();
+                        idx.into_iter().map(move |i| (name.clone(), i))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        transitions.extend(self.telemetry.release_gpus(&held));
         self.publish_alerts(transitions, now);
         let gpu_milli = self.snap.job(JobId(id)).and_then(|j| j.running().map(|r| (r.gpu_milli, r.started)));
         if let Some(d) = self.jobs.get_mut(&id) {

@@ -414,6 +414,11 @@ impl Telemetry {
         self.node_errors.get(node).map(String::as_str)
     }
 
+    /// GPUs a job held were released: their allocation alerts resolve now.
+    pub fn release_gpus(&mut self, gpus: &[(String, u32)]) -> Vec<Transition> {
+        gpus.iter().flat_map(|(node, i)| self.alerts.release(&format!("{node}/gpu{i}"))).collect()
+    }
+
     /// A node left: drop its GPUs and resolve their alerts.
     pub fn forget_node(&mut self, node: &str) -> Vec<Transition> {
         let keys: Vec<(String, u32)> = self.gpus.keys().filter(|(n, _)| n == node).cloned().collect();

@@ -39,16 +39,22 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts a daemon and waits for the line saying where it listens.
+    /// Starts a daemon on a simulated inventory and waits for the line saying where it listens.
     pub fn start(data: &Path, gpus: &str, extra: &[&str]) -> Daemon {
-        let mut child = Command::new(BIN)
-            .args(["up", "--simulate-gpus", gpus, "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start gpool up");
+        let mut args = vec!["--simulate-gpus", gpus];
+        args.extend_from_slice(extra);
+        Daemon::spawn(data, &args, None)
+    }
+
+    /// Starts `gpool up ARGS`, with `path_first` put in front of `PATH` (a stand-in `nvidia-smi`).
+    pub fn spawn(data: &Path, args: &[&str], path_first: Option<&Path>) -> Daemon {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(args);
+        if let Some(dir) = path_first {
+            let path = std::env::var("PATH").unwrap_or_default();
+            cmd.env("PATH", format!("{}:{path}", dir.display()));
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start gpool up");
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         out.read_line(&mut line).expect("first line");
@@ -152,6 +158,72 @@ impl Daemon {
                 && let Some(j) = e["job"].as_u64()
             {
                 left.remove(&j);
+            }
+        }
+    }
+
+    /// GETs a text body without a token (`/metrics`).
+    pub fn text(&self, path: &str) -> (u16, String) {
+        let mut resp = self.agent.get(format!("{}{path}", self.url)).call().expect("daemon reachable");
+        (resp.status().as_u16(), resp.body_mut().read_to_string().unwrap_or_default())
+    }
+
+    /// Runs the `gpool` CLI against this daemon; returns (success, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(BIN)
+            .args(args)
+            .env("GPOOL_SERVER", &self.url)
+            .env("GPOOL_TOKEN", &self.token)
+            .output()
+            .expect("run gpool");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Asks `GET path` until `done` accepts the answer; fails after `limit`.
+    /// For conditions that depend on other processes (samplers, scrapers):
+    /// it waits for the condition, it does not time anything.
+    pub fn until(&self, path: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let v = self.get(path);
+            if done(&v) {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "GET {path} never satisfied the condition: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A job's events from the start, read from the event stream until it ended.
+    pub fn history(&self, job: u64, limit: Duration) -> Vec<Value> {
+        let resp = self
+            .agent
+            .get(format!("{}/api/v1/events?after=0&job={job}", self.url))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .config()
+            .timeout_global(Some(limit))
+            .build()
+            .call();
+        let Ok(mut resp) = resp else { panic!("cannot open the event stream") };
+        let mut reader = BufReader::new(resp.body_mut().as_reader());
+        let mut line = String::new();
+        let mut out = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => panic!("job {job} did not end within {limit:?}: {out:?}"),
+                Ok(_) => {}
+            }
+            let Some(data) = line.trim_end().strip_prefix("data:") else { continue };
+            let Ok(e) = serde_json::from_str::<Value>(data.trim()) else { continue };
+            let end = matches!(e["kind"].as_str(), Some("succeeded" | "failed" | "cancelled" | "timed_out"));
+            out.push(e);
+            if end {
+                return out;
             }
         }
     }

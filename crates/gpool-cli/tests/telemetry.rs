@@ -1,0 +1,177 @@
+//! End-to-end tests of GPU telemetry with the real binary: the simulated
+//! backend following what jobs declare, advice, alerts and their webhook.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A job that declares what it does on its simulated GPU, line by line, forever.
+fn declaring(pattern: &[&str], resources: Value) -> Value {
+    let lines: Vec<String> =
+        pattern.iter().map(|l| format!("echo '{l}' >> \"$GPOOL_SIM_LOAD_FILE\"; sleep 0.2")).collect();
+    json!({"command": format!("while true; do {}; done", lines.join("; ")), "resources": resources})
+}
+
+fn kinds(advice: &Value) -> Vec<String> {
+    advice["findings"]
+        .as_array()
+        .map_or_else(Vec::new, |f| f.iter().filter_map(|x| x["kind"].as_str().map(String::from)).collect())
+}
+
+#[test]
+fn advice_tells_a_starved_an_idle_and_an_oversized_job_apart() {
+    let s = Scratch::new("advice");
+    // Whole H100s, and a MIG-enabled GPU so that the cluster offers 1g.10gb.
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "3xH100-80GB,1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2",
+        &["--sample-interval", "100ms"],
+    );
+    // Model loaded (70 GiB), kernels in bursts: the input pipeline starves the GPU.
+    let starved = d.submit(declaring(
+        &["util=100 mem=71680", "util=0 mem=71680", "util=5 mem=71680", "util=0 mem=71680"],
+        json!({"nvidia.com/gpu": 1, "cpu": 4}),
+    ));
+    // Holds a GPU and does nothing.
+    let idle = d.submit(declaring(&["util=0 mem=0"], json!({"nvidia.com/gpu": 1})));
+    // 7 GiB and 10% of a whole H100: a 1g.10gb instance would do.
+    let small = d.submit(declaring(&["util=10 mem=7000"], json!({"nvidia.com/gpu": 1})));
+    let cases = [(starved, "input_bound"), (idle, "idle_gpu"), (small, "over_provisioned")];
+    for (id, want) in cases {
+        let a = d.until(&format!("/api/v1/jobs/{id}/advice?minSpan=2s"), Duration::from_secs(60), |a| {
+            !kinds(a).iter().any(|k| k == "not_enough_data")
+        });
+        assert_eq!(kinds(&a), vec![want.to_string()], "job {id}: {a:#}");
+        let f = &a["findings"][0];
+        assert!(!f["evidence"].as_array().expect("evidence").is_empty(), "{f}");
+        assert!(f["wasted_usd"].as_f64().is_some_and(|u| u > 0.0), "an H100 has a price, so waste has one: {f}");
+    }
+    let small_advice = d.get(&format!("/api/v1/jobs/{small}/advice?minSpan=2s"));
+    assert!(small_advice["findings"][0]["summary"].as_str().is_some_and(|t| t.contains("1g.10gb")), "{small_advice}");
+    // The CLI says the same in words.
+    let (ok, out, err) = d.cli(&["advise", &starved.to_string(), "--min-span", "2s"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("input-pipeline bound") && out.contains("evidence:") && out.contains("try:"), "{out}");
+    // Bad input is refused with the field named.
+    let (status, body) = d.req("GET", &format!("/api/v1/jobs/{idle}/advice?minSpan=soon"), &d.token, None);
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| e.contains("minSpan")), "{body}");
+    for id in [starved, idle, small] {
+        d.req("POST", &format!("/api/v1/jobs/{id}/cancel"), &d.token, None);
+    }
+    d.wait_ended(&[starved, idle, small], Duration::from_secs(60));
+    // A finished job keeps its usage and its curve.
+    let job = d.job(idle);
+    assert!(job["usage"]["gpu_hours"].as_f64().is_some_and(|h| h > 0.0), "{job}");
+    assert_eq!(job["usage"]["peak_memory_mb"], 0, "{job}");
+    let usage = d.get(&format!("/api/v1/jobs/{starved}/usage"));
+    assert!(usage["summary"]["peak_memory_mb"].as_u64().is_some_and(|m| m >= 71_680), "{usage}");
+}
+
+/// A one-shot HTTP server on loopback that hands every request body to `tx`.
+fn webhook_sink() -> (String, mpsc::Receiver<Value>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(16) {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            let mut len = 0usize;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0u8; len];
+            let _ = reader.read_exact(&mut body);
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn an_idle_allocated_gpu_fires_an_alert_on_the_api_the_events_and_the_webhook() {
+    let s = Scratch::new("alerts");
+    let rules = s.0.join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "- {name: AllocatedGpuIdle, scope: allocated_gpu, metric: gpu_util, below: 5, for: 300ms, severity: warning}\n\
+         - {name: Hot, scope: gpu, metric: temperature, above: 200, severity: critical}\n",
+    )
+    .expect("rules");
+    let (hook, notices) = webhook_sink();
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "2xH100-80GB",
+        &["--sample-interval", "100ms", "--alert-rules", rules.to_str().expect("path"), "--alert-webhook", &hook],
+    );
+    let id = d.submit(json!({"command": "sleep 600", "resources": {"nvidia.com/gpu": 1}}));
+    let firing = notices.recv_timeout(Duration::from_secs(30)).expect("a firing notification");
+    assert_eq!(firing["version"], "4", "Alertmanager webhook format: {firing}");
+    assert_eq!(firing["status"], "firing");
+    let alert = &firing["alerts"][0];
+    assert_eq!(alert["labels"]["alertname"], "AllocatedGpuIdle", "{firing}");
+    assert_eq!(alert["labels"]["job_id"], id.to_string(), "{firing}");
+    assert_eq!(alert["endsAt"], "0001-01-01T00:00:00Z");
+    let active = d.get("/api/v1/alerts");
+    assert_eq!(active.as_array().map(Vec::len), Some(1), "only the allocated GPU is idle-alerted: {active}");
+    let (ok, out, _) = d.cli(&["alerts"]);
+    assert!(ok && out.contains("AllocatedGpuIdle"), "{out}");
+    let (_, metrics) = d.text("/metrics");
+    assert!(
+        metrics.contains("gpool_alerts_firing{alertname=\"AllocatedGpuIdle\",severity=\"warning\"} 1"),
+        "{metrics}"
+    );
+    // Ending the job resolves the alert.
+    d.req("POST", &format!("/api/v1/jobs/{id}/cancel"), &d.token, None);
+    let resolved = notices.recv_timeout(Duration::from_secs(30)).expect("a resolved notification");
+    assert_eq!(resolved["status"], "resolved", "{resolved}");
+    let kinds: Vec<String> =
+        d.history(id, Duration::from_secs(60)).iter().filter_map(|e| e["kind"].as_str().map(String::from)).collect();
+    let fired = kinds.iter().position(|k| k == "alert_firing").expect("an alert_firing event");
+    let resolved = kinds.iter().position(|k| k == "alert_resolved").expect("an alert_resolved event");
+    assert!(fired < resolved, "{kinds:?}");
+    let (ok, out, err) = d.cli(&["alerts", "-o", "json"]);
+    assert!(ok, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).ok(), Some(json!([])), "{out}");
+}
+
+#[test]
+fn bad_alert_rules_stop_the_daemon_with_the_rule_named() {
+    let s = Scratch::new("badrules");
+    let rules = s.0.join("rules.yaml");
+    for (text, want) in [
+        ("- {name: X, scope: gpu, metric: gpu_util, below: 5, above: 9}\n", "exactly one of"),
+        ("- {name: X, scope: rack, metric: gpu_util, below: 5}\n", "scope"),
+        ("- {name: X, scope: gpu, metric: fan, below: 5}\n", "metric"),
+        ("- {name: X, scope: gpu, metric: gpu_util, below: 5, for: soon}\n", "for"),
+        ("- {name: X, scope: gpu, metric: gpu_util, below: 5, colour: red}\n", "colour"),
+    ] {
+        std::fs::write(&rules, text).expect("rules");
+        let out = std::process::Command::new(BIN)
+            .args(["up", "--simulate-gpus", "1xH100-80GB", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(s.0.join(format!("data-{}", want.len())))
+            .args(["--alert-rules", rules.to_str().expect("path")])
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(err.contains(want), "{text}: {err}");
+    }
+}
