@@ -5,14 +5,20 @@
 //!
 //! - [`nvml`]: NVIDIA's management library, loaded at run time (no link-time
 //!   dependency): builds everywhere, and says plainly when there is no driver.
-//! - [`smi`]: `nvidia-smi` output, parsed: the fallback where NVML cannot
-//!   load, and the way tests use recorded real GPUs.
+//!   Samples carry the last XID error, drained without blocking.
+//! - [`smi`]: `nvidia-smi` output, parsed (CSV queries, `-L`, `mig -l*`,
+//!   `-q`, `-q -x`, the table, `dmon`, `pmon`, …), and
+//!   [`smi::NvidiaSmi`], a backend that runs the binary with a timeout: the
+//!   fallback where NVML cannot load, and the way tests use recorded real
+//!   GPUs (`data/nvidia-smi/`).
 //! - [`simulated`]: an inventory from a spec like `8xH100-80GB` for machines
-//!   without GPUs, demos and tests, whose load follows what its jobs declare.
+//!   without GPUs, demos and tests, whose samples follow what its jobs
+//!   declare ([`simulated::Simulated::with_loads`]).
 //!
 //! Every metric is an `Option`: a value the device does not report
 //! (`[N/A]`, `[Not Supported]`, `ERR!`, an NVML `NotSupported`) is absent,
-//! never zero.
+//! never zero. Nothing depends on a GPU model name: models this crate has
+//! never seen work the same way.
 
 pub mod model;
 pub mod nvml;

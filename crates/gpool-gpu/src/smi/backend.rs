@@ -216,7 +216,10 @@ fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
 /// instance ids, in this order of preference: the old UUID format's own ids;
 /// the `-q -x` report (`report`: MIG device index → ids, and exact memory);
 /// the `mig -lgi` list (`lgi`), matched in order (nvidia-smi numbers MIG
-/// devices by GPU instance id, then compute instance id) by profile.
+/// devices by GPU instance id, then compute instance id) by profile. That
+/// match can be off when a GPU instance without a compute instance (so
+/// without a MIG device) comes before one of the same profile; the report
+/// is exact.
 /// Placements come from `lgi`; memory from the report, else the profile name.
 /// `Err` says why the ids cannot be told.
 pub fn mig_inventory(
