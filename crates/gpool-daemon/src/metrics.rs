@@ -347,6 +347,52 @@ mod tests {
     }
 
     #[test]
+    fn the_grafana_dashboard_uses_only_series_the_exporter_writes() {
+        let dash = include_str!("../../../deploy/grafana/gpool-dashboard.json");
+        let doc: serde_json::Value = serde_json::from_str(dash).expect("the dashboard is JSON");
+        let mut s = scrape();
+        s.gpus[0].sample = GpuSample {
+            gpu_util_pct: Some(1.0),
+            mem_util_pct: Some(1.0),
+            memory_used_mb: Some(1),
+            memory_total_mb: Some(2),
+            memory_free_mb: Some(1),
+            memory_reserved_mb: Some(1),
+            temperature_c: Some(1.0),
+            memory_temperature_c: Some(1.0),
+            power_draw_w: Some(1.0),
+            power_limit_w: Some(1.0),
+            energy_mj: Some(1),
+            sm_clock_mhz: Some(1),
+            mem_clock_mhz: Some(1),
+            fan_pct: Some(1.0),
+            ecc_corrected_volatile: Some(0),
+            ecc_uncorrected_volatile: Some(0),
+            xid_last: Some(0),
+            throttle_reasons: Some(vec![]),
+            ..GpuSample::default()
+        };
+        s.alerts.insert(("AllocatedGpuIdle".into(), "warning".into()), 0);
+        s.idle_gpu_seconds.insert(("ana".into(), "ml".into()), 1.0);
+        let text = render(&s);
+        let exprs: Vec<&str> = doc["panels"]
+            .as_array()
+            .expect("panels")
+            .iter()
+            .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+            .filter_map(|t| t["expr"].as_str())
+            .collect();
+        assert!(exprs.len() >= 15, "{exprs:?}");
+        for e in exprs {
+            for word in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("DCGM_") || word.starts_with("gpool_") {
+                    assert!(text.contains(&format!("\n{word}{{")) || text.contains(&format!("\n{word} ")), "the dashboard queries {word}, which /metrics does not have");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_family_is_contiguous_and_declared_once() {
         let text = render(&scrape());
         let mut seen: Vec<String> = Vec::new();

@@ -314,7 +314,7 @@ fn discover(
         Ok((n.inventory()?, Box::new(n)))
     };
     let smi = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {
-        let mut s = gpool_gpu::smi::NvidiaSmi::new(None);
+        let mut s = gpool_gpu::smi::NvidiaSmi::on_path()?;
         Ok((s.inventory()?, Box::new(s)))
     };
     let found = match cfg.gpu_backend.as_str() {

@@ -5,14 +5,20 @@
 //!
 //! - [`nvml`]: NVIDIA's management library, loaded at run time (no link-time
 //!   dependency): builds everywhere, and says plainly when there is no driver.
-//! - [`smi`]: `nvidia-smi` output, parsed: the fallback where NVML cannot
-//!   load, and the way tests use recorded real GPUs.
+//!   Samples carry the last XID error, drained without blocking.
+//! - [`smi`]: `nvidia-smi` output, parsed (CSV queries, `-L`, `mig -l*`,
+//!   `-q`, `-q -x`, the table, `dmon`, `pmon`, …), and
+//!   [`smi::NvidiaSmi`], a backend that runs the binary with a timeout: the
+//!   fallback where NVML cannot load, and the way tests use recorded real
+//!   GPUs (`data/nvidia-smi/`).
 //! - [`simulated`]: an inventory from a spec like `8xH100-80GB` for machines
-//!   without GPUs, demos and tests, whose load follows what its jobs declare.
+//!   without GPUs, demos and tests, whose samples follow what its jobs
+//!   declare ([`simulated::Simulated::with_loads`]).
 //!
 //! Every metric is an `Option`: a value the device does not report
 //! (`[N/A]`, `[Not Supported]`, `ERR!`, an NVML `NotSupported`) is absent,
-//! never zero.
+//! never zero. Nothing depends on a GPU model name: models this crate has
+//! never seen work the same way.
 
 pub mod model;
 pub mod nvml;
@@ -130,9 +136,34 @@ pub enum GpuError {
     /// `nvidia-smi` could not be run, or failed.
     #[error("nvidia-smi {args}: {why}")]
     Smi { args: String, why: String },
+    /// `nvidia-smi` did not answer in time and was killed.
+    #[error(
+        "nvidia-smi {args}: no answer after {secs} s, killed it. The driver may be hung: check `dmesg` for Xid errors and `nvidia-smi` by hand; a GPU reset or reboot may be needed"
+    )]
+    Timeout { args: String, secs: u64 },
     /// `nvidia-smi` output that does not parse.
     #[error("cannot parse nvidia-smi output ({what}), line {line}: {why}")]
     Parse { what: &'static str, line: usize, why: String },
+}
+
+/// Clock throttle (event) reasons by NVML bit (`nvmlClocksEventReason*`), with
+/// the names [`GpuSample::throttle_reasons`] uses.
+pub const THROTTLE_REASONS: [(u64, &str); 9] = [
+    (0x1, "idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// The names of the reasons set in an NVML bitmask (`clocks_event_reasons.active`),
+/// in bit order. Bits NVML may add later are left out.
+pub fn throttle_reason_names(bits: u64) -> Vec<String> {
+    THROTTLE_REASONS.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| (*name).to_string()).collect()
 }
 
 /// A source of device inventory and samples.

@@ -32,9 +32,71 @@ pub fn short_model(name: &str) -> String {
     }
 }
 
+/// The parts of a MIG profile name: `1c.3g.40gb+me` → compute slices `Some(1)`,
+/// GPU slices `Some(3)`, memory `Some(40)` GB.
+fn mig_parts(profile: &str) -> (Option<u32>, Option<u32>, Option<u64>) {
+    let base = profile.trim().trim_start_matches("MIG ").split('+').next().unwrap_or("");
+    let (mut c, mut g, mut gb) = (None, None, None);
+    for part in base.split('.') {
+        let p = part.to_ascii_lowercase();
+        if let Some(n) = p.strip_suffix("gb") {
+            gb = n.parse().ok();
+        } else if let Some(n) = p.strip_suffix('g') {
+            g = n.parse().ok();
+        } else if let Some(n) = p.strip_suffix('c') {
+            c = n.parse().ok();
+        }
+    }
+    (c, g, gb)
+}
+
+/// The memory a MIG profile's name states, in MiB, rounded down a little
+/// (`3g.40gb` → 39,750): drivers report a bit more or less than the nominal
+/// size (H100 3g.40gb: 40,448 MiB; A100 80GB 1g.10gb: 9,728 MiB). Only for
+/// when nothing better is known.
+pub fn mig_profile_memory_mb(profile: &str) -> Option<u64> {
+    mig_parts(profile).2.filter(|gb| *gb > 0 && *gb < 1_000_000).map(|gb| gb * 1000 - 250)
+}
+
+/// The GPU (compute) slices of a MIG profile: `3g.40gb` → 3, `1c.3g.40gb` → 3
+/// (its GPU instance's), `1g.10gb+me` → 1.
+pub fn mig_gpu_slices(profile: &str) -> Option<u32> {
+    mig_parts(profile).1
+}
+
+/// The compute-instance slices a profile names (`1c.3g.40gb` → 1); `None`
+/// for a GPU instance profile, whose compute instance spans it.
+pub fn mig_ci_slices(profile: &str) -> Option<u32> {
+    mig_parts(profile).0
+}
+
+/// The GPU instance profile of a compute instance profile (`1c.3g.40gb` → `3g.40gb`),
+/// without a `+me`-style suffix.
+pub fn mig_gi_profile(profile: &str) -> &str {
+    let base = profile.trim().trim_start_matches("MIG ").split('+').next().unwrap_or("");
+    match base.split_once('.') {
+        Some((first, rest)) if first.ends_with('c') && first.len() > 1 => rest,
+        _ => base,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mig_profiles_read_without_a_table() {
+        assert_eq!(mig_profile_memory_mb("3g.40gb"), Some(39_750));
+        assert_eq!(mig_profile_memory_mb("1g.10gb+me"), Some(9_750));
+        assert_eq!(mig_profile_memory_mb("1c.3g.40gb"), Some(39_750));
+        assert_eq!(mig_profile_memory_mb("weird"), None);
+        assert_eq!(mig_gpu_slices("7g.80gb"), Some(7));
+        assert_eq!(mig_gpu_slices("1c.3g.40gb"), Some(3));
+        assert_eq!(mig_ci_slices("2c.3g.40gb"), Some(2));
+        assert_eq!(mig_ci_slices("3g.40gb"), None);
+        assert_eq!(mig_gi_profile("1c.3g.40gb"), "3g.40gb");
+        assert_eq!(mig_gi_profile("1g.10gb+me"), "1g.10gb");
+    }
 
     #[test]
     fn names_shorten_without_a_model_table() {

@@ -1,23 +1,52 @@
 //! NVML through nvml-wrapper, loaded at run time.
+//!
+//! NVML is initialised once per process and never shut down (the driver
+//! releases it when the process exits): the XID event set borrows it for the
+//! process's life, and a second [`Nvml::load`] shares it.
+//!
+//! A value a device does not report (`NotSupported`, `NoPermission`, a
+//! function an older driver lacks) is `None`. A lost GPU, or a driver that
+//! went away, fails the sample with a message that says so.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 use nvml_wrapper::Nvml as Lib;
+use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, PerformanceState, TemperatureSensor};
+use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
 use crate::model::short_model;
-use crate::{Backend, GpuError, GpuInfo, GpuSample, MigInfo};
+use crate::{Backend, GpuError, GpuInfo, GpuProcess, GpuSample, MigInfo, MigSample, throttle_reason_names};
 
-/// An initialised NVML (kept for the process's life: dropping it calls nvmlShutdown).
+const MIB: u64 = 1024 * 1024;
+
+/// The process's NVML, once initialised.
+static SHARED: Mutex<Option<&'static Lib>> = Mutex::new(None);
+
+/// Initialises NVML the first time (a failure is not remembered: a later call tries again).
+fn shared_lib() -> Result<&'static Lib, NvmlError> {
+    let mut shared = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(lib) = *shared {
+        return Ok(lib);
+    }
+    let lib: &'static Lib = Box::leak(Box::new(Lib::init()?));
+    *shared = Some(lib);
+    Ok(lib)
+}
+
+/// An initialised NVML, and the XID events it listens to.
 pub struct Nvml {
-    lib: Lib,
+    lib: &'static Lib,
+    xid: Option<xid::Xid>,
 }
 
 impl Nvml {
     /// Loads `libnvidia-ml.so.1`. Without a driver: [`GpuError::NoDriver`].
+    /// Registers for XID (critical error) events where the devices allow it.
     pub fn load() -> Result<Nvml, GpuError> {
-        match Lib::init() {
-            Ok(lib) => Ok(Nvml { lib }),
+        match shared_lib() {
+            Ok(lib) => Ok(Nvml { lib, xid: xid::Xid::register(lib) }),
             Err(e @ (NvmlError::LibloadingError(_) | NvmlError::DriverNotLoaded | NvmlError::LibraryNotFound)) => {
                 Err(GpuError::NoDriver(e.to_string()))
             }
@@ -30,9 +59,49 @@ fn nvml_err(e: NvmlError) -> GpuError {
     GpuError::Nvml(e.to_string())
 }
 
+/// The errors that mean "this device does not report that value" (`None`),
+/// as opposed to a device or driver that is gone.
+fn is_missing(e: &NvmlError) -> bool {
+    !matches!(
+        e,
+        NvmlError::GpuLost
+            | NvmlError::Uninitialized
+            | NvmlError::DriverNotLoaded
+            | NvmlError::LibloadingError(_)
+            | NvmlError::LibraryNotFound
+            | NvmlError::LibRmVersionMismatch
+            | NvmlError::ResetRequired
+    )
+}
+
 /// The profile part of a MIG device name (`NVIDIA H100 80GB HBM3 MIG 1g.10gb` → `1g.10gb`).
 fn mig_profile(name: &str) -> String {
     name.split_whitespace().last().unwrap_or("unknown").to_string()
+}
+
+/// `P0`…`P15`; `None` for an unknown state.
+fn pstate_name(p: PerformanceState) -> Option<String> {
+    use PerformanceState as P;
+    let n = match p {
+        P::Zero => 0,
+        P::One => 1,
+        P::Two => 2,
+        P::Three => 3,
+        P::Four => 4,
+        P::Five => 5,
+        P::Six => 6,
+        P::Seven => 7,
+        P::Eight => 8,
+        P::Nine => 9,
+        P::Ten => 10,
+        P::Eleven => 11,
+        P::Twelve => 12,
+        P::Thirteen => 13,
+        P::Fourteen => 14,
+        P::Fifteen => 15,
+        P::Unknown => return None,
+    };
+    Some(format!("P{n}"))
 }
 
 impl Backend for Nvml {
@@ -48,7 +117,7 @@ impl Backend for Nvml {
         for i in 0..count {
             let d = self.lib.device_by_index(i).map_err(nvml_err)?;
             let name = d.name().map_err(nvml_err)?;
-            let memory_mb = d.memory_info().map_err(nvml_err)?.total / (1024 * 1024);
+            let memory_mb = d.memory_info().map_err(nvml_err)?.total / MIB;
             let pci = d.pci_info().ok().map(|p| p.bus_id);
             if let Some(b) = &pci {
                 bus_to_index.insert(b.to_ascii_lowercase(), i);
@@ -71,9 +140,11 @@ impl Backend for Nvml {
                         list.push(MigInfo {
                             profile: md.name().map(|n| mig_profile(&n)).unwrap_or_else(|_| "unknown".into()),
                             uuid: md.uuid().map_err(nvml_err)?,
+                            // nvml-wrapper 0.13 has no safe nvmlDeviceGetGpuInstanceId: the
+                            // MIG device index stands in (sample() uses the same numbering).
                             gi_id: m + 1,
                             ci_id: None,
-                            memory_mb: md.memory_info().map(|m| m.total / (1024 * 1024)).unwrap_or(0),
+                            memory_mb: md.memory_info().map(|m| m.total / MIB).unwrap_or(0),
                             placement: None,
                         });
                     }
@@ -110,18 +181,179 @@ impl Backend for Nvml {
                 group[ra.max(rb) as usize] = ra.min(rb);
             }
         }
-        let linked: std::collections::BTreeSet<u32> =
+        let linked: BTreeSet<u32> =
             links.iter().flat_map(|(a, bus)| [Some(*a), bus_to_index.get(bus).copied()]).flatten().collect();
+        // Peers: the GPUs of this node at the other end of an active link (a link to
+        // an NVSwitch leads to no GPU here, and names no peer).
+        let bus_of: BTreeMap<u32, String> =
+            gpus.iter().filter_map(|g| Some((g.index, g.pci_bus_id.clone()?))).collect();
         for g in &mut gpus {
             if linked.contains(&g.index) {
                 g.nvlink_group = Some(root(&mut group, g.index));
             }
+            let peers: BTreeSet<u32> = links
+                .iter()
+                .filter(|(a, _)| *a == g.index)
+                .filter_map(|(_, bus)| bus_to_index.get(bus).copied())
+                .filter(|p| *p != g.index)
+                .collect();
+            g.nvlink_peers = peers.iter().filter_map(|p| bus_of.get(p).cloned()).collect();
         }
         Ok(gpus)
     }
 
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
-        Err(GpuError::Nvml("sampling is not implemented yet".into()))
+        if let Some(x) = &mut self.xid {
+            x.drain();
+        }
+        let count = self.lib.device_count().map_err(nvml_err)?;
+        let mut out = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let d = self.lib.device_by_index(i).map_err(|e| GpuError::Nvml(format!("GPU {i}: {e}")))?;
+            let uuid = d.uuid().map_err(|e| GpuError::Nvml(format!("GPU {i}: {e}")))?;
+            // A value the device does not report is None; a lost device fails the sample.
+            macro_rules! get {
+                ($e:expr) => {
+                    match $e {
+                        Ok(v) => Some(v),
+                        Err(e) if is_missing(&e) => None,
+                        Err(e) => {
+                            return Err(GpuError::Nvml(format!(
+                                "GPU {i} ({uuid}): {e}. Check `nvidia-smi` and `dmesg` for Xid errors; a GPU reset or reboot may be needed"
+                            )));
+                        }
+                    }
+                };
+            }
+            let util = get!(d.utilization_rates());
+            let mem = get!(d.memory_info());
+            let processes = get!(d.running_compute_processes())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| GpuProcess {
+                    pid: p.pid,
+                    name: self.lib.sys_process_name(p.pid, 256).ok().filter(|n| !n.is_empty()),
+                    used_memory_mb: match p.used_gpu_memory {
+                        UsedGpuMemory::Used(bytes) => Some(bytes / MIB),
+                        UsedGpuMemory::Unavailable => None,
+                    },
+                    gi_id: p.gpu_instance_id,
+                    ci_id: p.compute_instance_id,
+                })
+                .collect();
+            let mut mig = Vec::new();
+            if matches!(get!(d.mig_mode()), Some(m) if m.current == 1) {
+                for m in 0..get!(d.mig_device_count()).unwrap_or(0) {
+                    let Some(md) = get!(d.mig_device_by_index(m)) else { continue };
+                    let mm = get!(md.memory_info());
+                    mig.push(MigSample {
+                        // The same numbering as inventory(): see there.
+                        gi_id: m + 1,
+                        ci_id: None,
+                        memory_used_mb: mm.as_ref().map(|m| m.used / MIB),
+                        memory_total_mb: mm.as_ref().map(|m| m.total / MIB),
+                    });
+                }
+            }
+            out.push(GpuSample {
+                index: i,
+                gpu_util_pct: util.as_ref().map(|u| f64::from(u.gpu)),
+                mem_util_pct: util.as_ref().map(|u| f64::from(u.memory)),
+                memory_used_mb: mem.as_ref().map(|m| m.used / MIB),
+                memory_total_mb: mem.as_ref().map(|m| m.total / MIB),
+                memory_free_mb: mem.as_ref().map(|m| m.free / MIB),
+                memory_reserved_mb: mem.as_ref().map(|m| m.reserved / MIB),
+                temperature_c: get!(d.temperature(TemperatureSensor::Gpu)).map(f64::from),
+                // NVML has memory temperature only as a field value; not read here.
+                memory_temperature_c: None,
+                power_draw_w: get!(d.power_usage()).map(|mw| f64::from(mw) / 1000.0),
+                power_limit_w: get!(d.enforced_power_limit()).map(|mw| f64::from(mw) / 1000.0),
+                energy_mj: get!(d.total_energy_consumption()),
+                sm_clock_mhz: get!(d.clock_info(Clock::SM)),
+                mem_clock_mhz: get!(d.clock_info(Clock::Memory)),
+                fan_pct: get!(d.fan_speed(0)).map(f64::from),
+                pstate: get!(d.performance_state()).and_then(pstate_name),
+                ecc_corrected_volatile: get!(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)),
+                ecc_uncorrected_volatile: get!(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)),
+                xid_last: self.xid.as_ref().and_then(|x| x.last(&uuid)),
+                throttle_reasons: get!(d.current_throttle_reasons()).map(|r| throttle_reason_names(r.bits())),
+                processes,
+                mig,
+                uuid,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// XID (critical error) events: registered at load, drained without waiting
+/// at each sample. Only where NVML has event sets (Linux).
+mod xid {
+    #[cfg(target_os = "linux")]
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::Lib;
+
+    #[cfg(target_os = "linux")]
+    pub(super) struct Xid {
+        set: nvml_wrapper::EventSet<'static>,
+        /// Devices registered for XID events, by UUID.
+        devices: BTreeSet<String>,
+        /// The last XID seen per device.
+        last: BTreeMap<String, u64>,
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Xid {
+        /// Registers every device that supports XID events. If a registration
+        /// fails, NVML frees the set: then no XIDs at all (`xid_last: None`).
+        pub(super) fn register(lib: &'static Lib) -> Option<Xid> {
+            use nvml_wrapper::bitmasks::event::EventTypes;
+            let mut set = lib.create_event_set().ok()?;
+            let mut devices = BTreeSet::new();
+            for i in 0..lib.device_count().ok()? {
+                let Ok(d) = lib.device_by_index(i) else { continue };
+                let supported = d.supported_event_types().is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR));
+                let Ok(uuid) = d.uuid() else { continue };
+                if !supported {
+                    continue;
+                }
+                set = d.register_events(EventTypes::CRITICAL_XID_ERROR, set).ok()?;
+                devices.insert(uuid);
+            }
+            (!devices.is_empty()).then_some(Xid { set, devices, last: BTreeMap::new() })
+        }
+
+        /// Takes the pending events (`wait(0)` returns at once when there are none).
+        pub(super) fn drain(&mut self) {
+            use nvml_wrapper::enums::event::XidError;
+            // Bounded: a storm of events cannot hold up the sample.
+            for _ in 0..1024 {
+                let Ok(event) = self.set.wait(0) else { break };
+                if let (Ok(uuid), Some(XidError::Value(xid))) = (event.device.uuid(), event.event_data) {
+                    self.last.insert(uuid, xid);
+                }
+            }
+        }
+
+        /// The last XID of a device (0 = none since load); `None` when it is not watched.
+        pub(super) fn last(&self, uuid: &str) -> Option<u64> {
+            self.devices.contains(uuid).then(|| self.last.get(uuid).copied().unwrap_or(0))
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) struct Xid;
+
+    #[cfg(not(target_os = "linux"))]
+    impl Xid {
+        pub(super) fn register(_: &'static Lib) -> Option<Xid> {
+            None
+        }
+        pub(super) fn drain(&mut self) {}
+        pub(super) fn last(&self, _: &str) -> Option<u64> {
+            None
+        }
     }
 }
 
@@ -141,6 +373,9 @@ mod tests {
             Ok(mut n) => {
                 let inv = n.inventory().expect("inventory on a GPU machine");
                 assert!(inv.iter().all(|g| !g.uuid.is_empty()));
+                let samples = n.sample().expect("sample on a GPU machine");
+                assert_eq!(samples.len(), inv.len());
+                assert!(samples.iter().zip(&inv).all(|(s, g)| s.uuid == g.uuid));
             }
         }
     }
@@ -148,5 +383,16 @@ mod tests {
     #[test]
     fn mig_profiles_come_from_device_names() {
         assert_eq!(mig_profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), "1g.10gb");
+    }
+
+    #[test]
+    fn missing_values_and_lost_devices_are_told_apart() {
+        assert!(is_missing(&NvmlError::NotSupported));
+        assert!(is_missing(&NvmlError::NoPermission));
+        assert!(is_missing(&NvmlError::FunctionNotFound));
+        assert!(!is_missing(&NvmlError::GpuLost));
+        assert!(!is_missing(&NvmlError::DriverNotLoaded));
+        assert_eq!(pstate_name(PerformanceState::Eight).as_deref(), Some("P8"));
+        assert_eq!(pstate_name(PerformanceState::Unknown), None);
     }
 }

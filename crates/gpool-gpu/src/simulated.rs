@@ -2,18 +2,21 @@
 //! `4xA100-80GB,4xL4`, or with MIG: `1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb`.
 //! UUIDs are stable for a given spec and host name, so a restarted daemon
 //! sees the same devices.
+//!
+//! Samples follow what jobs declare ([`Simulated::with_loads`]), the way
+//! real hardware would report it, and deterministically (no randomness, no
+//! clock): utilisation as declared; memory as declared plus a small driver
+//! reserve; power from idle (a tenth of the limit) up to the limit with
+//! utilisation; temperature approaching 30 + 0.5 × util °C with a first-order
+//! lag from one sample to the next; SM clock and pstate high under load, low
+//! when idle; throttle reason `idle` when nothing runs. On a MIG-enabled GPU
+//! the GPU-level utilisation is `None` (real hardware says `[N/A]`) and each
+//! instance has a [`MigSample`].
 
-use crate::{Backend, GpuError, GpuInfo, GpuSample, MigInfo};
+use std::fmt;
 
-/// Memory in MiB the driver reports for a model name (from the `…GB` in the name, else 24 GB).
-fn memory_mb(model: &str) -> u64 {
-    let gb = model
-        .rsplit(['-', '_'])
-        .find_map(|p| p.to_ascii_lowercase().strip_suffix("gb").and_then(|n| n.parse::<u64>().ok()))
-        .unwrap_or(24);
-    // Drivers report a little less than the marketing size (H100 80GB: 81,559 MiB).
-    gb * 1024 - gb * 1024 / 200
-}
+use crate::model::{mig_gpu_slices, mig_profile_memory_mb};
+use crate::{Backend, GpuError, GpuInfo, GpuProcess, GpuSample, MigInfo, MigSample};
 
 /// What a job does on a simulated device (a GPU or a MIG instance), as it declares it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -26,17 +29,46 @@ pub struct SimLoad {
 /// Called with a device UUID (`GPU-…` or `MIG-…`); `None` = nothing runs there.
 pub type LoadSource = Box<dyn Fn(&str) -> Option<SimLoad> + Send>;
 
-/// A parsed `--simulate-gpus` spec.
+/// Temperature with nothing running, °C.
+const AMBIENT_C: f64 = 30.0;
+/// Degrees above ambient per percent of utilisation, at steady state.
+const C_PER_UTIL_PCT: f64 = 0.5;
+/// How far the temperature moves toward its steady state in one sample.
+const TEMP_LAG: f64 = 0.5;
+/// Idle power as a fraction of the power limit.
+const IDLE_POWER_FRACTION: f64 = 0.1;
+/// Clocks of a simulated GPU, whatever its model.
+const SM_CLOCK_IDLE_MHZ: u32 = 345;
+const SM_CLOCK_BOOST_MHZ: u32 = 1980;
+const MEM_CLOCK_MHZ: u32 = 2619;
+/// GPU slices of a full MIG-capable GPU.
+const MIG_SLICES: f64 = 7.0;
+
+/// Memory in MiB the driver reports for a model name (from the `…GB` in the name, else 24 GB).
+fn memory_mb(model: &str) -> u64 {
+    let gb = model
+        .rsplit(['-', '_'])
+        .find_map(|p| p.to_ascii_lowercase().strip_suffix("gb").and_then(|n| n.parse::<u64>().ok()))
+        .unwrap_or(24);
+    // Drivers report a little less than the marketing size (H100 80GB: 81,559 MiB).
+    gb * 1024 - gb * 1024 / 200
+}
+
+/// A parsed `--simulate-gpus` spec, and where its load comes from.
 pub struct Simulated {
     gpus: Vec<GpuInfo>,
     loads: Option<LoadSource>,
+    /// Each GPU's temperature at the last sample (°C), for the lag.
+    temps: Vec<f64>,
 }
 
-impl Simulated {
-    /// Samples follow what the source says each device's job does.
-    pub fn with_loads(mut self, source: LoadSource) -> Simulated {
-        self.loads = Some(source);
-        self
+impl fmt::Debug for Simulated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Simulated")
+            .field("gpus", &self.gpus)
+            .field("loads", &self.loads.as_ref().map(|_| "LoadSource"))
+            .field("temps", &self.temps)
+            .finish()
     }
 }
 
@@ -85,12 +117,7 @@ impl Simulated {
                             gi_id: i as u32 + 1,
                             ci_id: Some(0),
                             placement: None,
-                            memory_mb: p
-                                .split('.')
-                                .nth(1)
-                                .and_then(|m| m.strip_suffix("gb"))
-                                .and_then(|g| g.parse::<u64>().ok())
-                                .map_or(0, |g| g * 1000 - 250),
+                            memory_mb: mig_profile_memory_mb(p).unwrap_or(0),
                         })
                         .collect()
                 });
@@ -114,8 +141,60 @@ impl Simulated {
         if gpus.len() > 64 {
             return Err(bad(format!("{} GPUs; at most 64 per node", gpus.len())));
         }
-        Ok(Simulated { gpus, loads: None })
+        let temps = vec![AMBIENT_C; gpus.len()];
+        Ok(Simulated { gpus, loads: None, temps })
     }
+
+    /// Samples follow what `source` says runs on each device (GPU or MIG
+    /// instance), instead of every device idling.
+    pub fn with_loads(mut self, source: LoadSource) -> Simulated {
+        self.loads = Some(source);
+        self
+    }
+
+    fn load(&self, uuid: &str) -> Option<SimLoad> {
+        self.loads.as_ref().and_then(|source| source(uuid))
+    }
+}
+
+/// A power limit from the memory size, not from a model table: 8.75 W per GB
+/// (80 GB → 700 W), within 70–1000 W.
+fn power_limit_w(memory_mb: u64) -> f64 {
+    ((memory_mb as f64 / 1024.0).round() * 8.75).clamp(70.0, 1000.0)
+}
+
+/// The memory the driver itself holds on a device: 0.1 % of it, at least 1 MiB.
+fn driver_reserve_mb(total_mb: u64) -> u64 {
+    (total_mb / 1000).max(1)
+}
+
+/// Declared utilisation within 0–100 (anything not a number: 0).
+fn util_of(load: Option<&SimLoad>) -> f64 {
+    load.map_or(0.0, |l| if l.gpu_util_pct.is_nan() { 0.0 } else { l.gpu_util_pct.clamp(0.0, 100.0) })
+}
+
+/// Memory used: the declaration capped at the device's size, plus the reserve.
+fn used_mb(load: Option<&SimLoad>, total_mb: u64) -> u64 {
+    load.map_or(0, |l| l.memory_used_mb).saturating_add(driver_reserve_mb(total_mb)).min(total_mb)
+}
+
+/// The declared pids, with the declared memory split evenly between them
+/// (the first gets the remainder).
+fn processes(load: Option<&SimLoad>, total_mb: u64, gi_id: Option<u32>, ci_id: Option<u32>) -> Vec<GpuProcess> {
+    let Some(l) = load else { return Vec::new() };
+    let n = l.pids.len() as u64;
+    let declared = l.memory_used_mb.min(total_mb);
+    l.pids
+        .iter()
+        .enumerate()
+        .map(|(i, &pid)| GpuProcess {
+            pid,
+            name: None,
+            used_memory_mb: Some(declared / n + if i == 0 { declared % n } else { 0 }),
+            gi_id,
+            ci_id,
+        })
+        .collect()
 }
 
 /// `1g.10gb*7` → seven `1g.10gb`.
@@ -153,21 +232,72 @@ impl Backend for Simulated {
     }
 
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
-        Ok(self
-            .gpus
-            .iter()
-            .map(|g| {
-                let load = self.loads.as_ref().and_then(|f| f(&g.uuid));
-                GpuSample {
-                    index: g.index,
-                    uuid: g.uuid.clone(),
-                    gpu_util_pct: Some(load.as_ref().map_or(0.0, |l| l.gpu_util_pct)),
-                    memory_used_mb: Some(load.as_ref().map_or(0, |l| l.memory_used_mb)),
-                    memory_total_mb: Some(g.memory_mb),
-                    ..GpuSample::default()
+        let mut out = Vec::with_capacity(self.gpus.len());
+        for (i, g) in self.gpus.iter().enumerate() {
+            let total = g.memory_mb;
+            let mut s = GpuSample {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                memory_total_mb: Some(total),
+                ecc_corrected_volatile: Some(0),
+                ecc_uncorrected_volatile: Some(0),
+                xid_last: Some(0),
+                ..GpuSample::default()
+            };
+            // The share of the GPU's compute that is busy: drives power, heat and clocks.
+            let busy = match &g.mig {
+                None => {
+                    let load = self.load(&g.uuid);
+                    let util = util_of(load.as_ref());
+                    let used = used_mb(load.as_ref(), total);
+                    s.gpu_util_pct = Some(util);
+                    s.mem_util_pct = Some(util / 2.0);
+                    s.memory_used_mb = Some(used);
+                    s.processes = processes(load.as_ref(), total, None, None);
+                    util
                 }
-            })
-            .collect())
+                Some(instances) => {
+                    // Real MIG GPUs report no GPU-level utilisation.
+                    let mut busy = 0.0;
+                    let mut used_sum = 0u64;
+                    for m in instances {
+                        let load = self.load(&m.uuid);
+                        let util = util_of(load.as_ref());
+                        let used = used_mb(load.as_ref(), m.memory_mb);
+                        busy += util * f64::from(mig_gpu_slices(&m.profile).unwrap_or(1)) / MIG_SLICES;
+                        used_sum = used_sum.saturating_add(used);
+                        s.processes.extend(processes(load.as_ref(), m.memory_mb, Some(m.gi_id), m.ci_id));
+                        s.mig.push(MigSample {
+                            gi_id: m.gi_id,
+                            ci_id: m.ci_id,
+                            memory_used_mb: Some(used),
+                            memory_total_mb: Some(m.memory_mb),
+                        });
+                    }
+                    s.memory_used_mb = Some(used_sum.min(total));
+                    busy.min(100.0)
+                }
+            };
+            s.memory_free_mb = s.memory_used_mb.map(|u| total - u.min(total));
+            let limit = power_limit_w(total);
+            let idle = limit * IDLE_POWER_FRACTION;
+            s.power_limit_w = Some(limit);
+            s.power_draw_w = Some(idle + (limit - idle) * busy / 100.0);
+            let target = AMBIENT_C + C_PER_UTIL_PCT * busy;
+            let temp = self.temps.get(i).copied().unwrap_or(AMBIENT_C);
+            let temp = temp + TEMP_LAG * (target - temp);
+            if let Some(t) = self.temps.get_mut(i) {
+                *t = temp;
+            }
+            s.temperature_c = Some(temp);
+            let loaded = busy > 0.0;
+            s.sm_clock_mhz = Some(if loaded { SM_CLOCK_BOOST_MHZ } else { SM_CLOCK_IDLE_MHZ });
+            s.mem_clock_mhz = Some(MEM_CLOCK_MHZ);
+            s.pstate = Some(if loaded { "P0" } else { "P8" }.to_string());
+            s.throttle_reasons = Some(if loaded { Vec::new() } else { vec!["idle".to_string()] });
+            out.push(s);
+        }
+        Ok(out)
     }
 }
 
@@ -196,6 +326,126 @@ mod tests {
         assert!(m[0].uuid.starts_with("MIG-"));
     }
 
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    /// A load source backed by a map the test can change between samples.
+    fn shared_loads() -> (Arc<Mutex<HashMap<String, SimLoad>>>, LoadSource) {
+        let map: Arc<Mutex<HashMap<String, SimLoad>>> = Arc::default();
+        let m = Arc::clone(&map);
+        (map, Box::new(move |uuid| m.lock().expect("lock").get(uuid).cloned()))
+    }
+
+    fn load(util: f64, mb: u64, pids: &[u32]) -> SimLoad {
+        SimLoad { gpu_util_pct: util, memory_used_mb: mb, pids: pids.to_vec() }
+    }
+
+    #[test]
+    fn without_a_load_source_every_device_idles() {
+        let mut s = Simulated::parse("2xH100-80GB", "h").expect("valid");
+        for g in s.sample().expect("sample") {
+            assert_eq!((g.gpu_util_pct, g.pstate.as_deref(), g.sm_clock_mhz), (Some(0.0), Some("P8"), Some(345)));
+            assert_eq!(g.throttle_reasons, Some(vec!["idle".to_string()]));
+            assert_eq!((g.power_draw_w, g.power_limit_w), (Some(70.0), Some(700.0)));
+            assert_eq!((g.memory_total_mb, g.memory_used_mb), (Some(81_511), Some(81)), "only the driver's reserve");
+            assert_eq!(g.memory_free_mb, Some(81_511 - 81));
+            assert_eq!((g.ecc_corrected_volatile, g.ecc_uncorrected_volatile, g.xid_last), (Some(0), Some(0), Some(0)));
+            assert_eq!(g.temperature_c, Some(30.0));
+            assert!(g.processes.is_empty() && g.mig.is_empty());
+        }
+    }
+
+    #[test]
+    fn samples_follow_declared_loads() {
+        let mut s = Simulated::parse("2xH100-80GB", "h").expect("valid");
+        let inv = s.inventory().expect("inventory");
+        let (map, source) = shared_loads();
+        map.lock().expect("lock").insert(inv[0].uuid.clone(), load(150.0, 10_000, &[11, 12, 13]));
+        // Allocated but declaring nothing: 0 %, still the job's pid.
+        map.lock().expect("lock").insert(inv[1].uuid.clone(), load(f64::NAN, 0, &[21]));
+        let mut s = s.with_loads(source);
+        let out = s.sample().expect("sample");
+        let busy = &out[0];
+        assert_eq!(
+            (busy.gpu_util_pct, busy.pstate.as_deref(), busy.sm_clock_mhz),
+            (Some(100.0), Some("P0"), Some(1980))
+        );
+        assert_eq!((busy.power_draw_w, busy.throttle_reasons.as_deref()), (Some(700.0), Some(&[][..])));
+        assert_eq!(busy.memory_used_mb, Some(10_000 + 81));
+        let mem: Vec<(u32, Option<u64>)> = busy.processes.iter().map(|p| (p.pid, p.used_memory_mb)).collect();
+        assert_eq!(mem, [(11, Some(3334)), (12, Some(3333)), (13, Some(3333))]);
+        let idle = &out[1];
+        assert_eq!((idle.gpu_util_pct, idle.pstate.as_deref(), idle.power_draw_w), (Some(0.0), Some("P8"), Some(70.0)));
+        assert_eq!(idle.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), [21]);
+        // A declaration larger than the GPU is capped at its size.
+        map.lock().expect("lock").insert(inv[1].uuid.clone(), load(40.0, 1_000_000, &[21]));
+        let out = s.sample().expect("sample");
+        assert_eq!((out[1].memory_used_mb, out[1].memory_free_mb), (Some(81_511), Some(0)));
+        assert_eq!(out[1].processes[0].used_memory_mb, Some(81_511));
+        assert_eq!(out[1].power_draw_w, Some(70.0 + 630.0 * 0.4));
+    }
+
+    #[test]
+    fn temperature_lags_behind_the_load_and_is_deterministic() {
+        let run = || {
+            let mut s = Simulated::parse("1xA100-40GB", "h").expect("valid");
+            let uuid = s.inventory().expect("inventory")[0].uuid.clone();
+            let (map, source) = shared_loads();
+            let mut s = s.with_loads(source);
+            let mut temps = Vec::new();
+            map.lock().expect("lock").insert(uuid.clone(), load(100.0, 1000, &[1]));
+            for _ in 0..8 {
+                temps.push(s.sample().expect("sample")[0].temperature_c.expect("temp"));
+            }
+            map.lock().expect("lock").remove(&uuid);
+            for _ in 0..8 {
+                temps.push(s.sample().expect("sample")[0].temperature_c.expect("temp"));
+            }
+            temps
+        };
+        let temps = run();
+        assert_eq!(temps, run(), "same loads, same samples");
+        assert_eq!(temps[0], 55.0, "half way from 30 to 80 in one sample");
+        assert!(temps[..8].windows(2).all(|w| w[0] < w[1] && w[1] < 80.0), "{temps:?}");
+        assert!(temps[7] > 79.0);
+        assert!(temps[8..].windows(2).all(|w| w[0] > w[1] && w[1] > 30.0), "{temps:?}");
+        assert!(temps[15] < 31.0);
+    }
+
+    #[test]
+    fn mig_gpus_report_instances_and_no_gpu_utilisation() {
+        let mut s = Simulated::parse("1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2", "h").expect("valid");
+        let inv = s.inventory().expect("inventory");
+        let mig = inv[0].mig.clone().expect("mig");
+        let (map, source) = shared_loads();
+        map.lock().expect("lock").insert(mig[0].uuid.clone(), load(100.0, 20_000, &[7, 8]));
+        map.lock().expect("lock").insert(mig[2].uuid.clone(), load(0.0, 50_000, &[9]));
+        // A load declared on the parent of a MIG GPU cannot run there: ignored.
+        map.lock().expect("lock").insert(inv[0].uuid.clone(), load(100.0, 1, &[1]));
+        let out = s.with_loads(source).sample().expect("sample");
+        let g = &out[0];
+        assert_eq!((g.gpu_util_pct, g.mem_util_pct), (None, None));
+        let per: Vec<(u32, Option<u64>, Option<u64>)> =
+            g.mig.iter().map(|m| (m.gi_id, m.memory_used_mb, m.memory_total_mb)).collect();
+        assert_eq!(
+            per,
+            [
+                (1, Some(20_039), Some(39_750)),
+                (2, Some(19), Some(19_750)),
+                (3, Some(9_750), Some(9_750)),
+                (4, Some(9), Some(9_750))
+            ]
+        );
+        assert_eq!(g.memory_used_mb, Some(20_039 + 19 + 9_750 + 9));
+        let procs: Vec<(u32, Option<u32>, Option<u64>)> =
+            g.processes.iter().map(|p| (p.pid, p.gi_id, p.used_memory_mb)).collect();
+        assert_eq!(procs, [(7, Some(1), Some(10_000)), (8, Some(1), Some(10_000)), (9, Some(3), Some(9_750))]);
+        // 3 of 7 slices at 100 %.
+        let power = g.power_draw_w.expect("power");
+        assert!((power - (70.0 + 630.0 * 3.0 / 7.0)).abs() < 1e-9, "{power}");
+        assert_eq!((g.pstate.as_deref(), g.throttle_reasons.as_deref()), (Some("P0"), Some(&[][..])));
+    }
+
     #[test]
     fn bad_specs_say_what_is_wrong() {
         for (spec, why) in [
@@ -205,8 +455,7 @@ mod tests {
             ("1xH100:mig=7g.80gb+1g.10gb", "8 compute slices"),
             ("", "no GPUs"),
         ] {
-            let Err(e) = Simulated::parse(spec, "h") else { panic!("{spec} parsed") };
-            let e = e.to_string();
+            let e = Simulated::parse(spec, "h").expect_err(spec).to_string();
             assert!(e.contains(why), "{spec}: {e}");
         }
     }
