@@ -176,3 +176,66 @@ fn bad_alert_rules_stop_the_daemon_with_the_rule_named() {
         assert!(err.contains(want), "{text}: {err}");
     }
 }
+
+/// A stand-in `nvidia-smi` that prints recorded outputs of a real H100 under load.
+fn stand_in_nvidia_smi(bin: &std::path::Path) {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/nvidia-smi");
+    let data = data.canonicalize().expect("data/nvidia-smi");
+    let script = format!(
+        "#!/bin/sh\n\
+         d={}\n\
+         case \"$1\" in\n\
+           --query-gpu=*) cat \"$d/h100-80gb-hbm3_query-gpu_load.csv\" ;;\n\
+           --query-compute-apps=*) cat \"$d/h100-80gb-hbm3_query-compute-apps_load.csv\" ;;\n\
+           -L) cat \"$d/h100-80gb-hbm3_nvidia-smi-L.txt\" ;;\n\
+           *) echo \"stand-in nvidia-smi: no recording for $*\" >&2; exit 2 ;;\n\
+         esac\n",
+        data.display()
+    );
+    std::fs::create_dir_all(bin).expect("bin dir");
+    let path = bin.join("nvidia-smi");
+    std::fs::write(&path, script).expect("script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+#[test]
+fn gpool_up_reads_recorded_gpus_through_nvidia_smi_into_inventory_metrics_and_top() {
+    let s = Scratch::new("smi");
+    let bin = s.0.join("bin");
+    stand_in_nvidia_smi(&bin);
+    let d = Daemon::spawn(&s.0.join("data"), &["--gpu-backend", "nvidia-smi", "--sample-interval", "200ms"], Some(&bin));
+    let nodes = d.until("/api/v1/nodes", Duration::from_secs(30), |n| !n[0]["devices"][0]["telemetry"].is_null());
+    let node = &nodes[0];
+    assert_eq!(node["source"], "nvidia-smi", "{node}");
+    let gpu = &node["devices"][0];
+    assert_eq!(node["devices"].as_array().map(Vec::len), Some(1), "{node}");
+    // Values as recorded in h100-80gb-hbm3_query-gpu_load.csv.
+    assert_eq!(gpu["uuid"], "GPU-00000000-0000-0000-0000-000000000000");
+    assert_eq!(gpu["model"], "H100-80GB");
+    assert_eq!(gpu["name"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(gpu["memory_mb"], 81_559);
+    assert_eq!(gpu["pci_bus_id"], "00000000:00:09.0");
+    let t = &gpu["telemetry"];
+    assert_eq!(t["gpu_util"], 100.0, "{t}");
+    assert_eq!(t["memory_used_mb"], 19_818, "{t}");
+    assert_eq!(t["temperature_c"], 59.0, "{t}");
+    assert_eq!(t["power_w"], 631.95, "{t}");
+    // The recorded processes are nobody's jobs: listed, without a job.
+    let procs = t["processes"].as_array().expect("processes");
+    assert_eq!(procs.iter().filter_map(|p| p["pid"].as_u64()).collect::<Vec<_>>(), vec![11327, 11328, 11345]);
+    assert!(procs.iter().all(|p| p["job"].is_null()), "{procs:?}");
+    // A job on it: its labels on the DCGM series.
+    let id = d.submit(json!({"command": "sleep 600", "resources": {"nvidia.com/gpu": 1}, "gpuModel": "H100-80GB"}));
+    let (status, metrics) = d.text("/metrics");
+    assert_eq!(status, 200);
+    let want = "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-00000000-0000-0000-0000-000000000000\",pci_bus_id=\"00000000:00:09.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\"";
+    let line = metrics.lines().find(|l| l.starts_with(want)).unwrap_or_else(|| panic!("{metrics}"));
+    assert!(line.contains(&format!("job_id=\"{id}\"")) && line.ends_with(" 100"), "{line}");
+    assert!(metrics.contains("DCGM_FI_DEV_POWER_USAGE{") && metrics.contains("} 631.95\n"), "{metrics}");
+    // `gpool top` shows the GPU and its job.
+    let (ok, frame, err) = d.cli(&["top", "--once", "--width", "140", "--height", "20"]);
+    assert!(ok, "{err}");
+    assert!(frame.contains("H100-80GB") && frame.contains("100%") && frame.contains(&format!("job {id}")), "{frame}");
+    assert!(frame.contains("59C") && frame.contains("632W"), "{frame}");
+}
