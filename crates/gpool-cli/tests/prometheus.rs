@@ -54,8 +54,11 @@ fn start_prometheus(dir: &std::path::Path, target: &str) -> Prometheus {
 
 /// Queries Prometheus until the result is non-empty; fails after `limit`.
 fn query_until(p: &Prometheus, q: &str, limit: Duration) -> Vec<Value> {
-    let agent: ureq::Agent =
-        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(5))).build().into();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
     let deadline = Instant::now() + limit;
     loop {
         let r = agent.get(format!("{}/api/v1/query", p.url)).query("query", q).call();

@@ -204,7 +204,8 @@ fn gpool_up_reads_recorded_gpus_through_nvidia_smi_into_inventory_metrics_and_to
     let s = Scratch::new("smi");
     let bin = s.0.join("bin");
     stand_in_nvidia_smi(&bin);
-    let d = Daemon::spawn(&s.0.join("data"), &["--gpu-backend", "nvidia-smi", "--sample-interval", "200ms"], Some(&bin));
+    let d =
+        Daemon::spawn(&s.0.join("data"), &["--gpu-backend", "nvidia-smi", "--sample-interval", "200ms"], Some(&bin));
     let nodes = d.until("/api/v1/nodes", Duration::from_secs(30), |n| !n[0]["devices"][0]["telemetry"].is_null());
     let node = &nodes[0];
     assert_eq!(node["source"], "nvidia-smi", "{node}");

@@ -321,7 +321,8 @@ pub fn advise(u: &JobUsage, t: &Thresholds) -> Advice {
         });
         let busy_equiv: f64 = busy.iter().map(|&i| devs[i].gpu_equiv).sum();
         if let (Some(mu), Some(p5), Some(p95)) = (mean_util, p5, p95) {
-            let oscillating = p5 < t.burst_low && p95 >= t.burst_high && mu < t.burst_high;
+            // SageMaker Debugger's "fluctuating": p5 under 10% while p95 is over 70%.
+            let oscillating = p5 < t.burst_low && p95 >= t.burst_high;
             if loaded && (mu < t.starved_util || oscillating) {
                 let mem = busy
                     .iter()

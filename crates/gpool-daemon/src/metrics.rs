@@ -386,7 +386,10 @@ mod tests {
         for e in exprs {
             for word in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
                 if word.starts_with("DCGM_") || word.starts_with("gpool_") {
-                    assert!(text.contains(&format!("\n{word}{{")) || text.contains(&format!("\n{word} ")), "the dashboard queries {word}, which /metrics does not have");
+                    assert!(
+                        text.contains(&format!("\n{word}{{")) || text.contains(&format!("\n{word} ")),
+                        "the dashboard queries {word}, which /metrics does not have"
+                    );
                 }
             }
         }
