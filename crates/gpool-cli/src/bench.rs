@@ -17,6 +17,8 @@ pub(crate) enum BenchCommand {
     Submit(crate::bench_daemon::SubmitArgs),
     /// Submit-to-start latency on an idle GPU.
     Latency(crate::bench_daemon::LatencyArgs),
+    /// The cost of GPU telemetry: sampler CPU and /metrics scrape latency.
+    Telemetry(crate::bench_daemon::TelemetryArgs),
 }
 
 #[derive(Args, Debug)]
@@ -50,6 +52,7 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Jobs(a) => crate::bench_daemon::jobs(a),
         BenchCommand::Submit(a) => crate::bench_daemon::submit(a),
         BenchCommand::Latency(a) => crate::bench_daemon::latency(a),
+        BenchCommand::Telemetry(a) => crate::bench_daemon::telemetry(a),
     }
 }
 

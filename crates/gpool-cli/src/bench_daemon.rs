@@ -33,12 +33,17 @@ impl Drop for Scratch {
 
 impl Daemon {
     fn start(gpus: &str, scratch: &mut Scratch) -> anyhow::Result<Daemon> {
+        Daemon::start_with(gpus, &[], scratch)
+    }
+
+    fn start_with(gpus: &str, extra: &[&str], scratch: &mut Scratch) -> anyhow::Result<Daemon> {
         let dir = std::env::temp_dir().join(format!("gpool-bench-{}-{}", std::process::id(), scratch.0.len()));
         let _ = std::fs::remove_dir_all(&dir);
         scratch.0.push(dir.clone());
         let mut child = Command::new(std::env::current_exe()?)
             .args(["up", "--simulate-gpus", gpus, "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&dir)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -94,6 +99,40 @@ impl Daemon {
             }
         }
         Ok(Instant::now())
+    }
+}
+
+impl Daemon {
+    fn get_text(&self, path: &str) -> anyhow::Result<String> {
+        let mut r = self
+            .agent
+            .get(format!("{}{path}", self.url))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()?;
+        if !r.status().is_success() {
+            bail!("{path}: HTTP {}", r.status().as_u16());
+        }
+        Ok(r.body_mut().with_config().limit(64 * 1024 * 1024).read_to_string()?)
+    }
+
+    /// CPU time (user + system, seconds) of the daemon's threads named `name`, or of all with `None`.
+    fn cpu_secs(&self, name: Option<&str>) -> f64 {
+        let pid = self.child.id();
+        let ticks = rustix::param::clock_ticks_per_second() as f64;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
+        tasks
+            .filter_map(|t| t.ok())
+            .filter(|t| {
+                name.is_none_or(|n| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == n))
+            })
+            .filter_map(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+                let rest: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+                let u: f64 = rest.get(11)?.parse().ok()?;
+                let s: f64 = rest.get(12)?.parse().ok()?;
+                Some((u + s) / ticks)
+            })
+            .sum()
     }
 }
 
@@ -267,6 +306,99 @@ pub(crate) fn latency(a: LatencyArgs) -> anyhow::Result<()> {
             p(0.5),
             p(0.99),
             p(1.0)
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct TelemetryArgs {
+    /// Simulated GPUs.
+    #[arg(long, default_value = "8xH100-80GB")]
+    gpus: String,
+    /// Jobs in the daemon: one running per GPU (each declaring a changing load), the rest pending.
+    #[arg(long, default_value_t = 1000)]
+    jobs: usize,
+    /// Sampling interval.
+    #[arg(long, default_value = "1s")]
+    interval: String,
+    /// How long to measure the sampler's CPU use, in seconds.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// `/metrics` scrapes to time.
+    #[arg(long, default_value_t = 200)]
+    scrapes: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// The cost of telemetry: CPU of the sampler thread and of the controller
+/// while GPUs are sampled at `--interval`, and the latency of a `/metrics` scrape.
+pub(crate) fn telemetry(a: TelemetryArgs) -> anyhow::Result<()> {
+    let mut scratch = Scratch(Vec::new());
+    let d = Daemon::start_with(&a.gpus, &["--sample-interval", &a.interval], &mut scratch)?;
+    let gpus: usize = d.get_text("/api/v1/nodes").map(|t| t.matches("\"index\"").count())?;
+    let running: Vec<Value> = (0..gpus)
+        .map(|i| {
+            json!({
+                "name": format!("train{i}"),
+                "command": "i=0; while true; do i=$(( (i + 37) % 100 )); echo \"util=$i mem=40000\" > \"$GPOOL_SIM_LOAD_FILE\"; sleep 1; done",
+                "resources": {"nvidia.com/gpu": 1}
+            })
+        })
+        .collect();
+    d.post("/api/v1/jobs", &json!({"jobs": running}))?;
+    let pending: Vec<Value> = (0..a.jobs.saturating_sub(gpus))
+        .map(|i| json!({"name": format!("wait{i}"), "command": "true", "resources": {"nvidia.com/gpu": 1}}))
+        .collect();
+    for chunk in pending.chunks(500) {
+        d.post("/api/v1/jobs", &json!({"jobs": chunk}))?;
+    }
+    // Let every GPU job start and the sampler settle.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (s0, c0, all0) = (d.cpu_secs(Some("sampler")), d.cpu_secs(Some("controller")), d.cpu_secs(None));
+    let t0 = Instant::now();
+    std::thread::sleep(std::time::Duration::from_secs(a.seconds.max(1)));
+    let wall = t0.elapsed().as_secs_f64();
+    let (s1, c1, all1) = (d.cpu_secs(Some("sampler")), d.cpu_secs(Some("controller")), d.cpu_secs(None));
+    let pct = |x: f64| (x / wall * 100.0 * 1000.0).round() / 1000.0;
+    let mut lat = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..a.scrapes.max(1) {
+        let t = Instant::now();
+        let text = d.get_text("/metrics")?;
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        bytes = text.len();
+    }
+    lat.sort_by(f64::total_cmp);
+    let p = |q: f64| (lat[((lat.len() - 1) as f64 * q).round() as usize] * 100.0).round() / 100.0;
+    let v = json!({
+        "gpus": gpus,
+        "jobs": a.jobs,
+        "interval": a.interval,
+        "measured_s": (wall * 10.0).round() / 10.0,
+        "sampler_cpu_pct_of_core": pct(s1 - s0),
+        "controller_cpu_pct_of_core": pct(c1 - c0),
+        "daemon_cpu_pct_of_core": pct(all1 - all0),
+        "scrape_p50_ms": p(0.5),
+        "scrape_p99_ms": p(0.99),
+        "scrape_bytes": bytes,
+    });
+    if a.json {
+        outln!("{v}");
+    } else {
+        outln!(
+            "{gpus} GPUs sampled every {} for {:.0} s with {} jobs: sampler {:.3}% of a core, controller {:.3}%, whole daemon {:.3}%\n/metrics ({} bytes): p50 {:.2} ms, p99 {:.2} ms over {} scrapes",
+            a.interval,
+            wall,
+            a.jobs,
+            pct(s1 - s0),
+            pct(c1 - c0),
+            pct(all1 - all0),
+            bytes,
+            p(0.5),
+            p(0.99),
+            lat.len()
         );
     }
     Ok(())

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# gpool's test command (README.md, .ci/run): installs the services that the
+# tests start on loopback (Prometheus, from Debian's packages) when they are
+# missing, then runs every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]} (Debian packages) for the tests that start them"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+exec cargo test --workspace "$@"
