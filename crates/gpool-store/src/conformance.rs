@@ -1,7 +1,7 @@
 //! The behaviour every [`Store`] backend must have, as one suite run against
 //! each backend (SQLite here; PostgreSQL with the multi-node work).
 
-use crate::{EventRow, JobQuery, JobRow, SampleRow, Store, TokenRow, Write};
+use crate::{EventRow, JobQuery, JobRow, NodeRow, SampleRow, Store, TokenRow, Write};
 
 fn job(id: u64, user: &str, state: &str) -> JobRow {
     JobRow {
@@ -22,6 +22,37 @@ pub fn run_all(make: &mut dyn FnMut() -> Box<dyn Store>) {
     tokens_round_trip(make());
     events_page_in_order(make());
     samples_keep_absent_values_and_order(make());
+    nodes_are_replaced_and_deleted(make());
+}
+
+/// `open` gives a new handle on one shared database each call.
+pub fn leadership_is_exclusive(open: &mut dyn FnMut() -> Box<dyn Store>) {
+    let mut a = open();
+    let mut b = open();
+    assert!(a.lead(false).expect("lead"), "the first to ask leads");
+    assert!(a.lead(false).expect("again"), "asking again while leading is fine");
+    assert!(!b.lead(false).expect("try"), "a second control plane must not lead while the first does");
+    // The store does not fence a standby's writes: the controller writes only once it leads.
+    a.commit(&[Write::PutMeta("leader".into(), "a".into())]).expect("commit");
+    assert_eq!(b.meta("leader").expect("read"), Some("a".into()));
+    drop(a);
+    assert!(b.lead(true).expect("wait"), "once the leader is gone, the standby leads");
+    let mut c = open();
+    assert!(!c.lead(false).expect("try"), "and keeps it");
+}
+
+fn nodes_are_replaced_and_deleted(mut s: Box<dyn Store>) {
+    let node = |name: &str, state: &str| NodeRow {
+        name: name.into(),
+        state: state.into(),
+        doc: format!("{{\"name\":\"{name}\"}}"),
+        updated_ms: 7,
+    };
+    s.commit(&[Write::PutNode(node("n2", "up")), Write::PutNode(node("n1", "up"))]).expect("put");
+    s.commit(&[Write::PutNode(node("n1", "draining"))]).expect("replace");
+    assert_eq!(s.nodes().expect("nodes"), vec![node("n1", "draining"), node("n2", "up")]);
+    s.commit(&[Write::DeleteNode("n2".into())]).expect("delete");
+    assert_eq!(s.nodes().expect("nodes"), vec![node("n1", "draining")]);
 }
 
 fn commits_are_all_or_nothing(mut s: Box<dyn Store>) {

@@ -9,8 +9,11 @@
 //! controller owns; the store does not interpret documents.
 
 pub mod conformance;
+mod postgres;
 mod sqlite;
+pub mod testing;
 
+pub use postgres::Postgres;
 pub use sqlite::Sqlite;
 
 /// A job row.
@@ -62,6 +65,18 @@ pub struct SampleRow {
     pub cpu_cores: Option<f64>,
 }
 
+/// A node of the cluster as the control plane remembers it (so that a
+/// restarted or standby control plane knows its nodes, and a drain holds).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRow {
+    pub name: String,
+    /// `up`, `draining` or `down`.
+    pub state: String,
+    /// The controller's JSON document (inventory, labels, address).
+    pub doc: String,
+    pub updated_ms: i64,
+}
+
 /// One change, applied with the others of its batch or not at all.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Write {
@@ -72,6 +87,9 @@ pub enum Write {
     AppendEvent(EventRow),
     PutMeta(String, String),
     AppendSamples(Vec<SampleRow>),
+    /// Insert or replace a node.
+    PutNode(NodeRow),
+    DeleteNode(String),
 }
 
 /// A page of jobs.
@@ -95,6 +113,8 @@ pub enum StoreError {
     Open { path: String, why: String },
     #[error("the database schema is version {found}, newer than this gpool ({supported}); upgrade gpool")]
     TooNew { found: u32, supported: u32 },
+    #[error("PostgreSQL error: {0}")]
+    Postgres(String),
 }
 
 /// Durable state of the control plane.
@@ -116,4 +136,28 @@ pub trait Store: Send {
     fn meta(&mut self, key: &str) -> Result<Option<String>, StoreError>;
     /// A job's telemetry rows, by time.
     fn samples(&mut self, job: u64) -> Result<Vec<SampleRow>, StoreError>;
+    /// Every node, by name.
+    fn nodes(&mut self) -> Result<Vec<NodeRow>, StoreError>;
+    /// Makes this store's holder the only control plane writing to the
+    /// database. With `wait`, blocks until that is so (a standby waits here
+    /// for the leader to go); without, returns at once whether it is.
+    /// Leadership lasts as long as this store (its connection, its lock).
+    fn lead(&mut self, wait: bool) -> Result<bool, StoreError>;
+}
+
+/// Opens a store from a URL: `postgres://user@host:port/db` (or
+/// `postgresql://…`), `sqlite:///abs/path.db`, `sqlite://rel/path.db`, or a
+/// plain file path (SQLite).
+pub fn open(url: &str, fsync: bool) -> Result<Box<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Box::new(Postgres::connect(url)?));
+    }
+    let path = url.strip_prefix("sqlite://").unwrap_or(url);
+    if path.is_empty() {
+        return Err(StoreError::Open {
+            path: url.into(),
+            why: "no path (expected e.g. sqlite:///var/lib/gpool/state.db)".into(),
+        });
+    }
+    Ok(Box::new(Sqlite::open(std::path::Path::new(path), fsync)?))
 }

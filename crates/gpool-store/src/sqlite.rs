@@ -9,14 +9,20 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{EventRow, JobQuery, JobRow, SampleRow, Store, StoreError, TokenRow, Write};
+use crate::{EventRow, JobQuery, JobRow, NodeRow, SampleRow, Store, StoreError, TokenRow, Write};
 
-const MIGRATIONS: &[&str] =
-    &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_job_samples.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/sqlite/0001_init.sql"),
+    include_str!("../migrations/sqlite/0002_job_samples.sql"),
+    include_str!("../migrations/sqlite/0003_nodes.sql"),
+];
 
 /// A SQLite database file.
 pub struct Sqlite {
     conn: Connection,
+    /// `<database>.lock`, locked while this store leads (`None` in memory).
+    lock_path: Option<std::path::PathBuf>,
+    lock: Option<std::fs::File>,
 }
 
 impl Sqlite {
@@ -24,7 +30,11 @@ impl Sqlite {
     pub fn open(path: &Path, fsync: bool) -> Result<Sqlite, StoreError> {
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Open { path: path.display().to_string(), why: e.to_string() })?;
-        Sqlite::init(conn, fsync)
+        let mut s = Sqlite::init(conn, fsync)?;
+        let mut lock = path.as_os_str().to_owned();
+        lock.push(".lock");
+        s.lock_path = Some(lock.into());
+        Ok(s)
     }
 
     /// A private in-memory database (tests).
@@ -37,7 +47,7 @@ impl Sqlite {
         conn.pragma_update(None, "synchronous", if fsync { "FULL" } else { "NORMAL" })?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        let mut s = Sqlite { conn };
+        let mut s = Sqlite { conn, lock_path: None, lock: None };
         s.migrate()?;
         Ok(s)
     }
@@ -121,6 +131,15 @@ impl Store for Sqlite {
                     }
                     Write::PutMeta(k, v) => {
                         tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)", params![k, v])?;
+                    }
+                    Write::PutNode(n) => {
+                        tx.execute(
+                            "INSERT OR REPLACE INTO nodes (name, state, doc, updated_ms) VALUES (?1, ?2, ?3, ?4)",
+                            params![n.name, n.state, n.doc, n.updated_ms],
+                        )?;
+                    }
+                    Write::DeleteNode(name) => {
+                        tx.execute("DELETE FROM nodes WHERE name = ?1", params![name])?;
                     }
                     Write::AppendSamples(rows) => {
                         let mut put = tx.prepare_cached(
@@ -236,6 +255,38 @@ impl Store for Sqlite {
         Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0)).optional()?)
     }
 
+    fn nodes(&mut self) -> Result<Vec<NodeRow>, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT name, state, doc, updated_ms FROM nodes ORDER BY name")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(NodeRow { name: r.get(0)?, state: r.get(1)?, doc: r.get(2)?, updated_ms: r.get(3)? })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Leadership is an exclusive lock on `<database>.lock`, held by this store.
+    fn lead(&mut self, wait: bool) -> Result<bool, StoreError> {
+        if self.lock.is_some() {
+            return Ok(true);
+        }
+        let Some(path) = &self.lock_path else { return Ok(true) };
+        let open_err = |e: std::io::Error| StoreError::Open { path: path.display().to_string(), why: e.to_string() };
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(open_err)?;
+        let held = if wait {
+            f.lock().map_err(open_err)?;
+            true
+        } else {
+            match f.try_lock() {
+                Ok(()) => true,
+                Err(std::fs::TryLockError::WouldBlock) => false,
+                Err(std::fs::TryLockError::Error(e)) => return Err(open_err(e)),
+            }
+        };
+        if held {
+            self.lock = Some(f);
+        }
+        Ok(held)
+    }
+
     fn samples(&mut self, job: u64) -> Result<Vec<SampleRow>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT job_id, at_ms, device, gpu_util, memory_mb, memory_total, cpu_cores FROM job_samples WHERE job_id = ?1 ORDER BY at_ms, device",
@@ -263,6 +314,11 @@ mod tests {
     #[test]
     fn sqlite_passes_the_conformance_suite() {
         conformance::run_all(&mut || Box::new(Sqlite::memory().expect("memory db")));
+        let dir = std::env::temp_dir().join(format!("gpool-store-lead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("state.db");
+        conformance::leadership_is_exclusive(&mut || Box::new(Sqlite::open(&path, false).expect("open")));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]
