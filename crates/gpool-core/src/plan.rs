@@ -101,7 +101,11 @@ pub enum PendingReason {
 }
 
 fn gpus(milli: GpuMilli) -> String {
-    if milli % 1000 == 0 { format!("{} GPUs", milli / 1000) } else { format!("{:.2} GPUs", milli as f64 / 1000.0) }
+    if milli.is_multiple_of(1000) {
+        format!("{} GPUs", milli / 1000)
+    } else {
+        format!("{:.2} GPUs", milli as f64 / 1000.0)
+    }
 }
 
 impl fmt::Display for PendingReason {

@@ -110,12 +110,11 @@ impl<'s> Pass<'s> {
         let policy = snap.policy();
         let mut nominations: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
         for j in snap.running_jobs() {
-            if let Some(r) = j.running() {
-                if let Some(StopCause::Preempted { for_job }) = &r.stopping
-                    && snap.job(*for_job).is_some_and(|f| f.running().is_none())
-                {
-                    nominations.entry(*for_job).or_default().push(j.id);
-                }
+            if let Some(r) = j.running()
+                && let Some(StopCause::Preempted { for_job }) = &r.stopping
+                && snap.job(*for_job).is_some_and(|f| f.running().is_none())
+            {
+                nominations.entry(*for_job).or_default().push(j.id);
             }
         }
         let quota = QuotaState::new(&snap.queues, snap.queue_usage.iter().map(|(q, u)| (q, *u)));

@@ -206,7 +206,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             records[idx].end_s = Some(now.as_secs_f64());
             finished_any = true;
             done += 1;
-            if done % 1024 == 0 {
+            if done.is_multiple_of(1024) {
                 progress(done, total);
             }
         }
@@ -346,7 +346,7 @@ pub fn split_gpus(gpus: u32, per_node: u32) -> (u32, u32) {
         return (1, gpus);
     }
     let min = gpus.div_ceil(per_node);
-    (min..=gpus).find(|r| gpus % r == 0).map_or((gpus, 1), |r| (r, gpus / r))
+    (min..=gpus).find(|r| gpus.is_multiple_of(*r)).map_or((gpus, 1), |r| (r, gpus / r))
 }
 
 /// Time-weighted averages per bucket.

@@ -8,7 +8,7 @@ fn job(id: u64, user: &str, state: &str) -> JobRow {
         id,
         user: user.into(),
         team: "t".into(),
-        queue: if id % 2 == 0 { "even".into() } else { "odd".into() },
+        queue: if id.is_multiple_of(2) { "even".into() } else { "odd".into() },
         state: state.into(),
         submitted_ms: id as i64 * 1000,
         doc: format!("{{\"id\":{id}}}"),

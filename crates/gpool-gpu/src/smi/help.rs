@@ -38,13 +38,11 @@ pub fn parse_help_query(text: &str) -> Result<Vec<QueryField>, GpuError> {
             let name = names.next().unwrap_or_default();
             out.push(QueryField { name, aliases: names.collect(), description: String::new(), line: i + 1 });
             open = true;
-        } else if open {
-            if let Some(f) = out.last_mut() {
-                if !f.description.is_empty() {
-                    f.description.push(' ');
-                }
-                f.description.push_str(line);
+        } else if open && let Some(f) = out.last_mut() {
+            if !f.description.is_empty() {
+                f.description.push(' ');
             }
+            f.description.push_str(line);
         }
     }
     Ok(out)
