@@ -1,0 +1,255 @@
+//! The agent protocol: what `gpool agent` and the control plane say to each
+//! other over HTTP/JSON under `/agent/v1` (docs/cluster.md).
+//!
+//! - `POST /agent/v1/register`: the agent says who it is, what it has and
+//!   which replicas run on it; the control plane answers with the node's new
+//!   epoch and lease.
+//! - `GET /agent/v1/commands?node=N&epoch=E&after=SEQ`: a long poll for
+//!   commands; `after` acknowledges every command up to that sequence number.
+//! - `POST /agent/v1/report`: exits, starts, telemetry; also a heartbeat.
+//! - `POST /agent/v1/logs?node=…&job=…&attempt=…&rank=…&stream=…&offset=…`: a
+//!   chunk of a replica's output (the body), appended at `offset`.
+//!
+//! Every request renews the node's lease. A request with an old epoch gets
+//! 409: the agent must register again (the control plane restarted, or
+//! declared the node down meanwhile).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A replica, identified across restarts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReplicaId {
+    pub job: u64,
+    pub attempt: u32,
+    pub rank: u32,
+}
+
+/// A MIG instance as an agent reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigWire {
+    pub profile: String,
+    pub uuid: String,
+    pub gi_id: u32,
+    pub memory_mb: u64,
+}
+
+/// A GPU as an agent reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuWire {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub model: String,
+    pub memory_mb: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_group: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// Present when MIG is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<Vec<MigWire>>,
+}
+
+/// `POST /agent/v1/register`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Register {
+    pub node: String,
+    /// Where other nodes reach this one (`MASTER_ADDR` of gangs whose rank 0 runs here).
+    pub addr: String,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Node pool (`on-demand`, `spot`, `reserved`, …).
+    #[serde(default)]
+    pub pool: Option<String>,
+    /// `nvml`, `nvidia-smi`, `simulated` or `none`.
+    pub source: String,
+    pub gpus: Vec<GpuWire>,
+    /// Replicas whose shims are alive on this node.
+    #[serde(default)]
+    pub running: Vec<ReplicaId>,
+    pub version: String,
+}
+
+/// The answer to a registration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registered {
+    /// Incremented at every registration; every later request carries it.
+    pub epoch: u64,
+    /// A node not heard from for this long is down: its agent must kill its
+    /// jobs by then (it writes the lease for its shims; see docs/cluster.md).
+    pub lease_ms: u64,
+    /// How often to send a report even when there is nothing to say.
+    pub heartbeat_ms: u64,
+    /// Commands already waiting (also delivered by the next poll).
+    pub next_seq: u64,
+}
+
+/// What the control plane asks an agent to do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Command {
+    /// Start a replica (idempotent: a replica already started is not started again).
+    Start {
+        replica: ReplicaId,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        /// Working directory on the node; absent: the agent's own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// GPU or MIG UUIDs the replica holds.
+        devices: Vec<String>,
+    },
+    /// Send a signal (by number) to the replica's process group.
+    Signal { replica: ReplicaId, signal: i32 },
+    /// Find out what became of a replica the control plane thinks runs here
+    /// (after a restart of either side): reported as started, exited or lost.
+    Reconcile { replica: ReplicaId, devices: Vec<String> },
+    /// A replica that must not run (an old allocation): kill it now.
+    Kill { replica: ReplicaId },
+}
+
+/// A command with its sequence number.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sequenced {
+    pub seq: u64,
+    pub command: Command,
+}
+
+/// The answer to a poll.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Commands {
+    pub commands: Vec<Sequenced>,
+}
+
+/// How a replica ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitWire {
+    #[serde(default)]
+    pub code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// Something that happened to a replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// The replica runs (acknowledges a start, or answers a reconcile).
+    Running { replica: ReplicaId },
+    Exited { replica: ReplicaId, exit: ExitWire },
+    Lost { replica: ReplicaId, why: String },
+}
+
+/// A process on a GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessWire {
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_memory_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gi_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_id: Option<u32>,
+}
+
+/// A MIG instance's reading.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigSampleWire {
+    pub gi_id: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_mb: Option<u64>,
+}
+
+/// One GPU's reading; absent values are left out.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSampleWire {
+    pub index: u32,
+    pub uuid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_util_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_util_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_free_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_reserved_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_c: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_temperature_c: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_draw_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_mj: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mhz: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_clock_mhz: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pstate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_corrected_volatile: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_uncorrected_volatile: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid_last: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_reasons: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessWire>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigSampleWire>,
+}
+
+/// A node's telemetry at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TelemetryWire {
+    pub at_ms: i64,
+    pub gpus: Vec<GpuSampleWire>,
+    /// CPU cores each replica used since the previous report.
+    #[serde(default)]
+    pub replicas: Vec<(ReplicaId, f64)>,
+    /// The job of each GPU process, by pid.
+    #[serde(default)]
+    pub pid_jobs: BTreeMap<u32, u64>,
+    /// Why the GPUs could not be read, if they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST /agent/v1/report`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub node: String,
+    pub epoch: u64,
+    #[serde(default)]
+    pub events: Vec<Event>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetryWire>,
+}

@@ -1,0 +1,361 @@
+//! The controller's telemetry side: who holds which device, reports from
+//! agents, alerts, usage and advice, and what `/metrics` shows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use gpool_api as api;
+use gpool_core::{JobId, NodeId, Time};
+use gpool_store::Write;
+
+use super::*;
+use crate::auth::{Caller, Role};
+use crate::metrics::{self, Scrape};
+use crate::telemetry::{DevRef, Holder, NodeReport};
+use crate::webhook::Notice;
+
+impl Controller {
+    // ----- telemetry -----
+
+    /// UUIDs of the devices a replica record names (for the agent's sampler).
+    pub(super) fn device_uuids(&self, r: &ReplicaDoc) -> Vec<String> {
+        let Some(node) = self.snap.node(self.node) else { return Vec::new() };
+        let mut v: Vec<String> = r
+            .gpus
+            .iter()
+            .filter_map(|i| node.devices.iter().find(|d| d.index == *i))
+            .map(|d| d.uuid.to_string())
+            .collect();
+        v.extend(r.mig.iter().cloned());
+        v
+    }
+
+    /// Who holds each device of a node now.
+    pub(super) fn holders(&self, node: NodeId) -> HashMap<DevRef, Holder> {
+        let mut out = HashMap::new();
+        let node_cpus = self.snap.node(node).map_or(0.0, |n| n.cpus_milli as f64 / 1000.0);
+        for j in self.snap.jobs_on(node) {
+            let (Some(job), Some(doc)) = (self.snap.job(j), self.jobs.get(&j.0)) else { continue };
+            let Some(run) = job.running() else { continue };
+            let here: Vec<&gpool_core::ReplicaPlacement> = run.placement.iter().filter(|p| p.node == node).collect();
+            let requested: u64 = here.iter().map(|p| p.cpus_milli).sum();
+            let cpus = Some(if requested > 0 { requested as f64 / 1000.0 } else { node_cpus });
+            let holder = |mig_profile: Option<gpool_core::MigProfile>, memory_total_mb: u64| Holder {
+                job: j.0,
+                name: doc.name.clone(),
+                user: doc.user.clone(),
+                team: doc.team.clone(),
+                queue: doc.queue.clone(),
+                cpus,
+                mig_profile,
+                memory_total_mb,
+            };
+            for p in here {
+                let (gpus, mig) = self.snap.replica_devices(p);
+                for d in gpus {
+                    out.insert(DevRef::Gpu(d.index), holder(None, d.memory_mb));
+                }
+                for (d, m) in mig {
+                    out.insert(
+                        DevRef::Mig { gpu: d.index, gi_id: m.gi_id },
+                        holder(Some(m.profile.clone()), m.memory_mb),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn on_telemetry(&mut self, r: NodeReport, now: i64) {
+        let Some(node) = self.snap.node_id(&r.node) else { return };
+        let holders = self.holders(node);
+        if let Some(e) = &r.error
+            && self.telemetry.node_error(&r.node) != Some(e.as_str())
+        {
+            self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
+        }
+        let out = self.telemetry.on_report(r, &holders);
+        if !out.rows.is_empty() {
+            self.writes.push(Write::AppendSamples(out.rows));
+        }
+        self.publish_alerts(out.transitions, now);
+    }
+
+    /// Alert transitions become events (`alert_firing`, `alert_resolved`) and webhook notices.
+    pub(super) fn publish_alerts(&mut self, transitions: Vec<gpool_core::alert::Transition>, now: i64) {
+        for t in transitions {
+            let job = t.labels.iter().find(|(k, _)| k == "job_id").and_then(|(_, v)| v.parse().ok());
+            let kind = if t.firing { "alert_firing" } else { "alert_resolved" };
+            self.event(now, job, kind, format!("[{}] {}", t.severity.as_str(), t.summary));
+            let mut labels: BTreeMap<String, String> = t.labels.iter().cloned().collect();
+            labels.insert("alertname".into(), t.rule.clone());
+            labels.insert("severity".into(), t.severity.as_str().into());
+            labels.insert("subject".into(), t.subject.clone());
+            self.notices.push(Notice {
+                status: if t.firing { "firing" } else { "resolved" }.into(),
+                labels,
+                annotations: [("summary".to_string(), t.summary.clone())].into_iter().collect(),
+                starts_at: api::time::rfc3339(t.since.as_millis()),
+                ends_at: if t.firing { "0001-01-01T00:00:00Z".into() } else { api::time::rfc3339(now) },
+            });
+        }
+    }
+
+    /// The price of one GPU-hour of a job's devices, if known.
+    pub(super) fn price_of(&self, d: &JobDoc) -> Option<f64> {
+        let model = d
+            .run
+            .as_ref()
+            .and_then(|r| r.replicas.first())
+            .and_then(|r| {
+                let node = self.snap.node(self.snap.node_id(&r.node)?)?;
+                let index = r.gpus.first().copied().or_else(|| {
+                    node.devices
+                        .iter()
+                        .find(|dev| {
+                            dev.mig.as_ref().is_some_and(|m| m.iter().any(|i| r.mig.contains(&i.uuid.to_string())))
+                        })
+                        .map(|dev| dev.index)
+                })?;
+                node.devices.iter().find(|dev| dev.index == index).map(|dev| dev.model.to_string())
+            })
+            .or_else(|| d.spec.gpu_model.clone())?;
+        self.cfg.prices.per_gpu_hour(&model)
+    }
+
+    /// A job's usage: its finished runs plus the live one.
+    pub(super) fn usage_summary(&self, d: &JobDoc) -> Option<api::UsageSummary> {
+        let mut s = merge_usage(d.usage.clone(), self.telemetry.summary(d.id))?;
+        s.cost_usd = self.price_of(d).map(|p| p * s.gpu_hours);
+        Some(s)
+    }
+
+    /// Closes a run's telemetry: its last rows, its usage into the job's record.
+    pub(super) fn account_run(&mut self, id: u64, now: i64) {
+        let (rows, summary, mut transitions) = self.telemetry.end_job(id);
+        if !rows.is_empty() {
+            self.writes.push(Write::AppendSamples(rows));
+        }
+        // The GPUs it held (whole, or the parents of its MIG instances).
+        let held: Vec<(String, u32)> = self
+            .snap
+            .job(JobId(id))
+            .and_then(|j| j.running())
+            .map(|r| {
+                r.placement
+                    .iter()
+                    .flat_map(|p| {
+                        let name = self.snap.node(p.node).map_or_else(String::new, |n| n.name.to_string());
+                        let (gpus, mig) = self.snap.replica_devices(p);
+                        let idx: Vec<u32> =
+                            gpus.iter().map(|d| d.index).chain(mig.iter().map(|(d, _)| d.index)).collect();
+                        idx.into_iter().map(move |i| (name.clone(), i))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        transitions.extend(self.telemetry.release_gpus(&held));
+        self.publish_alerts(transitions, now);
+        let gpu_milli = self.snap.job(JobId(id)).and_then(|j| j.running().map(|r| (r.gpu_milli, r.started)));
+        if let Some(d) = self.jobs.get_mut(&id) {
+            if let Some((milli, started)) = gpu_milli {
+                let hours = milli as f64 / 1000.0 * Time::from_millis(now).since(started).as_secs_f64() / 3600.0;
+                *self.gpu_hours_done.entry((d.user.clone(), d.team.clone())).or_default() += hours;
+            }
+            d.usage = merge_usage(d.usage.take(), summary);
+        }
+    }
+
+    pub(super) fn usage(&mut self, d: &JobDoc) -> Result<api::JobUsageView, ApiError> {
+        let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let summary = self.usage_summary(d).unwrap_or_default();
+        let points = rows
+            .into_iter()
+            .map(|r| api::UsagePoint {
+                at: api::time::rfc3339(r.at_ms),
+                device: r.device,
+                gpu_util: r.gpu_util,
+                memory_mb: r.memory_mb,
+                memory_total_mb: r.memory_total_mb,
+                cpu_cores: r.cpu_cores,
+            })
+            .collect();
+        Ok(api::JobUsageView { job: d.id, summary, points })
+    }
+
+    pub(super) fn advice(&mut self, d: &JobDoc, min_span: Option<Duration>) -> Result<api::AdviceView, ApiError> {
+        use gpool_core::advice::{Thresholds, advise};
+        // A running job: its recent full-resolution series; a finished one: the stored rows.
+        let mut usage = match self.telemetry.job_usage(d.id) {
+            Some(u) => u,
+            None => {
+                let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
+                let mut u = crate::telemetry::usage_from_rows(&rows);
+                let cpus: u64 = d.run.as_ref().map_or(0, |r| r.replicas.iter().map(|x| x.cpus_milli).sum());
+                u.cpus_allocated = (cpus > 0).then_some(cpus as f64 / 1000.0);
+                u
+            }
+        };
+        let summary = self.usage_summary(d).unwrap_or_default();
+        usage.runtime = Duration::from_secs_f64(summary.gpu_hours * 3600.0 / usage.devices.len().max(1) as f64);
+        let price = self.price_of(d);
+        usage.price_per_gpu_hour = price;
+        let mut offered: Vec<(gpool_core::MigProfile, u64)> = self
+            .snap
+            .nodes()
+            .flat_map(|(_, n)| n.devices.iter().filter_map(|dev| dev.mig.as_ref()).flatten())
+            .map(|m| (m.profile.clone(), m.memory_mb))
+            .collect();
+        offered.sort_by_key(|(p, mem)| (p.compute_slices, *mem, p.to_string()));
+        offered.dedup_by(|a, b| a.0 == b.0);
+        usage.mig_offered = offered;
+        let mut t = Thresholds::default();
+        if let Some(s) = min_span {
+            t.min_span = s;
+        }
+        let a = advise(&usage, &t);
+        Ok(api::AdviceView {
+            job: d.id,
+            summary,
+            p5_gpu_util: a.summary.p5_util,
+            p95_gpu_util: a.summary.p95_util,
+            price_per_gpu_hour: price,
+            findings: a
+                .findings
+                .into_iter()
+                .map(|f| api::FindingView {
+                    kind: f.kind.as_str().into(),
+                    summary: f.summary,
+                    evidence: f.evidence,
+                    suggestions: f.suggestions,
+                    wasted_gpu_hours: f.wasted_gpu_hours,
+                    wasted_usd: f.wasted_usd,
+                })
+                .collect(),
+        })
+    }
+
+    /// Alerts firing now; users see those about their own jobs and about GPUs.
+    pub(super) fn alerts(&self, caller: &Caller) -> Vec<api::AlertView> {
+        self.telemetry
+            .active_alerts()
+            .into_iter()
+            .filter(|a| {
+                caller.role == Role::Admin
+                    || a.labels.iter().find(|(k, _)| k == "user").is_none_or(|(_, u)| *u == caller.user)
+            })
+            .map(|a| api::AlertView {
+                rule: a.rule,
+                severity: a.severity.as_str().into(),
+                subject: a.subject,
+                value: a.value,
+                since: api::time::rfc3339(a.since.as_millis()),
+                summary: a.summary,
+                labels: a.labels.into_iter().collect(),
+            })
+            .collect()
+    }
+
+    /// Everything `/metrics` shows, read from the controller's state.
+    pub(super) fn scrape(&self, now: i64) -> Scrape {
+        let mut gpus = Vec::new();
+        let mut migs = Vec::new();
+        for (id, n) in self.snap.nodes() {
+            let holders = self.holders(id);
+            let job_labels = |h: &Holder| -> metrics::Labels {
+                vec![
+                    ("job_id", h.job.to_string()),
+                    ("job_name", h.name.clone()),
+                    ("user", h.user.clone()),
+                    ("team", h.team.clone()),
+                    ("queue", h.queue.clone()),
+                ]
+            };
+            for d in &n.devices {
+                let Some(track) = self.telemetry.gpu(&n.name, d.index) else { continue };
+                let meta = self.cfg.gpu_meta.get(&d.index).cloned().unwrap_or_default();
+                let mut labels: metrics::Labels = vec![
+                    ("gpu", d.index.to_string()),
+                    ("UUID", d.uuid.to_string()),
+                    ("pci_bus_id", meta.pci_bus_id.clone().unwrap_or_default()),
+                    ("device", format!("nvidia{}", d.index)),
+                    ("modelName", if meta.name.is_empty() { d.model.to_string() } else { meta.name.clone() }),
+                    ("Hostname", n.name.to_string()),
+                ];
+                for m in d.mig.iter().flatten() {
+                    let sample = track.sample.mig.iter().find(|x| x.gi_id == m.gi_id);
+                    let mut l = labels.clone();
+                    l.push(("GPU_I_PROFILE", m.profile.to_string()));
+                    l.push(("GPU_I_ID", m.gi_id.to_string()));
+                    if let Some(h) = holders.get(&DevRef::Mig { gpu: d.index, gi_id: m.gi_id }) {
+                        l.extend(job_labels(h));
+                    }
+                    migs.push(metrics::MigSeries {
+                        labels: l,
+                        memory_used_mb: sample.and_then(|x| x.memory_used_mb),
+                        memory_total_mb: sample.and_then(|x| x.memory_total_mb).or(Some(m.memory_mb)),
+                    });
+                }
+                if let Some(h) = holders.get(&DevRef::Gpu(d.index)) {
+                    labels.extend(job_labels(h));
+                }
+                gpus.push(metrics::GpuSeries { labels, sample: track.sample.clone() });
+            }
+        }
+        let mut queues: BTreeMap<String, metrics::QueueStat> = BTreeMap::new();
+        let mut jobs_by_state: BTreeMap<String, u64> = BTreeMap::new();
+        for d in self.jobs.values() {
+            *jobs_by_state.entry(d.state.as_str().into()).or_default() += 1;
+            let q = queues
+                .entry(d.queue.clone())
+                .or_insert_with(|| metrics::QueueStat { name: d.queue.clone(), ..metrics::QueueStat::default() });
+            let gpus = self.snap.job(JobId(d.id)).map_or(0.0, |j| j.spec.requested_gpu_milli() as f64 / 1000.0);
+            if d.state == api::JobState::Pending {
+                q.pending_jobs += 1;
+                q.pending_gpus += gpus;
+            } else {
+                q.running_jobs += 1;
+            }
+        }
+        for q in self.snap.queues() {
+            queues
+                .entry(q.name.to_string())
+                .or_insert_with(|| metrics::QueueStat { name: q.name.to_string(), ..metrics::QueueStat::default() });
+        }
+        for q in queues.values_mut() {
+            q.used_gpus = self.snap.queue_usage(&q.name) as f64 / 1000.0;
+        }
+        let mut gpu_hours = self.gpu_hours_done.clone();
+        for j in self.snap.running_jobs() {
+            if let (Some(r), Some(d)) = (j.running(), self.jobs.get(&j.id.0)) {
+                let h = r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0;
+                *gpu_hours.entry((d.user.clone(), d.team.clone())).or_default() += h;
+            }
+        }
+        let mut alerts: BTreeMap<(String, String), u64> =
+            self.telemetry.rules().iter().map(|r| ((r.name.clone(), r.severity.as_str().to_string()), 0)).collect();
+        for a in self.telemetry.active_alerts() {
+            *alerts.entry((a.rule, a.severity.as_str().into())).or_default() += 1;
+        }
+        Scrape {
+            gpus,
+            migs,
+            queues: queues.into_values().collect(),
+            jobs_by_state,
+            wait: self.wait.clone(),
+            allocations_total: self.allocations,
+            preemptions_total: self.preemptions,
+            gpu_hours,
+            idle_gpu_seconds: self.telemetry.counters.idle_allocated_gpu_secs.clone(),
+            nodes: self
+                .snap
+                .nodes()
+                .map(|(_, n)| {
+                    let ok = self.telemetry.node_error(&n.name).is_none();
+                    (n.name.to_string(), n.state.as_str().to_string(), ok)
+                })
+                .collect(),
+            alerts,
+        }
+    }
+}

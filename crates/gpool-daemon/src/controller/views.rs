@@ -1,0 +1,185 @@
+//! What the API shows of jobs, nodes and queues.
+
+use std::collections::BTreeSet;
+
+use gpool_api as api;
+use gpool_core::JobId;
+
+use super::*;
+
+impl Controller {
+    // ----- views -----
+
+    pub(super) fn view(&self, d: &JobDoc) -> api::JobView {
+        let reason = match d.state {
+            api::JobState::Pending => self
+                .reasons
+                .get(&d.id)
+                .cloned()
+                .or_else(|| {
+                    d.not_before_ms
+                        .filter(|t| *t > now_ms())
+                        .map(|t| format!("retry back-off until {}", api::time::rfc3339(t)))
+                })
+                .or_else(|| self.default_reason.clone())
+                .or_else(|| d.end_reason.clone()),
+            api::JobState::Stopping => d.run.as_ref().and_then(|r| r.stop.as_ref()).map(|s| match s {
+                Stop::Cancel { by } => format!("cancelled by {by}; waiting for its processes to exit"),
+                Stop::Preempt { for_job } => format!("preempted for job {for_job}; checkpointing before it exits"),
+                Stop::TimeLimit => "time limit reached; waiting for its processes to exit".into(),
+                Stop::GangFailure { rank } => format!("rank {rank} failed; stopping the other replicas"),
+                Stop::Lost => "a replica was lost; stopping the others".into(),
+            }),
+            _ => d.end_reason.clone(),
+        };
+        let live = !d.state.is_terminal() && d.state != api::JobState::Pending;
+        let replicas = d
+            .run
+            .as_ref()
+            .filter(|_| live || d.state.is_terminal())
+            .map(|r| {
+                r.replicas
+                    .iter()
+                    .map(|x| api::ReplicaView {
+                        rank: x.rank,
+                        node: x.node.clone(),
+                        gpus: x.gpus.clone(),
+                        mig: x.mig.clone(),
+                        cuda_visible_devices: x.cuda_visible_devices.clone(),
+                        pid: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        api::JobView {
+            id: d.id,
+            name: d.name.clone(),
+            user: d.user.clone(),
+            team: d.team.clone(),
+            queue: d.queue.clone(),
+            state: d.state,
+            reason,
+            priority: d.priority,
+            submitted_at: api::time::rfc3339(d.submitted_ms),
+            started_at: d.started_ms.map(api::time::rfc3339),
+            ended_at: d.ended_ms.map(api::time::rfc3339),
+            attempt: d.attempt,
+            restarts: d.restarts,
+            replicas,
+            exit: d.exit.clone(),
+            usage: self.usage_summary(d),
+            spec: d.spec.clone(),
+        }
+    }
+
+    pub(super) fn nodes(&self) -> Vec<api::NodeView> {
+        self.snap
+            .nodes()
+            .map(|(id, n)| {
+                let (free_gpus, free_mig) = self.snap.free_masks(id).unwrap_or_default();
+                let jobs: Vec<u64> = self.snap.jobs_on(id).map(|j| j.0).collect();
+                let holder = |slot_mask: u64, is_mig: bool| -> Option<u64> {
+                    jobs.iter().copied().find(|j| {
+                        self.snap.job(JobId(*j)).and_then(|x| x.running()).is_some_and(|r| {
+                            r.placement.iter().any(|p| {
+                                p.node == id && if is_mig { p.mig & slot_mask != 0 } else { p.gpus & slot_mask != 0 }
+                            })
+                        })
+                    })
+                };
+                let (mut gslot, mut mslot) = (0u32, 0u32);
+                let devices = n
+                    .devices
+                    .iter()
+                    .map(|d| {
+                        let track = self.telemetry.gpu(&n.name, d.index);
+                        let meta = self.cfg.gpu_meta.get(&d.index);
+                        let (job, mig) = match &d.mig {
+                            None => {
+                                let bit = 1u64 << gslot;
+                                gslot += 1;
+                                (if free_gpus & bit == 0 { holder(bit, false) } else { None }, Vec::new())
+                            }
+                            Some(list) => (
+                                None,
+                                list.iter()
+                                    .map(|m| {
+                                        let bit = 1u64 << mslot;
+                                        mslot += 1;
+                                        api::MigView {
+                                            profile: m.profile.to_string(),
+                                            uuid: m.uuid.to_string(),
+                                            gi_id: m.gi_id,
+                                            memory_mb: m.memory_mb,
+                                            job: if free_mig & bit == 0 { holder(bit, true) } else { None },
+                                            memory_used_mb: track.and_then(|t| {
+                                                t.sample.mig.iter().find(|x| x.gi_id == m.gi_id)?.memory_used_mb
+                                            }),
+                                        }
+                                    })
+                                    .collect(),
+                            ),
+                        };
+                        api::DeviceView {
+                            index: d.index,
+                            uuid: d.uuid.to_string(),
+                            kind: d.kind.to_string(),
+                            model: d.model.to_string(),
+                            memory_mb: d.memory_mb,
+                            nvlink_group: d.nvlink_group,
+                            mig,
+                            job,
+                            name: meta.map(|m| m.name.clone()).filter(|n| !n.is_empty()),
+                            pci_bus_id: meta.and_then(|m| m.pci_bus_id.clone()),
+                            telemetry: track.map(|t| {
+                                crate::telemetry::device_view(t, |pid| self.telemetry.job_of_pid(&n.name, pid))
+                            }),
+                        }
+                    })
+                    .collect();
+                let used: (u64, u64) = jobs
+                    .iter()
+                    .filter_map(|j| self.snap.job(JobId(*j)).and_then(|x| x.running()))
+                    .flat_map(|r| r.placement.iter().filter(|p| p.node == id))
+                    .fold((0, 0), |(c, m), p| (c + p.cpus_milli, m + p.memory_mb));
+                api::NodeView {
+                    name: n.name.to_string(),
+                    state: n.state.as_str().into(),
+                    pool: n.pool.name.to_string(),
+                    cpus: n.cpus_milli as f64 / 1000.0,
+                    memory_mb: n.memory_mb,
+                    free_cpus: n.cpus_milli.saturating_sub(used.0) as f64 / 1000.0,
+                    free_memory_mb: n.memory_mb.saturating_sub(used.1),
+                    labels: n.labels.clone(),
+                    source: self.cfg.node_source.clone(),
+                    devices,
+                    jobs,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn queues(&self) -> Vec<api::QueueView> {
+        let mut names: BTreeSet<String> = self.snap.queues().map(|q| q.name.to_string()).collect();
+        names.extend(self.jobs.values().map(|d| d.queue.clone()));
+        names
+            .into_iter()
+            .map(|name| {
+                let cfg = self.snap.queues().find(|q| *q.name == *name);
+                let (pending, running) =
+                    self.jobs.values().filter(|d| d.queue == name).fold((0, 0), |(p, r), d| {
+                        if d.state == api::JobState::Pending { (p + 1, r) } else { (p, r + 1) }
+                    });
+                api::QueueView {
+                    cohort: cfg.and_then(|c| c.cohort.as_ref().map(|x| x.to_string())),
+                    guarantee_gpus: cfg.map_or(0.0, |c| c.guarantee as f64 / 1000.0),
+                    max_gpus: cfg.and_then(|c| c.max.map(|m| m as f64 / 1000.0)),
+                    used_gpus: self.snap.queue_usage(&name) as f64 / 1000.0,
+                    pending,
+                    running,
+                    name,
+                }
+            })
+            .collect()
+    }
+}
