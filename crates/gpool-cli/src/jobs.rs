@@ -343,6 +343,12 @@ pub(crate) fn show(a: IdArgs) -> anyhow::Result<()> {
             for line in crate::telemetry::usage_lines(u, &curve) {
                 outln!("{line}");
             }
+            // The advisor's one-line verdicts; `gpool advise` has the evidence.
+            if let Ok(a) = client.get::<api::AdviceView>(&format!("/jobs/{}/advice", j.id)) {
+                for f in a.findings.iter().filter(|f| f.kind != "not_enough_data") {
+                    outln!("  advice           {} (gpool advise {})", f.summary, j.id);
+                }
+            }
         }
     }
     Ok(())
