@@ -146,9 +146,17 @@ pub struct ExitWire {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
     /// The replica runs (acknowledges a start, or answers a reconcile).
-    Running { replica: ReplicaId },
-    Exited { replica: ReplicaId, exit: ExitWire },
-    Lost { replica: ReplicaId, why: String },
+    Running {
+        replica: ReplicaId,
+    },
+    Exited {
+        replica: ReplicaId,
+        exit: ExitWire,
+    },
+    Lost {
+        replica: ReplicaId,
+        why: String,
+    },
 }
 
 /// A process on a GPU.

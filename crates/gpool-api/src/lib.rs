@@ -8,6 +8,7 @@
 //! Compatibility: fields are only ever added to views; a field of the spec
 //! keeps its meaning once released.
 
+pub mod agent;
 pub mod quantity;
 pub mod spec;
 pub mod telemetry;

@@ -234,6 +234,19 @@ pub struct JobSpec {
     /// Retries after a failure (non-zero exit), with exponential back-off.
     #[serde(default)]
     pub retries: u32,
+    /// When a node running it fails (or a replica is lost): `requeue` (default) or `fail`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_node_failure: Option<NodeFailure>,
+}
+
+/// What happens to a job when a node it runs on fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeFailure {
+    /// Back to the queue (and resume from its checkpoint).
+    Requeue,
+    /// Fail it (for jobs that must not run twice, even after a crash).
+    Fail,
 }
 
 impl JobSpec {
@@ -260,6 +273,7 @@ impl JobSpec {
             anti_affinity: Vec::new(),
             depends_on: Vec::new(),
             retries: 0,
+            on_node_failure: None,
         }
     }
 }

@@ -177,6 +177,12 @@ pub struct NodeView {
     pub labels: std::collections::BTreeMap<String, String>,
     /// Where the devices were found: `nvml`, `nvidia-smi` or `simulated`.
     pub source: String,
+    /// Where other nodes reach it (a remote agent's address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    /// `local` (the control plane's own agent), or a remote agent's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     pub devices: Vec<DeviceView>,
     pub jobs: Vec<u64>,
 }

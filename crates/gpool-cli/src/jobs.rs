@@ -510,8 +510,11 @@ pub(crate) struct TokenArgs {
     #[arg(long)]
     team: Option<String>,
     /// Make an admin token.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "node")]
     admin: bool,
+    /// Make a node token, for `gpool agent --token` (it speaks only the agent protocol).
+    #[arg(long)]
+    node: bool,
     #[arg(long, short = 'o', value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
@@ -519,7 +522,14 @@ pub(crate) struct TokenArgs {
 }
 
 pub(crate) fn token_create(a: TokenArgs) -> anyhow::Result<()> {
-    let req = api::TokenRequest { user: a.user, team: a.team, role: a.admin.then(|| "admin".to_string()) };
+    let role = if a.admin {
+        Some("admin".to_string())
+    } else if a.node {
+        Some("node".to_string())
+    } else {
+        None
+    };
+    let req = api::TokenRequest { user: a.user, team: a.team, role };
     let t: api::TokenCreated = a.connect.client()?.post("/tokens", &req)?;
     match a.output {
         Output::Json => print_json(&t),
@@ -594,76 +604,10 @@ impl std::io::Write for SsePrinter {
     }
 }
 
-/// Arguments of `gpool up`.
-#[derive(Args, Debug)]
-pub(crate) struct UpArgs {
-    /// Run on a simulated inventory instead of discovering GPUs: 8xH100-80GB, 4xA100-80GB,4xL4, 1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2.
-    #[arg(long)]
-    simulate_gpus: Option<String>,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:7878")]
-    listen: std::net::SocketAddr,
-    /// Node name (default: the host name).
-    #[arg(long)]
-    node_name: Option<String>,
-    /// CPUs this node offers (default: the host's; 12 per GPU when simulated).
-    #[arg(long)]
-    cpus: Option<f64>,
-    /// Memory this node offers in GiB (default: the host's; 128 per GPU when simulated).
-    #[arg(long)]
-    memory_gb: Option<u64>,
-    /// Scheduling policy: default, fifo, fifo-backfill, sjf, srtf, las, fair.
-    #[arg(long, default_value = "default")]
-    policy: String,
-    /// Quota queues (YAML list of {name, cohort, guaranteeGpus, maxGpus}).
-    #[arg(long)]
-    queues: Option<PathBuf>,
-    /// fsync every commit: survive power loss, not only crashes (slower).
-    #[arg(long)]
-    fsync: bool,
-    /// Data directory (state, logs, tokens).
-    #[arg(long, env = "GPOOL_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// Where real GPUs are read from: auto (NVML, else nvidia-smi), nvml, nvidia-smi.
-    #[arg(long, default_value = "auto")]
-    gpu_backend: String,
-    /// How often GPUs and job processes are sampled (e.g. 5s, 1s, 500ms).
-    #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
-    sample_interval: std::time::Duration,
-    /// Alert rules (YAML list of {name, scope, metric, above|below, for, severity}); default: built-in rules.
-    #[arg(long)]
-    alert_rules: Option<PathBuf>,
-    /// POST alert notifications here (Alertmanager webhook format).
-    #[arg(long)]
-    alert_webhook: Option<String>,
-    /// Price of a GPU-hour of a model, over the built-in AWS list prices: --gpu-price H100-80GB=4.50 (repeatable).
-    #[arg(long = "gpu-price")]
-    gpu_prices: Vec<String>,
-}
-
-fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     let d = gpool_api::quantity::parse_duration(s).map_err(|e| e.to_string())?;
     if d.is_zero() {
         return Err("must be more than zero".into());
     }
     Ok(d)
-}
-
-pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
-    gpool_daemon::up::run(gpool_daemon::up::UpConfig {
-        data_dir: a.data_dir.unwrap_or_else(gpool_daemon::up::default_data_dir),
-        listen: a.listen,
-        simulate_gpus: a.simulate_gpus,
-        node_name: a.node_name,
-        cpus: a.cpus,
-        memory_gb: a.memory_gb,
-        policy: a.policy,
-        queues_file: a.queues,
-        fsync: a.fsync,
-        gpu_backend: a.gpu_backend,
-        sample_interval: a.sample_interval,
-        alert_rules: a.alert_rules,
-        alert_webhook: a.alert_webhook,
-        gpu_prices: a.gpu_prices,
-    })
 }

@@ -17,6 +17,7 @@ macro_rules! outln {
 mod bench;
 mod bench_daemon;
 mod client;
+mod daemons;
 mod jobs;
 mod progress;
 mod sim;
@@ -36,7 +37,15 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Start gpool on this machine: control plane, local agent and API in one process.
-    Up(jobs::UpArgs),
+    Up(Box<daemons::UpArgs>),
+    /// Run the control plane alone (state in SQLite or PostgreSQL), for `gpool agent`s on the nodes.
+    Serve(Box<daemons::ServeArgs>),
+    /// Run this machine as a node of a cluster: join a control plane and run its jobs.
+    Agent(Box<daemons::AgentArgs>),
+    /// Drain nodes: running jobs finish, nothing new starts there.
+    Drain(daemons::DrainArgs),
+    /// Let drained nodes take new work again.
+    Resume(daemons::DrainArgs),
     /// Submit a job; prints its id.
     Submit(Box<jobs::SubmitArgs>),
     /// List jobs (active ones by default), with why each pending job waits.
@@ -85,7 +94,11 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Shim { dir } => return std::process::ExitCode::from(gpool_daemon::shim::main(&dir) as u8),
-        Command::Up(a) => jobs::up(a),
+        Command::Up(a) => daemons::up(*a),
+        Command::Serve(a) => daemons::serve(*a),
+        Command::Agent(a) => daemons::agent(*a),
+        Command::Drain(a) => daemons::drain(a, true),
+        Command::Resume(a) => daemons::drain(a, false),
         Command::Submit(a) => jobs::submit(*a),
         Command::Queue(a) => jobs::queue(a),
         Command::Show(a) => jobs::show(a),

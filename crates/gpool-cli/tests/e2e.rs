@@ -360,3 +360,35 @@ fn follow_streams_a_log_until_the_job_ends() {
     assert_eq!(text, "line 1\nline 2\nline 3\nline 4\nline 5\n");
     assert_eq!(d.job(id)["state"], "succeeded");
 }
+
+#[test]
+fn a_job_whose_processes_vanished_while_the_daemon_was_down_is_requeued_not_failed() {
+    let s = Scratch::new("vanished");
+    let data = s.0.join("data");
+    let mut d = Daemon::start(&data, "1xH100-80GB", &[]);
+    let id =
+        d.submit(json!({"command": "echo \"attempt $GPOOL_ATTEMPT\"; sleep 600", "resources": {"nvidia.com/gpu": 1}}));
+    wait_for_output(&d, id, "attempt 1");
+    d.kill9();
+    // The node loses the job too (think: its processes were OOM-killed): no exit record is left.
+    for pid in processes_of(&data, Some(id)) {
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+    }
+    let shims: Vec<String> = std::fs::read_dir("/proc")
+        .expect("proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&format!("{}/jobs/{id}/run-1-0", data.display())))
+        })
+        .map(|p| p.to_string())
+        .collect();
+    for pid in &shims {
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(pid).status();
+    }
+    let d = Daemon::start(&data, "1xH100-80GB", &[]);
+    wait_for_output(&d, id, "attempt 2");
+    let j = d.job(id);
+    assert_eq!(j["state"], "running", "{j}");
+    assert_eq!(j["restarts"], 1, "{j}");
+}

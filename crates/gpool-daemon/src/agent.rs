@@ -16,7 +16,7 @@ use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::fs::{FlockOperation, flock};
@@ -34,6 +34,35 @@ pub struct ReplicaKey {
     pub rank: u32,
 }
 
+impl From<ReplicaKey> for gpool_api::agent::ReplicaId {
+    fn from(k: ReplicaKey) -> Self {
+        gpool_api::agent::ReplicaId { job: k.job, attempt: k.attempt, rank: k.rank }
+    }
+}
+
+impl From<gpool_api::agent::ReplicaId> for ReplicaKey {
+    fn from(k: gpool_api::agent::ReplicaId) -> Self {
+        ReplicaKey { job: k.job, attempt: k.attempt, rank: k.rank }
+    }
+}
+
+/// Where a replica's output goes under a data directory: `jobs/<id>/rank<r>.out|.err`
+/// (the agent writes it there; a control plane keeps the shipped copy at the same place in its own).
+pub fn log_path(data_dir: &Path, job: u64, rank: u32, stream: &str) -> PathBuf {
+    data_dir
+        .join("jobs")
+        .join(job.to_string())
+        .join(format!("rank{rank}.{}", if stream == "stderr" { "err" } else { "out" }))
+}
+
+/// The environment every job starts from: the agent's own basics.
+fn base_env() -> Vec<(String, String)> {
+    ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "SHELL", "TMPDIR", "TZ"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
 /// What the agent tells the controller.
 #[derive(Debug)]
 pub enum AgentReport {
@@ -43,6 +72,8 @@ pub enum AgentReport {
     Lost { key: ReplicaKey, why: String },
     /// What the node's devices and replicas are doing.
     Telemetry(NodeReport),
+    /// The replica runs: its start took effect (or it was found alive).
+    Running { key: ReplicaKey },
 }
 
 /// What a restarted agent found for a replica it was told is running.
@@ -56,26 +87,47 @@ pub enum Found {
     Lost,
 }
 
-/// The local agent.
+/// Where an agent's reports go: the controller's channel (`gpool up`), or
+/// the reporter that sends them to a remote control plane (`gpool agent`).
+pub type ReportSink = Arc<dyn Fn(AgentReport) + Send + Sync>;
+
+/// Settings of an agent.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// Run directories and logs: `jobs/<id>/…` under it.
+    pub data_dir: PathBuf,
+    /// The `gpool` binary, for shims.
+    pub exe: PathBuf,
+    /// This node's name (`GPOOL_NODE`).
+    pub node: String,
+    /// The node's GPUs are simulated: jobs get `GPOOL_SIM_LOAD_FILE`.
+    pub simulated: bool,
+    /// The lease file shims watch (remote agents): a shim kills its job when
+    /// the lease it names has expired. `None` for the agent inside `gpool up`.
+    pub lease: Option<PathBuf>,
+}
+
+/// The node agent.
 pub struct Agent {
-    data_dir: PathBuf,
-    exe: PathBuf,
-    reports: Sender<crate::controller::Event>,
+    cfg: AgentConfig,
+    reports: ReportSink,
     /// Running replicas, shared with the telemetry sampler.
     replicas: Replicas,
-    /// The node's GPUs are simulated: jobs get `GPOOL_SIM_LOAD_FILE`.
-    simulated: bool,
 }
 
 impl Agent {
-    pub fn new(
-        data_dir: &Path,
-        exe: PathBuf,
-        reports: Sender<crate::controller::Event>,
-        replicas: Replicas,
-        simulated: bool,
-    ) -> Agent {
-        Agent { data_dir: data_dir.to_path_buf(), exe, reports, replicas, simulated }
+    pub fn new(cfg: AgentConfig, reports: ReportSink, replicas: Replicas) -> Agent {
+        Agent { cfg, reports, replicas }
+    }
+
+    /// Reports something on the agent's behalf (a start that failed before its shim ran).
+    pub fn report(&self, r: AgentReport) {
+        (self.reports)(r);
+    }
+
+    /// Replicas with a live shim, from the table (after [`Agent::adopt_all`] on a restart).
+    pub fn running(&self) -> Vec<ReplicaKey> {
+        self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().copied().collect()
     }
 
     fn register(&self, key: ReplicaKey, devices: Vec<String>, declared_load: Option<String>) {
@@ -84,7 +136,7 @@ impl Agent {
     }
 
     pub fn job_dir(&self, job: u64) -> PathBuf {
-        self.data_dir.join("jobs").join(job.to_string())
+        self.cfg.data_dir.join("jobs").join(job.to_string())
     }
 
     pub fn run_dir(&self, key: ReplicaKey) -> PathBuf {
@@ -92,7 +144,7 @@ impl Agent {
     }
 
     pub fn log_path(&self, job: u64, rank: u32, stream: &str) -> PathBuf {
-        self.job_dir(job).join(format!("rank{rank}.{}", if stream == "stderr" { "err" } else { "out" }))
+        log_path(&self.cfg.data_dir, job, rank, stream)
     }
 
     pub fn checkpoint_dir(&self, job: u64) -> PathBuf {
@@ -104,9 +156,30 @@ impl Agent {
     /// with code 127 by the shim.
     pub fn start(&self, key: ReplicaKey, mut launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
         let dir = self.run_dir(key);
-        if self.simulated {
+        if dir.join(shim::STATE).exists() || dir.join(EXIT).exists() {
+            // Started before (a command delivered twice): say what became of it instead.
+            return match self.reconcile(key, devices) {
+                Found::Adopted => {
+                    (self.reports)(AgentReport::Running { key });
+                    Ok(())
+                }
+                Found::Finished | Found::Lost => Ok(()),
+            };
+        }
+        // What only the node knows: its basics (unless the job set them), where things are on it.
+        let mut env = base_env();
+        env.retain(|(k, _)| !launch.env.iter().any(|(j, _)| j == k));
+        env.append(&mut launch.env);
+        launch.env = env;
+        if launch.cwd.as_os_str().is_empty() {
+            launch.cwd = self.cfg.data_dir.clone();
+        }
+        launch.env.push(("GPOOL_NODE".into(), self.cfg.node.clone()));
+        launch.env.push(("GPOOL_CHECKPOINT_DIR".into(), self.checkpoint_dir(key.job).display().to_string()));
+        if self.cfg.simulated {
             launch.env.push(("GPOOL_SIM_LOAD_FILE".into(), dir.join(SIM_LOAD_FILE).display().to_string()));
         }
+        launch.lease.clone_from(&self.cfg.lease);
         let declared = launch.env.iter().find(|(k, _)| k == SIM_LOAD_ENV).map(|(_, v)| v.clone());
         std::fs::create_dir_all(&dir)?;
         std::fs::create_dir_all(self.checkpoint_dir(key.job))?;
@@ -120,7 +193,7 @@ impl Agent {
         }
         let spec = serde_json::to_vec(&launch).map_err(std::io::Error::other)?;
         let log = OpenOptions::new().create(true).append(true).open(&launch.stderr)?;
-        let mut child = Command::new(&self.exe)
+        let mut child = Command::new(&self.cfg.exe)
             .arg("shim")
             .arg(&dir)
             .stdin(Stdio::piped())
@@ -132,6 +205,7 @@ impl Agent {
             let _ = stdin.write_all(&spec);
         }
         self.register(key, devices, declared);
+        (self.reports)(AgentReport::Running { key });
         let reports = self.reports.clone();
         let replicas = self.replicas.clone();
         std::thread::Builder::new().name(format!("wait-{}-{}", key.job, key.rank)).spawn(move || {
@@ -145,6 +219,44 @@ impl Agent {
             );
         })?;
         Ok(())
+    }
+
+    /// Kills a replica that must not run (an old allocation): its process group
+    /// and anything else carrying its identity.
+    pub fn kill(&self, key: ReplicaKey) {
+        self.signal(key, Signal::KILL);
+        kill_strays(key);
+    }
+
+    /// Replicas whose shims are alive in this agent's data directory (a shim
+    /// holds its replica's lock for its whole life), e.g. after the agent restarted.
+    pub fn live_replicas(&self) -> Vec<ReplicaKey> {
+        let Ok(jobs) = std::fs::read_dir(self.cfg.data_dir.join("jobs")) else { return Vec::new() };
+        let mut out = Vec::new();
+        for job in jobs.filter_map(Result::ok) {
+            let Some(id) = job.file_name().to_str().and_then(|n| n.parse::<u64>().ok()) else { continue };
+            let Ok(runs) = std::fs::read_dir(job.path()) else { continue };
+            for run in runs.filter_map(Result::ok) {
+                let name = run.file_name();
+                let Some((a, r)) = name.to_str().and_then(|n| n.strip_prefix("run-")).and_then(|n| n.split_once('-'))
+                else {
+                    continue;
+                };
+                let (Ok(attempt), Ok(rank)) = (a.parse::<u32>(), r.parse::<u32>()) else { continue };
+                if run.path().join(EXIT).exists() {
+                    continue;
+                }
+                let alive = OpenOptions::new()
+                    .write(true)
+                    .open(run.path().join(LOCK))
+                    .is_ok_and(|f| flock(&f, FlockOperation::NonBlockingLockExclusive).is_err());
+                if alive {
+                    out.push(ReplicaKey { job: id, attempt, rank });
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     /// Sends `sig` to a replica's process group. Missing state (not started yet, gone) is not an error.
@@ -214,13 +326,7 @@ impl Agent {
 }
 
 /// Reads the exit record of an ended shim and reports it.
-fn report_end(
-    reports: &Sender<crate::controller::Event>,
-    replicas: &Replicas,
-    key: ReplicaKey,
-    dir: &Path,
-    context: String,
-) {
+fn report_end(reports: &ReportSink, replicas: &Replicas, key: ReplicaKey, dir: &Path, context: String) {
     replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
     let report = match read_json::<ExitRecord>(&dir.join(EXIT)) {
         Some(exit) => AgentReport::Exited { key, exit },
@@ -229,7 +335,7 @@ fn report_end(
             AgentReport::Lost { key, why: format!("the shim left no exit record ({context})") }
         }
     };
-    let _ = reports.send(crate::controller::Event::Agent(report));
+    reports(report);
 }
 
 /// Kills processes whose environment marks them as this replica's.

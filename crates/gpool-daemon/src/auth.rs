@@ -6,6 +6,8 @@ use sha2::{Digest, Sha256};
 pub enum Role {
     Admin,
     User,
+    /// A node agent: speaks the agent protocol, nothing else.
+    Node,
 }
 
 impl Role {
@@ -13,6 +15,15 @@ impl Role {
         match self {
             Role::Admin => "admin",
             Role::User => "user",
+            Role::Node => "node",
+        }
+    }
+
+    pub fn parse(s: &str) -> Role {
+        match s {
+            "admin" => Role::Admin,
+            "node" => Role::Node,
+            _ => Role::User,
         }
     }
 }

@@ -29,6 +29,8 @@ pub const MAX_BODY: usize = 4 * 1024 * 1024;
 pub struct AppState {
     pub tx: Sender<Event>,
     pub events: broadcast::Sender<api::EventView>,
+    /// Where shipped logs of remote replicas are kept.
+    pub data_dir: std::path::PathBuf,
 }
 
 /// The routes, for the OpenAPI completeness test.
@@ -50,6 +52,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/jobs/{id}/advice"),
     ("get", "/api/v1/alerts"),
     ("get", "/metrics"),
+    ("post", "/api/v1/nodes/{name}/drain"),
+    ("post", "/api/v1/nodes/{name}/resume"),
+    ("post", "/agent/v1/register"),
+    ("get", "/agent/v1/commands"),
+    ("post", "/agent/v1/report"),
+    ("post", "/agent/v1/logs"),
 ];
 
 pub fn router(state: AppState) -> Router {
@@ -69,6 +77,12 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/advice", get(advice))
         .route("/api/v1/alerts", get(alerts))
         .route("/metrics", get(metrics))
+        .route("/api/v1/nodes/{name}/drain", post(drain))
+        .route("/api/v1/nodes/{name}/resume", post(resume))
+        .route("/agent/v1/register", post(agent_register))
+        .route("/agent/v1/commands", get(agent_commands))
+        .route("/agent/v1/report", post(agent_report))
+        .route("/agent/v1/logs", post(agent_logs))
         .fallback(|| async { AppError(ApiError::new(404, "no such endpoint; see /api/v1/openapi.json")) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
@@ -260,6 +274,101 @@ async fn metrics(State(st): State<AppState>) -> Result<Response> {
     let scrape = rx.await.map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
     let text = crate::metrics::render(&scrape);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+async fn drain(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> Result<Json<api::NodeView>> {
+    Ok(Json(call(&st, &headers, |reply| Call::Drain { node, draining: true, reply }).await?))
+}
+
+async fn resume(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> Result<Json<api::NodeView>> {
+    Ok(Json(call(&st, &headers, |reply| Call::Drain { node, draining: false, reply }).await?))
+}
+
+async fn agent_register(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<api::agent::Registered>> {
+    let reg: api::agent::Register = parse(&body, false).map_err(bad)?;
+    Ok(Json(call(&st, &headers, |reply| Call::Register { reg, reply }).await?))
+}
+
+/// The long poll: answered when commands wait, or empty after 20 s.
+async fn agent_commands(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(p): Query<HashMap<String, String>>,
+) -> Result<Json<api::agent::Commands>> {
+    only(&p, &["node", "epoch", "after"])?;
+    let node = p.get("node").cloned().ok_or_else(|| bad("node: missing"))?;
+    let epoch: u64 = number(&p, "epoch")?.ok_or_else(|| bad("epoch: missing"))?;
+    let after: u64 = number(&p, "after")?.unwrap_or(0);
+    Ok(Json(call(&st, &headers, |reply| Call::Poll { node, epoch, after, reply }).await?))
+}
+
+async fn agent_report(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<serde_json::Value>> {
+    let report: api::agent::Report = parse(&body, false).map_err(bad)?;
+    call(&st, &headers, |reply| Call::Report { report, reply }).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+/// A chunk of a remote replica's output, appended at `offset` to the copy
+/// kept here (what `gpool logs` reads). Chunks already here are skipped; a
+/// gap is refused with the current length, from which the agent resends.
+async fn agent_logs(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(p): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Result<Response> {
+    only(&p, &["job", "rank", "stream", "offset"])?;
+    let me = call(&st, &headers, |reply| Call::WhoAmI { reply }).await?;
+    if me.role != "node" && me.role != "admin" {
+        return Err(AppError(ApiError::new(403, "only node tokens ship logs")));
+    }
+    let job: u64 = number(&p, "job")?.ok_or_else(|| bad("job: missing"))?;
+    let rank: u32 = number(&p, "rank")?.ok_or_else(|| bad("rank: missing"))?;
+    let offset: u64 = number(&p, "offset")?.ok_or_else(|| bad("offset: missing"))?;
+    let stream = p.get("stream").cloned().unwrap_or_default();
+    if stream != "stdout" && stream != "stderr" {
+        return Err(bad(format!("stream: {stream:?} is not stdout or stderr")));
+    }
+    let path = crate::agent::log_path(&st.data_dir, job, rank, &stream);
+    let length = tokio::task::spawn_blocking(move || -> std::io::Result<std::result::Result<u64, u64>> {
+        use std::io::Write as _;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+        let len = f.metadata()?.len();
+        if offset > len {
+            return Ok(Err(len));
+        }
+        let skip = (len - offset) as usize;
+        if skip < body.len() {
+            f.write_all(&body[skip..])?;
+        }
+        Ok(Ok(len.max(offset + body.len() as u64)))
+    })
+    .await
+    .map_err(|e| AppError(ApiError::new(500, e.to_string())))?
+    .map_err(|e| AppError(ApiError::new(500, format!("cannot write the log: {e}"))))?;
+    Ok(match length {
+        Ok(n) => Json(serde_json::json!({ "length": n })).into_response(),
+        Err(n) => (
+            StatusCode::CONFLICT,
+            Json(serde_json::json!({ "error": format!("a gap: the log here has {n} bytes; resend from there"), "length": n })),
+        )
+            .into_response(),
+    })
 }
 
 async fn whoami(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<api::WhoAmI>> {

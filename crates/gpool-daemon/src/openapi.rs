@@ -143,6 +143,26 @@ pub const DOCUMENT: &str = r##"{
       "get": { "summary": "diagnosis and right-sizing advice from the job's telemetry", "responses": { "200": { "description": "findings", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Advice" } } } }, "404": { "$ref": "#/components/responses/Error" } } }
     },
     "/api/v1/alerts": { "get": { "summary": "alerts firing now (users: about their jobs and about GPUs)", "responses": { "200": { "description": "alerts", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Alert" } } } } } } } },
+    "/api/v1/nodes/{name}/drain": {
+      "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
+      "post": { "summary": "drain a node (admins): running jobs finish, nothing new starts there", "responses": { "200": { "description": "the node", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Node" } } } }, "403": { "$ref": "#/components/responses/Error" }, "404": { "$ref": "#/components/responses/Error" } } }
+    },
+    "/api/v1/nodes/{name}/resume": {
+      "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
+      "post": { "summary": "let a drained node take new work (admins)", "responses": { "200": { "description": "the node", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Node" } } } }, "403": { "$ref": "#/components/responses/Error" }, "404": { "$ref": "#/components/responses/Error" } } }
+    },
+    "/agent/v1/register": { "post": { "summary": "agent protocol (node tokens): a node registers; starts a new epoch and re-synchronises (docs/cluster.md)", "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object", "required": ["node", "addr", "cpus", "memory_mb", "source", "gpus", "version"] } } } },
+      "responses": { "200": { "description": "epoch and lease", "content": { "application/json": { "schema": { "type": "object", "properties": { "epoch": { "type": "integer" }, "lease_ms": { "type": "integer" }, "heartbeat_ms": { "type": "integer" }, "next_seq": { "type": "integer" } } } } } }, "403": { "$ref": "#/components/responses/Error" }, "409": { "$ref": "#/components/responses/Error" } } } },
+    "/agent/v1/commands": { "get": { "summary": "agent protocol: long poll for commands (start, signal, reconcile, kill); 'after' acknowledges", "parameters": [
+        { "name": "node", "in": "query", "required": true, "schema": { "type": "string" } }, { "name": "epoch", "in": "query", "required": true, "schema": { "type": "integer" } }, { "name": "after", "in": "query", "schema": { "type": "integer" } } ],
+      "responses": { "200": { "description": "commands (empty after 20 s)", "content": { "application/json": { "schema": { "type": "object", "properties": { "commands": { "type": "array", "items": { "type": "object" } } } } } } }, "409": { "$ref": "#/components/responses/Error" } } } },
+    "/agent/v1/report": { "post": { "summary": "agent protocol: replica events and telemetry; a heartbeat that renews the node's lease", "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object", "required": ["node", "epoch"] } } } },
+      "responses": { "200": { "description": "taken" }, "409": { "$ref": "#/components/responses/Error" } } } },
+    "/agent/v1/logs": { "post": { "summary": "agent protocol: a chunk of a replica's output, appended at 'offset'", "parameters": [
+        { "name": "job", "in": "query", "required": true, "schema": { "type": "integer" } }, { "name": "rank", "in": "query", "required": true, "schema": { "type": "integer" } },
+        { "name": "stream", "in": "query", "required": true, "schema": { "type": "string", "enum": ["stdout", "stderr"] } }, { "name": "offset", "in": "query", "required": true, "schema": { "type": "integer" } } ],
+      "requestBody": { "required": true, "content": { "application/octet-stream": {} } },
+      "responses": { "200": { "description": "the length now kept" }, "409": { "description": "a gap: the length kept, to resend from" } } } },
     "/metrics": { "get": { "security": [], "summary": "Prometheus exporter: DCGM-compatible GPU series with job labels, queue and usage series", "responses": { "200": { "description": "Prometheus text format 0.0.4", "content": { "text/plain": {} } } } } }
   }
 }

@@ -197,13 +197,11 @@ fn env_job(pid: u32) -> Option<u64> {
     env.split(|b| *b == 0).find_map(|kv| std::str::from_utf8(kv).ok()?.strip_prefix("GPOOL_JOB_ID=")?.parse().ok())
 }
 
-/// Starts the sampler thread; it stops when the returned sender is dropped.
-pub fn spawn(sampler: Sampler, tx: Sender<crate::controller::Event>) -> std::io::Result<Sender<()>> {
+/// Starts the sampler thread, handing each report to `send` (which says
+/// whether to go on); it stops when the returned sender is dropped.
+pub fn spawn(sampler: Sampler, send: impl Fn(NodeReport) -> bool + Send + 'static) -> std::io::Result<Sender<()>> {
     let (stop_tx, stop_rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new().name("sampler".into()).spawn(move || {
-        sampler
-            .run(|r| tx.send(crate::controller::Event::Agent(crate::agent::AgentReport::Telemetry(r))).is_ok(), stop_rx)
-    })?;
+    std::thread::Builder::new().name("sampler".into()).spawn(move || sampler.run(send, stop_rx))?;
     Ok(stop_tx)
 }
 

@@ -38,6 +38,11 @@ pub struct Launch {
     pub cwd: PathBuf,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+    /// A lease file (remote agents): the job is killed once the lease it
+    /// holds has expired, so that a node cut off from the control plane stops
+    /// its jobs before the control plane runs them elsewhere.
+    #[serde(default)]
+    pub lease: Option<PathBuf>,
 }
 
 /// Written by the shim once the command runs.
@@ -147,9 +152,16 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     let job_pid = child.id() as i32;
     write_atomic(dir, STATE, &ShimState { shim_pid: getpid().as_raw_nonzero().get(), job_pid })
         .context("write shim.json")?;
+    let fenced = launch.lease.clone().map(|lease| crate::lease::fence(lease, job_pid));
     let status = child.wait().context("wait for the job")?;
     kill_everything(job_pid);
-    let rec = ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error: None };
+    let error = fenced.and_then(|f| f.fenced()).map(|why| {
+        if let Ok(mut f) = open_log(&launch.stderr) {
+            let _ = writeln!(f, "gpool: {why}");
+        }
+        why
+    });
+    let rec = ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error };
     write_atomic(dir, EXIT, &rec).context("write exit.json")?;
     drop(lock);
     Ok(())

@@ -7,45 +7,61 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use gpool_core::{Device, DeviceKind, MigInstance, Node, Policy, QueueConfig, Snapshot};
+use gpool_core::{Policy, QueueConfig};
 use gpool_gpu::simulated::Simulated;
 use gpool_gpu::{Backend, GpuError, GpuInfo};
 use gpool_store::Sqlite;
 use rustix::fs::{FlockOperation, flock};
 use serde::Deserialize;
 
-use crate::agent::Agent;
-use crate::controller::{Config, Controller, Event, GpuMeta};
+use crate::agent::{Agent, AgentConfig, AgentReport, ReportSink};
+use crate::controller::{Config, Controller, Event, NodeDoc, gpus_to_wire};
 use crate::http::{AppState, router};
 use crate::prices::Prices;
 use crate::sampler::{self, Replicas, Sampler};
 use crate::telemetry::TelemetryConfig;
 use crate::webhook::Webhook;
 
-/// Settings of `gpool up`.
+/// Settings of a control plane (`gpool up`, `gpool serve`).
 #[derive(Clone, Debug)]
-pub struct UpConfig {
+pub struct PlaneConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
-    /// `8xH100-80GB`; None = discover through NVML.
-    pub simulate_gpus: Option<String>,
-    pub node_name: Option<String>,
-    pub cpus: Option<f64>,
-    pub memory_gb: Option<u64>,
     pub policy: String,
     pub queues_file: Option<PathBuf>,
     /// fsync every commit (survive power loss, not only process crashes).
     pub fsync: bool,
-    /// Where GPUs come from when not simulated: `auto` (NVML, else nvidia-smi), `nvml`, `nvidia-smi`.
-    pub gpu_backend: String,
-    /// How often the sampler reads the GPUs.
-    pub sample_interval: std::time::Duration,
     /// Alert rules (YAML); default: the built-in rules.
     pub alert_rules: Option<PathBuf>,
     /// Where to POST alert notifications.
     pub alert_webhook: Option<String>,
     /// `MODEL=USD` per GPU-hour, over the built-in prices.
     pub gpu_prices: Vec<String>,
+    /// A remote node silent for this long is down.
+    pub lease: std::time::Duration,
+}
+
+/// Settings of a node (`gpool up`'s own, or a `gpool agent`).
+#[derive(Clone, Debug, Default)]
+pub struct NodeConfig {
+    /// `8xH100-80GB`; None = discover real GPUs.
+    pub simulate_gpus: Option<String>,
+    /// Where GPUs come from when not simulated: `auto` (NVML, else nvidia-smi), `nvml`, `nvidia-smi`.
+    pub gpu_backend: String,
+    /// How often the sampler reads the GPUs.
+    pub sample_interval: std::time::Duration,
+    pub node_name: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory_gb: Option<u64>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub pool: Option<String>,
+}
+
+/// Settings of `gpool up`.
+#[derive(Clone, Debug)]
+pub struct UpConfig {
+    pub plane: PlaneConfig,
+    pub node: NodeConfig,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/gpool`, else `~/.local/share/gpool`.
@@ -148,7 +164,7 @@ pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
         .collect()
 }
 
-fn host_name() -> String {
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()
@@ -167,120 +183,92 @@ fn host_memory_mb() -> u64 {
         .map_or(16 * 1024, |kb| kb / 1024)
 }
 
-/// Builds this node from discovered devices.
-pub fn local_node(name: &str, gpus: &[GpuInfo], cpus: Option<f64>, memory_gb: Option<u64>, simulated: bool) -> Node {
+/// This node as the controller will know it, from discovered devices.
+pub fn node_doc(name: &str, gpus: &[GpuInfo], source: &str, cfg: &NodeConfig, addr: &str) -> NodeDoc {
+    let simulated = cfg.simulate_gpus.is_some();
     let count = gpus.len() as u64;
     let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let default_cpus = if simulated { (12 * count.max(1)) as f64 } else { host_cpus };
     let default_mem = if simulated { 128 * 1024 * count.max(1) } else { host_memory_mb() };
-    let mut node = Node::new(name, 0, 0);
-    node.cpus_milli = (cpus.unwrap_or(default_cpus) * 1000.0) as u64;
-    node.memory_mb = memory_gb.map_or(default_mem, |g| g * 1024);
-    node.devices = gpus
-        .iter()
-        .map(|g| Device {
-            index: g.index,
-            uuid: Arc::from(g.uuid.as_str()),
-            kind: DeviceKind::NvidiaGpu,
-            model: Arc::from(g.model.as_str()),
-            memory_mb: g.memory_mb,
-            nvlink_group: g.nvlink_group,
-            numa_node: g.numa_node,
-            mig: g.mig.as_ref().map(|list| {
-                list.iter()
-                    .filter_map(|m| {
-                        let profile = m.profile.parse().ok()?;
-                        Some(MigInstance {
-                            profile,
-                            uuid: Arc::from(m.uuid.as_str()),
-                            gi_id: m.gi_id,
-                            memory_mb: m.memory_mb,
-                        })
-                    })
-                    .collect()
-            }),
-        })
-        .collect();
-    node
+    NodeDoc {
+        name: name.to_string(),
+        addr: addr.to_string(),
+        source: source.to_string(),
+        labels: cfg.labels.clone(),
+        pool: cfg.pool.clone(),
+        cpus: cfg.cpus.unwrap_or(default_cpus),
+        memory_mb: cfg.memory_gb.map_or(default_mem, |g| g * 1024),
+        gpus: gpus_to_wire(gpus),
+        epoch: 0,
+        draining: false,
+        local: false,
+    }
 }
 
-/// Runs `gpool up` until SIGINT/SIGTERM. Jobs keep running when the daemon stops;
-/// the next `gpool up` on the same data directory re-adopts them.
-pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&cfg.data_dir)
-        .with_context(|| format!("cannot create the data directory {}", cfg.data_dir.display()))?;
-    let _ = std::fs::set_permissions(&cfg.data_dir, std::fs::Permissions::from_mode(0o700));
-    let lock =
-        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(cfg.data_dir.join("daemon.lock"))?;
-    if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
-        bail!("another gpool daemon is using {}; stop it first or pass another --data-dir", cfg.data_dir.display());
-    }
-    let policy = Policy::by_name(&cfg.policy)?;
-    let queues = match &cfg.queues_file {
-        Some(p) => read_queues(p)?,
+/// The controller's settings from a control plane's.
+pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
+    let policy = Policy::by_name(&p.policy)?;
+    let queues = match &p.queues_file {
+        Some(f) => read_queues(f)?,
         None => Vec::new(),
     };
-    let node_name = cfg.node_name.clone().unwrap_or_else(host_name);
-    let replicas: Replicas = Arc::default();
-    let (gpus, backend) = discover(&cfg, &node_name, &replicas)?;
-    let source = backend.as_ref().map_or("none", |b| b.name());
-    let node = local_node(&node_name, &gpus, cfg.cpus, cfg.memory_gb, cfg.simulate_gpus.is_some());
-    let rules = match &cfg.alert_rules {
-        Some(p) => read_alert_rules(p)?,
+    let rules = match &p.alert_rules {
+        Some(f) => read_alert_rules(f)?,
         None => gpool_core::alert::Rule::defaults(),
     };
-    let prices = Prices::built_in().with_overrides(&cfg.gpu_prices).map_err(anyhow::Error::msg)?;
-    let gpu_meta =
-        gpus.iter().map(|g| (g.index, GpuMeta { name: g.name.clone(), pci_bus_id: g.pci_bus_id.clone() })).collect();
-    let mut snap = Snapshot::new(policy.clone());
-    let node_id = snap.add_node(node)?;
-    let store = Sqlite::open(&cfg.data_dir.join("state.db"), cfg.fsync)?;
-    let (tx, rx) = std::sync::mpsc::channel::<Event>();
-    let (events, _) = tokio::sync::broadcast::channel(4096);
-    let exe = std::env::current_exe().context("cannot find the gpool executable for job shims")?;
-    let agent = Agent::new(&cfg.data_dir, exe, tx.clone(), replicas.clone(), cfg.simulate_gpus.is_some());
-    let webhook = match &cfg.alert_webhook {
-        Some(url) => Some(Webhook::spawn(url.clone(), format!("http://{}", cfg.listen))?),
+    let prices = Prices::built_in().with_overrides(&p.gpu_prices).map_err(anyhow::Error::msg)?;
+    let webhook = match &p.alert_webhook {
+        Some(url) => Some(Webhook::spawn(url.clone(), format!("http://{}", p.listen))?),
         None => None,
     };
-    let config = Config {
-        data_dir: cfg.data_dir.clone(),
-        node_name: node_name.clone(),
-        node_source: source.into(),
+    if p.lease < std::time::Duration::from_millis(500) {
+        bail!("--lease must be at least 500ms, got {:?}", p.lease);
+    }
+    Ok(Config {
+        data_dir: p.data_dir.clone(),
         policy,
         queues,
         retry_backoff: std::time::Duration::from_secs(10),
         telemetry: TelemetryConfig { rules, ..TelemetryConfig::default() },
         prices,
-        gpu_meta,
         webhook,
-    };
-    let mut controller = Controller::new(config, Box::new(store), snap, node_id, agent, events.clone(), tx.clone())?;
-    let token = admin_token(&cfg.data_dir)?;
+        lease: p.lease,
+        master_ports: 29_500..30_500,
+    })
+}
+
+/// Creates the data directory (mode 0700).
+pub fn data_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    Ok(())
+}
+
+/// Runs the controller thread and the HTTP API until SIGINT/SIGTERM; `banner`
+/// is printed once listening (its first line names the URL).
+pub fn serve(
+    plane: &PlaneConfig,
+    mut controller: Controller,
+    tx: std::sync::mpsc::Sender<Event>,
+    rx: std::sync::mpsc::Receiver<Event>,
+    events: tokio::sync::broadcast::Sender<gpool_api::EventView>,
+    banner: impl FnOnce(&str) -> String + Send + 'static,
+) -> anyhow::Result<()> {
+    let token = admin_token(&plane.data_dir)?;
     let admin_user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
     controller.ensure_admin_token(&token, &admin_user)?;
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || controller.run(rx))?;
-    // The sampler stops when this sender is dropped, at the end of `run`.
-    let _sampler = match backend {
-        Some(b) => Some(sampler::spawn(Sampler::new(node_name.clone(), b, cfg.sample_interval, replicas), tx.clone())?),
-        None => None,
-    };
-
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let state = AppState { tx: tx.clone(), events };
-    let data_dir = cfg.data_dir.clone();
+    let state = AppState { tx: tx.clone(), events, data_dir: plane.data_dir.clone() };
+    let data_dir = plane.data_dir.clone();
+    let listen = plane.listen;
     let served: anyhow::Result<()> = rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(cfg.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
         let url = format!("http://{addr}");
         std::fs::write(data_dir.join(URL_FILE), format!("{url}\n"))?;
-        println!(
-            "gpool is up at {url} ({} GPUs: {source}; node {node_name}; data in {})",
-            gpus.len(),
-            data_dir.display()
-        );
+        println!("{}", banner(&url));
         println!("admin token in {}", data_dir.join(TOKEN_FILE).display());
         let _ = std::io::stdout().flush();
         // Small request/response exchanges: without TCP_NODELAY, Nagle and
@@ -294,13 +282,66 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     });
     let _ = tx.send(Event::Shutdown);
     let _ = ctl.join();
-    let _ = std::fs::remove_file(cfg.data_dir.join(URL_FILE));
+    let _ = std::fs::remove_file(plane.data_dir.join(URL_FILE));
     served
 }
 
+/// Runs `gpool up` until SIGINT/SIGTERM. Jobs keep running when the daemon stops;
+/// the next `gpool up` on the same data directory re-adopts them.
+pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
+    let plane = &cfg.plane;
+    data_dir(&plane.data_dir)?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(plane.data_dir.join("daemon.lock"))?;
+    if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+        bail!("another gpool daemon is using {}; stop it first or pass another --data-dir", plane.data_dir.display());
+    }
+    let config = controller_config(plane)?;
+    let node_name = cfg.node.node_name.clone().unwrap_or_else(host_name);
+    let replicas: Replicas = Arc::default();
+    let (gpus, backend) = discover(&cfg.node, &node_name, &replicas)?;
+    let source = backend.as_ref().map_or("none", |b| b.name()).to_string();
+    let mut doc = node_doc(&node_name, &gpus, &source, &cfg.node, "127.0.0.1");
+    doc.local = true;
+    let store = Sqlite::open(&plane.data_dir.join("state.db"), plane.fsync)?;
+    let (tx, rx) = std::sync::mpsc::channel::<Event>();
+    let (events, _) = tokio::sync::broadcast::channel(4096);
+    let exe = std::env::current_exe().context("cannot find the gpool executable for job shims")?;
+    let sink_tx = tx.clone();
+    let sink: ReportSink = Arc::new(move |r| {
+        let _ = sink_tx.send(Event::Agent(r));
+    });
+    let agent_cfg = AgentConfig {
+        data_dir: plane.data_dir.clone(),
+        exe,
+        node: node_name.clone(),
+        simulated: cfg.node.simulate_gpus.is_some(),
+        lease: None,
+    };
+    let agent = Agent::new(agent_cfg, sink, replicas.clone());
+    let controller = Controller::new(config, Box::new(store), Some((doc, agent)), events.clone(), tx.clone())?;
+    // The sampler stops when this sender is dropped, at the end of `run`.
+    let _sampler = match backend {
+        Some(b) => {
+            let t = tx.clone();
+            let sampler = Sampler::new(node_name.clone(), b, cfg.node.sample_interval, replicas);
+            Some(sampler::spawn(sampler, move |r| t.send(Event::Agent(AgentReport::Telemetry(r))).is_ok())?)
+        }
+        None => None,
+    };
+    let n = gpus.len();
+    let dir = plane.data_dir.display().to_string();
+    serve(plane, controller, tx, rx, events, move |url| {
+        format!("gpool is up at {url} ({n} GPUs: {source}; node {node_name}; data in {dir})")
+    })
+}
+
 /// Finds the node's GPUs and the backend that will sample them.
-fn discover(
-    cfg: &UpConfig,
+pub fn discover(
+    cfg: &NodeConfig,
     node_name: &str,
     replicas: &Replicas,
 ) -> anyhow::Result<(Vec<GpuInfo>, Option<Box<dyn Backend>>)> {

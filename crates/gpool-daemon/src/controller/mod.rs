@@ -36,8 +36,12 @@ use crate::shim::{ExitRecord, Launch, now_ms};
 use crate::telemetry::{Telemetry, TelemetryConfig};
 use crate::webhook::{Notice, Webhook};
 
+mod nodes;
 mod observe;
 mod views;
+
+use nodes::{Link, NodeLink};
+pub use nodes::{NodeDoc, core_node, gpus_to_wire};
 
 /// An API failure: HTTP status and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +132,27 @@ pub enum Call {
     Alerts {
         reply: Reply<Vec<api::AlertView>>,
     },
+    /// Drain a node (`draining: true`) or let it take work again.
+    Drain {
+        node: String,
+        draining: bool,
+        reply: Reply<api::NodeView>,
+    },
+    /// The agent protocol.
+    Register {
+        reg: api::agent::Register,
+        reply: Reply<api::agent::Registered>,
+    },
+    Poll {
+        node: String,
+        epoch: u64,
+        after: u64,
+        reply: Reply<api::agent::Commands>,
+    },
+    Report {
+        report: api::agent::Report,
+        reply: Reply<()>,
+    },
 }
 
 /// A request that needs no token (the Prometheus scrape).
@@ -198,6 +223,9 @@ pub struct RunDoc {
     pub stop: Option<Stop>,
     #[serde(default)]
     pub kill_at_ms: Option<i64>,
+    /// `MASTER_PORT` of a gang spread over several nodes (reserved on rank 0's node).
+    #[serde(default)]
+    pub master_port: Option<u16>,
 }
 
 /// A job as persisted: the store's JSON document.
@@ -250,38 +278,40 @@ enum Timer {
     },
     /// A retry back-off ends: schedule again.
     Wake,
+    /// Is this node's lease still alive?
+    Lease {
+        node: u32,
+    },
+    /// A parked long poll gets an empty answer.
+    PollTimeout {
+        node: u32,
+        park: u64,
+    },
 }
 
 enum Effect {
-    /// Start a replica on these devices (GPU or MIG UUIDs).
-    Start(ReplicaKey, Launch, Vec<String>),
-    Signal(ReplicaKey, Signal),
-}
-
-/// What the driver says about a GPU that the scheduling core does not keep:
-/// labels of the DCGM-compatible series.
-#[derive(Clone, Debug, Default)]
-pub struct GpuMeta {
-    pub name: String,
-    pub pci_bus_id: Option<String>,
+    /// Start a replica on a node's devices (GPU or MIG UUIDs).
+    Start(NodeId, ReplicaKey, Launch, Vec<String>),
+    Signal(NodeId, ReplicaKey, Signal),
 }
 
 /// Settings of the controller.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Where job logs are kept (agents ship theirs here).
     pub data_dir: PathBuf,
-    pub node_name: String,
-    pub node_source: String,
     pub policy: Policy,
     pub queues: Vec<QueueConfig>,
     /// First retry back-off; doubles with each failure, at most ten minutes.
     pub retry_backoff: Duration,
     pub telemetry: TelemetryConfig,
     pub prices: Prices,
-    /// Driver names and PCI ids of this node's GPUs, by index.
-    pub gpu_meta: BTreeMap<u32, GpuMeta>,
     /// Where to POST alert notifications (Alertmanager webhook format).
     pub webhook: Option<Webhook>,
+    /// A remote node silent for this long is down.
+    pub lease: Duration,
+    /// `MASTER_PORT`s for gangs spread over several nodes.
+    pub master_ports: std::ops::Range<u16>,
 }
 
 const ACTIVE: [&str; 4] = ["pending", "starting", "running", "stopping"];
@@ -291,8 +321,10 @@ pub struct Controller {
     cfg: Config,
     store: Box<dyn Store>,
     snap: Snapshot,
-    node: NodeId,
-    agent: Agent,
+    /// Every node's agent link and record.
+    links: BTreeMap<NodeId, NodeLink>,
+    /// `MASTER_PORT`s in use, per master node.
+    master_ports: BTreeMap<(NodeId, u16), u64>,
     /// Jobs not yet finished.
     jobs: BTreeMap<u64, JobDoc>,
     reasons: HashMap<u64, String>,
@@ -326,26 +358,24 @@ fn state_str(s: api::JobState) -> &'static str {
 }
 
 impl Controller {
-    /// Builds the controller from the store; re-adopts or requeues what was running.
+    /// Builds the controller from the store: its nodes (with `local`, the
+    /// node of this process's own agent), then its jobs; re-adopts or
+    /// requeues what was running.
     pub fn new(
         cfg: Config,
         mut store: Box<dyn Store>,
-        mut snap: Snapshot,
-        node: NodeId,
-        agent: Agent,
+        local: Option<(NodeDoc, Agent)>,
         events: broadcast::Sender<api::EventView>,
         own: Sender<Event>,
     ) -> anyhow::Result<Controller> {
+        let mut snap = Snapshot::new(cfg.policy.clone());
         for q in &cfg.queues {
             snap.set_queue(q.clone());
         }
         let tokens = store
             .tokens()?
             .into_iter()
-            .map(|t| {
-                let role = if t.role == "admin" { Role::Admin } else { Role::User };
-                (t.hash, Caller { user: t.user, team: t.team, role })
-            })
+            .map(|t| (t.hash, Caller { user: t.user, team: t.team, role: Role::parse(&t.role) }))
             .collect();
         let next_id = store.max_job_id()? + 1;
         let next_seq = store.max_event_seq()? + 1;
@@ -354,8 +384,8 @@ impl Controller {
             cfg,
             store,
             snap,
-            node,
-            agent,
+            links: BTreeMap::new(),
+            master_ports: BTreeMap::new(),
             jobs: BTreeMap::new(),
             reasons: HashMap::new(),
             default_reason: None,
@@ -379,6 +409,18 @@ impl Controller {
             preemptions: 0,
             gpu_hours_done: BTreeMap::new(),
         };
+        let now = now_ms();
+        if let Some((mut doc, agent)) = local {
+            // A drain of this node holds across restarts.
+            if let Some(row) = c.store.nodes()?.into_iter().find(|r| r.name == doc.name)
+                && let Ok(old) = serde_json::from_str::<NodeDoc>(&row.doc)
+            {
+                doc.draining = old.draining;
+                doc.epoch = old.epoch;
+            }
+            c.install_node(doc, Link::Local(agent), now).map_err(|e| anyhow::anyhow!(e.message))?;
+        }
+        c.restore_nodes(now)?;
         c.restore()?;
         Ok(c)
     }
@@ -442,10 +484,11 @@ impl Controller {
                 .replicas
                 .iter()
                 .map(|r| {
+                    let node = self.snap.node_id(&r.node)?;
                     let mig: Vec<&str> = r.mig.iter().map(String::as_str).collect();
-                    let (gpus, mig) = self.snap.slots_of(self.node, &r.gpus, &mig)?;
+                    let (gpus, mig) = self.snap.slots_of(node, &r.gpus, &mig)?;
                     Some(gpool_core::ReplicaPlacement {
-                        node: self.node,
+                        node,
                         gpus,
                         mig,
                         cpus_milli: r.cpus_milli,
@@ -456,13 +499,26 @@ impl Controller {
             match placement.map(|p| self.snap.start(JobId(id), p, Time::from_millis(run.started_ms))) {
                 Some(Ok(())) => {}
                 _ => {
-                    // Its devices are gone or taken: nothing can run it here any more.
+                    // Its devices are gone or taken: nothing can run it there any more.
                     for r in &run.replicas {
-                        self.agent.reconcile(ReplicaKey { job: id, attempt: run.attempt, rank: r.rank }, Vec::new());
+                        let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
+                        let Some(node) = self.snap.node_id(&r.node) else { continue };
+                        match self.links.get(&node) {
+                            Some(NodeLink { link: Link::Local(agent), .. }) => {
+                                agent.reconcile(key, Vec::new());
+                            }
+                            Some(_) => self.push_command(node, api::agent::Command::Kill { replica: key.into() }),
+                            None => {}
+                        }
                     }
-                    self.requeue_after_loss(id, "its devices are no longer in this node's inventory", now);
+                    self.requeue_after_loss(id, "its devices are no longer in its nodes' inventory", now);
                     continue;
                 }
+            }
+            if let (Some(port), Some(node)) =
+                (run.master_port, run.replicas.first().and_then(|r| self.snap.node_id(&r.node)))
+            {
+                self.master_ports.insert((node, port), id);
             }
             match &run.stop {
                 Some(Stop::Preempt { for_job }) => {
@@ -482,9 +538,16 @@ impl Controller {
                     Timer::TimeLimit { job: id, attempt: run.attempt },
                 ));
             }
+            // Replicas on this process's own node are reconciled now; remote
+            // ones when their agents register.
             for r in run.replicas.iter().filter(|r| !r.ended()) {
                 let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
-                if self.agent.reconcile(key, self.device_uuids(r)) == Found::Lost {
+                let devices = self.device_uuids(r);
+                let found = match self.snap.node_id(&r.node).and_then(|n| self.links.get(&n)) {
+                    Some(NodeLink { link: Link::Local(agent), .. }) => Some(agent.reconcile(key, devices)),
+                    _ => None,
+                };
+                if found == Some(Found::Lost) {
                     self.on_replica_end(key, None, Some("its shim was gone when the daemon restarted".into()), now);
                 }
             }
@@ -538,6 +601,7 @@ impl Controller {
             Event::Agent(AgentReport::Exited { key, exit }) => self.on_replica_end(key, Some(exit), None, now),
             Event::Agent(AgentReport::Lost { key, why }) => self.on_replica_end(key, None, Some(why), now),
             Event::Agent(AgentReport::Telemetry(r)) => self.on_telemetry(r, now),
+            Event::Agent(AgentReport::Running { .. }) => {}
             Event::Open(Open::Metrics { reply }) => {
                 let scrape = self.scrape(now);
                 let _ = reply.send(scrape);
@@ -574,22 +638,33 @@ impl Controller {
                 401,
                 "invalid token: pass a token of `gpool token create` as 'Authorization: Bearer <token>'",
             );
-            return match call {
-                Call::Submit { reply, .. } => self.reply(reply, Err(err)),
-                Call::Get { reply, .. } | Call::Cancel { reply, .. } => self.reply(reply, Err(err)),
-                Call::List { reply, .. } => self.reply(reply, Err(err)),
-                Call::Logs { reply, .. } => self.reply(reply, Err(err)),
-                Call::Nodes { reply } => self.reply(reply, Err(err)),
-                Call::Queues { reply } => self.reply(reply, Err(err)),
-                Call::Events { reply, .. } => self.reply(reply, Err(err)),
-                Call::CreateToken { reply, .. } => self.reply(reply, Err(err)),
-                Call::WhoAmI { reply } => self.reply(reply, Err(err)),
-                Call::Usage { reply, .. } => self.reply(reply, Err(err)),
-                Call::Advice { reply, .. } => self.reply(reply, Err(err)),
-                Call::Alerts { reply } => self.reply(reply, Err(err)),
-            };
+            return self.refuse(call, err);
         };
+        // Node tokens speak the agent protocol and nothing else; the agent
+        // protocol takes node and admin tokens.
+        let agent_call = matches!(call, Call::Register { .. } | Call::Poll { .. } | Call::Report { .. });
+        if caller.role != Role::Admin && agent_call != (caller.role == Role::Node) {
+            let why = if agent_call {
+                "only node tokens (gpool token create --role node) speak the agent protocol"
+            } else {
+                "a node token only speaks the agent protocol"
+            };
+            return self.refuse(call, ApiError::new(403, why));
+        }
         match call {
+            Call::Drain { node, draining, reply } => {
+                let r = self.set_draining(&caller, &node, draining, now);
+                self.reply(reply, r);
+            }
+            Call::Register { reg, reply } => {
+                let r = self.register(reg, now);
+                self.reply(reply, r);
+            }
+            Call::Poll { node, epoch, after, reply } => self.poll(&node, epoch, after, reply, now),
+            Call::Report { report, reply } => {
+                let r = self.agent_report(report, now);
+                self.reply(reply, r);
+            }
             Call::Submit { specs, reply } => {
                 let r = self.submit(&caller, specs, now);
                 self.reply(reply, r);
@@ -614,7 +689,10 @@ impl Controller {
                             format!("rank {rank}: job {id} has {} replica(s)", d.spec.replicas),
                         ));
                     }
-                    Ok(LogTarget { path: self.agent.log_path(id, rank, &stream), finished: d.state.is_terminal() })
+                    Ok(LogTarget {
+                        path: crate::agent::log_path(&self.cfg.data_dir, id, rank, &stream),
+                        finished: d.state.is_terminal(),
+                    })
                 });
                 self.reply(reply, r);
             }
@@ -654,6 +732,28 @@ impl Controller {
                 let r = Ok(self.alerts(&caller));
                 self.reply(reply, r);
             }
+        }
+    }
+
+    /// Answers a call with an error, whatever its kind.
+    fn refuse(&mut self, call: Call, err: ApiError) {
+        match call {
+            Call::Submit { reply, .. } => self.reply(reply, Err(err)),
+            Call::Get { reply, .. } | Call::Cancel { reply, .. } => self.reply(reply, Err(err)),
+            Call::List { reply, .. } => self.reply(reply, Err(err)),
+            Call::Logs { reply, .. } => self.reply(reply, Err(err)),
+            Call::Nodes { reply } => self.reply(reply, Err(err)),
+            Call::Queues { reply } => self.reply(reply, Err(err)),
+            Call::Events { reply, .. } => self.reply(reply, Err(err)),
+            Call::CreateToken { reply, .. } => self.reply(reply, Err(err)),
+            Call::WhoAmI { reply } => self.reply(reply, Err(err)),
+            Call::Usage { reply, .. } => self.reply(reply, Err(err)),
+            Call::Advice { reply, .. } => self.reply(reply, Err(err)),
+            Call::Alerts { reply } => self.reply(reply, Err(err)),
+            Call::Drain { reply, .. } => self.reply(reply, Err(err)),
+            Call::Register { reply, .. } => self.reply(reply, Err(err)),
+            Call::Poll { reply, .. } => self.reply(reply, Err(err)),
+            Call::Report { reply, .. } => self.reply(reply, Err(err)),
         }
     }
 
@@ -810,7 +910,8 @@ impl Controller {
         let role = match req.role.as_deref() {
             None | Some("user") => Role::User,
             Some("admin") => Role::Admin,
-            Some(other) => return Err(ApiError::new(400, format!("role: {other:?} is not user or admin"))),
+            Some("node") => Role::Node,
+            Some(other) => return Err(ApiError::new(400, format!("role: {other:?} is not user, admin or node"))),
         };
         if req.user.trim().is_empty() || req.user.contains(char::is_whitespace) {
             return Err(ApiError::new(400, "user: must be a non-empty name without spaces"));
@@ -874,7 +975,10 @@ impl Controller {
             let kill_at = now + grace.as_millis() as i64;
             run.kill_at_ms = Some(kill_at);
             for r in run.replicas.iter().filter(|r| !r.ended()) {
-                self.effects.push(Effect::Signal(ReplicaKey { job: id, attempt: run.attempt, rank: r.rank }, sig));
+                if let Some(node) = self.snap.node_id(&r.node) {
+                    let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
+                    self.effects.push(Effect::Signal(node, key, sig));
+                }
             }
             self.timers.insert((kill_at, Timer::Kill { job: id, attempt: run.attempt }));
         }
@@ -897,6 +1001,11 @@ impl Controller {
         let all_ended = run.replicas.iter().all(ReplicaDoc::ended);
         let live = run.replicas.iter().any(|r| !r.ended());
         let stopping = run.stop.is_some();
+        if lost.is_some() && !stopping && !live {
+            // Nothing left to stop, but the run ends because a replica was
+            // lost, not because the job failed: it goes back to the queue.
+            run.stop = Some(Stop::Lost);
+        }
         self.touched.insert(key.job);
         if let Some(why) = &lost {
             self.event(now, Some(key.job), "lost", format!("job {} rank {} lost: {why}", key.job, key.rank));
@@ -914,6 +1023,7 @@ impl Controller {
     /// All replicas of the current run are gone: free the devices and decide what next.
     fn finish_run(&mut self, id: u64, now: i64) {
         self.account_run(id, now);
+        self.master_ports.retain(|_, j| *j != id);
         let Some(doc) = self.jobs.get(&id).cloned() else { return };
         let Some(run) = doc.run.clone() else { return };
         let exits: Vec<&ExitRecord> = run.replicas.iter().filter_map(|r| r.exit.as_ref()).collect();
@@ -936,6 +1046,11 @@ impl Controller {
             Some(Stop::Cancel { by }) => Next::Done(api::JobState::Cancelled, format!("cancelled by {by}")),
             Some(Stop::TimeLimit) => Next::Done(api::JobState::TimedOut, "killed at its time limit".into()),
             Some(Stop::Preempt { for_job }) => Next::Requeue(format!("preempted for job {for_job}"), now, false),
+            Some(Stop::Lost) if doc.spec.on_node_failure == Some(api::spec::NodeFailure::Fail) => Next::Done(
+                api::JobState::Failed,
+                "a replica was lost (its node failed) and the job asked not to be requeued (onNodeFailure: fail)"
+                    .into(),
+            ),
             Some(Stop::Lost) => Next::Requeue("a replica was lost; requeued".into(), now, false),
             Some(Stop::GangFailure { .. }) | None if all_ok => {
                 Next::Done(api::JobState::Succeeded, "exit code 0".into())
@@ -1034,11 +1149,16 @@ impl Controller {
             self.timers.pop_first();
             match timer {
                 Timer::Wake => self.dirty = true,
+                Timer::Lease { node } => self.lease_check(node, now),
+                Timer::PollTimeout { node, park } => self.poll_timeout(node, park),
                 Timer::Kill { job, attempt } => {
                     if let Some(run) = self.jobs.get(&job).and_then(|d| d.run.as_ref()).filter(|r| r.attempt == attempt)
                     {
                         for r in run.replicas.iter().filter(|r| !r.ended()) {
-                            self.effects.push(Effect::Signal(ReplicaKey { job, attempt, rank: r.rank }, Signal::KILL));
+                            if let Some(node) = self.snap.node_id(&r.node) {
+                                let key = ReplicaKey { job, attempt, rank: r.rank };
+                                self.effects.push(Effect::Signal(node, key, Signal::KILL));
+                            }
                         }
                     }
                 }
@@ -1089,6 +1209,38 @@ impl Controller {
             eprintln!("gpool: internal error: the plan's start of job {id} was refused: {e}");
             return;
         }
+        let names: Vec<String> =
+            placement.iter().map(|r| self.snap.node(r.node).map_or_else(String::new, |n| n.name.to_string())).collect();
+        // torchrun's rendezvous: rank 0's node, and a port on it.
+        let world = placement.len() as u32;
+        let master = placement.first().map(|r| r.node);
+        let spread = placement.iter().any(|r| Some(r.node) != master);
+        let master_addr = master.and_then(|m| self.links.get(&m)).map_or_else(
+            || "127.0.0.1".to_string(),
+            |l| if l.is_local() { "127.0.0.1".into() } else { l.doc.addr.clone() },
+        );
+        let master_port = match (world > 1, spread, master) {
+            (false, _, _) | (_, _, None) => None,
+            // All replicas here: any free port of this host.
+            (true, false, Some(m)) if self.links.get(&m).is_some_and(NodeLink::is_local) => free_port(),
+            // Across nodes (or on a remote node): one from the range not used by another gang on that node.
+            (true, _, Some(m)) => {
+                let port = self.cfg.master_ports.clone().find(|p| !self.master_ports.contains_key(&(m, *p)));
+                if let Some(p) = port {
+                    self.master_ports.insert((m, p), id);
+                }
+                port
+            }
+        };
+        let node_rank: BTreeMap<NodeId, usize> = {
+            let mut seen: Vec<NodeId> = Vec::new();
+            for r in &placement {
+                if !seen.contains(&r.node) {
+                    seen.push(r.node);
+                }
+            }
+            seen.into_iter().enumerate().map(|(i, n)| (n, i)).collect()
+        };
         let Some(doc) = self.jobs.get_mut(&id) else { return };
         self.allocations += 1;
         self.wait.observe((now - doc.queued_ms.unwrap_or(doc.submitted_ms)).max(0) as f64 / 1000.0);
@@ -1097,13 +1249,10 @@ impl Controller {
         doc.started_ms.get_or_insert(now);
         doc.not_before_ms = None;
         let attempt = doc.attempt;
-        let world = placement.len() as u32;
-        let master_port = if world > 1 { free_port() } else { None };
-        let node_name = self.cfg.node_name.clone();
         let mut replicas = Vec::new();
         let mut per_node: BTreeMap<NodeId, u32> = BTreeMap::new();
-        let checkpoint = self.agent.checkpoint_dir(id);
-        let cwd = doc.spec.workdir.clone().map_or_else(|| self.cfg.data_dir.clone(), PathBuf::from);
+        // The agent fills in what only the node knows (its PATH, HOME, checkpoint directory, …).
+        let cwd = doc.spec.workdir.clone().map_or_else(PathBuf::new, PathBuf::from);
         for (rank, r) in placement.iter().enumerate() {
             let (gpus, mig) = self.snap.replica_devices(r);
             let gpu_idx: Vec<u32> = gpus.iter().map(|d| d.index).collect();
@@ -1120,8 +1269,7 @@ impl Controller {
                 *c += 1;
                 *c - 1
             };
-            let mut env: BTreeMap<String, String> = base_env();
-            env.extend(doc.spec.env.clone());
+            let mut env: BTreeMap<String, String> = doc.spec.env.clone();
             let mut set = |k: &str, v: String| {
                 env.insert(k.to_string(), v);
             };
@@ -1131,23 +1279,22 @@ impl Controller {
             set("GPOOL_JOB_NAME", doc.name.clone());
             set("GPOOL_ATTEMPT", attempt.to_string());
             set("GPOOL_RESTART_COUNT", doc.restarts.to_string());
-            set("GPOOL_CHECKPOINT_DIR", checkpoint.display().to_string());
-            set("GPOOL_NODE", node_name.clone());
             set("GPOOL_USER", doc.user.clone());
             if world > 1 {
                 set("WORLD_SIZE", world.to_string());
                 set("RANK", rank.to_string());
                 set("LOCAL_RANK", local_rank.to_string());
                 set("LOCAL_WORLD_SIZE", placement.iter().filter(|p| p.node == r.node).count().to_string());
-                set("NODE_RANK", "0".into());
-                set("MASTER_ADDR", "127.0.0.1".into());
+                set("NODE_RANK", node_rank.get(&r.node).copied().unwrap_or(0).to_string());
+                set("NNODES", node_rank.len().to_string());
+                set("MASTER_ADDR", master_addr.clone());
                 if let Some(p) = master_port {
                     set("MASTER_PORT", p.to_string());
                 }
             }
             replicas.push(ReplicaDoc {
                 rank: rank as u32,
-                node: node_name.clone(),
+                node: names[rank].clone(),
                 gpus: gpu_idx,
                 mig: mig_uuids,
                 cpus_milli: r.cpus_milli,
@@ -1162,10 +1309,15 @@ impl Controller {
                 cwd: cwd.clone(),
                 stdout: PathBuf::new(),
                 stderr: PathBuf::new(),
+                lease: None,
             };
-            self.effects.push(Effect::Start(ReplicaKey { job: id, attempt, rank: rank as u32 }, launch, device_uuids));
+            let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
+            self.effects.push(Effect::Start(r.node, key, launch, device_uuids));
         }
-        doc.run = Some(RunDoc { attempt, started_ms: now, replicas, stop: None, kill_at_ms: None });
+        let spread_port = master_port
+            .filter(|_| master.is_some_and(|m| !self.links.get(&m).is_some_and(NodeLink::is_local) || spread));
+        doc.run =
+            Some(RunDoc { attempt, started_ms: now, replicas, stop: None, kill_at_ms: None, master_port: spread_port });
         if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
             self.timers.insert((now + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt }));
         }
@@ -1174,17 +1326,70 @@ impl Controller {
         let devices = doc
             .run
             .as_ref()
-            .map(|r| r.replicas.iter().map(|x| x.cuda_visible_devices.clone()).collect::<Vec<_>>().join(" | "))
+            .map(|r| {
+                r.replicas
+                    .iter()
+                    .map(|x| format!("{}:{}", x.node, x.cuda_visible_devices))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
             .unwrap_or_default();
         self.event(
             now,
             Some(id),
             "started",
-            format!("job {id} attempt {attempt} started on {node_name} (CUDA_VISIBLE_DEVICES={devices})"),
+            format!("job {id} attempt {attempt} started on {devices} (node:CUDA_VISIBLE_DEVICES)"),
         );
     }
 
     // ----- the end of a turn -----
+
+    /// Carries out one decision (after it was committed): the local agent
+    /// acts at once, a remote one gets a command.
+    fn act(&mut self, e: Effect) {
+        let node = match &e {
+            Effect::Start(n, ..) | Effect::Signal(n, ..) => *n,
+        };
+        let Some(link) = self.links.get(&node) else { return };
+        match (&link.link, e) {
+            (Link::Local(agent), Effect::Start(_, key, launch, devices)) => {
+                if let Err(err) = agent.start(key, launch, devices) {
+                    let exit = ExitRecord {
+                        code: Some(127),
+                        signal: None,
+                        started_ms: now_ms(),
+                        ended_ms: now_ms(),
+                        error: Some(format!("the agent could not start the shim: {err}")),
+                    };
+                    let _ = self.own.send(Event::Agent(AgentReport::Exited { key, exit }));
+                }
+            }
+            (Link::Local(agent), Effect::Signal(_, key, sig)) => agent.signal(key, sig),
+            (Link::Remote(_), Effect::Start(_, key, launch, devices)) => {
+                let cwd = (!launch.cwd.as_os_str().is_empty()).then(|| launch.cwd.display().to_string());
+                let cmd = api::agent::Command::Start {
+                    replica: key.into(),
+                    argv: launch.argv,
+                    env: launch.env,
+                    cwd,
+                    devices,
+                };
+                self.push_command(node, cmd);
+                self.send_replies();
+            }
+            (Link::Remote(_), Effect::Signal(_, key, sig)) => {
+                self.push_command(node, api::agent::Command::Signal { replica: key.into(), signal: sig.as_raw() });
+                self.send_replies();
+            }
+        }
+    }
+
+    /// Answers what is ready to be answered (after the commit of this turn).
+    fn send_replies(&mut self) {
+        for r in std::mem::take(&mut self.replies) {
+            r();
+        }
+    }
 
     fn flush(&mut self) {
         let touched = std::mem::take(&mut self.touched);
@@ -1201,25 +1406,9 @@ impl Controller {
             eprintln!("gpool: cannot write to the store ({e}); stopping so that a restart recovers from durable state");
             std::process::exit(2);
         }
-        for r in std::mem::take(&mut self.replies) {
-            r();
-        }
+        self.send_replies();
         for e in std::mem::take(&mut self.effects) {
-            match e {
-                Effect::Start(key, launch, devices) => {
-                    if let Err(err) = self.agent.start(key, launch, devices) {
-                        let exit = ExitRecord {
-                            code: Some(127),
-                            signal: None,
-                            started_ms: now_ms(),
-                            ended_ms: now_ms(),
-                            error: Some(format!("the agent could not start the shim: {err}")),
-                        };
-                        let _ = self.own.send(Event::Agent(AgentReport::Exited { key, exit }));
-                    }
-                }
-                Effect::Signal(key, sig) => self.agent.signal(key, sig),
-            }
+            self.act(e);
         }
         for e in std::mem::take(&mut self.published) {
             let _ = self.events.send(e);
@@ -1272,14 +1461,6 @@ fn default_name(spec: &api::JobSpec) -> String {
         api::Command::Argv(_) => argv.first().cloned().unwrap_or_else(|| "job".into()),
     };
     std::path::Path::new(&prog).file_name().map_or(prog.clone(), |f| f.to_string_lossy().into_owned())
-}
-
-/// The environment every job starts from: the daemon's own basics.
-fn base_env() -> BTreeMap<String, String> {
-    ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "SHELL", "TMPDIR", "TZ"]
-        .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-        .collect()
 }
 
 /// A TCP port free right now, for `MASTER_PORT`.

@@ -19,7 +19,7 @@ impl Controller {
 
     /// UUIDs of the devices a replica record names (for the agent's sampler).
     pub(super) fn device_uuids(&self, r: &ReplicaDoc) -> Vec<String> {
-        let Some(node) = self.snap.node(self.node) else { return Vec::new() };
+        let Some(node) = self.snap.node_id(&r.node).and_then(|id| self.snap.node(id)) else { return Vec::new() };
         let mut v: Vec<String> = r
             .gpus
             .iter()
@@ -28,6 +28,17 @@ impl Controller {
             .collect();
         v.extend(r.mig.iter().cloned());
         v
+    }
+
+    /// What the node's agent said about one of its GPUs (driver name, PCI bus id).
+    pub(super) fn gpu_meta(&self, node: NodeId, index: u32) -> Option<&api::agent::GpuWire> {
+        self.links.get(&node)?.doc.gpus.iter().find(|g| g.index == index)
+    }
+
+    /// A node went down: its GPUs' readings go, and their alerts resolve.
+    pub(super) fn telemetry_forget_node(&mut self, node: &str, now: i64) {
+        let t = self.telemetry.forget_node(node);
+        self.publish_alerts(t, now);
     }
 
     /// Who holds each device of a node now.
@@ -273,13 +284,13 @@ impl Controller {
             };
             for d in &n.devices {
                 let Some(track) = self.telemetry.gpu(&n.name, d.index) else { continue };
-                let meta = self.cfg.gpu_meta.get(&d.index).cloned().unwrap_or_default();
+                let meta = self.gpu_meta(id, d.index);
                 let mut labels: metrics::Labels = vec![
                     ("gpu", d.index.to_string()),
                     ("UUID", d.uuid.to_string()),
-                    ("pci_bus_id", meta.pci_bus_id.clone().unwrap_or_default()),
+                    ("pci_bus_id", meta.and_then(|m| m.pci_bus_id.clone()).unwrap_or_default()),
                     ("device", format!("nvidia{}", d.index)),
-                    ("modelName", if meta.name.is_empty() { d.model.to_string() } else { meta.name.clone() }),
+                    ("modelName", meta.map_or_else(|| d.model.to_string(), |m| m.name.clone())),
                     ("Hostname", n.name.to_string()),
                 ];
                 for m in d.mig.iter().flatten() {

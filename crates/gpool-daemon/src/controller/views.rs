@@ -93,7 +93,7 @@ impl Controller {
                     .iter()
                     .map(|d| {
                         let track = self.telemetry.gpu(&n.name, d.index);
-                        let meta = self.cfg.gpu_meta.get(&d.index);
+                        let meta = self.gpu_meta(id, d.index);
                         let (job, mig) = match &d.mig {
                             None => {
                                 let bit = 1u64 << gslot;
@@ -151,7 +151,13 @@ impl Controller {
                     free_cpus: n.cpus_milli.saturating_sub(used.0) as f64 / 1000.0,
                     free_memory_mb: n.memory_mb.saturating_sub(used.1),
                     labels: n.labels.clone(),
-                    source: self.cfg.node_source.clone(),
+                    source: self.links.get(&id).map_or_else(|| "none".into(), |l| l.doc.source.clone()),
+                    addr: self.links.get(&id).map(|l| l.doc.addr.clone()).filter(|a| !a.is_empty()),
+                    agent: self.links.get(&id).map(|l| match &l.link {
+                        super::Link::Local(_) => "local".to_string(),
+                        super::Link::Remote(r) if r.registered => format!("remote, epoch {}", l.doc.epoch),
+                        super::Link::Remote(_) => "remote, not registered".to_string(),
+                    }),
                     devices,
                     jobs,
                 }

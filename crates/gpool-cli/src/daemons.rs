@@ -1,0 +1,199 @@
+//! `gpool up | serve | agent`: the processes of gpool, and `drain | resume`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::Args;
+use gpool_api as api;
+use gpool_daemon::up::{NodeConfig, PlaneConfig, UpConfig, default_data_dir};
+
+use crate::client::Connect;
+use crate::jobs::{Output, parse_duration_arg, print_json};
+
+/// Settings of a control plane.
+#[derive(Args, Debug)]
+pub(crate) struct PlaneArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: std::net::SocketAddr,
+    /// Scheduling policy: default, fifo, fifo-backfill, sjf, srtf, las, fair.
+    #[arg(long, default_value = "default")]
+    policy: String,
+    /// Quota queues (YAML list of {name, cohort, guaranteeGpus, maxGpus}).
+    #[arg(long)]
+    queues: Option<PathBuf>,
+    /// fsync every commit: survive power loss, not only crashes (slower).
+    #[arg(long)]
+    fsync: bool,
+    /// Data directory (state, logs, tokens).
+    #[arg(long, env = "GPOOL_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Alert rules (YAML list of {name, scope, metric, above|below, for, severity}); default: built-in rules.
+    #[arg(long)]
+    alert_rules: Option<PathBuf>,
+    /// POST alert notifications here (Alertmanager webhook format).
+    #[arg(long)]
+    alert_webhook: Option<String>,
+    /// Price of a GPU-hour of a model, over the built-in AWS list prices: --gpu-price H100-80GB=4.50 (repeatable).
+    #[arg(long = "gpu-price")]
+    gpu_prices: Vec<String>,
+    /// A node whose agent is silent this long is down and its jobs are requeued; its agent kills them by then.
+    #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
+    lease: std::time::Duration,
+}
+
+impl PlaneArgs {
+    fn config(self) -> PlaneConfig {
+        PlaneConfig {
+            data_dir: self.data_dir.unwrap_or_else(default_data_dir),
+            listen: self.listen,
+            policy: self.policy,
+            queues_file: self.queues,
+            fsync: self.fsync,
+            alert_rules: self.alert_rules,
+            alert_webhook: self.alert_webhook,
+            gpu_prices: self.gpu_prices,
+            lease: self.lease,
+        }
+    }
+}
+
+/// Settings of a node.
+#[derive(Args, Debug)]
+pub(crate) struct NodeArgs {
+    /// Run on a simulated inventory instead of discovering GPUs: 8xH100-80GB, 4xA100-80GB,4xL4, 1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2.
+    #[arg(long)]
+    simulate_gpus: Option<String>,
+    /// Where real GPUs are read from: auto (NVML, else nvidia-smi), nvml, nvidia-smi.
+    #[arg(long, default_value = "auto")]
+    gpu_backend: String,
+    /// How often GPUs and job processes are sampled (e.g. 5s, 1s, 500ms).
+    #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
+    sample_interval: std::time::Duration,
+    /// Node name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// CPUs this node offers (default: the host's; 12 per GPU when simulated).
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Memory this node offers in GiB (default: the host's; 128 per GPU when simulated).
+    #[arg(long)]
+    memory_gb: Option<u64>,
+    /// A node label for selectors and affinity (repeatable): --label zone=a.
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// Node pool: on-demand (default), spot, reserved.
+    #[arg(long)]
+    pool: Option<String>,
+}
+
+impl NodeArgs {
+    fn config(self) -> anyhow::Result<NodeConfig> {
+        let mut labels = BTreeMap::new();
+        for l in self.labels {
+            let Some((k, v)) = l.split_once('=') else { bail!("--label {l:?}: expected KEY=VALUE") };
+            if k.trim().is_empty() {
+                bail!("--label {l:?}: the key is empty");
+            }
+            labels.insert(k.trim().to_string(), v.trim().to_string());
+        }
+        Ok(NodeConfig {
+            simulate_gpus: self.simulate_gpus,
+            gpu_backend: self.gpu_backend,
+            sample_interval: self.sample_interval,
+            node_name: self.node_name,
+            cpus: self.cpus,
+            memory_gb: self.memory_gb,
+            labels,
+            pool: self.pool,
+        })
+    }
+}
+
+/// Arguments of `gpool up`.
+#[derive(Args, Debug)]
+pub(crate) struct UpArgs {
+    #[command(flatten)]
+    plane: PlaneArgs,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
+    gpool_daemon::up::run(UpConfig { plane: a.plane.config(), node: a.node.config()? })
+}
+
+/// Arguments of `gpool serve`.
+#[derive(Args, Debug)]
+pub(crate) struct ServeArgs {
+    /// The state: postgres://user@host:port/db (several control planes may share it: one leads, the others stand by), or sqlite:///path/state.db (default: in the data directory).
+    #[arg(long, env = "GPOOL_DB", hide_env_values = true)]
+    db: Option<String>,
+    #[command(flatten)]
+    plane: PlaneArgs,
+}
+
+pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    gpool_daemon::serve::run(gpool_daemon::serve::ServeConfig { plane: a.plane.config(), db: a.db })
+}
+
+/// Arguments of `gpool agent`.
+#[derive(Args, Debug)]
+pub(crate) struct AgentArgs {
+    /// The control plane's URL; several, comma-separated, for a leader and its standbys.
+    #[arg(long, env = "GPOOL_SERVER", value_delimiter = ',', required = true)]
+    server: Vec<String>,
+    /// A node token (`gpool token create --node --user NAME`).
+    #[arg(long, env = "GPOOL_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Where this node is reached by others (MASTER_ADDR of gangs whose rank 0 runs here); default: the address used to reach the control plane.
+    #[arg(long)]
+    advertise_addr: Option<String>,
+    /// Data directory of the agent (run directories, logs, checkpoints).
+    #[arg(long, env = "GPOOL_AGENT_DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
+    let data_dir = a.data_dir.unwrap_or_else(|| default_data_dir().join("agent"));
+    gpool_daemon::agent_client::run(gpool_daemon::agent_client::AgentProcessConfig {
+        servers: a.server,
+        token: a.token,
+        data_dir,
+        advertise: a.advertise_addr,
+        node: a.node.config()?,
+    })
+}
+
+/// Arguments of `gpool drain | resume`.
+#[derive(Args, Debug)]
+pub(crate) struct DrainArgs {
+    /// Node names.
+    #[arg(required = true)]
+    nodes: Vec<String>,
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+/// Drains nodes (running jobs finish, nothing new starts there) or resumes them.
+pub(crate) fn drain(a: DrainArgs, draining: bool) -> anyhow::Result<()> {
+    let client = a.connect.client()?;
+    let verb = if draining { "drain" } else { "resume" };
+    let mut views = Vec::new();
+    for n in &a.nodes {
+        let v: api::NodeView = client.post(&format!("/nodes/{n}/{verb}"), &serde_json::json!({}))?;
+        views.push(v);
+    }
+    if a.output == Output::Json {
+        return print_json(&views);
+    }
+    for v in views {
+        outln!("node {}: {} ({} jobs running)", v.name, v.state, v.jobs.len());
+    }
+    Ok(())
+}

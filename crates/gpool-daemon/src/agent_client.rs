@@ -1,0 +1,501 @@
+//! `gpool agent`: a node of a cluster. It runs jobs exactly as the agent
+//! inside `gpool up` does (shims, logs, telemetry), and speaks the agent
+//! protocol (`gpool_api::agent`, docs/cluster.md) with the control plane:
+//!
+//! - a **session** starts with a registration at the first control plane of
+//!   `--server` that answers (standbys do not listen) and lasts until a
+//!   request is refused with 409 (the control plane restarted, or declared
+//!   the node down) or the control plane cannot be reached;
+//! - the **poller** thread long-polls for commands and carries them out
+//!   (starts are idempotent; commands are acknowledged with the next poll);
+//! - the **reporter** (the session's own thread) sends exits and telemetry as
+//!   they happen and a heartbeat when there is nothing to say, keeping
+//!   unacknowledged events for the next session; every answered request
+//!   renews the lease, which it writes for the shims (see `lease.rs`);
+//! - the **shipper** thread sends the output of replicas to the control
+//!   plane as it is written (inotify), from the offset the control plane has.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use gpool_api::agent as wire;
+use rustix::fs::{FlockOperation, flock};
+
+use crate::agent::{Agent, AgentConfig, AgentReport, ReplicaKey, ReportSink};
+use crate::lease;
+use crate::sampler::{self, Replicas, Sampler};
+use crate::up::{NodeConfig, data_dir, discover, host_name, node_doc};
+
+/// Settings of `gpool agent`.
+#[derive(Clone, Debug)]
+pub struct AgentProcessConfig {
+    /// Control planes to try, in order (a leader and its standbys).
+    pub servers: Vec<String>,
+    pub token: String,
+    pub data_dir: PathBuf,
+    /// Where other nodes reach this one (default: the address this host uses
+    /// to reach the first control plane).
+    pub advertise: Option<String>,
+    pub node: NodeConfig,
+}
+
+/// Why a session ended.
+#[derive(Debug)]
+enum End {
+    /// 409: register again.
+    Stale,
+    /// The control plane cannot be reached.
+    Unreachable(String),
+}
+
+/// The HTTP side of a session.
+#[derive(Clone)]
+struct Conn {
+    base: String,
+    token: String,
+    http: ureq::Agent,
+}
+
+impl Conn {
+    fn new(base: &str, token: &str, timeout: Duration) -> Conn {
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(3)))
+            .timeout_global(Some(timeout))
+            .build()
+            .into();
+        Conn { base: base.trim_end_matches('/').to_string(), token: token.to_string(), http }
+    }
+
+    fn auth(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    fn check(
+        &self,
+        what: &str,
+        r: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<ureq::http::Response<ureq::Body>, End> {
+        match r {
+            Err(e) => Err(End::Unreachable(format!("{}: {e}", self.base))),
+            Ok(r) if r.status().as_u16() == 409 => Err(End::Stale),
+            Ok(mut r) if !r.status().is_success() => {
+                let text = r.body_mut().read_to_string().unwrap_or_default();
+                Err(End::Unreachable(format!("{} {what}: HTTP {}: {text}", self.base, r.status().as_u16())))
+            }
+            Ok(r) => Ok(r),
+        }
+    }
+
+    fn post<B: serde::Serialize, T: serde::de::DeserializeOwned>(&self, path: &str, body: &B) -> Result<T, End> {
+        let r = self.http.post(format!("{}{path}", self.base)).header("Authorization", self.auth()).send_json(body);
+        let mut r = self.check(path, r)?;
+        r.body_mut().read_json::<T>().map_err(|e| End::Unreachable(format!("{}{path}: bad answer: {e}", self.base)))
+    }
+}
+
+/// The IP address this host uses to reach `server` (no packet is sent).
+fn local_addr_towards(server: &str) -> Option<String> {
+    let host = server.split("://").nth(1)?.split('/').next()?;
+    let target = if host.contains(':') { host.to_string() } else { format!("{host}:80") };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&target).ok()?.next()?;
+    let s = std::net::UdpSocket::bind(if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
+    s.connect(addr).ok()?;
+    Some(s.local_addr().ok()?.ip().to_string())
+}
+
+/// The session currently open, for the shipper.
+type Current = Arc<Mutex<Option<Conn>>>;
+
+/// Runs the agent until SIGINT/SIGTERM (jobs keep running; a restarted agent re-adopts them).
+pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
+    if cfg.servers.is_empty() {
+        bail!("--server: give the control plane's URL (several, comma-separated, for a leader and standbys)");
+    }
+    data_dir(&cfg.data_dir)?;
+    let lock =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(cfg.data_dir.join("agent.lock"))?;
+    if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+        bail!("another gpool agent is using {}; stop it first or pass another --data-dir", cfg.data_dir.display());
+    }
+    let name = cfg.node.node_name.clone().unwrap_or_else(host_name);
+    let replicas: Replicas = Arc::default();
+    let (gpus, backend) = discover(&cfg.node, &name, &replicas)?;
+    let source = backend.as_ref().map_or("none", |b| b.name()).to_string();
+    let addr =
+        cfg.advertise.clone().or_else(|| local_addr_towards(&cfg.servers[0])).unwrap_or_else(|| "127.0.0.1".into());
+    let doc = node_doc(&name, &gpus, &source, &cfg.node, &addr);
+    let lease_path = cfg.data_dir.join("lease");
+    let (report_tx, report_rx) = std::sync::mpsc::channel::<AgentReport>();
+    let sink_tx = report_tx.clone();
+    let sink: ReportSink = Arc::new(move |r| {
+        let _ = sink_tx.send(r);
+    });
+    let exe = std::env::current_exe().context("cannot find the gpool executable for job shims")?;
+    let agent = Agent::new(
+        AgentConfig {
+            data_dir: cfg.data_dir.clone(),
+            exe,
+            node: name.clone(),
+            simulated: cfg.node.simulate_gpus.is_some(),
+            lease: Some(lease_path.clone()),
+        },
+        sink,
+        replicas.clone(),
+    );
+    let agent = Arc::new(agent);
+    let _sampler = match backend {
+        Some(b) => {
+            let t = report_tx.clone();
+            let s = Sampler::new(name.clone(), b, cfg.node.sample_interval, replicas);
+            Some(sampler::spawn(s, move |r| t.send(AgentReport::Telemetry(r)).is_ok())?)
+        }
+        None => None,
+    };
+    let current: Current = Arc::default();
+    spawn_shipper(cfg.data_dir.clone(), current.clone())?;
+    println!(
+        "gpool agent {name} ({} GPUs: {source}; address {addr}; data in {}) joining {}",
+        gpus.len(),
+        cfg.data_dir.display(),
+        cfg.servers.join(", ")
+    );
+    let mut pending: Vec<wire::Event> = Vec::new();
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let running: Vec<wire::ReplicaId> = agent.live_replicas().into_iter().map(Into::into).collect();
+        let reg = wire::Register {
+            node: name.clone(),
+            addr: addr.clone(),
+            cpus: doc.cpus,
+            memory_mb: doc.memory_mb,
+            labels: doc.labels.clone(),
+            pool: doc.pool.clone(),
+            source: source.clone(),
+            gpus: doc.gpus.clone(),
+            running,
+            version: env!("CARGO_PKG_VERSION").into(),
+        };
+        let mut failures = Vec::new();
+        let mut session = None;
+        for s in &cfg.servers {
+            let conn = Conn::new(s, &cfg.token, Duration::from_secs(10));
+            let sent = lease::monotonic_ms();
+            match conn.post::<_, wire::Registered>("/agent/v1/register", &reg) {
+                Ok(r) => {
+                    session = Some((conn, r, sent));
+                    break;
+                }
+                Err(End::Stale) => failures.push(format!("{s}: refused the registration")),
+                Err(End::Unreachable(e)) => failures.push(e),
+            }
+        }
+        let Some((conn, registered, sent)) = session else {
+            eprintln!("gpool agent: cannot register ({}); retrying", failures.join("; "));
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_secs(5));
+            continue;
+        };
+        delay = Duration::from_millis(200);
+        renew(&lease_path, sent, registered.lease_ms);
+        eprintln!("gpool agent: registered with {} (epoch {})", conn.base, registered.epoch);
+        *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn.clone());
+        let end = run_session(&conn, &name, &registered, &agent, &report_rx, &mut pending, &lease_path);
+        *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        match end {
+            End::Stale => eprintln!("gpool agent: the control plane asks to register again"),
+            End::Unreachable(e) => eprintln!("gpool agent: lost the control plane ({e}); registering again"),
+        }
+    }
+}
+
+/// Renews the lease for the shims: it lasts `lease_ms` from when the answered request was sent.
+fn renew(path: &Path, sent_ms: i64, lease_ms: u64) {
+    if let Err(e) = lease::write(path, sent_ms + lease_ms as i64) {
+        eprintln!("gpool agent: cannot write the lease file {}: {e}", path.display());
+    }
+}
+
+fn run_session(
+    conn: &Conn,
+    node: &str,
+    reg: &wire::Registered,
+    agent: &Arc<Agent>,
+    reports: &Receiver<AgentReport>,
+    pending: &mut Vec<wire::Event>,
+    lease_path: &Path,
+) -> End {
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<End>();
+    let poller = {
+        let conn = Conn::new(&conn.base, &conn.token, Duration::from_secs(60));
+        let (node, epoch, agent, end_tx) = (node.to_string(), reg.epoch, agent.clone(), end_tx.clone());
+        let after = reg.next_seq.saturating_sub(1);
+        std::thread::Builder::new().name("poller".into()).spawn(move || {
+            let _ = end_tx.send(poll_commands(&conn, &node, epoch, after, &agent));
+        })
+    };
+    if let Err(e) = poller {
+        return End::Unreachable(format!("cannot start the poller: {e}"));
+    }
+    let heartbeat = Duration::from_millis(reg.heartbeat_ms.max(50));
+    let mut telemetry: Option<wire::TelemetryWire> = None;
+    let mut last_sent = Instant::now() - heartbeat;
+    loop {
+        if let Ok(end) = end_rx.try_recv() {
+            return end;
+        }
+        // Wait for news, at most until the next heartbeat is due.
+        let wait = heartbeat.saturating_sub(last_sent.elapsed());
+        match reports.recv_timeout(wait) {
+            Ok(r) => absorb(r, pending, &mut telemetry),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return End::Unreachable("the agent's report channel closed".into()),
+        }
+        while let Ok(r) = reports.try_recv() {
+            absorb(r, pending, &mut telemetry);
+        }
+        let due = last_sent.elapsed() >= heartbeat;
+        if pending.is_empty() && telemetry.is_none() && !due {
+            continue;
+        }
+        let report = wire::Report {
+            node: node.to_string(),
+            epoch: reg.epoch,
+            events: pending.clone(),
+            telemetry: telemetry.take(),
+        };
+        let sent = lease::monotonic_ms();
+        match conn.post::<_, serde_json::Value>("/agent/v1/report", &report) {
+            Ok(_) => {
+                pending.clear();
+                renew(lease_path, sent, reg.lease_ms);
+                last_sent = Instant::now();
+            }
+            Err(e) => return e,
+        }
+    }
+}
+
+/// Folds a report of the local agent into what the next request carries.
+fn absorb(r: AgentReport, pending: &mut Vec<wire::Event>, telemetry: &mut Option<wire::TelemetryWire>) {
+    match r {
+        AgentReport::Running { key } => pending.push(wire::Event::Running { replica: key.into() }),
+        AgentReport::Exited { key, exit } => pending.push(wire::Event::Exited {
+            replica: key.into(),
+            exit: wire::ExitWire {
+                code: exit.code,
+                signal: exit.signal,
+                started_ms: exit.started_ms,
+                ended_ms: exit.ended_ms,
+                error: exit.error,
+            },
+        }),
+        AgentReport::Lost { key, why } => pending.push(wire::Event::Lost { replica: key.into(), why }),
+        // Only the latest reading matters.
+        AgentReport::Telemetry(t) => *telemetry = Some(crate::convert::telemetry_to_wire(&t)),
+    }
+}
+
+/// Long-polls for commands and carries them out until the session ends.
+fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Agent) -> End {
+    loop {
+        let r = conn
+            .http
+            .get(format!("{}/agent/v1/commands", conn.base))
+            .query("node", node)
+            .query("epoch", epoch.to_string())
+            .query("after", after.to_string())
+            .header("Authorization", conn.auth())
+            .call();
+        let mut r = match conn.check("/agent/v1/commands", r) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let cmds: wire::Commands = match r.body_mut().with_config().limit(64 * 1024 * 1024).read_json() {
+            Ok(c) => c,
+            Err(e) => return End::Unreachable(format!("bad commands: {e}")),
+        };
+        for c in cmds.commands {
+            if c.seq <= after {
+                continue;
+            }
+            execute(agent, c.command);
+            after = c.seq;
+        }
+    }
+}
+
+fn execute(agent: &Agent, command: wire::Command) {
+    match command {
+        wire::Command::Start { replica, argv, env, cwd, devices } => {
+            let key: ReplicaKey = replica.into();
+            let launch = crate::shim::Launch {
+                argv,
+                env,
+                cwd: cwd.map(PathBuf::from).unwrap_or_default(),
+                stdout: PathBuf::new(),
+                stderr: PathBuf::new(),
+                lease: None,
+            };
+            if let Err(e) = agent.start(key, launch, devices) {
+                let now = crate::shim::now_ms();
+                agent.report(AgentReport::Exited {
+                    key,
+                    exit: crate::shim::ExitRecord {
+                        code: Some(127),
+                        signal: None,
+                        started_ms: now,
+                        ended_ms: now,
+                        error: Some(format!("the agent could not start the shim: {e}")),
+                    },
+                });
+            }
+        }
+        wire::Command::Signal { replica, signal } => {
+            if let Some(sig) = rustix::process::Signal::from_named_raw(signal) {
+                agent.signal(replica.into(), sig);
+            }
+        }
+        wire::Command::Reconcile { replica, devices } => {
+            let key: ReplicaKey = replica.into();
+            if agent.reconcile(key, devices) == crate::agent::Found::Adopted {
+                agent.report(AgentReport::Running { key });
+            }
+        }
+        wire::Command::Kill { replica } => agent.kill(replica.into()),
+    }
+}
+
+/// Where a log file is shipped from and to.
+struct Shipped {
+    job: u64,
+    rank: u32,
+    stream: &'static str,
+    offset: u64,
+}
+
+/// Ships replicas' output to the control plane: inotify on the job
+/// directories, retried at a few seconds' interval while the control plane
+/// cannot take it.
+fn spawn_shipper(data_dir: PathBuf, current: Current) -> std::io::Result<()> {
+    let jobs = data_dir.join("jobs");
+    std::fs::create_dir_all(&jobs)?;
+    let ino = inotify::Inotify::init()?;
+    ino.watches().add(&jobs, inotify::WatchMask::CREATE)?;
+    std::thread::Builder::new().name("shipper".into()).spawn(move || ship(jobs, ino, current))?;
+    Ok(())
+}
+
+fn ship(jobs: PathBuf, mut ino: inotify::Inotify, current: Current) {
+    let mut files: BTreeMap<PathBuf, Shipped> = BTreeMap::new();
+    let mut watched: BTreeMap<inotify::WatchDescriptor, PathBuf> = BTreeMap::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let add_dir = |dir: &Path, ino: &inotify::Inotify, watched: &mut BTreeMap<inotify::WatchDescriptor, PathBuf>| {
+        if let Ok(wd) = ino
+            .watches()
+            .add(dir, inotify::WatchMask::MODIFY | inotify::WatchMask::CLOSE_WRITE | inotify::WatchMask::CREATE)
+        {
+            watched.insert(wd, dir.to_path_buf());
+        }
+    };
+    // Job directories that exist already (an agent restarted while jobs ran).
+    if let Ok(rd) = std::fs::read_dir(&jobs) {
+        for e in rd.filter_map(Result::ok) {
+            add_dir(&e.path(), &ino, &mut watched);
+        }
+    }
+    loop {
+        // Every file with something unshipped, then wait for more (or retry soon).
+        if let Ok(rd) = std::fs::read_dir(&jobs) {
+            for job in rd.filter_map(Result::ok) {
+                let Some(id) = job.file_name().to_str().and_then(|n| n.parse::<u64>().ok()) else { continue };
+                let Ok(inner) = std::fs::read_dir(job.path()) else { continue };
+                for f in inner.filter_map(Result::ok) {
+                    let name = f.file_name();
+                    let Some(n) = name.to_str() else { continue };
+                    let parsed = n.strip_prefix("rank").and_then(|r| r.rsplit_once('.')).and_then(|(r, ext)| {
+                        Some((
+                            r.parse::<u32>().ok()?,
+                            if ext == "err" {
+                                "stderr"
+                            } else if ext == "out" {
+                                "stdout"
+                            } else {
+                                return None;
+                            },
+                        ))
+                    });
+                    if let Some((rank, stream)) = parsed {
+                        files.entry(f.path()).or_insert(Shipped { job: id, rank, stream, offset: 0 });
+                    }
+                }
+            }
+        }
+        let conn = current.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut behind = false;
+        if let Some(conn) = conn {
+            for (path, s) in files.iter_mut() {
+                behind |= !ship_file(&conn, path, s);
+            }
+        } else {
+            behind = true;
+        }
+        // Wait for a write (or a new job directory), or retry in a few seconds.
+        let timeout = if behind { 2_000 } else { 10_000 };
+        let ts = rustix::event::Timespec { tv_sec: timeout / 1000, tv_nsec: 0 };
+        let mut fds = [rustix::event::PollFd::new(&ino, rustix::event::PollFlags::IN)];
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+        if let Ok(events) = ino.read_events(&mut buf) {
+            let mut new_dirs = Vec::new();
+            for e in events {
+                if watched.get(&e.wd).is_none_or(|d| *d == jobs)
+                    && e.mask.contains(inotify::EventMask::CREATE)
+                    && let Some(name) = e.name
+                {
+                    new_dirs.push(jobs.join(name));
+                }
+            }
+            for d in new_dirs {
+                add_dir(&d, &ino, &mut watched);
+            }
+        }
+    }
+}
+
+/// Sends what the control plane lacks of one file; false if it could not.
+fn ship_file(conn: &Conn, path: &Path, s: &mut Shipped) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else { return true };
+    let len = f.metadata().map_or(0, |m| m.len());
+    while s.offset < len {
+        let mut chunk = vec![0u8; ((len - s.offset) as usize).min(1 << 20)];
+        if f.seek(SeekFrom::Start(s.offset)).is_err() || f.read_exact(&mut chunk).is_err() {
+            return false;
+        }
+        let r = conn
+            .http
+            .post(format!("{}/agent/v1/logs", conn.base))
+            .query("job", s.job.to_string())
+            .query("rank", s.rank.to_string())
+            .query("stream", s.stream)
+            .query("offset", s.offset.to_string())
+            .header("Authorization", conn.auth())
+            .send(&chunk[..]);
+        match r {
+            Ok(mut r) if r.status().is_success() || r.status().as_u16() == 409 => {
+                // Either way the answer says how much the control plane has.
+                let v: serde_json::Value = r.body_mut().read_json().unwrap_or_default();
+                match v["length"].as_u64() {
+                    Some(n) => s.offset = n,
+                    None => return false,
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}

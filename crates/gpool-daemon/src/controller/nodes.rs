@@ -1,0 +1,506 @@
+//! Nodes and their agents: the one in this process (`gpool up`) and remote
+//! ones speaking the agent protocol (`gpool agent`; docs/cluster.md).
+//!
+//! A remote node's commands wait in its outbox until its agent's long poll
+//! takes them; a poll with `after = SEQ` acknowledges every command up to
+//! SEQ. Every request of the agent renews the node's lease; a lease that
+//! runs out makes the node down and its replicas lost (their jobs are
+//! requeued, or failed if they asked for it). Registration starts a new
+//! epoch and re-synchronises: every replica the store says runs on the node
+//! is reconciled by the agent, and every other replica it has is killed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use gpool_api::agent as wire;
+use gpool_core::{Device, DeviceKind, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// Extra time the control plane gives a silent node beyond its lease before
+/// it calls it down: the agent's shims kill their jobs at the lease's end,
+/// measured from an earlier instant, so they are gone by then.
+pub(super) const LEASE_MARGIN_MS: i64 = 2_000;
+/// How long a poll is parked when there is nothing to say.
+pub(super) const POLL_MS: i64 = 20_000;
+
+/// How the controller reaches a node's agent.
+pub(crate) enum Link {
+    /// The agent in this process (`gpool up`).
+    Local(Agent),
+    /// A `gpool agent` reached through the agent protocol.
+    Remote(Remote),
+}
+
+/// A remote agent's session.
+#[derive(Default)]
+pub(crate) struct Remote {
+    /// False until the agent registers with this controller (after a restart
+    /// or fail-over every agent must register again, to re-synchronise).
+    pub registered: bool,
+    pub outbox: VecDeque<wire::Sequenced>,
+    pub next_seq: u64,
+    /// A parked long poll: its id and reply.
+    pub parked: Option<(u64, Reply<wire::Commands>)>,
+    pub park_id: u64,
+    pub last_seen_ms: i64,
+}
+
+/// What the store remembers of a node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeDoc {
+    pub name: String,
+    pub addr: String,
+    pub source: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub pool: Option<String>,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub gpus: Vec<wire::GpuWire>,
+    pub epoch: u64,
+    #[serde(default)]
+    pub draining: bool,
+    /// Served by the control plane's own agent (`gpool up`).
+    #[serde(default)]
+    pub local: bool,
+}
+
+/// A node as the controller keeps it.
+pub(crate) struct NodeLink {
+    pub doc: NodeDoc,
+    pub link: Link,
+}
+
+impl NodeLink {
+    pub(super) fn is_local(&self) -> bool {
+        matches!(self.link, Link::Local(_))
+    }
+}
+
+/// The scheduling core's node from what an agent reported.
+pub fn core_node(d: &NodeDoc) -> Node {
+    let mut node = Node::new(&d.name, 0, 0);
+    node.cpus_milli = (d.cpus.max(0.0) * 1000.0).round() as u64;
+    node.memory_mb = d.memory_mb;
+    node.labels = d.labels.clone();
+    if let Some(p) = &d.pool {
+        let kind = match p.as_str() {
+            "spot" | "preemptible" => PoolKind::Spot,
+            "reserved" => PoolKind::Reserved,
+            _ => PoolKind::OnDemand,
+        };
+        node.pool = Pool { name: Arc::from(p.as_str()), kind };
+    }
+    node.state = if d.draining { NodeState::Draining } else { NodeState::Up };
+    node.devices = d
+        .gpus
+        .iter()
+        .map(|g| Device {
+            index: g.index,
+            uuid: Arc::from(g.uuid.as_str()),
+            kind: DeviceKind::NvidiaGpu,
+            model: Arc::from(g.model.as_str()),
+            memory_mb: g.memory_mb,
+            nvlink_group: g.nvlink_group,
+            numa_node: g.numa_node,
+            mig: g.mig.as_ref().map(|list| {
+                list.iter()
+                    .filter_map(|m| {
+                        Some(MigInstance {
+                            profile: m.profile.parse().ok()?,
+                            uuid: Arc::from(m.uuid.as_str()),
+                            gi_id: m.gi_id,
+                            memory_mb: m.memory_mb,
+                        })
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    node
+}
+
+/// The wire form of discovered GPUs.
+pub fn gpus_to_wire(gpus: &[gpool_gpu::GpuInfo]) -> Vec<wire::GpuWire> {
+    gpus.iter()
+        .map(|g| wire::GpuWire {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            model: g.model.clone(),
+            memory_mb: g.memory_mb,
+            pci_bus_id: g.pci_bus_id.clone(),
+            nvlink_group: g.nvlink_group,
+            numa_node: g.numa_node,
+            mig: g.mig.as_ref().map(|list| {
+                list.iter()
+                    .map(|m| wire::MigWire {
+                        profile: m.profile.clone(),
+                        uuid: m.uuid.clone(),
+                        gi_id: m.gi_id,
+                        memory_mb: m.memory_mb,
+                    })
+                    .collect()
+            }),
+        })
+        .collect()
+}
+
+fn node_row(d: &NodeDoc, now: i64) -> Write {
+    let state = if d.draining { "draining" } else { "up" };
+    Write::PutNode(gpool_store::NodeRow {
+        name: d.name.clone(),
+        state: state.into(),
+        doc: serde_json::to_string(d).unwrap_or_default(),
+        updated_ms: now,
+    })
+}
+
+fn replica_id(k: ReplicaKey) -> wire::ReplicaId {
+    wire::ReplicaId { job: k.job, attempt: k.attempt, rank: k.rank }
+}
+
+fn replica_key(r: wire::ReplicaId) -> ReplicaKey {
+    ReplicaKey { job: r.job, attempt: r.attempt, rank: r.rank }
+}
+
+impl Controller {
+    /// Adds (or updates) a node in the snapshot and the link table.
+    pub(super) fn install_node(&mut self, doc: NodeDoc, link: Link, now: i64) -> Result<NodeId, ApiError> {
+        let node = core_node(&doc);
+        let id = match self.snap.node_id(&doc.name) {
+            Some(id) => {
+                let same = self.snap.node(id).is_some_and(|n| n.devices == node.devices);
+                if !same {
+                    match self.snap.replace_node(id, node) {
+                        Ok(()) => {}
+                        Err(e) => {
+                            // Jobs run on the old inventory: keep it until they end.
+                            self.event(
+                                now,
+                                None,
+                                "node",
+                                format!("node {}: its inventory changed but is kept while jobs run ({e})", doc.name),
+                            );
+                        }
+                    }
+                } else {
+                    let _ =
+                        self.snap.set_node_state(id, if doc.draining { NodeState::Draining } else { NodeState::Up });
+                }
+                id
+            }
+            None => self.snap.add_node(node).map_err(|e| ApiError::new(400, format!("node {}: {e}", doc.name)))?,
+        };
+        let state = if doc.draining { NodeState::Draining } else { NodeState::Up };
+        let _ = self.snap.set_node_state(id, state);
+        self.writes.push(node_row(&doc, now));
+        self.links.insert(id, NodeLink { doc, link });
+        self.dirty = true;
+        Ok(id)
+    }
+
+    /// Nodes the store remembers and nobody has served yet: down until their agents register.
+    pub(super) fn restore_nodes(&mut self, now: i64) -> anyhow::Result<()> {
+        for row in self.store.nodes()? {
+            if self.snap.node_id(&row.name).is_some() {
+                continue;
+            }
+            let Ok(doc) = serde_json::from_str::<NodeDoc>(&row.doc) else { continue };
+            let node = core_node(&doc);
+            let id = self.snap.add_node(node)?;
+            self.snap.set_node_state(id, NodeState::Down)?;
+            self.links
+                .insert(id, NodeLink { doc, link: Link::Remote(Remote { last_seen_ms: now, ..Remote::default() }) });
+            // Give its agent a lease's time to find this controller.
+            self.timers.insert((now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 }));
+        }
+        Ok(())
+    }
+
+    pub(super) fn lease_ms(&self) -> i64 {
+        self.cfg.lease.as_millis() as i64
+    }
+
+    /// `POST /agent/v1/register`.
+    pub(super) fn register(&mut self, reg: wire::Register, now: i64) -> Result<wire::Registered, ApiError> {
+        if reg.node.trim().is_empty() || reg.node.contains(char::is_whitespace) || reg.node.contains('/') {
+            return Err(ApiError::new(400, "node: must be a non-empty name without spaces or '/'"));
+        }
+        if !(reg.cpus.is_finite() && reg.cpus >= 0.0) {
+            return Err(ApiError::new(400, "cpus: must be a number of CPUs ≥ 0"));
+        }
+        let existing = self.snap.node_id(&reg.node).and_then(|id| self.links.get(&id).map(|l| (id, l)));
+        if let Some((_, l)) = &existing
+            && l.is_local()
+        {
+            return Err(ApiError::new(409, format!("node {}: the control plane's own agent serves it", reg.node)));
+        }
+        let (epoch, draining) = existing.map_or_else(
+            || {
+                let stored = self
+                    .store
+                    .nodes()
+                    .ok()
+                    .and_then(|rows| rows.into_iter().find(|r| r.name == reg.node))
+                    .and_then(|r| serde_json::from_str::<NodeDoc>(&r.doc).ok());
+                stored.map_or((0, false), |d| (d.epoch, d.draining))
+            },
+            |(_, l)| (l.doc.epoch, l.doc.draining),
+        );
+        let doc = NodeDoc {
+            name: reg.node.clone(),
+            addr: reg.addr.clone(),
+            source: reg.source.clone(),
+            labels: reg.labels.clone(),
+            pool: reg.pool.clone(),
+            cpus: reg.cpus,
+            memory_mb: reg.memory_mb,
+            gpus: reg.gpus.clone(),
+            epoch: epoch + 1,
+            draining,
+            local: false,
+        };
+        // The outbox of the old session is void: the new agent starts from the next sequence number.
+        let (next_seq, parked) = match existing.map(|(id, _)| id).and_then(|id| self.links.get_mut(&id)) {
+            Some(NodeLink { link: Link::Remote(r), .. }) => (r.next_seq, r.parked.take()),
+            _ => (1, None),
+        };
+        if let Some((_, reply)) = parked {
+            self.reply(reply, Err(ApiError::new(409, "the node registered again")));
+        }
+        let remote = Remote { registered: true, next_seq, last_seen_ms: now, ..Remote::default() };
+        let id = self.install_node(doc, Link::Remote(remote), now)?;
+        self.event(
+            now,
+            None,
+            "node_up",
+            format!("node {} registered (epoch {}, {} GPUs)", reg.node, epoch + 1, reg.gpus.len()),
+        );
+        // Re-synchronise: what the store says runs here is reconciled; anything else is killed.
+        let mut expected = Vec::new();
+        for d in self.jobs.values() {
+            let Some(run) = d.run.as_ref().filter(|_| !d.state.is_terminal() && d.state != api::JobState::Pending)
+            else {
+                continue;
+            };
+            for r in run.replicas.iter().filter(|r| r.node == reg.node && !r.ended()) {
+                expected.push((ReplicaKey { job: d.id, attempt: run.attempt, rank: r.rank }, self.device_uuids(r)));
+            }
+        }
+        for (key, devices) in &expected {
+            self.push_command(id, wire::Command::Reconcile { replica: replica_id(*key), devices: devices.clone() });
+        }
+        for r in &reg.running {
+            if !expected.iter().any(|(k, _)| replica_id(*k) == *r) {
+                self.push_command(id, wire::Command::Kill { replica: *r });
+            }
+        }
+        // Runs being stopped: their stop signal again (the old session may not have delivered it).
+        let stopping: Vec<(ReplicaKey, Signal)> = self
+            .jobs
+            .values()
+            .filter_map(|d| Some((d, d.run.as_ref().filter(|r| r.stop.is_some())?)))
+            .flat_map(|(d, run)| {
+                let sig = d.spec.stop_signal.as_deref().and_then(parse_signal).unwrap_or(Signal::TERM);
+                run.replicas
+                    .iter()
+                    .filter(|r| r.node == reg.node && !r.ended())
+                    .map(move |r| (ReplicaKey { job: d.id, attempt: run.attempt, rank: r.rank }, sig))
+            })
+            .collect();
+        for (key, sig) in stopping {
+            self.push_command(id, wire::Command::Signal { replica: replica_id(key), signal: sig.as_raw() });
+        }
+        self.timers.insert((now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 }));
+        Ok(wire::Registered {
+            epoch: epoch + 1,
+            lease_ms: self.lease_ms() as u64,
+            heartbeat_ms: (self.lease_ms() / 4).max(100) as u64,
+            next_seq,
+        })
+    }
+
+    /// The node of a request, if its session is current; renews its lease.
+    fn session(&mut self, node: &str, epoch: u64, now: i64) -> Result<NodeId, ApiError> {
+        let stale = || {
+            ApiError::new(
+                409,
+                format!("node {node}: register again (the control plane restarted or declared the node down)"),
+            )
+        };
+        let id = self.snap.node_id(node).ok_or_else(stale)?;
+        let link = self.links.get_mut(&id).ok_or_else(stale)?;
+        match &mut link.link {
+            Link::Remote(r) if r.registered && link.doc.epoch == epoch => {
+                r.last_seen_ms = now;
+                Ok(id)
+            }
+            _ => Err(stale()),
+        }
+    }
+
+    /// `GET /agent/v1/commands`: answers at once if commands wait, else parks the poll.
+    pub(super) fn poll(&mut self, node: &str, epoch: u64, after: u64, reply: Reply<wire::Commands>, now: i64) {
+        let id = match self.session(node, epoch, now) {
+            Ok(id) => id,
+            Err(e) => return self.reply(reply, Err(e)),
+        };
+        let Some(NodeLink { link: Link::Remote(r), .. }) = self.links.get_mut(&id) else { return };
+        while r.outbox.front().is_some_and(|c| c.seq <= after) {
+            r.outbox.pop_front();
+        }
+        let old = r.parked.take();
+        let ready: Vec<wire::Sequenced> = r.outbox.iter().cloned().collect();
+        let parked_timer = if ready.is_empty() {
+            r.park_id += 1;
+            r.parked = Some((r.park_id, reply));
+            Some(r.park_id)
+        } else {
+            self.replies.push(Box::new(move || {
+                let _ = reply.send(Ok(wire::Commands { commands: ready }));
+            }));
+            None
+        };
+        if let Some((_, o)) = old {
+            self.reply(o, Ok(wire::Commands { commands: Vec::new() }));
+        }
+        if let Some(p) = parked_timer {
+            self.timers.insert((now + POLL_MS, Timer::PollTimeout { node: id.0, park: p }));
+        }
+    }
+
+    /// A parked poll's time is up: it gets an empty answer.
+    pub(super) fn poll_timeout(&mut self, node: u32, park: u64) {
+        if let Some(NodeLink { link: Link::Remote(r), .. }) = self.links.get_mut(&NodeId(node))
+            && r.parked.as_ref().is_some_and(|(p, _)| *p == park)
+            && let Some((_, reply)) = r.parked.take()
+        {
+            self.reply(reply, Ok(wire::Commands { commands: Vec::new() }));
+        }
+    }
+
+    /// Queues a command for a remote node (and answers its parked poll).
+    pub(super) fn push_command(&mut self, id: NodeId, command: wire::Command) {
+        let Some(NodeLink { link: Link::Remote(r), .. }) = self.links.get_mut(&id) else { return };
+        let seq = r.next_seq;
+        r.next_seq += 1;
+        r.outbox.push_back(wire::Sequenced { seq, command });
+        if let Some((_, reply)) = r.parked.take() {
+            let ready: Vec<wire::Sequenced> = r.outbox.iter().cloned().collect();
+            self.replies.push(Box::new(move || {
+                let _ = reply.send(Ok(wire::Commands { commands: ready }));
+            }));
+        }
+    }
+
+    /// `POST /agent/v1/report`.
+    pub(super) fn agent_report(&mut self, rep: wire::Report, now: i64) -> Result<(), ApiError> {
+        let id = self.session(&rep.node, rep.epoch, now)?;
+        for e in rep.events {
+            match e {
+                wire::Event::Running { .. } => {}
+                wire::Event::Exited { replica, exit } => {
+                    let exit = ExitRecord {
+                        code: exit.code,
+                        signal: exit.signal,
+                        started_ms: exit.started_ms,
+                        ended_ms: exit.ended_ms,
+                        error: exit.error,
+                    };
+                    self.on_replica_end(replica_key(replica), Some(exit), None, now);
+                }
+                wire::Event::Lost { replica, why } => self.on_replica_end(replica_key(replica), None, Some(why), now),
+            }
+        }
+        if let Some(t) = rep.telemetry {
+            let report = crate::convert::telemetry_from_wire(&rep.node, t);
+            self.on_telemetry(report, now);
+        }
+        let _ = id;
+        Ok(())
+    }
+
+    /// A node's lease check: down if it has been silent too long.
+    pub(super) fn lease_check(&mut self, node: u32, now: i64) {
+        let id = NodeId(node);
+        let lease = self.lease_ms();
+        let Some(NodeLink { link: Link::Remote(r), doc }) = self.links.get_mut(&id) else { return };
+        let deadline = r.last_seen_ms + lease + LEASE_MARGIN_MS;
+        if deadline > now {
+            self.timers.insert((deadline, Timer::Lease { node }));
+            return;
+        }
+        let was_registered = r.registered;
+        r.registered = false;
+        r.outbox.clear();
+        let parked = r.parked.take();
+        let name = doc.name.clone();
+        if let Some((_, reply)) = parked {
+            self.reply(reply, Err(ApiError::new(409, "the node was declared down")));
+        }
+        let _ = self.snap.set_node_state(id, NodeState::Down);
+        let why = if was_registered {
+            format!("node {name} missed its lease ({} ms without a word from its agent)", lease + LEASE_MARGIN_MS)
+        } else {
+            format!("node {name} did not register within its lease after the control plane started")
+        };
+        self.event(now, None, "node_down", why.clone());
+        self.telemetry_forget_node(&name, now);
+        // Its replicas are gone (their shims killed them when the lease ran out).
+        let lost: Vec<ReplicaKey> = self
+            .jobs
+            .values()
+            .filter_map(|d| Some((d.id, d.run.as_ref()?)))
+            .flat_map(|(id, run)| {
+                run.replicas.iter().filter(|r| r.node == name && !r.ended()).map(move |r| ReplicaKey {
+                    job: id,
+                    attempt: run.attempt,
+                    rank: r.rank,
+                })
+            })
+            .collect();
+        for key in lost {
+            self.on_replica_end(key, None, Some(format!("node {name} is down")), now);
+        }
+        self.dirty = true;
+    }
+
+    /// `POST /api/v1/nodes/{name}/drain|resume` (admins).
+    pub(super) fn set_draining(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+        draining: bool,
+        now: i64,
+    ) -> Result<api::NodeView, ApiError> {
+        if caller.role != Role::Admin {
+            return Err(ApiError::new(403, "only admins drain or resume nodes"));
+        }
+        let id = self.snap.node_id(name).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
+        let link = self.links.get_mut(&id).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
+        link.doc.draining = draining;
+        let doc = link.doc.clone();
+        let down = self.snap.node(id).is_some_and(|n| n.state == NodeState::Down);
+        if !down {
+            let _ = self.snap.set_node_state(id, if draining { NodeState::Draining } else { NodeState::Up });
+        }
+        self.writes.push(node_row(&doc, now));
+        let what = if draining {
+            "draining: running jobs finish, nothing new starts there"
+        } else {
+            "resumed: takes new work"
+        };
+        self.event(
+            now,
+            None,
+            if draining { "node_draining" } else { "node_resumed" },
+            format!("node {name} {what} (by {})", caller.user),
+        );
+        self.dirty = true;
+        self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
+    }
+}
