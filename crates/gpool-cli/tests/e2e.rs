@@ -370,10 +370,8 @@ fn a_job_whose_processes_vanished_while_the_daemon_was_down_is_requeued_not_fail
         d.submit(json!({"command": "echo \"attempt $GPOOL_ATTEMPT\"; sleep 600", "resources": {"nvidia.com/gpu": 1}}));
     wait_for_output(&d, id, "attempt 1");
     d.kill9();
-    // The node loses the job too (think: its processes were OOM-killed): no exit record is left.
-    for pid in processes_of(&data, Some(id)) {
-        let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
-    }
+    // The node loses the job too (think: a reboot): its shim first, so that
+    // nothing is left to write an exit record, then the job's processes.
     let shims: Vec<String> = std::fs::read_dir("/proc")
         .expect("proc")
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
@@ -383,8 +381,12 @@ fn a_job_whose_processes_vanished_while_the_daemon_was_down_is_requeued_not_fail
         })
         .map(|p| p.to_string())
         .collect();
+    assert_eq!(shims.len(), 1, "one shim runs the job");
     for pid in &shims {
         let _ = std::process::Command::new("kill").arg("-KILL").arg(pid).status();
+    }
+    for pid in processes_of(&data, Some(id)) {
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
     }
     let d = Daemon::start(&data, "1xH100-80GB", &[]);
     wait_for_output(&d, id, "attempt 2");
