@@ -115,6 +115,14 @@ pub enum StoreError {
     TooNew { found: u32, supported: u32 },
     #[error("PostgreSQL error: {0}")]
     Postgres(String),
+    /// The connection to PostgreSQL is gone, and leadership with it: the
+    /// store does not reconnect; open a new one.
+    #[error("lost the connection to PostgreSQL (and leadership with it): {0}")]
+    Disconnected(String),
+    /// A value the database cannot hold (an id above `i64::MAX`), or a
+    /// stored one this gpool cannot read.
+    #[error("{what} {value} is out of the range the database stores")]
+    OutOfRange { what: &'static str, value: i128 },
 }
 
 /// Durable state of the control plane.
