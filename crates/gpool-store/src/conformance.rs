@@ -1,5 +1,5 @@
 //! The behaviour every [`Store`] backend must have, as one suite run against
-//! each backend (SQLite here; PostgreSQL with the multi-node work).
+//! each backend (SQLite and PostgreSQL, in their modules' tests).
 
 use crate::{EventRow, JobQuery, JobRow, NodeRow, SampleRow, Store, TokenRow, Write};
 

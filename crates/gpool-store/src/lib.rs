@@ -7,6 +7,43 @@
 //!
 //! Rows carry the columns queries filter on plus a JSON document the
 //! controller owns; the store does not interpret documents.
+//!
+//! ## Backends
+//!
+//! [`open`] picks one by URL; both pass the same [`conformance`] suite.
+//!
+//! - [`Sqlite`]: a database file next to a single control plane (WAL, no
+//!   server to run). Several control planes can only share it on one
+//!   machine.
+//! - [`Postgres`]: a PostgreSQL database several control planes share, one
+//!   leading and the others standing by. One connection per store, without
+//!   TLS (loopback or private networks), never reconnected: a store whose
+//!   connection breaks fails every call with [`StoreError::Disconnected`].
+//!
+//! Each backend migrates its schema when opened (`migrations/sqlite/`,
+//! `migrations/postgres/`, the same tables) and refuses a database a newer
+//! gpool migrated ([`StoreError::TooNew`]).
+//!
+//! ## Leadership
+//!
+//! Only the leader writes; [`Store::lead`] makes a store's holder the
+//! leader, and it stays so while the store lives:
+//!
+//! - SQLite: an exclusive lock on the file `<database>.lock`, which the
+//!   operating system releases when the process dies.
+//! - PostgreSQL: the session-level advisory lock [`Postgres::LEADER_KEY`]
+//!   on the connection the store also writes with. The server releases it
+//!   when that session ends: at once when the leader's process dies, within
+//!   about 30 s (TCP keepalives) when its machine or network does. A
+//!   standby blocked in `lead(true)` then takes over; the old leader's
+//!   store fails instead of reconnecting, so it cannot write believing it
+//!   still leads.
+//!
+//! Neither backend fences writes: a store that does not lead can still
+//! commit, so the controller must not write before `lead` says it leads.
+//!
+//! [`testing::TestPostgres`] starts a throwaway PostgreSQL server for tests
+//! and benchmarks.
 
 pub mod conformance;
 mod postgres;
@@ -115,6 +152,14 @@ pub enum StoreError {
     TooNew { found: u32, supported: u32 },
     #[error("PostgreSQL error: {0}")]
     Postgres(String),
+    /// The connection to PostgreSQL is gone, and leadership with it: the
+    /// store does not reconnect; open a new one.
+    #[error("lost the connection to PostgreSQL (and leadership with it): {0}")]
+    Disconnected(String),
+    /// A value the database cannot hold (an id above `i64::MAX`), or a
+    /// stored one this gpool cannot read.
+    #[error("{what} {value} is out of the range the database stores")]
+    OutOfRange { what: &'static str, value: i128 },
 }
 
 /// Durable state of the control plane.
