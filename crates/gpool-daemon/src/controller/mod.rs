@@ -643,7 +643,8 @@ impl Controller {
         // Node tokens speak the agent protocol and nothing else; the agent
         // protocol takes node and admin tokens.
         let agent_call = matches!(call, Call::Register { .. } | Call::Poll { .. } | Call::Report { .. });
-        if caller.role != Role::Admin && agent_call != (caller.role == Role::Node) {
+        let anyone = matches!(call, Call::WhoAmI { .. });
+        if caller.role != Role::Admin && !anyone && agent_call != (caller.role == Role::Node) {
             let why = if agent_call {
                 "only node tokens (gpool token create --role node) speak the agent protocol"
             } else {
