@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # gpool's test command (README.md, .ci/run): installs the services that the
-# tests start on loopback (Prometheus, from Debian's packages) when they are
-# missing, then runs every test of the workspace.
+# tests start on loopback (Prometheus and PostgreSQL, from Debian's packages)
+# when they are missing, then runs every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need+=(postgresql)
+fi
+command -v flock >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]} (Debian packages) for the tests that start them"
   sudo=""

@@ -347,7 +347,10 @@ pub(crate) fn telemetry(a: TelemetryArgs) -> anyhow::Result<()> {
             })
         })
         .collect();
-    d.post("/api/v1/jobs", &json!({"jobs": running}))?;
+    let running_ids: Vec<u64> = d.post("/api/v1/jobs", &json!({"jobs": running}))?["ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
     let pending: Vec<Value> = (0..a.jobs.saturating_sub(gpus))
         .map(|i| json!({"name": format!("wait{i}"), "command": "true", "resources": {"nvidia.com/gpu": 1}}))
         .collect();
@@ -369,6 +372,10 @@ pub(crate) fn telemetry(a: TelemetryArgs) -> anyhow::Result<()> {
         let text = d.get_text("/metrics")?;
         lat.push(t.elapsed().as_secs_f64() * 1000.0);
         bytes = text.len();
+    }
+    // The load jobs never end by themselves: stop them (jobs outlive their daemon by design).
+    for id in running_ids {
+        d.post(&format!("/api/v1/jobs/{id}/cancel"), &json!({}))?;
     }
     lat.sort_by(f64::total_cmp);
     let p = |q: f64| (lat[((lat.len() - 1) as f64 * q).round() as usize] * 100.0).round() / 100.0;

@@ -1,0 +1,315 @@
+//! End-to-end tests of a cluster: `gpool serve` on PostgreSQL (a leader and
+//! a standby), three `gpool agent`s as separate processes on 127.0.0.x
+//! addresses with simulated GPUs, real jobs, `kill -9` of an agent and of the
+//! leader. PostgreSQL is a real server started on loopback by the test
+//! (`gpool_store::testing`); `.ci/run` installs it.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A `gpool serve` or `gpool agent` process, killed at drop.
+struct Proc {
+    child: Child,
+    /// The URL it printed (control planes), once it printed one.
+    url: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn spawn(args: &[String], log: &Path) -> Proc {
+        let err = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log");
+        let mut child = Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(err).spawn().expect("spawn gpool");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(out);
+            let mut line = String::new();
+            while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if let Some(u) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                    let _ = tx.send(u.to_string());
+                }
+                line.clear();
+            }
+            let mut sink = Vec::new();
+            let _ = r.read_to_end(&mut sink);
+        });
+        Proc { child, url: rx }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+struct Api {
+    base: String,
+    token: String,
+    http: ureq::Agent,
+}
+
+impl Api {
+    fn new(base: &str, token: &str) -> Api {
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        Api { base: base.into(), token: token.into(), http }
+    }
+
+    fn get(&self, path: &str) -> Option<Value> {
+        let mut r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        r.body_mut().with_config().limit(64 << 20).read_json().ok()
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Value {
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .send_json(body)
+            .expect("reachable");
+        let status = r.status().as_u16();
+        let v: Value = r.body_mut().read_json().unwrap_or(Value::Null);
+        assert!(status < 300, "POST {path}: {status} {v}");
+        v
+    }
+
+    /// Every job, all pages.
+    fn jobs(&self) -> Option<Vec<Value>> {
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self.get(&format!("/api/v1/jobs?limit=1000&after={after}"))?;
+            let jobs = page["jobs"].as_array()?.clone();
+            out.extend(jobs);
+            match page["next"].as_u64() {
+                Some(n) => after = n,
+                None => return Some(out),
+            }
+        }
+    }
+
+    fn succeeded(&self) -> usize {
+        self.jobs().map_or(0, |j| j.iter().filter(|x| x["state"] == "succeeded").count())
+    }
+
+    fn nodes(&self) -> Vec<Value> {
+        self.get("/api/v1/nodes").and_then(|v| v.as_array().cloned()).unwrap_or_default()
+    }
+}
+
+/// Waits for a condition that other processes bring about; fails after `limit`.
+fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The job every test job runs: it holds a lock per GPU it was given (and
+/// one for itself), so two processes holding a GPU at once, or two runs of
+/// one job at once, leave a violation record; then it records its master and
+/// its completion.
+fn job_script(dir: &Path) -> PathBuf {
+    let path = dir.join("job.sh");
+    std::fs::write(
+        &path,
+        r#"#!/bin/bash
+D="$1"
+for g in ${CUDA_VISIBLE_DEVICES//,/ }; do
+  exec {fd}>"$D/locks/$GPOOL_NODE-gpu$g"
+  flock -n "$fd" || echo "job $GPOOL_JOB_ID: $GPOOL_NODE gpu$g held by another process" >> "$D/violations"
+done
+exec {me}>"$D/locks/job-$GPOOL_JOB_ID-rank${RANK:-0}"
+flock -n "$me" || echo "job $GPOOL_JOB_ID rank ${RANK:-0} runs twice at once" >> "$D/violations"
+if [ -n "$MASTER_ADDR" ]; then echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT $RANK $GPOOL_NODE $MASTER_ADDR $MASTER_PORT $NODE_RANK" >> "$D/masters"; fi
+sleep "$2"
+echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE" >> "$D/done"
+"#,
+    )
+    .expect("script");
+    std::fs::create_dir_all(dir.join("locks")).expect("locks");
+    path
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).map(|t| t.lines().map(String::from).collect()).unwrap_or_default()
+}
+
+#[test]
+fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
+    let s = Scratch::new("cluster");
+    let pg = gpool_store::testing::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
+    let db = pg.fresh_database("cluster").expect("database");
+    let free =
+        || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");
+    let (pa, pb) = (free(), free());
+    let plane = |dir: &str, port: u16| -> Vec<String> {
+        ["serve", "--db", &db, "--listen", &format!("127.0.0.1:{port}"), "--lease", "3s", "--data-dir"]
+            .iter()
+            .map(|x| x.to_string())
+            .chain([s.0.join(dir).display().to_string()])
+            .collect()
+    };
+    let mut leader = Proc::spawn(&plane("cp-a", pa), &s.0.join("cp-a.log"));
+    let a_url = leader.url.recv_timeout(Duration::from_secs(60)).expect("the first control plane leads");
+    let standby = Proc::spawn(&plane("cp-b", pb), &s.0.join("cp-b.log"));
+    assert!(
+        standby.url.recv_timeout(Duration::from_millis(500)).is_err(),
+        "a standby does not serve while another leads"
+    );
+    let admin = std::fs::read_to_string(s.0.join("cp-a/admin.token")).expect("token").trim().to_string();
+    let mut api = Api::new(&a_url, &admin);
+    let node_token = api.post("/api/v1/tokens", &json!({"user": "nodes", "role": "node"}))["token"]
+        .as_str()
+        .expect("node token")
+        .to_string();
+    let servers = format!("http://127.0.0.1:{pa},http://127.0.0.1:{pb}");
+    let agent = |i: usize| -> Proc {
+        let args: Vec<String> = [
+            "agent",
+            "--server",
+            &servers,
+            "--token",
+            &node_token,
+            "--node-name",
+            &format!("n{i}"),
+            "--advertise-addr",
+            &format!("127.0.0.{}", i + 2),
+            "--simulate-gpus",
+            "4xH100-80GB",
+            "--sample-interval",
+            "1s",
+            "--data-dir",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .chain([s.0.join(format!("agent-{i}")).display().to_string()])
+        .collect();
+        Proc::spawn(&args, &s.0.join(format!("agent-{i}.log")))
+    };
+    let mut agents: Vec<Proc> = (0..3).map(agent).collect();
+    until("three registered nodes", Duration::from_secs(60), || {
+        api.nodes().iter().filter(|n| n["agent"].as_str().is_some_and(|a| a.starts_with("remote, epoch"))).count() == 3
+    });
+
+    // 500 jobs: one in ten a gang of two 4-GPU replicas (so across two nodes), the rest 1 or 2 GPUs.
+    let script = job_script(&s.0);
+    let specs: Vec<Value> = (0..500)
+        .map(|i| {
+            let secs = ["0.1", "0.2", "0.4"][i % 3];
+            let command =
+                vec!["bash".to_string(), script.display().to_string(), s.0.display().to_string(), secs.to_string()];
+            if i % 10 == 0 {
+                json!({"command": command, "replicas": 2, "resources": {"nvidia.com/gpu": 4}})
+            } else {
+                json!({"command": command, "resources": {"nvidia.com/gpu": 1 + (i % 2)}})
+            }
+        })
+        .collect();
+    let ids: Vec<u64> = api.post("/api/v1/jobs", &json!({"jobs": specs}))["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert_eq!(ids.len(), 500);
+
+    // kill -9 of an agent midway: its node goes down, its jobs are requeued and finish elsewhere.
+    until("100 jobs done", Duration::from_secs(180), || api.succeeded() >= 100);
+    agents[1].kill9();
+    until("n1 declared down", Duration::from_secs(30), || {
+        api.nodes().iter().any(|n| n["name"] == "n1" && n["state"] == "down")
+    });
+    let done_while_down = api.succeeded();
+    until("progress without n1", Duration::from_secs(60), || api.succeeded() >= done_while_down + 20);
+    // Restarted, it re-joins.
+    agents[1] = agent(1);
+    until("n1 back up", Duration::from_secs(30), || {
+        api.nodes().iter().any(|n| {
+            n["name"] == "n1" && n["state"] == "up" && n["agent"].as_str().is_some_and(|a| a.starts_with("remote"))
+        })
+    });
+
+    // kill -9 of the leader: the standby takes over, the agents follow.
+    until("250 jobs done", Duration::from_secs(180), || api.succeeded() >= 250);
+    leader.kill9();
+    let b_url = standby.url.recv_timeout(Duration::from_secs(30)).expect("the standby takes over within seconds");
+    api = Api::new(&b_url, &admin);
+    until("every job done", Duration::from_secs(300), || api.succeeded() == 500);
+
+    // What the jobs themselves saw.
+    let violations = lines(&s.0.join("violations"));
+    assert!(violations.is_empty(), "{violations:#?}");
+    let jobs = api.jobs().expect("jobs");
+    assert_eq!(jobs.len(), 500);
+    let restarted: BTreeSet<u64> =
+        jobs.iter().filter(|j| j["restarts"].as_u64().unwrap_or(0) > 0).filter_map(|j| j["id"].as_u64()).collect();
+    let mut done: BTreeMap<(u64, u32), usize> = BTreeMap::new();
+    for l in lines(&s.0.join("done")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (Some(job), Some(rank)) = (f.first().and_then(|x| x.parse().ok()), f.get(2).and_then(|x| x.parse().ok()))
+        else {
+            panic!("bad record {l:?}")
+        };
+        *done.entry((job, rank)).or_default() += 1;
+    }
+    for j in &jobs {
+        let id = j["id"].as_u64().expect("id");
+        for rank in 0..j["spec"]["replicas"].as_u64().unwrap_or(1) as u32 {
+            let n = done.get(&(id, rank)).copied().unwrap_or(0);
+            if restarted.contains(&id) {
+                // Requeued after its node failed: it ran to the end at least once, never twice at once.
+                assert!(n >= 1, "job {id} rank {rank} never completed");
+            } else {
+                assert_eq!(n, 1, "job {id} rank {rank} completed {n} times");
+            }
+        }
+    }
+    assert!(!restarted.is_empty(), "the agent crash requeued some jobs");
+    // Gangs: rank 0's node is everyone's MASTER_ADDR, and the replicas ran on two nodes.
+    let addr = |node: &str| format!("127.0.0.{}", node.trim_start_matches('n').parse::<usize>().expect("node") + 2);
+    let mut gangs: BTreeMap<(String, String), Vec<Vec<String>>> = BTreeMap::new();
+    for l in lines(&s.0.join("masters")) {
+        let f: Vec<String> = l.split_whitespace().map(String::from).collect();
+        assert_eq!(f.len(), 7, "{l}");
+        gangs.entry((f[0].clone(), f[1].clone())).or_default().push(f);
+    }
+    let complete: Vec<_> = gangs.values().filter(|g| g.len() == 2).collect();
+    assert!(complete.len() >= 50, "every gang's two replicas recorded themselves: {}", complete.len());
+    for g in complete {
+        let rank0 = g.iter().find(|f| f[2] == "0").expect("rank 0");
+        let nodes: BTreeSet<&str> = g.iter().map(|f| f[3].as_str()).collect();
+        assert_eq!(nodes.len(), 2, "a 2×4-GPU gang on 4-GPU nodes spans two nodes: {g:?}");
+        for f in g {
+            assert_eq!(f[4], addr(&rank0[3]), "MASTER_ADDR is rank 0's node: {g:?}");
+            assert_eq!(f[5], rank0[5], "one MASTER_PORT: {g:?}");
+        }
+    }
+    drop(agents);
+}
