@@ -19,6 +19,8 @@ pub(crate) enum BenchCommand {
     Latency(crate::bench_daemon::LatencyArgs),
     /// The cost of GPU telemetry: sampler CPU and /metrics scrape latency.
     Telemetry(crate::bench_daemon::TelemetryArgs),
+    /// The control plane at scale: simulated nodes speaking the agent protocol, a large queue.
+    Cluster(crate::bench_cluster::ClusterArgs),
 }
 
 #[derive(Args, Debug)]
@@ -53,6 +55,7 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Submit(a) => crate::bench_daemon::submit(a),
         BenchCommand::Latency(a) => crate::bench_daemon::latency(a),
         BenchCommand::Telemetry(a) => crate::bench_daemon::telemetry(a),
+        BenchCommand::Cluster(a) => crate::bench_cluster::cluster(a),
     }
 }
 

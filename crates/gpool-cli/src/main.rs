@@ -15,6 +15,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod bench_cluster;
 mod bench_daemon;
 mod client;
 mod daemons;

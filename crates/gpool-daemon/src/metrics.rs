@@ -57,6 +57,28 @@ impl Histogram {
         Histogram { counts: vec![0; bounds.len()], bounds, sum: 0.0, count: 0 }
     }
 
+    /// Scheduling passes: from 100 µs to 2 s.
+    pub fn pass_seconds() -> Histogram {
+        let bounds = vec![0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0];
+        Histogram { counts: vec![0; bounds.len()], bounds, sum: 0.0, count: 0 }
+    }
+
+    /// The value under which a share `q` of the observations fall (the upper
+    /// bound of its bucket), if any were observed.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let want = (self.count as f64 * q).ceil().max(1.0) as u64;
+        self.bounds.iter().zip(&self.counts).find(|(_, c)| **c >= want).map(|(b, _)| *b).or((self.count > 0).then_some(f64::INFINITY))
+    }
+
+    fn write(&self, out: &mut String, name: &str) {
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {c}", value(*b));
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}", value(self.sum));
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+
     pub fn observe(&mut self, v: f64) {
         for (b, c) in self.bounds.iter().zip(self.counts.iter_mut()) {
             if v <= *b {
@@ -76,6 +98,8 @@ pub struct Scrape {
     pub queues: Vec<QueueStat>,
     pub jobs_by_state: BTreeMap<String, u64>,
     pub wait: Histogram,
+    /// Duration of scheduling passes.
+    pub passes: Histogram,
     pub allocations_total: u64,
     pub preemptions_total: u64,
     /// Allocated GPU-hours per (user, team), finished and running.
@@ -224,12 +248,9 @@ pub fn render(s: &Scrape) -> String {
         let _ = writeln!(out, "gpool_jobs{{state=\"{st}\"}} {n}");
     }
     header(&mut out, "gpool_job_wait_seconds", "histogram", "Time from submission (or requeue) to start.");
-    for (b, c) in s.wait.bounds.iter().zip(&s.wait.counts) {
-        let _ = writeln!(out, "gpool_job_wait_seconds_bucket{{le=\"{}\"}} {c}", value(*b));
-    }
-    let _ = writeln!(out, "gpool_job_wait_seconds_bucket{{le=\"+Inf\"}} {}", s.wait.count);
-    let _ = writeln!(out, "gpool_job_wait_seconds_sum {}", value(s.wait.sum));
-    let _ = writeln!(out, "gpool_job_wait_seconds_count {}", s.wait.count);
+    s.wait.write(&mut out, "gpool_job_wait_seconds");
+    header(&mut out, "gpool_schedule_pass_seconds", "histogram", "Duration of the scheduler's passes.");
+    s.passes.write(&mut out, "gpool_schedule_pass_seconds");
     header(&mut out, "gpool_allocations_total", "counter", "Job runs started (devices allocated).");
     let _ = writeln!(out, "gpool_allocations_total {}", s.allocations_total);
     header(&mut out, "gpool_preemptions_total", "counter", "Jobs preempted.");
@@ -323,6 +344,7 @@ mod tests {
                 h.observe(7200.0);
                 h
             },
+            passes: Histogram::pass_seconds(),
             allocations_total: 2,
             preemptions_total: 0,
             gpu_hours: [(("ana".to_string(), "ml".to_string()), 1.5)].into_iter().collect(),

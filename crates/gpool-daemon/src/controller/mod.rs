@@ -347,6 +347,7 @@ pub struct Controller {
     telemetry: Telemetry,
     notices: Vec<Notice>,
     wait: Histogram,
+    passes: Histogram,
     allocations: u64,
     preemptions: u64,
     /// GPU-hours of finished runs per (user, team), since the daemon started.
@@ -405,6 +406,7 @@ impl Controller {
             telemetry: Telemetry::new(cfg_telemetry),
             notices: Vec::new(),
             wait: Histogram::wait_seconds(),
+            passes: Histogram::pass_seconds(),
             allocations: 0,
             preemptions: 0,
             gpu_hours_done: BTreeMap::new(),
@@ -1183,7 +1185,9 @@ impl Controller {
 
     fn schedule(&mut self, now: i64) {
         self.dirty = false;
+        let t0 = std::time::Instant::now();
         let plan = schedule(&self.snap, Time::from_millis(now));
+        self.passes.observe(t0.elapsed().as_secs_f64());
         for p in &plan.preemptions {
             self.preemptions += 1;
             self.stop_run(p.victim.0, Stop::Preempt { for_job: p.for_job.0 }, now);

@@ -281,16 +281,8 @@ impl Controller {
             format!("node {} registered (epoch {}, {} GPUs)", reg.node, epoch + 1, reg.gpus.len()),
         );
         // Re-synchronise: what the store says runs here is reconciled; anything else is killed.
-        let mut expected = Vec::new();
-        for d in self.jobs.values() {
-            let Some(run) = d.run.as_ref().filter(|_| !d.state.is_terminal() && d.state != api::JobState::Pending)
-            else {
-                continue;
-            };
-            for r in run.replicas.iter().filter(|r| r.node == reg.node && !r.ended()) {
-                expected.push((ReplicaKey { job: d.id, attempt: run.attempt, rank: r.rank }, self.device_uuids(r)));
-            }
-        }
+        let expected: Vec<(ReplicaKey, Vec<String>)> =
+            self.live_replicas_on(id).into_iter().map(|(key, r)| (key, self.device_uuids(&r))).collect();
         for (key, devices) in &expected {
             self.push_command(id, wire::Command::Reconcile { replica: replica_id(*key), devices: devices.clone() });
         }
@@ -300,16 +292,12 @@ impl Controller {
             }
         }
         // Runs being stopped: their stop signal again (the old session may not have delivered it).
-        let stopping: Vec<(ReplicaKey, Signal)> = self
-            .jobs
-            .values()
-            .filter_map(|d| Some((d, d.run.as_ref().filter(|r| r.stop.is_some())?)))
-            .flat_map(|(d, run)| {
-                let sig = d.spec.stop_signal.as_deref().and_then(parse_signal).unwrap_or(Signal::TERM);
-                run.replicas
-                    .iter()
-                    .filter(|r| r.node == reg.node && !r.ended())
-                    .map(move |r| (ReplicaKey { job: d.id, attempt: run.attempt, rank: r.rank }, sig))
+        let stopping: Vec<(ReplicaKey, Signal)> = expected
+            .iter()
+            .filter_map(|(key, _)| {
+                let d = self.jobs.get(&key.job)?;
+                d.run.as_ref().filter(|r| r.stop.is_some())?;
+                Some((*key, d.spec.stop_signal.as_deref().and_then(parse_signal).unwrap_or(Signal::TERM)))
             })
             .collect();
         for (key, sig) in stopping {
@@ -341,6 +329,20 @@ impl Controller {
             }
             _ => Err(stale()),
         }
+    }
+
+    /// Replicas the store says run on a node and have not ended (the jobs
+    /// holding resources there, from the snapshot's index).
+    pub(super) fn live_replicas_on(&self, id: NodeId) -> Vec<(ReplicaKey, ReplicaDoc)> {
+        let Some(name) = self.snap.node(id).map(|n| n.name.to_string()) else { return Vec::new() };
+        let mut out = Vec::new();
+        for j in self.snap.jobs_on(id) {
+            let Some(run) = self.jobs.get(&j.0).and_then(|d| d.run.as_ref()) else { continue };
+            for r in run.replicas.iter().filter(|r| r.node == name && !r.ended()) {
+                out.push((ReplicaKey { job: j.0, attempt: run.attempt, rank: r.rank }, r.clone()));
+            }
+        }
+        out
     }
 
     /// `GET /agent/v1/commands`: answers at once if commands wait, else parks the poll.
@@ -451,18 +453,7 @@ impl Controller {
         self.event(now, None, "node_down", why.clone());
         self.telemetry_forget_node(&name, now);
         // Its replicas are gone (their shims killed them when the lease ran out).
-        let lost: Vec<ReplicaKey> = self
-            .jobs
-            .values()
-            .filter_map(|d| Some((d.id, d.run.as_ref()?)))
-            .flat_map(|(id, run)| {
-                run.replicas.iter().filter(|r| r.node == name && !r.ended()).map(move |r| ReplicaKey {
-                    job: id,
-                    attempt: run.attempt,
-                    rank: r.rank,
-                })
-            })
-            .collect();
+        let lost: Vec<ReplicaKey> = self.live_replicas_on(id).into_iter().map(|(k, _)| k).collect();
         for key in lost {
             self.on_replica_end(key, None, Some(format!("node {name} is down")), now);
         }

@@ -354,6 +354,7 @@ impl Controller {
             queues: queues.into_values().collect(),
             jobs_by_state,
             wait: self.wait.clone(),
+            passes: self.passes.clone(),
             allocations_total: self.allocations,
             preemptions_total: self.preemptions,
             gpu_hours,
