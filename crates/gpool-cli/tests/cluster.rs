@@ -141,6 +141,7 @@ fn job_script(dir: &Path) -> PathBuf {
         &path,
         r#"#!/bin/bash
 D="$1"
+echo "job $GPOOL_JOB_ID attempt $GPOOL_ATTEMPT rank ${RANK:-0} on $GPOOL_NODE"
 for g in ${CUDA_VISIBLE_DEVICES//,/ }; do
   exec {fd}>"$D/locks/$GPOOL_NODE-gpu$g"
   flock -n "$fd" || echo "job $GPOOL_JOB_ID: $GPOOL_NODE gpu$g held by another process" >> "$D/violations"
@@ -259,6 +260,8 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
     // kill -9 of the leader: the standby takes over, the agents follow.
     until("250 jobs done", Duration::from_secs(180), || api.succeeded() >= 250);
     leader.kill9();
+    let failover_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let b_url = standby.url.recv_timeout(Duration::from_secs(30)).expect("the standby takes over within seconds");
     api = Api::new(&b_url, &admin);
     until("every job done", Duration::from_secs(300), || api.succeeded() == 500);
@@ -310,6 +313,30 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
             assert_eq!(f[4], addr(&rank0[3]), "MASTER_ADDR is rank 0's node: {g:?}");
             assert_eq!(f[5], rank0[5], "one MASTER_PORT: {g:?}");
         }
+    }
+    // Logs: the agents ship them to whichever control plane leads; jobs that
+    // ended after the fail-over have theirs on the new leader.
+    let after: Vec<&Value> = jobs
+        .iter()
+        .filter(|j| j["ended_at"].as_str().and_then(gpool_api::time::parse_rfc3339).is_some_and(|t| t > failover_ms + 2_000))
+        .take(5)
+        .collect();
+    assert!(!after.is_empty(), "jobs ended after the fail-over");
+    for j in after {
+        let id = j["id"].as_u64().expect("id");
+        let want = format!("job {id} attempt {}", j["attempt"]);
+        let mut seen = String::new();
+        until(&format!("job {id}'s log on the new leader"), Duration::from_secs(30), || {
+            seen = api
+                .http
+                .get(format!("{}/api/v1/jobs/{id}/logs", api.base))
+                .header("Authorization", format!("Bearer {}", api.token))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .unwrap_or_default();
+            seen.contains(&want)
+        });
     }
     drop(agents);
 }

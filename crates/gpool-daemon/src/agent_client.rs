@@ -108,8 +108,8 @@ fn local_addr_towards(server: &str) -> Option<String> {
     Some(s.local_addr().ok()?.ip().to_string())
 }
 
-/// The session currently open, for the shipper.
-type Current = Arc<Mutex<Option<Conn>>>;
+/// The session currently open (numbered), for the shipper.
+type Current = Arc<Mutex<Option<(u64, Conn)>>>;
 
 /// Runs the agent until SIGINT/SIGTERM (jobs keep running; a restarted agent re-adopts them).
 pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
@@ -203,7 +203,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         delay = Duration::from_millis(200);
         renew(&lease_path, sent, registered.lease_ms);
         eprintln!("gpool agent: registered with {} (epoch {})", conn.base, registered.epoch);
-        *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn.clone());
+        *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((registered.epoch, conn.clone()));
         let end = run_session(&conn, &name, &registered, &agent, &report_rx, &mut pending, &lease_path);
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         match end {
@@ -376,6 +376,9 @@ struct Shipped {
     rank: u32,
     stream: &'static str,
     offset: u64,
+    /// The session whose control plane has everything up to `offset` (a new
+    /// one, after a fail-over, may have less: it is asked first).
+    session: Option<u64>,
 }
 
 /// Ships replicas' output to the control plane: inotify on the job
@@ -430,16 +433,16 @@ fn ship(jobs: PathBuf, mut ino: inotify::Inotify, current: Current) {
                         ))
                     });
                     if let Some((rank, stream)) = parsed {
-                        files.entry(f.path()).or_insert(Shipped { job: id, rank, stream, offset: 0 });
+                        files.entry(f.path()).or_insert(Shipped { job: id, rank, stream, offset: 0, session: None });
                     }
                 }
             }
         }
         let conn = current.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut behind = false;
-        if let Some(conn) = conn {
+        if let Some((session, conn)) = conn {
             for (path, s) in files.iter_mut() {
-                behind |= !ship_file(&conn, path, s);
+                behind |= !ship_file(&conn, session, path, s);
             }
         } else {
             behind = true;
@@ -467,12 +470,13 @@ fn ship(jobs: PathBuf, mut ino: inotify::Inotify, current: Current) {
 }
 
 /// Sends what the control plane lacks of one file; false if it could not.
-fn ship_file(conn: &Conn, path: &Path, s: &mut Shipped) -> bool {
+fn ship_file(conn: &Conn, session: u64, path: &Path, s: &mut Shipped) -> bool {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut f) = std::fs::File::open(path) else { return true };
     let len = f.metadata().map_or(0, |m| m.len());
-    while s.offset < len {
-        let mut chunk = vec![0u8; ((len - s.offset) as usize).min(1 << 20)];
+    let mut probe = s.session != Some(session);
+    while s.offset < len || probe {
+        let mut chunk = vec![0u8; (len.saturating_sub(s.offset) as usize).min(1 << 20)];
         if f.seek(SeekFrom::Start(s.offset)).is_err() || f.read_exact(&mut chunk).is_err() {
             return false;
         }
@@ -493,6 +497,8 @@ fn ship_file(conn: &Conn, path: &Path, s: &mut Shipped) -> bool {
                     Some(n) => s.offset = n,
                     None => return false,
                 }
+                probe = false;
+                s.session = Some(session);
             }
             _ => return false,
         }
