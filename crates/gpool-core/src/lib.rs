@@ -41,7 +41,7 @@ pub use feasible::Infeasible;
 pub use job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, StopCause};
 pub use node::{Device, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
 pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
-pub use policy::{Backfill, Ordering, PlacementStrategy, Policy, PreemptKey};
+pub use policy::{Backfill, Ordering, PlacementStrategy, Policy, PreemptKey, StarvationGuard};
 pub use quota::QueueConfig;
 pub use resources::{DeviceKind, GpuMilli, MigProfile};
 pub use schedule::schedule;

@@ -5,6 +5,10 @@
 //! keyed by the part of the order that does change (a user's fair-share
 //! factor, or for max-min fairness the GPUs the user holds right now), so it
 //! costs O(users + examined · log users), not a sort of every pending job.
+//!
+//! Jobs the starvation guard has promoted by `now` (see
+//! [`crate::policy::StarvationGuard`]) enter the heap once more under their
+//! promoted points and are skipped when their group reaches them.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -40,7 +44,12 @@ pub(crate) struct Candidates<'s> {
     /// The group whose successor is pushed on the next call (after feedback).
     deferred: Option<(usize, PendingKey)>,
     max_min: bool,
+    /// Jobs promoted by the starvation guard, sorted.
+    promoted: Vec<JobId>,
 }
+
+/// The group of a promoted job's own heap entry: it has no successor.
+const PROMOTED: usize = usize::MAX;
 
 impl<'s> Candidates<'s> {
     pub(crate) fn new(snap: &'s Snapshot, now: Time) -> Candidates<'s> {
@@ -63,14 +72,50 @@ impl<'s> Candidates<'s> {
                 shares[i] = policy.fair_share.team_share(&g.0) * policy.fair_share.user_share(&g.1);
             }
         }
-        let mut c =
-            Candidates { snap, groups, group_points, rates, shares, heap: BinaryHeap::new(), deferred: None, max_min };
+        let mut c = Candidates {
+            snap,
+            groups,
+            group_points,
+            rates,
+            shares,
+            heap: BinaryHeap::new(),
+            deferred: None,
+            max_min,
+            promoted: Vec::new(),
+        };
+        c.promote(now);
         for g in 0..c.groups.len() {
             if let Some(first) = c.snap.pending[c.groups[g]].first().copied() {
                 c.push(g, first);
             }
         }
         c
+    }
+
+    /// Pushes every job promoted by `now` under its promoted points: its
+    /// age and fair share, no attained-service level.
+    fn promote(&mut self, now: Time) {
+        let snap = self.snap;
+        let policy = snap.policy();
+        for &(_, id) in snap.promotions.range(..=(now, JobId(u64::MAX))) {
+            let (Some((group, key)), Some(job)) = (snap.pending_entry(id), snap.job(id)) else { continue };
+            let Ok(g) = self.groups.binary_search(&group) else { continue };
+            let points = policy.multifactor_points(job.spec.submit_time.as_millis(), 0);
+            if points <= key.points.0 {
+                continue;
+            }
+            let key = PendingKey { points: Reverse(points), ..*key };
+            self.heap.push(Head {
+                class: key.class.0,
+                primary: 0,
+                points: points.saturating_add(self.group_points[g]),
+                id: Reverse(id),
+                group: PROMOTED,
+                key,
+            });
+            self.promoted.push(id);
+        }
+        self.promoted.sort_unstable();
     }
 
     fn push(&mut self, group: usize, key: PendingKey) {
@@ -87,20 +132,28 @@ impl<'s> Candidates<'s> {
 
     /// Tells the order that a job of the last returned group started holding `units`.
     pub(crate) fn started(&mut self, units: GpuMilli) {
-        if let Some((g, _)) = self.deferred {
+        if let Some((g, _)) = self.deferred
+            && g != PROMOTED
+        {
             self.rates[g] += units;
         }
     }
 
     /// The next job to look at.
     pub(crate) fn next_job(&mut self) -> Option<PendingKey> {
-        if let Some((g, key)) = self.deferred.take()
-            && let Some(next) = self.snap.pending[self.groups[g]].range((Excluded(key), Unbounded)).next().copied()
-        {
-            self.push(g, next);
+        loop {
+            if let Some((g, key)) = self.deferred.take()
+                && g != PROMOTED
+                && let Some(next) = self.snap.pending[self.groups[g]].range((Excluded(key), Unbounded)).next().copied()
+            {
+                self.push(g, next);
+            }
+            let head = self.heap.pop()?;
+            self.deferred = Some((head.group, head.key));
+            // A promoted job comes once, under its promoted points.
+            if head.group == PROMOTED || self.promoted.binary_search(&head.key.id).is_err() {
+                return Some(head.key);
+            }
         }
-        let head = self.heap.pop()?;
-        self.deferred = Some((head.group, head.key));
-        Some(head.key)
     }
 }

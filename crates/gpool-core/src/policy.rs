@@ -9,6 +9,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::job::{JobSpec, Service};
+use crate::time::Time;
+
 /// How pending jobs are ordered within a priority class. Higher priority
 /// classes always come first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,9 +100,10 @@ pub struct Weights {
     /// Points by which a preemptor must outrank a victim of its own class
     /// (age and service only): hysteresis against churn.
     pub preemption_margin: f64,
-    /// Age points per hour when comparing a preemptor with a victim. At
-    /// least `age_per_hour`: age protects a running job from preemption more
-    /// than it moves a pending job up the queue.
+    /// Age points per hour when comparing a preemptor with an older victim
+    /// (at least `age_per_hour`). Larger values make age protect running
+    /// work more than it moves a pending job up the queue; the default keeps
+    /// the two equal (see docs/scheduling.md, "Starvation guard").
     pub preemption_age_per_hour: f64,
 }
 
@@ -131,6 +135,21 @@ impl Default for FairShare {
     }
 }
 
+/// Tiresias-style starvation guard for [`Ordering::Multifactor`]. A job that
+/// has run before (attained-service level above 0), has run less than
+/// `max_runtime` in all, and was submitted at least `after` ago is *promoted*:
+/// the order treats it as if it had no attained service. The run it is
+/// promoted into keeps level 0 for within-class preemption while its total
+/// run time stays below `max_runtime`, so the jobs it overtook cannot preempt
+/// it straight back. Jobs that have run longer than `max_runtime` are the
+/// heavy tail that least-attained-service deliberately puts last; they are not
+/// promoted (age still moves them up, slowly).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StarvationGuard {
+    pub after: Duration,
+    pub max_runtime: Duration,
+}
+
 /// A complete scheduling policy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
@@ -149,6 +168,8 @@ pub struct Policy {
     /// Attained-service level boundaries in GPU-seconds, ascending: level 0 is
     /// below the first, level `k` between boundary `k-1` and `k`.
     pub service_levels: Vec<u64>,
+    /// Promotes preempted jobs that have waited too long (see [`StarvationGuard`]).
+    pub starvation_guard: Option<StarvationGuard>,
 }
 
 /// What within-class preemption compares, lower is more deserving in both
@@ -174,7 +195,8 @@ impl Policy {
     /// gpool's default: multifactor priority (fair share, age, attained-service
     /// level), EASY backfill, priority preemption and, for jobs marked
     /// preemptible, Tiresias-style preemption of jobs that have had much more
-    /// GPU service than a waiting one. Needs no run-time estimates.
+    /// GPU service than a waiting one, with a starvation guard for preempted
+    /// jobs. Needs no run-time estimates.
     pub fn gpool_default() -> Policy {
         Policy {
             name: "default".into(),
@@ -192,12 +214,16 @@ impl Policy {
                 age_per_hour: 5.0,
                 service_level: 1000.0,
                 preemption_margin: 1000.0,
-                preemption_age_per_hour: 50.0,
+                preemption_age_per_hour: 5.0,
             },
             fair_share: FairShare::default(),
-            open_reservation_after: Duration::from_secs(6 * 3600),
+            open_reservation_after: Duration::from_secs(96 * 3600),
             // 1 GPU-hour, 10 GPU-hours, 100 GPU-hours.
             service_levels: vec![3_600, 36_000, 360_000],
+            starvation_guard: Some(StarvationGuard {
+                after: Duration::from_secs(60 * 3600),
+                max_runtime: Duration::from_secs(72 * 3600),
+            }),
         }
     }
 
@@ -277,6 +303,17 @@ impl Policy {
             }
             _ => victim.rank > job.rank,
         }
+    }
+
+    /// When the starvation guard promotes a pending job with this spec and
+    /// history (see [`StarvationGuard`]); `None` if it never does.
+    pub fn promotion_time(&self, spec: &JobSpec, service: &Service) -> Option<Time> {
+        let guard = self.starvation_guard.as_ref()?;
+        let level = self.service_level(service.prior_gpu_milli_secs / 1000);
+        if self.ordering != Ordering::Multifactor || level == 0 || service.prior_runtime >= guard.max_runtime {
+            return None;
+        }
+        Some(spec.submit_time.plus(guard.after))
     }
 
     /// Whether the order depends on the user (fair share), so the pending

@@ -51,7 +51,16 @@ pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<Pr
     let level = || i64::from(policy.service_level(job.attained_gpu_milli_secs(now) / 1000));
     match policy.ordering {
         Ordering::AttainedService => Some(PreemptKey { rank: level(), submit_ms: 0 }),
-        Ordering::Multifactor => Some(PreemptKey { rank: level(), submit_ms: job.spec.submit_time.as_millis() }),
+        Ordering::Multifactor => {
+            // The run a starvation-guard promotion started keeps level 0 while
+            // the job's run time stays below the guard's limit.
+            let promoted = job.running().is_some_and(|r| {
+                policy.promotion_time(&job.spec, &job.service).is_some_and(|at| at <= r.started)
+                    && policy.starvation_guard.as_ref().is_some_and(|g| job.runtime(now) < g.max_runtime)
+            });
+            let rank = if promoted { 0 } else { level() };
+            Some(PreemptKey { rank, submit_ms: job.spec.submit_time.as_millis() })
+        }
         Ordering::ShortestRemaining => Some(PreemptKey {
             rank: job.remaining(now).map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
             submit_ms: 0,

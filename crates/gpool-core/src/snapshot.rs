@@ -401,6 +401,8 @@ pub struct Snapshot {
     pub(crate) jobs: HashMap<JobId, Job, IdHash>,
     pub(crate) pending: BTreeMap<GroupKey, BTreeSet<PendingKey>>,
     pending_keys: HashMap<JobId, (GroupKey, PendingKey), IdHash>,
+    /// Pending jobs the starvation guard promotes, by when (see [`Policy::promotion_time`]).
+    pub(crate) promotions: BTreeSet<(Time, JobId)>,
     pub(crate) shapes: Shapes,
     /// Pending jobs by devices per replica (0 = CPU-only), for early exit.
     pub(crate) pending_by_devices: BTreeMap<u32, u32>,
@@ -426,6 +428,7 @@ impl Snapshot {
             jobs: HashMap::default(),
             pending: BTreeMap::new(),
             pending_keys: HashMap::default(),
+            promotions: BTreeSet::new(),
             shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
             running: BTreeSet::new(),
@@ -447,6 +450,7 @@ impl Snapshot {
         let pending: Vec<JobId> = self.pending_keys.keys().copied().collect();
         self.pending.clear();
         self.pending_keys.clear();
+        self.promotions.clear();
         self.pending_by_devices.clear();
         self.shapes = Shapes::default();
         for id in pending {
@@ -817,6 +821,11 @@ impl Snapshot {
         }
     }
 
+    /// A pending job's entry in the index: its group and its sort key.
+    pub(crate) fn pending_entry(&self, id: JobId) -> Option<&(GroupKey, PendingKey)> {
+        self.pending_keys.get(&id)
+    }
+
     /// Points of a pending job that do not change while it waits, in milli-points (higher first).
     pub(crate) fn static_points(&self, job: &Job) -> i64 {
         let p = &self.policy;
@@ -861,6 +870,9 @@ impl Snapshot {
             pkey: crate::preempt::preemption_key(&self.policy, job, Time::MIN)
                 .unwrap_or(PreemptKey { rank: i64::MAX, submit_ms: i64::MAX }),
         };
+        if let Some(at) = self.policy.promotion_time(spec, &job.service) {
+            self.promotions.insert((at, id));
+        }
         let group = self.group_of(spec);
         *self.pending_by_devices.entry(device_need(&spec.replica.gpu)).or_default() += 1;
         self.pending.entry(group.clone()).or_default().insert(key);
@@ -869,6 +881,10 @@ impl Snapshot {
 
     fn unindex_pending(&mut self, id: JobId) {
         let Some((group, key)) = self.pending_keys.remove(&id) else { return };
+        // A pending job's spec and history do not change, so this is the time it was indexed with.
+        if let Some(at) = self.jobs.get(&id).and_then(|j| self.policy.promotion_time(&j.spec, &j.service)) {
+            self.promotions.remove(&(at, id));
+        }
         if let Some(set) = self.pending.get_mut(&group) {
             set.remove(&key);
             if set.is_empty() {

@@ -369,3 +369,51 @@ fn priority_does_not_override_another_queues_guarantee() {
     c.submit(job("a").queue("team-a").gpus(4).priority(10).at(1));
     assert_eq!(c.plan(t(10)).preemptions.len(), 1);
 }
+
+#[test]
+fn the_starvation_guard_promotes_a_long_waiting_preempted_job_and_protects_its_run() {
+    use gpool_core::{Policy, StarvationGuard};
+    use std::time::Duration;
+    const H: i64 = 3600;
+    struct Case {
+        name: &'static str,
+        guard: Option<StarvationGuard>,
+        /// How long the victim ran before it was preempted, hours.
+        ran_h: i64,
+        /// Whether it starts ahead of a fresh job at 61 h.
+        want_promoted: bool,
+    }
+    let guard = |max_h: u64| {
+        Some(StarvationGuard { after: Duration::from_secs(60 * 3600), max_runtime: Duration::from_secs(max_h * 3600) })
+    };
+    let cases = [
+        Case { name: "guard off: level 2 waits behind fresh work", guard: None, ran_h: 2, want_promoted: false },
+        Case { name: "guard on: promoted after 60 h", guard: guard(72), ran_h: 2, want_promoted: true },
+        Case { name: "ran past max_runtime: stays last", guard: guard(1), ran_h: 2, want_promoted: false },
+    ];
+    for case in cases {
+        let policy = Policy { starvation_guard: case.guard, ..Policy::gpool_default() };
+        let mut c = Cluster::with_policy(policy).node("n", 8, "H100-80GB");
+        // The victim: 8 GPUs for `ran_h` hours (≥ 10 GPU-hours: level 2), then preempted.
+        let old = c.run(job("x").gpus(8).preemptible().at(0), t(0));
+        c.snap.stop(old, t(case.ran_h * H), StopOutcome::Requeue { not_before: gpool_core::Time::MIN }).expect("stop");
+        // Fresh work holds the node until 61 h; then one node's worth frees and a fresh job waits too.
+        let holder = c.run(job("y").gpus(8).preemptible().at(case.ran_h * H), t(case.ran_h * H));
+        c.finish(holder, t(61 * H));
+        let fresh = c.submit(job("z").gpus(8).preemptible().at(61 * H));
+        let plan = c.plan(t(61 * H));
+        let want = if case.want_promoted { old } else { fresh };
+        assert_eq!(started(&plan), vec![want.0], "{}: {plan:#?}", case.name);
+        c.apply(&plan);
+        if !case.want_promoted {
+            continue;
+        }
+        // The promoted run is not preempted by the fresh job it overtook, nor by newer ones.
+        let newer = c.submit(job("w").gpus(8).preemptible().at(62 * H));
+        for now in [61 * H + 600, 62 * H, 70 * H] {
+            let plan = c.plan(t(now));
+            assert!(plan.preemptions.is_empty(), "{}: promoted run preempted at t={now}: {plan:#?}", case.name);
+        }
+        let _ = newer;
+    }
+}
