@@ -161,7 +161,9 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
                     .header("Authorization", format!("Bearer {}", sh.token))
                     .call();
                 let Ok(mut r) = r else { continue };
-                let Ok(cmds) = r.body_mut().with_config().limit(64 << 20).read_json::<wire::Commands>() else { continue };
+                let Ok(cmds) = r.body_mut().with_config().limit(64 << 20).read_json::<wire::Commands>() else {
+                    continue;
+                };
                 for c in cmds.commands {
                     after = after.max(c.seq);
                     match c.command {
@@ -208,7 +210,9 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
             });
         }
         let telemetry = wire::TelemetryWire {
-            at_ms: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+            at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
             gpus: (0..gpus)
                 .map(|g| wire::GpuSampleWire {
                     index: g,
@@ -272,7 +276,8 @@ pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     let mut out = BufReader::new(child.stdout.take().context("stdout")?);
     let mut line = String::new();
     out.read_line(&mut line)?;
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).context("no URL from gpool serve")?.to_string();
+    let url =
+        line.split_whitespace().find(|w| w.starts_with("http://")).context("no URL from gpool serve")?.to_string();
     std::thread::spawn(move || {
         let mut sink = Vec::new();
         let _ = out.read_to_end(&mut sink);
@@ -281,7 +286,10 @@ pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     let admin = std::fs::read_to_string(dir.join("admin.token"))?.trim().to_string();
     let api = http(Duration::from_secs(120));
     let post = |path: &str, body: &Value| -> anyhow::Result<Value> {
-        let mut r = api.post(format!("{}{path}", serve.url)).header("Authorization", format!("Bearer {admin}")).send_json(body)?;
+        let mut r = api
+            .post(format!("{}{path}", serve.url))
+            .header("Authorization", format!("Bearer {admin}"))
+            .send_json(body)?;
         let status = r.status().as_u16();
         let v: Value = r.body_mut().with_config().limit(64 << 20).read_json()?;
         if status >= 300 {
@@ -290,7 +298,8 @@ pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
         Ok(v)
     };
     let get = |path: &str| -> anyhow::Result<String> {
-        let mut r = api.get(format!("{}{path}", serve.url)).header("Authorization", format!("Bearer {admin}")).call()?;
+        let mut r =
+            api.get(format!("{}{path}", serve.url)).header("Authorization", format!("Bearer {admin}")).call()?;
         Ok(r.body_mut().with_config().limit(256 << 20).read_to_string()?)
     };
     let node_token = post("/api/v1/tokens", &json!({"user": "bench-nodes", "role": "node"}))?["token"]
@@ -350,7 +359,9 @@ pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
         get("/api/v1/queues")?;
         queues.0.push(t.elapsed().as_secs_f64() * 1000.0);
         let t = Instant::now();
-        let id = post("/api/v1/jobs", &json!({"command": ["true"], "resources": {"nvidia.com/gpu": 1}}))?["ids"][0].as_u64().unwrap_or(1);
+        let id = post("/api/v1/jobs", &json!({"command": ["true"], "resources": {"nvidia.com/gpu": 1}}))?["ids"][0]
+            .as_u64()
+            .unwrap_or(1);
         submit.0.push(t.elapsed().as_secs_f64() * 1000.0);
         let t = Instant::now();
         get(&format!("/api/v1/jobs/{id}"))?;
@@ -364,7 +375,8 @@ pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
         - scalar(&before, "gpool_schedule_pass_seconds_count").unwrap_or(0.0);
     let pass_sum = scalar(&after, "gpool_schedule_pass_seconds_sum").unwrap_or(0.0)
         - scalar(&before, "gpool_schedule_pass_seconds_sum").unwrap_or(0.0);
-    let started = scalar(&after, "gpool_allocations_total").unwrap_or(0.0) - scalar(&before, "gpool_allocations_total").unwrap_or(0.0);
+    let started = scalar(&after, "gpool_allocations_total").unwrap_or(0.0)
+        - scalar(&before, "gpool_allocations_total").unwrap_or(0.0);
     let mut hb = shared.heartbeats.lock().map(|mut h| std::mem::take(&mut h.0)).unwrap_or_default();
     let n_hb = hb.len();
     let mut hb = Lat(std::mem::take(&mut hb));

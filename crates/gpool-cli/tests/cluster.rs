@@ -318,7 +318,9 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
     // ended after the fail-over have theirs on the new leader.
     let after: Vec<&Value> = jobs
         .iter()
-        .filter(|j| j["ended_at"].as_str().and_then(gpool_api::time::parse_rfc3339).is_some_and(|t| t > failover_ms + 2_000))
+        .filter(|j| {
+            j["ended_at"].as_str().and_then(gpool_api::time::parse_rfc3339).is_some_and(|t| t > failover_ms + 2_000)
+        })
         .take(5)
         .collect();
     assert!(!after.is_empty(), "jobs ended after the fail-over");

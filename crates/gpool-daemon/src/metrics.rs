@@ -67,7 +67,12 @@ impl Histogram {
     /// bound of its bucket), if any were observed.
     pub fn quantile(&self, q: f64) -> Option<f64> {
         let want = (self.count as f64 * q).ceil().max(1.0) as u64;
-        self.bounds.iter().zip(&self.counts).find(|(_, c)| **c >= want).map(|(b, _)| *b).or((self.count > 0).then_some(f64::INFINITY))
+        self.bounds
+            .iter()
+            .zip(&self.counts)
+            .find(|(_, c)| **c >= want)
+            .map(|(b, _)| *b)
+            .or((self.count > 0).then_some(f64::INFINITY))
     }
 
     fn write(&self, out: &mut String, name: &str) {
