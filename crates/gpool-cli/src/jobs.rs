@@ -420,8 +420,13 @@ pub(crate) fn nodes(a: ListArgs) -> anyhow::Result<()> {
         return print_json(&nodes);
     }
     for n in &nodes {
+        let agent = match (&n.agent, &n.addr) {
+            (Some(a), Some(addr)) => format!("  agent {a} at {addr}"),
+            (Some(a), None) => format!("  agent {a}"),
+            _ => String::new(),
+        };
         outln!(
-            "{}  {}  pool {}  source {}  CPUs {}/{} free  memory {}/{} GiB free  jobs {:?}",
+            "{}  {}  pool {}  source {}{agent}  CPUs {}/{} free  memory {}/{} GiB free  jobs {:?}",
             n.name,
             n.state,
             n.pool,

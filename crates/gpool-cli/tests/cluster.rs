@@ -342,3 +342,93 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
     }
     drop(agents);
 }
+
+#[test]
+fn a_drained_node_takes_nothing_new_and_a_failed_node_requeues_or_fails_its_jobs_as_they_asked() {
+    let s = Scratch::new("drain");
+    // gpool up (a local node with one GPU) accepts a remote agent too.
+    let d = Daemon::start(&s.0.join("data"), "1xH100-80GB", &["--lease", "1s"]);
+    let api = Api::new(&d.url, &d.token);
+    let node_token = api.post("/api/v1/tokens", &json!({"user": "nodes", "role": "node"}))["token"]
+        .as_str()
+        .expect("node token")
+        .to_string();
+    let agent_args = |dir: &str| -> Vec<String> {
+        [
+            "agent",
+            "--server",
+            &d.url,
+            "--token",
+            &node_token,
+            "--node-name",
+            "far",
+            "--label",
+            "where=far",
+            "--simulate-gpus",
+            "2xH100-80GB",
+            "--data-dir",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .chain([s.0.join(dir).display().to_string()])
+        .collect()
+    };
+    let mut agent = Proc::spawn(&agent_args("agent"), &s.0.join("agent.log"));
+    until("the remote node", Duration::from_secs(30), || {
+        api.nodes().iter().any(|n| n["name"] == "far" && n["state"] == "up")
+    });
+    let far = |extra: Value| -> Value {
+        let mut spec = json!({"command": "echo \"attempt $GPOOL_ATTEMPT on $GPOOL_NODE\"; sleep 600", "resources": {"nvidia.com/gpu": 1}, "nodeSelector": {"where": "far"}});
+        if let (Some(o), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        spec
+    };
+    let must_not_repeat =
+        api.post("/api/v1/jobs", &far(json!({"onNodeFailure": "fail"})))["ids"][0].as_u64().expect("id");
+    let may_repeat = api.post("/api/v1/jobs", &far(json!({})))["ids"][0].as_u64().expect("id");
+    until("both running on far", Duration::from_secs(30), || {
+        [must_not_repeat, may_repeat]
+            .iter()
+            .all(|id| api.get(&format!("/api/v1/jobs/{id}")).is_some_and(|j| j["state"] == "running"))
+    });
+    // Drained: the running jobs stay, a new one waits.
+    let view = api.post("/api/v1/nodes/far/drain", &json!({}));
+    assert_eq!(view["state"], "draining", "{view}");
+    let waits = api.post(
+        "/api/v1/jobs",
+        &json!({"command": "true", "resources": {"nvidia.com/gpu": 1}, "nodeSelector": {"where": "far"}}),
+    )["ids"][0]
+        .as_u64()
+        .expect("id");
+    let j = api.get(&format!("/api/v1/jobs/{waits}")).expect("job");
+    assert_eq!(j["state"], "pending", "{j}");
+    assert_eq!(api.get(&format!("/api/v1/jobs/{may_repeat}")).expect("job")["state"], "running");
+    // A user cannot drain.
+    let user = d.token_for("bob");
+    let (status, _) = d.req("POST", "/api/v1/nodes/far/resume", &user, None);
+    assert_eq!(status, 403);
+    // The node fails: one job fails as it asked, the other goes back to the queue.
+    agent.kill9();
+    until("far down", Duration::from_secs(30), || {
+        api.nodes().iter().any(|n| n["name"] == "far" && n["state"] == "down")
+    });
+    let failed = api.get(&format!("/api/v1/jobs/{must_not_repeat}")).expect("job");
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert!(failed["reason"].as_str().is_some_and(|r| r.contains("onNodeFailure")), "{failed}");
+    let requeued = api.get(&format!("/api/v1/jobs/{may_repeat}")).expect("job");
+    assert_eq!(requeued["state"], "pending", "{requeued}");
+    // Back, resumed: the requeued job runs again, on its second attempt; the drain held while it was away.
+    let mut agent = Proc::spawn(&agent_args("agent"), &s.0.join("agent.log"));
+    until("far back", Duration::from_secs(30), || {
+        api.nodes().iter().any(|n| n["name"] == "far" && n["state"] == "draining")
+    });
+    api.post("/api/v1/nodes/far/resume", &json!({}));
+    until("the requeued job runs again", Duration::from_secs(30), || {
+        api.get(&format!("/api/v1/jobs/{may_repeat}")).is_some_and(|j| j["state"] == "running" && j["attempt"] == 2)
+    });
+    for id in [may_repeat, waits] {
+        d.req("POST", &format!("/api/v1/jobs/{id}/cancel"), &d.token, None);
+    }
+    agent.kill9();
+}

@@ -356,28 +356,21 @@ impl Engine {
 
     /// A subject is gone (the job ended, the node left): its firing alerts resolve.
     pub fn forget(&mut self, subject: &str) -> Vec<Transition> {
-        let keys: Vec<(usize, String)> = self.states.keys().filter(|(_, s)| s == subject).cloned().collect();
-        let mut out = Vec::new();
-        for key in keys {
-            if let Some(st) = self.states.remove(&key)
-                && st.firing
-                && let Some(rule) = self.rules.get(key.0)
-            {
-                let mut t = Engine::transition(rule, subject, &st, false);
-                t.summary = format!("{} on {subject} resolved: the subject is gone", rule.name);
-                out.push(t);
-            }
-        }
-        out
+        self.resolve(subject, |_| true, "the subject is gone")
     }
 
     /// A GPU was released: its alerts of rules about allocated GPUs resolve
     /// (the others, such as temperature, stay as they are).
     pub fn release(&mut self, subject: &str) -> Vec<Transition> {
+        self.resolve(subject, |r| r.scope == Scope::AllocatedGpu, "the GPU was released")
+    }
+
+    /// Drops the states of `subject` for the rules `which` selects; the firing ones resolve, `why`.
+    fn resolve(&mut self, subject: &str, which: impl Fn(&Rule) -> bool, why: &str) -> Vec<Transition> {
         let keys: Vec<(usize, String)> = self
             .states
             .keys()
-            .filter(|(ri, s)| s == subject && self.rules.get(*ri).is_some_and(|r| r.scope == Scope::AllocatedGpu))
+            .filter(|(ri, s)| s == subject && self.rules.get(*ri).is_some_and(&which))
             .cloned()
             .collect();
         let mut out = Vec::new();
@@ -387,7 +380,7 @@ impl Engine {
                 && let Some(rule) = self.rules.get(key.0)
             {
                 let mut t = Engine::transition(rule, subject, &st, false);
-                t.summary = format!("{} on {subject} resolved: the GPU was released", rule.name);
+                t.summary = format!("{} on {subject} resolved: {why}", rule.name);
                 out.push(t);
             }
         }

@@ -28,6 +28,8 @@ pub(crate) struct Candidate {
     pub(crate) class: i32,
     pub(crate) key: PreemptKey,
     pub(crate) queue: Arc<str>,
+    /// Its queue's index in [`VictimPool::queues`] (searches compare queues millions of times).
+    pub(crate) qix: usize,
     pub(crate) units: GpuMilli,
     pub(crate) preemptible: bool,
     /// Started less than `min_runtime` ago: exempt from within-class preemption.
@@ -44,7 +46,14 @@ pub(crate) struct VictimPool {
     /// Per (class, rank) of preemptible candidates: the newest submission,
     /// the easiest victim of that rank under multifactor preemption.
     newest: BTreeMap<(i32, i64), i64>,
+    /// The candidates' queues, interned.
+    queues: Vec<Arc<str>>,
 }
+
+/// Borrowed quota per queue of the pool (by [`Candidate::qix`]), thousandths
+/// of a GPU; `NOT_BORROWING` for a queue within its guarantee.
+type Borrowed = Vec<i64>;
+const NOT_BORROWING: i64 = i64::MIN;
 
 /// The key a policy compares within one priority class (see [`PreemptKey`]).
 pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<PreemptKey> {
@@ -72,6 +81,7 @@ pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<Pr
 impl VictimPool {
     pub(crate) fn new(snap: &Snapshot, now: Time) -> VictimPool {
         let policy = snap.policy();
+        let mut queues: Vec<Arc<str>> = Vec::new();
         let mut list: Vec<(Candidate, std::time::Duration)> = snap
             .running_jobs()
             .filter_map(|j| {
@@ -79,12 +89,20 @@ impl VictimPool {
                 if r.stopping.is_some() {
                     return None;
                 }
+                let qix = match queues.iter().position(|q| *q == j.spec.queue) {
+                    Some(i) => i,
+                    None => {
+                        queues.push(j.spec.queue.clone());
+                        queues.len() - 1
+                    }
+                };
                 Some((
                     Candidate {
                         id: j.id,
                         class: j.spec.priority,
                         key: preemption_key(policy, j, now).unwrap_or(PreemptKey { rank: 0, submit_ms: 0 }),
                         queue: j.spec.queue.clone(),
+                        qix,
                         units: r.gpu_milli,
                         preemptible: j.spec.preemptible,
                         young: now.since(r.started) < policy.preemption.min_runtime,
@@ -118,7 +136,12 @@ impl VictimPool {
             let e = newest.entry((c.class, c.key.rank)).or_insert(i64::MIN);
             *e = (*e).max(c.key.submit_ms);
         }
-        VictimPool { list, by_node, newest }
+        VictimPool { list, by_node, newest, queues }
+    }
+
+    /// A queue's index among the candidates' queues (`None`: no candidate is in it).
+    pub(crate) fn queue_ix(&self, q: &str) -> Option<usize> {
+        self.queues.iter().position(|x| **x == *q)
     }
 }
 
@@ -135,6 +158,8 @@ pub(crate) struct Search<'a, 's> {
     pub(crate) taken: &'a BTreeSet<JobId>,
     /// Jobs already stopping for this job: counted as gone.
     pub(crate) prereleased: &'a [JobId],
+    /// The preemptor's queue among the pool's ([`VictimPool::queue_ix`]).
+    pub(crate) job_q: Option<usize>,
 }
 
 /// A working view of free resources with some jobs' resources given back.
@@ -174,7 +199,7 @@ impl Search<'_, '_> {
     }
 
     /// Why `v` may be preempted for this job, if it may.
-    fn allowed(&self, v: &Candidate, borrowed_left: &BTreeMap<Arc<str>, i64>) -> Option<PreemptWhy> {
+    fn allowed(&self, v: &Candidate, borrowed_left: &[i64]) -> Option<PreemptWhy> {
         let policy = self.snap().policy();
         let j = &self.job.spec;
         if self.taken.contains(&v.id) || v.id == self.job.id {
@@ -183,8 +208,9 @@ impl Search<'_, '_> {
         // Another queue's guarantee is not overridden by priority: across
         // queues only borrowed capacity can be taken (Kueue's rule). Without
         // this, priority and reclaim can each undo the other forever.
-        let borrowed = || borrowed_left.get(&v.queue).is_some_and(|left| *left >= v.units as i64);
-        let same_queue_or_borrowed = v.queue == j.queue || borrowed();
+        let borrowed = || borrowed_left.get(v.qix).is_some_and(|left| *left >= v.units as i64);
+        let same_queue = Some(v.qix) == self.job_q;
+        let same_queue_or_borrowed = same_queue || borrowed();
         if v.preemptible && policy.preemption.by_priority && v.class < j.priority && same_queue_or_borrowed {
             return Some(PreemptWhy::HigherPriority);
         }
@@ -201,7 +227,7 @@ impl Search<'_, '_> {
                 _ => PreemptWhy::MoreService,
             });
         }
-        if v.queue != j.queue && borrowed() && self.may_reclaim() {
+        if !same_queue && borrowed() && self.may_reclaim() {
             return Some(PreemptWhy::Reclaim { queue: v.queue.clone() });
         }
         None
@@ -225,7 +251,7 @@ impl Search<'_, '_> {
         let takeable = |c: &&Candidate| {
             c.preemptible
                 && !self.taken.contains(&c.id)
-                && (c.queue == self.job.spec.queue || borrowed.contains_key(&c.queue))
+                && (Some(c.qix) == self.job_q || borrowed.get(c.qix).is_some_and(|o| *o > 0))
         };
         let by_priority = self.pool.list.iter().find(takeable);
         if by_priority.is_some_and(|c| self.allowed(c, &borrowed).is_some()) {
@@ -252,28 +278,36 @@ impl Search<'_, '_> {
                 return true;
             }
         }
-        self.may_reclaim() && borrowed.keys().any(|q| *q != self.job.spec.queue)
+        self.may_reclaim() && borrowed.iter().enumerate().any(|(i, o)| *o > 0 && Some(i) != self.job_q)
     }
 
     /// Borrowed quota per queue (usage above guarantee) that preemption from
     /// other queues may take, thousandths of a GPU: judged on usage before
     /// this pass (jobs started in the pass are not taken in the same pass),
     /// less victims already taken.
-    fn borrowed(&self) -> BTreeMap<Arc<str>, i64> {
+    fn borrowed(&self) -> Borrowed {
         let snap = self.snap();
-        let mut over: BTreeMap<Arc<str>, i64> = snap
-            .queue_usage
+        let mut over: Borrowed = self
+            .pool
+            .queues
             .iter()
-            .map(|(q, used)| (q.clone(), *used as i64 - snap.queues.get(q).map_or(0, |c| c.guarantee) as i64))
+            .map(|q| {
+                let used = snap.queue_usage.get(q).copied().unwrap_or(0) as i64;
+                used - snap.queues.get(q).map_or(0, |c| c.guarantee) as i64
+            })
             .collect();
         for id in self.taken {
             if let Some(j) = snap.job(*id)
-                && let (Some(r), Some(o)) = (j.running(), over.get_mut(&j.spec.queue))
+                && let (Some(r), Some(i)) = (j.running(), self.pool.queue_ix(&j.spec.queue))
             {
-                *o -= r.gpu_milli as i64;
+                over[i] -= r.gpu_milli as i64;
             }
         }
-        over.retain(|_, o| *o > 0);
+        for o in &mut over {
+            if *o <= 0 {
+                *o = NOT_BORROWING;
+            }
+        }
         over
     }
 
@@ -289,7 +323,7 @@ impl Search<'_, '_> {
             let mut without = chosen.clone();
             without.remove(i);
             let mut fixed = without.clone();
-            if let Some(p) = self.place_all(&mut fixed, &mut BTreeMap::new(), false) {
+            if let Some(p) = self.place_all(&mut fixed, &mut Vec::new(), false) {
                 chosen = without;
                 placement = p;
             }
@@ -301,7 +335,7 @@ impl Search<'_, '_> {
     fn place_all(
         &self,
         chosen: &mut Vec<(usize, PreemptWhy)>,
-        borrowed: &mut BTreeMap<Arc<str>, i64>,
+        borrowed: &mut Borrowed,
         grow: bool,
     ) -> Option<Placement> {
         let snap = self.snap();
@@ -348,7 +382,7 @@ impl Search<'_, '_> {
                 };
                 let mut added: Vec<(usize, PreemptWhy)> = Vec::new();
                 // Copied only if a victim from another queue uses up some of its borrowed quota.
-                let mut left: Option<BTreeMap<Arc<str>, i64>> = None;
+                let mut left: Option<Borrowed> = None;
                 for &vi in hosted {
                     if chosen.iter().any(|(c, _)| *c == vi) {
                         continue;
@@ -357,10 +391,10 @@ impl Search<'_, '_> {
                     let Some(why) = self.allowed(v, left.as_ref().unwrap_or(borrowed)) else {
                         continue;
                     };
-                    if v.queue != job.spec.queue
-                        && let Some(l) = left.get_or_insert_with(|| borrowed.clone()).get_mut(&v.queue)
+                    if Some(v.qix) != self.job_q
+                        && let Some(l) = left.get_or_insert_with(|| borrowed.clone()).get_mut(v.qix)
                     {
-                        *l -= v.units as i64;
+                        *l = l.saturating_sub(v.units as i64);
                     }
                     if let Some(r) = snap.job(v.id).and_then(Job::running) {
                         for p in r.placement.iter().filter(|p| p.node.0 == n) {
@@ -382,10 +416,10 @@ impl Search<'_, '_> {
             for (vi, why) in added {
                 // Any victim of another queue comes out of that queue's borrowed quota.
                 let v = &self.pool.list[vi];
-                if v.queue != job.spec.queue
-                    && let Some(l) = borrowed.get_mut(&v.queue)
+                if Some(v.qix) != self.job_q
+                    && let Some(l) = borrowed.get_mut(v.qix)
                 {
-                    *l -= v.units as i64;
+                    *l = l.saturating_sub(v.units as i64);
                 }
                 trial.release(snap, self.pool.list[vi].id);
                 chosen.push((vi, why));

@@ -334,8 +334,18 @@ impl<'s> Pass<'s> {
         let key = preemption_key(self.policy, job, self.now);
         let pool = self.pool.get_or_insert_with(|| VictimPool::new(self.snap, self.now));
         let units = job.spec.replica.gpu.min_units() * u64::from(job.spec.replicas);
-        let search =
-            Search { cap: &self.cap, pool, quota: &self.quota, job, key, units, ends, taken: &self.taken, prereleased };
+        let search = Search {
+            cap: &self.cap,
+            pool,
+            quota: &self.quota,
+            job,
+            key,
+            units,
+            ends,
+            taken: &self.taken,
+            prereleased,
+            job_q: pool.queue_ix(&job.spec.queue),
+        };
         if !search.possible() {
             return false;
         }

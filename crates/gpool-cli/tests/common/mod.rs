@@ -29,6 +29,10 @@ impl Drop for Scratch {
     }
 }
 
+fn is_terminal(e: &Value) -> bool {
+    matches!(e["kind"].as_str(), Some("succeeded" | "failed" | "cancelled" | "timed_out"))
+}
+
 /// A running `gpool up`.
 pub struct Daemon {
     pub child: Child,
@@ -131,13 +135,12 @@ impl Daemon {
         self.get(&format!("/api/v1/jobs/{id}"))
     }
 
-    /// Reads the event stream (history from the start, then live) until every
-    /// job in `ids` has had a terminal event; fails after `limit`.
-    pub fn wait_ended(&self, ids: &[u64], limit: Duration) {
-        let mut left: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+    /// Reads the event stream at `path` (SSE) and hands each event to `done`
+    /// until it says so; fails after `limit`.
+    fn read_events(&self, path: &str, limit: Duration, mut done: impl FnMut(Value) -> bool) {
         let resp = self
             .agent
-            .get(format!("{}/api/v1/events?after=0", self.url))
+            .get(format!("{}{path}", self.url))
             .header("Authorization", format!("Bearer {}", self.token))
             .config()
             .timeout_global(Some(limit))
@@ -146,20 +149,46 @@ impl Daemon {
         let Ok(mut resp) = resp else { panic!("cannot open the event stream") };
         let mut reader = BufReader::new(resp.body_mut().as_reader());
         let mut line = String::new();
-        while !left.is_empty() {
+        loop {
             line.clear();
             match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => panic!("jobs {left:?} did not end within {limit:?}"),
+                Ok(0) | Err(_) => panic!("{path}: what was awaited did not happen within {limit:?}"),
                 Ok(_) => {}
             }
             let Some(data) = line.trim_end().strip_prefix("data:") else { continue };
             let Ok(e) = serde_json::from_str::<Value>(data.trim()) else { continue };
-            if matches!(e["kind"].as_str(), Some("succeeded" | "failed" | "cancelled" | "timed_out"))
+            if done(e) {
+                return;
+            }
+        }
+    }
+
+    /// Reads the event stream (history from the start, then live) until every
+    /// job in `ids` has had a terminal event; fails after `limit`.
+    pub fn wait_ended(&self, ids: &[u64], limit: Duration) {
+        let mut left: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+        if left.is_empty() {
+            return;
+        }
+        self.read_events("/api/v1/events?after=0", limit, |e| {
+            if is_terminal(&e)
                 && let Some(j) = e["job"].as_u64()
             {
                 left.remove(&j);
             }
-        }
+            left.is_empty()
+        });
+    }
+
+    /// A job's events from the start, read from the event stream until it ended.
+    pub fn history(&self, job: u64, limit: Duration) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.read_events(&format!("/api/v1/events?after=0&job={job}"), limit, |e| {
+            let end = is_terminal(&e);
+            out.push(e);
+            end
+        });
+        out
     }
 
     /// GETs a text body without a token (`/metrics`).
@@ -195,36 +224,6 @@ impl Daemon {
             }
             assert!(std::time::Instant::now() < deadline, "GET {path} never satisfied the condition: {v}");
             std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// A job's events from the start, read from the event stream until it ended.
-    pub fn history(&self, job: u64, limit: Duration) -> Vec<Value> {
-        let resp = self
-            .agent
-            .get(format!("{}/api/v1/events?after=0&job={job}", self.url))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .config()
-            .timeout_global(Some(limit))
-            .build()
-            .call();
-        let Ok(mut resp) = resp else { panic!("cannot open the event stream") };
-        let mut reader = BufReader::new(resp.body_mut().as_reader());
-        let mut line = String::new();
-        let mut out = Vec::new();
-        loop {
-            line.clear();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => panic!("job {job} did not end within {limit:?}: {out:?}"),
-                Ok(_) => {}
-            }
-            let Some(data) = line.trim_end().strip_prefix("data:") else { continue };
-            let Ok(e) = serde_json::from_str::<Value>(data.trim()) else { continue };
-            let end = matches!(e["kind"].as_str(), Some("succeeded" | "failed" | "cancelled" | "timed_out"));
-            out.push(e);
-            if end {
-                return out;
-            }
         }
     }
 

@@ -327,7 +327,11 @@ pub struct Controller {
     master_ports: BTreeMap<(NodeId, u16), u64>,
     /// Jobs not yet finished.
     jobs: BTreeMap<u64, JobDoc>,
-    reasons: HashMap<u64, String>,
+    /// Why each job the last pass examined waits: (job, index into
+    /// `reason_texts`), sorted by job. The pass gives a reason per job shape,
+    /// so a pass over 100,000 jobs formats a few hundred texts, not 100,000.
+    waiting: Vec<(u64, u32)>,
+    reason_texts: Vec<String>,
     default_reason: Option<String>,
     tokens: HashMap<String, Caller>,
     next_id: u64,
@@ -388,7 +392,8 @@ impl Controller {
             links: BTreeMap::new(),
             master_ports: BTreeMap::new(),
             jobs: BTreeMap::new(),
-            reasons: HashMap::new(),
+            waiting: Vec::new(),
+            reason_texts: Vec::new(),
             default_reason: None,
             tokens,
             next_id,
@@ -1121,7 +1126,6 @@ impl Controller {
         doc.state = state;
         doc.ended_ms = Some(now);
         doc.end_reason = Some(reason.clone());
-        self.reasons.remove(&id);
         self.touched.remove(&id);
         self.writes.push(put_job(&doc));
         self.event(now, Some(id), state.as_str(), format!("job {id} {}: {reason}", state.as_str()));
@@ -1186,7 +1190,7 @@ impl Controller {
     fn schedule(&mut self, now: i64) {
         self.dirty = false;
         let t0 = std::time::Instant::now();
-        let plan = schedule(&self.snap, Time::from_millis(now));
+        let mut plan = schedule(&self.snap, Time::from_millis(now));
         self.passes.observe(t0.elapsed().as_secs_f64());
         for p in &plan.preemptions {
             self.preemptions += 1;
@@ -1202,11 +1206,16 @@ impl Controller {
             self.start(s.job.0, s.placement.clone(), now);
         }
         self.snap.set_nominations(&plan);
-        self.reasons.clear();
-        for (id, r) in plan.waiting_reasons() {
-            self.reasons.insert(id.0, r.to_string());
-        }
+        self.reason_texts = plan.reason_table.iter().map(ToString::to_string).collect();
+        self.waiting = std::mem::take(&mut plan.waiting).into_iter().map(|(j, r)| (j.0, r)).collect();
+        self.waiting.sort_unstable();
         self.default_reason = plan.others.as_ref().map(ToString::to_string);
+    }
+
+    /// Why a pending job waits, as the last pass said.
+    fn reason(&self, id: u64) -> Option<&str> {
+        let i = self.waiting.binary_search_by_key(&id, |(j, _)| *j).ok()?;
+        self.reason_texts.get(self.waiting[i].1 as usize).map(String::as_str)
     }
 
     fn start(&mut self, id: u64, placement: Placement, now: i64) {
@@ -1327,7 +1336,6 @@ impl Controller {
             self.timers.insert((now + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt }));
         }
         self.touched.insert(id);
-        self.reasons.remove(&id);
         let devices = doc
             .run
             .as_ref()

@@ -13,9 +13,8 @@ impl Controller {
     pub(super) fn view(&self, d: &JobDoc) -> api::JobView {
         let reason = match d.state {
             api::JobState::Pending => self
-                .reasons
-                .get(&d.id)
-                .cloned()
+                .reason(d.id)
+                .map(String::from)
                 .or_else(|| {
                     d.not_before_ms
                         .filter(|t| *t > now_ms())
