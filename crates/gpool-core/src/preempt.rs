@@ -89,7 +89,8 @@ impl VictimPool {
                 if r.stopping.is_some() {
                     return None;
                 }
-                let qix = match queues.iter().position(|q| *q == j.spec.queue) {
+                // Jobs of one queue usually share one name allocation: compare pointers first.
+                let qix = match queues.iter().position(|q| Arc::ptr_eq(q, &j.spec.queue) || *q == j.spec.queue) {
                     Some(i) => i,
                     None => {
                         queues.push(j.spec.queue.clone());

@@ -650,25 +650,30 @@ impl Snapshot {
     }
 
     /// Takes a plan's nominations: pending jobs that preempted others by
-    /// *reclaim* and will take a placement once their victims are gone. The
-    /// next pass holds the free part of each such placement until it examines
-    /// the job, so that a job the order puts first (another queue's, borrowing)
-    /// cannot take back what was reclaimed: that would loop forever, since
-    /// reclaim would take it again. A nomination lives until the job is
-    /// examined again; it is renewed only while the job still waits for its
-    /// victims. Nominations for priority or within-class preemption are not
-    /// held: there the order and preemption agree, and a job ranked above the
-    /// preemptor may use what was freed (as higher-priority pods may use a
-    /// Kubernetes nominee's node).
+    /// *reclaim* or *priority* and will take a placement once their victims
+    /// are gone. The next pass holds the free part of each such placement
+    /// until it examines the job, so that a job the order puts first cannot
+    /// take what was freed. For reclaim, that job would be another queue's,
+    /// borrowing, and reclaim would take it back again: a loop. For priority,
+    /// a higher class borrowing from another queue's guarantee took the
+    /// space, the freed job reclaimed it, the preemptor preempted it again:
+    /// a loop of three (found by the property tests). A nomination lives
+    /// until the job is examined again; it is renewed only while the job
+    /// still waits for its victims. Nominations for within-class preemption
+    /// are not held: there the order and preemption agree, and a job ranked
+    /// above the preemptor may use what was freed.
     pub fn set_nominations(&mut self, plan: &crate::Plan) {
-        let reclaimed = |job: JobId| {
-            plan.preemptions.iter().any(|p| p.for_job == job && matches!(p.why, crate::PreemptWhy::Reclaim { .. }))
+        let held_for = |job: JobId| {
+            plan.preemptions.iter().any(|p| {
+                p.for_job == job
+                    && matches!(p.why, crate::PreemptWhy::Reclaim { .. } | crate::PreemptWhy::HigherPriority)
+            })
         };
         let held: BTreeMap<JobId, Placement> = plan
             .nominated
             .iter()
             .filter(|(id, _)| {
-                self.pending_keys.contains_key(id) && (reclaimed(*id) || self.nominations.contains_key(id))
+                self.pending_keys.contains_key(id) && (held_for(*id) || self.nominations.contains_key(id))
             })
             .map(|(id, p)| (*id, p.clone()))
             .collect();
