@@ -125,11 +125,6 @@ impl Agent {
         (self.reports)(r);
     }
 
-    /// Replicas with a live shim, from the table (after [`Agent::adopt_all`] on a restart).
-    pub fn running(&self) -> Vec<ReplicaKey> {
-        self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().copied().collect()
-    }
-
     fn register(&self, key: ReplicaKey, devices: Vec<String>, declared_load: Option<String>) {
         let entry = ReplicaEntry { run_dir: self.run_dir(key), devices, declared_load };
         self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, entry);

@@ -63,18 +63,6 @@ impl Histogram {
         Histogram { counts: vec![0; bounds.len()], bounds, sum: 0.0, count: 0 }
     }
 
-    /// The value under which a share `q` of the observations fall (the upper
-    /// bound of its bucket), if any were observed.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
-        let want = (self.count as f64 * q).ceil().max(1.0) as u64;
-        self.bounds
-            .iter()
-            .zip(&self.counts)
-            .find(|(_, c)| **c >= want)
-            .map(|(b, _)| *b)
-            .or((self.count > 0).then_some(f64::INFINITY))
-    }
-
     fn write(&self, out: &mut String, name: &str) {
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {c}", value(*b));

@@ -399,11 +399,6 @@ impl Telemetry {
         self.gpus.get(&(node.to_string(), index))
     }
 
-    /// Every GPU's latest reading, by (node, index).
-    pub fn gpus(&self) -> impl Iterator<Item = (&(String, u32), &GpuTrack)> {
-        self.gpus.iter()
-    }
-
     /// The job a GPU process belongs to.
     pub fn job_of_pid(&self, node: &str, pid: u32) -> Option<u64> {
         self.pid_jobs.get(node).and_then(|m| m.get(&pid)).copied()
