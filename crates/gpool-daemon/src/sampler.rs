@@ -223,21 +223,34 @@ mod tests {
 
     #[test]
     fn cpu_time_of_a_session_is_measured() {
-        // This test process's own session: its CPU ticks only grow.
-        let me = std::process::id();
-        let ticks = || -> u64 { read_procs().iter().filter(|p| p.pid == me).map(|p| p.ticks).sum() };
-        let a = ticks();
-        // Burn CPU until the kernel has charged this process at least two ticks more.
-        let mut x = 0u64;
-        let mut rounds = 0u32;
-        while ticks() < a + 2 {
-            for i in 0..1_000_000u64 {
-                x = x.wrapping_add(std::hint::black_box(i * i));
+        // A busy shell in a session of its own (setsid(1) from util-linux,
+        // which Debian always installs): it leads the session, so its
+        // session id is its pid, and its CPU ticks only grow. (This test
+        // process's own session cannot serve: under a PID namespace whose
+        // session leader lives outside it, /proc reports session 0.)
+        let mut child = std::process::Command::new("setsid")
+            .args(["sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("setsid(1) runs");
+        let pid = child.id();
+        let ticks = || -> Option<u64> {
+            read_procs().iter().find(|p| p.pid == pid && p.session == pid as i32).map(|p| p.ticks)
+        };
+        let mut seen = Vec::new();
+        // Wait (on the kernel's own accounting, not a clock) until the child has been charged two ticks more than at first.
+        for _ in 0..1_000_000 {
+            if let Some(t) = ticks() {
+                seen.push(t);
+                if t >= seen[0] + 2 {
+                    break;
+                }
             }
-            rounds += 1;
-            assert!(rounds < 10_000, "CPU time does not grow: {a} ticks");
+            std::thread::yield_now();
         }
-        assert!(x > 0);
-        assert!(read_procs().iter().any(|p| p.pid == me && p.session > 0));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!seen.is_empty(), "the child {pid} was never seen as the leader of its own session");
+        assert!(seen.last() >= Some(&(seen[0] + 2)), "CPU time does not grow: {seen:?}");
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "CPU time went back: {seen:?}");
     }
 }
