@@ -58,7 +58,7 @@ impl<'s> Capacity<'s> {
             reserved: BTreeMap::new(),
             reserved_until: Time::NEVER,
             placed: Vec::new(),
-            anti_affinity_in_use: snap.running_jobs().any(|j| !j.spec.anti_affinity.is_empty()),
+            anti_affinity_in_use: snap.running.with_anti_affinity > 0,
         };
         for n in 0..snap.nodes.len() {
             c.index_node(n as u32);

@@ -87,6 +87,13 @@ impl UsageLedger {
 
     /// Fair-share factor of every user the ledger knows, at `now`.
     pub fn factors(&self, now: Time, cfg: &FairShare) -> BTreeMap<(Arc<str>, Arc<str>), Factor> {
+        let f = self.factor_table(now, cfg);
+        self.users.keys().filter_map(|k| Some((k.clone(), f.get(k)?))).collect()
+    }
+
+    /// What every factor at `now` depends on, to look up a few users' factors
+    /// (a pass needs those of the users with pending jobs only).
+    pub fn factor_table<'a>(&'a self, now: Time, cfg: &'a FairShare) -> FactorTable<'a> {
         let dt = now.since(self.last).as_secs_f64();
         let h = cfg.half_life.as_secs_f64();
         let team_usage: BTreeMap<&Arc<str>, f64> = self.teams.iter().map(|(t, a)| (t, a.usage_at(dt, h))).collect();
@@ -96,18 +103,33 @@ impl UsageLedger {
         for (t, u) in self.users.keys() {
             *users_in_team.entry(t).or_default() += cfg.user_share(u);
         }
-        self.users
-            .iter()
-            .map(|((t, u), a)| {
-                let tu = team_usage.get(t).copied().unwrap_or(0.0);
-                let team_norm = if total > 0.0 { tu / total } else { 0.0 };
-                let team_share = cfg.team_share(t) / team_shares.max(1e-9);
-                let user_norm = if tu > 0.0 { a.usage_at(dt, h) / tu } else { 0.0 };
-                let user_share = cfg.user_share(u) / users_in_team.get(t).copied().unwrap_or(1.0).max(1e-9);
-                let f = (-(team_norm / team_share)).exp2() * (-(user_norm / user_share)).exp2();
-                ((t.clone(), u.clone()), f)
-            })
-            .collect()
+        FactorTable { ledger: self, cfg, dt, h, team_usage, total, team_shares, users_in_team }
+    }
+}
+
+/// Fair-share factors at one time (see [`UsageLedger::factor_table`]).
+pub struct FactorTable<'a> {
+    ledger: &'a UsageLedger,
+    cfg: &'a FairShare,
+    dt: f64,
+    h: f64,
+    team_usage: BTreeMap<&'a Arc<str>, f64>,
+    total: f64,
+    team_shares: f64,
+    users_in_team: BTreeMap<&'a Arc<str>, f64>,
+}
+
+impl FactorTable<'_> {
+    /// The factor of `(team, user)`; `None` if the ledger does not know them.
+    pub fn get(&self, key: &(Arc<str>, Arc<str>)) -> Option<Factor> {
+        let a = self.ledger.users.get(key)?;
+        let (t, u) = key;
+        let tu = self.team_usage.get(t).copied().unwrap_or(0.0);
+        let team_norm = if self.total > 0.0 { tu / self.total } else { 0.0 };
+        let team_share = self.cfg.team_share(t) / self.team_shares.max(1e-9);
+        let user_norm = if tu > 0.0 { a.usage_at(self.dt, self.h) / tu } else { 0.0 };
+        let user_share = self.cfg.user_share(u) / self.users_in_team.get(t).copied().unwrap_or(1.0).max(1e-9);
+        Some((-(team_norm / team_share)).exp2() * (-(user_norm / user_share)).exp2())
     }
 }
 

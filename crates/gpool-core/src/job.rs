@@ -218,7 +218,7 @@ pub struct ReplicaPlacement {
 pub type Placement = Vec<ReplicaPlacement>;
 
 /// What the core knows about a job's history, which some policies order by.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct Service {
     /// Run time summed over previous runs (not counting the current one).
     pub prior_runtime: Duration,

@@ -33,6 +33,7 @@ pub mod policy;
 mod preempt;
 pub mod quota;
 pub mod resources;
+mod running;
 mod schedule;
 pub mod snapshot;
 pub mod time;

@@ -11,7 +11,7 @@
 //! promoted points and are skipped when their group reaches them.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::job::JobId;
@@ -35,6 +35,8 @@ struct Head {
 pub(crate) struct Candidates<'s> {
     snap: &'s Snapshot,
     groups: Vec<&'s GroupKey>,
+    /// Each group's pending jobs (looked up once: group keys compare as strings).
+    sets: Vec<&'s BTreeSet<PendingKey>>,
     /// Dynamic points per group (fair share), milli-points.
     group_points: Vec<i64>,
     /// GPUs (thousandths) each group holds, for max-min fairness.
@@ -54,13 +56,13 @@ const PROMOTED: usize = usize::MAX;
 impl<'s> Candidates<'s> {
     pub(crate) fn new(snap: &'s Snapshot, now: Time) -> Candidates<'s> {
         let policy = snap.policy();
-        let groups: Vec<&GroupKey> = snap.pending.keys().collect();
+        let (groups, sets): (Vec<&GroupKey>, Vec<&BTreeSet<PendingKey>>) = snap.pending.iter().unzip();
         let max_min = policy.ordering == Ordering::MaxMinFair;
         let mut group_points = vec![0; groups.len()];
         if policy.ordering == Ordering::Multifactor && policy.weights.fair_share != 0.0 {
-            let factors = snap.ledger.factors(now, &policy.fair_share);
+            let factors = snap.ledger.factor_table(now, &policy.fair_share);
             for (i, g) in groups.iter().enumerate() {
-                let f = factors.get(*g).copied().unwrap_or(1.0);
+                let f = factors.get(g).unwrap_or(1.0);
                 group_points[i] = (f * policy.weights.fair_share * 1000.0) as i64;
             }
         }
@@ -75,6 +77,7 @@ impl<'s> Candidates<'s> {
         let mut c = Candidates {
             snap,
             groups,
+            sets,
             group_points,
             rates,
             shares,
@@ -85,7 +88,7 @@ impl<'s> Candidates<'s> {
         };
         c.promote(now);
         for g in 0..c.groups.len() {
-            if let Some(first) = c.snap.pending[c.groups[g]].first().copied() {
+            if let Some(first) = c.sets[g].first().copied() {
                 c.push(g, first);
             }
         }
@@ -144,7 +147,7 @@ impl<'s> Candidates<'s> {
         loop {
             if let Some((g, key)) = self.deferred.take()
                 && g != PROMOTED
-                && let Some(next) = self.snap.pending[self.groups[g]].range((Excluded(key), Unbounded)).next().copied()
+                && let Some(next) = self.sets[g].range((Excluded(key), Unbounded)).next().copied()
             {
                 self.push(g, next);
             }

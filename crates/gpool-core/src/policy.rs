@@ -308,12 +308,17 @@ impl Policy {
     /// When the starvation guard promotes a pending job with this spec and
     /// history (see [`StarvationGuard`]); `None` if it never does.
     pub fn promotion_time(&self, spec: &JobSpec, service: &Service) -> Option<Time> {
+        self.promotion_time_at(spec.submit_time, service)
+    }
+
+    /// [`Policy::promotion_time`] of a job submitted at `submit`.
+    pub(crate) fn promotion_time_at(&self, submit: Time, service: &Service) -> Option<Time> {
         let guard = self.starvation_guard.as_ref()?;
         let level = self.service_level(service.prior_gpu_milli_secs / 1000);
         if self.ordering != Ordering::Multifactor || level == 0 || service.prior_runtime >= guard.max_runtime {
             return None;
         }
-        Some(spec.submit_time.plus(guard.after))
+        Some(submit.plus(guard.after))
     }
 
     /// Whether the order depends on the user (fair share), so the pending

@@ -18,6 +18,7 @@ use crate::plan::PreemptWhy;
 use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::quota::QuotaState;
 use crate::resources::GpuMilli;
+use crate::running::KeyInputs;
 use crate::snapshot::{NodeFree, Snapshot};
 use crate::time::Time;
 
@@ -27,122 +28,232 @@ pub(crate) struct Candidate {
     pub(crate) id: JobId,
     pub(crate) class: i32,
     pub(crate) key: PreemptKey,
-    pub(crate) queue: Arc<str>,
-    /// Its queue's index in [`VictimPool::queues`] (searches compare queues millions of times).
+    /// Its queue: an id among [`Snapshot::running_queues`] (searches compare
+    /// queues millions of times).
     pub(crate) qix: usize,
     pub(crate) units: GpuMilli,
     pub(crate) preemptible: bool,
     /// Started less than `min_runtime` ago: exempt from within-class preemption.
     pub(crate) young: bool,
+    /// How long its current run has lasted.
+    ran: std::time::Duration,
+}
+
+/// Candidates' order, most preemptible first: lowest class, worst key
+/// (highest rank, newest submission), then the job that would lose the least
+/// work, then the newest id. Ids are unique, so it is total. Packed into
+/// words compared in order, since a pass sorts every running job.
+type Rank = [u64; 5];
+
+impl Candidate {
+    fn rank(&self) -> Rank {
+        // Flipping the sign bit orders signed values as unsigned; `!` reverses.
+        let flip = |x: i64| (x as u64) ^ (1 << 63);
+        let ran = u64::try_from(self.ran.as_nanos()).unwrap_or(u64::MAX);
+        [flip(i64::from(self.class)), !flip(self.key.rank), !flip(self.key.submit_ms), ran, !self.id.0]
+    }
 }
 
 /// A node a replica could go on: (new victims, their GPU units, node), the victims, and the devices.
 type NodeChoice = ((usize, GpuMilli, u32), Vec<(usize, PreemptWhy)>, crate::capacity::Fit);
 
-/// Running jobs ordered from most to least preemptible, and per node.
+/// The running jobs that could be preempted.
+///
+/// A pool is built almost every pass of a busy cluster, and most passes
+/// only ask [`Search::possible`], which needs the most preemptible candidate
+/// per queue and the newest per rank. The per-node index a search walks is
+/// built on the first search. A search only needs the order per node, and
+/// sorting the few jobs of each node is cheaper than sorting them all.
 pub(crate) struct VictimPool {
     pub(crate) list: Vec<Candidate>,
-    by_node: BTreeMap<u32, Vec<usize>>,
+    ranks: Vec<Rank>,
+    /// Each candidate's first node (`u32::MAX`: none), and the other nodes
+    /// of candidates on several.
+    homes: Vec<u32>,
+    spread: Vec<(u32, Box<[u32]>)>,
+    node_count: usize,
+    by_node: std::cell::OnceCell<ByNode>,
+    /// Per queue id: its most preemptible preemptible candidate, and the
+    /// same among those not young.
+    first: Vec<Option<u32>>,
+    first_old: Vec<Option<u32>>,
     /// Per (class, rank) of preemptible candidates: the newest submission,
     /// the easiest victim of that rank under multifactor preemption.
     newest: BTreeMap<(i32, i64), i64>,
-    /// The candidates' queues, interned.
-    queues: Vec<Arc<str>>,
+    /// Per queue id: whether a candidate is in it.
+    queue_used: Vec<bool>,
 }
 
-/// Borrowed quota per queue of the pool (by [`Candidate::qix`]), thousandths
-/// of a GPU; `NOT_BORROWING` for a queue within its guarantee.
+/// Candidates per node, most preemptible first: node n's are
+/// `hosted[node_starts[n]..node_starts[n + 1]]` (indexes into the list).
+struct ByNode {
+    node_starts: Vec<u32>,
+    hosted: Vec<u32>,
+    /// The nodes hosting a candidate, ascending.
+    nodes: Vec<u32>,
+}
+
+/// Borrowed quota per queue id (see [`Candidate::qix`]), thousandths of a
+/// GPU; `NOT_BORROWING` for a queue within its guarantee or without candidates.
 type Borrowed = Vec<i64>;
 const NOT_BORROWING: i64 = i64::MIN;
 
 /// The key a policy compares within one priority class (see [`PreemptKey`]).
 pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<PreemptKey> {
-    let level = || i64::from(policy.service_level(job.attained_gpu_milli_secs(now) / 1000));
-    match policy.ordering {
-        Ordering::AttainedService => Some(PreemptKey { rank: level(), submit_ms: 0 }),
-        Ordering::Multifactor => {
-            // The run a starvation-guard promotion started keeps level 0 while
-            // the job's run time stays below the guard's limit.
-            let promoted = job.running().is_some_and(|r| {
-                policy.promotion_time(&job.spec, &job.service).is_some_and(|at| at <= r.started)
-                    && policy.starvation_guard.as_ref().is_some_and(|g| job.runtime(now) < g.max_runtime)
-            });
-            let rank = if promoted { 0 } else { level() };
-            Some(PreemptKey { rank, submit_ms: job.spec.submit_time.as_millis() })
-        }
-        Ordering::ShortestRemaining => Some(PreemptKey {
-            rank: job.remaining(now).map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-            submit_ms: 0,
-        }),
-        Ordering::Fifo | Ordering::ShortestFirst | Ordering::MaxMinFair => None,
-    }
+    KeyInputs::of(job).key(policy, now)
 }
 
 impl VictimPool {
     pub(crate) fn new(snap: &Snapshot, now: Time) -> VictimPool {
         let policy = snap.policy();
-        let mut queues: Vec<Arc<str>> = Vec::new();
-        let mut list: Vec<(Candidate, std::time::Duration)> = snap
-            .running_jobs()
-            .filter_map(|j| {
-                let r = j.running()?;
-                if r.stopping.is_some() {
-                    return None;
-                }
-                // Jobs of one queue usually share one name allocation: compare pointers first.
-                let qix = match queues.iter().position(|q| Arc::ptr_eq(q, &j.spec.queue) || *q == j.spec.queue) {
-                    Some(i) => i,
-                    None => {
-                        queues.push(j.spec.queue.clone());
-                        queues.len() - 1
-                    }
-                };
-                Some((
-                    Candidate {
-                        id: j.id,
-                        class: j.spec.priority,
-                        key: preemption_key(policy, j, now).unwrap_or(PreemptKey { rank: 0, submit_ms: 0 }),
-                        queue: j.spec.queue.clone(),
-                        qix,
-                        units: r.gpu_milli,
-                        preemptible: j.spec.preemptible,
-                        young: now.since(r.started) < policy.preemption.min_runtime,
-                    },
-                    now.since(r.started),
-                ))
-            })
-            .collect();
-        // Most preemptible first: lowest class, worst key, then the job that would lose the least work.
-        list.sort_by(|(a, ra), (b, rb)| {
-            (a.class, std::cmp::Reverse(a.key), ra, std::cmp::Reverse(a.id)).cmp(&(
-                b.class,
-                std::cmp::Reverse(b.key),
-                rb,
-                std::cmp::Reverse(b.id),
-            ))
-        });
-        let list: Vec<Candidate> = list.into_iter().map(|(c, _)| c).collect();
-        let mut by_node: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let node_count = snap.nodes.len();
+        // One walk over the entries; the loops after it read only these vectors.
+        let mut list: Vec<Candidate> = Vec::with_capacity(snap.running.len());
+        let mut ranks: Vec<Rank> = Vec::with_capacity(snap.running.len());
+        // Each candidate's first node (`u32::MAX`: none), and the entries with more.
+        let mut homes: Vec<u32> = Vec::with_capacity(snap.running.len());
+        let mut spread: Vec<(u32, Box<[u32]>)> = Vec::new();
+        for e in snap.running.values().filter(|e| !e.stopping) {
+            let ran = now.since(e.started);
+            let c = Candidate {
+                id: e.id,
+                class: e.class,
+                key: e.key.key(policy, now).unwrap_or(PreemptKey { rank: 0, submit_ms: 0 }),
+                qix: e.queue as usize,
+                units: e.units,
+                preemptible: e.preemptible,
+                young: ran < policy.preemption.min_runtime,
+                ran,
+            };
+            if !e.more_nodes.is_empty() {
+                spread.push((list.len() as u32, e.more_nodes.clone()));
+            }
+            homes.push(e.first_node.filter(|n| (*n as usize) < node_count).unwrap_or(u32::MAX));
+            ranks.push(c.rank());
+            list.push(c);
+        }
+        let queues = snap.running.queues.len();
+        let mut queue_used = vec![false; queues];
+        let mut first: Vec<Option<u32>> = vec![None; queues];
+        let mut first_old: Vec<Option<u32>> = vec![None; queues];
+        let mut newest: BTreeMap<(i32, i64), i64> = BTreeMap::new();
+        let lower = |best: &mut Option<u32>, i: usize| {
+            if best.is_none_or(|b| ranks[i] < ranks[b as usize]) {
+                *best = Some(i as u32);
+            }
+        };
         for (i, c) in list.iter().enumerate() {
-            if let Some(r) = snap.job(c.id).and_then(Job::running) {
-                let mut nodes: Vec<u32> = r.placement.iter().map(|p| p.node.0).collect();
-                nodes.dedup();
-                for n in nodes {
-                    by_node.entry(n).or_default().push(i);
+            if let Some(u) = queue_used.get_mut(c.qix) {
+                *u = true;
+            }
+            if c.preemptible {
+                if let Some(f) = first.get_mut(c.qix) {
+                    lower(f, i);
+                }
+                if !c.young
+                    && let Some(f) = first_old.get_mut(c.qix)
+                {
+                    lower(f, i);
                 }
             }
+            if c.preemptible && !c.young {
+                let e = newest.entry((c.class, c.key.rank)).or_insert(i64::MIN);
+                *e = (*e).max(c.key.submit_ms);
+            }
         }
-        let mut newest: BTreeMap<(i32, i64), i64> = BTreeMap::new();
-        for c in list.iter().filter(|c| c.preemptible && !c.young) {
-            let e = newest.entry((c.class, c.key.rank)).or_insert(i64::MIN);
-            *e = (*e).max(c.key.submit_ms);
+        VictimPool {
+            list,
+            ranks,
+            homes,
+            spread,
+            node_count,
+            by_node: std::cell::OnceCell::new(),
+            first,
+            first_old,
+            newest,
+            queue_used,
         }
-        VictimPool { list, by_node, newest, queues }
     }
 
-    /// A queue's index among the candidates' queues (`None`: no candidate is in it).
-    pub(crate) fn queue_ix(&self, q: &str) -> Option<usize> {
-        self.queues.iter().position(|x| **x == *q)
+    /// The most preemptible candidate that is preemptible, not taken, not
+    /// young if `old`, and in a queue `in_queue` accepts.
+    fn most_preemptible(
+        &self,
+        taken: &BTreeSet<JobId>,
+        old: bool,
+        in_queue: impl Fn(usize) -> bool,
+    ) -> Option<&Candidate> {
+        let best = if taken.is_empty() {
+            // The per-queue minima answer directly.
+            let firsts = if old { &self.first_old } else { &self.first };
+            firsts
+                .iter()
+                .enumerate()
+                .filter(|(q, _)| in_queue(*q))
+                .filter_map(|(_, f)| *f)
+                .min_by_key(|i| &self.ranks[*i as usize])
+        } else {
+            (0..self.list.len() as u32)
+                .filter(|i| {
+                    let c = &self.list[*i as usize];
+                    c.preemptible && !(old && c.young) && !taken.contains(&c.id) && in_queue(c.qix)
+                })
+                .min_by_key(|i| &self.ranks[*i as usize])
+        };
+        best.map(|i| &self.list[i as usize])
+    }
+
+    /// A queue's id (`None`: no candidate is in it).
+    pub(crate) fn queue_ix(&self, snap: &Snapshot, q: &str) -> Option<usize> {
+        let i = snap.running.queues.id_of(q)? as usize;
+        self.queue_used.get(i).copied().unwrap_or(false).then_some(i)
+    }
+
+    fn by_node(&self) -> &ByNode {
+        self.by_node.get_or_init(|| {
+            let node_count = self.node_count;
+            let firsts = self.homes.iter().enumerate().filter(|(_, n)| **n != u32::MAX).map(|(i, n)| (i as u32, *n));
+            let more = self
+                .spread
+                .iter()
+                .flat_map(|(i, more)| more.iter().filter(|n| (**n as usize) < node_count).map(move |n| (*i, *n)));
+            let on_nodes = firsts.chain(more);
+            // Counts, offsets, the entries, then a sort per node.
+            let mut node_starts = vec![0u32; node_count + 1];
+            for (_, n) in on_nodes.clone() {
+                node_starts[n as usize + 1] += 1;
+            }
+            let nodes: Vec<u32> = (0..node_count as u32).filter(|n| node_starts[*n as usize + 1] > 0).collect();
+            for n in 0..node_count {
+                node_starts[n + 1] += node_starts[n];
+            }
+            let mut hosted = vec![0u32; node_starts[node_count] as usize];
+            let mut next: Vec<u32> = node_starts[..node_count].to_vec();
+            for (i, n) in on_nodes {
+                hosted[next[n as usize] as usize] = i;
+                next[n as usize] += 1;
+            }
+            for &n in &nodes {
+                let (a, b) = (node_starts[n as usize] as usize, node_starts[n as usize + 1] as usize);
+                hosted[a..b].sort_unstable_by(|x, y| self.ranks[*x as usize].cmp(&self.ranks[*y as usize]));
+            }
+            ByNode { node_starts, hosted, nodes }
+        })
+    }
+
+    /// The nodes hosting a candidate, ascending.
+    fn nodes(&self) -> &[u32] {
+        &self.by_node().nodes
+    }
+
+    /// The candidates on node `n`, as indexes into `list`.
+    fn hosted(&self, n: u32) -> &[u32] {
+        let b = self.by_node();
+        let n = n as usize;
+        match (b.node_starts.get(n), b.node_starts.get(n + 1)) {
+            (Some(&a), Some(&e)) => &b.hosted[a as usize..e as usize],
+            _ => &[],
+        }
     }
 }
 
@@ -159,7 +270,7 @@ pub(crate) struct Search<'a, 's> {
     pub(crate) taken: &'a BTreeSet<JobId>,
     /// Jobs already stopping for this job: counted as gone.
     pub(crate) prereleased: &'a [JobId],
-    /// The preemptor's queue among the pool's ([`VictimPool::queue_ix`]).
+    /// The preemptor's queue id ([`VictimPool::queue_ix`]).
     pub(crate) job_q: Option<usize>,
 }
 
@@ -229,7 +340,8 @@ impl Search<'_, '_> {
             });
         }
         if !same_queue && borrowed() && self.may_reclaim() {
-            return Some(PreemptWhy::Reclaim { queue: v.queue.clone() });
+            let queue = self.snap().running.queues.get(v.qix as u32).cloned().unwrap_or_else(|| Arc::from(""));
+            return Some(PreemptWhy::Reclaim { queue });
         }
         None
     }
@@ -249,12 +361,8 @@ impl Search<'_, '_> {
         let borrowed = self.borrowed();
         // The priority class is monotone along the list; only candidates the
         // queue rule lets us take count.
-        let takeable = |c: &&Candidate| {
-            c.preemptible
-                && !self.taken.contains(&c.id)
-                && (Some(c.qix) == self.job_q || borrowed.get(c.qix).is_some_and(|o| *o > 0))
-        };
-        let by_priority = self.pool.list.iter().find(takeable);
+        let in_queue = |q: usize| Some(q) == self.job_q || borrowed.get(q).is_some_and(|o| *o > 0);
+        let by_priority = self.pool.most_preemptible(self.taken, false, in_queue);
         if by_priority.is_some_and(|c| self.allowed(c, &borrowed).is_some()) {
             return true;
         }
@@ -271,8 +379,8 @@ impl Search<'_, '_> {
                     .range((self.job.spec.priority, i64::MIN)..=(self.job.spec.priority, i64::MAX))
                     .any(|(&(_, rank), &submit_ms)| policy.outranks(k, PreemptKey { rank, submit_ms })),
                 _ => {
-                    let mut within = self.pool.list.iter().filter(|c| takeable(c) && !c.young);
-                    within.next().is_some_and(|c| self.allowed(c, &borrowed).is_some())
+                    let within = self.pool.most_preemptible(self.taken, true, in_queue);
+                    within.is_some_and(|c| self.allowed(c, &borrowed).is_some())
                 }
             };
             if found {
@@ -288,20 +396,21 @@ impl Search<'_, '_> {
     /// less victims already taken.
     fn borrowed(&self) -> Borrowed {
         let snap = self.snap();
-        let mut over: Borrowed = self
-            .pool
-            .queues
-            .iter()
-            .map(|q| {
-                let used = snap.queue_usage.get(q).copied().unwrap_or(0) as i64;
-                used - snap.queues.get(q).map_or(0, |c| c.guarantee) as i64
+        let mut over: Borrowed = (0..snap.running.queues.len())
+            .map(|i| match snap.running.queues.get(i as u32) {
+                Some(q) if self.pool.queue_used[i] => {
+                    let used = snap.queue_usage.get(q).copied().unwrap_or(0) as i64;
+                    used - snap.queues.get(q).map_or(0, |c| c.guarantee) as i64
+                }
+                _ => 0,
             })
             .collect();
         for id in self.taken {
-            if let Some(j) = snap.job(*id)
-                && let (Some(r), Some(i)) = (j.running(), self.pool.queue_ix(&j.spec.queue))
+            if let Some(e) = snap.running.get(id)
+                && let Some(o) = over.get_mut(e.queue as usize)
+                && self.pool.queue_used[e.queue as usize]
             {
-                over[i] -= r.gpu_milli as i64;
+                *o -= e.units as i64;
             }
         }
         for o in &mut over {
@@ -352,7 +461,7 @@ impl Search<'_, '_> {
         // where something can be given back are worth a look; a gang may put
         // some replicas on free nodes and needs them all.
         let nodes: Vec<u32> = if job.spec.replicas == 1 {
-            let mut n: BTreeSet<u32> = self.pool.by_node.keys().copied().collect();
+            let mut n: BTreeSet<u32> = self.pool.nodes().iter().copied().collect();
             n.extend(trial.over.keys().copied());
             n.into_iter().collect()
         } else {
@@ -378,13 +487,12 @@ impl Search<'_, '_> {
                 if !grow {
                     continue;
                 }
-                let Some(hosted) = self.pool.by_node.get(&n) else {
-                    continue;
-                };
+                let hosted = self.pool.hosted(n);
                 let mut added: Vec<(usize, PreemptWhy)> = Vec::new();
                 // Copied only if a victim from another queue uses up some of its borrowed quota.
                 let mut left: Option<Borrowed> = None;
                 for &vi in hosted {
+                    let vi = vi as usize;
                     if chosen.iter().any(|(c, _)| *c == vi) {
                         continue;
                     }

@@ -109,7 +109,8 @@ impl<'s> Pass<'s> {
     fn new(snap: &'s Snapshot, now: Time) -> Pass<'s> {
         let policy = snap.policy();
         let mut nominations: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
-        for j in snap.running_jobs() {
+        // Only jobs asked to stop can be stopping for someone.
+        for j in snap.running.values().filter(|e| e.stopping).filter_map(|e| snap.job(e.id)) {
             if let Some(r) = j.running()
                 && let Some(StopCause::Preempted { for_job }) = &r.stopping
                 && snap.job(*for_job).is_some_and(|f| f.running().is_none())
@@ -344,7 +345,7 @@ impl<'s> Pass<'s> {
             ends,
             taken: &self.taken,
             prereleased,
-            job_q: pool.queue_ix(&job.spec.queue),
+            job_q: pool.queue_ix(self.snap, &job.spec.queue),
         };
         if !search.possible() {
             return false;
@@ -386,15 +387,17 @@ impl<'s> Pass<'s> {
         // is kept, so jobs without a planned end are not worth releasing.
         let open = self.now.since(job.spec.submit_time) >= self.policy.open_reservation_after;
         let mut releases: Vec<Release<'_>> = Vec::new();
-        for j in self.snap.running_jobs() {
-            let Some(r) = j.running() else { continue };
-            let at = if r.stopping.is_some() || self.taken.contains(&j.id) {
-                self.now.plus(j.spec.grace)
-            } else {
-                planned_end(j, r.started).max(self.now)
-            };
-            if open || at != Time::NEVER {
-                releases.push(Release { at, placement: &r.placement });
+        // Without an open reservation only known ends count, and often no running job has one.
+        if open || self.snap.running.with_known_end > 0 || !self.taken.is_empty() {
+            for e in self.snap.running.values() {
+                let at = if e.stopping || self.taken.contains(&e.id) {
+                    self.now.plus(e.grace)
+                } else {
+                    e.planned_end().max(self.now)
+                };
+                if open || at != Time::NEVER {
+                    releases.push(Release { at, placement: &e.placement });
+                }
             }
         }
         for (s, at) in self.plan.starts.iter().zip(&self.started_ends) {

@@ -3,8 +3,9 @@
 //! The daemon and the simulator own one [`Snapshot`] each and tell it what
 //! happened (a node joined, a job was submitted, started, stopped). The
 //! snapshot keeps the derived indexes a pass needs (free devices per node,
-//! pending jobs in policy order per user, queue usage, fair-share usage), so
-//! that a pass over 10,000 pending jobs rebuilds nothing.
+//! pending jobs in policy order per user, queue usage, fair-share usage, the
+//! running jobs in compact form for ranking victims), so that a pass over
+//! 10,000 pending jobs rebuilds nothing.
 //!
 //! Every mutation checks its preconditions and returns a typed error instead
 //! of corrupting state: a start on a busy device is refused, not applied.
@@ -22,6 +23,7 @@ use crate::node::{Device, Labels, MigInstance, Node, NodeError, NodeId, NodeStat
 use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::quota::QueueConfig;
 use crate::resources::{GPU, GpuMilli, MigProfile, same_model};
+use crate::running::RunningJobs;
 use crate::time::Time;
 
 /// Hashing for maps keyed by job id: ids are already well spread integers,
@@ -282,7 +284,7 @@ impl<T> Default for Interner<T> {
 }
 
 impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
-    fn acquire(&mut self, value: T) -> u32 {
+    pub(crate) fn acquire(&mut self, value: T) -> u32 {
         if let Some(&id) = self.ids.get(&value) {
             self.refs[id as usize] += 1;
             return id;
@@ -304,7 +306,7 @@ impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
     }
 
     /// Drops one reference; returns the value when it was the last.
-    fn release(&mut self, id: u32) -> Option<T> {
+    pub(crate) fn release(&mut self, id: u32) -> Option<T> {
         let i = id as usize;
         let r = self.refs.get_mut(i)?;
         *r = r.saturating_sub(1);
@@ -319,6 +321,14 @@ impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
 
     pub(crate) fn get(&self, id: u32) -> Option<&T> {
         self.list.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// The id of a value in use.
+    pub(crate) fn id_of<Q: ?Sized + Eq + std::hash::Hash>(&self, value: &Q) -> Option<u32>
+    where
+        T: std::borrow::Borrow<Q>,
+    {
+        self.ids.get(value).copied()
     }
 
     /// One past the largest id in use.
@@ -406,7 +416,8 @@ pub struct Snapshot {
     pub(crate) shapes: Shapes,
     /// Pending jobs by devices per replica (0 = CPU-only), for early exit.
     pub(crate) pending_by_devices: BTreeMap<u32, u32>,
-    pub(crate) running: BTreeSet<JobId>,
+    /// Running jobs, compact (see [`crate::running`]).
+    pub(crate) running: RunningJobs,
     pub(crate) queues: BTreeMap<Arc<str>, QueueConfig>,
     pub(crate) queue_usage: BTreeMap<Arc<str>, GpuMilli>,
     finished: HashMap<JobId, bool, IdHash>,
@@ -431,7 +442,7 @@ impl Snapshot {
             promotions: BTreeSet::new(),
             shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
-            running: BTreeSet::new(),
+            running: RunningJobs::default(),
             queues: BTreeMap::new(),
             queue_usage: BTreeMap::new(),
             finished: HashMap::default(),
@@ -589,7 +600,7 @@ impl Snapshot {
     }
 
     pub fn running_jobs(&self) -> impl Iterator<Item = &Job> {
-        self.running.iter().filter_map(|id| self.jobs.get(id))
+        self.running.ids().filter_map(|id| self.jobs.get(id))
     }
 
     /// Pending job ids, in no particular order.
@@ -752,7 +763,7 @@ impl Snapshot {
         self.ledger.change_rate(&job.spec.team, &job.spec.user, units as i64);
         *self.queue_usage.entry(job.spec.queue.clone()).or_default() += units;
         job.state = JobState::Running(Running { placement, started: now, gpu_milli: units, stopping: None });
-        self.running.insert(id);
+        self.running.insert(job);
         Ok(())
     }
 
@@ -767,6 +778,7 @@ impl Snapshot {
         match &mut job.state {
             JobState::Running(r) => {
                 r.stopping = Some(cause);
+                self.running.mark_stopping(id);
                 Ok(())
             }
             JobState::Pending => Err(SnapshotError::NotRunning(id)),
@@ -794,7 +806,7 @@ impl Snapshot {
                 e.jobs.remove(&id);
             }
         }
-        self.running.remove(&id);
+        self.running.remove(id);
         self.ledger.advance(now, self.policy.fair_share.half_life);
         self.ledger.change_rate(&spec.team, &spec.user, -(run.gpu_milli as i64));
         if let Some(u) = self.queue_usage.get_mut(&spec.queue) {
