@@ -100,8 +100,10 @@ impl UsageLedger {
         let total: f64 = team_usage.values().sum();
         let team_shares: f64 = self.teams.keys().map(|t| cfg.team_share(t)).sum();
         let mut users_in_team: BTreeMap<&Arc<str>, f64> = BTreeMap::new();
+        // Without configured shares every user's is 1: skip the name lookups.
+        let equal = cfg.user_shares.is_empty();
         for (t, u) in self.users.keys() {
-            *users_in_team.entry(t).or_default() += cfg.user_share(u);
+            *users_in_team.entry(t).or_default() += if equal { 1.0 } else { cfg.user_share(u) };
         }
         FactorTable { ledger: self, cfg, dt, h, team_usage, total, team_shares, users_in_team }
     }
