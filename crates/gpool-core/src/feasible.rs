@@ -55,7 +55,7 @@ impl Snapshot {
         }
         let need =
             Need { replicas: spec.replicas, gpu: spec.replica.gpu.clone(), model: spec.replica.gpu_model.clone() };
-        let units = spec.replica.gpu.min_units() * u64::from(spec.replicas);
+        let units = spec.gpu_units();
         if let Some(q) = self.queues.get(&spec.queue)
             && let Some(max) = q.max
             && units > max

@@ -160,6 +160,11 @@ impl JobSpec {
         }
     }
 
+    /// The least quota all replicas can be charged, thousandths of a GPU.
+    pub(crate) fn gpu_units(&self) -> GpuMilli {
+        self.replica.gpu.min_units() * u64::from(self.replicas)
+    }
+
     /// The run time backfill and shortest-job policies plan with.
     pub fn planned_runtime(&self) -> Option<Duration> {
         match (self.estimate, self.time_limit) {

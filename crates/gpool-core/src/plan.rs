@@ -169,7 +169,7 @@ pub struct Plan {
     pub reservation: Option<Reservation>,
     /// Where each job that preempted others will start once its victims are
     /// gone: the nominations valid after this pass (give them to
-    /// [`crate::Snapshot::set_nominations`]).
+    /// [`crate::Snapshot::carry_over`]).
     pub nominated: Vec<(JobId, Placement)>,
     /// Jobs the pass examined and left pending, in rank order, with an index
     /// into `reason_table` (jobs of one shape share one reason).
@@ -177,6 +177,14 @@ pub struct Plan {
     pub reason_table: Vec<PendingReason>,
     /// The reason of every pending job not in `starts` or `waiting`.
     pub others: Option<PendingReason>,
+    /// When the current overload began, judged on what the pass leaves
+    /// waiting (see [`crate::policy::Overload`]); the snapshot carries it to
+    /// the next pass.
+    pub overloaded_since: Option<Time>,
+    /// The earliest time a pass could decide differently with no event in
+    /// between (a starvation-guard promotion, the overload gate starting to
+    /// act): the caller should run a pass then.
+    pub wake_at: Option<Time>,
     pub stats: PassStats,
 }
 

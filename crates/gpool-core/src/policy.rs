@@ -70,11 +70,33 @@ pub struct Preemption {
     /// A job is not preempted *within its class* before it has run this long
     /// (limits churn between peers). Priority and reclaim preemption act at once.
     pub min_runtime: Duration,
+    /// Within-class preemption acts only under sustained overload (see
+    /// [`Overload`]); `None`: whenever a victim qualifies.
+    pub overload: Option<Overload>,
+}
+
+/// When within-class preemption may act: only once the cluster has been
+/// *overloaded* (pending GPU demand at least `enter` times the GPUs of the
+/// nodes that are up) for `after`, and then until demand falls below `exit`
+/// times those GPUs. A burst the cluster absorbs by jobs ending in their own
+/// time preempts nothing; a backlog that lasts is worked off shortest-first.
+/// Priority and reclaim preemption are not gated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Overload {
+    pub enter: f64,
+    pub after: Duration,
+    pub exit: f64,
 }
 
 impl Preemption {
     pub fn off() -> Preemption {
-        Preemption { by_priority: false, within_class: false, reclaim: false, min_runtime: Duration::ZERO }
+        Preemption {
+            by_priority: false,
+            within_class: false,
+            reclaim: false,
+            min_runtime: Duration::ZERO,
+            overload: None,
+        }
     }
 
     /// Only preemptible jobs of lower priority classes (Kubernetes' default).
@@ -195,8 +217,10 @@ impl Policy {
     /// gpool's default: multifactor priority (fair share, age, attained-service
     /// level), EASY backfill, priority preemption and, for jobs marked
     /// preemptible, Tiresias-style preemption of jobs that have had much more
-    /// GPU service than a waiting one, with a starvation guard for preempted
-    /// jobs. Needs no run-time estimates.
+    /// GPU service than a waiting one while the cluster is overloaded (demand
+    /// at least its GPUs for 6 h, until demand falls below a tenth of
+    /// them), with a starvation guard for preempted jobs. Needs no run-time
+    /// estimates.
     pub fn gpool_default() -> Policy {
         Policy {
             name: "default".into(),
@@ -207,6 +231,7 @@ impl Policy {
                 within_class: true,
                 reclaim: true,
                 min_runtime: Duration::from_secs(300),
+                overload: Some(Overload { enter: 1.0, after: Duration::from_secs(6 * 3600), exit: 0.1 }),
             },
             placement: PlacementStrategy::BestFit,
             weights: Weights {

@@ -48,18 +48,23 @@ impl KeyInputs {
         self.service.prior_gpu_milli_secs.saturating_add(current)
     }
 
+    /// Until when the run a starvation-guard promotion started keeps level 0
+    /// (while the job's run time stays below the guard's limit); `None`: it
+    /// is not such a run.
+    fn promoted_until(&self, policy: &Policy) -> Option<Time> {
+        let (started, _) = self.run?;
+        let guard = policy.starvation_guard.as_ref()?;
+        let at = policy.promotion_time_at(self.submit, &self.service)?;
+        (at <= started).then(|| started.plus(guard.max_runtime.saturating_sub(self.service.prior_runtime)))
+    }
+
     /// The key a policy compares within one priority class (see [`PreemptKey`]).
     pub(crate) fn key(&self, policy: &Policy, now: Time) -> Option<PreemptKey> {
         let level = || i64::from(policy.service_level(self.attained_gpu_milli_secs(now) / 1000));
         match policy.ordering {
             Ordering::AttainedService => Some(PreemptKey { rank: level(), submit_ms: 0 }),
             Ordering::Multifactor => {
-                // The run a starvation-guard promotion started keeps level 0 while
-                // the job's run time stays below the guard's limit.
-                let promoted = self.run.is_some_and(|(started, _)| {
-                    policy.promotion_time_at(self.submit, &self.service).is_some_and(|at| at <= started)
-                        && policy.starvation_guard.as_ref().is_some_and(|g| self.runtime(now) < g.max_runtime)
-                });
+                let promoted = self.promoted_until(policy).is_some_and(|until| now < until);
                 let rank = if promoted { 0 } else { level() };
                 Some(PreemptKey { rank, submit_ms: self.submit.as_millis() })
             }

@@ -23,6 +23,7 @@ use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
 use crate::policy::{Backfill, Policy, PreemptKey};
 use crate::preempt::{Search, VictimPool, preemption_key};
 use crate::quota::QuotaState;
+use crate::resources::GpuMilli;
 use crate::snapshot::{PendingKey, Snapshot, device_need};
 use crate::time::Time;
 
@@ -59,6 +60,10 @@ struct Pass<'s> {
     /// Free devices held for nominated jobs until they are examined.
     held: BTreeMap<JobId, Vec<ReplicaPlacement>>,
     preemption_possible: bool,
+    /// Within-class preemption may act in this pass (see [`crate::policy::Overload`]).
+    within_class_acts: bool,
+    /// GPUs of the nodes that are up, thousandths.
+    capacity: GpuMilli,
 }
 
 /// What the pass knows about a job it is about to examine in full.
@@ -129,13 +134,24 @@ impl<'s> Pass<'s> {
             }
         }
         let preemption_possible = preemption_possible || !held.is_empty();
+        // The overload as this pass finds it decides whether within-class
+        // preemption acts; what the pass leaves waiting is carried over (`run`).
+        let capacity = snap.gpu_capacity();
+        let overloaded_since = policy
+            .preemption
+            .overload
+            .as_ref()
+            .and_then(|g| g.next(snap.overloaded_since, snap.pending_gpu, capacity, now));
+        let within_class_acts = policy.preemption.overload.as_ref().is_none_or(|g| g.acts(overloaded_since, now));
+        let promotion =
+            snap.promotions.range((Time::from_millis(now.as_millis().saturating_add(1)), JobId(0))..).next();
         Pass {
             snap,
             policy,
             now,
             cap,
             quota,
-            plan: Plan { now, ..Plan::default() },
+            plan: Plan { now, overloaded_since, wake_at: promotion.map(|(t, _)| *t), ..Plan::default() },
             nominations,
             taken: BTreeSet::new(),
             pool: None,
@@ -148,6 +164,8 @@ impl<'s> Pass<'s> {
             remaining: snap.pending_by_devices.clone(),
             held,
             preemption_possible,
+            within_class_acts,
+            capacity,
         }
     }
 
@@ -200,6 +218,14 @@ impl<'s> Pass<'s> {
                 }
                 break;
             }
+        }
+        if let Some(gate) = &self.policy.preemption.overload {
+            let started: GpuMilli =
+                self.plan.starts.iter().filter_map(|s| self.snap.job(s.job)).map(|j| j.spec.gpu_units()).sum();
+            let waiting = self.snap.pending_gpu.saturating_sub(started);
+            let since = gate.next(self.plan.overloaded_since, waiting, self.capacity, self.now);
+            self.plan.overloaded_since = since;
+            self.plan.wake_at = [self.plan.wake_at, gate.acts_at(since, self.now)].into_iter().flatten().min();
         }
         // Nominated jobs the pass did not reach keep their nominations.
         for job in std::mem::take(&mut self.held).into_keys() {
@@ -276,7 +302,7 @@ impl<'s> Pass<'s> {
         if job.not_before > self.now {
             return Some(PendingReason::NotBefore { until: job.not_before });
         }
-        let units = job.spec.replica.gpu.min_units() * u64::from(job.spec.replicas);
+        let units = job.spec.gpu_units();
         self.quota.check(&self.snap.queues, &job.spec.queue, units).err().map(PendingReason::Quota)
     }
 
@@ -332,9 +358,10 @@ impl<'s> Pass<'s> {
         if !self.policy.preemption.any() && prereleased.is_empty() {
             return false;
         }
-        let key = preemption_key(self.policy, job, self.now);
+        // Without a key, nothing is preempted within the class.
+        let key = preemption_key(self.policy, job, self.now).filter(|_| self.within_class_acts);
         let pool = self.pool.get_or_insert_with(|| VictimPool::new(self.snap, self.now));
-        let units = job.spec.replica.gpu.min_units() * u64::from(job.spec.replicas);
+        let units = job.spec.gpu_units();
         let search = Search {
             cap: &self.cap,
             pool,

@@ -416,6 +416,10 @@ pub struct Snapshot {
     pub(crate) shapes: Shapes,
     /// Pending jobs by devices per replica (0 = CPU-only), for early exit.
     pub(crate) pending_by_devices: BTreeMap<u32, u32>,
+    /// GPUs the pending jobs ask for in all, thousandths (the overload gate's demand).
+    pub(crate) pending_gpu: GpuMilli,
+    /// When the current overload began, as the last pass saw it (see [`crate::policy::Overload`]).
+    pub(crate) overloaded_since: Option<Time>,
     /// Running jobs, compact (see [`crate::running`]).
     pub(crate) running: RunningJobs,
     pub(crate) queues: BTreeMap<Arc<str>, QueueConfig>,
@@ -442,6 +446,8 @@ impl Snapshot {
             promotions: BTreeSet::new(),
             shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
+            pending_gpu: 0,
+            overloaded_since: None,
             running: RunningJobs::default(),
             queues: BTreeMap::new(),
             queue_usage: BTreeMap::new(),
@@ -463,6 +469,7 @@ impl Snapshot {
         self.pending_keys.clear();
         self.promotions.clear();
         self.pending_by_devices.clear();
+        self.pending_gpu = 0;
         self.shapes = Shapes::default();
         for id in pending {
             self.index_pending(id);
@@ -591,6 +598,11 @@ impl Snapshot {
         self.jobs.get(&id)
     }
 
+    /// GPUs of the nodes that are up, thousandths (a MIG-partitioned GPU counts whole).
+    pub(crate) fn gpu_capacity(&self) -> GpuMilli {
+        self.nodes.iter().filter(|e| e.node.state == NodeState::Up).map(|e| e.node.devices.len() as u64 * GPU).sum()
+    }
+
     pub fn pending_count(&self) -> usize {
         self.pending_keys.len()
     }
@@ -673,7 +685,10 @@ impl Snapshot {
     /// still waits for its victims. Nominations for within-class preemption
     /// are not held: there the order and preemption agree, and a job ranked
     /// above the preemptor may use what was freed.
-    pub fn set_nominations(&mut self, plan: &crate::Plan) {
+    ///
+    /// Also carries the overload state the pass saw (see [`crate::policy::Overload`]).
+    pub fn carry_over(&mut self, plan: &crate::Plan) {
+        self.overloaded_since = plan.overloaded_since;
         let held_for = |job: JobId| {
             plan.preemptions.iter().any(|p| {
                 p.for_job == job
@@ -892,6 +907,7 @@ impl Snapshot {
         }
         let group = self.group_of(spec);
         *self.pending_by_devices.entry(device_need(&spec.replica.gpu)).or_default() += 1;
+        self.pending_gpu += spec.gpu_units();
         self.pending.entry(group.clone()).or_default().insert(key);
         self.pending_keys.insert(id, (group, key));
     }
@@ -910,6 +926,7 @@ impl Snapshot {
         }
         self.shapes.release(key.shape);
         if let Some(job) = self.jobs.get(&id) {
+            self.pending_gpu = self.pending_gpu.saturating_sub(job.spec.gpu_units());
             let need = device_need(&job.spec.replica.gpu);
             if let Some(c) = self.pending_by_devices.get_mut(&need) {
                 *c -= 1;

@@ -392,7 +392,10 @@ fn the_starvation_guard_promotes_a_long_waiting_preempted_job_and_protects_its_r
         Case { name: "ran past max_runtime: stays last", guard: guard(1), ran_h: 2, want_promoted: false },
     ];
     for case in cases {
-        let policy = Policy { starvation_guard: case.guard, ..Policy::gpool_default() };
+        // Without the overload gate, so that the guard alone protects the promoted run.
+        let base = Policy::gpool_default();
+        let preemption = gpool_core::Preemption { overload: None, ..base.preemption.clone() };
+        let policy = Policy { starvation_guard: case.guard, preemption, ..base };
         let mut c = Cluster::with_policy(policy).node("n", 8, "H100-80GB");
         // The victim: 8 GPUs for `ran_h` hours (≥ 10 GPU-hours: level 2), then preempted.
         let old = c.run(job("x").gpus(8).preemptible().at(0), t(0));
@@ -416,4 +419,66 @@ fn the_starvation_guard_promotes_a_long_waiting_preempted_job_and_protects_its_r
         }
         let _ = newer;
     }
+}
+
+#[test]
+fn within_class_preemption_waits_for_a_sustained_overload() {
+    const H: i64 = 3600;
+    struct Case {
+        name: &'static str,
+        /// When the fresh job arrives and when the pass runs, hours.
+        arrives_h: i64,
+        pass_h: i64,
+        want_preempted: bool,
+        want_wake_h: Option<i64>,
+    }
+    let cases = [
+        Case {
+            name: "the burst began 5 h ago: wait, and come back when it has lasted 6 h",
+            arrives_h: 20,
+            pass_h: 25,
+            want_preempted: false,
+            want_wake_h: Some(26),
+        },
+        Case {
+            name: "the overload has lasted 6 h: the most-served job gives way",
+            arrives_h: 20,
+            pass_h: 26,
+            want_preempted: true,
+            want_wake_h: None,
+        },
+    ];
+    for case in cases {
+        let mut c = Cluster::new("default").node("n", 8, "H100-80GB");
+        // 8 GPUs for 20 h: 160 GPU-hours, level 3.
+        let old = c.run(job("x").gpus(8).preemptible().at(0), t(0));
+        let fresh = c.submit(job("y").gpus(8).preemptible().at(case.arrives_h * H));
+        // Passes as the shell runs them: one at the arrival, carried over, then the one under test.
+        let first = c.plan(t(case.arrives_h * H));
+        assert!(first.preemptions.is_empty(), "{}: {first:#?}", case.name);
+        assert_eq!(first.overloaded_since, Some(t(case.arrives_h * H)), "{}", case.name);
+        c.apply(&first);
+        let plan = c.plan(t(case.pass_h * H));
+        let victims: Vec<_> = plan.preemptions.iter().map(|p| (p.victim, p.for_job)).collect();
+        let want = if case.want_preempted { vec![(old, fresh)] } else { vec![] };
+        assert_eq!(victims, want, "{}: {plan:#?}", case.name);
+        assert_eq!(plan.wake_at.filter(|_| !case.want_preempted), case.want_wake_h.map(|h| t(h * H)), "{}", case.name);
+    }
+
+    // A cluster the demand no longer overloads forgets the overload: the next one waits its 6 h again.
+    let mut c = Cluster::new("default").node("n", 8, "H100-80GB");
+    let a = c.run(job("x").gpus(8).preemptible().at(0), t(0));
+    let b = c.submit(job("y").gpus(8).preemptible().at(20 * H));
+    let plan = c.plan(t(20 * H));
+    c.apply(&plan);
+    c.finish(a, t(22 * H));
+    let plan = c.plan(t(22 * H));
+    assert_eq!(started(&plan), vec![b.0]);
+    assert_eq!(plan.overloaded_since, None, "demand 0 of 8 GPUs: {plan:#?}");
+    c.apply(&plan);
+    let d = c.submit(job("z").gpus(8).preemptible().at(23 * H));
+    let plan = c.plan(t(23 * H));
+    assert_eq!(plan.overloaded_since, Some(t(23 * H)));
+    c.apply(&plan);
+    let _ = d;
 }

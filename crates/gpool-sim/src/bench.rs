@@ -55,7 +55,7 @@ fn apply(snap: &mut Snapshot, plan: &Plan) -> Result<(), gpool_core::SnapshotErr
     for s in &plan.starts {
         snap.start(s.job, s.placement.clone(), plan.now)?;
     }
-    snap.set_nominations(plan);
+    snap.carry_over(plan);
     Ok(())
 }
 

@@ -178,12 +178,14 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
     let mut done = 0u64;
     let mut allocated_gpus = 0u64;
 
+    // When the last pass asked for another one (see `Plan::wake_at`).
+    let mut wake: Option<i64> = None;
     loop {
         let arrival = specs.get(next_arrival).map(|s| s.submit_time.as_millis());
         let completion = completions.peek().map(|Reverse((t, _, _))| *t);
         let now_ms = match (arrival, completion) {
             (None, None) => break,
-            (a, c) => a.unwrap_or(i64::MAX).min(c.unwrap_or(i64::MAX)),
+            (a, c) => a.unwrap_or(i64::MAX).min(c.unwrap_or(i64::MAX)).min(wake.unwrap_or(i64::MAX)),
         };
         let now = Time::from_millis(now_ms);
 
@@ -217,6 +219,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             completions: &mut completions,
             allocated_gpus: &mut allocated_gpus,
             stats: &mut stats,
+            wake: &mut wake,
             delay_ms,
         };
         if finished_any && specs.get(next_arrival).is_some_and(|s| s.submit_time.as_millis() == now_ms) {
@@ -265,6 +268,7 @@ struct Ctx<'a> {
     completions: &'a mut BinaryHeap<Reverse<(i64, usize, u32)>>,
     allocated_gpus: &'a mut u64,
     stats: &'a mut Stats,
+    wake: &'a mut Option<i64>,
     delay_ms: i64,
 }
 
@@ -306,7 +310,8 @@ impl Ctx<'_> {
                 self.completions.push(Reverse((now_ms + overhead + s.left_ms.max(0), idx, s.epoch)));
                 self.records[idx].first_start_s.get_or_insert(now.as_secs_f64());
             }
-            self.snap.set_nominations(&plan);
+            self.snap.carry_over(&plan);
+            *self.wake = plan.wake_at.map(Time::as_millis).filter(|t| *t > now_ms);
             if plan.preemptions.is_empty() {
                 break;
             }

@@ -80,22 +80,37 @@ const CASES: &[Case] = &[
         want: &[(0.0, 100.0), (0.0, 200.0), (200.0, 300.0), (100.0, 200.0)],
     },
     Case {
-        name: "default: a job two service levels ahead is preempted, and resumes after the restart delay",
+        name: "default: a burst the cluster absorbs in under 6 h preempts nothing",
         policy: "default",
         gpus: 1,
         restart_delay: 60,
-        // At 40,000 s A has 40,000 GPU-s (level 2); B is 11.1 h younger:
-        // 2 levels (2,000 points) − 11.1 h × 50 points/h = 1,444 ≥ the 1,000-point margin.
+        // B's arrival overloads the cluster (1 GPU wanted, 1 GPU); A ends 2.8 h later.
         rows: "0,50000,1,a\n40000,100,1,b",
-        want: &[(0.0, 50160.0), (40000.0, 40100.0)],
+        want: &[(0.0, 50000.0), (50000.0, 50100.0)],
     },
     Case {
-        name: "default: a job only one level ahead is not preempted (hysteresis)",
+        name: "default: after 6 h of overload, a job two service levels ahead is preempted and resumes after the restart delay",
         policy: "default",
         gpus: 1,
         restart_delay: 60,
-        rows: "0,20000,1,a\n10000,100,1,b",
-        want: &[(0.0, 20000.0), (20000.0, 20100.0)],
+        // Overloaded from 40,000 s, so preemption acts at 61,600 s (a pass
+        // the plan asks for: no job arrives or ends then). A has 61,600 GPU-s
+        // (level 2); B is 11.1 h younger: 2 levels (2,000 points) − 11.1 h ×
+        // 5 points/h ≥ the 1,000-point margin. A resumes at 61,700 s, pays
+        // 60 s, and runs its last 38,400 s.
+        rows: "0,100000,1,a\n40000,100,1,b",
+        want: &[(0.0, 100160.0), (61600.0, 61700.0)],
+    },
+    Case {
+        name: "default: under overload, a job only one level ahead is not preempted (hysteresis)",
+        policy: "default",
+        gpus: 1,
+        restart_delay: 60,
+        // From 27,600 s (6 h of overload) on, A is at level 1 and B at 0:
+        // 1,000 points less B's 1.7 h of youth is short of the 1,000-point
+        // margin. A ends at 35,000 s, before it reaches level 2.
+        rows: "0,35000,1,a\n6000,100,1,b",
+        want: &[(0.0, 35000.0), (35000.0, 35100.0)],
     },
     Case {
         name: "gangs wait for all their GPUs; no node packing on 1-GPU nodes",

@@ -135,7 +135,7 @@ impl Cluster {
         for s in &plan.starts {
             self.snap.start(s.job, s.placement.clone(), plan.now).expect("start");
         }
-        self.snap.set_nominations(plan);
+        self.snap.carry_over(plan);
     }
 
     pub fn finish(&mut self, id: JobId, now: Time) {

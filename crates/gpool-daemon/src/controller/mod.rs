@@ -1218,7 +1218,10 @@ impl Controller {
         for s in &plan.starts {
             self.start(s.job.0, s.placement.clone(), now);
         }
-        self.snap.set_nominations(&plan);
+        self.snap.carry_over(&plan);
+        if let Some(at) = plan.wake_at {
+            self.timers.insert((at.as_millis(), Timer::Wake));
+        }
         self.reason_texts = plan.reason_table.iter().map(ToString::to_string).collect();
         self.waiting = std::mem::take(&mut plan.waiting).into_iter().map(|(j, r)| (j.0, r)).collect();
         self.waiting.sort_unstable();
