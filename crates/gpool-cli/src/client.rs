@@ -31,14 +31,14 @@ pub(crate) struct Client {
 
 impl Connect {
     pub(crate) fn data_dir(&self) -> PathBuf {
-        self.data_dir.clone().unwrap_or_else(gpool_daemon::up::default_data_dir)
+        self.data_dir.clone().unwrap_or_else(gpool_daemon::wiring::default_data_dir)
     }
 
     pub(crate) fn client(&self) -> anyhow::Result<Client> {
         let dir = self.data_dir();
         let base = match &self.server {
             Some(s) => s.trim_end_matches('/').to_string(),
-            None => std::fs::read_to_string(dir.join(gpool_daemon::up::URL_FILE))
+            None => std::fs::read_to_string(dir.join(gpool_daemon::wiring::URL_FILE))
                 .map(|s| s.trim().to_string())
                 .with_context(|| {
                     format!(
@@ -49,14 +49,14 @@ impl Connect {
         };
         let token = match &self.token {
             Some(t) => t.clone(),
-            None => std::fs::read_to_string(dir.join(gpool_daemon::up::TOKEN_FILE))
+            None => std::fs::read_to_string(dir.join(gpool_daemon::wiring::TOKEN_FILE))
                 .map(|s| s.trim().to_string())
                 .with_context(|| {
-                    format!(
-                        "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
-                        dir.join(gpool_daemon::up::TOKEN_FILE).display()
-                    )
-                })?,
+                format!(
+                    "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
+                    dir.join(gpool_daemon::wiring::TOKEN_FILE).display()
+                )
+            })?,
         };
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)

@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use anyhow::bail;
 use clap::Args;
 use gpool_api as api;
-use gpool_daemon::up::{NodeConfig, PlaneConfig, UpConfig, default_data_dir};
+use gpool_daemon::node::host::NodeConfig;
+use gpool_daemon::plane::server::PlaneConfig;
+use gpool_daemon::up::UpConfig;
+use gpool_daemon::wiring::default_data_dir;
 
 use crate::client::Connect;
 use crate::jobs::{Output, parse_duration_arg, print_json};
@@ -159,7 +162,7 @@ pub(crate) struct AgentArgs {
 
 pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let data_dir = a.data_dir.unwrap_or_else(|| default_data_dir().join("agent"));
-    gpool_daemon::agent_client::run(gpool_daemon::agent_client::AgentProcessConfig {
+    gpool_daemon::node::remote::run(gpool_daemon::node::remote::AgentProcessConfig {
         servers: a.server,
         token: a.token,
         data_dir,

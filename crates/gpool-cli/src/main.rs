@@ -94,7 +94,7 @@ enum TokenCommand {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Shim { dir } => return std::process::ExitCode::from(gpool_daemon::shim::main(&dir) as u8),
+        Command::Shim { dir } => return std::process::ExitCode::from(gpool_daemon::node::shim::main(&dir) as u8),
         Command::Up(a) => daemons::up(*a),
         Command::Serve(a) => daemons::serve(*a),
         Command::Agent(a) => daemons::agent(*a),

@@ -1,21 +1,18 @@
 //! # gpool-daemon
 //!
-//! `gpool up`: the control plane, a local node agent and the REST API in one
-//! process. See ARCHITECTURE.md ("gpool-daemon") for the event loop.
+//! gpool's processes, in two wings and the protocol between them:
+//! - [`node`]: what runs on a GPU node (agent, shims, sampler, `gpool agent`);
+//! - [`plane`]: the control plane (controller, HTTP API, telemetry, alerts);
+//! - [`protocol`]: what the two say to each other, imported by both.
+//!
+//! [`up`] (`gpool up`) wires one plane and one local node together;
+//! [`serve`] (`gpool serve`) wires a plane alone; `node::remote`
+//! (`gpool agent`) wires a node alone; [`wiring`] is what they share. See
+//! ARCHITECTURE.md ("gpool-daemon").
 
-pub mod agent;
-pub mod agent_client;
-pub mod auth;
-pub mod controller;
-pub mod convert;
-pub mod http;
-pub mod lease;
-pub mod metrics;
-pub mod openapi;
-pub mod prices;
-pub mod sampler;
+pub mod node;
+pub mod plane;
+pub mod protocol;
 pub mod serve;
-pub mod shim;
-pub mod telemetry;
 pub mod up;
-pub mod webhook;
+pub mod wiring;

@@ -10,8 +10,9 @@
 
 use anyhow::Context;
 
-use crate::controller::{Controller, Event};
-use crate::up::{PlaneConfig, controller_config, data_dir, serve};
+use crate::plane::controller::{Controller, Event, SystemClock};
+use crate::plane::server::{PlaneConfig, Ready, controller_config, serve};
+use crate::wiring::data_dir;
 
 /// Settings of `gpool serve`.
 #[derive(Clone, Debug)]
@@ -48,9 +49,9 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         eprintln!("gpool serve: the leader is gone; taking over");
     }
     let (tx, rx) = std::sync::mpsc::channel::<Event>();
-    let (events, _) = tokio::sync::broadcast::channel(4096);
-    let controller = Controller::new(config, store, None, events.clone(), tx.clone())?;
-    serve(&plane, controller, tx, rx, events, move |u| format!("gpool control plane is up at {u} (state in {shown})"))
+    let (controller, first) = Controller::new(config, store, None, Box::new(SystemClock))?;
+    let ready = Ready { controller, first, local: None, tx, rx };
+    serve(&plane, ready, move |u| format!("gpool control plane is up at {u} (state in {shown})"))
 }
 
 #[cfg(test)]

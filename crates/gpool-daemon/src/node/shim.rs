@@ -21,7 +21,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use rustix::fs::{FlockOperation, flock};
@@ -30,20 +30,7 @@ use rustix::process::{
 };
 use serde::{Deserialize, Serialize};
 
-/// What to run, sent by the agent as JSON on the shim's standard input.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Launch {
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub cwd: PathBuf,
-    pub stdout: PathBuf,
-    pub stderr: PathBuf,
-    /// A lease file (remote agents): the job is killed once the lease it
-    /// holds has expired, so that a node cut off from the control plane stops
-    /// its jobs before the control plane runs them elsewhere.
-    #[serde(default)]
-    pub lease: Option<PathBuf>,
-}
+use crate::protocol::{ExitRecord, Launch};
 
 /// Written by the shim once the command runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,17 +38,6 @@ pub struct ShimState {
     pub shim_pid: i32,
     /// Also the process group of the job.
     pub job_pid: i32,
-}
-
-/// How the replica ended, written atomically by the shim.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitRecord {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub started_ms: i64,
-    pub ended_ms: i64,
-    /// Set when the command could not be started at all.
-    pub error: Option<String>,
 }
 
 pub const STATE: &str = "shim.json";
@@ -152,7 +128,7 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     let job_pid = child.id() as i32;
     write_atomic(dir, STATE, &ShimState { shim_pid: getpid().as_raw_nonzero().get(), job_pid })
         .context("write shim.json")?;
-    let fenced = launch.lease.clone().map(|lease| crate::lease::fence(lease, job_pid));
+    let fenced = launch.lease.clone().map(|lease| crate::node::lease::fence(lease, job_pid));
     let status = child.wait().context("wait for the job")?;
     kill_everything(job_pid);
     let error = fenced.and_then(|f| f.fenced()).map(|why| {

@@ -22,38 +22,9 @@ use rustix::event::{PollFd, PollFlags, poll};
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process, kill_process_group, pidfd_open};
 
-use crate::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
-use crate::shim::{self, EXIT, ExitRecord, LOCK, Launch, STATE, ShimState, read_json};
-use crate::telemetry::NodeReport;
-
-/// A replica, identified across restarts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReplicaKey {
-    pub job: u64,
-    pub attempt: u32,
-    pub rank: u32,
-}
-
-impl From<ReplicaKey> for gpool_api::agent::ReplicaId {
-    fn from(k: ReplicaKey) -> Self {
-        gpool_api::agent::ReplicaId { job: k.job, attempt: k.attempt, rank: k.rank }
-    }
-}
-
-impl From<gpool_api::agent::ReplicaId> for ReplicaKey {
-    fn from(k: gpool_api::agent::ReplicaId) -> Self {
-        ReplicaKey { job: k.job, attempt: k.attempt, rank: k.rank }
-    }
-}
-
-/// Where a replica's output goes under a data directory: `jobs/<id>/rank<r>.out|.err`
-/// (the agent writes it there; a control plane keeps the shipped copy at the same place in its own).
-pub fn log_path(data_dir: &Path, job: u64, rank: u32, stream: &str) -> PathBuf {
-    data_dir
-        .join("jobs")
-        .join(job.to_string())
-        .join(format!("rank{rank}.{}", if stream == "stderr" { "err" } else { "out" }))
-}
+use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
+use crate::node::shim::{self, EXIT, LOCK, STATE, ShimState, read_json};
+use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey, log_path};
 
 /// The environment every job starts from: the agent's own basics.
 fn base_env() -> Vec<(String, String)> {
@@ -61,30 +32,6 @@ fn base_env() -> Vec<(String, String)> {
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect()
-}
-
-/// What the agent tells the controller.
-#[derive(Debug)]
-pub enum AgentReport {
-    /// The replica's process tree is gone; how it ended.
-    Exited { key: ReplicaKey, exit: ExitRecord },
-    /// The replica's shim disappeared without a record (killed, machine reboot).
-    Lost { key: ReplicaKey, why: String },
-    /// What the node's devices and replicas are doing.
-    Telemetry(NodeReport),
-    /// The replica runs: its start took effect (or it was found alive).
-    Running { key: ReplicaKey },
-}
-
-/// What a restarted agent found for a replica it was told is running.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Found {
-    /// The shim is alive and now watched again.
-    Adopted,
-    /// The replica finished while nobody watched; its exit record follows as a report.
-    Finished,
-    /// Neither: nothing runs it (stray processes were killed); it must be requeued.
-    Lost,
 }
 
 /// Where an agent's reports go: the controller's channel (`gpool up`), or
@@ -345,21 +292,4 @@ fn kill_strays(key: ReplicaKey) {
             let _ = kill_process(p, Signal::KILL);
         }
     }
-}
-
-/// A signal by name (`SIGTERM`, `TERM`, `15`).
-pub fn parse_signal(s: &str) -> Option<Signal> {
-    let t = s.trim().to_ascii_uppercase();
-    let name = t.strip_prefix("SIG").unwrap_or(&t);
-    let sig = match name {
-        "TERM" => Signal::TERM,
-        "INT" => Signal::INT,
-        "HUP" => Signal::HUP,
-        "QUIT" => Signal::QUIT,
-        "USR1" => Signal::USR1,
-        "USR2" => Signal::USR2,
-        "KILL" => Signal::KILL,
-        n => return n.parse::<i32>().ok().and_then(Signal::from_named_raw),
-    };
-    Some(sig)
 }

@@ -97,7 +97,7 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
         return Err(bad("timeLimit", "must be longer than zero"));
     }
     if let Some(sig) = &spec.stop_signal
-        && crate::agent::parse_signal(sig).is_none()
+        && crate::protocol::parse_signal(sig).is_none()
     {
         return Err(bad("stopSignal", format!("{sig:?} is not a signal name like SIGTERM or SIGUSR1")));
     }
@@ -170,125 +170,6 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     Ok(core)
 }
 
-/// A node's telemetry for the agent protocol.
-pub fn telemetry_to_wire(r: &crate::telemetry::NodeReport) -> gpool_api::agent::TelemetryWire {
-    use gpool_api::agent::{GpuSampleWire, MigSampleWire, ProcessWire, TelemetryWire};
-    TelemetryWire {
-        at_ms: r.at_ms,
-        gpus: r
-            .gpus
-            .iter()
-            .map(|s| GpuSampleWire {
-                index: s.index,
-                uuid: s.uuid.clone(),
-                gpu_util_pct: s.gpu_util_pct,
-                mem_util_pct: s.mem_util_pct,
-                memory_used_mb: s.memory_used_mb,
-                memory_total_mb: s.memory_total_mb,
-                memory_free_mb: s.memory_free_mb,
-                memory_reserved_mb: s.memory_reserved_mb,
-                temperature_c: s.temperature_c,
-                memory_temperature_c: s.memory_temperature_c,
-                power_draw_w: s.power_draw_w,
-                power_limit_w: s.power_limit_w,
-                energy_mj: s.energy_mj,
-                sm_clock_mhz: s.sm_clock_mhz,
-                mem_clock_mhz: s.mem_clock_mhz,
-                fan_pct: s.fan_pct,
-                pstate: s.pstate.clone(),
-                ecc_corrected_volatile: s.ecc_corrected_volatile,
-                ecc_uncorrected_volatile: s.ecc_uncorrected_volatile,
-                xid_last: s.xid_last,
-                throttle_reasons: s.throttle_reasons.clone(),
-                processes: s
-                    .processes
-                    .iter()
-                    .map(|p| ProcessWire {
-                        pid: p.pid,
-                        name: p.name.clone(),
-                        used_memory_mb: p.used_memory_mb,
-                        gi_id: p.gi_id,
-                        ci_id: p.ci_id,
-                    })
-                    .collect(),
-                mig: s
-                    .mig
-                    .iter()
-                    .map(|m| MigSampleWire {
-                        gi_id: m.gi_id,
-                        ci_id: m.ci_id,
-                        memory_used_mb: m.memory_used_mb,
-                        memory_total_mb: m.memory_total_mb,
-                    })
-                    .collect(),
-            })
-            .collect(),
-        replicas: r.replicas.iter().map(|(k, c)| ((*k).into(), *c)).collect(),
-        pid_jobs: r.pid_jobs.clone(),
-        error: r.error.clone(),
-    }
-}
-
-/// A node's telemetry from the agent protocol.
-pub fn telemetry_from_wire(node: &str, t: gpool_api::agent::TelemetryWire) -> crate::telemetry::NodeReport {
-    use gpool_gpu::{GpuProcess, GpuSample, MigSample};
-    crate::telemetry::NodeReport {
-        node: node.to_string(),
-        at_ms: t.at_ms,
-        gpus: t
-            .gpus
-            .into_iter()
-            .map(|s| GpuSample {
-                index: s.index,
-                uuid: s.uuid,
-                gpu_util_pct: s.gpu_util_pct,
-                mem_util_pct: s.mem_util_pct,
-                memory_used_mb: s.memory_used_mb,
-                memory_total_mb: s.memory_total_mb,
-                memory_free_mb: s.memory_free_mb,
-                memory_reserved_mb: s.memory_reserved_mb,
-                temperature_c: s.temperature_c,
-                memory_temperature_c: s.memory_temperature_c,
-                power_draw_w: s.power_draw_w,
-                power_limit_w: s.power_limit_w,
-                energy_mj: s.energy_mj,
-                sm_clock_mhz: s.sm_clock_mhz,
-                mem_clock_mhz: s.mem_clock_mhz,
-                fan_pct: s.fan_pct,
-                pstate: s.pstate,
-                ecc_corrected_volatile: s.ecc_corrected_volatile,
-                ecc_uncorrected_volatile: s.ecc_uncorrected_volatile,
-                xid_last: s.xid_last,
-                throttle_reasons: s.throttle_reasons,
-                processes: s
-                    .processes
-                    .into_iter()
-                    .map(|p| GpuProcess {
-                        pid: p.pid,
-                        name: p.name,
-                        used_memory_mb: p.used_memory_mb,
-                        gi_id: p.gi_id,
-                        ci_id: p.ci_id,
-                    })
-                    .collect(),
-                mig: s
-                    .mig
-                    .into_iter()
-                    .map(|m| MigSample {
-                        gi_id: m.gi_id,
-                        ci_id: m.ci_id,
-                        memory_used_mb: m.memory_used_mb,
-                        memory_total_mb: m.memory_total_mb,
-                    })
-                    .collect(),
-            })
-            .collect(),
-        replicas: t.replicas.into_iter().map(|(k, c)| (k.into(), c)).collect(),
-        pid_jobs: t.pid_jobs,
-        error: t.error,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,41 +228,5 @@ mod tests {
         let c =
             to_core(&spec("command: x\npriority: high\ngracePeriod: 2m\ntimeLimit: 1h30m\n"), "u", "t", 0).expect("ok");
         assert_eq!((c.priority, c.grace.as_secs(), c.time_limit.map(|d| d.as_secs())), (10, 120, Some(5400)));
-    }
-
-    #[test]
-    fn telemetry_survives_the_wire_with_absent_values_absent() {
-        use gpool_gpu::{GpuProcess, GpuSample, MigSample};
-        let report = crate::telemetry::NodeReport {
-            node: "n1".into(),
-            at_ms: 42,
-            gpus: vec![GpuSample {
-                index: 3,
-                uuid: "GPU-3".into(),
-                gpu_util_pct: None,
-                memory_used_mb: Some(11_125),
-                power_draw_w: Some(433.78),
-                throttle_reasons: Some(vec!["sw_power_cap".into()]),
-                processes: vec![GpuProcess {
-                    pid: 7,
-                    name: None,
-                    used_memory_mb: Some(5),
-                    gi_id: Some(2),
-                    ci_id: None,
-                }],
-                mig: vec![MigSample { gi_id: 2, ci_id: Some(0), memory_used_mb: Some(13), memory_total_mb: None }],
-                ..GpuSample::default()
-            }],
-            replicas: vec![(crate::agent::ReplicaKey { job: 1, attempt: 2, rank: 0 }, 1.5)],
-            pid_jobs: [(7, 1)].into_iter().collect(),
-            error: None,
-        };
-        let json = serde_json::to_string(&telemetry_to_wire(&report)).expect("json");
-        assert!(!json.contains("gpu_util_pct"), "absent values are left out: {json}");
-        let back = telemetry_from_wire("n1", serde_json::from_str(&json).expect("parse"));
-        assert_eq!(back.gpus, report.gpus);
-        assert_eq!(back.replicas, report.replicas);
-        assert_eq!(back.pid_jobs, report.pid_jobs);
-        assert_eq!(back.at_ms, 42);
     }
 }

@@ -17,7 +17,7 @@ impl Controller {
                 .map(String::from)
                 .or_else(|| {
                     d.not_before_ms
-                        .filter(|t| *t > now_ms())
+                        .filter(|t| *t > self.clock.now_ms())
                         .map(|t| format!("retry back-off until {}", api::time::rfc3339(t)))
                 })
                 .or_else(|| self.default_reason.clone())
@@ -131,7 +131,7 @@ impl Controller {
                             name: meta.map(|m| m.name.clone()).filter(|n| !n.is_empty()),
                             pci_bus_id: meta.and_then(|m| m.pci_bus_id.clone()),
                             telemetry: track.map(|t| {
-                                crate::telemetry::device_view(t, |pid| self.telemetry.job_of_pid(&n.name, pid))
+                                crate::plane::telemetry::device_view(t, |pid| self.telemetry.job_of_pid(&n.name, pid))
                             }),
                         }
                     })
@@ -153,7 +153,7 @@ impl Controller {
                     source: self.links.get(&id).map_or_else(|| "none".into(), |l| l.doc.source.clone()),
                     addr: self.links.get(&id).map(|l| l.doc.addr.clone()).filter(|a| !a.is_empty()),
                     agent: self.links.get(&id).map(|l| match &l.link {
-                        super::Link::Local(_) => "local".to_string(),
+                        super::Link::Local => "local".to_string(),
                         super::Link::Remote(r) if r.registered => format!("remote, epoch {}", l.doc.epoch),
                         super::Link::Remote(_) => "remote, not registered".to_string(),
                     }),

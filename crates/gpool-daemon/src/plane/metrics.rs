@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn the_grafana_dashboard_uses_only_series_the_exporter_writes() {
-        let dash = include_str!("../../../deploy/grafana/gpool-dashboard.json");
+        let dash = include_str!("../../../../deploy/grafana/gpool-dashboard.json");
         let doc: serde_json::Value = serde_json::from_str(dash).expect("the dashboard is JSON");
         let mut s = scrape();
         s.gpus[0].sample = GpuSample {

@@ -25,10 +25,12 @@ use anyhow::{Context, bail};
 use gpool_api::agent as wire;
 use rustix::fs::{FlockOperation, flock};
 
-use crate::agent::{Agent, AgentConfig, AgentReport, ReplicaKey, ReportSink};
-use crate::lease;
-use crate::sampler::{self, Replicas, Sampler};
-use crate::up::{NodeConfig, data_dir, discover, host_name, node_doc};
+use crate::node::agent::{Agent, AgentConfig, ReportSink};
+use crate::node::host::{NodeConfig, describe, discover, host_name};
+use crate::node::lease;
+use crate::node::sampler::{self, Replicas, Sampler};
+use crate::protocol::{AgentReport, Found, ReplicaKey};
+use crate::wiring::data_dir;
 
 /// Settings of `gpool agent`.
 #[derive(Clone, Debug)]
@@ -128,7 +130,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     let source = backend.as_ref().map_or("none", |b| b.name()).to_string();
     let addr =
         cfg.advertise.clone().or_else(|| local_addr_towards(&cfg.servers[0])).unwrap_or_else(|| "127.0.0.1".into());
-    let doc = node_doc(&name, &gpus, &source, &cfg.node, &addr);
+    let doc = describe(&name, &gpus, &source, &cfg.node, &addr);
     let lease_path = cfg.data_dir.join("lease");
     let (report_tx, report_rx) = std::sync::mpsc::channel::<AgentReport>();
     let sink_tx = report_tx.clone();
@@ -296,7 +298,7 @@ fn absorb(r: AgentReport, pending: &mut Vec<wire::Event>, telemetry: &mut Option
         }),
         AgentReport::Lost { key, why } => pending.push(wire::Event::Lost { replica: key.into(), why }),
         // Only the latest reading matters.
-        AgentReport::Telemetry(t) => *telemetry = Some(crate::convert::telemetry_to_wire(&t)),
+        AgentReport::Telemetry(t) => *telemetry = Some(crate::protocol::telemetry_to_wire(&t)),
     }
 }
 
@@ -333,7 +335,7 @@ fn execute(agent: &Agent, command: wire::Command) {
     match command {
         wire::Command::Start { replica, argv, env, cwd, devices } => {
             let key: ReplicaKey = replica.into();
-            let launch = crate::shim::Launch {
+            let launch = crate::protocol::Launch {
                 argv,
                 env,
                 cwd: cwd.map(PathBuf::from).unwrap_or_default(),
@@ -342,10 +344,10 @@ fn execute(agent: &Agent, command: wire::Command) {
                 lease: None,
             };
             if let Err(e) = agent.start(key, launch, devices) {
-                let now = crate::shim::now_ms();
+                let now = crate::node::shim::now_ms();
                 agent.report(AgentReport::Exited {
                     key,
-                    exit: crate::shim::ExitRecord {
+                    exit: crate::protocol::ExitRecord {
                         code: Some(127),
                         signal: None,
                         started_ms: now,
@@ -362,7 +364,7 @@ fn execute(agent: &Agent, command: wire::Command) {
         }
         wire::Command::Reconcile { replica, devices } => {
             let key: ReplicaKey = replica.into();
-            if agent.reconcile(key, devices) == crate::agent::Found::Adopted {
+            if agent.reconcile(key, devices) == Found::Adopted {
                 agent.report(AgentReport::Running { key });
             }
         }

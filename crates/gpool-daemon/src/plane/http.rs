@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::controller::{ApiError, Call, Event, ListQuery, LogTarget, Open, Reply};
+use crate::plane::controller::{ApiError, Call, Event, ListQuery, LogTarget, Open, Reply};
 
 /// Largest request body accepted (a batch of a few thousand specs).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -153,7 +153,7 @@ fn parse<T: DeserializeOwned>(body: &[u8], yaml: bool) -> std::result::Result<T,
 }
 
 async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], crate::openapi::DOCUMENT)
+    ([(header::CONTENT_TYPE, "application/json")], crate::plane::openapi::DOCUMENT)
 }
 
 async fn submit(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response> {
@@ -272,7 +272,7 @@ async fn metrics(State(st): State<AppState>) -> Result<Response> {
         .send(Event::Open(Open::Metrics { reply: tx }))
         .map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
     let scrape = rx.await.map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
-    let text = crate::metrics::render(&scrape);
+    let text = crate::plane::metrics::render(&scrape);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
@@ -341,7 +341,7 @@ async fn agent_logs(
     if stream != "stdout" && stream != "stderr" {
         return Err(bad(format!("stream: {stream:?} is not stdout or stderr")));
     }
-    let path = crate::agent::log_path(&st.data_dir, job, rank, &stream);
+    let path = crate::protocol::log_path(&st.data_dir, job, rank, &stream);
     let length = tokio::task::spawn_blocking(move || -> std::io::Result<std::result::Result<u64, u64>> {
         use std::io::Write as _;
         if let Some(dir) = path.parent() {

@@ -8,11 +8,13 @@ use gpool_api as api;
 use gpool_core::{JobId, NodeId, Time};
 use gpool_store::Write;
 
+use super::docs::merge_usage;
 use super::*;
-use crate::auth::{Caller, Role};
-use crate::metrics::{self, Scrape};
-use crate::telemetry::{DevRef, Holder, NodeReport};
-use crate::webhook::Notice;
+use crate::plane::auth::{Caller, Role};
+use crate::plane::metrics::{self, Scrape};
+use crate::plane::telemetry::{DevRef, Holder};
+use crate::plane::webhook::Notice;
+use crate::protocol::NodeReport;
 
 impl Controller {
     // ----- telemetry -----
@@ -201,7 +203,7 @@ impl Controller {
             Some(u) => u,
             None => {
                 let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
-                let mut u = crate::telemetry::usage_from_rows(&rows);
+                let mut u = crate::plane::telemetry::usage_from_rows(&rows);
                 let cpus: u64 = d.run.as_ref().map_or(0, |r| r.replicas.iter().map(|x| x.cpus_milli).sum());
                 u.cpus_allocated = (cpus > 0).then_some(cpus as f64 / 1000.0);
                 u

@@ -18,7 +18,7 @@ use gpool_core::time::Time;
 use gpool_gpu::GpuSample;
 use gpool_store::SampleRow;
 
-use crate::agent::ReplicaKey;
+use crate::protocol::NodeReport;
 
 /// Samples of one GPU kept in memory for `gpool top` sparklines.
 const GPU_HISTORY: usize = 120;
@@ -26,20 +26,6 @@ const GPU_HISTORY: usize = 120;
 const JOB_RECENT: usize = 720;
 /// Under this utilisation an allocated GPU counts as idle (percent).
 pub const IDLE_UTIL: f64 = 5.0;
-
-/// What a node's sampler read at one moment.
-#[derive(Clone, Debug, Default)]
-pub struct NodeReport {
-    pub node: String,
-    pub at_ms: i64,
-    pub gpus: Vec<GpuSample>,
-    /// CPU cores each replica's processes used since the last report.
-    pub replicas: Vec<(ReplicaKey, f64)>,
-    /// Which job each GPU process belongs to (by pid).
-    pub pid_jobs: BTreeMap<u32, u64>,
-    /// Set when the backend could not be read this time: why.
-    pub error: Option<String>,
-}
 
 /// A device a job holds, as the controller knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -565,7 +551,7 @@ mod tests {
                     ..GpuSample::default()
                 })
                 .collect(),
-            replicas: vec![(ReplicaKey { job: 7, attempt: 1, rank: 0 }, 2.0)],
+            replicas: vec![(crate::protocol::ReplicaKey { job: 7, attempt: 1, rank: 0 }, 2.0)],
             ..NodeReport::default()
         }
     }

@@ -16,7 +16,16 @@ use gpool_api::agent as wire;
 use gpool_core::{Device, DeviceKind, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
 use serde::{Deserialize, Serialize};
 
-use super::*;
+use gpool_api as api;
+use gpool_store::Write;
+use rustix::process::Signal;
+
+use super::Controller;
+use super::calls::{Answer, ApiError, Reply};
+use super::docs::ReplicaDoc;
+use super::timers::Timer;
+use crate::plane::auth::{Caller, Role};
+use crate::protocol::{ExitRecord, NodeInfo, ReplicaKey, parse_signal};
 
 /// Extra time the control plane gives a silent node beyond its lease before
 /// it calls it down: the agent's shims kill their jobs at the lease's end,
@@ -27,8 +36,8 @@ pub(super) const POLL_MS: i64 = 20_000;
 
 /// How the controller reaches a node's agent.
 pub(crate) enum Link {
-    /// The agent in this process (`gpool up`).
-    Local(Agent),
+    /// The agent in this process (`gpool up`): its orders go out with each turn.
+    Local,
     /// A `gpool agent` reached through the agent protocol.
     Remote(Remote),
 }
@@ -68,6 +77,25 @@ pub struct NodeDoc {
     pub local: bool,
 }
 
+impl NodeDoc {
+    /// A node's record from its own description (a new epoch, not draining, remote).
+    pub fn from_info(i: NodeInfo) -> NodeDoc {
+        NodeDoc {
+            name: i.name,
+            addr: i.addr,
+            source: i.source,
+            labels: i.labels,
+            pool: i.pool,
+            cpus: i.cpus,
+            memory_mb: i.memory_mb,
+            gpus: i.gpus,
+            epoch: 0,
+            draining: false,
+            local: false,
+        }
+    }
+}
+
 /// A node as the controller keeps it.
 pub(crate) struct NodeLink {
     pub doc: NodeDoc,
@@ -76,7 +104,7 @@ pub(crate) struct NodeLink {
 
 impl NodeLink {
     pub(super) fn is_local(&self) -> bool {
-        matches!(self.link, Link::Local(_))
+        matches!(self.link, Link::Local)
     }
 }
 
@@ -121,32 +149,6 @@ pub fn core_node(d: &NodeDoc) -> Node {
         })
         .collect();
     node
-}
-
-/// The wire form of discovered GPUs.
-pub fn gpus_to_wire(gpus: &[gpool_gpu::GpuInfo]) -> Vec<wire::GpuWire> {
-    gpus.iter()
-        .map(|g| wire::GpuWire {
-            index: g.index,
-            uuid: g.uuid.clone(),
-            name: g.name.clone(),
-            model: g.model.clone(),
-            memory_mb: g.memory_mb,
-            pci_bus_id: g.pci_bus_id.clone(),
-            nvlink_group: g.nvlink_group,
-            numa_node: g.numa_node,
-            mig: g.mig.as_ref().map(|list| {
-                list.iter()
-                    .map(|m| wire::MigWire {
-                        profile: m.profile.clone(),
-                        uuid: m.uuid.clone(),
-                        gi_id: m.gi_id,
-                        memory_mb: m.memory_mb,
-                    })
-                    .collect()
-            }),
-        })
-        .collect()
 }
 
 fn node_row(d: &NodeDoc, now: i64) -> Write {
@@ -362,9 +364,7 @@ impl Controller {
             r.parked = Some((r.park_id, reply));
             Some(r.park_id)
         } else {
-            self.replies.push(Box::new(move || {
-                let _ = reply.send(Ok(wire::Commands { commands: ready }));
-            }));
+            self.replies.push(Answer::new(reply, Ok(wire::Commands { commands: ready })));
             None
         };
         if let Some((_, o)) = old {
@@ -393,9 +393,7 @@ impl Controller {
         r.outbox.push_back(wire::Sequenced { seq, command });
         if let Some((_, reply)) = r.parked.take() {
             let ready: Vec<wire::Sequenced> = r.outbox.iter().cloned().collect();
-            self.replies.push(Box::new(move || {
-                let _ = reply.send(Ok(wire::Commands { commands: ready }));
-            }));
+            self.replies.push(Answer::new(reply, Ok(wire::Commands { commands: ready })));
         }
     }
 
@@ -419,7 +417,7 @@ impl Controller {
             }
         }
         if let Some(t) = rep.telemetry {
-            let report = crate::convert::telemetry_from_wire(&rep.node, t);
+            let report = crate::protocol::telemetry_from_wire(&rep.node, t);
             self.on_telemetry(report, now);
         }
         let _ = id;

@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 use gpool_gpu::Backend;
 use gpool_gpu::simulated::SimLoad;
 
-use crate::agent::ReplicaKey;
-use crate::shim::{STATE, ShimState, now_ms, read_json};
-use crate::telemetry::NodeReport;
+use crate::node::shim::{STATE, ShimState, now_ms, read_json};
+use crate::protocol::{NodeReport, ReplicaKey};
 
 /// The file a job on a simulated GPU writes to say what it does: a line such
 /// as `util=35 mem=30000` (utilisation in percent, memory in MiB). The last

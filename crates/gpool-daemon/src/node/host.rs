@@ -1,0 +1,131 @@
+//! This host as a node: its settings, its GPUs (discovered or simulated)
+//! and the description it gives the control plane.
+
+use anyhow::bail;
+use gpool_gpu::simulated::Simulated;
+use gpool_gpu::{Backend, GpuError, GpuInfo};
+
+use crate::node::sampler::{self, Replicas};
+use gpool_api::agent as wire;
+
+use crate::protocol::NodeInfo;
+
+/// Settings of a node (`gpool up`'s own, or a `gpool agent`).
+#[derive(Clone, Debug, Default)]
+pub struct NodeConfig {
+    /// `8xH100-80GB`; None = discover real GPUs.
+    pub simulate_gpus: Option<String>,
+    /// Where GPUs come from when not simulated: `auto` (NVML, else nvidia-smi), `nvml`, `nvidia-smi`.
+    pub gpu_backend: String,
+    /// How often the sampler reads the GPUs.
+    pub sample_interval: std::time::Duration,
+    pub node_name: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory_gb: Option<u64>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub pool: Option<String>,
+}
+
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn host_memory_mb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(16 * 1024, |kb| kb / 1024)
+}
+
+/// This node as it describes itself to the control plane, from discovered devices.
+pub fn describe(name: &str, gpus: &[GpuInfo], source: &str, cfg: &NodeConfig, addr: &str) -> NodeInfo {
+    let simulated = cfg.simulate_gpus.is_some();
+    let count = gpus.len() as u64;
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let default_cpus = if simulated { (12 * count.max(1)) as f64 } else { host_cpus };
+    let default_mem = if simulated { 128 * 1024 * count.max(1) } else { host_memory_mb() };
+    NodeInfo {
+        name: name.to_string(),
+        addr: addr.to_string(),
+        source: source.to_string(),
+        labels: cfg.labels.clone(),
+        pool: cfg.pool.clone(),
+        cpus: cfg.cpus.unwrap_or(default_cpus),
+        memory_mb: cfg.memory_gb.map_or(default_mem, |g| g * 1024),
+        gpus: gpus_to_wire(gpus),
+    }
+}
+
+/// Finds the node's GPUs and the backend that will sample them.
+pub fn discover(
+    cfg: &NodeConfig,
+    node_name: &str,
+    replicas: &Replicas,
+) -> anyhow::Result<(Vec<GpuInfo>, Option<Box<dyn Backend>>)> {
+    if let Some(spec) = &cfg.simulate_gpus {
+        let mut sim = Simulated::parse(spec, node_name)?;
+        let gpus = sim.inventory()?;
+        return Ok((gpus, Some(Box::new(sim.with_loads(sampler::sim_loads(replicas.clone()))))));
+    }
+    let nvml = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {
+        let mut n = gpool_gpu::nvml::Nvml::load()?;
+        Ok((n.inventory()?, Box::new(n)))
+    };
+    let smi = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {
+        let mut s = gpool_gpu::smi::NvidiaSmi::on_path()?;
+        Ok((s.inventory()?, Box::new(s)))
+    };
+    let found = match cfg.gpu_backend.as_str() {
+        "nvml" => nvml(),
+        "nvidia-smi" => smi(),
+        "auto" => nvml().or_else(|e| {
+            smi().map_err(|e2| match e {
+                GpuError::NoDriver(_) => e,
+                _ => GpuError::Nvml(format!("{e}; nvidia-smi: {e2}")),
+            })
+        }),
+        other => bail!("--gpu-backend {other:?}: expected auto, nvml or nvidia-smi"),
+    };
+    match found {
+        Ok((gpus, b)) => Ok((gpus, Some(b))),
+        Err(e @ GpuError::NoDriver(_)) if cfg.gpu_backend == "auto" => {
+            eprintln!("gpool: warning: {e}. Starting with no GPUs: only CPU jobs can run.");
+            Ok((Vec::new(), None))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The wire form of discovered GPUs.
+pub fn gpus_to_wire(gpus: &[GpuInfo]) -> Vec<wire::GpuWire> {
+    gpus.iter()
+        .map(|g| wire::GpuWire {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            model: g.model.clone(),
+            memory_mb: g.memory_mb,
+            pci_bus_id: g.pci_bus_id.clone(),
+            nvlink_group: g.nvlink_group,
+            numa_node: g.numa_node,
+            mig: g.mig.as_ref().map(|list| {
+                list.iter()
+                    .map(|m| wire::MigWire {
+                        profile: m.profile.clone(),
+                        uuid: m.uuid.clone(),
+                        gi_id: m.gi_id,
+                        memory_mb: m.memory_mb,
+                    })
+                    .collect()
+            }),
+        })
+        .collect()
+}

@@ -1,0 +1,12 @@
+//! The node wing: what runs on a GPU node. The agent starts replicas under
+//! shims and reports their ends; the sampler reads the devices; `remote`
+//! is `gpool agent`, the agent's side of the agent protocol; `host` finds
+//! this machine's GPUs and describes it. It speaks to the control plane
+//! only through `crate::protocol` and never imports `crate::plane`.
+
+pub mod agent;
+pub mod host;
+pub mod lease;
+pub mod remote;
+pub mod sampler;
+pub mod shim;

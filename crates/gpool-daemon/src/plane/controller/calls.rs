@@ -1,0 +1,193 @@
+//! The call surface: every API call the controller answers, in one table
+//! that says, once per call, what it carries, what it answers and who may
+//! make it. The enum, the access check and the refusal of any call are
+//! generated from that table; `requests.rs` says how each call is answered.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gpool_api as api;
+use tokio::sync::oneshot;
+
+use crate::plane::auth::Role;
+use crate::plane::metrics::Scrape;
+
+/// An API failure: HTTP status and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+}
+
+/// Where a call's answer goes.
+pub type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
+
+/// An answer ready to go, sent by the shell once the turn's writes are durable.
+pub struct Answer(Box<dyn FnOnce() + Send>);
+
+impl Answer {
+    pub fn new<T: Send + 'static>(to: Reply<T>, value: Result<T, ApiError>) -> Answer {
+        Answer(Box::new(move || {
+            // The caller may have gone away (a closed connection): nothing to do.
+            let _ = to.send(value);
+        }))
+    }
+
+    /// An answer to a request that needs no token.
+    pub(super) fn open<T: Send + 'static>(to: oneshot::Sender<T>, value: T) -> Answer {
+        Answer(Box::new(move || {
+            let _ = to.send(value);
+        }))
+    }
+
+    pub fn send(self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Answer")
+    }
+}
+
+/// Who may make a call (admins may make every call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Any valid token.
+    Anyone,
+    /// User and admin tokens: the REST API.
+    People,
+    /// Node and admin tokens: the agent protocol.
+    Nodes,
+}
+
+impl Access {
+    /// Whether a caller of this role may make a call of this access.
+    pub fn check(self, role: Role) -> Result<(), ApiError> {
+        match (self, role) {
+            (_, Role::Admin) | (Access::Anyone, _) => Ok(()),
+            (Access::Nodes, Role::Node) | (Access::People, Role::User) => Ok(()),
+            (Access::Nodes, _) => {
+                Err(ApiError::new(403, "only node tokens (gpool token create --role node) speak the agent protocol"))
+            }
+            (Access::People, Role::Node) => Err(ApiError::new(403, "a node token only speaks the agent protocol")),
+        }
+    }
+}
+
+/// Where a job's log is and whether more can come.
+#[derive(Debug, Clone)]
+pub struct LogTarget {
+    pub path: PathBuf,
+    pub finished: bool,
+}
+
+/// Filters of a job listing.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub states: Vec<api::JobState>,
+    pub user: Option<String>,
+    pub queue: Option<String>,
+    pub after: Option<u64>,
+    pub limit: u32,
+}
+
+/// Generates [`Call`] with a `reply` field per variant, [`Call::access`] and
+/// [`Call::refuse`] from the table below.
+macro_rules! calls {
+    ($( $(#[$doc:meta])* $name:ident { $($field:ident : $ty:ty),* } -> $out:ty, $access:ident; )*) => {
+        /// An API call.
+        #[derive(Debug)]
+        pub enum Call {
+            $( $(#[$doc])* $name { $($field: $ty,)* reply: Reply<$out> }, )*
+        }
+
+        impl Call {
+            /// Who may make this call.
+            pub fn access(&self) -> Access {
+                match self { $( Call::$name { .. } => Access::$access, )* }
+            }
+
+            /// The answer that refuses this call with `err`.
+            pub fn refuse(self, err: ApiError) -> Answer {
+                match self { $( Call::$name { reply, .. } => Answer::new(reply, Err(err)), )* }
+            }
+        }
+    };
+}
+
+calls! {
+    /// Submit a batch of jobs: all are accepted, or none.
+    Submit { specs: Vec<api::JobSpec> } -> api::Submitted, People;
+    Get { id: u64 } -> api::JobView, People;
+    List { query: ListQuery } -> api::JobList, People;
+    Cancel { id: u64 } -> api::JobView, People;
+    Logs { id: u64, rank: u32, stream: String } -> LogTarget, People;
+    Nodes {} -> Vec<api::NodeView>, People;
+    Queues {} -> Vec<api::QueueView>, People;
+    Events { after: u64, job: Option<u64> } -> Vec<api::EventView>, People;
+    /// Admins only (checked by the call).
+    CreateToken { req: api::TokenRequest } -> api::TokenCreated, People;
+    WhoAmI {} -> api::WhoAmI, Anyone;
+    /// A job's utilisation curve and usage.
+    Usage { id: u64 } -> api::JobUsageView, People;
+    /// The advisor's findings for a job; `min_span` overrides how much telemetry it needs.
+    Advice { id: u64, min_span: Option<Duration> } -> api::AdviceView, People;
+    Alerts {} -> Vec<api::AlertView>, People;
+    /// Drain a node (`draining: true`) or let it take work again; admins only (checked by the call).
+    Drain { node: String, draining: bool } -> api::NodeView, People;
+    /// The agent protocol: a node joins or re-joins.
+    Register { reg: api::agent::Register } -> api::agent::Registered, Nodes;
+    /// The agent protocol: a long poll for commands.
+    Poll { node: String, epoch: u64, after: u64 } -> api::agent::Commands, Nodes;
+    /// The agent protocol: what happened on a node.
+    Report { report: api::agent::Report } -> (), Nodes;
+}
+
+/// A request that needs no token (the Prometheus scrape).
+#[derive(Debug)]
+pub enum Open {
+    Metrics { reply: oneshot::Sender<Scrape> },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_says_who_may_call() {
+        let (tx, _rx) = oneshot::channel();
+        let whoami = Call::WhoAmI { reply: tx };
+        let (tx, _rx) = oneshot::channel();
+        let poll = Call::Poll { node: "n".into(), epoch: 1, after: 0, reply: tx };
+        let (tx, _rx) = oneshot::channel();
+        let get = Call::Get { id: 1, reply: tx };
+        let cases = [
+            (&whoami, Role::Node, true),
+            (&whoami, Role::User, true),
+            (&poll, Role::Node, true),
+            (&poll, Role::Admin, true),
+            (&poll, Role::User, false),
+            (&get, Role::User, true),
+            (&get, Role::Admin, true),
+            (&get, Role::Node, false),
+        ];
+        for (call, role, allowed) in cases {
+            assert_eq!(call.access().check(role).is_ok(), allowed, "{call:?} by {role:?}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_reaches_the_caller() {
+        let (tx, mut rx) = oneshot::channel();
+        Call::Get { id: 7, reply: tx }.refuse(ApiError::new(401, "no")).send();
+        assert_eq!(rx.try_recv().expect("answered"), Err(ApiError::new(401, "no")));
+    }
+}

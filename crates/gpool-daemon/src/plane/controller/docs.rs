@@ -1,0 +1,145 @@
+//! The documents the controller persists: a job (its spec, state and
+//! current run) as the store's JSON, and how documents become store writes.
+//! A restart rebuilds everything from these (`restore.rs`).
+
+use gpool_api as api;
+use gpool_store::Write;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::ExitRecord;
+
+/// The states of jobs not yet finished (loaded at restore).
+pub(super) const ACTIVE: [&str; 4] = ["pending", "starting", "running", "stopping"];
+
+/// Why a run is being stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "cause")]
+pub enum Stop {
+    Cancel {
+        by: String,
+    },
+    Preempt {
+        for_job: u64,
+    },
+    TimeLimit,
+    /// Another replica of the gang failed.
+    GangFailure {
+        rank: u32,
+    },
+    /// A replica was lost (its shim vanished).
+    Lost,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDoc {
+    pub rank: u32,
+    pub node: String,
+    pub gpus: Vec<u32>,
+    pub mig: Vec<String>,
+    pub cpus_milli: u64,
+    pub memory_mb: u64,
+    pub cuda_visible_devices: String,
+    #[serde(default)]
+    pub exit: Option<ExitRecord>,
+    #[serde(default)]
+    pub lost: bool,
+}
+
+impl ReplicaDoc {
+    pub(super) fn ended(&self) -> bool {
+        self.exit.is_some() || self.lost
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunDoc {
+    pub attempt: u32,
+    pub started_ms: i64,
+    pub replicas: Vec<ReplicaDoc>,
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    #[serde(default)]
+    pub kill_at_ms: Option<i64>,
+    /// `MASTER_PORT` of a gang spread over several nodes (reserved on rank 0's node).
+    #[serde(default)]
+    pub master_port: Option<u16>,
+}
+
+/// A job as persisted: the store's JSON document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobDoc {
+    pub id: u64,
+    pub name: String,
+    pub user: String,
+    pub team: String,
+    pub queue: String,
+    pub priority: i32,
+    pub spec: api::JobSpec,
+    pub state: api::JobState,
+    #[serde(default)]
+    pub end_reason: Option<String>,
+    pub submitted_ms: i64,
+    #[serde(default)]
+    pub started_ms: Option<i64>,
+    #[serde(default)]
+    pub ended_ms: Option<i64>,
+    pub attempt: u32,
+    pub restarts: u32,
+    pub failures: u32,
+    #[serde(default)]
+    pub not_before_ms: Option<i64>,
+    pub prior_runtime_ms: u64,
+    pub prior_gpu_milli_secs: u64,
+    #[serde(default)]
+    pub run: Option<RunDoc>,
+    #[serde(default)]
+    pub exit: Option<api::ExitView>,
+    /// When it last joined the queue (submission or requeue).
+    #[serde(default)]
+    pub queued_ms: Option<i64>,
+    /// Usage of its finished runs.
+    #[serde(default)]
+    pub usage: Option<api::UsageSummary>,
+}
+
+/// Adds up the usage of two runs (means weighted by GPU-hours).
+pub(super) fn merge_usage(a: Option<api::UsageSummary>, b: Option<api::UsageSummary>) -> Option<api::UsageSummary> {
+    let (a, b) = match (a, b) {
+        (None, x) | (x, None) => return x,
+        (Some(a), Some(b)) => (a, b),
+    };
+    let w = |x: &api::UsageSummary| x.gpu_hours.max(1e-12);
+    let mean = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some((x * w(&a) + y * w(&b)) / (w(&a) + w(&b))),
+        (x, None) | (None, x) => x,
+    };
+    Some(api::UsageSummary {
+        gpu_hours: a.gpu_hours + b.gpu_hours,
+        idle_gpu_hours: a.idle_gpu_hours + b.idle_gpu_hours,
+        mean_gpu_util: mean(a.mean_gpu_util, b.mean_gpu_util),
+        peak_memory_mb: a.peak_memory_mb.max(b.peak_memory_mb),
+        mean_cpu_cores: mean(a.mean_cpu_cores, b.mean_cpu_cores),
+        cost_usd: None,
+    })
+}
+
+pub(super) fn put_job(d: &JobDoc) -> Write {
+    Write::PutJob(gpool_store::JobRow {
+        id: d.id,
+        user: d.user.clone(),
+        team: d.team.clone(),
+        queue: d.queue.clone(),
+        state: d.state.as_str().into(),
+        submitted_ms: d.submitted_ms,
+        doc: serde_json::to_string(d).unwrap_or_default(),
+    })
+}
+
+pub(super) fn default_name(spec: &api::JobSpec) -> String {
+    let argv = spec.command.argv();
+    let prog = match spec.command {
+        api::Command::Shell(ref s) => s.split_whitespace().next().unwrap_or("job").to_string(),
+        api::Command::Argv(_) => argv.first().cloned().unwrap_or_else(|| "job".into()),
+    };
+    std::path::Path::new(&prog).file_name().map_or(prog.clone(), |f| f.to_string_lossy().into_owned())
+}

@@ -1,0 +1,164 @@
+//! Launch: from a placement the pass chose to the replicas' start orders:
+//! devices to `CUDA_VISIBLE_DEVICES`, the job's environment, torchrun's
+//! variables (`WORLD_SIZE`, `RANK`, `MASTER_ADDR`, `MASTER_PORT`, …) and the
+//! rendezvous port of a gang.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use gpool_api as api;
+use gpool_core::{JobId, NodeId, Placement, Time};
+
+use super::docs::{ReplicaDoc, RunDoc};
+use super::nodes::NodeLink;
+use super::timers::Timer;
+use super::{Controller, Order};
+use crate::protocol::{Launch, ReplicaKey};
+
+impl Controller {
+    pub(super) fn start(&mut self, id: u64, placement: Placement, now: i64) {
+        if let Err(e) = self.snap.start(JobId(id), placement.clone(), Time::from_millis(now)) {
+            eprintln!("gpool: internal error: the plan's start of job {id} was refused: {e}");
+            return;
+        }
+        let names: Vec<String> =
+            placement.iter().map(|r| self.snap.node(r.node).map_or_else(String::new, |n| n.name.to_string())).collect();
+        // torchrun's rendezvous: rank 0's node, and a port on it.
+        let world = placement.len() as u32;
+        let master = placement.first().map(|r| r.node);
+        let spread = placement.iter().any(|r| Some(r.node) != master);
+        let master_addr = master.and_then(|m| self.links.get(&m)).map_or_else(
+            || "127.0.0.1".to_string(),
+            |l| if l.is_local() { "127.0.0.1".into() } else { l.doc.addr.clone() },
+        );
+        let master_port = match (world > 1, spread, master) {
+            (false, _, _) | (_, _, None) => None,
+            // All replicas here: any free port of this host.
+            (true, false, Some(m)) if self.links.get(&m).is_some_and(NodeLink::is_local) => (self.cfg.local_port)(),
+            // Across nodes (or on a remote node): one from the range not used by another gang on that node.
+            (true, _, Some(m)) => {
+                let port = self.cfg.master_ports.clone().find(|p| !self.master_ports.contains_key(&(m, *p)));
+                if let Some(p) = port {
+                    self.master_ports.insert((m, p), id);
+                }
+                port
+            }
+        };
+        let node_rank: BTreeMap<NodeId, usize> = {
+            let mut seen: Vec<NodeId> = Vec::new();
+            for r in &placement {
+                if !seen.contains(&r.node) {
+                    seen.push(r.node);
+                }
+            }
+            seen.into_iter().enumerate().map(|(i, n)| (n, i)).collect()
+        };
+        let Some(doc) = self.jobs.get_mut(&id) else { return };
+        self.allocations += 1;
+        self.wait.observe((now - doc.queued_ms.unwrap_or(doc.submitted_ms)).max(0) as f64 / 1000.0);
+        doc.attempt += 1;
+        doc.state = api::JobState::Running;
+        doc.started_ms.get_or_insert(now);
+        doc.not_before_ms = None;
+        let attempt = doc.attempt;
+        let mut replicas = Vec::new();
+        let mut starts = Vec::new();
+        let mut per_node: BTreeMap<NodeId, u32> = BTreeMap::new();
+        // The agent fills in what only the node knows (its PATH, HOME, checkpoint directory, …).
+        let cwd = doc.spec.workdir.clone().map_or_else(PathBuf::new, PathBuf::from);
+        for (rank, r) in placement.iter().enumerate() {
+            let (gpus, mig) = self.snap.replica_devices(r);
+            let gpu_idx: Vec<u32> = gpus.iter().map(|d| d.index).collect();
+            let mig_uuids: Vec<String> = mig.iter().map(|(_, m)| m.uuid.to_string()).collect();
+            let device_uuids: Vec<String> =
+                gpus.iter().map(|d| d.uuid.to_string()).chain(mig_uuids.iter().cloned()).collect();
+            let visible = if mig_uuids.is_empty() {
+                gpu_idx.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+            } else {
+                mig_uuids.join(",")
+            };
+            let local_rank = {
+                let c = per_node.entry(r.node).or_default();
+                *c += 1;
+                *c - 1
+            };
+            let mut env: BTreeMap<String, String> = doc.spec.env.clone();
+            let mut set = |k: &str, v: String| {
+                env.insert(k.to_string(), v);
+            };
+            set("CUDA_VISIBLE_DEVICES", visible.clone());
+            set("NVIDIA_VISIBLE_DEVICES", if visible.is_empty() { "void".into() } else { visible.clone() });
+            set("GPOOL_JOB_ID", id.to_string());
+            set("GPOOL_JOB_NAME", doc.name.clone());
+            set("GPOOL_ATTEMPT", attempt.to_string());
+            set("GPOOL_RESTART_COUNT", doc.restarts.to_string());
+            set("GPOOL_USER", doc.user.clone());
+            if world > 1 {
+                set("WORLD_SIZE", world.to_string());
+                set("RANK", rank.to_string());
+                set("LOCAL_RANK", local_rank.to_string());
+                set("LOCAL_WORLD_SIZE", placement.iter().filter(|p| p.node == r.node).count().to_string());
+                set("NODE_RANK", node_rank.get(&r.node).copied().unwrap_or(0).to_string());
+                set("NNODES", node_rank.len().to_string());
+                set("MASTER_ADDR", master_addr.clone());
+                if let Some(p) = master_port {
+                    set("MASTER_PORT", p.to_string());
+                }
+            }
+            replicas.push(ReplicaDoc {
+                rank: rank as u32,
+                node: names[rank].clone(),
+                gpus: gpu_idx,
+                mig: mig_uuids,
+                cpus_milli: r.cpus_milli,
+                memory_mb: r.memory_mb,
+                cuda_visible_devices: visible,
+                exit: None,
+                lost: false,
+            });
+            let launch = Launch {
+                argv: doc.spec.command.argv(),
+                env: env.into_iter().collect(),
+                cwd: cwd.clone(),
+                stdout: PathBuf::new(),
+                stderr: PathBuf::new(),
+                lease: None,
+            };
+            let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
+            starts.push((r.node, Order::Start { key, launch, devices: device_uuids }));
+        }
+        let spread_port = master_port
+            .filter(|_| master.is_some_and(|m| !self.links.get(&m).is_some_and(NodeLink::is_local) || spread));
+        doc.run =
+            Some(RunDoc { attempt, started_ms: now, replicas, stop: None, kill_at_ms: None, master_port: spread_port });
+        if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
+            self.timers.insert((now + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt }));
+        }
+        self.touched.insert(id);
+        let devices = doc
+            .run
+            .as_ref()
+            .map(|r| {
+                r.replicas
+                    .iter()
+                    .map(|x| format!("{}:{}", x.node, x.cuda_visible_devices))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        for (node, order) in starts {
+            self.order(node, order);
+        }
+        self.event(
+            now,
+            Some(id),
+            "started",
+            format!("job {id} attempt {attempt} started on {devices} (node:CUDA_VISIBLE_DEVICES)"),
+        );
+    }
+}
+
+/// A TCP port free right now, for `MASTER_PORT`.
+pub fn free_local_port() -> Option<u16> {
+    std::net::TcpListener::bind(("127.0.0.1", 0)).ok().and_then(|l| l.local_addr().ok()).map(|a| a.port())
+}

@@ -1,0 +1,206 @@
+//! The life of a job's runs: stopping one (cancel, preemption, time limit,
+//! a failed gang member), a replica's end, and what follows the end of a run
+//! (success, failure and retry with back-off, requeue, a terminal state).
+
+use gpool_api as api;
+use gpool_core::{JobId, StopCause, StopOutcome, Time};
+use rustix::process::Signal;
+
+use super::docs::{ReplicaDoc, Stop, put_job};
+use super::timers::Timer;
+use super::{Controller, Order};
+use crate::protocol::{ExitRecord, ReplicaKey, parse_signal};
+
+impl Controller {
+    /// Sends the stop signal to every live replica of a running job and arms the SIGKILL timer.
+    pub(super) fn stop_run(&mut self, id: u64, cause: Stop, now: i64) {
+        let Some(doc) = self.jobs.get_mut(&id) else { return };
+        let Some(run) = doc.run.as_mut() else { return };
+        // A cancel overrides an earlier cause (a preempted job that is cancelled does not come back).
+        let upgrade = matches!(cause, Stop::Cancel { .. }) && !matches!(run.stop, Some(Stop::Cancel { .. }));
+        if run.stop.is_some() && !upgrade {
+            return;
+        }
+        let core_cause = match &cause {
+            Stop::Preempt { for_job } => StopCause::Preempted { for_job: JobId(*for_job) },
+            _ => StopCause::Cancelled,
+        };
+        let grace = self.snap.job(JobId(id)).map_or(crate::plane::convert::DEFAULT_GRACE, |j| j.spec.grace);
+        let sig = doc.spec.stop_signal.as_deref().and_then(parse_signal).unwrap_or(Signal::TERM);
+        let first = run.stop.is_none();
+        run.stop = Some(cause);
+        doc.state = api::JobState::Stopping;
+        let _ = self.snap.request_stop(JobId(id), core_cause);
+        let mut signals = Vec::new();
+        if first {
+            let kill_at = now + grace.as_millis() as i64;
+            run.kill_at_ms = Some(kill_at);
+            for r in run.replicas.iter().filter(|r| !r.ended()) {
+                if let Some(node) = self.snap.node_id(&r.node) {
+                    let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
+                    signals.push((node, Order::Signal { key, signal: sig }));
+                }
+            }
+            self.timers.insert((kill_at, Timer::Kill { job: id, attempt: run.attempt }));
+        }
+        for (node, order) in signals {
+            self.order(node, order);
+        }
+        self.touched.insert(id);
+    }
+
+    pub(super) fn on_replica_end(&mut self, key: ReplicaKey, exit: Option<ExitRecord>, lost: Option<String>, now: i64) {
+        let Some(doc) = self.jobs.get_mut(&key.job) else { return };
+        let Some(run) = doc.run.as_mut().filter(|r| r.attempt == key.attempt) else { return };
+        let Some(rep) = run.replicas.iter_mut().find(|r| r.rank == key.rank) else { return };
+        if rep.ended() {
+            return;
+        }
+        let failed = lost.is_some() || exit.as_ref().is_none_or(|e| e.code != Some(0));
+        if let Some(e) = &exit {
+            rep.exit = Some(e.clone());
+        } else {
+            rep.lost = true;
+        }
+        let all_ended = run.replicas.iter().all(ReplicaDoc::ended);
+        let live = run.replicas.iter().any(|r| !r.ended());
+        let stopping = run.stop.is_some();
+        if lost.is_some() && !stopping && !live {
+            // Nothing left to stop, but the run ends because a replica was
+            // lost, not because the job failed: it goes back to the queue.
+            run.stop = Some(Stop::Lost);
+        }
+        self.touched.insert(key.job);
+        if let Some(why) = &lost {
+            self.event(now, Some(key.job), "lost", format!("job {} rank {} lost: {why}", key.job, key.rank));
+        }
+        if failed && live && !stopping {
+            // Gang semantics: one replica failing ends the others.
+            let cause = if lost.is_some() { Stop::Lost } else { Stop::GangFailure { rank: key.rank } };
+            self.stop_run(key.job, cause, now);
+        }
+        if all_ended {
+            self.finish_run(key.job, now);
+        }
+    }
+
+    /// All replicas of the current run are gone: free the devices and decide what next.
+    pub(super) fn finish_run(&mut self, id: u64, now: i64) {
+        self.account_run(id, now);
+        self.master_ports.retain(|_, j| *j != id);
+        let Some(doc) = self.jobs.get(&id).cloned() else { return };
+        let Some(run) = doc.run.clone() else { return };
+        let exits: Vec<&ExitRecord> = run.replicas.iter().filter_map(|r| r.exit.as_ref()).collect();
+        let all_ok = !run.replicas.iter().any(|r| r.lost) && exits.iter().all(|e| e.code == Some(0));
+        let first_bad = run.replicas.iter().find(|r| r.lost || r.exit.as_ref().is_some_and(|e| e.code != Some(0)));
+        let exit_view = first_bad
+            .or_else(|| run.replicas.first())
+            .and_then(|r| r.exit.as_ref())
+            .map(|e| api::ExitView { code: e.code, signal: e.signal });
+        let describe = |e: &Option<api::ExitView>| match e {
+            Some(api::ExitView { code: Some(c), .. }) => format!("exit code {c}"),
+            Some(api::ExitView { signal: Some(s), .. }) => format!("signal {s}"),
+            _ => "lost".to_string(),
+        };
+        enum Next {
+            Done(api::JobState, String),
+            Requeue(String, i64, bool),
+        }
+        let next = match &run.stop {
+            Some(Stop::Cancel { by }) => Next::Done(api::JobState::Cancelled, format!("cancelled by {by}")),
+            Some(Stop::TimeLimit) => Next::Done(api::JobState::TimedOut, "killed at its time limit".into()),
+            Some(Stop::Preempt { for_job }) => Next::Requeue(format!("preempted for job {for_job}"), now, false),
+            Some(Stop::Lost) if doc.spec.on_node_failure == Some(api::spec::NodeFailure::Fail) => Next::Done(
+                api::JobState::Failed,
+                "a replica was lost (its node failed) and the job asked not to be requeued (onNodeFailure: fail)"
+                    .into(),
+            ),
+            Some(Stop::Lost) => Next::Requeue("a replica was lost; requeued".into(), now, false),
+            Some(Stop::GangFailure { .. }) | None if all_ok => {
+                Next::Done(api::JobState::Succeeded, "exit code 0".into())
+            }
+            _ => {
+                if doc.failures < doc.spec.retries {
+                    let backoff = self.cfg.retry_backoff.as_millis() as i64 * (1i64 << doc.failures.min(16));
+                    let backoff = backoff.min(600_000);
+                    Next::Requeue(
+                        format!(
+                            "failed with {}; retry {} of {}",
+                            describe(&exit_view),
+                            doc.failures + 1,
+                            doc.spec.retries
+                        ),
+                        now + backoff,
+                        true,
+                    )
+                } else {
+                    Next::Done(api::JobState::Failed, format!("failed with {}", describe(&exit_view)))
+                }
+            }
+        };
+        match next {
+            Next::Done(state, reason) => {
+                let _ = self.snap.stop(
+                    JobId(id),
+                    Time::from_millis(now),
+                    StopOutcome::Finished { success: state == api::JobState::Succeeded },
+                );
+                if let Some(d) = self.jobs.get_mut(&id) {
+                    d.exit = exit_view;
+                }
+                self.finish_terminal(id, state, reason, now);
+            }
+            Next::Requeue(reason, not_before, failure) => {
+                let nb = if not_before > now { Time::from_millis(not_before) } else { Time::MIN };
+                let _ = self.snap.stop(JobId(id), Time::from_millis(now), StopOutcome::Requeue { not_before: nb });
+                if let Some(d) = self.jobs.get_mut(&id) {
+                    d.state = api::JobState::Pending;
+                    d.queued_ms = Some(now);
+                    d.restarts += 1;
+                    d.failures += u32::from(failure);
+                    d.not_before_ms = (not_before > now).then_some(not_before);
+                    d.exit = exit_view;
+                    d.end_reason = Some(reason.clone());
+                    if let Some(j) = self.snap.job(JobId(id)) {
+                        d.prior_runtime_ms = j.service.prior_runtime.as_millis() as u64;
+                        d.prior_gpu_milli_secs = j.service.prior_gpu_milli_secs;
+                    }
+                }
+                if not_before > now {
+                    self.timers.insert((not_before, Timer::Wake));
+                }
+                self.touched.insert(id);
+                self.event(now, Some(id), "requeued", format!("job {id}: {reason}"));
+            }
+        }
+        self.dirty = true;
+    }
+
+    /// Moves a job to a terminal state and out of the active set.
+    pub(super) fn finish_terminal(&mut self, id: u64, state: api::JobState, reason: String, now: i64) {
+        let Some(mut doc) = self.jobs.remove(&id) else { return };
+        doc.state = state;
+        doc.ended_ms = Some(now);
+        doc.end_reason = Some(reason.clone());
+        self.touched.remove(&id);
+        self.writes.push(put_job(&doc));
+        self.event(now, Some(id), state.as_str(), format!("job {id} {}: {reason}", state.as_str()));
+        if let Some(e) = self.published.last_mut() {
+            e.user = Some(doc.user.clone());
+        }
+    }
+
+    /// A running job whose replicas cannot be accounted for goes back to the queue.
+    pub(super) fn requeue_after_loss(&mut self, id: u64, why: &str, now: i64) {
+        let _ = self.snap.stop(JobId(id), Time::from_millis(now), StopOutcome::Requeue { not_before: Time::MIN });
+        if let Some(d) = self.jobs.get_mut(&id) {
+            d.state = api::JobState::Pending;
+            d.queued_ms = Some(now);
+            d.restarts += 1;
+            d.end_reason = Some(format!("requeued: {why}"));
+        }
+        self.touched.insert(id);
+        self.event(now, Some(id), "requeued", format!("job {id} requeued: {why}"));
+        self.dirty = true;
+    }
+}

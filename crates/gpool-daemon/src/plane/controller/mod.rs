@@ -1,0 +1,415 @@
+//! The controller: the state machine of the control plane. It owns all
+//! mutable state (the scheduling core's snapshot, the job records, the
+//! nodes) and handles a closed set of [`Event`]s. Nothing else mutates
+//! state, so nothing needs a lock.
+//!
+//! It does no I/O of its own beyond reading the store: each [`turn`]
+//! handles a batch of events at one reading of its [`Clock`], fires the
+//! timers that are due, runs one scheduling pass if anything relevant
+//! changed, and returns a [`Turn`]: the values the shell (`shell.rs`) must
+//! carry out, in this order:
+//! 1. commit the store writes in one transaction (if that fails, nothing
+//!    else of the turn happens: the shell stops the controller);
+//! 2. send the answers to API calls (so a 2xx means "committed");
+//! 3. carry out the orders to the agent in this process (start, signal,
+//!    reconcile); orders to remote agents are already in their outboxes;
+//! 4. publish events to stream subscribers and alert notices to the webhook.
+//!
+//! The rooms: `calls.rs` (the call table: who may call, how it is refused),
+//! `requests.rs` (how each call is answered), `docs.rs` (persisted
+//! documents), `restore.rs` (rebuilding from the store), `lifecycle.rs`
+//! (runs and their ends), `timers.rs`, `launch.rs` (placement to start
+//! orders), `nodes.rs` (the node registry and the agent protocol),
+//! `observe.rs` (telemetry, usage, advice, the scrape), `views.rs` (what
+//! the API shows), `clock.rs`, and `shell.rs` (the thread that runs it).
+//!
+//! [`turn`]: Controller::turn
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gpool_api as api;
+use gpool_core::{NodeId, Policy, QueueConfig, Snapshot, Time};
+use gpool_store::{EventRow, Store, StoreError, Write};
+use rustix::process::Signal;
+
+use crate::plane::auth::{Caller, Role};
+use crate::plane::metrics::Histogram;
+use crate::plane::prices::Prices;
+use crate::plane::telemetry::{Telemetry, TelemetryConfig};
+use crate::plane::webhook::Notice;
+use crate::protocol::{AgentReport, Launch, NodeInfo, ReplicaKey};
+
+mod calls;
+mod clock;
+mod docs;
+mod launch;
+mod lifecycle;
+mod nodes;
+mod observe;
+mod requests;
+mod restore;
+mod shell;
+mod timers;
+mod views;
+
+#[cfg(test)]
+mod tests;
+
+pub use calls::{Access, Answer, ApiError, Call, ListQuery, LogTarget, Open, Reply};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use docs::{JobDoc, ReplicaDoc, RunDoc, Stop};
+pub use launch::free_local_port;
+pub use nodes::{NodeDoc, core_node};
+pub use shell::{LocalNode, Shell, StoreFailed};
+
+use nodes::{Link, NodeLink};
+use timers::Timer;
+
+/// Everything the controller reacts to.
+#[derive(Debug)]
+pub enum Event {
+    /// An API call with the caller's bearer token.
+    Api {
+        token: String,
+        call: Call,
+    },
+    Open(Open),
+    /// What the agent in this process reports.
+    Agent(AgentReport),
+    Shutdown,
+}
+
+/// An order to the agent in this process (`gpool up`), carried out by the shell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LocalOrder {
+    /// Start a replica on these devices (GPU or MIG UUIDs).
+    Start {
+        key: ReplicaKey,
+        launch: Launch,
+        devices: Vec<String>,
+    },
+    Signal {
+        key: ReplicaKey,
+        signal: Signal,
+    },
+    /// After a restart: watch the replica again, or report it `Lost` if nothing runs it.
+    Reconcile {
+        key: ReplicaKey,
+        devices: Vec<String>,
+    },
+    /// After a restart: the replica cannot be run any more; kill whatever is left of it.
+    Abandon {
+        key: ReplicaKey,
+    },
+}
+
+/// An order to some node: routed to the local agent or a remote outbox.
+#[derive(Debug)]
+pub(crate) enum Order {
+    Start { key: ReplicaKey, launch: Launch, devices: Vec<String> },
+    Signal { key: ReplicaKey, signal: Signal },
+}
+
+/// What one turn asks of the outside world; see the module docs for the order.
+#[derive(Debug, Default)]
+pub struct Turn {
+    pub writes: Vec<Write>,
+    pub answers: Vec<Answer>,
+    pub local: Vec<LocalOrder>,
+    pub published: Vec<api::EventView>,
+    pub notices: Vec<Notice>,
+}
+
+/// Settings of the controller.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where job logs are kept (agents ship theirs here).
+    pub data_dir: PathBuf,
+    pub policy: Policy,
+    pub queues: Vec<QueueConfig>,
+    /// First retry back-off; doubles with each failure, at most ten minutes.
+    pub retry_backoff: Duration,
+    pub telemetry: TelemetryConfig,
+    pub prices: Prices,
+    /// A remote node silent for this long is down.
+    pub lease: Duration,
+    /// `MASTER_PORT`s for gangs spread over several nodes.
+    pub master_ports: std::ops::Range<u16>,
+    /// A free port of this host, for the `MASTER_PORT` of a gang on the local node only.
+    pub local_port: fn() -> Option<u16>,
+}
+
+/// The owner of all state. See the module docs.
+pub struct Controller {
+    cfg: Config,
+    clock: Box<dyn Clock>,
+    store: Box<dyn Store>,
+    snap: Snapshot,
+    /// Every node's agent link and record.
+    links: BTreeMap<NodeId, NodeLink>,
+    /// `MASTER_PORT`s in use, per master node.
+    master_ports: BTreeMap<(NodeId, u16), u64>,
+    /// Jobs not yet finished.
+    jobs: BTreeMap<u64, JobDoc>,
+    /// Why each job the last pass examined waits: (job, index into
+    /// `reason_texts`), sorted by job. The pass gives a reason per job shape,
+    /// so a pass over 100,000 jobs formats a few hundred texts, not 100,000.
+    waiting: Vec<(u64, u32)>,
+    reason_texts: Vec<String>,
+    default_reason: Option<String>,
+    tokens: HashMap<String, Caller>,
+    next_id: u64,
+    next_seq: u64,
+    timers: BTreeSet<(i64, Timer)>,
+    // Per turn: what the next `Turn` carries.
+    writes: Vec<Write>,
+    touched: BTreeSet<u64>,
+    replies: Vec<Answer>,
+    local: Vec<LocalOrder>,
+    published: Vec<api::EventView>,
+    notices: Vec<Notice>,
+    dirty: bool,
+    shutdown: bool,
+    // Telemetry and the exporter's counters.
+    telemetry: Telemetry,
+    wait: Histogram,
+    passes: Histogram,
+    /// No scheduling pass before this (see `turn`).
+    next_pass_ms: i64,
+    allocations: u64,
+    preemptions: u64,
+    /// GPU-hours of finished runs per (user, team), since the daemon started.
+    gpu_hours_done: BTreeMap<(String, String), f64>,
+}
+
+impl Controller {
+    /// Builds the controller from the store: its nodes (with `local`, the
+    /// node of this process's own agent), then its jobs. The returned turn
+    /// re-adopts or requeues what was running; the shell carries it out first.
+    pub fn new(
+        cfg: Config,
+        mut store: Box<dyn Store>,
+        local: Option<NodeInfo>,
+        clock: Box<dyn Clock>,
+    ) -> anyhow::Result<(Controller, Turn)> {
+        let mut snap = Snapshot::new(cfg.policy.clone());
+        for q in &cfg.queues {
+            snap.set_queue(q.clone());
+        }
+        let tokens = store
+            .tokens()?
+            .into_iter()
+            .map(|t| (t.hash, Caller { user: t.user, team: t.team, role: Role::parse(&t.role) }))
+            .collect();
+        let next_id = store.max_job_id()? + 1;
+        let next_seq = store.max_event_seq()? + 1;
+        let cfg_telemetry = cfg.telemetry.clone();
+        let mut c = Controller {
+            cfg,
+            clock,
+            store,
+            snap,
+            links: BTreeMap::new(),
+            master_ports: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            waiting: Vec::new(),
+            reason_texts: Vec::new(),
+            default_reason: None,
+            tokens,
+            next_id,
+            next_seq,
+            timers: BTreeSet::new(),
+            writes: Vec::new(),
+            touched: BTreeSet::new(),
+            replies: Vec::new(),
+            local: Vec::new(),
+            published: Vec::new(),
+            notices: Vec::new(),
+            dirty: true,
+            shutdown: false,
+            telemetry: Telemetry::new(cfg_telemetry),
+            wait: Histogram::wait_seconds(),
+            passes: Histogram::pass_seconds(),
+            next_pass_ms: 0,
+            allocations: 0,
+            preemptions: 0,
+            gpu_hours_done: BTreeMap::new(),
+        };
+        let now = c.clock.now_ms();
+        if let Some(info) = local {
+            let mut doc = NodeDoc::from_info(info);
+            doc.local = true;
+            // A drain of this node holds across restarts.
+            if let Some(row) = c.store.nodes()?.into_iter().find(|r| r.name == doc.name)
+                && let Ok(old) = serde_json::from_str::<NodeDoc>(&row.doc)
+            {
+                doc.draining = old.draining;
+                doc.epoch = old.epoch;
+            }
+            c.install_node(doc, Link::Local, now).map_err(|e| anyhow::anyhow!(e.message))?;
+        }
+        c.restore_nodes(now)?;
+        c.restore()?;
+        let first = c.take_turn();
+        Ok((c, first))
+    }
+
+    /// Handles a batch of events at one reading of the clock, fires the
+    /// timers due by then, runs a scheduling pass if needed, and returns
+    /// what the shell must carry out.
+    pub fn turn(&mut self, events: impl IntoIterator<Item = Event>) -> Turn {
+        let now = self.clock.now_ms();
+        for e in events {
+            self.handle(e, now);
+        }
+        self.fire_timers(now);
+        if self.dirty {
+            // Passes take at most half of the controller's time: after a
+            // pass of P ms, the next waits P ms, and the requests and
+            // reports of that time are answered in between. A pass of a
+            // few hundred µs (most clusters) delays nothing.
+            if now >= self.next_pass_ms {
+                self.schedule(now);
+            } else {
+                self.timers.insert((self.next_pass_ms, Timer::Wake));
+            }
+        }
+        self.take_turn()
+    }
+
+    /// When the next timer is due (ms since the epoch): the shell wakes the
+    /// controller then even if no event comes.
+    pub fn next_timer(&self) -> Option<i64> {
+        self.timers.first().map(|(t, _)| *t)
+    }
+
+    /// The controller's clock reading.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Whether a `Shutdown` event was handled.
+    pub fn stopped(&self) -> bool {
+        self.shutdown
+    }
+
+    /// Commits a turn's writes to the store, in one transaction.
+    pub fn commit(&mut self, writes: &[Write]) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        self.store.commit(writes)
+    }
+
+    /// Packs what this turn produced.
+    fn take_turn(&mut self) -> Turn {
+        for id in std::mem::take(&mut self.touched) {
+            if let Some(d) = self.jobs.get(&id) {
+                self.writes.push(docs::put_job(d));
+            }
+        }
+        Turn {
+            writes: std::mem::take(&mut self.writes),
+            answers: std::mem::take(&mut self.replies),
+            local: std::mem::take(&mut self.local),
+            published: std::mem::take(&mut self.published),
+            notices: std::mem::take(&mut self.notices),
+        }
+    }
+
+    fn handle(&mut self, e: Event, now: i64) {
+        match e {
+            Event::Api { token, call } => self.api(&token, call, now),
+            Event::Agent(AgentReport::Exited { key, exit }) => self.on_replica_end(key, Some(exit), None, now),
+            Event::Agent(AgentReport::Lost { key, why }) => self.on_replica_end(key, None, Some(why), now),
+            Event::Agent(AgentReport::Telemetry(r)) => self.on_telemetry(r, now),
+            Event::Agent(AgentReport::Running { .. }) => {}
+            Event::Open(Open::Metrics { reply }) => {
+                let scrape = self.scrape(now);
+                self.replies.push(Answer::open(reply, scrape));
+            }
+            Event::Shutdown => self.shutdown = true,
+        }
+    }
+
+    fn reply<T: Send + 'static>(&mut self, tx: Reply<T>, v: Result<T, ApiError>) {
+        self.replies.push(Answer::new(tx, v));
+    }
+
+    /// Routes an order to a node: the local agent's orders go out with the
+    /// turn, a remote agent's wait in its outbox for its next poll.
+    fn order(&mut self, node: NodeId, order: Order) {
+        let Some(link) = self.links.get(&node) else { return };
+        if link.is_local() {
+            self.local.push(match order {
+                Order::Start { key, launch, devices } => LocalOrder::Start { key, launch, devices },
+                Order::Signal { key, signal } => LocalOrder::Signal { key, signal },
+            });
+            return;
+        }
+        let cmd = match order {
+            Order::Start { key, launch, devices } => {
+                let cwd = (!launch.cwd.as_os_str().is_empty()).then(|| launch.cwd.display().to_string());
+                api::agent::Command::Start { replica: key.into(), argv: launch.argv, env: launch.env, cwd, devices }
+            }
+            Order::Signal { key, signal } => {
+                api::agent::Command::Signal { replica: key.into(), signal: signal.as_raw() }
+            }
+        };
+        self.push_command(node, cmd);
+    }
+
+    fn event(&mut self, now: i64, job: Option<u64>, kind: &str, message: String) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.writes.push(Write::AppendEvent(EventRow {
+            seq,
+            at_ms: now,
+            job,
+            kind: kind.into(),
+            message: message.clone(),
+        }));
+        let user = job.and_then(|j| self.jobs.get(&j)).map(|d| d.user.clone());
+        self.published.push(api::EventView { seq, at: api::time::rfc3339(now), job, user, kind: kind.into(), message });
+    }
+
+    // ----- scheduling -----
+
+    fn schedule(&mut self, now: i64) {
+        self.dirty = false;
+        let t0 = self.clock.monotonic();
+        let mut plan = gpool_core::schedule(&self.snap, Time::from_millis(now));
+        let took = self.clock.monotonic().saturating_sub(t0);
+        self.passes.observe(took.as_secs_f64());
+        self.next_pass_ms = self.clock.now_ms() + took.as_millis() as i64;
+        for p in &plan.preemptions {
+            self.preemptions += 1;
+            self.stop_run(p.victim.0, Stop::Preempt { for_job: p.for_job.0 }, now);
+            self.event(
+                now,
+                Some(p.victim.0),
+                "preempted",
+                format!("job {} preempted for job {} ({:?})", p.victim, p.for_job, p.why),
+            );
+        }
+        for s in &plan.starts {
+            self.start(s.job.0, s.placement.clone(), now);
+        }
+        self.snap.carry_over(&plan);
+        if let Some(at) = plan.wake_at {
+            self.timers.insert((at.as_millis(), Timer::Wake));
+        }
+        self.reason_texts = plan.reason_table.iter().map(ToString::to_string).collect();
+        self.waiting = std::mem::take(&mut plan.waiting).into_iter().map(|(j, r)| (j.0, r)).collect();
+        self.waiting.sort_unstable();
+        self.default_reason = plan.others.as_ref().map(ToString::to_string);
+    }
+
+    /// Why a pending job waits, as the last pass said.
+    fn reason(&self, id: u64) -> Option<&str> {
+        let i = self.waiting.binary_search_by_key(&id, |(j, _)| *j).ok()?;
+        self.reason_texts.get(self.waiting[i].1 as usize).map(String::as_str)
+    }
+}

@@ -1,0 +1,313 @@
+//! How each call of the call table (`calls.rs`) is answered: the caller is
+//! identified by its token, its access checked, and the call carried out.
+
+use gpool_api as api;
+use gpool_core::JobId;
+use gpool_store::{JobQuery, TokenRow, Write};
+
+use super::Controller;
+use super::calls::{ApiError, Call, ListQuery, LogTarget};
+use super::docs::{JobDoc, Stop, default_name};
+use crate::plane::auth::{Caller, Role, hash_token};
+use crate::plane::convert::to_core;
+
+impl Controller {
+    /// Identifies the caller, checks its access and carries the call out.
+    pub(super) fn api(&mut self, token: &str, call: Call, now: i64) {
+        let Some(caller) = self.tokens.get(&hash_token(token)).cloned() else {
+            let err = ApiError::new(
+                401,
+                "invalid token: pass a token of `gpool token create` as 'Authorization: Bearer <token>'",
+            );
+            return self.replies.push(call.refuse(err));
+        };
+        if let Err(err) = call.access().check(caller.role) {
+            return self.replies.push(call.refuse(err));
+        }
+        match call {
+            Call::Drain { node, draining, reply } => {
+                let r = self.set_draining(&caller, &node, draining, now);
+                self.reply(reply, r);
+            }
+            Call::Register { reg, reply } => {
+                let r = self.register(reg, now);
+                self.reply(reply, r);
+            }
+            Call::Poll { node, epoch, after, reply } => self.poll(&node, epoch, after, reply, now),
+            Call::Report { report, reply } => {
+                let r = self.agent_report(report, now);
+                self.reply(reply, r);
+            }
+            Call::Submit { specs, reply } => {
+                let r = self.submit(&caller, specs, now);
+                self.reply(reply, r);
+            }
+            Call::Get { id, reply } => {
+                let r = self.visible(&caller, id).map(|d| self.view(&d));
+                self.reply(reply, r);
+            }
+            Call::List { query, reply } => {
+                let r = self.list(&caller, query);
+                self.reply(reply, r);
+            }
+            Call::Cancel { id, reply } => {
+                let r = self.cancel(&caller, id, now);
+                self.reply(reply, r);
+            }
+            Call::Logs { id, rank, stream, reply } => {
+                let r = self.visible(&caller, id).and_then(|d| {
+                    if rank >= d.spec.replicas {
+                        return Err(ApiError::new(
+                            400,
+                            format!("rank {rank}: job {id} has {} replica(s)", d.spec.replicas),
+                        ));
+                    }
+                    Ok(LogTarget {
+                        path: crate::protocol::log_path(&self.cfg.data_dir, id, rank, &stream),
+                        finished: d.state.is_terminal(),
+                    })
+                });
+                self.reply(reply, r);
+            }
+            Call::Nodes { reply } => {
+                let r = Ok(self.nodes());
+                self.reply(reply, r);
+            }
+            Call::Queues { reply } => {
+                let r = Ok(self.queues());
+                self.reply(reply, r);
+            }
+            Call::Events { after, job, reply } => {
+                let r = self.history(&caller, after, job);
+                self.reply(reply, r);
+            }
+            Call::CreateToken { req, reply } => {
+                let r = self.create_token(&caller, req, now);
+                self.reply(reply, r);
+            }
+            Call::WhoAmI { reply } => {
+                let r = Ok(api::WhoAmI {
+                    user: caller.user.clone(),
+                    team: caller.team.clone(),
+                    role: caller.role.as_str().into(),
+                });
+                self.reply(reply, r);
+            }
+            Call::Usage { id, reply } => {
+                let r = self.visible(&caller, id).and_then(|d| self.usage(&d));
+                self.reply(reply, r);
+            }
+            Call::Advice { id, min_span, reply } => {
+                let r = self.visible(&caller, id).and_then(|d| self.advice(&d, min_span));
+                self.reply(reply, r);
+            }
+            Call::Alerts { reply } => {
+                let r = Ok(self.alerts(&caller));
+                self.reply(reply, r);
+            }
+        }
+    }
+
+    pub(super) fn submit(
+        &mut self,
+        caller: &Caller,
+        specs: Vec<api::JobSpec>,
+        now: i64,
+    ) -> Result<api::Submitted, ApiError> {
+        if specs.is_empty() {
+            return Err(ApiError::new(400, "jobs: the batch is empty"));
+        }
+        let batch = specs.len() > 1;
+        let at = |i: usize, msg: String| if batch { format!("jobs[{i}].{msg}") } else { msg };
+        // Check everything first: a batch is accepted whole or not at all.
+        let mut cores = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            let core =
+                to_core(spec, &caller.user, &caller.team, now).map_err(|e| ApiError::new(400, at(i, e.to_string())))?;
+            if let Err(why) = self.snap.check_feasible(&core) {
+                return Err(ApiError::new(400, at(i, format!("rejected: {why}"))));
+            }
+            if let Some(dir) = &spec.workdir
+                && !std::path::Path::new(dir).is_dir()
+            {
+                return Err(ApiError::new(400, at(i, format!("workdir: {dir:?} is not a directory on the node"))));
+            }
+            for d in &spec.depends_on {
+                let known = self.jobs.contains_key(d)
+                    || *d < self.next_id && {
+                        match self.store.job(*d) {
+                            Ok(Some(row)) => {
+                                self.snap.record_finished(JobId(*d), row.state == "succeeded");
+                                true
+                            }
+                            _ => false,
+                        }
+                    };
+                if !known {
+                    return Err(ApiError::new(400, at(i, format!("dependsOn: job {d} does not exist"))));
+                }
+            }
+            cores.push(core);
+        }
+        let mut ids = Vec::new();
+        for (spec, core) in specs.into_iter().zip(cores) {
+            let id = self.next_id;
+            self.next_id += 1;
+            let doc = JobDoc {
+                id,
+                name: spec.name.clone().unwrap_or_else(|| default_name(&spec)),
+                user: caller.user.clone(),
+                team: caller.team.clone(),
+                queue: core.queue.to_string(),
+                priority: core.priority,
+                spec,
+                state: api::JobState::Pending,
+                end_reason: None,
+                submitted_ms: now,
+                started_ms: None,
+                ended_ms: None,
+                attempt: 0,
+                restarts: 0,
+                failures: 0,
+                not_before_ms: None,
+                prior_runtime_ms: 0,
+                prior_gpu_milli_secs: 0,
+                run: None,
+                exit: None,
+                queued_ms: Some(now),
+                usage: None,
+            };
+            if let Err(e) = self.snap.submit(JobId(id), core) {
+                return Err(ApiError::new(500, format!("internal error: {e}")));
+            }
+            self.event(now, Some(id), "submitted", format!("job {id} ({}) submitted by {}", doc.name, doc.user));
+            self.jobs.insert(id, doc);
+            self.touched.insert(id);
+            ids.push(id);
+        }
+        self.dirty = true;
+        Ok(api::Submitted { ids })
+    }
+
+    /// A job the caller may see: their own, or any for admins. Others' jobs are "not found".
+    pub(super) fn visible(&mut self, caller: &Caller, id: u64) -> Result<JobDoc, ApiError> {
+        let doc = match self.jobs.get(&id) {
+            Some(d) => Some(d.clone()),
+            None => self
+                .store
+                .job(id)
+                .map_err(|e| ApiError::new(500, e.to_string()))?
+                .and_then(|r| serde_json::from_str::<JobDoc>(&r.doc).ok()),
+        };
+        match doc {
+            Some(d) if caller.role == Role::Admin || d.user == caller.user => Ok(d),
+            _ => Err(ApiError::new(404, format!("job {id} not found"))),
+        }
+    }
+
+    pub(super) fn list(&mut self, caller: &Caller, q: ListQuery) -> Result<api::JobList, ApiError> {
+        let user = if caller.role == Role::Admin { q.user } else { Some(caller.user.clone()) };
+        let limit = q.limit.clamp(1, 1000);
+        let rows = self
+            .store
+            .jobs(&JobQuery {
+                user,
+                queue: q.queue,
+                states: q.states.iter().map(|s| s.as_str().to_string()).collect(),
+                after: q.after,
+                limit: limit + 1,
+            })
+            .map_err(|e| ApiError::new(500, e.to_string()))?;
+        let more = rows.len() > limit as usize;
+        let mut jobs = Vec::new();
+        for r in rows.into_iter().take(limit as usize) {
+            let doc = match self.jobs.get(&r.id) {
+                Some(d) => d.clone(),
+                None => serde_json::from_str(&r.doc).map_err(|e| ApiError::new(500, e.to_string()))?,
+            };
+            jobs.push(self.view(&doc));
+        }
+        let next = if more { jobs.last().map(|j| j.id) } else { None };
+        Ok(api::JobList { jobs, next })
+    }
+
+    pub(super) fn cancel(&mut self, caller: &Caller, id: u64, now: i64) -> Result<api::JobView, ApiError> {
+        let doc = self.visible(caller, id)?;
+        match doc.state {
+            s if s.is_terminal() => return Err(ApiError::new(409, format!("job {id} already ended ({})", s.as_str()))),
+            api::JobState::Pending => {
+                let _ = self.snap.remove_pending(JobId(id), false);
+                self.finish_terminal(id, api::JobState::Cancelled, format!("cancelled by {}", caller.user), now);
+                self.dirty = true;
+            }
+            _ => {
+                self.stop_run(id, Stop::Cancel { by: caller.user.clone() }, now);
+                self.event(
+                    now,
+                    Some(id),
+                    "cancelling",
+                    format!("job {id} cancelled by {}; stop signal sent", caller.user),
+                );
+            }
+        }
+        let d = self.jobs.get(&id).cloned().or_else(|| self.visible(caller, id).ok()).unwrap_or(doc);
+        Ok(self.view(&d))
+    }
+
+    pub(super) fn create_token(
+        &mut self,
+        caller: &Caller,
+        req: api::TokenRequest,
+        now: i64,
+    ) -> Result<api::TokenCreated, ApiError> {
+        if caller.role != Role::Admin {
+            return Err(ApiError::new(403, "only admins create tokens"));
+        }
+        let role = match req.role.as_deref() {
+            None | Some("user") => Role::User,
+            Some("admin") => Role::Admin,
+            Some("node") => Role::Node,
+            Some(other) => return Err(ApiError::new(400, format!("role: {other:?} is not user, admin or node"))),
+        };
+        if req.user.trim().is_empty() || req.user.contains(char::is_whitespace) {
+            return Err(ApiError::new(400, "user: must be a non-empty name without spaces"));
+        }
+        let team = req.team.unwrap_or_else(|| "default".into());
+        let secret = crate::plane::auth::new_secret().map_err(|e| ApiError::new(500, e))?;
+        let hash = hash_token(&secret);
+        self.writes.push(Write::PutToken(TokenRow {
+            hash: hash.clone(),
+            user: req.user.clone(),
+            team: team.clone(),
+            role: role.as_str().into(),
+            created_ms: now,
+        }));
+        self.tokens.insert(hash, Caller { user: req.user.clone(), team: team.clone(), role });
+        Ok(api::TokenCreated { token: secret, user: req.user, team, role: role.as_str().into() })
+    }
+
+    pub(super) fn history(
+        &mut self,
+        caller: &Caller,
+        after: u64,
+        job: Option<u64>,
+    ) -> Result<Vec<api::EventView>, ApiError> {
+        if let Some(j) = job {
+            self.visible(caller, j)?;
+        } else if caller.role != Role::Admin {
+            return Err(ApiError::new(403, "only admins may read every job's events; pass ?job=ID"));
+        }
+        let rows = self.store.events(after, job, 1000).map_err(|e| ApiError::new(500, e.to_string()))?;
+        Ok(rows
+            .into_iter()
+            .map(|e| api::EventView {
+                seq: e.seq,
+                at: api::time::rfc3339(e.at_ms),
+                job: e.job,
+                user: None,
+                kind: e.kind,
+                message: e.message,
+            })
+            .collect())
+    }
+}

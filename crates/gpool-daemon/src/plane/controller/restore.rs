@@ -1,0 +1,146 @@
+//! Restore: the controller rebuilt from the store after a restart or a
+//! fail-over. Unfinished jobs go back into the snapshot; runs are mapped
+//! onto today's inventory and reconciled with what still runs (the local
+//! agent at once, remote agents when they register).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use gpool_api as api;
+use gpool_core::{JobId, Placement, StopCause, Time, job::Service};
+use gpool_store::{TokenRow, Write};
+
+use super::docs::{ACTIVE, JobDoc, Stop};
+use super::timers::Timer;
+use super::{Controller, LocalOrder};
+use crate::plane::auth::{Caller, Role, hash_token};
+use crate::plane::convert::to_core;
+use crate::protocol::ReplicaKey;
+
+impl Controller {
+    /// Ensures an admin token with this secret exists.
+    pub fn ensure_admin_token(&mut self, secret: &str, user: &str) -> anyhow::Result<()> {
+        let hash = hash_token(secret);
+        if !self.tokens.contains_key(&hash) {
+            let row = TokenRow {
+                hash: hash.clone(),
+                user: user.into(),
+                team: "admin".into(),
+                role: "admin".into(),
+                created_ms: self.clock.now_ms(),
+            };
+            self.store.commit(&[Write::PutToken(row)])?;
+            self.tokens.insert(hash, Caller { user: user.into(), team: "admin".into(), role: Role::Admin });
+        }
+        Ok(())
+    }
+
+    /// Loads unfinished jobs into the snapshot and reconciles running replicas with the agent.
+    pub(super) fn restore(&mut self) -> anyhow::Result<()> {
+        let rows = self.store.jobs_in_states(&ACTIVE)?;
+        let mut deps = BTreeSet::new();
+        for row in rows {
+            let doc: JobDoc = serde_json::from_str(&row.doc)?;
+            deps.extend(doc.spec.depends_on.iter().copied());
+            self.jobs.insert(doc.id, doc);
+        }
+        for d in deps {
+            if !self.jobs.contains_key(&d)
+                && let Some(row) = self.store.job(d)?
+            {
+                self.snap.record_finished(JobId(d), row.state == "succeeded");
+            }
+        }
+        let now = self.clock.now_ms();
+        let ids: Vec<u64> = self.jobs.keys().copied().collect();
+        for id in ids {
+            let Some(doc) = self.jobs.get(&id).cloned() else { continue };
+            let Ok(core) = to_core(&doc.spec, &doc.user, &doc.team, doc.submitted_ms) else {
+                self.finish_terminal(
+                    id,
+                    api::JobState::Failed,
+                    "its spec is no longer valid for this gpool".into(),
+                    now,
+                );
+                continue;
+            };
+            let service = Service {
+                prior_runtime: Duration::from_millis(doc.prior_runtime_ms),
+                prior_gpu_milli_secs: doc.prior_gpu_milli_secs,
+                restarts: doc.restarts,
+            };
+            let not_before = doc.not_before_ms.map_or(Time::MIN, Time::from_millis);
+            self.snap.restore_pending(JobId(id), std::sync::Arc::new(core), service, not_before)?;
+            let Some(run) = doc.run.clone().filter(|_| doc.state != api::JobState::Pending) else { continue };
+            // The run's devices, mapped onto today's inventory.
+            let placement: Option<Placement> = run
+                .replicas
+                .iter()
+                .map(|r| {
+                    let node = self.snap.node_id(&r.node)?;
+                    let mig: Vec<&str> = r.mig.iter().map(String::as_str).collect();
+                    let (gpus, mig) = self.snap.slots_of(node, &r.gpus, &mig)?;
+                    Some(gpool_core::ReplicaPlacement {
+                        node,
+                        gpus,
+                        mig,
+                        cpus_milli: r.cpus_milli,
+                        memory_mb: r.memory_mb,
+                    })
+                })
+                .collect();
+            match placement.map(|p| self.snap.start(JobId(id), p, Time::from_millis(run.started_ms))) {
+                Some(Ok(())) => {}
+                _ => {
+                    // Its devices are gone or taken: nothing can run it there any more.
+                    for r in &run.replicas {
+                        let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
+                        let Some(node) = self.snap.node_id(&r.node) else { continue };
+                        match self.links.get(&node) {
+                            Some(l) if l.is_local() => self.local.push(LocalOrder::Abandon { key }),
+                            Some(_) => self.push_command(node, api::agent::Command::Kill { replica: key.into() }),
+                            None => {}
+                        }
+                    }
+                    self.requeue_after_loss(id, "its devices are no longer in its nodes' inventory", now);
+                    continue;
+                }
+            }
+            if let (Some(port), Some(node)) =
+                (run.master_port, run.replicas.first().and_then(|r| self.snap.node_id(&r.node)))
+            {
+                self.master_ports.insert((node, port), id);
+            }
+            match &run.stop {
+                Some(Stop::Preempt { for_job }) => {
+                    let _ = self.snap.request_stop(JobId(id), StopCause::Preempted { for_job: JobId(*for_job) });
+                }
+                Some(_) => {
+                    let _ = self.snap.request_stop(JobId(id), StopCause::Cancelled);
+                }
+                None => {}
+            }
+            if let Some(k) = run.kill_at_ms {
+                self.timers.insert((k, Timer::Kill { job: id, attempt: run.attempt }));
+            }
+            if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
+                self.timers.insert((
+                    run.started_ms + limit.as_millis() as i64,
+                    Timer::TimeLimit { job: id, attempt: run.attempt },
+                ));
+            }
+            // Replicas on this process's own node are reconciled now; remote
+            // ones when their agents register.
+            // (A replica the local agent cannot find comes back as a `Lost` report.)
+            for r in run.replicas.iter().filter(|r| !r.ended()) {
+                let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
+                let local = self.snap.node_id(&r.node).and_then(|n| self.links.get(&n)).is_some_and(|l| l.is_local());
+                if local {
+                    let devices = self.device_uuids(r);
+                    self.local.push(LocalOrder::Reconcile { key, devices });
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! The shell around the controller: the thread that feeds it events and
+//! carries out its turns. It holds what touches the outside world: the
+//! event channel, the agent in this process (`gpool up`), the stream
+//! subscribers and the alert webhook. It makes no decision: a failed store
+//! write ends it with [`StoreFailed`], and the process decides what then.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use gpool_api as api;
+use gpool_store::StoreError;
+use rustix::process::Signal;
+use tokio::sync::broadcast;
+
+use super::{Controller, Event, LocalOrder, Turn};
+use crate::plane::webhook::Webhook;
+use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey};
+
+/// The agent in this process, as the controller's shell drives it
+/// (`gpool up` gives it its node agent; `gpool serve` has none).
+pub trait LocalNode: Send {
+    /// Starts a replica's shim; an error means no shim runs.
+    fn start(&self, key: ReplicaKey, launch: Launch, devices: Vec<String>) -> std::io::Result<()>;
+    fn signal(&self, key: ReplicaKey, signal: Signal);
+    /// Watches a replica again after a restart (killing strays on `Lost`).
+    fn reconcile(&self, key: ReplicaKey, devices: Vec<String>) -> Found;
+}
+
+/// The store refused a turn's writes: memory is ahead of what is durable, so
+/// the controller stopped; nothing of that turn was answered or carried out.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to the store ({0}); stopped so that a restart recovers from durable state")]
+pub struct StoreFailed(#[source] pub StoreError);
+
+/// What the controller's turns are carried out with.
+pub struct Shell {
+    pub local: Option<Box<dyn LocalNode>>,
+    pub events: broadcast::Sender<api::EventView>,
+    pub webhook: Option<Webhook>,
+}
+
+/// Most events taken into one turn: a burst is answered in slices, so the
+/// first requests of a burst are not held back by the last.
+const BATCH: usize = 4096;
+
+impl Shell {
+    /// Runs the controller until a `Shutdown` event, the channel's end, or a
+    /// failed store write. `first` is the turn `Controller::new` returned.
+    pub fn run(mut self, mut ctl: Controller, first: Turn, rx: Receiver<Event>) -> Result<(), StoreFailed> {
+        let mut fed = self.carry_out(&mut ctl, first)?;
+        loop {
+            let mut batch = std::mem::take(&mut fed);
+            if batch.is_empty() {
+                let first = match ctl.next_timer() {
+                    Some(t) => match rx.recv_timeout(Duration::from_millis((t - ctl.now_ms()).max(0) as u64)) {
+                        Ok(e) => Some(e),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                    },
+                    None => match rx.recv() {
+                        Ok(e) => Some(e),
+                        Err(_) => return Ok(()),
+                    },
+                };
+                batch.extend(first);
+            }
+            while batch.len() < BATCH
+                && let Ok(e) = rx.try_recv()
+            {
+                batch.push(e);
+            }
+            let turn = ctl.turn(batch);
+            fed = self.carry_out(&mut ctl, turn)?;
+            if ctl.stopped() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Carries out a turn in the documented order; returns what the local
+    /// agent answered that the controller must hear (a start that failed, a
+    /// replica found lost).
+    pub fn carry_out(&mut self, ctl: &mut Controller, turn: Turn) -> Result<Vec<Event>, StoreFailed> {
+        ctl.commit(&turn.writes).map_err(StoreFailed)?;
+        for a in turn.answers {
+            a.send();
+        }
+        let mut fed = Vec::new();
+        for order in turn.local {
+            let Some(node) = &self.local else { continue };
+            if let Some(report) = carry_out_order(node.as_ref(), order, ctl.now_ms()) {
+                fed.push(Event::Agent(report));
+            }
+        }
+        for e in turn.published {
+            // No subscriber is not an error.
+            let _ = self.events.send(e);
+        }
+        if let Some(w) = &self.webhook {
+            w.send(turn.notices);
+        }
+        Ok(fed)
+    }
+}
+
+/// One order to the local agent, and the report it must produce, if any.
+pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder, now_ms: i64) -> Option<AgentReport> {
+    match order {
+        LocalOrder::Start { key, launch, devices } => match node.start(key, launch, devices) {
+            Ok(()) => None,
+            Err(err) => Some(AgentReport::Exited {
+                key,
+                exit: ExitRecord {
+                    code: Some(127),
+                    signal: None,
+                    started_ms: now_ms,
+                    ended_ms: now_ms,
+                    error: Some(format!("the agent could not start the shim: {err}")),
+                },
+            }),
+        },
+        LocalOrder::Signal { key, signal } => {
+            node.signal(key, signal);
+            None
+        }
+        LocalOrder::Reconcile { key, devices } => (node.reconcile(key, devices) == Found::Lost)
+            .then(|| AgentReport::Lost { key, why: "its shim was gone when the daemon restarted".into() }),
+        LocalOrder::Abandon { key } => {
+            node.reconcile(key, Vec::new());
+            None
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The plane wing: the control plane. The controller owns all state and
+//! decides; `http` is the REST API and the plane's side of the agent
+//! protocol; `server` wires a controller thread and the HTTP server; the
+//! rest serve them (telemetry store and alerts, metrics, webhook delivery,
+//! prices, tokens, the OpenAPI document, spec conversion). It speaks to
+//! nodes only through `crate::protocol` and never imports `crate::node`.
+
+pub mod auth;
+pub mod controller;
+pub mod convert;
+pub mod http;
+pub mod metrics;
+pub mod openapi;
+pub mod prices;
+pub mod server;
+pub mod telemetry;
+pub mod webhook;

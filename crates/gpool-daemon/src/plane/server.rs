@@ -1,0 +1,156 @@
+//! A control plane's wiring: its settings, the controller's configuration
+//! read from them, and the thread and HTTP server that run it.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use gpool_core::Policy;
+
+use std::sync::mpsc::{Receiver, Sender};
+
+use crate::plane::controller::{Config, Controller, Event, LocalNode, Shell, StoreFailed, Turn, free_local_port};
+use crate::plane::http::{AppState, router};
+use crate::plane::prices::Prices;
+use crate::plane::telemetry::TelemetryConfig;
+use crate::plane::webhook::Webhook;
+use crate::wiring::{TOKEN_FILE, URL_FILE, read_alert_rules, read_queues};
+
+/// Settings of a control plane (`gpool up`, `gpool serve`).
+#[derive(Clone, Debug)]
+pub struct PlaneConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub policy: String,
+    pub queues_file: Option<PathBuf>,
+    /// fsync every commit (survive power loss, not only process crashes).
+    pub fsync: bool,
+    /// Alert rules (YAML); default: the built-in rules.
+    pub alert_rules: Option<PathBuf>,
+    /// Where to POST alert notifications.
+    pub alert_webhook: Option<String>,
+    /// `MODEL=USD` per GPU-hour, over the built-in prices.
+    pub gpu_prices: Vec<String>,
+    /// A remote node silent for this long is down.
+    pub lease: std::time::Duration,
+}
+
+/// The controller's settings from a control plane's.
+pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
+    let policy = Policy::by_name(&p.policy)?;
+    let queues = match &p.queues_file {
+        Some(f) => read_queues(f)?,
+        None => Vec::new(),
+    };
+    let rules = match &p.alert_rules {
+        Some(f) => read_alert_rules(f)?,
+        None => gpool_core::alert::Rule::defaults(),
+    };
+    let prices = Prices::built_in().with_overrides(&p.gpu_prices).map_err(anyhow::Error::msg)?;
+    if p.lease < std::time::Duration::from_millis(500) {
+        bail!("--lease must be at least 500ms, got {:?}", p.lease);
+    }
+    Ok(Config {
+        data_dir: p.data_dir.clone(),
+        policy,
+        queues,
+        retry_backoff: std::time::Duration::from_secs(10),
+        telemetry: TelemetryConfig { rules, ..TelemetryConfig::default() },
+        prices,
+        lease: p.lease,
+        master_ports: 29_500..30_500,
+        local_port: free_local_port,
+    })
+}
+
+/// A controller ready to run: what `Controller::new` returned, the agent in
+/// this process if any, and the channel its events come on.
+pub struct Ready {
+    pub controller: Controller,
+    pub first: Turn,
+    pub local: Option<Box<dyn LocalNode>>,
+    pub tx: Sender<Event>,
+    pub rx: Receiver<Event>,
+}
+
+/// Runs the controller thread and the HTTP API until SIGINT/SIGTERM, or
+/// until the controller stops because the store refused a write (then with
+/// that error); `banner` is printed once listening (its first line names the URL).
+pub fn serve(
+    plane: &PlaneConfig,
+    ready: Ready,
+    banner: impl FnOnce(&str) -> String + Send + 'static,
+) -> anyhow::Result<()> {
+    let Ready { mut controller, first, local, tx, rx } = ready;
+    let token = admin_token(&plane.data_dir)?;
+    let admin_user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
+    controller.ensure_admin_token(&token, &admin_user)?;
+    let webhook = match &plane.alert_webhook {
+        Some(url) => Some(Webhook::spawn(url.clone(), format!("http://{}", plane.listen))?),
+        None => None,
+    };
+    let (events, _) = tokio::sync::broadcast::channel(4096);
+    let shell = Shell { local, events: events.clone(), webhook };
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Result<(), StoreFailed>>();
+    let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
+        let _ = ended_tx.send(shell.run(controller, first, rx));
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let state = AppState { tx: tx.clone(), events, data_dir: plane.data_dir.clone() };
+    let data_dir = plane.data_dir.clone();
+    let listen = plane.listen;
+    let served: anyhow::Result<()> = rt.block_on(async move {
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
+        std::fs::write(data_dir.join(URL_FILE), format!("{url}\n"))?;
+        println!("{}", banner(&url));
+        println!("admin token in {}", data_dir.join(TOKEN_FILE).display());
+        let _ = std::io::stdout().flush();
+        // Small request/response exchanges: without TCP_NODELAY, Nagle and
+        // delayed ACKs add ~40 ms to a submit.
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal());
+        tokio::select! {
+            r = server => r?,
+            // The controller stopped by itself: its store failed. Nothing more
+            // can be answered; stop at once rather than wait for open streams.
+            Ok(Err(failed)) = ended_rx => return Err(failed.into()),
+        }
+        Ok(())
+    });
+    let _ = tx.send(Event::Shutdown);
+    let _ = ctl.join();
+    let _ = std::fs::remove_file(plane.data_dir.join(URL_FILE));
+    drop(rt);
+    served
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+    println!("gpool: stopping; running jobs keep running and are re-adopted by the next `gpool up`");
+}
+
+/// Reads or creates the admin token file (mode 0600).
+fn admin_token(dir: &Path) -> anyhow::Result<String> {
+    let path = dir.join(TOKEN_FILE);
+    if let Ok(t) = std::fs::read_to_string(&path)
+        && !t.trim().is_empty()
+    {
+        return Ok(t.trim().to_string());
+    }
+    let secret = crate::plane::auth::new_secret().map_err(anyhow::Error::msg)?;
+    let mut f = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&path)?;
+    writeln!(f, "{secret}")?;
+    Ok(secret)
+}

@@ -1,0 +1,129 @@
+//! What a node and the control plane say to each other, in process (`gpool
+//! up`'s local agent) or over the agent protocol (`gpool agent`, whose wire
+//! form is `gpool_api::agent`): replica keys, the launch of a replica, how
+//! it ended, the agent's reports and the node's description of itself.
+//!
+//! Both wings import this module; it imports neither (checked by
+//! `crates/gpool-core/tests/workspace_rules.rs`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rustix::process::Signal;
+use serde::{Deserialize, Serialize};
+
+mod telemetry;
+
+pub use telemetry::{NodeReport, telemetry_from_wire, telemetry_to_wire};
+
+/// A replica, identified across restarts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReplicaKey {
+    pub job: u64,
+    pub attempt: u32,
+    pub rank: u32,
+}
+
+impl From<ReplicaKey> for gpool_api::agent::ReplicaId {
+    fn from(k: ReplicaKey) -> Self {
+        gpool_api::agent::ReplicaId { job: k.job, attempt: k.attempt, rank: k.rank }
+    }
+}
+
+impl From<gpool_api::agent::ReplicaId> for ReplicaKey {
+    fn from(k: gpool_api::agent::ReplicaId) -> Self {
+        ReplicaKey { job: k.job, attempt: k.attempt, rank: k.rank }
+    }
+}
+
+/// Where a replica's output goes under a data directory: `jobs/<id>/rank<r>.out|.err`
+/// (the agent writes it there; a control plane keeps the shipped copy at the same place in its own).
+pub fn log_path(data_dir: &Path, job: u64, rank: u32, stream: &str) -> PathBuf {
+    data_dir
+        .join("jobs")
+        .join(job.to_string())
+        .join(format!("rank{rank}.{}", if stream == "stderr" { "err" } else { "out" }))
+}
+
+/// What the agent tells the controller.
+#[derive(Debug)]
+pub enum AgentReport {
+    /// The replica's process tree is gone; how it ended.
+    Exited { key: ReplicaKey, exit: ExitRecord },
+    /// The replica's shim disappeared without a record (killed, machine reboot).
+    Lost { key: ReplicaKey, why: String },
+    /// What the node's devices and replicas are doing.
+    Telemetry(NodeReport),
+    /// The replica runs: its start took effect (or it was found alive).
+    Running { key: ReplicaKey },
+}
+
+/// What a restarted agent found for a replica it was told is running.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Found {
+    /// The shim is alive and now watched again.
+    Adopted,
+    /// The replica finished while nobody watched; its exit record follows as a report.
+    Finished,
+    /// Neither: nothing runs it (stray processes were killed); it must be requeued.
+    Lost,
+}
+
+/// A node as it describes itself when it joins: what the control plane
+/// needs to schedule on it (the local agent's, or a remote agent's `Register`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeInfo {
+    pub name: String,
+    /// Where other nodes reach this one (`MASTER_ADDR`).
+    pub addr: String,
+    /// `nvml`, `nvidia-smi`, `simulated` or `none`.
+    pub source: String,
+    pub labels: BTreeMap<String, String>,
+    pub pool: Option<String>,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub gpus: Vec<gpool_api::agent::GpuWire>,
+}
+
+/// What to run, sent by the agent as JSON on the shim's standard input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+    /// A lease file (remote agents): the job is killed once the lease it
+    /// holds has expired, so that a node cut off from the control plane stops
+    /// its jobs before the control plane runs them elsewhere.
+    #[serde(default)]
+    pub lease: Option<PathBuf>,
+}
+
+/// How the replica ended, written atomically by the shim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    /// Set when the command could not be started at all.
+    pub error: Option<String>,
+}
+
+/// A signal by name (`SIGTERM`, `TERM`, `15`).
+pub fn parse_signal(s: &str) -> Option<Signal> {
+    let t = s.trim().to_ascii_uppercase();
+    let name = t.strip_prefix("SIG").unwrap_or(&t);
+    let sig = match name {
+        "TERM" => Signal::TERM,
+        "INT" => Signal::INT,
+        "HUP" => Signal::HUP,
+        "QUIT" => Signal::QUIT,
+        "USR1" => Signal::USR1,
+        "USR2" => Signal::USR2,
+        "KILL" => Signal::KILL,
+        n => return n.parse::<i32>().ok().and_then(Signal::from_named_raw),
+    };
+    Some(sig)
+}

@@ -1,0 +1,118 @@
+//! What `gpool up`, `gpool serve` and `gpool agent` share in their wiring:
+//! the data directory and its well-known files, and the YAML files an
+//! operator writes (queues, alert rules).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use gpool_core::QueueConfig;
+use serde::Deserialize;
+
+/// The default data directory: `$XDG_DATA_HOME/gpool`, else `~/.local/share/gpool`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("gpool");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".local/share/gpool")
+}
+
+/// Files the CLI reads to find a local daemon.
+pub const URL_FILE: &str = "server.url";
+pub const TOKEN_FILE: &str = "admin.token";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct QueueFile {
+    name: String,
+    #[serde(default)]
+    cohort: Option<String>,
+    #[serde(default)]
+    guarantee_gpus: f64,
+    #[serde(default)]
+    max_gpus: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    name: String,
+    scope: String,
+    metric: String,
+    #[serde(default)]
+    above: Option<f64>,
+    #[serde(default)]
+    below: Option<f64>,
+    #[serde(default, rename = "for")]
+    hold: Option<String>,
+    #[serde(default)]
+    severity: Option<String>,
+}
+
+/// Reads an alert rules YAML file: a list of
+/// `{name, scope, metric, above|below, for, severity}` (docs/telemetry.md).
+pub fn read_alert_rules(path: &Path) -> anyhow::Result<Vec<gpool_core::alert::Rule>> {
+    use gpool_core::alert::{Comparison, Metric, Rule, Scope, Severity};
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let list: Vec<RuleFile> =
+        serde_yaml::from_str(&text).with_context(|| format!("{}: expected a list of alert rules", path.display()))?;
+    let p = path.display();
+    list.into_iter()
+        .map(|r| {
+            let scope = Scope::parse(&r.scope).with_context(|| {
+                format!("{p}: rule {}: scope {:?} is not gpu, allocated_gpu or job", r.name, r.scope)
+            })?;
+            let metric = Metric::parse(&r.metric).with_context(|| {
+                let names: Vec<&str> = Metric::ALL.iter().map(|m| m.as_str()).collect();
+                format!("{p}: rule {}: metric {:?} is not one of {}", r.name, r.metric, names.join(", "))
+            })?;
+            let (comparison, threshold) = match (r.above, r.below) {
+                (Some(a), None) => (Comparison::Above, a),
+                (None, Some(b)) => (Comparison::Below, b),
+                _ => bail!("{p}: rule {}: give exactly one of `above: N` or `below: N`", r.name),
+            };
+            let hold = match &r.hold {
+                Some(h) => gpool_api::quantity::parse_duration(h)
+                    .map_err(|e| anyhow::anyhow!("{p}: rule {}: for: {e}", r.name))?,
+                None => std::time::Duration::ZERO,
+            };
+            let severity = match r.severity.as_deref() {
+                None => Severity::Warning,
+                Some(s) => Severity::parse(s).with_context(|| {
+                    format!("{p}: rule {}: severity {s:?} is not info, warning or critical", r.name)
+                })?,
+            };
+            Ok(Rule { name: r.name, scope, metric, comparison, threshold, hold, severity })
+        })
+        .collect()
+}
+
+/// Reads a queues YAML file: a list of `{name, cohort, guaranteeGpus, maxGpus}`.
+pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let list: Vec<QueueFile> =
+        serde_yaml::from_str(&text).with_context(|| format!("{}: expected a list of queues", path.display()))?;
+    list.into_iter()
+        .map(|q| {
+            let valid = |x: f64| x.is_finite() && x >= 0.0;
+            if !valid(q.guarantee_gpus) || q.max_gpus.is_some_and(|m| !valid(m)) {
+                bail!("{}: queue {}: quotas must be numbers of GPUs ≥ 0", path.display(), q.name);
+            }
+            Ok(QueueConfig {
+                name: Arc::from(q.name.as_str()),
+                cohort: q.cohort.map(|c| Arc::from(c.as_str())),
+                guarantee: (q.guarantee_gpus * 1000.0).round() as u64,
+                max: q.max_gpus.map(|m| (m * 1000.0).round() as u64),
+            })
+        })
+        .collect()
+}
+
+/// Creates the data directory (mode 0700).
+pub fn data_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    Ok(())
+}
