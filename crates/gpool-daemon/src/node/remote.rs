@@ -364,8 +364,15 @@ fn execute(agent: &Agent, command: wire::Command) {
         }
         wire::Command::Reconcile { replica, devices } => {
             let key: ReplicaKey = replica.into();
-            if agent.reconcile(key, devices) == Found::Adopted {
-                agent.report(AgentReport::Running { key });
+            match agent.reconcile(key, devices) {
+                Found::Adopted => agent.report(AgentReport::Running { key }),
+                // Its exit record was found and reported.
+                Found::Finished => {}
+                // The control plane must hear it, or the run would wait forever.
+                Found::Lost => agent.report(AgentReport::Lost {
+                    key,
+                    why: "the agent found neither its shim nor an exit record when told to reconcile it".into(),
+                }),
             }
         }
         wire::Command::Kill { replica } => agent.kill(replica.into()),

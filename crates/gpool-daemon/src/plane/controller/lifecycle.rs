@@ -6,7 +6,7 @@ use gpool_api as api;
 use gpool_core::{JobId, StopCause, StopOutcome, Time};
 use rustix::process::Signal;
 
-use super::docs::{ReplicaDoc, Stop, put_job};
+use super::docs::{JobDoc, ReplicaDoc, Stop, put_job};
 use super::timers::Timer;
 use super::{Controller, Order};
 use crate::protocol::{ExitRecord, ReplicaKey, parse_signal};
@@ -177,8 +177,14 @@ impl Controller {
     }
 
     /// Moves a job to a terminal state and out of the active set.
-    pub(super) fn finish_terminal(&mut self, id: u64, state: api::JobState, reason: String, now: i64) {
-        let Some(mut doc) = self.jobs.remove(&id) else { return };
+    pub(super) fn finish_terminal(
+        &mut self,
+        id: u64,
+        state: api::JobState,
+        reason: String,
+        now: i64,
+    ) -> Option<JobDoc> {
+        let mut doc = self.jobs.remove(&id)?;
         doc.state = state;
         doc.ended_ms = Some(now);
         doc.end_reason = Some(reason.clone());
@@ -188,6 +194,7 @@ impl Controller {
         if let Some(e) = self.published.last_mut() {
             e.user = Some(doc.user.clone());
         }
+        Some(doc)
     }
 
     /// A running job whose replicas cannot be accounted for goes back to the queue.

@@ -43,7 +43,6 @@ pub(crate) enum Link {
 }
 
 /// A remote agent's session.
-#[derive(Default)]
 pub(crate) struct Remote {
     /// False until the agent registers with this controller (after a restart
     /// or fail-over every agent must register again, to re-synchronise).
@@ -54,6 +53,15 @@ pub(crate) struct Remote {
     pub parked: Option<(u64, Reply<wire::Commands>)>,
     pub park_id: u64,
     pub last_seen_ms: i64,
+}
+
+impl Remote {
+    /// A session that has not registered yet. Sequence numbers start at 1:
+    /// an agent acknowledges everything up to `Registered::next_seq - 1`
+    /// when it registers, so a command numbered 0 would never be delivered.
+    pub(super) fn new() -> Remote {
+        Remote { registered: false, outbox: VecDeque::new(), next_seq: 1, parked: None, park_id: 0, last_seen_ms: 0 }
+    }
 }
 
 /// What the store remembers of a node.
@@ -215,8 +223,7 @@ impl Controller {
             let node = core_node(&doc);
             let id = self.snap.add_node(node)?;
             self.snap.set_node_state(id, NodeState::Down)?;
-            self.links
-                .insert(id, NodeLink { doc, link: Link::Remote(Remote { last_seen_ms: now, ..Remote::default() }) });
+            self.links.insert(id, NodeLink { doc, link: Link::Remote(Remote { last_seen_ms: now, ..Remote::new() }) });
             // Give its agent a lease's time to find this controller.
             self.timers.insert((now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 }));
         }
@@ -266,15 +273,18 @@ impl Controller {
             draining,
             local: false,
         };
-        // The outbox of the old session is void: the new agent starts from the next sequence number.
-        let (next_seq, parked) = match existing.map(|(id, _)| id).and_then(|id| self.links.get_mut(&id)) {
-            Some(NodeLink { link: Link::Remote(r), .. }) => (r.next_seq, r.parked.take()),
-            _ => (1, None),
+        // The outbox of the old session is void: the new agent starts from the
+        // next sequence number. Its undelivered starts are sent again below.
+        let (next_seq, parked, unsent) = match existing.map(|(id, _)| id).and_then(|id| self.links.get_mut(&id)) {
+            Some(NodeLink { link: Link::Remote(r), .. }) => {
+                (r.next_seq, r.parked.take(), std::mem::take(&mut r.outbox))
+            }
+            _ => (Remote::new().next_seq, None, VecDeque::new()),
         };
         if let Some((_, reply)) = parked {
             self.reply(reply, Err(ApiError::new(409, "the node registered again")));
         }
-        let remote = Remote { registered: true, next_seq, last_seen_ms: now, ..Remote::default() };
+        let remote = Remote { registered: true, next_seq, last_seen_ms: now, ..Remote::new() };
         let id = self.install_node(doc, Link::Remote(remote), now)?;
         self.event(
             now,
@@ -285,8 +295,23 @@ impl Controller {
         // Re-synchronise: what the store says runs here is reconciled; anything else is killed.
         let expected: Vec<(ReplicaKey, Vec<String>)> =
             self.live_replicas_on(id).into_iter().map(|(key, r)| (key, self.device_uuids(&r))).collect();
+        // A start the old session never acknowledged may never have reached the
+        // agent (it restarted within its lease): unless the replica runs, the
+        // start goes again. Starts are idempotent on the agent (a replica
+        // started before is reconciled instead), so a start that did arrive
+        // is not run twice.
+        let mut resend: BTreeMap<wire::ReplicaId, wire::Command> = unsent
+            .into_iter()
+            .filter_map(|c| match &c.command {
+                wire::Command::Start { replica, .. } if !reg.running.contains(replica) => Some((*replica, c.command)),
+                _ => None,
+            })
+            .collect();
         for (key, devices) in &expected {
-            self.push_command(id, wire::Command::Reconcile { replica: replica_id(*key), devices: devices.clone() });
+            let cmd = resend
+                .remove(&replica_id(*key))
+                .unwrap_or_else(|| wire::Command::Reconcile { replica: replica_id(*key), devices: devices.clone() });
+            self.push_command(id, cmd);
         }
         for r in &reg.running {
             if !expected.iter().any(|(k, _)| replica_id(*k) == *r) {

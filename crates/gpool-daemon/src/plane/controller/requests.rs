@@ -237,8 +237,13 @@ impl Controller {
             s if s.is_terminal() => return Err(ApiError::new(409, format!("job {id} already ended ({})", s.as_str()))),
             api::JobState::Pending => {
                 let _ = self.snap.remove_pending(JobId(id), false);
-                self.finish_terminal(id, api::JobState::Cancelled, format!("cancelled by {}", caller.user), now);
+                let ended =
+                    self.finish_terminal(id, api::JobState::Cancelled, format!("cancelled by {}", caller.user), now);
                 self.dirty = true;
+                // Its final document is not in the store until this turn commits.
+                if let Some(d) = ended {
+                    return Ok(self.view(&d));
+                }
             }
             _ => {
                 self.stop_run(id, Stop::Cancel { by: caller.user.clone() }, now);

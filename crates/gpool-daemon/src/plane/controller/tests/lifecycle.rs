@@ -1,0 +1,182 @@
+//! A job's life on the local node: submit, place, start, the end of its
+//! replicas, retries, cancel, time limits and gangs.
+
+use super::*;
+
+#[test]
+fn a_submitted_job_is_placed_and_started_on_its_gpus() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [train]\nresources: {nvidia.com/gpu: 2}\n");
+    let starts = h.starts();
+    assert_eq!(starts.len(), 1, "one replica started");
+    let (k, e) = &starts[0];
+    assert_eq!(*k, key(id, 1, 0));
+    assert_eq!(env(e, "CUDA_VISIBLE_DEVICES").map(|v| v.split(',').count()), Some(2));
+    assert_eq!(env(e, "GPOOL_JOB_ID"), Some(id.to_string().as_str()));
+    assert_eq!(env(e, "WORLD_SIZE"), None, "a single replica gets no torchrun variables");
+    assert_eq!(h.state(id), api::JobState::Running);
+    assert_eq!(h.event_kinds(), ["submitted", "started"]);
+}
+
+#[test]
+fn a_replica_that_exits_zero_succeeds_and_frees_its_gpus() {
+    let mut h = Setup::new().build();
+    let a = h.submit("command: [a]\nresources: {nvidia.com/gpu: 8}\n");
+    let b = h.submit("command: [b]\nresources: {nvidia.com/gpu: 8}\n");
+    assert_eq!(h.starts().len(), 1);
+    assert_eq!(h.state(b), api::JobState::Pending);
+    h.exit(key(a, 1, 0), Some(0), None);
+    assert_eq!(h.state(a), api::JobState::Succeeded);
+    assert_eq!(h.starts().iter().map(|(k, _)| *k).collect::<Vec<_>>(), [key(b, 1, 0)], "b takes the freed GPUs");
+}
+
+#[test]
+fn a_failed_replica_without_retries_fails_the_job() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    h.exit(key(id, 1, 0), Some(3), None);
+    let j = h.job(id);
+    assert_eq!(j.state, api::JobState::Failed);
+    assert!(j.reason.as_deref().is_some_and(|r| r.contains("exit code 3")), "{:?}", j.reason);
+}
+
+#[test]
+fn a_replica_killed_by_a_signal_fails_with_that_signal() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    h.exit(key(id, 1, 0), None, Some(9));
+    let j = h.job(id);
+    assert_eq!(j.state, api::JobState::Failed);
+    assert!(j.reason.as_deref().is_some_and(|r| r.contains("signal 9")), "{:?}", j.reason);
+}
+
+#[test]
+fn a_failure_with_retries_left_waits_out_its_backoff_on_the_clock() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\nretries: 2\n");
+    h.orders();
+    h.exit(key(id, 1, 0), Some(1), None);
+    assert_eq!(h.state(id), api::JobState::Pending);
+    h.advance(Duration::from_millis(9_999));
+    assert!(h.starts().is_empty(), "no restart before the 10 s back-off ends");
+    h.advance(Duration::from_millis(1));
+    assert_eq!(h.starts().iter().map(|(k, _)| *k).collect::<Vec<_>>(), [key(id, 2, 0)]);
+    // The second failure doubles the back-off.
+    h.exit(key(id, 2, 0), Some(1), None);
+    h.advance(Duration::from_secs(19));
+    assert!(h.starts().is_empty());
+    h.advance(Duration::from_secs(1));
+    assert_eq!(h.starts().len(), 1);
+}
+
+#[test]
+fn a_start_the_agent_cannot_carry_out_ends_as_exit_127() {
+    let agent = FakeAgent::default();
+    *agent.broken.lock().expect("lock") = true;
+    let mut h = Setup::new().agent(agent).build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    // The shell fed the failure back; the next turn handles it.
+    h.step(Vec::new());
+    let j = h.job(id);
+    assert_eq!(j.state, api::JobState::Failed);
+    assert_eq!(j.exit.and_then(|e| e.code), Some(127));
+}
+
+#[test]
+fn cancelling_a_pending_job_ends_it_without_touching_any_node() {
+    let mut h = Setup::new().build();
+    let _big = h.submit("command: [a]\nresources: {nvidia.com/gpu: 8}\n");
+    let id = h.submit("command: [b]\nresources: {nvidia.com/gpu: 8}\n");
+    h.orders();
+    let v = h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("cancelled");
+    assert_eq!(v.state, api::JobState::Cancelled);
+    assert!(h.orders().is_empty());
+}
+
+#[test]
+fn cancelling_a_running_job_signals_it_then_kills_it_after_its_grace_period() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\ngracePeriod: 20s\nstopSignal: SIGINT\n");
+    h.orders();
+    let v = h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+    assert_eq!(v.state, api::JobState::Stopping);
+    assert_eq!(signals(&h.orders()), [(key(id, 1, 0), Signal::INT)], "the job's own stop signal");
+    h.advance(Duration::from_millis(19_999));
+    assert!(h.orders().is_empty());
+    h.advance(Duration::from_millis(1));
+    assert_eq!(signals(&h.orders()), [(key(id, 1, 0), Signal::KILL)]);
+    h.exit(key(id, 1, 0), None, Some(9));
+    assert_eq!(h.state(id), api::JobState::Cancelled, "a cancelled job is cancelled, not failed");
+}
+
+#[test]
+fn a_job_that_stops_within_its_grace_period_is_not_killed() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+    h.exit(key(id, 1, 0), Some(0), None);
+    h.orders();
+    h.advance(Duration::from_secs(60));
+    assert!(h.orders().is_empty(), "no SIGKILL for a run that ended");
+    assert_eq!(h.state(id), api::JobState::Cancelled);
+}
+
+#[test]
+fn a_time_limit_stops_the_job_on_the_manual_clock() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\ntimeLimit: 1m\n");
+    h.orders();
+    h.advance(Duration::from_secs(59));
+    assert!(h.orders().is_empty());
+    h.advance(Duration::from_secs(1));
+    assert_eq!(signals(&h.orders()), [(key(id, 1, 0), Signal::TERM)]);
+    h.exit(key(id, 1, 0), None, Some(15));
+    assert_eq!(h.state(id), api::JobState::TimedOut);
+}
+
+#[test]
+fn a_gang_gets_torchrun_variables_and_one_rendezvous_port() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [torchrun]\nresources: {nvidia.com/gpu: 2}\nreplicas: 3\n");
+    let starts = h.starts();
+    assert_eq!(starts.len(), 3, "all replicas of a gang start together");
+    for (rank, (k, e)) in starts.iter().enumerate() {
+        assert_eq!(*k, key(id, 1, rank as u32));
+        assert_eq!(env(e, "WORLD_SIZE"), Some("3"));
+        assert_eq!(env(e, "RANK"), Some(rank.to_string().as_str()));
+        assert_eq!(env(e, "LOCAL_RANK"), Some(rank.to_string().as_str()));
+        assert_eq!(env(e, "NNODES"), Some("1"));
+        assert_eq!(env(e, "MASTER_ADDR"), Some("127.0.0.1"));
+        assert_eq!(env(e, "MASTER_PORT"), Some("29400"), "the injected free port of this host");
+    }
+    let gpus: std::collections::BTreeSet<&str> =
+        starts.iter().filter_map(|(_, e)| env(e, "CUDA_VISIBLE_DEVICES")).collect();
+    assert_eq!(gpus.len(), 3, "no GPU given to two replicas");
+}
+
+#[test]
+fn a_gang_member_that_fails_stops_the_others_and_fails_the_job() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\nreplicas: 2\n");
+    h.orders();
+    h.exit(key(id, 1, 1), Some(1), None);
+    assert_eq!(signals(&h.orders()), [(key(id, 1, 0), Signal::TERM)], "rank 0 is stopped");
+    assert_eq!(h.state(id), api::JobState::Stopping);
+    h.exit(key(id, 1, 0), None, Some(15));
+    let j = h.job(id);
+    assert_eq!(j.state, api::JobState::Failed);
+    assert!(j.exit.is_some(), "the exit of the first failed rank is the job's");
+}
+
+#[test]
+fn a_gang_that_loses_a_replica_is_requeued_and_restarted_whole() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 4}\nreplicas: 2\n");
+    h.orders();
+    h.step(vec![Event::Agent(AgentReport::Lost { key: key(id, 1, 0), why: "shim vanished".into() })]);
+    assert_eq!(signals(&h.orders()), [(key(id, 1, 1), Signal::TERM)]);
+    h.exit(key(id, 1, 1), None, Some(15));
+    let restarted: Vec<ReplicaKey> = h.starts().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(restarted, [key(id, 2, 0), key(id, 2, 1)], "requeued, then both replicas again");
+    assert!(h.event_kinds().contains(&"lost".to_string()));
+}

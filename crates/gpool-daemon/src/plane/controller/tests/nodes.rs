@@ -1,0 +1,153 @@
+//! Remote nodes on the agent protocol: commands through outboxes, leases
+//! that run out on the manual clock, and re-registration (issue 11's wedged
+//! start).
+
+use api::agent as wire;
+
+use super::*;
+
+fn register(h: &mut Harness, node: &str, gpus: u32, running: Vec<wire::ReplicaId>) -> wire::Registered {
+    let info = node_info(node, gpus);
+    let reg = wire::Register {
+        node: node.into(),
+        addr: format!("{node}.cluster.test"),
+        cpus: info.cpus,
+        memory_mb: info.memory_mb,
+        labels: Default::default(),
+        pool: None,
+        source: info.source,
+        gpus: info.gpus,
+        running,
+        version: "test".into(),
+    };
+    h.call(ADMIN, |reply| Call::Register { reg, reply }).expect("registered")
+}
+
+/// The commands waiting for a node (a poll that acknowledges nothing new).
+fn outbox(h: &mut Harness, node: &str, epoch: u64, after: u64) -> Vec<wire::Command> {
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    h.step(vec![Event::Api { token: ADMIN.into(), call: Call::Poll { node: node.into(), epoch, after, reply: tx } }]);
+    match rx.try_recv() {
+        Ok(r) => r.expect("commands").commands.into_iter().map(|c| c.command).collect(),
+        // Parked: nothing to say.
+        Err(_) => Vec::new(),
+    }
+}
+
+fn report(h: &mut Harness, node: &str, epoch: u64, events: Vec<wire::Event>) {
+    let report = wire::Report { node: node.into(), epoch, events, telemetry: None };
+    h.call(ADMIN, |reply| Call::Report { report, reply }).expect("report taken");
+}
+
+fn rid(job: u64, attempt: u32, rank: u32) -> wire::ReplicaId {
+    wire::ReplicaId { job, attempt, rank }
+}
+
+fn started(cmds: &[wire::Command]) -> Vec<wire::ReplicaId> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            wire::Command::Start { replica, .. } => Some(*replica),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_job_on_a_remote_node_starts_through_its_outbox_and_ends_by_its_report() {
+    let mut h = Setup::new().no_local_node().build();
+    let reg = register(&mut h, "n2", 4, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 2}\nreplicas: 2\n");
+    let cmds = outbox(&mut h, "n2", reg.epoch, 0);
+    assert_eq!(started(&cmds), [rid(id, 1, 0), rid(id, 1, 1)]);
+    if let Some(wire::Command::Start { env, .. }) = cmds.first() {
+        let master = env.iter().find(|(k, _)| k == "MASTER_ADDR").map(|(_, v)| v.as_str());
+        assert_eq!(master, Some("n2.cluster.test"), "rank 0's node address");
+        assert!(env.iter().any(|(k, v)| k == "MASTER_PORT" && v == "29500"), "a port of the configured range");
+    }
+    assert!(h.orders().is_empty(), "nothing goes to a local agent");
+    let exit = wire::ExitWire { code: Some(0), signal: None, started_ms: T0, ended_ms: T0, error: None };
+    let events = (0..2).map(|r| wire::Event::Exited { replica: rid(id, 1, r), exit: exit.clone() }).collect();
+    report(&mut h, "n2", reg.epoch, events);
+    assert_eq!(h.state(id), api::JobState::Succeeded);
+}
+
+#[test]
+fn cancelling_a_job_whose_start_is_still_in_the_outbox_queues_its_stop_behind_it() {
+    let mut h = Setup::new().no_local_node().build();
+    let reg = register(&mut h, "n2", 1, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+    let cmds = outbox(&mut h, "n2", reg.epoch, 0);
+    assert!(
+        matches!(cmds.as_slice(), [wire::Command::Start { .. }, wire::Command::Signal { signal: 15, .. }]),
+        "start, then its stop signal, in order: {cmds:?}"
+    );
+    let exit = wire::ExitWire { code: None, signal: Some(15), started_ms: T0, ended_ms: T0, error: None };
+    report(&mut h, "n2", reg.epoch, vec![wire::Event::Exited { replica: rid(id, 1, 0), exit }]);
+    assert_eq!(h.state(id), api::JobState::Cancelled);
+}
+
+#[test]
+fn a_node_whose_lease_runs_out_is_down_and_its_jobs_are_requeued() {
+    let mut h = Setup::new().no_local_node().build();
+    let reg = register(&mut h, "n2", 2, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 2}\n");
+    let failing = h.submit("command: [y]\nonNodeFailure: fail\n");
+    assert_eq!(started(&outbox(&mut h, "n2", reg.epoch, 0)).len(), 2);
+    // Silent for the 4 s lease and the 2 s margin.
+    h.advance(Duration::from_millis(5_999));
+    assert_eq!(h.state(id), api::JobState::Running);
+    h.advance(Duration::from_millis(1));
+    assert_eq!(h.state(id), api::JobState::Pending, "requeued: its node is down");
+    assert_eq!(h.state(failing), api::JobState::Failed, "it asked not to be requeued");
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes");
+    assert_eq!(nodes[0].state, "down");
+    // The node comes back: the job runs again there, as attempt 2.
+    let reg = register(&mut h, "n2", 2, Vec::new());
+    assert_eq!(started(&outbox(&mut h, "n2", reg.epoch, 0)), [rid(id, 2, 0)]);
+}
+
+#[test]
+fn a_report_renews_the_lease() {
+    let mut h = Setup::new().no_local_node().build();
+    let reg = register(&mut h, "n2", 1, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    for _ in 0..5 {
+        h.advance(Duration::from_secs(3));
+        report(&mut h, "n2", reg.epoch, Vec::new());
+    }
+    assert_eq!(h.state(id), api::JobState::Running, "15 s of heartbeats keep a 4 s lease alive");
+}
+
+/// Issue 11, failure 1: a start sent to an agent that restarts within its
+/// lease was never delivered nor reconciled, and the job ran forever.
+#[test]
+fn a_start_sent_to_an_agent_that_restarts_within_its_lease_is_sent_again() {
+    let mut h = Setup::new().no_local_node().build();
+    let first = register(&mut h, "n2", 2, Vec::new());
+    // The agent dies (kill -9); 0.3 s later a job is placed on its node, still leased.
+    h.advance(Duration::from_millis(300));
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\nreplicas: 2\n");
+    // 1.5 s later the agent is back, with nothing running, and registers again.
+    h.advance(Duration::from_millis(1_500));
+    let second = register(&mut h, "n2", 2, Vec::new());
+    assert!(second.epoch > first.epoch);
+    let cmds = outbox(&mut h, "n2", second.epoch, second.next_seq - 1);
+    assert_eq!(started(&cmds), [rid(id, 1, 0), rid(id, 1, 1)], "the undelivered starts go again: {cmds:?}");
+    let exit = wire::ExitWire { code: Some(0), signal: None, started_ms: T0, ended_ms: T0, error: None };
+    let events = (0..2).map(|r| wire::Event::Exited { replica: rid(id, 1, r), exit: exit.clone() }).collect();
+    report(&mut h, "n2", second.epoch, events);
+    assert_eq!(h.state(id), api::JobState::Succeeded);
+}
+
+#[test]
+fn a_replica_the_registering_agent_still_runs_is_reconciled_not_started_again() {
+    let mut h = Setup::new().no_local_node().build();
+    let first = register(&mut h, "n2", 1, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    // The agent took the start, then restarted before acknowledging it.
+    assert_eq!(started(&outbox(&mut h, "n2", first.epoch, 0)), [rid(id, 1, 0)]);
+    let second = register(&mut h, "n2", 1, vec![rid(id, 1, 0)]);
+    let cmds = outbox(&mut h, "n2", second.epoch, second.next_seq - 1);
+    assert!(matches!(cmds.as_slice(), [wire::Command::Reconcile { .. }]), "{cmds:?}");
+}

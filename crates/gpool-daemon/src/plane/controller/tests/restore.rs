@@ -1,0 +1,150 @@
+//! Restore after a restart: runs re-adopted, lost, or out of inventory;
+//! stop deadlines kept; remote runs reconciled when their agent registers.
+
+use api::agent as wire;
+
+use super::*;
+
+/// A state database that outlives one controller, removed at the end.
+struct StateFile(PathBuf);
+
+impl StateFile {
+    fn new(test: &str) -> StateFile {
+        let dir = std::env::temp_dir().join(format!("gpool-controller-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        StateFile(dir)
+    }
+
+    fn open(&self) -> Box<dyn Store> {
+        Box::new(Sqlite::open(&self.0.join("state.db"), false).expect("state database"))
+    }
+}
+
+impl Drop for StateFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A harness on `state`, at the time `clock` reads.
+fn restart(state: &StateFile, clock: &ManualClock, agent: FakeAgent) -> Harness {
+    Setup::new().store(state.open()).clock(clock.clone()).agent(agent).build()
+}
+
+#[test]
+fn a_restart_readopts_what_runs_and_its_end_is_still_heard() {
+    let state = StateFile::new("readopt");
+    let clock = ManualClock::new(T0);
+    let id = {
+        let mut h = restart(&state, &clock, FakeAgent::default());
+        h.submit("command: [x]\nresources: {nvidia.com/gpu: 2}\nreplicas: 2\n")
+    };
+    clock.advance(Duration::from_secs(30));
+    let mut h = restart(&state, &clock, FakeAgent::default());
+    let reconciled: Vec<ReplicaKey> = h
+        .orders()
+        .into_iter()
+        .filter_map(|o| match o {
+            LocalOrder::Reconcile { key, devices } if devices.len() == 2 => Some(key),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reconciled, [key(id, 1, 0), key(id, 1, 1)]);
+    assert_eq!(h.state(id), api::JobState::Running);
+    h.exit(key(id, 1, 0), Some(0), None);
+    h.exit(key(id, 1, 1), Some(0), None);
+    assert_eq!(h.state(id), api::JobState::Succeeded);
+    // Its GPUs are free again: a job of all eight starts.
+    h.submit("command: [y]\nresources: {nvidia.com/gpu: 8}\n");
+    assert_eq!(h.starts().len(), 1);
+}
+
+#[test]
+fn a_restart_requeues_a_run_whose_shim_is_gone() {
+    let state = StateFile::new("lost");
+    let clock = ManualClock::new(T0);
+    let id = restart(&state, &clock, FakeAgent::default()).submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    let agent = FakeAgent::default();
+    *agent.lock_lost() = true;
+    let mut h = restart(&state, &clock, agent);
+    h.step(Vec::new());
+    let started: Vec<ReplicaKey> = h.starts().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(started, [key(id, 2, 0)], "requeued and started again as attempt 2");
+    assert!(h.job(id).restarts >= 1);
+}
+
+#[test]
+fn a_restart_abandons_runs_whose_devices_are_no_longer_there() {
+    let state = StateFile::new("shrunk");
+    let clock = ManualClock::new(T0);
+    let id = restart(&state, &clock, FakeAgent::default()).submit("command: [x]\nresources: {nvidia.com/gpu: 8}\n");
+    let mut h = Setup::new().store(state.open()).clock(clock.clone()).local_gpus(2).build();
+    // Abandoning is a reconcile with no devices: the agent kills strays and forgets it.
+    assert!(h.orders().contains(&LocalOrder::Reconcile { key: key(id, 1, 0), devices: Vec::new() }));
+    let j = h.job(id);
+    assert_eq!(j.state, api::JobState::Pending);
+    assert!(j.reason.unwrap_or_default().contains("no longer in its nodes' inventory"));
+}
+
+#[test]
+fn a_stop_deadline_survives_a_restart() {
+    let state = StateFile::new("deadline");
+    let clock = ManualClock::new(T0);
+    let id = {
+        let mut h = restart(&state, &clock, FakeAgent::default());
+        let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\ngracePeriod: 1m\n");
+        h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+        id
+    };
+    clock.advance(Duration::from_secs(40));
+    let mut h = restart(&state, &clock, FakeAgent::default());
+    h.orders();
+    assert_eq!(h.state(id), api::JobState::Stopping);
+    h.advance(Duration::from_secs(19));
+    assert!(signals(&h.orders()).is_empty());
+    h.advance(Duration::from_secs(1));
+    assert_eq!(signals(&h.orders()), [(key(id, 1, 0), Signal::KILL)], "killed at the deadline set before the restart");
+}
+
+#[test]
+fn a_restart_reconciles_remote_runs_when_their_agent_registers() {
+    let state = StateFile::new("remote");
+    let clock = ManualClock::new(T0);
+    let reg = |node: &str, running: Vec<wire::ReplicaId>| {
+        let info = node_info(node, 1);
+        wire::Register {
+            node: node.into(),
+            addr: "n2.cluster.test".into(),
+            cpus: info.cpus,
+            memory_mb: info.memory_mb,
+            labels: Default::default(),
+            pool: None,
+            source: info.source,
+            gpus: info.gpus,
+            running,
+            version: "test".into(),
+        }
+    };
+    let id = {
+        let mut h = Setup::new().no_local_node().store(state.open()).clock(clock.clone()).build();
+        let r = reg("n2", Vec::new());
+        h.call(ADMIN, |reply| Call::Register { reg: r, reply }).expect("registered");
+        // Started: the command waits in the outbox when the control plane stops.
+        h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n")
+    };
+    let mut h = Setup::new().no_local_node().store(state.open()).clock(clock.clone()).build();
+    assert_eq!(h.state(id), api::JobState::Running, "running until its node says otherwise");
+    let rid = wire::ReplicaId { job: id, attempt: 1, rank: 0 };
+    let r = reg("n2", vec![rid]);
+    let registered = h.call(ADMIN, |reply| Call::Register { reg: r, reply }).expect("registered");
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    h.step(vec![Event::Api {
+        token: ADMIN.into(),
+        // As the agent does: everything before `next_seq` is acknowledged.
+        call: Call::Poll { node: "n2".into(), epoch: registered.epoch, after: registered.next_seq - 1, reply: tx },
+    }]);
+    let cmds: Vec<wire::Command> =
+        rx.try_recv().expect("answered").expect("commands").commands.into_iter().map(|c| c.command).collect();
+    assert!(matches!(cmds.as_slice(), [wire::Command::Reconcile { replica, .. }] if *replica == rid), "{cmds:?}");
+}
