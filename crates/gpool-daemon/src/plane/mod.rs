@@ -14,4 +14,5 @@ pub mod openapi;
 pub mod prices;
 pub mod server;
 pub mod telemetry;
+pub mod usage_rows;
 pub mod webhook;

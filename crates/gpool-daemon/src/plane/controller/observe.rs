@@ -203,7 +203,7 @@ impl Controller {
             Some(u) => u,
             None => {
                 let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
-                let mut u = crate::plane::telemetry::usage_from_rows(&rows);
+                let mut u = crate::plane::usage_rows::usage_from_rows(&rows);
                 let cpus: u64 = d.run.as_ref().map_or(0, |r| r.replicas.iter().map(|x| x.cpus_milli).sum());
                 u.cpus_allocated = (cpus > 0).then_some(cpus as f64 / 1000.0);
                 u
