@@ -9,7 +9,8 @@ use gpool_api as api;
 use gpool_daemon::up::{NodeConfig, PlaneConfig, UpConfig, default_data_dir};
 
 use crate::client::Connect;
-use crate::jobs::{Output, parse_duration_arg, print_json};
+use crate::jobs::parse_duration_arg;
+use crate::output::{Output, print_json};
 
 /// Settings of a control plane.
 #[derive(Args, Debug)]

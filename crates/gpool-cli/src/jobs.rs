@@ -3,25 +3,12 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use gpool_api::spec::{DurationText, Priority, Quantity};
 use gpool_api::{self as api, JobSpec, JobState};
 
 use crate::client::Connect;
-
-/// Output format of listings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
-pub(crate) enum Output {
-    #[default]
-    Table,
-    Json,
-}
-
-pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(v)?;
-    outln!("{text}");
-    Ok(())
-}
+use crate::output::{Output, print_json, truncate, usage_lines};
 
 #[derive(Args, Debug)]
 pub(crate) struct SubmitArgs {
@@ -289,10 +276,6 @@ pub(crate) fn queue(a: QueueArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
-}
-
 #[derive(Args, Debug)]
 pub(crate) struct IdArgs {
     /// Job id(s).
@@ -340,7 +323,7 @@ pub(crate) fn show(a: IdArgs) -> anyhow::Result<()> {
                 .get::<api::JobUsageView>(&format!("/jobs/{}/usage", j.id))
                 .map(|v| v.points.iter().filter_map(|p| p.gpu_util).collect())
                 .unwrap_or_default();
-            for line in crate::telemetry::usage_lines(u, &curve) {
+            for line in usage_lines(u, &curve) {
                 outln!("{line}");
             }
             // The advisor's one-line verdicts; `gpool advise` has the evidence.

@@ -20,6 +20,7 @@ mod bench_daemon;
 mod client;
 mod daemons;
 mod jobs;
+mod output;
 mod progress;
 mod sim;
 mod telemetry;

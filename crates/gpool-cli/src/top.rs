@@ -15,7 +15,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
 
 use crate::client::{Client, Connect};
-use crate::telemetry::sparkline;
+use crate::output::sparkline;
 
 #[derive(Args, Debug)]
 pub(crate) struct TopArgs {

@@ -1,0 +1,92 @@
+//! How the CLI prints: the `-o table|json` choice, JSON, and the helpers the
+//! tables share.
+
+use clap::ValueEnum;
+use gpool_api as api;
+
+/// Output format of listings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub(crate) enum Output {
+    #[default]
+    Table,
+    Json,
+}
+
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
+    outln!("{text}");
+    Ok(())
+}
+
+/// `s` cut to `n` characters, the last one an ellipsis when cut.
+pub(crate) fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
+}
+
+/// `▁▂▃▅▇` for values 0–100.
+pub(crate) fn sparkline(values: &[f64], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    if values.is_empty() {
+        return String::new();
+    }
+    // Average into at most `width` buckets.
+    let n = values.len().min(width.max(1));
+    (0..n)
+        .map(|i| {
+            let (a, b) = (i * values.len() / n, ((i + 1) * values.len() / n).max(i * values.len() / n + 1));
+            let slice = &values[a..b.min(values.len())];
+            let v = slice.iter().sum::<f64>() / slice.len().max(1) as f64;
+            BARS[((v.clamp(0.0, 100.0) / 100.0) * 7.0).round() as usize]
+        })
+        .collect()
+}
+
+/// `12.5 GiB`.
+pub(crate) fn gib(mb: u64) -> String {
+    format!("{:.1} GiB", mb as f64 / 1024.0)
+}
+
+/// ` ($12.34)`, or nothing when the price is unknown.
+pub(crate) fn money(usd: Option<f64>) -> String {
+    usd.map_or_else(String::new, |u| format!(" (${u:.2})"))
+}
+
+/// Lines describing a job's usage, for `gpool show`.
+pub(crate) fn usage_lines(u: &api::UsageSummary, curve: &[f64]) -> Vec<String> {
+    let mut out = vec![format!(
+        "  GPU-hours        {:.3}{}, of which idle {:.3}",
+        u.gpu_hours,
+        money(u.cost_usd),
+        u.idle_gpu_hours
+    )];
+    if let Some(m) = u.mean_gpu_util {
+        out.push(format!("  utilisation      mean {m:.0}%  {}", sparkline(curve, 60)));
+    }
+    if let Some(p) = u.peak_memory_mb {
+        out.push(format!("  peak GPU memory  {}", gib(p)));
+    }
+    if let Some(c) = u.mean_cpu_cores {
+        out.push(format!("  CPU              {c:.1} cores on average"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparklines_scale_and_bucket() {
+        assert_eq!(sparkline(&[0.0, 100.0], 10), "▁█");
+        assert_eq!(sparkline(&[0.0, 0.0, 100.0, 100.0], 2), "▁█");
+        assert_eq!(sparkline(&[], 5), "");
+        assert_eq!(sparkline(&[50.0; 100], 4).chars().count(), 4);
+    }
+
+    #[test]
+    fn truncation_keeps_the_width() {
+        assert_eq!(truncate("short", 16), "short");
+        assert_eq!(truncate("a-rather-long-job-name", 10), "a-rather-…");
+        assert_eq!(truncate("a-rather-long-job-name", 10).chars().count(), 10);
+    }
+}
