@@ -1,16 +1,20 @@
-//! `gpool up | serve | agent`: the processes of gpool, and `drain | resume`.
+//! `gpool up | serve | agent`: the processes of gpool.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Args;
-use gpool_api as api;
 use gpool_daemon::up::{NodeConfig, PlaneConfig, UpConfig, default_data_dir};
 
-use crate::client::Connect;
-use crate::jobs::parse_duration_arg;
-use crate::output::{Output, print_json};
+/// A duration flag (`10s`, `500ms`), more than zero.
+fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    let d = gpool_api::quantity::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(d)
+}
 
 /// Settings of a control plane.
 #[derive(Args, Debug)]
@@ -167,34 +171,4 @@ pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
         advertise: a.advertise_addr,
         node: a.node.config()?,
     })
-}
-
-/// Arguments of `gpool drain | resume`.
-#[derive(Args, Debug)]
-pub(crate) struct DrainArgs {
-    /// Node names.
-    #[arg(required = true)]
-    nodes: Vec<String>,
-    #[arg(long, short = 'o', value_enum, default_value_t)]
-    output: Output,
-    #[command(flatten)]
-    connect: Connect,
-}
-
-/// Drains nodes (running jobs finish, nothing new starts there) or resumes them.
-pub(crate) fn drain(a: DrainArgs, draining: bool) -> anyhow::Result<()> {
-    let client = a.connect.client()?;
-    let verb = if draining { "drain" } else { "resume" };
-    let mut views = Vec::new();
-    for n in &a.nodes {
-        let v: api::NodeView = client.post(&format!("/nodes/{n}/{verb}"), &serde_json::json!({}))?;
-        views.push(v);
-    }
-    if a.output == Output::Json {
-        return print_json(&views);
-    }
-    for v in views {
-        outln!("node {}: {} ({} jobs running)", v.name, v.state, v.jobs.len());
-    }
-    Ok(())
 }

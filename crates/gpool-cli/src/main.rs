@@ -19,14 +19,17 @@ mod bench_cluster;
 mod bench_daemon;
 mod client;
 mod daemons;
-mod jobs;
 mod output;
 mod progress;
 mod sim;
-mod telemetry;
 mod top;
+mod verbs;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::verbs::{advise, alerts, cancel, drain, events, logs, nodes, queue, queues, show, submit, token, whoami};
 
 /// gpool: a GPU resource manager. Queue, schedule and observe jobs on shared GPUs.
 #[derive(Parser, Debug)]
@@ -45,32 +48,32 @@ enum Command {
     /// Run this machine as a node of a cluster: join a control plane and run its jobs.
     Agent(Box<daemons::AgentArgs>),
     /// Drain nodes: running jobs finish, nothing new starts there.
-    Drain(daemons::DrainArgs),
+    Drain(drain::DrainArgs),
     /// Let drained nodes take new work again.
-    Resume(daemons::DrainArgs),
+    Resume(drain::DrainArgs),
     /// Submit a job; prints its id.
-    Submit(Box<jobs::SubmitArgs>),
+    Submit(Box<submit::SubmitArgs>),
     /// List jobs (active ones by default), with why each pending job waits.
     #[command(alias = "ls")]
-    Queue(jobs::QueueArgs),
+    Queue(queue::QueueArgs),
     /// Show jobs in detail.
-    Show(jobs::IdArgs),
+    Show(verbs::IdArgs),
     /// Cancel jobs: the stop signal, then SIGKILL after the grace period.
-    Cancel(jobs::IdArgs),
+    Cancel(verbs::IdArgs),
     /// Print a job's output; -f follows it until the job ends.
-    Logs(jobs::LogsArgs),
+    Logs(logs::LogsArgs),
     /// Nodes and their devices.
-    Nodes(jobs::ListArgs),
+    Nodes(verbs::ListArgs),
     /// Quota queues and their use.
-    Queues(jobs::ListArgs),
+    Queues(verbs::ListArgs),
     /// Follow what happens (submissions, starts, ends, preemptions).
-    Events(jobs::EventsArgs),
+    Events(events::EventsArgs),
     /// Who the token belongs to.
-    Whoami(jobs::ListArgs),
+    Whoami(verbs::ListArgs),
     /// Diagnose a job from its GPU telemetry: bottlenecks, idle or oversized GPUs, and what the waste costs.
-    Advise(telemetry::AdviseArgs),
+    Advise(advise::AdviseArgs),
     /// Alerts firing now (GPU health, idle or saturated GPUs, low utilisation).
-    Alerts(telemetry::AlertsArgs),
+    Alerts(alerts::AlertsArgs),
     /// A live view of GPUs, their jobs and the queue (like nvitop, over the API).
     Top(top::TopArgs),
     /// Manage API tokens.
@@ -89,39 +92,39 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum TokenCommand {
     /// Create a token for a user (admins only); prints the secret once.
-    Create(jobs::TokenArgs),
+    Create(token::TokenArgs),
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Shim { dir } => return std::process::ExitCode::from(gpool_daemon::shim::main(&dir) as u8),
+        Command::Shim { dir } => return ExitCode::from(gpool_daemon::shim::main(&dir) as u8),
         Command::Up(a) => daemons::up(*a),
         Command::Serve(a) => daemons::serve(*a),
         Command::Agent(a) => daemons::agent(*a),
-        Command::Drain(a) => daemons::drain(a, true),
-        Command::Resume(a) => daemons::drain(a, false),
-        Command::Submit(a) => jobs::submit(*a),
-        Command::Queue(a) => jobs::queue(a),
-        Command::Show(a) => jobs::show(a),
-        Command::Cancel(a) => jobs::cancel(a),
-        Command::Logs(a) => jobs::logs(a),
-        Command::Nodes(a) => jobs::nodes(a),
-        Command::Queues(a) => jobs::queues(a),
-        Command::Events(a) => jobs::events(a),
-        Command::Whoami(a) => jobs::whoami(a),
-        Command::Advise(a) => telemetry::advise(a),
-        Command::Alerts(a) => telemetry::alerts(a),
+        Command::Drain(a) => drain::run(a, true),
+        Command::Resume(a) => drain::run(a, false),
+        Command::Submit(a) => submit::run(*a),
+        Command::Queue(a) => queue::run(a),
+        Command::Show(a) => show::run(a),
+        Command::Cancel(a) => cancel::run(a),
+        Command::Logs(a) => logs::run(a),
+        Command::Nodes(a) => nodes::run(a),
+        Command::Queues(a) => queues::run(a),
+        Command::Events(a) => events::run(a),
+        Command::Whoami(a) => whoami::run(a),
+        Command::Advise(a) => advise::run(a),
+        Command::Alerts(a) => alerts::run(a),
         Command::Top(a) => top::run(a),
-        Command::Token(TokenCommand::Create(a)) => jobs::token_create(a),
+        Command::Token(TokenCommand::Create(a)) => token::create(a),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Sim(args) => sim::run_sim(*args),
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }

@@ -1,5 +1,8 @@
 //! How the CLI prints: the `-o table|json` choice, JSON, and the helpers the
-//! tables share.
+//! tables share. Rendering is pure (API views in, text out) so that it can be
+//! checked against snapshots; [`emit`] is what writes to standard output.
+
+use std::io::Write as _;
 
 use clap::ValueEnum;
 use gpool_api as api;
@@ -12,10 +15,32 @@ pub(crate) enum Output {
     Json,
 }
 
-pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(v)?;
-    outln!("{text}");
-    Ok(())
+/// `v` as `-o json` prints it: pretty JSON and a newline.
+pub(crate) fn json<T: serde::Serialize + ?Sized>(v: &T) -> anyhow::Result<String> {
+    let mut text = serde_json::to_string_pretty(v)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Lines as one text, each ended by a newline.
+pub(crate) fn text(lines: Vec<String>) -> String {
+    let mut out = String::new();
+    for l in lines {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes rendered text to standard output; ends the program quietly when
+/// standard output is closed (`gpool queue | head`) instead of failing.
+pub(crate) fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes())
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
 }
 
 /// `s` cut to `n` characters, the last one an ellipsis when cut.
@@ -49,6 +74,22 @@ pub(crate) fn gib(mb: u64) -> String {
 /// ` ($12.34)`, or nothing when the price is unknown.
 pub(crate) fn money(usd: Option<f64>) -> String {
     usd.map_or_else(String::new, |u| format!(" (${u:.2})"))
+}
+
+/// What a job asks for per replica: `gpu:2`, `mig-1g.10gb:1`, `2xgpu:4`, or `-`.
+pub(crate) fn gpus_of(j: &api::JobView) -> String {
+    let per: Vec<String> = j
+        .spec
+        .resources
+        .iter()
+        .filter(|(k, _)| k.starts_with("nvidia.com/") || k.starts_with("gpool.io/gpu"))
+        .map(|(k, v)| {
+            let name = k.trim_start_matches("nvidia.com/").trim_start_matches("gpool.io/");
+            format!("{}:{}", name, v.text())
+        })
+        .collect();
+    let per = if per.is_empty() { "-".to_string() } else { per.join(",") };
+    if j.spec.replicas > 1 { format!("{}x{per}", j.spec.replicas) } else { per }
 }
 
 /// Lines describing a job's usage, for `gpool show`.

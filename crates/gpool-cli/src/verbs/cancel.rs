@@ -1,0 +1,49 @@
+//! `gpool cancel`: the stop signal, then SIGKILL after the grace period.
+
+use gpool_api as api;
+
+use anyhow::bail;
+
+use super::IdArgs;
+use crate::output::{Output, emit, json, text};
+
+/// Tries every id, printing each cancelled job as it goes and each failure
+/// on standard error.
+pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
+    let client = a.connect.client()?;
+    let mut failed = 0;
+    let mut out = Vec::new();
+    for id in &a.ids {
+        match client.post::<_, api::JobView>(&format!("/jobs/{id}/cancel"), &serde_json::json!({})) {
+            Ok(j) => {
+                if a.output == Output::Table {
+                    emit(&render(std::slice::from_ref(&j), Output::Table)?);
+                }
+                out.push(j);
+            }
+            Err(e) => {
+                eprintln!("job {id}: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if a.output == Output::Json {
+        emit(&render(&out, Output::Json)?);
+    }
+    if failed > 0 {
+        bail!("{failed} of {} cancellations failed", a.ids.len());
+    }
+    Ok(())
+}
+
+/// A line a cancelled job: what happens to it now.
+pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<String> {
+    if output == Output::Json {
+        return json(jobs);
+    }
+    Ok(text(
+        jobs.iter()
+            .map(|j| format!("{}: {}", j.id, j.reason.clone().unwrap_or_else(|| j.state.as_str().to_string())))
+            .collect(),
+    ))
+}
