@@ -9,6 +9,8 @@ use clap::Args;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::daemons::{TOKEN_FILE, URL_FILE, default_data_dir};
+
 /// Where the daemon is and who we are.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct Connect {
@@ -31,32 +33,25 @@ pub(crate) struct Client {
 
 impl Connect {
     pub(crate) fn data_dir(&self) -> PathBuf {
-        self.data_dir.clone().unwrap_or_else(gpool_daemon::up::default_data_dir)
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
     }
 
     pub(crate) fn client(&self) -> anyhow::Result<Client> {
         let dir = self.data_dir();
         let base = match &self.server {
             Some(s) => s.trim_end_matches('/').to_string(),
-            None => std::fs::read_to_string(dir.join(gpool_daemon::up::URL_FILE))
-                .map(|s| s.trim().to_string())
-                .with_context(|| {
-                    format!(
-                        "no gpool daemon found in {}: start one with `gpool up`, or pass --server URL",
-                        dir.display()
-                    )
-                })?,
+            None => std::fs::read_to_string(dir.join(URL_FILE)).map(|s| s.trim().to_string()).with_context(|| {
+                format!("no gpool daemon found in {}: start one with `gpool up`, or pass --server URL", dir.display())
+            })?,
         };
         let token = match &self.token {
             Some(t) => t.clone(),
-            None => std::fs::read_to_string(dir.join(gpool_daemon::up::TOKEN_FILE))
-                .map(|s| s.trim().to_string())
-                .with_context(|| {
-                    format!(
-                        "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
-                        dir.join(gpool_daemon::up::TOKEN_FILE).display()
-                    )
-                })?,
+            None => std::fs::read_to_string(dir.join(TOKEN_FILE)).map(|s| s.trim().to_string()).with_context(|| {
+                format!(
+                    "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
+                    dir.join(TOKEN_FILE).display()
+                )
+            })?,
         };
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)

@@ -1,11 +1,17 @@
-//! `gpool up | serve | agent`: the processes of gpool.
+//! `gpool up | serve | agent` and the hidden `shim`: the processes of gpool.
+//!
+//! This is the one module of the CLI that names `gpool_daemon`: the client
+//! finds the local daemon through the paths re-exported here.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use clap::Args;
-use gpool_daemon::up::{NodeConfig, PlaneConfig, UpConfig, default_data_dir};
+use gpool_daemon::up::{NodeConfig, PlaneConfig, UpConfig};
+
+/// Where the local daemon keeps its state, its address (`URL_FILE`) and its admin token (`TOKEN_FILE`).
+pub(crate) use gpool_daemon::up::{TOKEN_FILE, URL_FILE, default_data_dir};
 
 /// A duration flag (`10s`, `500ms`), more than zero.
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
@@ -171,4 +177,9 @@ pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
         advertise: a.advertise_addr,
         node: a.node.config()?,
     })
+}
+
+/// Supervises one job replica (`gpool shim DIR`, started by the agent); returns its exit status.
+pub(crate) fn shim(dir: &Path) -> u8 {
+    gpool_daemon::shim::main(dir) as u8
 }

@@ -98,7 +98,7 @@ enum TokenCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Shim { dir } => return ExitCode::from(gpool_daemon::shim::main(&dir) as u8),
+        Command::Shim { dir } => return ExitCode::from(daemons::shim(&dir)),
         Command::Up(a) => daemons::up(*a),
         Command::Serve(a) => daemons::serve(*a),
         Command::Agent(a) => daemons::agent(*a),
