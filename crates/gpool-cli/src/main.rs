@@ -29,11 +29,40 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::client::{ClientError, ErrorKind};
 use crate::verbs::{advise, alerts, cancel, drain, events, logs, nodes, queue, queues, show, submit, token, whoami};
+
+/// The exit codes, as `gpool --help` lists them (README.md and docs/daemon.md say the same).
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  the command failed (any error not listed below)
+  2  usage error: unknown flag, bad or missing argument
+  3  not found: no such job or node (HTTP 404)
+  4  permission denied, bad or missing token (HTTP 401, 403)
+  5  daemon unreachable: connection refused, unknown host, timeout, no local daemon
+With several job ids (show, cancel), the code of the failures when they are
+all of one kind (3 if every failing id is not found), else 1.";
+
+/// Exit codes of failures (0 is success; 2, a usage error, is clap's own).
+const EXIT_FAILED: u8 = 1;
+const EXIT_NOT_FOUND: u8 = 3;
+const EXIT_DENIED: u8 = 4;
+const EXIT_UNREACHABLE: u8 = 5;
+
+/// The exit code of a command that failed with `e`.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    match ClientError::kind_of(e) {
+        ErrorKind::NotFound => EXIT_NOT_FOUND,
+        ErrorKind::Denied => EXIT_DENIED,
+        ErrorKind::Unreachable => EXIT_UNREACHABLE,
+        ErrorKind::Failed => EXIT_FAILED,
+    }
+}
 
 /// gpool: a GPU resource manager. Queue, schedule and observe jobs on shared GPUs.
 #[derive(Parser, Debug)]
-#[command(name = "gpool", version, about, long_about = None)]
+#[command(name = "gpool", version, about, long_about = None, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -124,7 +153,45 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn failing(kind: ErrorKind) -> anyhow::Error {
+        ClientError::new(kind, "x").into()
+    }
+
+    #[test]
+    fn each_kind_of_failure_has_its_exit_code() {
+        assert_eq!(exit_code(&failing(ErrorKind::NotFound)), 3);
+        assert_eq!(exit_code(&failing(ErrorKind::Denied)), 4);
+        assert_eq!(exit_code(&failing(ErrorKind::Unreachable)), 5);
+        assert_eq!(exit_code(&failing(ErrorKind::Failed)), 1);
+        assert_eq!(exit_code(&anyhow::anyhow!("anything else")), 1);
+        // Context added on the way up keeps the kind.
+        let wrapped = Err::<(), _>(failing(ErrorKind::NotFound)).context("job 7").expect_err("an error");
+        assert_eq!(exit_code(&wrapped), 3);
+        let io = std::fs::read("/nonexistent/url")
+            .with_context(|| ClientError::new(ErrorKind::Unreachable, "no gpool daemon found"))
+            .expect_err("no such file");
+        assert_eq!(exit_code(&io), 5);
+        assert_eq!(format!("{io:#}"), "no gpool daemon found: No such file or directory (os error 2)");
+    }
+
+    #[test]
+    fn the_help_lists_the_exit_codes() {
+        Cli::command().debug_assert();
+        let help = Cli::command().render_help().to_string();
+        for line in ["Exit codes:", "  3  not found", "  4  permission denied", "  5  daemon unreachable"] {
+            assert!(help.contains(line), "{line:?} missing from:\n{help}");
         }
     }
 }

@@ -2,16 +2,16 @@
 
 use gpool_api as api;
 
-use anyhow::bail;
-
 use super::IdArgs;
+use crate::client::{ClientError, ErrorKind};
 use crate::output::{Output, emit, json, text};
 
 /// Tries every id, printing each cancelled job as it goes and each failure
-/// on standard error.
+/// on standard error. When some fail, the error has the kind the failures
+/// share (all not found: exit code 3), or `Failed` (1) when they differ.
 pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
     let client = a.connect.client()?;
-    let mut failed = 0;
+    let mut failures = Vec::new();
     let mut out = Vec::new();
     for id in &a.ids {
         match client.post::<_, api::JobView>(&format!("/jobs/{id}/cancel"), &serde_json::json!({})) {
@@ -23,17 +23,21 @@ pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
             }
             Err(e) => {
                 eprintln!("job {id}: {e:#}");
-                failed += 1;
+                failures.push(ClientError::kind_of(&e));
             }
         }
     }
     if a.output == Output::Json {
         emit(&render(&out, Output::Json)?);
     }
-    if failed > 0 {
-        bail!("{failed} of {} cancellations failed", a.ids.len());
+    match failures.first() {
+        None => Ok(()),
+        Some(first) => {
+            let kind = if failures.iter().all(|k| k == first) { *first } else { ErrorKind::Failed };
+            let message = format!("{} of {} cancellations failed", failures.len(), a.ids.len());
+            Err(ClientError::new(kind, message).into())
+        }
     }
-    Ok(())
 }
 
 /// A line a cancelled job: what happens to it now.

@@ -15,7 +15,7 @@ pub(crate) struct Shown {
 }
 
 /// Fetches every job first: the first id that fails ends the command with
-/// its error and nothing printed.
+/// its error (exit code 3 for a job that does not exist) and nothing printed.
 pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
     let client = a.connect.client()?;
     let jobs: Vec<api::JobView> =
