@@ -22,6 +22,8 @@ mod daemons;
 mod output;
 mod progress;
 mod sim;
+#[cfg(test)]
+mod testkit;
 mod top;
 mod verbs;
 

@@ -67,3 +67,36 @@ pub(crate) fn render(adv: &api::AdviceView, output: Output) -> anyhow::Result<St
     }
     Ok(text(lines))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{advice, assert_snapshot, finding, usage};
+
+    #[test]
+    fn advise_prints_findings_with_evidence_and_cost() {
+        let adv = advice(12)
+            .summary(usage(4.0, 0.25).util(31.4).peak_memory_mb(20_480).cost(16.0))
+            .spread(3.0, 88.6)
+            .price(4.0)
+            .finding(
+                finding("input_bound", "input-pipeline bound: the model is loaded but the GPU is busy only 31%")
+                    .evidence("mean GPU utilisation 31% over 58m (p5 3%, p95 89%)")
+                    .evidence("the job's 8 CPU cores are 97% busy")
+                    .suggest("more data-loader workers (num_workers), or preprocess offline")
+                    .waste(2.744, Some(10.98)),
+            )
+            .finding(finding("healthy", "memory use fits the GPU"))
+            .build();
+        assert_snapshot("advise.txt", &render(&adv, Output::Table).unwrap());
+        assert_snapshot("advise.json", &render(&adv, Output::Json).unwrap());
+    }
+
+    #[test]
+    fn advise_without_data_or_price_says_so() {
+        let adv =
+            advice(13).finding(finding("idle_gpu", "GPU idle: under 5% for the whole run").waste(0.5, None)).build();
+        assert_snapshot("advise-no-price.txt", &render(&adv, Output::Table).unwrap());
+        assert_snapshot("advise-no-price.json", &render(&adv, Output::Json).unwrap());
+    }
+}

@@ -51,3 +51,20 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
             .collect(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{assert_snapshot, job};
+    use gpool_api::JobState;
+
+    #[test]
+    fn cancel_says_what_happens_to_each_job() {
+        let jobs = vec![
+            job(4).state(JobState::Stopping).reason("cancelled by ana: stop signal sent, SIGKILL in 30s").build(),
+            job(5).state(JobState::Cancelled).build(),
+        ];
+        assert_snapshot("cancel.txt", &render(&jobs, Output::Table).unwrap());
+        assert_snapshot("cancel.json", &render(&jobs, Output::Json).unwrap());
+    }
+}

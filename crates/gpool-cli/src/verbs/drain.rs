@@ -38,3 +38,16 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
     }
     Ok(text(nodes.iter().map(|v| format!("node {}: {} ({} jobs running)", v.name, v.state, v.jobs.len())).collect()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{assert_snapshot, node};
+
+    #[test]
+    fn drain_says_the_state_and_the_jobs_left() {
+        let nodes = vec![node("node-a").state("draining").jobs(&[3, 9]).build(), node("node-b").build()];
+        assert_snapshot("drain.txt", &render(&nodes, Output::Table).unwrap());
+        assert_snapshot("drain.json", &render(&nodes, Output::Json).unwrap());
+    }
+}

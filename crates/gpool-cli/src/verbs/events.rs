@@ -59,3 +59,21 @@ impl std::io::Write for SsePrinter {
         std::io::stdout().flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{assert_snapshot, event};
+
+    #[test]
+    fn events_print_time_kind_and_message() {
+        let events = [
+            event(1, "submitted", "job 1 (train) submitted by ana").job(1).build(),
+            event(2, "started", "job 1 started on node-a [0,1,2,3]").job(1).build(),
+            event(3, "preempted", "job 1 preempted for job 4 (priority 100)").job(1).build(),
+            event(4, "node_down", "node gpu-7 silent for 10s: its jobs are requeued").build(),
+        ];
+        let text: String = events.iter().map(render).collect();
+        assert_snapshot("events.txt", &text);
+    }
+}

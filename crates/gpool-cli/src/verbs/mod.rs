@@ -1,6 +1,7 @@
 //! The client verbs of `gpool`, one file each (`drain` holds `resume` too).
 //! Each has a `run` that fetches API views with the client and a pure
-//! `render` that turns them into the text printed, table or JSON.
+//! `render` that turns them into the text printed, table or JSON; the
+//! snapshot tests (`crate::testkit`) check every `render`.
 
 use clap::Args;
 

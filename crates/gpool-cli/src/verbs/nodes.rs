@@ -72,3 +72,31 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
     }
     Ok(text(lines))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{assert_snapshot, gpu, mig, node, reading};
+
+    #[test]
+    fn nodes_show_devices_readings_and_mig_instances() {
+        let nodes = vec![
+            node("node-a")
+                .device(
+                    gpu(0, "H100-80GB")
+                        .job(1)
+                        .telemetry(reading().util(97.0).memory(70_000, 81_559).temp(64.0).power(612.4)),
+                )
+                .device(gpu(1, "H100-80GB").telemetry(reading().util(0.0).memory(0, 81_559).temp(31.0).power(71.0)))
+                .device(gpu(2, "H100-80GB").telemetry(reading()))
+                .device(gpu(3, "H100-80GB").mig(mig("3g.40gb", 1).job(2).used(12_000)).mig(mig("1g.10gb", 2)))
+                .jobs(&[1, 2])
+                .free(40.5, 262_144)
+                .build(),
+            node("gpu-7.cluster").state("draining").pool("spot").agent("s-1f2e", Some("10.0.0.7:7879")).build(),
+            node("gpu-8.cluster").agent("s-aa01", None).device(gpu(0, "L4")).build(),
+        ];
+        assert_snapshot("nodes.txt", &render(&nodes, Output::Table).unwrap());
+        assert_snapshot("nodes.json", &render(&nodes, Output::Json).unwrap());
+    }
+}

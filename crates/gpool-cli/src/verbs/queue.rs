@@ -100,3 +100,39 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
     }
     Ok(text(lines))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{assert_snapshot, job};
+
+    #[test]
+    fn queue_lists_running_and_pending_jobs() {
+        let jobs = vec![
+            job(1)
+                .name("train-llm-with-a-long-name")
+                .gpus(4)
+                .replicas(2)
+                .running_on("node-a", &["0,1,2,3", "4,5,6,7"])
+                .build(),
+            job(2)
+                .name("notebook")
+                .user("bob-the-builder")
+                .queue("interactive")
+                .mig("1g.10gb")
+                .running_on("node-a", &["MIG-5e1c"])
+                .build(),
+            job(3).name("sweep-7").gpus(8).reason("waiting for 8 GPUs: 2 free on node-a").build(),
+            job(4).gpu_memory("20Gi").state(JobState::Pending).reason("after job 3").build(),
+            job(5).name("cpu-only").state(JobState::Succeeded).started("2025-03-01T08:00:00.123Z").build(),
+        ];
+        assert_snapshot("queue.txt", &render(&jobs, Output::Table).unwrap());
+        assert_snapshot("queue.json", &render(&jobs, Output::Json).unwrap());
+    }
+
+    #[test]
+    fn an_empty_queue_has_its_header() {
+        assert_snapshot("queue-empty.txt", &render(&[], Output::Table).unwrap());
+        assert_eq!(render(&[], Output::Json).unwrap(), "[]\n");
+    }
+}

@@ -34,3 +34,20 @@ pub(crate) fn render(qs: &[api::QueueView], output: Output) -> anyhow::Result<St
     }
     Ok(text(lines))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{assert_snapshot, queue};
+
+    #[test]
+    fn queues_show_guarantees_caps_and_use() {
+        let qs = vec![
+            queue("default").build(),
+            queue("research").cohort("lab").guarantee(8.0).max(16.0).used(11.5).counts(3, 4).build(),
+            queue("prod").cohort("lab").guarantee(8.0).used(8.0).counts(0, 2).build(),
+        ];
+        assert_snapshot("queues.txt", &render(&qs, Output::Table).unwrap());
+        assert_snapshot("queues.json", &render(&qs, Output::Json).unwrap());
+    }
+}

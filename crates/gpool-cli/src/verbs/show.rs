@@ -80,3 +80,52 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
     }
     Ok(text(lines))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{advice, assert_snapshot, finding, job, usage};
+    use gpool_api::JobState;
+
+    fn shown(job: api::JobView) -> Shown {
+        Shown { job, curve: Vec::new(), advice: None }
+    }
+
+    #[test]
+    fn show_prints_a_pending_job() {
+        let one = [shown(job(3).name("sweep-7").gpus(8).priority(100).reason("waiting for 8 GPUs").build())];
+        assert_snapshot("show-pending.txt", &render(&one, Output::Table).unwrap());
+        assert_snapshot("show-pending.json", &render(&one, Output::Json).unwrap());
+    }
+
+    #[test]
+    fn show_prints_usage_and_advice_of_finished_jobs() {
+        let done = job(7)
+            .name("train")
+            .gpus(2)
+            .replicas(2)
+            .running_on("node-a", &["0,1", "2,3"])
+            .state(JobState::Failed)
+            .reason("exit code 1")
+            .ended("2025-03-01T10:30:00Z")
+            .exit(Some(1), None)
+            .attempt(2, 1)
+            .usage(usage(3.25, 1.5).util(41.6).peak_memory_mb(61_440).cpu(7.25).cost(13.0))
+            .build();
+        let curve: Vec<f64> = (0..120).map(|i| f64::from(i % 40) * 2.5).collect();
+        let adv = advice(7)
+            .finding(finding("not_enough_data", "not enough telemetry yet"))
+            .finding(finding("input_bound", "input-pipeline bound: the GPU is busy only 42% of the time"));
+        let killed = job(8)
+            .name("shell")
+            .shell("python serve.py --port 8000")
+            .state(JobState::Cancelled)
+            .ended("2025-03-01T09:05:00Z")
+            .exit(None, Some(9))
+            .usage(usage(0.001, 0.001))
+            .build();
+        let both = [Shown { job: done, curve, advice: Some(adv.build()) }, shown(killed)];
+        assert_snapshot("show-finished.txt", &render(&both, Output::Table).unwrap());
+        assert_snapshot("show-finished.json", &render(&both, Output::Json).unwrap());
+    }
+}

@@ -167,3 +167,16 @@ pub(crate) fn render(out: &api::Submitted, output: Output) -> anyhow::Result<Str
         Output::Table => Ok(text(out.ids.iter().map(u64::to_string).collect())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::assert_snapshot;
+
+    #[test]
+    fn submit_prints_the_ids() {
+        let out = api::Submitted { ids: vec![41, 42, 43] };
+        assert_snapshot("submit.txt", &render(&out, Output::Table).unwrap());
+        assert_snapshot("submit.json", &render(&out, Output::Json).unwrap());
+    }
+}

@@ -53,3 +53,21 @@ pub(crate) fn render(t: &api::TokenCreated, output: Output) -> anyhow::Result<St
         Output::Table => Ok(format!("{}\n", t.token)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::assert_snapshot;
+
+    #[test]
+    fn token_create_prints_the_secret() {
+        let t = api::TokenCreated {
+            token: "gp_3f9a1c0d2b7e4f60".into(),
+            user: "bob".into(),
+            team: "vision".into(),
+            role: "user".into(),
+        };
+        assert_snapshot("token-create.txt", &render(&t, Output::Table).unwrap());
+        assert_snapshot("token-create.json", &render(&t, Output::Json).unwrap());
+    }
+}

@@ -18,3 +18,16 @@ pub(crate) fn render(w: &api::WhoAmI, output: Output) -> anyhow::Result<String> 
         Output::Table => Ok(format!("{} (team {}, {})\n", w.user, w.team, w.role)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::assert_snapshot;
+
+    #[test]
+    fn whoami_names_user_team_and_role() {
+        let w = api::WhoAmI { user: "ana".into(), team: "ml".into(), role: "admin".into() };
+        assert_snapshot("whoami.txt", &render(&w, Output::Table).unwrap());
+        assert_snapshot("whoami.json", &render(&w, Output::Json).unwrap());
+    }
+}
