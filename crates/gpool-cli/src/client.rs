@@ -1,13 +1,66 @@
 //! The HTTP client of the CLI: finds the daemon and its token, speaks gpool-api types.
+//!
+//! Its errors carry a [`ClientError`] with an [`ErrorKind`] (not found,
+//! denied, unreachable), which `main` turns into the exit code.
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::daemons::{TOKEN_FILE, URL_FILE, default_data_dir};
+
+/// What kind of failure an error of the client is; each has its exit code (main.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    /// HTTP 404: no such job, node or endpoint (other users' jobs are not found either).
+    NotFound,
+    /// HTTP 401 or 403, or no token to send.
+    Denied,
+    /// No daemon to talk to: connection refused, unknown host, timeout, or no local daemon found.
+    Unreachable,
+    /// Any other refusal of the daemon (400, 409, 413, 5xx) or an answer it should not have given.
+    Failed,
+}
+
+/// An error talking to the daemon; `anyhow` carries it (also under added context) to `main`.
+#[derive(Debug)]
+pub(crate) struct ClientError {
+    pub(crate) kind: ErrorKind,
+    pub(crate) message: String,
+}
+
+impl ClientError {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> ClientError {
+        ClientError { kind, message: message.into() }
+    }
+
+    /// The kind of `e`: that of the `ClientError` it carries, else `Failed`.
+    pub(crate) fn kind_of(e: &anyhow::Error) -> ErrorKind {
+        e.downcast_ref::<ClientError>().map_or(ErrorKind::Failed, |c| c.kind)
+    }
+
+    fn from_status(status: u16, message: String) -> ClientError {
+        let kind = match status {
+            404 => ErrorKind::NotFound,
+            401 | 403 => ErrorKind::Denied,
+            _ => ErrorKind::Failed,
+        };
+        ClientError::new(kind, format!("{message} (HTTP {status})"))
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ClientError {}
 
 /// Where the daemon is and who we are.
 #[derive(Args, Debug, Clone)]
@@ -31,30 +84,32 @@ pub(crate) struct Client {
 
 impl Connect {
     pub(crate) fn data_dir(&self) -> PathBuf {
-        self.data_dir.clone().unwrap_or_else(gpool_daemon::wiring::default_data_dir)
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
     }
 
     pub(crate) fn client(&self) -> anyhow::Result<Client> {
         let dir = self.data_dir();
         let base = match &self.server {
             Some(s) => s.trim_end_matches('/').to_string(),
-            None => std::fs::read_to_string(dir.join(gpool_daemon::wiring::URL_FILE))
-                .map(|s| s.trim().to_string())
-                .with_context(|| {
+            None => std::fs::read_to_string(dir.join(URL_FILE)).map(|s| s.trim().to_string()).with_context(|| {
+                ClientError::new(
+                    ErrorKind::Unreachable,
                     format!(
                         "no gpool daemon found in {}: start one with `gpool up`, or pass --server URL",
                         dir.display()
-                    )
-                })?,
+                    ),
+                )
+            })?,
         };
         let token = match &self.token {
             Some(t) => t.clone(),
-            None => std::fs::read_to_string(dir.join(gpool_daemon::wiring::TOKEN_FILE))
-                .map(|s| s.trim().to_string())
-                .with_context(|| {
-                format!(
-                    "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
-                    dir.join(gpool_daemon::wiring::TOKEN_FILE).display()
+            None => std::fs::read_to_string(dir.join(TOKEN_FILE)).map(|s| s.trim().to_string()).with_context(|| {
+                ClientError::new(
+                    ErrorKind::Denied,
+                    format!(
+                        "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
+                        dir.join(TOKEN_FILE).display()
+                    ),
                 )
             })?,
         };
@@ -74,7 +129,7 @@ fn check(mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<ureq::htt
     }
     let text = resp.body_mut().read_to_string().unwrap_or_default();
     let msg = serde_json::from_str::<gpool_api::ErrorBody>(&text).map(|e| e.error).unwrap_or(text);
-    bail!("{msg} (HTTP {})", status.as_u16())
+    Err(ClientError::from_status(status.as_u16(), msg).into())
 }
 
 impl Client {
@@ -91,8 +146,9 @@ impl Client {
         format!("Bearer {}", self.token)
     }
 
+    /// A request that got no HTTP answer (refused, unknown host, timeout, not HTTP).
     fn unreachable(&self, e: ureq::Error) -> anyhow::Error {
-        anyhow::anyhow!("cannot reach the gpool daemon at {}: {e}", self.base)
+        ClientError::new(ErrorKind::Unreachable, format!("cannot reach the gpool daemon at {}: {e}", self.base)).into()
     }
 
     pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {

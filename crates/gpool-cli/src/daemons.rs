@@ -1,18 +1,28 @@
-//! `gpool up | serve | agent`: the processes of gpool, and `drain | resume`.
+//! `gpool up | serve | agent` and the hidden `shim`: the processes of gpool.
+//!
+//! This is the one module of the CLI that names `gpool_daemon`: the client
+//! finds the local daemon through the paths re-exported here.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use clap::Args;
-use gpool_api as api;
 use gpool_daemon::node::host::NodeConfig;
 use gpool_daemon::plane::server::PlaneConfig;
 use gpool_daemon::up::UpConfig;
-use gpool_daemon::wiring::default_data_dir;
 
-use crate::client::Connect;
-use crate::jobs::{Output, parse_duration_arg, print_json};
+/// Where the local daemon keeps its state, its address (`URL_FILE`) and its admin token (`TOKEN_FILE`).
+pub(crate) use gpool_daemon::wiring::{TOKEN_FILE, URL_FILE, default_data_dir};
+
+/// A duration flag (`10s`, `500ms`), more than zero.
+fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    let d = gpool_api::quantity::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(d)
+}
 
 /// Settings of a control plane.
 #[derive(Args, Debug)]
@@ -171,32 +181,7 @@ pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Arguments of `gpool drain | resume`.
-#[derive(Args, Debug)]
-pub(crate) struct DrainArgs {
-    /// Node names.
-    #[arg(required = true)]
-    nodes: Vec<String>,
-    #[arg(long, short = 'o', value_enum, default_value_t)]
-    output: Output,
-    #[command(flatten)]
-    connect: Connect,
-}
-
-/// Drains nodes (running jobs finish, nothing new starts there) or resumes them.
-pub(crate) fn drain(a: DrainArgs, draining: bool) -> anyhow::Result<()> {
-    let client = a.connect.client()?;
-    let verb = if draining { "drain" } else { "resume" };
-    let mut views = Vec::new();
-    for n in &a.nodes {
-        let v: api::NodeView = client.post(&format!("/nodes/{n}/{verb}"), &serde_json::json!({}))?;
-        views.push(v);
-    }
-    if a.output == Output::Json {
-        return print_json(&views);
-    }
-    for v in views {
-        outln!("node {}: {} ({} jobs running)", v.name, v.state, v.jobs.len());
-    }
-    Ok(())
+/// Supervises one job replica (`gpool shim DIR`, started by the agent); returns its exit status.
+pub(crate) fn shim(dir: &Path) -> u8 {
+    gpool_daemon::node::shim::main(dir) as u8
 }

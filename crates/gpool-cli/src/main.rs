@@ -19,17 +19,52 @@ mod bench_cluster;
 mod bench_daemon;
 mod client;
 mod daemons;
-mod jobs;
+mod output;
 mod progress;
 mod sim;
-mod telemetry;
+#[cfg(test)]
+mod testkit;
 mod top;
+mod verbs;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::client::{ClientError, ErrorKind};
+use crate::verbs::{advise, alerts, cancel, drain, events, logs, nodes, queue, queues, show, submit, token, whoami};
+
+/// The exit codes, as `gpool --help` lists them (README.md and docs/daemon.md say the same).
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  the command failed (any error not listed below)
+  2  usage error: unknown flag, bad or missing argument
+  3  not found: no such job or node (HTTP 404)
+  4  permission denied, bad or missing token (HTTP 401, 403)
+  5  daemon unreachable: connection refused, unknown host, timeout, no local daemon
+With several job ids (show, cancel), the code of the failures when they are
+all of one kind (3 if every failing id is not found), else 1.";
+
+/// Exit codes of failures (0 is success; 2, a usage error, is clap's own).
+const EXIT_FAILED: u8 = 1;
+const EXIT_NOT_FOUND: u8 = 3;
+const EXIT_DENIED: u8 = 4;
+const EXIT_UNREACHABLE: u8 = 5;
+
+/// The exit code of a command that failed with `e`.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    match ClientError::kind_of(e) {
+        ErrorKind::NotFound => EXIT_NOT_FOUND,
+        ErrorKind::Denied => EXIT_DENIED,
+        ErrorKind::Unreachable => EXIT_UNREACHABLE,
+        ErrorKind::Failed => EXIT_FAILED,
+    }
+}
+
 /// gpool: a GPU resource manager. Queue, schedule and observe jobs on shared GPUs.
 #[derive(Parser, Debug)]
-#[command(name = "gpool", version, about, long_about = None)]
+#[command(name = "gpool", version, about, long_about = None, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,32 +79,32 @@ enum Command {
     /// Run this machine as a node of a cluster: join a control plane and run its jobs.
     Agent(Box<daemons::AgentArgs>),
     /// Drain nodes: running jobs finish, nothing new starts there.
-    Drain(daemons::DrainArgs),
+    Drain(drain::DrainArgs),
     /// Let drained nodes take new work again.
-    Resume(daemons::DrainArgs),
+    Resume(drain::DrainArgs),
     /// Submit a job; prints its id.
-    Submit(Box<jobs::SubmitArgs>),
+    Submit(Box<submit::SubmitArgs>),
     /// List jobs (active ones by default), with why each pending job waits.
     #[command(alias = "ls")]
-    Queue(jobs::QueueArgs),
+    Queue(queue::QueueArgs),
     /// Show jobs in detail.
-    Show(jobs::IdArgs),
+    Show(verbs::IdArgs),
     /// Cancel jobs: the stop signal, then SIGKILL after the grace period.
-    Cancel(jobs::IdArgs),
+    Cancel(verbs::IdArgs),
     /// Print a job's output; -f follows it until the job ends.
-    Logs(jobs::LogsArgs),
+    Logs(logs::LogsArgs),
     /// Nodes and their devices.
-    Nodes(jobs::ListArgs),
+    Nodes(verbs::ListArgs),
     /// Quota queues and their use.
-    Queues(jobs::ListArgs),
+    Queues(verbs::ListArgs),
     /// Follow what happens (submissions, starts, ends, preemptions).
-    Events(jobs::EventsArgs),
+    Events(events::EventsArgs),
     /// Who the token belongs to.
-    Whoami(jobs::ListArgs),
+    Whoami(verbs::ListArgs),
     /// Diagnose a job from its GPU telemetry: bottlenecks, idle or oversized GPUs, and what the waste costs.
-    Advise(telemetry::AdviseArgs),
+    Advise(advise::AdviseArgs),
     /// Alerts firing now (GPU health, idle or saturated GPUs, low utilisation).
-    Alerts(telemetry::AlertsArgs),
+    Alerts(alerts::AlertsArgs),
     /// A live view of GPUs, their jobs and the queue (like nvitop, over the API).
     Top(top::TopArgs),
     /// Manage API tokens.
@@ -88,39 +123,77 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum TokenCommand {
     /// Create a token for a user (admins only); prints the secret once.
-    Create(jobs::TokenArgs),
+    Create(token::TokenArgs),
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Shim { dir } => return std::process::ExitCode::from(gpool_daemon::node::shim::main(&dir) as u8),
+        Command::Shim { dir } => return ExitCode::from(daemons::shim(&dir)),
         Command::Up(a) => daemons::up(*a),
         Command::Serve(a) => daemons::serve(*a),
         Command::Agent(a) => daemons::agent(*a),
-        Command::Drain(a) => daemons::drain(a, true),
-        Command::Resume(a) => daemons::drain(a, false),
-        Command::Submit(a) => jobs::submit(*a),
-        Command::Queue(a) => jobs::queue(a),
-        Command::Show(a) => jobs::show(a),
-        Command::Cancel(a) => jobs::cancel(a),
-        Command::Logs(a) => jobs::logs(a),
-        Command::Nodes(a) => jobs::nodes(a),
-        Command::Queues(a) => jobs::queues(a),
-        Command::Events(a) => jobs::events(a),
-        Command::Whoami(a) => jobs::whoami(a),
-        Command::Advise(a) => telemetry::advise(a),
-        Command::Alerts(a) => telemetry::alerts(a),
+        Command::Drain(a) => drain::run(a, true),
+        Command::Resume(a) => drain::run(a, false),
+        Command::Submit(a) => submit::run(*a),
+        Command::Queue(a) => queue::run(a),
+        Command::Show(a) => show::run(a),
+        Command::Cancel(a) => cancel::run(a),
+        Command::Logs(a) => logs::run(a),
+        Command::Nodes(a) => nodes::run(a),
+        Command::Queues(a) => queues::run(a),
+        Command::Events(a) => events::run(a),
+        Command::Whoami(a) => whoami::run(a),
+        Command::Advise(a) => advise::run(a),
+        Command::Alerts(a) => alerts::run(a),
         Command::Top(a) => top::run(a),
-        Command::Token(TokenCommand::Create(a)) => jobs::token_create(a),
+        Command::Token(TokenCommand::Create(a)) => token::create(a),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Sim(args) => sim::run_sim(*args),
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn failing(kind: ErrorKind) -> anyhow::Error {
+        ClientError::new(kind, "x").into()
+    }
+
+    #[test]
+    fn each_kind_of_failure_has_its_exit_code() {
+        assert_eq!(exit_code(&failing(ErrorKind::NotFound)), 3);
+        assert_eq!(exit_code(&failing(ErrorKind::Denied)), 4);
+        assert_eq!(exit_code(&failing(ErrorKind::Unreachable)), 5);
+        assert_eq!(exit_code(&failing(ErrorKind::Failed)), 1);
+        assert_eq!(exit_code(&anyhow::anyhow!("anything else")), 1);
+        // Context added on the way up keeps the kind.
+        let wrapped = Err::<(), _>(failing(ErrorKind::NotFound)).context("job 7").expect_err("an error");
+        assert_eq!(exit_code(&wrapped), 3);
+        let io = std::fs::read("/nonexistent/url")
+            .with_context(|| ClientError::new(ErrorKind::Unreachable, "no gpool daemon found"))
+            .expect_err("no such file");
+        assert_eq!(exit_code(&io), 5);
+        assert_eq!(format!("{io:#}"), "no gpool daemon found: No such file or directory (os error 2)");
+    }
+
+    #[test]
+    fn the_help_lists_the_exit_codes() {
+        Cli::command().debug_assert();
+        let help = Cli::command().render_help().to_string();
+        for line in ["Exit codes:", "  3  not found", "  4  permission denied", "  5  daemon unreachable"] {
+            assert!(help.contains(line), "{line:?} missing from:\n{help}");
         }
     }
 }

@@ -15,7 +15,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
 
 use crate::client::{Client, Connect};
-use crate::telemetry::sparkline;
+use crate::output::sparkline;
 
 #[derive(Args, Debug)]
 pub(crate) struct TopArgs {
@@ -39,7 +39,8 @@ pub(crate) struct TopArgs {
 struct Frame {
     nodes: Vec<api::NodeView>,
     jobs: Vec<api::JobView>,
-    error: Option<String>,
+    /// Why there is nothing to show (kept whole: its kind is the exit code of `--once`).
+    error: Option<anyhow::Error>,
 }
 
 fn fetch(client: &Client) -> Frame {
@@ -47,7 +48,7 @@ fn fetch(client: &Client) -> Frame {
     let jobs = client.get::<api::JobList>("/jobs?state=active&limit=1000");
     match (nodes, jobs) {
         (Ok(nodes), Ok(jobs)) => Frame { nodes, jobs: jobs.jobs, error: None },
-        (Err(e), _) | (_, Err(e)) => Frame { nodes: Vec::new(), jobs: Vec::new(), error: Some(format!("{e:#}")) },
+        (Err(e), _) | (_, Err(e)) => Frame { nodes: Vec::new(), jobs: Vec::new(), error: Some(e) },
     }
 }
 
@@ -90,7 +91,7 @@ fn draw(f: &mut ratatui::Frame<'_>, frame: &Frame, server: &str) {
     let total: usize = frame.nodes.iter().map(|n| n.devices.len()).sum();
     let busy: usize = frame.nodes.iter().flat_map(|n| &n.devices).filter(|d| d.job.is_some()).count();
     let title = match &frame.error {
-        Some(e) => Line::from(Span::styled(format!("gpool top — {server} — {e}"), Style::default().fg(Color::Red))),
+        Some(e) => Line::from(Span::styled(format!("gpool top — {server} — {e:#}"), Style::default().fg(Color::Red))),
         None => Line::from(vec![
             Span::styled("gpool top", Style::default().add_modifier(Modifier::BOLD)),
             Span::raw(format!(
@@ -255,7 +256,7 @@ pub(crate) fn run(a: TopArgs) -> anyhow::Result<()> {
         let text = buffer_text(term.backend());
         outln!("{}", text.trim_end());
         return match frame.error {
-            Some(e) => Err(anyhow::anyhow!(e)),
+            Some(e) => Err(e),
             None => Ok(()),
         };
     }

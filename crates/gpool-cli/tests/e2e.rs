@@ -173,6 +173,65 @@ fn cancel_sends_the_stop_signal_then_sigkill_after_the_grace_period() {
     assert_eq!(s, 409, "cancelling an ended job: {v}");
 }
 
+/// Asserts that `gpool ARGS` exited with `code`, saying `why` on standard error.
+fn assert_exit((code, out, err): (Option<i32>, String, String), want: i32, why: &str, args: &str) {
+    assert_eq!(code, Some(want), "gpool {args}: exit code {code:?}\nstdout: {out}\nstderr: {err}");
+    assert!(err.contains(why), "gpool {args}: {why:?} not in the error: {err}");
+}
+
+#[test]
+fn failures_exit_with_the_documented_codes() {
+    let s = Scratch::new("exit-codes");
+    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &[]);
+    let done = d.submit(json!({"command": "true"}));
+    d.wait_ended(&[done], Duration::from_secs(60));
+    let (code, out, err) = d.cli_code(&["show", &done.to_string()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+
+    // 3: not found (HTTP 404), for every verb that names a job or a node.
+    for args in [
+        vec!["show", "987654"],
+        vec!["show", "987654", "-o", "json"],
+        vec!["logs", "987654"],
+        vec!["advise", "987654"],
+        vec!["cancel", "987654"],
+        vec!["drain", "no-such-node"],
+    ] {
+        assert_exit(d.cli_code(&args), 3, "not found (HTTP 404)", &args.join(" "));
+    }
+    // Several ids, one missing: show prints nothing and exits 3.
+    let (code, out, err) = d.cli_code(&["show", &done.to_string(), "987654"]);
+    assert_eq!((code, out.as_str()), (Some(3), ""), "{err}");
+
+    // 4: a bad token (HTTP 401), a user's token where an admin's is needed (403), no token at all.
+    assert_exit(d.cli_code(&["queue", "--token", "gp_not-a-token"]), 4, "(HTTP 401)", "queue --token bad");
+    let user = d.token_for("bob");
+    assert_exit(
+        d.cli_code(&["token", "create", "--user", "eve", "--token", &user]),
+        4,
+        "(HTTP 403)",
+        "token create as a user",
+    );
+    let no_token = s.0.join("no-token");
+    std::fs::create_dir_all(&no_token).expect("dir");
+    std::fs::write(no_token.join("server.url"), &d.url).expect("url file");
+    let dir = no_token.display().to_string();
+    assert_exit(gpool(&["queue"], &[("GPOOL_DATA_DIR", &dir)]), 4, "no token", "queue without a token");
+
+    // 5: nothing listens there, or no local daemon to find.
+    let (args, env) = (["queue", "--server", "http://127.0.0.1:1"], [("GPOOL_TOKEN", d.token.as_str())]);
+    assert_exit(gpool(&args, &env), 5, "cannot reach the gpool daemon at http://127.0.0.1:1", "queue --server :1");
+    assert_exit(d.cli_code(&["show", "1", "--server", "http://127.0.0.1:1"]), 5, "cannot reach", "show --server :1");
+    let empty = s.0.join("empty");
+    std::fs::create_dir_all(&empty).expect("dir");
+    let dir = empty.display().to_string();
+    assert_exit(gpool(&["queue"], &[("GPOOL_DATA_DIR", &dir)]), 5, "no gpool daemon found", "queue, no daemon");
+
+    // 2 stays clap's usage error, 1 any other failure (here HTTP 409).
+    assert_exit(d.cli_code(&["show", "not-a-number"]), 2, "invalid value", "show not-a-number");
+    assert_exit(d.cli_code(&["cancel", &done.to_string()]), 1, "(HTTP 409)", "cancel an ended job");
+}
+
 /// Declares a 5 MiB body and sends none: the limit is enforced from the header.
 fn status_of_oversized_submit(d: &Daemon) -> u16 {
     use std::io::{Read, Write};

@@ -197,6 +197,11 @@ impl Daemon {
         (resp.status().as_u16(), resp.body_mut().read_to_string().unwrap_or_default())
     }
 
+    /// Runs the `gpool` CLI against this daemon; returns (exit code, stdout, stderr).
+    pub fn cli_code(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        gpool(args, &[("GPOOL_SERVER", &self.url), ("GPOOL_TOKEN", &self.token)])
+    }
+
     /// Runs the `gpool` CLI against this daemon; returns (success, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
         let out = Command::new(BIN)
@@ -244,6 +249,22 @@ impl Drop for Daemon {
             let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
         }
     }
+}
+
+/// Runs the `gpool` CLI with these of its variables set and the others
+/// (`GPOOL_SERVER`, `GPOOL_TOKEN`, `GPOOL_DATA_DIR`) unset; returns (exit code, stdout, stderr).
+pub fn gpool(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    for var in ["GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_DATA_DIR"] {
+        cmd.env_remove(var);
+    }
+    let out = cmd.envs(env.iter().copied()).output().expect("run gpool");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Processes started by jobs of the daemon using `data` (job `id`, or any job with `None`).

@@ -1,0 +1,133 @@
+//! How the CLI prints: the `-o table|json` choice, JSON, and the helpers the
+//! tables share. Rendering is pure (API views in, text out) so that it can be
+//! checked against snapshots; [`emit`] is what writes to standard output.
+
+use std::io::Write as _;
+
+use clap::ValueEnum;
+use gpool_api as api;
+
+/// Output format of listings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub(crate) enum Output {
+    #[default]
+    Table,
+    Json,
+}
+
+/// `v` as `-o json` prints it: pretty JSON and a newline.
+pub(crate) fn json<T: serde::Serialize + ?Sized>(v: &T) -> anyhow::Result<String> {
+    let mut text = serde_json::to_string_pretty(v)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Lines as one text, each ended by a newline.
+pub(crate) fn text(lines: Vec<String>) -> String {
+    let mut out = String::new();
+    for l in lines {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes rendered text to standard output; ends the program quietly when
+/// standard output is closed (`gpool queue | head`) instead of failing.
+pub(crate) fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes())
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
+/// `s` cut to `n` characters, the last one an ellipsis when cut.
+pub(crate) fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
+}
+
+/// `▁▂▃▅▇` for values 0–100.
+pub(crate) fn sparkline(values: &[f64], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    if values.is_empty() {
+        return String::new();
+    }
+    // Average into at most `width` buckets.
+    let n = values.len().min(width.max(1));
+    (0..n)
+        .map(|i| {
+            let (a, b) = (i * values.len() / n, ((i + 1) * values.len() / n).max(i * values.len() / n + 1));
+            let slice = &values[a..b.min(values.len())];
+            let v = slice.iter().sum::<f64>() / slice.len().max(1) as f64;
+            BARS[((v.clamp(0.0, 100.0) / 100.0) * 7.0).round() as usize]
+        })
+        .collect()
+}
+
+/// `12.5 GiB`.
+pub(crate) fn gib(mb: u64) -> String {
+    format!("{:.1} GiB", mb as f64 / 1024.0)
+}
+
+/// ` ($12.34)`, or nothing when the price is unknown.
+pub(crate) fn money(usd: Option<f64>) -> String {
+    usd.map_or_else(String::new, |u| format!(" (${u:.2})"))
+}
+
+/// What a job asks for per replica: `gpu:2`, `mig-1g.10gb:1`, `2xgpu:4`, or `-`.
+pub(crate) fn gpus_of(j: &api::JobView) -> String {
+    let per: Vec<String> = j
+        .spec
+        .resources
+        .iter()
+        .filter(|(k, _)| k.starts_with("nvidia.com/") || k.starts_with("gpool.io/gpu"))
+        .map(|(k, v)| {
+            let name = k.trim_start_matches("nvidia.com/").trim_start_matches("gpool.io/");
+            format!("{}:{}", name, v.text())
+        })
+        .collect();
+    let per = if per.is_empty() { "-".to_string() } else { per.join(",") };
+    if j.spec.replicas > 1 { format!("{}x{per}", j.spec.replicas) } else { per }
+}
+
+/// Lines describing a job's usage, for `gpool show`.
+pub(crate) fn usage_lines(u: &api::UsageSummary, curve: &[f64]) -> Vec<String> {
+    let mut out = vec![format!(
+        "  GPU-hours        {:.3}{}, of which idle {:.3}",
+        u.gpu_hours,
+        money(u.cost_usd),
+        u.idle_gpu_hours
+    )];
+    if let Some(m) = u.mean_gpu_util {
+        out.push(format!("  utilisation      mean {m:.0}%  {}", sparkline(curve, 60)));
+    }
+    if let Some(p) = u.peak_memory_mb {
+        out.push(format!("  peak GPU memory  {}", gib(p)));
+    }
+    if let Some(c) = u.mean_cpu_cores {
+        out.push(format!("  CPU              {c:.1} cores on average"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparklines_scale_and_bucket() {
+        assert_eq!(sparkline(&[0.0, 100.0], 10), "▁█");
+        assert_eq!(sparkline(&[0.0, 0.0, 100.0, 100.0], 2), "▁█");
+        assert_eq!(sparkline(&[], 5), "");
+        assert_eq!(sparkline(&[50.0; 100], 4).chars().count(), 4);
+    }
+
+    #[test]
+    fn truncation_keeps_the_width() {
+        assert_eq!(truncate("short", 16), "short");
+        assert_eq!(truncate("a-rather-long-job-name", 10), "a-rather-…");
+        assert_eq!(truncate("a-rather-long-job-name", 10).chars().count(), 10);
+    }
+}

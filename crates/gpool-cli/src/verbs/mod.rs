@@ -1,0 +1,44 @@
+//! The client verbs of `gpool`, one file each (`drain` holds `resume` too).
+//! Each has a `run` that fetches API views with the client and a pure
+//! `render` that turns them into the text printed, table or JSON; the
+//! snapshot tests (`crate::testkit`) check every `render`.
+
+use clap::Args;
+
+use crate::client::Connect;
+use crate::output::Output;
+
+pub(crate) mod advise;
+pub(crate) mod alerts;
+pub(crate) mod cancel;
+pub(crate) mod drain;
+pub(crate) mod events;
+pub(crate) mod logs;
+pub(crate) mod nodes;
+pub(crate) mod queue;
+pub(crate) mod queues;
+pub(crate) mod show;
+pub(crate) mod submit;
+pub(crate) mod token;
+pub(crate) mod whoami;
+
+/// Arguments of the verbs that take job ids (`show`, `cancel`).
+#[derive(Args, Debug)]
+pub(crate) struct IdArgs {
+    /// Job id(s).
+    #[arg(required = true)]
+    ids: Vec<u64>,
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+/// Arguments of listings without filters (`nodes`, `queues`, `whoami`).
+#[derive(Args, Debug)]
+pub(crate) struct ListArgs {
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    connect: Connect,
+}

@@ -1,0 +1,102 @@
+//! `gpool nodes`: nodes, their devices and the latest reading of each.
+
+use gpool_api as api;
+
+use super::ListArgs;
+use crate::output::{Output, emit, json, text};
+
+pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
+    let nodes: Vec<api::NodeView> = a.connect.client()?.get("/nodes")?;
+    emit(&render(&nodes, a.output)?);
+    Ok(())
+}
+
+/// A line a node, then a line a device and a line a MIG instance.
+pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<String> {
+    if output == Output::Json {
+        return json(nodes);
+    }
+    let mut lines = Vec::new();
+    for n in nodes {
+        let agent = match (&n.agent, &n.addr) {
+            (Some(a), Some(addr)) => format!("  agent {a} at {addr}"),
+            (Some(a), None) => format!("  agent {a}"),
+            _ => String::new(),
+        };
+        lines.push(format!(
+            "{}  {}  pool {}  source {}{agent}  CPUs {}/{} free  memory {}/{} GiB free  jobs {:?}",
+            n.name,
+            n.state,
+            n.pool,
+            n.source,
+            n.free_cpus,
+            n.cpus,
+            n.free_memory_mb / 1024,
+            n.memory_mb / 1024,
+            n.jobs
+        ));
+        for d in &n.devices {
+            let who = d.job.map_or_else(|| "free".to_string(), |j| format!("job {j}"));
+            let now = match d.telemetry.as_ref() {
+                Some(t) => format!(
+                    "{:>4} {:>14} {:>5} {:>6}",
+                    t.gpu_util.map_or_else(|| "-".into(), |u| format!("{u:.0}%")),
+                    match (t.memory_used_mb, t.memory_total_mb) {
+                        (Some(u), Some(m)) => format!("{}/{} GiB", u / 1024, m / 1024),
+                        _ => "-".into(),
+                    },
+                    t.temperature_c.map_or_else(|| "-".into(), |c| format!("{c:.0}C")),
+                    t.power_w.map_or_else(|| "-".into(), |p| format!("{p:.0}W")),
+                ),
+                None => format!("{:>4} {:>14} {:>5} {:>6}", "-", "-", "-", "-"),
+            };
+            lines.push(format!(
+                "  GPU {:<2} {:<12} {:>6} MiB  {}  {}  {}",
+                d.index,
+                d.model,
+                d.memory_mb,
+                now,
+                d.uuid,
+                if d.mig.is_empty() { who } else { "MIG".into() }
+            ));
+            for m in &d.mig {
+                lines.push(format!(
+                    "    MIG {:<10} {:>10}  {}  {}",
+                    m.profile,
+                    m.memory_used_mb.map_or_else(|| "-".into(), |u| format!("{u} MiB")),
+                    m.uuid,
+                    m.job.map_or_else(|| "free".to_string(), |j| format!("job {j}"))
+                ));
+            }
+        }
+    }
+    Ok(text(lines))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{assert_snapshot, gpu, mig, node, reading};
+
+    #[test]
+    fn nodes_show_devices_readings_and_mig_instances() {
+        let nodes = vec![
+            node("node-a")
+                .device(
+                    gpu(0, "H100-80GB")
+                        .job(1)
+                        .telemetry(reading().util(97.0).memory(70_000, 81_559).temp(64.0).power(612.4)),
+                )
+                .device(gpu(1, "H100-80GB").telemetry(reading().util(0.0).memory(0, 81_559).temp(31.0).power(71.0)))
+                .device(gpu(2, "H100-80GB").telemetry(reading()))
+                .device(gpu(3, "H100-80GB").mig(mig("3g.40gb", 1).job(2).used(12_000)).mig(mig("1g.10gb", 2)))
+                .jobs(&[1, 2])
+                .free(40.5, 262_144)
+                .build(),
+            node("gpu-7.cluster").state("draining").pool("spot").agent("s-1f2e", Some("10.0.0.7:7879")).build(),
+            node("gpu-8.cluster").agent("s-aa01", None).device(gpu(0, "L4")).build(),
+        ];
+        assert_snapshot("nodes.txt", &render(&nodes, Output::Table).unwrap());
+        assert_snapshot("nodes.json", &render(&nodes, Output::Json).unwrap());
+    }
+}

@@ -1,0 +1,138 @@
+//! `gpool queue` (`ls`): jobs, and why each pending one waits.
+
+use clap::Args;
+use gpool_api::{self as api, JobState};
+
+use crate::client::Connect;
+use crate::output::{Output, emit, gpus_of, json, text, truncate};
+
+#[derive(Args, Debug)]
+pub(crate) struct QueueArgs {
+    /// States to show (comma-separated), e.g. pending,running; default: active jobs.
+    #[arg(long, short = 's')]
+    state: Option<String>,
+    /// Show finished jobs too.
+    #[arg(long, short = 'a')]
+    all: bool,
+    /// Only this user's jobs (admins).
+    #[arg(long, short = 'u')]
+    user: Option<String>,
+    /// Only this queue.
+    #[arg(long, short = 'q')]
+    queue: Option<String>,
+    /// At most this many jobs.
+    #[arg(long, default_value_t = 1000)]
+    limit: u32,
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+pub(crate) fn run(a: QueueArgs) -> anyhow::Result<()> {
+    let client = a.connect.client()?;
+    let mut params = vec![format!("limit={}", a.limit.min(1000))];
+    match (&a.state, a.all) {
+        (Some(s), _) => params.push(format!("state={s}")),
+        (None, false) => params.push("state=active".into()),
+        (None, true) => {}
+    }
+    if let Some(u) = &a.user {
+        params.push(format!("user={u}"));
+    }
+    if let Some(q) = &a.queue {
+        params.push(format!("queue={q}"));
+    }
+    let mut jobs = Vec::new();
+    let mut after = None;
+    loop {
+        let mut p = params.clone();
+        if let Some(x) = after {
+            p.push(format!("after={x}"));
+        }
+        let page: api::JobList = client.get(&format!("/jobs?{}", p.join("&")))?;
+        jobs.extend(page.jobs);
+        match page.next {
+            Some(n) if jobs.len() < a.limit as usize => after = Some(n),
+            _ => break,
+        }
+    }
+    emit(&render(&jobs, a.output)?);
+    Ok(())
+}
+
+/// When a job started, `2025-03-01 09:00:00`, or `-`.
+fn started(j: &api::JobView) -> String {
+    j.started_at
+        .clone()
+        .map(|s| s.replace('T', " ").trim_end_matches('Z').split('.').next().unwrap_or("").to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+/// One line a job: running ones say where, pending ones why they wait.
+pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<String> {
+    if output == Output::Json {
+        return json(jobs);
+    }
+    let mut lines = vec![format!(
+        "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<19} REASON",
+        "ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "STARTED"
+    )];
+    for j in jobs {
+        let devices: Vec<String> = j.replicas.iter().map(|r| r.cuda_visible_devices.clone()).collect();
+        let reason = match j.state {
+            JobState::Running => {
+                format!("on {} [{}]", j.replicas.first().map_or("-", |r| r.node.as_str()), devices.join(" | "))
+            }
+            _ => j.reason.clone().unwrap_or_default(),
+        };
+        lines.push(format!(
+            "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<19} {}",
+            j.id,
+            truncate(&j.name, 16),
+            truncate(&j.user, 10),
+            truncate(&j.queue, 10),
+            j.state.as_str(),
+            truncate(&gpus_of(j), 14),
+            started(j),
+            reason
+        ));
+    }
+    Ok(text(lines))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{assert_snapshot, job};
+
+    #[test]
+    fn queue_lists_running_and_pending_jobs() {
+        let jobs = vec![
+            job(1)
+                .name("train-llm-with-a-long-name")
+                .gpus(4)
+                .replicas(2)
+                .running_on("node-a", &["0,1,2,3", "4,5,6,7"])
+                .build(),
+            job(2)
+                .name("notebook")
+                .user("bob-the-builder")
+                .queue("interactive")
+                .mig("1g.10gb")
+                .running_on("node-a", &["MIG-5e1c"])
+                .build(),
+            job(3).name("sweep-7").gpus(8).reason("waiting for 8 GPUs: 2 free on node-a").build(),
+            job(4).gpu_memory("20Gi").state(JobState::Pending).reason("after job 3").build(),
+            job(5).name("cpu-only").state(JobState::Succeeded).started("2025-03-01T08:00:00.123Z").build(),
+        ];
+        assert_snapshot("queue.txt", &render(&jobs, Output::Table).unwrap());
+        assert_snapshot("queue.json", &render(&jobs, Output::Json).unwrap());
+    }
+
+    #[test]
+    fn an_empty_queue_has_its_header() {
+        assert_snapshot("queue-empty.txt", &render(&[], Output::Table).unwrap());
+        assert_eq!(render(&[], Output::Json).unwrap(), "[]\n");
+    }
+}

@@ -1,0 +1,131 @@
+//! `gpool show`: jobs in detail, with their usage and the advisor's verdicts.
+
+use gpool_api as api;
+
+use super::IdArgs;
+use crate::output::{Output, emit, gpus_of, json, text, usage_lines};
+
+/// A job and what `show` prints with it once it has telemetry.
+pub(crate) struct Shown {
+    pub(crate) job: api::JobView,
+    /// Its GPU utilisation curve, for the sparkline.
+    pub(crate) curve: Vec<f64>,
+    /// The advisor's findings, if the daemon gave them.
+    pub(crate) advice: Option<api::AdviceView>,
+}
+
+/// Fetches every job first: the first id that fails ends the command with
+/// its error (exit code 3 for a job that does not exist) and nothing printed.
+pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
+    let client = a.connect.client()?;
+    let jobs: Vec<api::JobView> =
+        a.ids.iter().map(|id| client.get(&format!("/jobs/{id}"))).collect::<anyhow::Result<_>>()?;
+    let shown: Vec<Shown> = jobs
+        .into_iter()
+        .map(|job| {
+            let (mut curve, mut advice) = (Vec::new(), None);
+            // Usage and advice are extras: a job without them is still shown.
+            if a.output == Output::Table && job.usage.is_some() {
+                curve = client
+                    .get::<api::JobUsageView>(&format!("/jobs/{}/usage", job.id))
+                    .map(|v| v.points.iter().filter_map(|p| p.gpu_util).collect())
+                    .unwrap_or_default();
+                advice = client.get::<api::AdviceView>(&format!("/jobs/{}/advice", job.id)).ok();
+            }
+            Shown { job, curve, advice }
+        })
+        .collect();
+    emit(&render(&shown, a.output)?);
+    Ok(())
+}
+
+/// Each job in detail; in JSON, the job itself (one id) or a list (several).
+pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> {
+    if output == Output::Json {
+        let jobs: Vec<&api::JobView> = shown.iter().map(|s| &s.job).collect();
+        return if jobs.len() == 1 { json(jobs[0]) } else { json(&jobs) };
+    }
+    let mut lines = Vec::new();
+    for Shown { job: j, curve, advice } in shown {
+        lines.push(format!("job {} ({})", j.id, j.name));
+        lines.push(format!("  user/team/queue  {}/{}/{}", j.user, j.team, j.queue));
+        lines.push(format!("  state            {}", j.state.as_str()));
+        if let Some(r) = &j.reason {
+            lines.push(format!("  reason           {r}"));
+        }
+        lines.push(format!("  priority         {}", j.priority));
+        lines.push(format!("  command          {}", j.spec.command.argv().join(" ")));
+        lines.push(format!("  resources        {}", gpus_of(j)));
+        lines.push(format!("  submitted        {}", j.submitted_at));
+        if let Some(s) = &j.started_at {
+            lines.push(format!("  started          {s}"));
+        }
+        if let Some(e) = &j.ended_at {
+            lines.push(format!("  ended            {e}"));
+        }
+        lines.push(format!("  attempt/restarts {}/{}", j.attempt, j.restarts));
+        for r in &j.replicas {
+            lines.push(format!("  rank {:<3} on {}  CUDA_VISIBLE_DEVICES={}", r.rank, r.node, r.cuda_visible_devices));
+        }
+        if let Some(x) = &j.exit {
+            lines.push(format!("  exit             code {:?} signal {:?}", x.code, x.signal));
+        }
+        if let Some(u) = &j.usage {
+            lines.extend(usage_lines(u, curve));
+            // The advisor's one-line verdicts; `gpool advise` has the evidence.
+            for f in advice.iter().flat_map(|a| &a.findings).filter(|f| f.kind != "not_enough_data") {
+                lines.push(format!("  advice           {} (gpool advise {})", f.summary, j.id));
+            }
+        }
+    }
+    Ok(text(lines))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{advice, assert_snapshot, finding, job, usage};
+    use gpool_api::JobState;
+
+    fn shown(job: api::JobView) -> Shown {
+        Shown { job, curve: Vec::new(), advice: None }
+    }
+
+    #[test]
+    fn show_prints_a_pending_job() {
+        let one = [shown(job(3).name("sweep-7").gpus(8).priority(100).reason("waiting for 8 GPUs").build())];
+        assert_snapshot("show-pending.txt", &render(&one, Output::Table).unwrap());
+        assert_snapshot("show-pending.json", &render(&one, Output::Json).unwrap());
+    }
+
+    #[test]
+    fn show_prints_usage_and_advice_of_finished_jobs() {
+        let done = job(7)
+            .name("train")
+            .gpus(2)
+            .replicas(2)
+            .running_on("node-a", &["0,1", "2,3"])
+            .state(JobState::Failed)
+            .reason("exit code 1")
+            .ended("2025-03-01T10:30:00Z")
+            .exit(Some(1), None)
+            .attempt(2, 1)
+            .usage(usage(3.25, 1.5).util(41.6).peak_memory_mb(61_440).cpu(7.25).cost(13.0))
+            .build();
+        let curve: Vec<f64> = (0..120).map(|i| f64::from(i % 40) * 2.5).collect();
+        let adv = advice(7)
+            .finding(finding("not_enough_data", "not enough telemetry yet"))
+            .finding(finding("input_bound", "input-pipeline bound: the GPU is busy only 42% of the time"));
+        let killed = job(8)
+            .name("shell")
+            .shell("python serve.py --port 8000")
+            .state(JobState::Cancelled)
+            .ended("2025-03-01T09:05:00Z")
+            .exit(None, Some(9))
+            .usage(usage(0.001, 0.001))
+            .build();
+        let both = [Shown { job: done, curve, advice: Some(adv.build()) }, shown(killed)];
+        assert_snapshot("show-finished.txt", &render(&both, Output::Table).unwrap());
+        assert_snapshot("show-finished.json", &render(&both, Output::Json).unwrap());
+    }
+}

@@ -1,0 +1,182 @@
+//! `gpool submit`: a job from flags and a command, or from a spec file.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gpool_api::spec::{DurationText, Priority, Quantity};
+use gpool_api::{self as api, JobSpec};
+
+use crate::client::Connect;
+use crate::output::{Output, emit, json, text};
+
+#[derive(Args, Debug)]
+pub(crate) struct SubmitArgs {
+    /// Whole GPUs per replica (nvidia.com/gpu).
+    #[arg(long, conflicts_with_all = ["mig", "gpu_memory"])]
+    gpus: Option<u32>,
+    /// One MIG instance of this profile per replica, e.g. 1g.10gb.
+    #[arg(long, conflicts_with = "gpu_memory")]
+    mig: Option<String>,
+    /// One device (MIG instance or GPU, the smallest that fits) with at least this much memory, e.g. 20Gi.
+    #[arg(long)]
+    gpu_memory: Option<String>,
+    /// Only GPUs of this model, e.g. H100-80GB.
+    #[arg(long)]
+    gpu_model: Option<String>,
+    /// CPUs per replica (e.g. 8 or 500m).
+    #[arg(long)]
+    cpus: Option<String>,
+    /// Memory per replica (e.g. 32Gi).
+    #[arg(long)]
+    memory: Option<String>,
+    /// Quota queue.
+    #[arg(long, short = 'q')]
+    queue: Option<String>,
+    /// Priority: low, normal, high or a number.
+    #[arg(long, short = 'p')]
+    priority: Option<String>,
+    /// Time limit, e.g. 2h or 90m.
+    #[arg(long, short = 't')]
+    time: Option<String>,
+    /// Replicas started together, with WORLD_SIZE/RANK/MASTER_ADDR/MASTER_PORT set.
+    #[arg(long, short = 'n')]
+    replicas: Option<u32>,
+    /// Job name.
+    #[arg(long)]
+    name: Option<String>,
+    /// May be preempted by higher-priority or less-served work (gets the stop signal, then SIGKILL after --grace).
+    #[arg(long)]
+    preemptible: bool,
+    /// Time between the stop signal and SIGKILL (default 30s).
+    #[arg(long)]
+    grace: Option<String>,
+    /// Retries after a failure.
+    #[arg(long)]
+    retries: Option<u32>,
+    /// Start only after these jobs succeeded.
+    #[arg(long = "after", value_delimiter = ',')]
+    after: Vec<u64>,
+    /// Environment variable for the job (repeatable): --env KEY=VALUE.
+    #[arg(long = "env", short = 'e')]
+    env: Vec<String>,
+    /// Job spec file (YAML or JSON); flags and a command override its fields.
+    #[arg(long, short = 'f')]
+    file: Option<PathBuf>,
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: Output,
+    /// The command (after --).
+    #[arg(last = true)]
+    command: Vec<String>,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
+    let mut specs: Vec<JobSpec> = match &a.file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let value: serde_yaml::Value =
+                serde_yaml::from_str(&text).with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
+            if value.get("jobs").is_some() {
+                serde_yaml::from_value::<api::spec::Batch>(value).with_context(|| format!("{}", path.display()))?.jobs
+            } else {
+                vec![serde_yaml::from_value::<JobSpec>(value).with_context(|| format!("{}", path.display()))?]
+            }
+        }
+        None => {
+            if a.command.is_empty() {
+                bail!(
+                    "nothing to run: give a command after --, e.g. gpool submit --gpus 1 -- python train.py, or a spec with -f job.yaml"
+                );
+            }
+            vec![JobSpec::new(a.command.clone())]
+        }
+    };
+    let cwd = std::env::current_dir().ok().map(|p| p.display().to_string());
+    for s in &mut specs {
+        if !a.command.is_empty() {
+            s.command = api::Command::Argv(a.command.clone());
+        }
+        if s.workdir.is_none() {
+            s.workdir = cwd.clone();
+        }
+        let res = &mut s.resources;
+        if let Some(g) = a.gpus {
+            res.insert("nvidia.com/gpu".into(), Quantity::Number(f64::from(g)));
+        }
+        if let Some(m) = &a.mig {
+            res.insert(format!("nvidia.com/mig-{}", m.trim_start_matches("nvidia.com/mig-")), Quantity::Number(1.0));
+        }
+        if let Some(m) = &a.gpu_memory {
+            res.insert("gpool.io/gpu-memory".into(), Quantity::Text(m.clone()));
+        }
+        if let Some(c) = &a.cpus {
+            res.insert("cpu".into(), Quantity::Text(c.clone()));
+        }
+        if let Some(m) = &a.memory {
+            res.insert("memory".into(), Quantity::Text(m.clone()));
+        }
+        if let Some(m) = &a.gpu_model {
+            s.gpu_model = Some(m.clone());
+        }
+        if let Some(q) = &a.queue {
+            s.queue = Some(q.clone());
+        }
+        if let Some(p) = &a.priority {
+            s.priority = Some(p.parse::<i32>().map_or_else(|_| Priority::Class(p.clone()), Priority::Value));
+        }
+        if let Some(t) = &a.time {
+            s.time_limit = Some(DurationText::Text(t.clone()));
+        }
+        if let Some(g) = &a.grace {
+            s.grace_period = Some(DurationText::Text(g.clone()));
+        }
+        if let Some(n) = a.replicas {
+            s.replicas = n;
+        }
+        if let Some(n) = &a.name {
+            s.name = Some(n.clone());
+        }
+        if a.preemptible {
+            s.preemptible = true;
+        }
+        if let Some(r) = a.retries {
+            s.retries = r;
+        }
+        s.depends_on.extend(a.after.iter().copied());
+        for kv in &a.env {
+            let (k, v) = kv.split_once('=').with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))?;
+            s.env.insert(k.to_string(), v.to_string());
+        }
+    }
+    let client = a.connect.client()?;
+    let out: api::Submitted = if specs.len() == 1 {
+        client.post("/jobs", &specs[0])?
+    } else {
+        client.post("/jobs", &api::spec::Batch { jobs: specs })?
+    };
+    emit(&render(&out, a.output)?);
+    Ok(())
+}
+
+/// The ids of the new jobs, one a line.
+pub(crate) fn render(out: &api::Submitted, output: Output) -> anyhow::Result<String> {
+    match output {
+        Output::Json => json(out),
+        Output::Table => Ok(text(out.ids.iter().map(u64::to_string).collect())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::assert_snapshot;
+
+    #[test]
+    fn submit_prints_the_ids() {
+        let out = api::Submitted { ids: vec![41, 42, 43] };
+        assert_snapshot("submit.txt", &render(&out, Output::Table).unwrap());
+        assert_snapshot("submit.json", &render(&out, Output::Json).unwrap());
+    }
+}
