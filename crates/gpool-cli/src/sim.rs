@@ -112,7 +112,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
     for name in &policies {
         let policy = Policy::by_name(name)?;
         let estimates = match a.estimates.as_str() {
-            "auto" => Estimates::for_policy(name),
+            "auto" => Estimates::for_policy(&policy),
             "oracle" => Estimates::Oracle,
             "none" => Estimates::None,
             other => bail!("--estimates must be auto, oracle or none, got {other:?}"),

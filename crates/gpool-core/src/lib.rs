@@ -25,6 +25,7 @@ mod backfill;
 mod capacity;
 pub mod fairshare;
 mod feasible;
+mod intern;
 pub mod job;
 pub mod node;
 mod order;

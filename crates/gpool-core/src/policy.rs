@@ -211,6 +211,14 @@ pub struct PreemptKey {
 pub struct UnknownPolicy(pub String);
 
 impl Policy {
+    /// Whether this policy decides by jobs' run-time estimates: it orders by
+    /// (remaining) length, or reserves with EASY backfill. A shell that
+    /// replays a trace gives such a policy the trace's durations as estimates.
+    pub fn needs_estimates(&self) -> bool {
+        matches!(self.ordering, Ordering::ShortestFirst | Ordering::ShortestRemaining)
+            || self.backfill == Backfill::Easy
+    }
+
     /// Preset names accepted by [`Policy::by_name`].
     pub const NAMES: &'static [&'static str] = &["default", "fifo", "fifo-backfill", "sjf", "srtf", "las", "fair"];
 
@@ -369,6 +377,22 @@ impl fmt::Display for Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_duration_based_presets_need_estimates() {
+        let cases = [
+            ("default", false),
+            ("fifo", false),
+            ("fifo-backfill", true),
+            ("sjf", true),
+            ("srtf", true),
+            ("las", false),
+            ("fair", false),
+        ];
+        for (name, want) in cases {
+            assert_eq!(Policy::by_name(name).expect(name).needs_estimates(), want, "{name}");
+        }
+    }
 
     #[test]
     fn every_preset_name_resolves_and_unknown_names_are_listed() {

@@ -15,10 +15,9 @@ use crate::capacity::{Capacity, fit_on};
 use crate::job::{Job, JobId, Placement, ReplicaPlacement};
 use crate::node::NodeId;
 use crate::plan::PreemptWhy;
-use crate::policy::{Ordering, Policy, PreemptKey};
+use crate::policy::{Ordering, PreemptKey};
 use crate::quota::QuotaState;
 use crate::resources::GpuMilli;
-use crate::running::KeyInputs;
 use crate::snapshot::{NodeFree, Snapshot};
 use crate::time::Time;
 
@@ -97,11 +96,6 @@ struct ByNode {
 /// GPU; `NOT_BORROWING` for a queue within its guarantee or without candidates.
 type Borrowed = Vec<i64>;
 const NOT_BORROWING: i64 = i64::MIN;
-
-/// The key a policy compares within one priority class (see [`PreemptKey`]).
-pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<PreemptKey> {
-    KeyInputs::of(job).key(policy, now)
-}
 
 impl VictimPool {
     pub(crate) fn new(snap: &Snapshot, now: Time) -> VictimPool {

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::intern::Interner;
 use crate::job::{Job, JobId, Placement, Service};
 use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::resources::GpuMilli;
-use crate::snapshot::Interner;
 use crate::time::Time;
 
 /// What a job's preemption key depends on.
@@ -208,6 +208,11 @@ impl RunningJobs {
     pub(crate) fn values(&self) -> impl Iterator<Item = &RunEntry> {
         self.entries.values()
     }
+}
+
+/// The key a policy compares within one priority class (see [`PreemptKey`]).
+pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<PreemptKey> {
+    KeyInputs::of(job).key(policy, now)
 }
 
 #[cfg(test)]

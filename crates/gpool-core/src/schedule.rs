@@ -21,9 +21,10 @@ use crate::job::{Job, JobId, Placement, ReplicaPlacement};
 use crate::order::Candidates;
 use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
 use crate::policy::{Backfill, Policy, PreemptKey};
-use crate::preempt::{Search, VictimPool, preemption_key};
+use crate::preempt::{Search, VictimPool};
 use crate::quota::QuotaState;
 use crate::resources::GpuMilli;
+use crate::running::preemption_key;
 use crate::snapshot::{PendingKey, Snapshot, device_need};
 use crate::time::Time;
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fairshare::UsageLedger;
+use crate::intern::Interner;
 use crate::job::{
     GpuRequest, Job, JobId, JobSpec, JobState, NodeAffinity, Placement, ReplicaPlacement, Running, Service, StopCause,
 };
@@ -238,7 +239,7 @@ pub(crate) struct PendingKey {
     pub(crate) simple: bool,
     /// Planned run time left in ms; `u64::MAX` if unknown.
     pub(crate) left_ms: u64,
-    /// The job's key for within-class preemption (see `preempt::preemption_key`).
+    /// The job's key for within-class preemption (see `running::preemption_key`).
     pub(crate) pkey: PreemptKey,
 }
 
@@ -268,75 +269,6 @@ pub(crate) struct Shape {
     pub(crate) memory_mb: u64,
 }
 
-/// Reference-counted interning: equal values share one small id.
-#[derive(Clone, Debug)]
-pub(crate) struct Interner<T> {
-    ids: HashMap<T, u32>,
-    list: Vec<Option<T>>,
-    refs: Vec<u32>,
-    free: Vec<u32>,
-}
-
-impl<T> Default for Interner<T> {
-    fn default() -> Self {
-        Interner { ids: HashMap::new(), list: Vec::new(), refs: Vec::new(), free: Vec::new() }
-    }
-}
-
-impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
-    pub(crate) fn acquire(&mut self, value: T) -> u32 {
-        if let Some(&id) = self.ids.get(&value) {
-            self.refs[id as usize] += 1;
-            return id;
-        }
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.list[id as usize] = Some(value.clone());
-                self.refs[id as usize] = 1;
-                id
-            }
-            None => {
-                self.list.push(Some(value.clone()));
-                self.refs.push(1);
-                (self.list.len() - 1) as u32
-            }
-        };
-        self.ids.insert(value, id);
-        id
-    }
-
-    /// Drops one reference; returns the value when it was the last.
-    pub(crate) fn release(&mut self, id: u32) -> Option<T> {
-        let i = id as usize;
-        let r = self.refs.get_mut(i)?;
-        *r = r.saturating_sub(1);
-        if *r > 0 {
-            return None;
-        }
-        let value = self.list[i].take()?;
-        self.ids.remove(&value);
-        self.free.push(id);
-        Some(value)
-    }
-
-    pub(crate) fn get(&self, id: u32) -> Option<&T> {
-        self.list.get(id as usize).and_then(Option::as_ref)
-    }
-
-    /// The id of a value in use.
-    pub(crate) fn id_of<Q: ?Sized + Eq + std::hash::Hash>(&self, value: &Q) -> Option<u32>
-    where
-        T: std::borrow::Borrow<Q>,
-    {
-        self.ids.get(value).copied()
-    }
-
-    /// One past the largest id in use.
-    pub(crate) fn len(&self) -> usize {
-        self.list.len()
-    }
-}
-
 /// The shapes of the pending jobs, two levels deep.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Shapes {
@@ -349,7 +281,7 @@ impl Shapes {
         // A base is referenced once per distinct shape built on it.
         let base = self.bases.acquire(base);
         let id = self.shapes.acquire(Shape { base, cpus_milli, memory_mb });
-        if self.shapes.refs[id as usize] > 1 {
+        if self.shapes.refs(id) > 1 {
             self.bases.release(base);
         }
         id
@@ -899,7 +831,7 @@ impl Snapshot {
             shape,
             simple: spec.dependencies.is_empty() && job.not_before == Time::MIN,
             left_ms,
-            pkey: crate::preempt::preemption_key(&self.policy, job, Time::MIN)
+            pkey: crate::running::preemption_key(&self.policy, job, Time::MIN)
                 .unwrap_or(PreemptKey { rank: i64::MAX, submit_ms: i64::MAX }),
         };
         if let Some(at) = self.policy.promotion_time(spec, &job.service) {

@@ -41,15 +41,21 @@ fn core_source_uses_no_clock_io_threads_or_randomness() {
         "eprintln!",
     ];
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // Every file, in sub-folders too.
+    let mut dirs = vec![src];
     let mut checked = 0;
-    for entry in std::fs::read_dir(&src).expect("src") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "rs") {
-            let text = std::fs::read_to_string(&path).expect("source");
-            for f in forbidden {
-                assert!(!text.contains(f), "{} uses {f}: the core must stay pure", path.display());
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("source");
+                for f in forbidden {
+                    assert!(!text.contains(f), "{} uses {f}: the core must stay pure", path.display());
+                }
+                checked += 1;
             }
-            checked += 1;
         }
     }
     assert!(checked >= 10, "expected the core's source files, found {checked}");

@@ -27,13 +27,11 @@ pub enum Estimates {
 }
 
 impl Estimates {
-    /// What a policy preset expects: the oracle for the duration-based
-    /// baselines, nothing for the others (gpool's default does not need them).
-    pub fn for_policy(name: &str) -> Estimates {
-        match name {
-            "sjf" | "srtf" | "fifo-backfill" | "easy" => Estimates::Oracle,
-            _ => Estimates::None,
-        }
+    /// What a policy expects: the oracle for policies that decide by
+    /// duration (`Policy::needs_estimates`), nothing for the others (gpool's
+    /// default does not need them).
+    pub fn for_policy(policy: &Policy) -> Estimates {
+        if policy.needs_estimates() { Estimates::Oracle } else { Estimates::None }
     }
 }
 

@@ -130,7 +130,7 @@ fn hand_computed_schedules() {
         let jobs = parse(&text, Format::Csv).expect("trace");
         let policy = Policy::by_name(c.policy).expect("policy");
         let cfg = SimConfig {
-            estimates: Estimates::for_policy(c.policy),
+            estimates: Estimates::for_policy(&policy),
             policy,
             nodes: cluster::uniform(c.gpus, 1, "H100-80GB"),
             restart_delay: Duration::from_secs(c.restart_delay),

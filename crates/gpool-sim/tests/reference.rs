@@ -16,9 +16,9 @@ fn avg_jct(policy: &str, gpus: u32) -> f64 {
     let jobs = trace::prepare(trace::parse(&text, trace::Format::Itp).expect("trace"), None, 1.0);
     assert_eq!(jobs.len(), 15_802);
     let cfg = SimConfig {
+        estimates: Estimates::for_policy(&Policy::by_name(policy).expect("policy")),
         policy: Policy::by_name(policy).expect("policy"),
         nodes: cluster::uniform(gpus, 1, "H100-80GB"),
-        estimates: Estimates::for_policy(policy),
         restart_delay: Duration::from_secs(60),
         preemptible: false,
         sample: Duration::from_secs(3600),

@@ -46,6 +46,7 @@
 //! and benchmarks.
 
 pub mod conformance;
+mod pg_error;
 mod postgres;
 mod sqlite;
 pub mod testing;

@@ -55,6 +55,7 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, Config, NoTls, Row, Statement};
 
+use crate::pg_error::describe;
 use crate::{EventRow, JobQuery, JobRow, NodeRow, SampleRow, Store, StoreError, TokenRow, Write};
 
 const MIGRATIONS: &[&str] = &[
@@ -451,21 +452,6 @@ fn redact(url: &str) -> String {
         }
         None => format!("{scheme}://{authority}{path}"),
     }
-}
-
-/// A driver error with its cause (the server's message, or the I/O error).
-pub(crate) fn describe(e: &postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return db.to_string();
-    }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 impl From<postgres::Error> for StoreError {

@@ -134,7 +134,7 @@ impl TestPostgres {
         if !valid {
             return Err(TestPostgresError::BadName(name.into()));
         }
-        let pg = |e: postgres::Error| TestPostgresError::Postgres(crate::postgres::describe(&e));
+        let pg = |e: postgres::Error| TestPostgresError::Postgres(crate::pg_error::describe(&e));
         let mut admin = postgres::Client::connect(&self.url(), postgres::NoTls).map_err(pg)?;
         admin.batch_execute(&format!("CREATE DATABASE {name}")).map_err(pg)?;
         Ok(self.database_url(name))
@@ -334,7 +334,7 @@ fn start_in(bin: &Path, run_as: Option<(u32, u32)>, dir: &Path) -> Result<(Child
                     stop_server(server);
                     return Err(TestPostgresError::Start(format!(
                         "no connection within {START_DEADLINE:?} ({}): {}",
-                        crate::postgres::describe(&e),
+                        crate::pg_error::describe(&e),
                         log_tail(&log_path)
                     )));
                 }

@@ -1,0 +1,341 @@
+//! Architecture rules of the whole workspace, read from the source files
+//! (ARCHITECTURE.md names them): no import circle between sibling modules
+//! of any crate (the rule of `modcycles.py`, ported so CI keeps it), the
+//! daemon's wings apart, files of a readable size, and `process::exit` only
+//! in the binary (libraries return errors).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Module = Vec<String>;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `a/b.rs` and `a/b/mod.rs` are module `[a, b]`; `lib.rs`/`main.rs` the root.
+fn module_of(rel: &Path) -> Module {
+    let mut parts: Vec<String> = rel.with_extension("").iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if parts == ["lib"] || parts == ["main"] {
+        return Vec::new();
+    }
+    if parts.last().is_some_and(|l| l == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The source without comments and with string literals emptied.
+fn strip(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"/*") {
+            i = text[i + 2..].find("*/").map_or(b.len(), |j| i + 2 + j + 2);
+        } else if b[i..].starts_with(b"//") {
+            i = text[i..].find('\n').map_or(b.len(), |j| i + j);
+        } else if b[i] == b'"' {
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// `a::{b, c::{d, e}}` → `[a,b]`, `[a,c,d]`, `[a,c,e]` (aliases dropped).
+fn expand_use(tree: &str, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    let mut depth = 0;
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    for ch in tree.chars() {
+        match ch {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        if ch == ',' && depth == 0 {
+            items.push(std::mem::take(&mut cur));
+        } else {
+            cur.push(ch);
+        }
+    }
+    items.push(cur);
+    for item in items {
+        let item = item.split(" as ").next().unwrap_or("").split_whitespace().collect::<String>();
+        if item.is_empty() {
+            continue;
+        }
+        if let Some((head, rest)) = item.split_once('{') {
+            let rest = &rest[..rest.rfind('}').unwrap_or(rest.len())];
+            let mut p = prefix.to_vec();
+            p.extend(head.split("::").filter(|s| !s.is_empty()).map(String::from));
+            expand_use(rest, &p, out);
+        } else {
+            let mut p = prefix.to_vec();
+            p.extend(item.split("::").filter(|s| !s.is_empty()).map(String::from));
+            out.push(p);
+        }
+    }
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Every `crate::`/`super::`/`self::` path a source names, in `use` or inline.
+fn paths_in(text: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("use ") {
+        let after = &rest[i + 4..];
+        let boundary = i == 0 || !rest[..i].ends_with(is_ident);
+        if boundary && ["crate", "super", "self"].iter().any(|k| after.trim_start().starts_with(k)) {
+            let end = after.find(';').unwrap_or(after.len());
+            expand_use(&after[..end], &[], &mut out);
+        }
+        rest = after;
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if (i == 0 || !is_ident(chars[i - 1])) && is_ident(chars[i]) {
+            let mut j = i;
+            let mut segs = Vec::new();
+            loop {
+                let start = j;
+                while j < chars.len() && is_ident(chars[j]) {
+                    j += 1;
+                }
+                segs.push(chars[start..j].iter().collect::<String>());
+                if j + 2 < chars.len() && chars[j] == ':' && chars[j + 1] == ':' && is_ident(chars[j + 2]) {
+                    j += 2;
+                } else {
+                    break;
+                }
+            }
+            if segs.len() > 1 && ["crate", "super", "self"].contains(&segs[0].as_str()) {
+                out.push(segs);
+            }
+            i = j.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn resolve(here: &Module, path: &[String]) -> Option<Module> {
+    match path.first().map(String::as_str) {
+        Some("crate") => Some(path[1..].to_vec()),
+        Some("super") | Some("self") => {
+            let mut base = here.clone();
+            let mut i = 0;
+            while i < path.len() && (path[i] == "super" || path[i] == "self") {
+                if path[i] == "super" {
+                    base.pop()?;
+                }
+                i += 1;
+            }
+            base.extend(path[i..].iter().cloned());
+            Some(base)
+        }
+        _ => None,
+    }
+}
+
+/// Circles between sibling modules, given each module's (stripped) source.
+fn circles(sources: &BTreeMap<Module, String>) -> Vec<(Module, Module)> {
+    let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (module, text) in sources {
+        for p in paths_in(text) {
+            let Some(mut target) = resolve(module, &p) else { continue };
+            while !target.is_empty() && !sources.contains_key(&target) {
+                target.pop();
+            }
+            if target.is_empty() || &target == module {
+                continue;
+            }
+            let k = module.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if k == module.len() || k == target.len() {
+                continue; // parent and child
+            }
+            edges.entry(module[..=k].to_vec()).or_default().insert(target[..=k].to_vec());
+        }
+    }
+    let reaches = |from: &Module, to: &Module| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(m) = stack.pop() {
+            if &m == to {
+                return true;
+            }
+            if seen.insert(m.clone()) {
+                stack.extend(edges.get(&m).into_iter().flatten().cloned());
+            }
+        }
+        false
+    };
+    let mut found = Vec::new();
+    for (a, bs) in &edges {
+        for b in bs {
+            if a < b && reaches(b, a) || a > b && reaches(b, a) && !edges.get(b).is_some_and(|x| x.contains(a)) {
+                found.push((a.clone(), b.clone()));
+            }
+        }
+    }
+    found
+}
+
+/// Each crate's modules (files under a `tests` folder are test code, left out).
+fn crate_sources(src: &Path) -> BTreeMap<Module, String> {
+    let mut files = Vec::new();
+    rs_files(src, &mut files);
+    files
+        .into_iter()
+        .filter_map(|f| {
+            let rel = f.strip_prefix(src).ok()?.to_path_buf();
+            if rel.iter().any(|p| p == "tests") {
+                return None;
+            }
+            Some((module_of(&rel), strip(&std::fs::read_to_string(&f).ok()?)))
+        })
+        .collect()
+}
+
+fn crates() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(workspace().join("crates"))
+        .expect("crates/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("src").is_dir())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn no_crate_has_an_import_circle_between_sibling_modules() {
+    let mut all = Vec::new();
+    for c in crates() {
+        for (a, b) in circles(&crate_sources(&c.join("src"))) {
+            all.push(format!("{}: {} <-> {}", c.display(), a.join("::"), b.join("::")));
+        }
+    }
+    assert!(
+        all.is_empty(),
+        "import circles between sibling modules (move what both need into a module of its own):\n{}",
+        all.join("\n")
+    );
+    assert!(crates().len() >= 7, "expected the workspace's crates");
+}
+
+#[test]
+fn the_circle_check_finds_a_circle_and_only_a_circle() {
+    let src = |pairs: &[(&str, &str)]| -> BTreeMap<Module, String> {
+        pairs.iter().map(|(m, t)| (m.split('/').map(String::from).collect(), strip(t))).collect()
+    };
+    let circle = src(&[
+        ("a", "use crate::b::Thing;"),
+        ("b", "fn f() { super::c::g() }"),
+        ("c", "use crate::{a::X, d}; // crate::nothing"),
+        ("d", ""),
+    ]);
+    assert!(!circles(&circle).is_empty(), "a → b → c → a is a circle");
+    let fine = src(&[
+        ("a", "use crate::b::Thing;\nlet s = \"crate::a\";"),
+        ("b", "use crate::c;"),
+        ("c", "/* use crate::a; */"),
+        ("p", "use self::q::Y;"),
+        ("p/q", "use super::Z;"),
+    ]);
+    assert!(circles(&fine).is_empty(), "{:?}", circles(&fine));
+}
+
+#[test]
+fn files_stay_readable_in_size() {
+    let mut big = Vec::new();
+    for c in crates() {
+        let daemon = c.ends_with("gpool-daemon");
+        for dir in ["src", "tests"] {
+            let mut files = Vec::new();
+            rs_files(&c.join(dir), &mut files);
+            for f in files {
+                let lines = std::fs::read_to_string(&f).map_or(0, |t| t.lines().count());
+                let limit = if daemon && dir == "src" { 600 } else { 1000 };
+                if lines > limit {
+                    big.push(format!("{} has {lines} lines (at most {limit}): split it by concept", f.display()));
+                }
+            }
+        }
+    }
+    // Known, pre-existing: recorded-fixture tests of gpool-gpu (one file per tool output family is the next step).
+    big.retain(|b| !b.contains("gpool-gpu/tests/fixtures.rs"));
+    assert!(big.is_empty(), "{}", big.join("\n"));
+}
+
+#[test]
+fn only_the_binary_exits_the_process() {
+    let mut found = Vec::new();
+    for c in crates() {
+        let mut files = Vec::new();
+        rs_files(&c.join("src"), &mut files);
+        for f in files {
+            let text = strip(&std::fs::read_to_string(&f).unwrap_or_default());
+            // The binary may end itself (`main`, and output's quiet exit on a closed pipe).
+            if text.contains("process::exit(") && !f.to_string_lossy().contains("gpool-cli/src/") {
+                found.push(f.display().to_string());
+            }
+        }
+    }
+    assert!(found.is_empty(), "process::exit outside the binary's main (return an error instead): {found:?}");
+}
+
+#[test]
+fn the_daemons_wings_do_not_touch() {
+    let src = workspace().join("crates/gpool-daemon/src");
+    assert!(src.join("node").is_dir() && src.join("plane").is_dir(), "the daemon has a node and a plane wing");
+    let rules: [(&str, &[&str]); 4] = [
+        ("node", &["plane", "up", "serve"]),
+        ("plane", &["node", "up", "serve"]),
+        ("protocol", &["node", "plane", "up", "serve", "wiring"]),
+        ("wiring", &["node", "plane", "up", "serve"]),
+    ];
+    let mut broken = Vec::new();
+    for (module, text) in crate_sources(&src) {
+        let Some(wing) = module.first() else { continue };
+        let imported: BTreeSet<String> =
+            paths_in(&text).iter().filter_map(|p| resolve(&module, p)?.first().cloned()).collect();
+        if wing != "up" && imported.contains("up") {
+            broken.push(format!("{} imports crate::up (the one-box wiring)", module.join("::")));
+        }
+        for (from, forbidden) in &rules {
+            if wing == from {
+                for f in forbidden.iter().filter(|f| imported.contains(**f)) {
+                    broken.push(format!("{} imports crate::{f}", module.join("::")));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "the wings talk through crate::protocol only:\n{}", broken.join("\n"));
+}
