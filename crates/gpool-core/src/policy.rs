@@ -212,11 +212,12 @@ pub struct UnknownPolicy(pub String);
 
 impl Policy {
     /// Whether this policy decides by jobs' run-time estimates: it orders by
-    /// (remaining) length, or reserves with EASY backfill. A shell that
+    /// (remaining) length, or is the FIFO + EASY baseline (its reservations
+    /// come from them; gpool's default uses them when given). A shell that
     /// replays a trace gives such a policy the trace's durations as estimates.
     pub fn needs_estimates(&self) -> bool {
         matches!(self.ordering, Ordering::ShortestFirst | Ordering::ShortestRemaining)
-            || self.backfill == Backfill::Easy
+            || (self.ordering == Ordering::Fifo && self.backfill == Backfill::Easy)
     }
 
     /// Preset names accepted by [`Policy::by_name`].
