@@ -32,10 +32,7 @@ fn replicas_fitting(c: &Capacity<'_>, n: u32, nf: &NodeFree, job: &Job, cap: u32
         let Some(fit) = fit_on(c.snap, e, &f, job) else {
             break;
         };
-        f.gpus &= !fit.gpus;
-        f.mig &= !fit.mig;
-        f.cpus = f.cpus.saturating_sub(job.spec.replica.cpus_milli);
-        f.mem = f.mem.saturating_sub(job.spec.replica.memory_mb);
+        f.take(&fit.replica(NodeId(n), &job.spec.replica));
         k += 1;
         if fit.gpus == 0 && fit.mig == 0 && job.spec.replica.cpus_milli == 0 && job.spec.replica.memory_mb == 0 {
             k = cap; // takes nothing: every replica fits
@@ -65,10 +62,7 @@ pub(crate) fn reserve(c: &Capacity<'_>, job: &Job, mut releases: Vec<Release<'_>
         for p in r.placement {
             let n = p.node.0;
             let f = over.entry(n).or_insert_with(|| c.free[n as usize].clone());
-            f.gpus |= p.gpus;
-            f.mig |= p.mig;
-            f.cpus += p.cpus_milli;
-            f.mem += p.memory_mb;
+            f.release(p);
             if eligible.get(n as usize).copied().unwrap_or(false) {
                 let k = replicas_fitting(c, n, f, job, want);
                 let old = counts.insert(n, k).unwrap_or(0);
@@ -97,17 +91,9 @@ fn place(c: &Capacity<'_>, job: &Job, over: &BTreeMap<u32, NodeFree>, counts: &B
             let Some(fit) = fit_on(c.snap, e, &f, job) else {
                 break;
             };
-            f.gpus &= !fit.gpus;
-            f.mig &= !fit.mig;
-            f.cpus = f.cpus.saturating_sub(job.spec.replica.cpus_milli);
-            f.mem = f.mem.saturating_sub(job.spec.replica.memory_mb);
-            placement.push(ReplicaPlacement {
-                node: NodeId(n),
-                gpus: fit.gpus,
-                mig: fit.mig,
-                cpus_milli: job.spec.replica.cpus_milli,
-                memory_mb: job.spec.replica.memory_mb,
-            });
+            let r = fit.replica(NodeId(n), &job.spec.replica);
+            f.take(&r);
+            placement.push(r);
         }
     }
     placement

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::job::{GpuRequest, Job, JobId, JobSpec, Placement, ReplicaPlacement};
+use crate::job::{GpuRequest, Job, JobId, JobSpec, Placement, ReplicaPlacement, ReplicaRequest};
 use crate::node::{NodeId, NodeState};
 use crate::plan::{Need, PendingReason};
 use crate::policy::PlacementStrategy;
@@ -30,6 +30,13 @@ pub(crate) struct Fit {
     pub(crate) topology: u8,
     /// How many matching devices the node had usable (best fit prefers fewer).
     pub(crate) avail: u32,
+}
+
+impl Fit {
+    /// The replica this fit places on `node`: its devices, and the CPU and memory `req` asks for.
+    pub(crate) fn replica(&self, node: NodeId, req: &ReplicaRequest) -> ReplicaPlacement {
+        ReplicaPlacement { node, gpus: self.gpus, mig: self.mig, cpus_milli: req.cpus_milli, memory_mb: req.memory_mb }
+    }
 }
 
 /// The working copy of free resources during a pass.
@@ -188,11 +195,7 @@ impl<'s> Capacity<'s> {
     pub(crate) fn commit(&mut self, r: &ReplicaPlacement, job: JobId) {
         let n = r.node.0;
         self.unindex_node(n);
-        let f = &mut self.free[n as usize];
-        f.gpus &= !r.gpus;
-        f.mig &= !r.mig;
-        f.cpus = f.cpus.saturating_sub(r.cpus_milli);
-        f.mem = f.mem.saturating_sub(r.memory_mb);
+        self.free[n as usize].take(r);
         self.index_node(n);
         self.placed.push((n, job));
         if self.snap.jobs.get(&job).is_some_and(|j| !j.spec.anti_affinity.is_empty()) {
@@ -203,11 +206,7 @@ impl<'s> Capacity<'s> {
     pub(crate) fn uncommit(&mut self, r: &ReplicaPlacement, job: JobId) {
         let n = r.node.0;
         self.unindex_node(n);
-        let f = &mut self.free[n as usize];
-        f.gpus |= r.gpus;
-        f.mig |= r.mig;
-        f.cpus += r.cpus_milli;
-        f.mem += r.memory_mb;
+        self.free[n as usize].release(r);
         self.index_node(n);
         if let Some(pos) = self.placed.iter().rposition(|&(pn, j)| pn == n && j == job) {
             self.placed.remove(pos);
@@ -219,11 +218,12 @@ impl<'s> Capacity<'s> {
     pub(crate) fn claim(&mut self, r: &ReplicaPlacement, released_cpus: u64, released_mem: u64, job: JobId) {
         let n = r.node.0;
         self.unindex_node(n);
-        let f = &mut self.free[n as usize];
-        f.gpus &= !r.gpus;
-        f.mig &= !r.mig;
-        f.cpus = f.cpus.saturating_sub(r.cpus_milli.saturating_sub(released_cpus));
-        f.mem = f.mem.saturating_sub(r.memory_mb.saturating_sub(released_mem));
+        let free_now = ReplicaPlacement {
+            cpus_milli: r.cpus_milli.saturating_sub(released_cpus),
+            memory_mb: r.memory_mb.saturating_sub(released_mem),
+            ..r.clone()
+        };
+        self.free[n as usize].take(&free_now);
         self.index_node(n);
         self.placed.push((n, job));
     }
@@ -243,10 +243,7 @@ impl<'s> Capacity<'s> {
             cpus_milli: f.cpus.min(r.cpus_milli),
             memory_mb: f.mem.min(r.memory_mb),
         };
-        f.gpus &= !taken.gpus;
-        f.mig &= !taken.mig;
-        f.cpus -= taken.cpus_milli;
-        f.mem -= taken.memory_mb;
+        f.take(&taken);
         self.index_node(n);
         taken
     }
@@ -255,11 +252,7 @@ impl<'s> Capacity<'s> {
     pub(crate) fn release(&mut self, held: &ReplicaPlacement) {
         let n = held.node.0;
         self.unindex_node(n);
-        let f = &mut self.free[n as usize];
-        f.gpus |= held.gpus;
-        f.mig |= held.mig;
-        f.cpus += held.cpus_milli;
-        f.mem += held.memory_mb;
+        self.free[n as usize].release(held);
         self.index_node(n);
     }
 
@@ -276,13 +269,7 @@ impl<'s> Capacity<'s> {
             GpuRequest::Memory { min_mb, count } => self.search_memory(job, ends, strategy, *min_mb, *count),
         }?;
         let (n, fit) = found;
-        Some(ReplicaPlacement {
-            node: NodeId(n),
-            gpus: fit.gpus,
-            mig: fit.mig,
-            cpus_milli: req.cpus_milli,
-            memory_mb: req.memory_mb,
-        })
+        Some(fit.replica(NodeId(n), req))
     }
 
     /// Smallest-memory device first: MIG profiles and whole-GPU models that have enough memory.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::capacity::fit_on;
 use crate::job::{Job, JobId, JobSpec, JobState, Service};
-use crate::node::NodeState;
+use crate::node::{NodeId, NodeState};
 use crate::plan::Need;
 use crate::resources::GpuMilli;
 use crate::snapshot::{NodeFree, Snapshot};
@@ -70,17 +70,14 @@ impl Snapshot {
             not_before: Time::MIN,
         };
         let mut fit = 0u32;
-        for e in &self.nodes {
+        for (n, e) in self.nodes.iter().enumerate() {
             if e.node.state == NodeState::Down || !spec.node_matches(&e.node) {
                 continue;
             }
             let mut f: NodeFree = e.full();
             while fit < spec.replicas {
                 let Some(x) = fit_on(self, e, &f, &job) else { break };
-                f.gpus &= !x.gpus;
-                f.mig &= !x.mig;
-                f.cpus = f.cpus.saturating_sub(spec.replica.cpus_milli);
-                f.mem = f.mem.saturating_sub(spec.replica.memory_mb);
+                f.take(&x.replica(NodeId(n as u32), &spec.replica));
                 fit += 1;
                 if x.gpus == 0 && x.mig == 0 && spec.replica.cpus_milli == 0 && spec.replica.memory_mb == 0 {
                     fit = spec.replicas;

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::capacity::{Capacity, fit_on};
-use crate::job::{Job, JobId, Placement, ReplicaPlacement};
+use crate::job::{Job, JobId, Placement};
 use crate::node::NodeId;
 use crate::plan::PreemptWhy;
 use crate::policy::{Ordering, PreemptKey};
@@ -286,17 +286,10 @@ impl<'a, 's> Trial<'a, 's> {
         };
         for p in &r.placement {
             let mut f = self.get(p.node.0);
-            give(&mut f, p);
+            f.release(p);
             self.over.insert(p.node.0, f);
         }
     }
-}
-
-fn give(f: &mut NodeFree, p: &ReplicaPlacement) {
-    f.gpus |= p.gpus;
-    f.mig |= p.mig;
-    f.cpus += p.cpus_milli;
-    f.mem += p.memory_mb;
 }
 
 impl Search<'_, '_> {
@@ -501,7 +494,7 @@ impl Search<'_, '_> {
                     }
                     if let Some(r) = snap.job(v.id).and_then(Job::running) {
                         for p in r.placement.iter().filter(|p| p.node.0 == n) {
-                            give(&mut nf, p);
+                            nf.release(p);
                         }
                     }
                     added.push((vi, why));
@@ -527,18 +520,9 @@ impl Search<'_, '_> {
                 trial.release(snap, self.pool.list[vi].id);
                 chosen.push((vi, why));
             }
-            let r = ReplicaPlacement {
-                node: NodeId(n),
-                gpus: fit.gpus,
-                mig: fit.mig,
-                cpus_milli: job.spec.replica.cpus_milli,
-                memory_mb: job.spec.replica.memory_mb,
-            };
+            let r = fit.replica(NodeId(n), &job.spec.replica);
             let mut f = trial.get(n);
-            f.gpus &= !r.gpus;
-            f.mig &= !r.mig;
-            f.cpus = f.cpus.saturating_sub(r.cpus_milli);
-            f.mem = f.mem.saturating_sub(r.memory_mb);
+            f.take(&r);
             trial.over.insert(n, f);
             placement.push(r);
         }

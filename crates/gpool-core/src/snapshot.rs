@@ -67,6 +67,25 @@ pub(crate) struct NodeFree {
     pub(crate) mem: u64,
 }
 
+impl NodeFree {
+    /// Takes a replica's devices, CPU and memory. CPU and memory stop at
+    /// zero rather than wrap: a claim may name resources its victims still hold.
+    pub(crate) fn take(&mut self, r: &ReplicaPlacement) {
+        self.gpus &= !r.gpus;
+        self.mig &= !r.mig;
+        self.cpus = self.cpus.saturating_sub(r.cpus_milli);
+        self.mem = self.mem.saturating_sub(r.memory_mb);
+    }
+
+    /// Gives a replica's devices, CPU and memory back (the reverse of [`NodeFree::take`]).
+    pub(crate) fn release(&mut self, r: &ReplicaPlacement) {
+        self.gpus |= r.gpus;
+        self.mig |= r.mig;
+        self.cpus += r.cpus_milli;
+        self.mem += r.memory_mb;
+    }
+}
+
 /// A node plus the bit masks placement works with.
 #[derive(Clone, Debug)]
 pub(crate) struct NodeEntry {
@@ -661,16 +680,14 @@ impl Snapshot {
             return Err(SnapshotError::ReplicaCount { job: id, got: placement.len(), want: job.spec.replicas });
         }
         // Check everything before changing anything: a refused start changes nothing.
+        // What the start wants per node: its replicas there, added up.
         let mut want: BTreeMap<NodeId, NodeFree> = BTreeMap::new();
         for r in &placement {
             let w = want.entry(r.node).or_default();
             if r.gpus & w.gpus != 0 || r.mig & w.mig != 0 {
                 return Err(self.busy(id, r.node, "a device named twice"));
             }
-            w.gpus |= r.gpus;
-            w.mig |= r.mig;
-            w.cpus += r.cpus_milli;
-            w.mem += r.memory_mb;
+            w.release(r);
         }
         for (node, w) in &want {
             let e = self.nodes.get(node.index()).ok_or(SnapshotError::UnknownNode(*node))?;
@@ -691,13 +708,12 @@ impl Snapshot {
                 return Err(self.busy(id, *node, "enough memory"));
             }
         }
+        // Checked above: every replica's resources are free, so nothing saturates.
+        for r in &placement {
+            self.free[r.node.index()].take(r);
+        }
         let mut units = 0;
         for (node, w) in &want {
-            let f = &mut self.free[node.index()];
-            f.gpus &= !w.gpus;
-            f.mig &= !w.mig;
-            f.cpus -= w.cpus;
-            f.mem -= w.mem;
             let e = &mut self.nodes[node.index()];
             e.jobs.insert(id);
             units += u64::from(w.gpus.count_ones()) * GPU + e.mig_units(w.mig);
@@ -746,10 +762,7 @@ impl Snapshot {
         let spec = job.spec.clone();
         for r in &run.placement {
             if let (Some(f), Some(e)) = (self.free.get_mut(r.node.index()), self.nodes.get_mut(r.node.index())) {
-                f.gpus |= r.gpus;
-                f.mig |= r.mig;
-                f.cpus += r.cpus_milli;
-                f.mem += r.memory_mb;
+                f.release(r);
                 e.jobs.remove(&id);
             }
         }
