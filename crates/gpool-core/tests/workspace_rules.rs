@@ -289,8 +289,6 @@ fn files_stay_readable_in_size() {
             }
         }
     }
-    // Known, pre-existing: recorded-fixture tests of gpool-gpu (one file per tool output family is the next step).
-    big.retain(|b| !b.contains("gpool-gpu/tests/fixtures.rs"));
     assert!(big.is_empty(), "{}", big.join("\n"));
 }
 
