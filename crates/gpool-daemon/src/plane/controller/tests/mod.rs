@@ -261,6 +261,23 @@ impl Harness {
     }
 }
 
+/// What the agent of a remote node with `gpus` GPUs says when it registers.
+fn registration(node: &str, gpus: u32, running: Vec<api::agent::ReplicaId>) -> api::agent::Register {
+    let info = node_info(node, gpus);
+    api::agent::Register {
+        node: node.into(),
+        addr: format!("{node}.cluster.test"),
+        cpus: info.cpus,
+        memory_mb: info.memory_mb,
+        labels: Default::default(),
+        pool: None,
+        source: info.source,
+        gpus: info.gpus,
+        running,
+        version: "test".into(),
+    }
+}
+
 fn key(job: u64, attempt: u32, rank: u32) -> ReplicaKey {
     ReplicaKey { job, attempt, rank }
 }

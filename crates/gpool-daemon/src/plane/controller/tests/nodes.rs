@@ -7,19 +7,7 @@ use api::agent as wire;
 use super::*;
 
 fn register(h: &mut Harness, node: &str, gpus: u32, running: Vec<wire::ReplicaId>) -> wire::Registered {
-    let info = node_info(node, gpus);
-    let reg = wire::Register {
-        node: node.into(),
-        addr: format!("{node}.cluster.test"),
-        cpus: info.cpus,
-        memory_mb: info.memory_mb,
-        labels: Default::default(),
-        pool: None,
-        source: info.source,
-        gpus: info.gpus,
-        running,
-        version: "test".into(),
-    };
+    let reg = registration(node, gpus, running);
     h.call(ADMIN, |reply| Call::Register { reg, reply }).expect("registered")
 }
 

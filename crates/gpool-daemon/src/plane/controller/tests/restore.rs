@@ -111,21 +111,7 @@ fn a_stop_deadline_survives_a_restart() {
 fn a_restart_reconciles_remote_runs_when_their_agent_registers() {
     let state = StateFile::new("remote");
     let clock = ManualClock::new(T0);
-    let reg = |node: &str, running: Vec<wire::ReplicaId>| {
-        let info = node_info(node, 1);
-        wire::Register {
-            node: node.into(),
-            addr: "n2.cluster.test".into(),
-            cpus: info.cpus,
-            memory_mb: info.memory_mb,
-            labels: Default::default(),
-            pool: None,
-            source: info.source,
-            gpus: info.gpus,
-            running,
-            version: "test".into(),
-        }
-    };
+    let reg = |node: &str, running: Vec<wire::ReplicaId>| registration(node, 1, running);
     let id = {
         let mut h = Setup::new().no_local_node().store(state.open()).clock(clock.clone()).build();
         let r = reg("n2", Vec::new());
