@@ -43,6 +43,11 @@ pub struct ReplicaDoc {
     pub exit: Option<ExitRecord>,
     #[serde(default)]
     pub lost: bool,
+    /// Its agent said it runs (or how it ended). A replica on a remote node
+    /// that is not seen within `Controller::start_bound_ms` of its start is
+    /// declared lost (the start or its answer went missing).
+    #[serde(default)]
+    pub seen: bool,
 }
 
 impl ReplicaDoc {

@@ -115,6 +115,7 @@ impl Controller {
                 cuda_visible_devices: visible,
                 exit: None,
                 lost: false,
+                seen: false,
             });
             let launch = Launch {
                 argv: doc.spec.command.argv(),
@@ -146,8 +147,12 @@ impl Controller {
                     .join(" ")
             })
             .unwrap_or_default();
+        let remote = starts.iter().any(|(n, _)| self.links.get(n).is_some_and(|l| !l.is_local()));
         for (node, order) in starts {
             self.order(node, order);
+        }
+        if remote {
+            self.timers.insert((now + self.start_bound_ms(), Timer::Unseen { job: id, attempt }));
         }
         self.event(
             now,

@@ -427,7 +427,7 @@ impl Controller {
         let id = self.session(&rep.node, rep.epoch, now)?;
         for e in rep.events {
             match e {
-                wire::Event::Running { .. } => {}
+                wire::Event::Running { replica } => self.mark_seen(replica_key(replica)),
                 wire::Event::Exited { replica, exit } => {
                     let exit = ExitRecord {
                         code: exit.code,
@@ -447,6 +447,49 @@ impl Controller {
         }
         let _ = id;
         Ok(())
+    }
+
+    /// How long a remote replica may go unseen after its start was queued:
+    /// two leases (the agent re-registers within one and is sent the start
+    /// again) and the margin.
+    pub(super) fn start_bound_ms(&self) -> i64 {
+        2 * self.lease_ms() + LEASE_MARGIN_MS
+    }
+
+    /// The agent says a replica runs.
+    fn mark_seen(&mut self, key: ReplicaKey) {
+        let Some(doc) = self.jobs.get_mut(&key.job) else { return };
+        let Some(run) = doc.run.as_mut().filter(|r| r.attempt == key.attempt) else { return };
+        if let Some(r) = run.replicas.iter_mut().find(|r| r.rank == key.rank && !r.seen) {
+            r.seen = true;
+            self.touched.insert(key.job);
+        }
+    }
+
+    /// A run's remote replicas that no agent has said run by now are lost:
+    /// their start or its answer went missing. Whatever may run them is told
+    /// to kill them, and the run ends as after a lost replica (requeued, or
+    /// cancelled if it was being cancelled).
+    pub(super) fn unseen_check(&mut self, job: u64, attempt: u32, now: i64) {
+        let Some(run) = self.jobs.get(&job).and_then(|d| d.run.as_ref()).filter(|r| r.attempt == attempt) else {
+            return;
+        };
+        let unseen: Vec<(NodeId, ReplicaKey)> = run
+            .replicas
+            .iter()
+            .filter(|r| !r.seen && !r.ended())
+            .filter_map(|r| {
+                let node = self.snap.node_id(&r.node)?;
+                let remote = self.links.get(&node).is_some_and(|l| !l.is_local());
+                remote.then_some((node, ReplicaKey { job, attempt, rank: r.rank }))
+            })
+            .collect();
+        let bound = self.start_bound_ms() / 1000;
+        for (node, key) in unseen {
+            self.push_command(node, wire::Command::Kill { replica: replica_id(key) });
+            let why = format!("its agent did not say it runs within {bound} s of its start");
+            self.on_replica_end(key, None, Some(why), now);
+        }
     }
 
     /// A node's lease check: down if it has been silent too long.

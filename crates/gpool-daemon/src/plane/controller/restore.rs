@@ -129,6 +129,15 @@ impl Controller {
                     Timer::TimeLimit { job: id, attempt: run.attempt },
                 ));
             }
+            // A start that no agent acknowledged before the restart gets a new bound.
+            let unseen_remote = run.replicas.iter().any(|r| {
+                !r.seen
+                    && !r.ended()
+                    && self.snap.node_id(&r.node).and_then(|n| self.links.get(&n)).is_some_and(|l| !l.is_local())
+            });
+            if unseen_remote {
+                self.timers.insert((now + self.start_bound_ms(), Timer::Unseen { job: id, attempt: run.attempt }));
+            }
             // Replicas on this process's own node are reconciled now; remote
             // ones when their agents register.
             // (A replica the local agent cannot find comes back as a `Lost` report.)

@@ -20,6 +20,11 @@ pub(super) enum Timer {
         job: u64,
         attempt: u32,
     },
+    /// Has every remote replica of this run been seen running?
+    Unseen {
+        job: u64,
+        attempt: u32,
+    },
     /// A retry back-off ends: schedule again.
     Wake,
     /// Is this node's lease still alive?
@@ -42,6 +47,7 @@ impl Controller {
             self.timers.pop_first();
             match timer {
                 Timer::Wake => self.dirty = true,
+                Timer::Unseen { job, attempt } => self.unseen_check(job, attempt, now),
                 Timer::Lease { node } => self.lease_check(node, now),
                 Timer::PollTimeout { node, park } => self.poll_timeout(node, park),
                 Timer::Kill { job, attempt } => {

@@ -139,3 +139,52 @@ fn a_replica_the_registering_agent_still_runs_is_reconciled_not_started_again() 
     let cmds = outbox(&mut h, "n2", second.epoch, second.next_seq - 1);
     assert!(matches!(cmds.as_slice(), [wire::Command::Reconcile { .. }]), "{cmds:?}");
 }
+
+/// Heartbeats from `node` every 3 s for `secs` seconds (its 4 s lease stays alive).
+fn heartbeats(h: &mut Harness, node: &str, epoch: u64, secs: u64) {
+    for _ in 0..secs / 3 {
+        h.advance(Duration::from_secs(3));
+        report(h, node, epoch, Vec::new());
+    }
+}
+
+/// Issue 11, failure 1, the other half: a start whose agent never says it
+/// runs (the command or its answer went missing) must not hold its GPUs forever.
+#[test]
+fn a_start_no_agent_acknowledges_is_declared_lost_killed_and_requeued() {
+    let mut h = Setup::new().no_local_node().build();
+    let reg = register(&mut h, "n2", 1, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    assert_eq!(started(&outbox(&mut h, "n2", reg.epoch, 0)), [rid(id, 1, 0)]);
+    // The agent stays alive (heartbeats) but never reports the replica. Bound: 2 × 4 s + 2 s.
+    heartbeats(&mut h, "n2", reg.epoch, 9);
+    assert_eq!(h.state(id), api::JobState::Running);
+    heartbeats(&mut h, "n2", reg.epoch, 3);
+    let cmds = outbox(&mut h, "n2", reg.epoch, 1);
+    assert!(cmds.contains(&wire::Command::Kill { replica: rid(id, 1, 0) }), "whatever may run it is killed: {cmds:?}");
+    assert_eq!(started(&cmds), [rid(id, 2, 0)], "requeued and started again as attempt 2");
+    assert!(h.event_kinds().contains(&"lost".to_string()));
+}
+
+#[test]
+fn a_start_its_agent_acknowledges_is_left_alone() {
+    let mut h = Setup::new().no_local_node().build();
+    let reg = register(&mut h, "n2", 1, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    outbox(&mut h, "n2", reg.epoch, 0);
+    report(&mut h, "n2", reg.epoch, vec![wire::Event::Running { replica: rid(id, 1, 0) }]);
+    heartbeats(&mut h, "n2", reg.epoch, 30);
+    assert_eq!(h.state(id), api::JobState::Running);
+    assert_eq!(h.job(id).attempt, 1);
+}
+
+#[test]
+fn cancelling_a_job_whose_replica_never_started_completes() {
+    let mut h = Setup::new().no_local_node().build();
+    let reg = register(&mut h, "n2", 1, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+    // The agent never reports anything about it, but stays alive.
+    heartbeats(&mut h, "n2", reg.epoch, 12);
+    assert_eq!(h.state(id), api::JobState::Cancelled, "not `stopping` forever");
+}
