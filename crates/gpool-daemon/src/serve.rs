@@ -38,6 +38,7 @@ fn redact(url: &str) -> String {
 pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let plane = cfg.plane;
     data_dir(&plane.data_dir)?;
+    crate::wiring::raise_open_file_limit();
     let url = cfg.db.unwrap_or_else(|| format!("sqlite://{}", plane.data_dir.join("state.db").display()));
     let shown = redact(&url);
     let config = controller_config(&plane)?;

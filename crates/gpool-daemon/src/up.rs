@@ -44,6 +44,7 @@ impl LocalNode for Agent {
 pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let plane = &cfg.plane;
     data_dir(&plane.data_dir)?;
+    crate::wiring::raise_open_file_limit();
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

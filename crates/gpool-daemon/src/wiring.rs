@@ -116,3 +116,33 @@ pub fn data_dir(dir: &Path) -> anyhow::Result<()> {
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
     Ok(())
 }
+
+/// Raises this process's limit of open files to the hard limit (the usual
+/// soft limit, 1,024, is what a few hundred jobs and connections exhaust);
+/// returns the limit now in force, if the system says.
+pub fn raise_open_file_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        // Refused (a container that forbids it): keep what there is.
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_limit() {
+        use rustix::process::{Resource, getrlimit, setrlimit};
+        let mut limit = getrlimit(Resource::Nofile);
+        let hard = limit.maximum;
+        // Start from a low soft limit (256 is plenty for this test binary), as a shell's 1,024 would be.
+        limit.current = Some(hard.map_or(256, |h| h.min(256)));
+        setrlimit(Resource::Nofile, limit).expect("lowering the soft limit is always allowed");
+        assert_eq!(raise_open_file_limit(), hard);
+    }
+}

@@ -119,6 +119,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         bail!("--server: give the control plane's URL (several, comma-separated, for a leader and standbys)");
     }
     data_dir(&cfg.data_dir)?;
+    crate::wiring::raise_open_file_limit();
     let lock =
         std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(cfg.data_dir.join("agent.lock"))?;
     if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
