@@ -54,6 +54,9 @@ pub(crate) struct PlaneArgs {
     /// A node whose agent is silent this long is down and its jobs are requeued; its agent kills them by then.
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
     lease: std::time::Duration,
+    /// An API connection that does not send a whole request head within this time is closed (idle keep-alive ones too).
+    #[arg(long, default_value = "30s", value_parser = parse_duration_arg)]
+    http_header_timeout: std::time::Duration,
 }
 
 impl PlaneArgs {
@@ -68,6 +71,7 @@ impl PlaneArgs {
             alert_webhook: self.alert_webhook,
             gpu_prices: self.gpu_prices,
             lease: self.lease,
+            http_header_timeout: self.http_header_timeout,
         }
     }
 }

@@ -58,6 +58,24 @@ impl Daemon {
             let path = std::env::var("PATH").unwrap_or_default();
             cmd.env("PATH", format!("{}:{path}", dir.display()));
         }
+        Daemon::from_command(cmd, data)
+    }
+
+    /// Starts `gpool up ARGS` with a soft limit of `files` open files, as a
+    /// login shell's `ulimit -n` would give it.
+    pub fn spawn_with_file_limit(data: &Path, args: &[&str], files: u64) -> Daemon {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("ulimit -Sn {files} && exec \"$0\" \"$@\""))
+            .arg(BIN)
+            .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .args(args);
+        Daemon::from_command(cmd, data)
+    }
+
+    /// Starts a prepared `gpool up` command and waits for the line saying where it listens.
+    fn from_command(mut cmd: Command, data: &Path) -> Daemon {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start gpool up");
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();

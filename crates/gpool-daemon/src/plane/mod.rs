@@ -9,6 +9,7 @@ pub mod auth;
 pub mod controller;
 pub mod convert;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod openapi;
 pub mod prices;

@@ -13,10 +13,11 @@ use std::sync::mpsc::{Receiver, Sender};
 
 use crate::plane::controller::{Config, Controller, Event, LocalNode, Shell, StoreFailed, Turn, free_local_port};
 use crate::plane::http::{AppState, router};
+use crate::plane::listen::{self, Limits};
 use crate::plane::prices::Prices;
 use crate::plane::telemetry::TelemetryConfig;
 use crate::plane::webhook::Webhook;
-use crate::wiring::{TOKEN_FILE, URL_FILE, read_alert_rules, read_queues};
+use crate::wiring::{TOKEN_FILE, URL_FILE, raise_open_file_limit, read_alert_rules, read_queues};
 
 /// Settings of a control plane (`gpool up`, `gpool serve`).
 #[derive(Clone, Debug)]
@@ -35,6 +36,8 @@ pub struct PlaneConfig {
     pub gpu_prices: Vec<String>,
     /// A remote node silent for this long is down.
     pub lease: std::time::Duration,
+    /// An API connection that does not send a whole request head within this time is closed.
+    pub http_header_timeout: std::time::Duration,
 }
 
 /// The controller's settings from a control plane's.
@@ -101,6 +104,7 @@ pub fn serve(
     let state = AppState { tx: tx.clone(), events, data_dir: plane.data_dir.clone() };
     let data_dir = plane.data_dir.clone();
     let listen = plane.listen;
+    let header_timeout = plane.http_header_timeout;
     let served: anyhow::Result<()> = rt.block_on(async move {
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
@@ -110,15 +114,10 @@ pub fn serve(
         println!("{}", banner(&url));
         println!("admin token in {}", data_dir.join(TOKEN_FILE).display());
         let _ = std::io::stdout().flush();
-        // Small request/response exchanges: without TCP_NODELAY, Nagle and
-        // delayed ACKs add ~40 ms to a submit.
-        use axum::serve::ListenerExt;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal());
+        let limits = Limits::for_open_files(raise_open_file_limit(), header_timeout);
+        let server = listen::serve(listener, router(state), limits, shutdown_signal());
         tokio::select! {
-            r = server => r?,
+            () = server => {}
             // The controller stopped by itself: its store failed. Nothing more
             // can be answered; stop at once rather than wait for open streams.
             Ok(Err(failed)) = ended_rx => return Err(failed.into()),
