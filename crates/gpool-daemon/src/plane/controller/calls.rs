@@ -75,7 +75,7 @@ impl Access {
             (_, Role::Admin) | (Access::Anyone, _) => Ok(()),
             (Access::Nodes, Role::Node) | (Access::People, Role::User) => Ok(()),
             (Access::Nodes, _) => {
-                Err(ApiError::new(403, "only node tokens (gpool token create --role node) speak the agent protocol"))
+                Err(ApiError::new(403, "only node tokens (gpool token create --node) speak the agent protocol"))
             }
             (Access::People, Role::Node) => Err(ApiError::new(403, "a node token only speaks the agent protocol")),
         }
