@@ -139,6 +139,10 @@ pub struct ExitWire {
     pub ended_ms: i64,
     #[serde(default)]
     pub error: Option<String>,
+    /// The node's shim killed it because the node lost its lease (an
+    /// infrastructure failure, not the job's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fenced: bool,
 }
 
 /// Something that happened to a replica.

@@ -201,7 +201,14 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
                 if *end <= now {
                     events.push(wire::Event::Exited {
                         replica: *replica,
-                        exit: wire::ExitWire { code: Some(0), signal: None, started_ms: 0, ended_ms: 0, error: None },
+                        exit: wire::ExitWire {
+                            code: Some(0),
+                            signal: None,
+                            started_ms: 0,
+                            ended_ms: 0,
+                            error: None,
+                            fenced: false,
+                        },
                     });
                     false
                 } else {

@@ -295,6 +295,7 @@ fn absorb(r: AgentReport, pending: &mut Vec<wire::Event>, telemetry: &mut Option
                 started_ms: exit.started_ms,
                 ended_ms: exit.ended_ms,
                 error: exit.error,
+                fenced: exit.fenced,
             },
         }),
         AgentReport::Lost { key, why } => pending.push(wire::Event::Lost { replica: key.into(), why }),
@@ -354,6 +355,7 @@ fn execute(agent: &Agent, command: wire::Command) {
                         started_ms: now,
                         ended_ms: now,
                         error: Some(format!("the agent could not start the shim: {e}")),
+                        fenced: false,
                     },
                 });
             }

@@ -120,7 +120,14 @@ fn run(dir: &Path) -> anyhow::Result<()> {
             if let Ok(mut f) = open_log(&launch.stderr) {
                 let _ = writeln!(f, "gpool: {msg}");
             }
-            let rec = ExitRecord { code: Some(127), signal: None, started_ms, ended_ms: now_ms(), error: Some(msg) };
+            let rec = ExitRecord {
+                code: Some(127),
+                signal: None,
+                started_ms,
+                ended_ms: now_ms(),
+                error: Some(msg),
+                fenced: false,
+            };
             write_atomic(dir, EXIT, &rec).context("write exit.json")?;
             return Ok(());
         }
@@ -137,7 +144,9 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         }
         why
     });
-    let rec = ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error };
+    let fenced = error.is_some();
+    let rec =
+        ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error, fenced };
     write_atomic(dir, EXIT, &rec).context("write exit.json")?;
     drop(lock);
     Ok(())

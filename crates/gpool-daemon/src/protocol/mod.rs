@@ -107,8 +107,12 @@ pub struct ExitRecord {
     pub signal: Option<i32>,
     pub started_ms: i64,
     pub ended_ms: i64,
-    /// Set when the command could not be started at all.
+    /// Set when the command could not be started at all, or why it was fenced.
     pub error: Option<String>,
+    /// Killed by its shim because the node lost its lease: the node failed,
+    /// not the job, so the job is requeued rather than failed.
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 /// A signal by name (`SIGTERM`, `TERM`, `15`).

@@ -56,10 +56,17 @@ impl Controller {
         if rep.ended() {
             return;
         }
+        // A replica its shim killed because the node lost its lease ended by
+        // an infrastructure failure: it counts as lost (requeued), not as the job's failure.
+        let lost = lost.or_else(|| {
+            let e = exit.as_ref().filter(|e| e.fenced)?;
+            Some(e.error.clone().unwrap_or_else(|| "its node lost its lease".into()))
+        });
         let failed = lost.is_some() || exit.as_ref().is_none_or(|e| e.code != Some(0));
         if let Some(e) = &exit {
             rep.exit = Some(e.clone());
-        } else {
+        }
+        if exit.is_none() || lost.is_some() {
             rep.lost = true;
         }
         let all_ended = run.replicas.iter().all(ReplicaDoc::ended);

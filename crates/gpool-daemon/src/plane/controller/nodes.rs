@@ -435,6 +435,7 @@ impl Controller {
                         started_ms: exit.started_ms,
                         ended_ms: exit.ended_ms,
                         error: exit.error,
+                        fenced: exit.fenced,
                     };
                     self.on_replica_end(replica_key(replica), Some(exit), None, now);
                 }

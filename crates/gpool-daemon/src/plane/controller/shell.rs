@@ -116,6 +116,7 @@ pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder, now_ms: i
                     started_ms: now_ms,
                     ended_ms: now_ms,
                     error: Some(format!("the agent could not start the shim: {err}")),
+                    fenced: false,
                 },
             }),
         },

@@ -256,7 +256,7 @@ impl Harness {
 
     fn exit(&mut self, key: ReplicaKey, code: Option<i32>, signal: Option<i32>) {
         let now = self.clock.now_ms();
-        let exit = ExitRecord { code, signal, started_ms: now, ended_ms: now, error: None };
+        let exit = ExitRecord { code, signal, started_ms: now, ended_ms: now, error: None, fenced: false };
         self.step(vec![Event::Agent(AgentReport::Exited { key, exit })]);
     }
 }

@@ -53,7 +53,7 @@ fn a_job_on_a_remote_node_starts_through_its_outbox_and_ends_by_its_report() {
         assert!(env.iter().any(|(k, v)| k == "MASTER_PORT" && v == "29500"), "a port of the configured range");
     }
     assert!(h.orders().is_empty(), "nothing goes to a local agent");
-    let exit = wire::ExitWire { code: Some(0), signal: None, started_ms: T0, ended_ms: T0, error: None };
+    let exit = wire::ExitWire { code: Some(0), signal: None, started_ms: T0, ended_ms: T0, error: None, fenced: false };
     let events = (0..2).map(|r| wire::Event::Exited { replica: rid(id, 1, r), exit: exit.clone() }).collect();
     report(&mut h, "n2", reg.epoch, events);
     assert_eq!(h.state(id), api::JobState::Succeeded);
@@ -70,7 +70,8 @@ fn cancelling_a_job_whose_start_is_still_in_the_outbox_queues_its_stop_behind_it
         matches!(cmds.as_slice(), [wire::Command::Start { .. }, wire::Command::Signal { signal: 15, .. }]),
         "start, then its stop signal, in order: {cmds:?}"
     );
-    let exit = wire::ExitWire { code: None, signal: Some(15), started_ms: T0, ended_ms: T0, error: None };
+    let exit =
+        wire::ExitWire { code: None, signal: Some(15), started_ms: T0, ended_ms: T0, error: None, fenced: false };
     report(&mut h, "n2", reg.epoch, vec![wire::Event::Exited { replica: rid(id, 1, 0), exit }]);
     assert_eq!(h.state(id), api::JobState::Cancelled);
 }
@@ -122,7 +123,7 @@ fn a_start_sent_to_an_agent_that_restarts_within_its_lease_is_sent_again() {
     assert!(second.epoch > first.epoch);
     let cmds = outbox(&mut h, "n2", second.epoch, second.next_seq - 1);
     assert_eq!(started(&cmds), [rid(id, 1, 0), rid(id, 1, 1)], "the undelivered starts go again: {cmds:?}");
-    let exit = wire::ExitWire { code: Some(0), signal: None, started_ms: T0, ended_ms: T0, error: None };
+    let exit = wire::ExitWire { code: Some(0), signal: None, started_ms: T0, ended_ms: T0, error: None, fenced: false };
     let events = (0..2).map(|r| wire::Event::Exited { replica: rid(id, 1, r), exit: exit.clone() }).collect();
     report(&mut h, "n2", second.epoch, events);
     assert_eq!(h.state(id), api::JobState::Succeeded);
@@ -187,4 +188,27 @@ fn cancelling_a_job_whose_replica_never_started_completes() {
     // The agent never reports anything about it, but stays alive.
     heartbeats(&mut h, "n2", reg.epoch, 12);
     assert_eq!(h.state(id), api::JobState::Cancelled, "not `stopping` forever");
+}
+
+/// Issue 11, failure 2 (in part): a job its shim killed because the node
+/// lost its lease (a database or network outage) is requeued, not failed.
+#[test]
+fn a_replica_fenced_by_its_lease_is_requeued_not_failed() {
+    let mut h = Setup::new().no_local_node().build();
+    let reg = register(&mut h, "n2", 1, Vec::new());
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    outbox(&mut h, "n2", reg.epoch, 0);
+    let exit = wire::ExitWire {
+        code: None,
+        signal: Some(9),
+        started_ms: T0,
+        ended_ms: T0,
+        error: Some("the node's lease ran out".into()),
+        fenced: true,
+    };
+    report(&mut h, "n2", reg.epoch, vec![wire::Event::Exited { replica: rid(id, 1, 0), exit }]);
+    let j = h.job(id);
+    assert_ne!(j.state, api::JobState::Failed, "no retries were asked for, yet it is not failed");
+    assert_eq!(j.restarts, 1);
+    assert_eq!(started(&outbox(&mut h, "n2", reg.epoch, 1)), [rid(id, 2, 0)], "it runs again");
 }
