@@ -189,6 +189,13 @@ pub trait Store: Send {
     /// for the leader to go); without, returns at once whether it is.
     /// Leadership lasts as long as this store (its connection, its lock).
     fn lead(&mut self, wait: bool) -> Result<bool, StoreError>;
+    /// Tells the other control planes that this leader is alive (PostgreSQL:
+    /// a standby deposes a leader silent for `LEADER_LEASE`). The leader's
+    /// shell calls it at least every second; commits renew too. A no-op for
+    /// a store that is not leading, and for SQLite, whose lock is a file.
+    fn renew(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Opens a store from a URL: `postgres://user@host:port/db` (or

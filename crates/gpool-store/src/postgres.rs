@@ -20,10 +20,18 @@
 //! Asking `lead` again while leading checks in `pg_locks` that the session
 //! still holds the lock.
 //!
+//! A leader whose process is stopped or hung keeps its session, and the
+//! lock, open. So the leader also renews a row (`leadership`: its backend
+//! pid and the time) at every commit and at least every second
+//! ([`Store::renew`], called by its controller's shell). A standby, between
+//! rounds of waiting for the lock, ends the session of a leader whose row is
+//! older than [`LEADER_LEASE`] (`pg_terminate_backend`): the lock is freed,
+//! the standby takes it, and the old leader's next request fails.
+//!
 //! Writes go through the session that holds the lock, so each commit of an
 //! old leader either lands while it still leads or fails: there is no
 //! moment when two leaders' commits both succeed. A standby waits in rounds
-//! of 10 s (`lock_timeout`, with `statement_timeout` off for the wait): a
+//! of 1 s (`lock_timeout`, with `statement_timeout` off for the wait): a
 //! statement waiting for a lock holds a snapshot, and one held for days
 //! would hold back vacuum in the whole cluster.
 //!
@@ -62,6 +70,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_init.sql"),
     include_str!("../migrations/postgres/0002_job_samples.sql"),
     include_str!("../migrations/postgres/0003_nodes.sql"),
+    include_str!("../migrations/postgres/0004_leadership.sql"),
 ];
 
 /// Rows per multi-row statement in a commit (bigger batches take several).
@@ -69,7 +78,13 @@ const CHUNK: usize = 10_000;
 
 /// How long one wait for the leader lock lasts before it starts again, so
 /// that a standby never holds one snapshot (and the vacuum horizon) for long.
-const LOCK_WAIT: &str = "10s";
+const LOCK_WAIT: &str = "1s";
+
+/// A leader that has not renewed its leadership for this long is deposed by
+/// a standby, which ends its session (and so frees the leader lock). Shorter
+/// than an agent's default lease (10 s), so that a standby takes over before
+/// the agents' shims kill their jobs.
+pub(crate) const LEADER_LEASE: Duration = Duration::from_secs(3);
 
 /// 64-bit FNV-1a, to derive advisory lock keys from names.
 const fn fnv1a64(s: &str) -> u64 {
@@ -117,6 +132,10 @@ struct Statements {
     try_lock: Statement,
     lock: Statement,
     holds_lock: Statement,
+    /// Records that this session leads, now.
+    renew: Statement,
+    /// Ends the session of a leader that stopped renewing.
+    depose: Statement,
 }
 
 impl Statements {
@@ -174,6 +193,14 @@ impl Statements {
             nodes: c.prepare("SELECT name, state, doc, updated_ms FROM nodes ORDER BY name COLLATE \"C\"")?,
             try_lock: c.prepare("SELECT pg_try_advisory_lock($1)")?,
             lock: c.prepare("SELECT pg_advisory_lock($1)")?,
+            renew: c.prepare(
+                "INSERT INTO leadership (id, pid, renewed_at) VALUES (1, pg_backend_pid(), now()) \
+                 ON CONFLICT (id) DO UPDATE SET pid = excluded.pid, renewed_at = excluded.renewed_at",
+            )?,
+            depose: c.prepare(
+                "SELECT pg_terminate_backend(pid) FROM leadership \
+                 WHERE id = 1 AND pid <> pg_backend_pid() AND renewed_at < now() - make_interval(secs => $1)",
+            )?,
             // A bigint advisory key shows as classid (high half), objid (low half), objsubid 1.
             holds_lock: c.prepare(
                 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() \
@@ -281,6 +308,10 @@ impl Postgres {
         }
         let st = &self.st;
         let mut tx = self.client.transaction()?;
+        if self.leading {
+            // Every commit of the leader renews its leadership.
+            tx.execute(&st.renew, &[])?;
+        }
         for chunk in jobs.chunks(CHUNK) {
             let ids = chunk.iter().map(|j| int(j.id, "job id")).collect::<Result<Vec<_>, _>>()?;
             let users: Vec<&str> = chunk.iter().map(|j| j.user.as_str()).collect();
@@ -354,6 +385,9 @@ impl Postgres {
         }
         if !wait {
             let got: bool = self.client.query_one(&self.st.try_lock, &[&Postgres::LEADER_KEY])?.try_get(0)?;
+            if got {
+                self.client.execute(&self.st.renew, &[])?;
+            }
             self.leading = got;
             return Ok(got);
         }
@@ -364,11 +398,19 @@ impl Postgres {
             match tx.execute(&self.st.lock, &[&Postgres::LEADER_KEY]) {
                 Ok(_) => {
                     // A session-level lock stays when its transaction ends.
+                    tx.execute(&self.st.renew, &[])?;
                     tx.commit()?;
                     self.leading = true;
                     return Ok(true);
                 }
-                Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => tx.rollback()?,
+                Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                    tx.rollback()?;
+                    // A leader that stopped renewing (stopped, hung, or cut
+                    // off from the database while its session lives on) is
+                    // ended, which frees the lock for the next round.
+                    let lease = LEADER_LEASE.as_secs_f64();
+                    self.client.query(&self.st.depose, &[&lease])?;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -633,6 +675,16 @@ impl Store for Postgres {
     fn lead(&mut self, wait: bool) -> Result<bool, StoreError> {
         self.run(|s| s.take_lead(wait))
     }
+
+    fn renew(&mut self) -> Result<(), StoreError> {
+        if !self.leading {
+            return Ok(());
+        }
+        self.run(|s| {
+            s.client.execute(&s.st.renew, &[])?;
+            Ok(())
+        })
+    }
 }
 
 #[cfg(test)]
@@ -670,13 +722,15 @@ mod tests {
         }
     }
 
-    /// Backend pids holding (`granted`) or waiting for the leader lock.
+    /// Backend pids holding (`granted`) or waiting for the leader lock of
+    /// this database (tests on other databases of the server hold theirs).
     fn leader_lock_pids(admin: &mut Client, granted: bool) -> Vec<i32> {
         let [high, low] = split_key(Postgres::LEADER_KEY);
         admin
             .query(
                 "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 \
-                 AND objsubid = 1 AND granted = $3",
+                 AND objsubid = 1 AND granted = $3 \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
                 &[&high, &low, &granted],
             )
             .expect("pg_locks")
@@ -725,7 +779,7 @@ mod tests {
         let url = fresh("newer");
         drop(Postgres::connect(&url).expect("connect"));
         admin(&url).execute("UPDATE schema_version SET version = 99", &[]).expect("bump");
-        assert!(matches!(Postgres::connect(&url), Err(StoreError::TooNew { found: 99, supported: 3 })));
+        assert!(matches!(Postgres::connect(&url), Err(StoreError::TooNew { found: 99, supported: 4 })));
     }
 
     #[test]
@@ -771,6 +825,53 @@ mod tests {
         assert!(matches!(err, StoreError::Disconnected(_)), "{err:?}");
         assert!(a.lead(false).is_err(), "a must not believe it still leads");
         assert!(a.meta("leader").is_err(), "nor read on another session");
+    }
+
+    /// Issue 11, failure 3: a leader that is stopped (`kill -STOP`) or hung
+    /// keeps its session and the lock; it must not keep the cluster leaderless.
+    #[test]
+    fn a_standby_deposes_a_leader_that_stopped_renewing() {
+        let url = fresh("hung");
+        let mut a = Postgres::connect(&url).expect("a");
+        assert!(a.lead(false).expect("a leads"));
+        a.commit(&[Write::PutMeta("leader".into(), "a".into())]).expect("a commits");
+        // From now on a says nothing, as a stopped process would.
+        let mut b = Postgres::connect(&url).expect("b");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let standby = std::thread::spawn(move || {
+            let led = b.lead(true);
+            let _ = tx.send(());
+            (b, led)
+        });
+        rx.recv_timeout(LEADER_LEASE * 4).expect("the standby takes over within a few leader leases");
+        let (mut b, led) = standby.join().expect("standby");
+        assert!(led.expect("lead"));
+        b.commit(&[Write::PutMeta("leader".into(), "b".into())]).expect("b commits");
+        let err = a.commit(&[Write::PutMeta("leader".into(), "a".into())]).expect_err("a was deposed");
+        assert!(matches!(err, StoreError::Disconnected(_)), "{err:?}");
+        assert_eq!(b.meta("leader").expect("meta"), Some("b".into()), "nothing of the old leader landed after");
+    }
+
+    #[test]
+    fn a_leader_that_renews_keeps_its_standby_waiting() {
+        let url = fresh("renewing");
+        let mut a = Postgres::connect(&url).expect("a");
+        assert!(a.lead(false).expect("a leads"));
+        let mut b = Postgres::connect(&url).expect("b");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _standby = std::thread::spawn(move || {
+            let led = b.lead(true);
+            let _ = tx.send(led.is_ok());
+        });
+        // Twice the leader lease, renewing as a leader's shell does.
+        let mut waited = Duration::ZERO;
+        while waited < LEADER_LEASE * 2 {
+            a.renew().expect("renew");
+            assert!(rx.recv_timeout(Duration::from_millis(500)).is_err(), "the standby took over a live leader");
+            waited += Duration::from_millis(500);
+        }
+        assert!(a.lead(false).expect("still leads"));
+        a.commit(&[Write::PutMeta("k".into(), "v".into())]).expect("a still commits");
     }
 
     #[test]

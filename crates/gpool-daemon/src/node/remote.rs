@@ -54,6 +54,15 @@ enum End {
     Unreachable(String),
 }
 
+/// How long a registration or report may take: a quarter of the lease
+/// (the heartbeat interval), within 2 to 10 s. A control plane that does not
+/// answer in that time (stopped, hung, cut off) is left for the next one
+/// while the lease still has most of its time, so that the shims do not
+/// fence their jobs while a standby takes over.
+fn request_timeout(lease_ms: u64) -> Duration {
+    Duration::from_millis(lease_ms / 4).clamp(Duration::from_secs(2), Duration::from_secs(10))
+}
+
 /// The HTTP side of a session.
 #[derive(Clone)]
 struct Conn {
@@ -169,6 +178,10 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     );
     let mut pending: Vec<wire::Event> = Vec::new();
     let mut delay = Duration::from_millis(200);
+    // The lease of the last session (the control plane's default before the first).
+    let mut lease_ms: u64 = 10_000;
+    // Where registration starts: after a session is lost, with the next server.
+    let mut first = 0;
     loop {
         let running: Vec<wire::ReplicaId> = agent.live_replicas().into_iter().map(Into::into).collect();
         let reg = wire::Register {
@@ -185,8 +198,9 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         };
         let mut failures = Vec::new();
         let mut session = None;
-        for s in &cfg.servers {
-            let conn = Conn::new(s, &cfg.token, Duration::from_secs(10));
+        let n = cfg.servers.len();
+        for s in (0..n).map(|i| &cfg.servers[(first + i) % n]) {
+            let conn = Conn::new(s, &cfg.token, request_timeout(lease_ms));
             let sent = lease::monotonic_ms();
             match conn.post::<_, wire::Registered>("/agent/v1/register", &reg) {
                 Ok(r) => {
@@ -204,16 +218,28 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             continue;
         };
         delay = Duration::from_millis(200);
+        lease_ms = registered.lease_ms;
         renew(&lease_path, sent, registered.lease_ms);
         eprintln!("gpool agent: registered with {} (epoch {})", conn.base, registered.epoch);
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((registered.epoch, conn.clone()));
+        let at = cfg.servers.iter().position(|s| s.trim_end_matches('/') == conn.base).unwrap_or(0);
         let end = run_session(&conn, &name, &registered, &agent, &report_rx, &mut pending, &lease_path);
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         match end {
-            End::Stale => eprintln!("gpool agent: the control plane asks to register again"),
-            End::Unreachable(e) => eprintln!("gpool agent: lost the control plane ({e}); registering again"),
+            End::Stale => {
+                first = at;
+                eprintln!("gpool agent: the control plane asks to register again");
+            }
+            End::Unreachable(e) => {
+                first = (at + 1) % n_servers(&cfg.servers);
+                eprintln!("gpool agent: lost the control plane ({e}); registering again");
+            }
         }
     }
+}
+
+fn n_servers(servers: &[String]) -> usize {
+    servers.len().max(1)
 }
 
 /// Renews the lease for the shims: it lasts `lease_ms` from when the answered request was sent.
@@ -245,6 +271,7 @@ fn run_session(
         return End::Unreachable(format!("cannot start the poller: {e}"));
     }
     let heartbeat = Duration::from_millis(reg.heartbeat_ms.max(50));
+    let reporter = Conn::new(&conn.base, &conn.token, request_timeout(reg.lease_ms));
     let mut telemetry: Option<wire::TelemetryWire> = None;
     let mut last_sent = Instant::now() - heartbeat;
     loop {
@@ -272,7 +299,7 @@ fn run_session(
             telemetry: telemetry.take(),
         };
         let sent = lease::monotonic_ms();
-        match conn.post::<_, serde_json::Value>("/agent/v1/report", &report) {
+        match reporter.post::<_, serde_json::Value>("/agent/v1/report", &report) {
             Ok(_) => {
                 pending.clear();
                 renew(lease_path, sent, reg.lease_ms);

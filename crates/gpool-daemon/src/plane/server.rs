@@ -95,7 +95,7 @@ pub fn serve(
         None => None,
     };
     let (events, _) = tokio::sync::broadcast::channel(4096);
-    let shell = Shell { local, events: events.clone(), webhook };
+    let shell = Shell { local, events: events.clone(), webhook, renew_every: Some(std::time::Duration::from_secs(1)) };
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Result<(), StoreFailed>>();
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
         let _ = ended_tx.send(shell.run(controller, first, rx));

@@ -303,6 +303,11 @@ impl Controller {
         self.store.commit(writes)
     }
 
+    /// Tells the store that this leader lives (see `Store::renew`).
+    pub fn renew(&mut self) -> Result<(), StoreError> {
+        self.store.renew()
+    }
+
     /// Packs what this turn produced.
     fn take_turn(&mut self) -> Turn {
         for id in std::mem::take(&mut self.touched) {

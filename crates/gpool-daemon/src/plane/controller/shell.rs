@@ -37,6 +37,9 @@ pub struct Shell {
     pub local: Option<Box<dyn LocalNode>>,
     pub events: broadcast::Sender<api::EventView>,
     pub webhook: Option<Webhook>,
+    /// How often to tell the store that this leader lives (`Store::renew`),
+    /// when nothing else is committed; `None`: never (tests).
+    pub renew_every: Option<Duration>,
 }
 
 /// Most events taken into one turn: a burst is answered in slices, so the
@@ -48,10 +51,13 @@ impl Shell {
     /// failed store write. `first` is the turn `Controller::new` returned.
     pub fn run(mut self, mut ctl: Controller, first: Turn, rx: Receiver<Event>) -> Result<(), StoreFailed> {
         let mut fed = self.carry_out(&mut ctl, first)?;
+        let every = self.renew_every.map(|d| d.as_millis() as i64);
+        let mut next_renew = every.map(|d| ctl.now_ms() + d);
         loop {
             let mut batch = std::mem::take(&mut fed);
             if batch.is_empty() {
-                let first = match ctl.next_timer() {
+                let wake = [ctl.next_timer(), next_renew].into_iter().flatten().min();
+                let first = match wake {
                     Some(t) => match rx.recv_timeout(Duration::from_millis((t - ctl.now_ms()).max(0) as u64)) {
                         Ok(e) => Some(e),
                         Err(RecvTimeoutError::Timeout) => None,
@@ -71,6 +77,12 @@ impl Shell {
             }
             let turn = ctl.turn(batch);
             fed = self.carry_out(&mut ctl, turn)?;
+            if let (Some(every), Some(at)) = (every, next_renew)
+                && ctl.now_ms() >= at
+            {
+                ctl.renew().map_err(StoreFailed)?;
+                next_renew = Some(ctl.now_ms() + every);
+            }
             if ctl.stopped() {
                 return Ok(());
             }

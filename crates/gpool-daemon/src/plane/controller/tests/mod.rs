@@ -126,7 +126,7 @@ impl Setup {
             Controller::new(config(self.policy), store, local, Box::new(self.clock.clone())).expect("a controller");
         ctl.ensure_admin_token(ADMIN, "root").expect("admin token");
         let (events, rx) = broadcast::channel(65_536);
-        let shell = Shell { local: Some(Box::new(self.agent.clone())), events, webhook: None };
+        let shell = Shell { local: Some(Box::new(self.agent.clone())), events, webhook: None, renew_every: None };
         let mut h = Harness { ctl, shell, clock: self.clock, agent: self.agent, published: rx, fed: Vec::new() };
         h.carry_out(first).expect("the first turn commits");
         h
