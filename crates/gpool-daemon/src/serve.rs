@@ -10,8 +10,12 @@
 
 use anyhow::Context;
 
+use std::time::Duration;
+
+use gpool_store::Store;
+
 use crate::plane::controller::{Controller, Event, SystemClock};
-use crate::plane::server::{PlaneConfig, Ready, controller_config, serve};
+use crate::plane::server::{Ended, PlaneConfig, Process, Ready, controller_config, serve};
 use crate::wiring::data_dir;
 
 /// Settings of `gpool serve`.
@@ -35,6 +39,16 @@ fn redact(url: &str) -> String {
 }
 
 /// Runs the control plane until SIGINT/SIGTERM.
+///
+/// Once it has led, it rides out the loss of its database: when a commit
+/// fails (PostgreSQL restarted, a network blip, a session ended by a
+/// standby that found it silent), it closes its API at once, touches no job
+/// (agents keep their jobs for their lease and move to whoever leads), and
+/// goes back to connecting, with back-off, and to the standby's wait. A
+/// database that is back within an agent's lease loses no running job.
+/// A standby that loses its connection reconnects the same way. Before the
+/// database was first reached, an error (a wrong URL, a refused login) stops
+/// it with that error instead.
 pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let plane = cfg.plane;
     data_dir(&plane.data_dir)?;
@@ -42,17 +56,81 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let url = cfg.db.unwrap_or_else(|| format!("sqlite://{}", plane.data_dir.join("state.db").display()));
     let shown = redact(&url);
     let config = controller_config(&plane)?;
-    let mut store =
-        gpool_store::open(&url, plane.fsync).with_context(|| format!("cannot open the state in {shown}"))?;
-    if !store.lead(false)? {
-        eprintln!("gpool serve: standby: another control plane leads on {shown}; waiting to take over");
-        store.lead(true)?;
-        eprintln!("gpool serve: the leader is gone; taking over");
+    let process = Process::new()?;
+    // Once the database was reached, losing it is an outage to ride out, not a wrong setting.
+    let mut reached = false;
+    let mut delay = Duration::from_millis(200);
+    loop {
+        if process.stopped() {
+            return Ok(());
+        }
+        let store = match lead(&process, &url, &shown, plane.fsync, &mut reached) {
+            Ok(None) => return Ok(()),
+            Ok(Some(store)) => store,
+            Err(e) if reached => {
+                eprintln!("gpool serve: cannot reach the state in {shown} ({e:#}); retrying in {delay:?}");
+                if process.sleep(delay) {
+                    return Ok(());
+                }
+                delay = (delay * 2).min(Duration::from_secs(1));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        delay = Duration::from_millis(200);
+        let (tx, rx) = std::sync::mpsc::channel::<Event>();
+        let (controller, first) = match Controller::new(config.clone(), store, None, Box::new(SystemClock)) {
+            Ok(c) => c,
+            Err(e) if reached => {
+                eprintln!("gpool serve: cannot load the state from {shown} ({e:#}); retrying");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let ready = Ready { controller, first, local: None, tx, rx };
+        let banner = {
+            let shown = shown.clone();
+            move |u: &str| format!("gpool control plane is up at {u} (state in {shown})")
+        };
+        match serve(&process, &plane, ready, banner) {
+            Ok(Ended::Stopped) => return Ok(()),
+            Ok(Ended::StoreFailed(failed)) => {
+                eprintln!("gpool serve: {failed}; stepping down, running jobs untouched; reconnecting");
+            }
+            Err(e) if e.downcast_ref::<gpool_store::StoreError>().is_some() => {
+                eprintln!("gpool serve: {e:#}; stepping down and reconnecting");
+            }
+            Err(e) => return Err(e),
+        }
     }
-    let (tx, rx) = std::sync::mpsc::channel::<Event>();
-    let (controller, first) = Controller::new(config, store, None, Box::new(SystemClock))?;
-    let ready = Ready { controller, first, local: None, tx, rx };
-    serve(&plane, ready, move |u| format!("gpool control plane is up at {u} (state in {shown})"))
+}
+
+/// Connects and leads, as a standby first if another leads; `None` if a stop
+/// signal came meanwhile.
+fn lead(
+    process: &Process,
+    url: &str,
+    shown: &str,
+    fsync: bool,
+    reached: &mut bool,
+) -> anyhow::Result<Option<Box<dyn Store>>> {
+    let opening = url.to_string();
+    let Some(opened) = process.interruptible(move || gpool_store::open(&opening, fsync)) else { return Ok(None) };
+    let mut store = opened.with_context(|| format!("cannot open the state in {shown}"))?;
+    *reached = true;
+    if store.lead(false)? {
+        return Ok(Some(store));
+    }
+    eprintln!("gpool serve: standby: another control plane leads on {shown}; waiting to take over");
+    let Some((store, led)) = process.interruptible(move || {
+        let led = store.lead(true);
+        (store, led)
+    }) else {
+        return Ok(None);
+    };
+    led?;
+    eprintln!("gpool serve: the leader is gone; taking over");
+    Ok(Some(store))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::node::agent::{Agent, AgentConfig, ReportSink};
 use crate::node::host::{NodeConfig, describe, discover, host_name};
 use crate::node::sampler::{self, Replicas, Sampler};
 use crate::plane::controller::{Controller, Event, LocalNode, SystemClock};
-use crate::plane::server::{PlaneConfig, Ready, controller_config, serve};
+use crate::plane::server::{Ended, PlaneConfig, Process, Ready, controller_config, serve};
 use crate::protocol::{AgentReport, Found, Launch, ReplicaKey};
 use crate::wiring::data_dir;
 
@@ -87,7 +87,12 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let n = gpus.len();
     let dir = plane.data_dir.display().to_string();
     let ready = Ready { controller, first, local: Some(Box::new(agent)), tx, rx };
-    serve(plane, ready, move |url| {
-        format!("gpool is up at {url} ({n} GPUs: {source}; node {node_name}; data in {dir})")
-    })
+    let process = Process::new()?;
+    let banner = move |url: &str| format!("gpool is up at {url} ({n} GPUs: {source}; node {node_name}; data in {dir})");
+    match serve(&process, plane, ready, banner)? {
+        Ended::Stopped => Ok(()),
+        // SQLite on this machine: what failed (a full disk) needs a person; a
+        // restart (systemd) recovers from what is durable.
+        Ended::StoreFailed(failed) => Err(failed.into()),
+    }
 }

@@ -214,7 +214,8 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         let Some((conn, registered, sent)) = session else {
             eprintln!("gpool agent: cannot register ({}); retrying", failures.join("; "));
             std::thread::sleep(delay);
-            delay = (delay * 2).min(Duration::from_secs(5));
+            // Retry often: a control plane back within the lease keeps every job running.
+            delay = (delay * 2).min(Duration::from_secs(1));
             continue;
         };
         delay = Duration::from_millis(200);

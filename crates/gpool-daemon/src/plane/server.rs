@@ -5,6 +5,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use gpool_core::Policy;
@@ -78,14 +79,80 @@ pub struct Ready {
     pub rx: Receiver<Event>,
 }
 
-/// Runs the controller thread and the HTTP API until SIGINT/SIGTERM, or
-/// until the controller stops because the store refused a write (then with
-/// that error); `banner` is printed once listening (its first line names the URL).
+/// A process's async runtime and its stop signal, made once: SIGINT or
+/// SIGTERM, whenever they come (while serving, or while waiting for the
+/// database), stop it.
+pub struct Process {
+    rt: tokio::runtime::Runtime,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Process {
+    pub fn new() -> anyhow::Result<Process> {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let (tx, stop) = tokio::sync::watch::channel(false);
+        rt.spawn(async move {
+            shutdown_signal().await;
+            let _ = tx.send(true);
+        });
+        Ok(Process { rt, stop })
+    }
+
+    /// Whether SIGINT or SIGTERM came.
+    pub fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Waits `d`, or less if a stop signal comes; whether it came.
+    pub fn sleep(&self, d: Duration) -> bool {
+        let mut stop = self.stop.clone();
+        self.rt.block_on(async move {
+            tokio::select! {
+                () = tokio::time::sleep(d) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+        self.stopped()
+    }
+
+    /// Runs blocking work (connecting, waiting for leadership) on a thread of
+    /// its own; `None` if a stop signal came first (the work is abandoned).
+    pub fn interruptible<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new().name("blocking".into()).spawn(move || {
+            let _ = tx.send(work());
+        });
+        if spawned.is_err() {
+            return None;
+        }
+        let mut stop = self.stop.clone();
+        self.rt.block_on(async move {
+            tokio::select! {
+                done = rx => done.ok(),
+                _ = stop.wait_for(|s| *s) => None,
+            }
+        })
+    }
+}
+
+/// How serving ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// SIGINT or SIGTERM.
+    Stopped,
+    /// The store refused a write: the controller stopped, and so did the API.
+    StoreFailed(StoreFailed),
+}
+
+/// Runs the controller thread and the HTTP API until a stop signal, or until
+/// the controller stops because the store refused a write; `banner` is
+/// printed once listening (its first line names the URL).
 pub fn serve(
+    process: &Process,
     plane: &PlaneConfig,
     ready: Ready,
     banner: impl FnOnce(&str) -> String + Send + 'static,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Ended> {
     let Ready { mut controller, first, local, tx, rx } = ready;
     let token = admin_token(&plane.data_dir)?;
     let admin_user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
@@ -95,17 +162,17 @@ pub fn serve(
         None => None,
     };
     let (events, _) = tokio::sync::broadcast::channel(4096);
-    let shell = Shell { local, events: events.clone(), webhook, renew_every: Some(std::time::Duration::from_secs(1)) };
+    let shell = Shell { local, events: events.clone(), webhook, renew_every: Some(Duration::from_secs(1)) };
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Result<(), StoreFailed>>();
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
         let _ = ended_tx.send(shell.run(controller, first, rx));
     })?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let state = AppState { tx: tx.clone(), events, data_dir: plane.data_dir.clone() };
     let data_dir = plane.data_dir.clone();
     let listen = plane.listen;
     let header_timeout = plane.http_header_timeout;
-    let served: anyhow::Result<()> = rt.block_on(async move {
+    let mut stop = process.stop.clone();
+    let served: anyhow::Result<Ended> = process.rt.block_on(async move {
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
@@ -115,19 +182,20 @@ pub fn serve(
         println!("admin token in {}", data_dir.join(TOKEN_FILE).display());
         let _ = std::io::stdout().flush();
         let limits = Limits::for_open_files(raise_open_file_limit(), header_timeout);
-        let server = listen::serve(listener, router(state), limits, shutdown_signal());
+        let stopping = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let server = listen::serve(listener, router(state), limits, stopping);
         tokio::select! {
-            () = server => {}
+            () = server => Ok(Ended::Stopped),
             // The controller stopped by itself: its store failed. Nothing more
             // can be answered; stop at once rather than wait for open streams.
-            Ok(Err(failed)) = ended_rx => return Err(failed.into()),
+            Ok(Err(failed)) = ended_rx => Ok(Ended::StoreFailed(failed)),
         }
-        Ok(())
     });
     let _ = tx.send(Event::Shutdown);
     let _ = ctl.join();
     let _ = std::fs::remove_file(plane.data_dir.join(URL_FILE));
-    drop(rt);
     served
 }
 
@@ -137,7 +205,7 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
     }
-    println!("gpool: stopping; running jobs keep running and are re-adopted by the next `gpool up`");
+    println!("gpool: stopping; running jobs keep running and are re-adopted when a control plane is back");
 }
 
 /// Reads or creates the admin token file (mode 0600).
