@@ -103,6 +103,9 @@ pub(crate) struct NodeArgs {
     /// Node pool: on-demand (default), spot, reserved.
     #[arg(long)]
     pool: Option<String>,
+    /// Most a replica's log file may hold (over all its attempts); later output is discarded after a marker: 1Gi, 500Mi, or unlimited.
+    #[arg(long, default_value = "1Gi")]
+    log_limit: String,
 }
 
 impl NodeArgs {
@@ -124,6 +127,12 @@ impl NodeArgs {
             memory_gb: self.memory_gb,
             labels,
             pool: self.pool,
+            log_limit: match self.log_limit.trim() {
+                "unlimited" | "none" => None,
+                size => Some(gpool_api::quantity::parse_bytes(size).map_err(|e| {
+                    anyhow::anyhow!("--log-limit {size:?}: {e} (a size such as 1Gi or 500Mi, or unlimited)")
+                })?),
+            },
         })
     }
 }

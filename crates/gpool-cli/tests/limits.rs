@@ -51,3 +51,24 @@ fn a_thousand_idle_connections_neither_block_the_api_nor_fail_job_starts() {
         "the server closes a connection that sends no request within its header timeout: {closed:?}"
     );
 }
+
+/// Issue 11, failure 4 (in part): jobs that write a lot of output filled the
+/// data directory. A replica's log now stops at its limit with a marker,
+/// and the job itself runs to its end.
+#[test]
+fn a_log_stops_at_its_limit_and_the_job_still_succeeds() {
+    let scratch = Scratch::new("log-limit");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &["--log-limit", "100Ki"]);
+    let id = d.submit(json!({
+        "command": "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo to-stderr >&2; echo done",
+        "resources": {"nvidia.com/gpu": 1},
+    }));
+    d.wait_ended(&[id], Duration::from_secs(60));
+    assert_eq!(d.job(id)["state"], "succeeded", "{}", d.job(id));
+    let out = std::fs::read_to_string(scratch.0.join(format!("jobs/{id}/rank0.out"))).expect("stdout log");
+    assert!(out.len() <= 100 * 1024 + 200, "the log holds at most its limit and a marker: {} bytes", out.len());
+    assert!(out.contains("reached its limit of 102400 bytes"), "one marker says why it stops");
+    assert!(!out.contains("done"), "what came after the limit is gone");
+    let err = std::fs::read_to_string(scratch.0.join(format!("jobs/{id}/rank0.err"))).expect("stderr log");
+    assert_eq!(err.trim(), "to-stderr", "each stream has its own limit");
+}

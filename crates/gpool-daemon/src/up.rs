@@ -72,6 +72,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         node: node_name.clone(),
         simulated: cfg.node.simulate_gpus.is_some(),
         lease: None,
+        log_limit: cfg.node.log_limit,
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;

@@ -52,6 +52,8 @@ pub struct AgentConfig {
     /// The lease file shims watch (remote agents): a shim kills its job when
     /// the lease it names has expired. `None` for the agent inside `gpool up`.
     pub lease: Option<PathBuf>,
+    /// Most bytes a replica's log file may hold; `None`: no limit.
+    pub log_limit: Option<u64>,
 }
 
 /// The node agent.
@@ -122,6 +124,7 @@ impl Agent {
             launch.env.push(("GPOOL_SIM_LOAD_FILE".into(), dir.join(SIM_LOAD_FILE).display().to_string()));
         }
         launch.lease.clone_from(&self.cfg.lease);
+        launch.log_limit = self.cfg.log_limit;
         let declared = launch.env.iter().find(|(k, _)| k == SIM_LOAD_ENV).map(|(_, v)| v.clone());
         std::fs::create_dir_all(&dir)?;
         std::fs::create_dir_all(self.checkpoint_dir(key.job))?;

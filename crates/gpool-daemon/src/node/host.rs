@@ -24,6 +24,8 @@ pub struct NodeConfig {
     pub memory_gb: Option<u64>,
     pub labels: std::collections::BTreeMap<String, String>,
     pub pool: Option<String>,
+    /// Most bytes a replica's log file may hold; `None`: no limit.
+    pub log_limit: Option<u64>,
 }
 
 pub fn host_name() -> String {

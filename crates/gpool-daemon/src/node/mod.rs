@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod host;
 pub mod lease;
+pub mod output;
 pub mod remote;
 pub mod sampler;
 pub mod shim;

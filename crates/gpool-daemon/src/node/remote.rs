@@ -155,6 +155,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             node: name.clone(),
             simulated: cfg.node.simulate_gpus.is_some(),
             lease: Some(lease_path.clone()),
+            log_limit: cfg.node.log_limit,
         },
         sink,
         replicas.clone(),
@@ -372,6 +373,7 @@ fn execute(agent: &Agent, command: wire::Command) {
                 stdout: PathBuf::new(),
                 stderr: PathBuf::new(),
                 lease: None,
+                log_limit: None,
             };
             if let Err(e) = agent.start(key, launch, devices) {
                 let now = crate::node::shim::now_ms();

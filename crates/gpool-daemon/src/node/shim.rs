@@ -30,6 +30,7 @@ use rustix::process::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::node::output::Copiers;
 use crate::protocol::{ExitRecord, Launch};
 
 /// Written by the shim once the command runs.
@@ -63,6 +64,32 @@ pub(crate) fn write_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> s
     Ok(())
 }
 
+/// Room kept for the exit record from the shim's start: written in place
+/// over blocks the file already has, it can be written on a full disk.
+const EXIT_ROOM: usize = 4096;
+
+/// Reserves the exit record's room (a file of spaces, renamed over later).
+fn reserve_exit(dir: &Path) -> std::io::Result<()> {
+    std::fs::write(dir.join(format!(".{EXIT}.tmp")), vec![b' '; EXIT_ROOM])
+}
+
+/// Writes the exit record into its reserved room and renames it into place.
+fn write_exit(dir: &Path, rec: &ExitRecord) -> std::io::Result<()> {
+    let mut rec = rec.clone();
+    let mut json = serde_json::to_vec(&rec).map_err(std::io::Error::other)?;
+    if json.len() > EXIT_ROOM {
+        // Only an error text can make it long.
+        rec.error = rec.error.map(|e| e.chars().take(1_000).collect());
+        json = serde_json::to_vec(&rec).map_err(std::io::Error::other)?;
+    }
+    json.resize(json.len().max(EXIT_ROOM), b' ');
+    let tmp = dir.join(format!(".{EXIT}.tmp"));
+    let mut f = OpenOptions::new().write(true).create(true).truncate(false).open(&tmp)?;
+    f.write_all(&json)?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(EXIT))
+}
+
 pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
     std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
 }
@@ -90,13 +117,19 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         return Ok(());
     }
     set_child_subreaper(Some(getpid())).context("become child subreaper")?;
+    reserve_exit(dir).context("reserve room for exit.json")?;
     let mut spec = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin(), &mut spec).context("read the launch spec from stdin")?;
     let launch: Launch = serde_json::from_slice(&spec).context("parse the launch spec")?;
     let started_ms = now_ms();
     let open_log = |p: &Path| OpenOptions::new().create(true).append(true).open(p);
     let spawned = (|| -> std::io::Result<std::process::Child> {
-        let (out, err) = (open_log(&launch.stdout)?, open_log(&launch.stderr)?);
+        // With a log limit the shim copies the output (`output.rs`); without,
+        // the job writes to its log files itself.
+        let (out, err) = match launch.log_limit {
+            Some(_) => (Stdio::piped(), Stdio::piped()),
+            None => (open_log(&launch.stdout)?.into(), open_log(&launch.stderr)?.into()),
+        };
         let (prog, args) = launch.argv.split_first().ok_or_else(|| std::io::Error::other("empty command"))?;
         Command::new(prog)
             .args(args)
@@ -128,9 +161,15 @@ fn run(dir: &Path) -> anyhow::Result<()> {
                 error: Some(msg),
                 fenced: false,
             };
-            write_atomic(dir, EXIT, &rec).context("write exit.json")?;
+            write_exit(dir, &rec).context("write exit.json")?;
             return Ok(());
         }
+    };
+    let copiers = match (launch.log_limit, child.stdout.take(), child.stderr.take()) {
+        (Some(limit), Some(out), Some(err)) => Some(
+            Copiers::start(out, err, [launch.stdout.clone(), launch.stderr.clone()], limit).context("copy output")?,
+        ),
+        _ => None,
     };
     let job_pid = child.id() as i32;
     write_atomic(dir, STATE, &ShimState { shim_pid: getpid().as_raw_nonzero().get(), job_pid })
@@ -138,6 +177,12 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     let fenced = launch.lease.clone().map(|lease| crate::node::lease::fence(lease, job_pid));
     let status = child.wait().context("wait for the job")?;
     kill_everything(job_pid);
+    // Every writer of the pipes is gone now: the copies end.
+    if let Some(c) = copiers {
+        for e in c.finish().into_iter().filter_map(|c| c.error) {
+            eprintln!("gpool shim {}: output lost: {e}", dir.display());
+        }
+    }
     let error = fenced.and_then(|f| f.fenced()).map(|why| {
         if let Ok(mut f) = open_log(&launch.stderr) {
             let _ = writeln!(f, "gpool: {why}");
@@ -147,7 +192,7 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     let fenced = error.is_some();
     let rec =
         ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error, fenced };
-    write_atomic(dir, EXIT, &rec).context("write exit.json")?;
+    write_exit(dir, &rec).context("write exit.json")?;
     drop(lock);
     Ok(())
 }

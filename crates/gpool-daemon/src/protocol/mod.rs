@@ -98,6 +98,10 @@ pub struct Launch {
     /// its jobs before the control plane runs them elsewhere.
     #[serde(default)]
     pub lease: Option<PathBuf>,
+    /// Most bytes each of the replica's log files may hold (over all its
+    /// attempts); past it output is discarded after a marker line. `None`: no limit.
+    #[serde(default)]
+    pub log_limit: Option<u64>,
 }
 
 /// How the replica ended, written atomically by the shim.

@@ -124,6 +124,7 @@ impl Controller {
                 stdout: PathBuf::new(),
                 stderr: PathBuf::new(),
                 lease: None,
+                log_limit: None,
             };
             let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
             starts.push((r.node, Order::Start { key, launch, devices: device_uuids }));
