@@ -252,6 +252,9 @@ pub struct TelemetryWire {
     /// Why the GPUs could not be read, if they could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why the node should take no new work now (its disk under the reserve).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<String>,
 }
 
 /// `POST /agent/v1/report`.

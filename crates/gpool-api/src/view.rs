@@ -185,6 +185,9 @@ pub struct NodeView {
     pub agent: Option<String>,
     pub devices: Vec<DeviceView>,
     pub jobs: Vec<u64>,
+    /// Why the node takes no new work now (its disk under the reserve).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<String>,
 }
 
 /// A quota queue and its use.

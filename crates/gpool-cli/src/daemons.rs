@@ -106,6 +106,9 @@ pub(crate) struct NodeArgs {
     /// Most a replica's log file may hold (over all its attempts); later output is discarded after a marker: 1Gi, 500Mi, or unlimited.
     #[arg(long, default_value = "1Gi")]
     log_limit: String,
+    /// Free space of the data directory under which this node starts no new jobs (and says so in `gpool nodes`).
+    #[arg(long, default_value = "100Mi")]
+    disk_reserve: String,
 }
 
 impl NodeArgs {
@@ -133,6 +136,9 @@ impl NodeArgs {
                     anyhow::anyhow!("--log-limit {size:?}: {e} (a size such as 1Gi or 500Mi, or unlimited)")
                 })?),
             },
+            disk_reserve: gpool_api::quantity::parse_bytes(self.disk_reserve.trim()).map_err(|e| {
+                anyhow::anyhow!("--disk-reserve {:?}: {e} (a size such as 100Mi or 2Gi)", self.disk_reserve)
+            })?,
         })
     }
 }

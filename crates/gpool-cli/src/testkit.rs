@@ -305,6 +305,7 @@ pub(crate) fn node(name: &str) -> NodeB {
         agent: None,
         devices: Vec::new(),
         jobs: Vec::new(),
+        conditions: Vec::new(),
     })
 }
 

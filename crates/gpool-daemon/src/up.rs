@@ -80,7 +80,8 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let _sampler = match backend {
         Some(b) => {
             let t = tx.clone();
-            let sampler = Sampler::new(node_name.clone(), b, cfg.node.sample_interval, replicas);
+            let sampler = Sampler::new(node_name.clone(), b, cfg.node.sample_interval, replicas)
+                .with_disk(plane.data_dir.clone(), cfg.node.disk_reserve);
             Some(sampler::spawn(sampler, move |r| t.send(Event::Agent(AgentReport::Telemetry(r))).is_ok())?)
         }
         None => None,

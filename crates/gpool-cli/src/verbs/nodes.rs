@@ -35,6 +35,9 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
             n.memory_mb / 1024,
             n.jobs
         ));
+        for c in &n.conditions {
+            lines.push(format!("  condition: {c}"));
+        }
         for d in &n.devices {
             let who = d.job.map_or_else(|| "free".to_string(), |j| format!("job {j}"));
             let now = match d.telemetry.as_ref() {

@@ -26,6 +26,8 @@ pub struct NodeConfig {
     pub pool: Option<String>,
     /// Most bytes a replica's log file may hold; `None`: no limit.
     pub log_limit: Option<u64>,
+    /// Free bytes of the data directory's file system under which the node takes no new work.
+    pub disk_reserve: u64,
 }
 
 pub fn host_name() -> String {

@@ -164,7 +164,8 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     let _sampler = match backend {
         Some(b) => {
             let t = report_tx.clone();
-            let s = Sampler::new(name.clone(), b, cfg.node.sample_interval, replicas);
+            let s = Sampler::new(name.clone(), b, cfg.node.sample_interval, replicas)
+                .with_disk(cfg.data_dir.clone(), cfg.node.disk_reserve);
             Some(sampler::spawn(s, move |r| t.send(AgentReport::Telemetry(r)).is_ok())?)
         }
         None => None,

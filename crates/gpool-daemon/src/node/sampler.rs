@@ -113,6 +113,23 @@ pub struct Sampler {
     /// CPU ticks per replica at the previous sample.
     prev: BTreeMap<ReplicaKey, (Instant, u64)>,
     ticks_per_sec: f64,
+    /// The data directory and the free space under which the node takes no new work.
+    disk: Option<(PathBuf, u64)>,
+}
+
+/// Why a node should take no new work: its data directory's file system
+/// has less than `reserve` bytes free for it (logs, run directories).
+pub fn disk_condition(dir: &std::path::Path, reserve: u64) -> Option<String> {
+    let st = rustix::fs::statvfs(dir).ok()?;
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    (free < reserve).then(|| {
+        format!(
+            "disk: {} MiB free in {}, under the {} MiB reserve (--disk-reserve): no new jobs start here",
+            free >> 20,
+            dir.display(),
+            reserve >> 20
+        )
+    })
 }
 
 impl Sampler {
@@ -124,7 +141,14 @@ impl Sampler {
             replicas,
             prev: BTreeMap::new(),
             ticks_per_sec: rustix::param::clock_ticks_per_second() as f64,
+            disk: None,
         }
+    }
+
+    /// Also watches the free space of `dir` against `reserve` bytes.
+    pub fn with_disk(mut self, dir: PathBuf, reserve: u64) -> Sampler {
+        self.disk = Some((dir, reserve));
+        self
     }
 
     /// Reads everything once.
@@ -173,7 +197,9 @@ impl Sampler {
             }
         }
         self.prev = ticks.into_iter().map(|(k, t)| (k, (now, t))).collect();
-        NodeReport { node: self.node.clone(), at_ms, gpus, replicas: usage, pid_jobs, error }
+        let conditions =
+            self.disk.as_ref().and_then(|(dir, reserve)| disk_condition(dir, *reserve)).into_iter().collect();
+        NodeReport { node: self.node.clone(), at_ms, gpus, replicas: usage, pid_jobs, error, conditions }
     }
 
     /// Samples every interval and sends each report, until `stop` says so.
@@ -207,6 +233,14 @@ pub fn spawn(sampler: Sampler, send: impl Fn(NodeReport) -> bool + Send + 'stati
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_under_its_reserve_is_a_condition() {
+        let dir = std::env::temp_dir();
+        let c = disk_condition(&dir, u64::MAX).expect("no disk has that much free");
+        assert!(c.contains("under the") && c.contains("--disk-reserve"), "{c}");
+        assert_eq!(disk_condition(&dir, 0), None);
+    }
 
     #[test]
     fn declared_loads_parse_and_bad_ones_are_ignored() {

@@ -18,6 +18,9 @@ pub struct NodeReport {
     pub pid_jobs: BTreeMap<u32, u64>,
     /// Set when the backend could not be read this time: why.
     pub error: Option<String>,
+    /// Why the node should take no new work now (its disk is under the
+    /// reserve); empty when it is healthy.
+    pub conditions: Vec<String>,
 }
 
 /// A node's telemetry for the agent protocol.
@@ -76,6 +79,7 @@ pub fn telemetry_to_wire(r: &NodeReport) -> gpool_api::agent::TelemetryWire {
         replicas: r.replicas.iter().map(|(k, c)| ((*k).into(), *c)).collect(),
         pid_jobs: r.pid_jobs.clone(),
         error: r.error.clone(),
+        conditions: r.conditions.clone(),
     }
 }
 
@@ -136,6 +140,7 @@ pub fn telemetry_from_wire(node: &str, t: gpool_api::agent::TelemetryWire) -> No
         replicas: t.replicas.into_iter().map(|(k, c)| (k.into(), c)).collect(),
         pid_jobs: t.pid_jobs,
         error: t.error,
+        conditions: t.conditions,
     }
 }
 
@@ -169,6 +174,7 @@ mod tests {
             replicas: vec![(ReplicaKey { job: 1, attempt: 2, rank: 0 }, 1.5)],
             pid_jobs: [(7, 1)].into_iter().collect(),
             error: None,
+            conditions: vec!["disk: 1 MiB free".into()],
         };
         let json = serde_json::to_string(&telemetry_to_wire(&report)).expect("json");
         assert!(!json.contains("gpu_util_pct"), "absent values are left out: {json}");
@@ -177,5 +183,6 @@ mod tests {
         assert_eq!(back.replicas, report.replicas);
         assert_eq!(back.pid_jobs, report.pid_jobs);
         assert_eq!(back.at_ms, 42);
+        assert_eq!(back.conditions, report.conditions);
     }
 }

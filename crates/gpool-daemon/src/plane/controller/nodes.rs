@@ -108,6 +108,9 @@ impl NodeDoc {
 pub(crate) struct NodeLink {
     pub doc: NodeDoc,
     pub link: Link,
+    /// What the node last reported that keeps new work away (a disk under
+    /// its reserve); empty when healthy. Not persisted: the next report says.
+    pub conditions: Vec<String>,
 }
 
 impl NodeLink {
@@ -208,7 +211,7 @@ impl Controller {
         let state = if doc.draining { NodeState::Draining } else { NodeState::Up };
         let _ = self.snap.set_node_state(id, state);
         self.writes.push(node_row(&doc, now));
-        self.links.insert(id, NodeLink { doc, link });
+        self.links.insert(id, NodeLink { doc, link, conditions: Vec::new() });
         self.dirty = true;
         Ok(id)
     }
@@ -223,7 +226,8 @@ impl Controller {
             let node = core_node(&doc);
             let id = self.snap.add_node(node)?;
             self.snap.set_node_state(id, NodeState::Down)?;
-            self.links.insert(id, NodeLink { doc, link: Link::Remote(Remote { last_seen_ms: now, ..Remote::new() }) });
+            let link = Link::Remote(Remote { last_seen_ms: now, ..Remote::new() });
+            self.links.insert(id, NodeLink { doc, link, conditions: Vec::new() });
             // Give its agent a lease's time to find this controller.
             self.timers.insert((now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 }));
         }
@@ -493,11 +497,40 @@ impl Controller {
         }
     }
 
+    /// A node's state in the scheduler from what the controller knows: down
+    /// stays down (until its agent registers), else draining if an admin
+    /// drains it or it reports a condition, else up.
+    pub(super) fn apply_node_state(&mut self, id: NodeId) {
+        let Some(link) = self.links.get(&id) else { return };
+        if self.snap.node(id).is_some_and(|n| n.state == NodeState::Down) {
+            return;
+        }
+        let held = link.doc.draining || !link.conditions.is_empty();
+        let _ = self.snap.set_node_state(id, if held { NodeState::Draining } else { NodeState::Up });
+        self.dirty = true;
+    }
+
+    /// What a node reports that keeps new work away (or that it is healthy again).
+    pub(super) fn set_conditions(&mut self, id: NodeId, conditions: Vec<String>, now: i64) {
+        let Some(link) = self.links.get_mut(&id) else { return };
+        if link.conditions == conditions {
+            return;
+        }
+        let name = link.doc.name.clone();
+        let message = match conditions.is_empty() {
+            true => format!("node {name}: healthy again, takes new work"),
+            false => format!("node {name}: {}", conditions.join("; ")),
+        };
+        link.conditions = conditions;
+        self.apply_node_state(id);
+        self.event(now, None, "node_condition", message);
+    }
+
     /// A node's lease check: down if it has been silent too long.
     pub(super) fn lease_check(&mut self, node: u32, now: i64) {
         let id = NodeId(node);
         let lease = self.lease_ms();
-        let Some(NodeLink { link: Link::Remote(r), doc }) = self.links.get_mut(&id) else { return };
+        let Some(NodeLink { link: Link::Remote(r), doc, .. }) = self.links.get_mut(&id) else { return };
         let deadline = r.last_seen_ms + lease + LEASE_MARGIN_MS;
         if deadline > now {
             self.timers.insert((deadline, Timer::Lease { node }));
@@ -542,10 +575,7 @@ impl Controller {
         let link = self.links.get_mut(&id).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
         link.doc.draining = draining;
         let doc = link.doc.clone();
-        let down = self.snap.node(id).is_some_and(|n| n.state == NodeState::Down);
-        if !down {
-            let _ = self.snap.set_node_state(id, if draining { NodeState::Draining } else { NodeState::Up });
-        }
+        self.apply_node_state(id);
         self.writes.push(node_row(&doc, now));
         let what = if draining {
             "draining: running jobs finish, nothing new starts there"

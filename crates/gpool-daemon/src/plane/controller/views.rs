@@ -159,6 +159,7 @@ impl Controller {
                     }),
                     devices,
                     jobs,
+                    conditions: self.links.get(&id).map(|l| l.conditions.clone()).unwrap_or_default(),
                 }
             })
             .collect()

@@ -180,3 +180,29 @@ fn a_gang_that_loses_a_replica_is_requeued_and_restarted_whole() {
     assert_eq!(restarted, [key(id, 2, 0), key(id, 2, 1)], "requeued, then both replicas again");
     assert!(h.event_kinds().contains(&"lost".to_string()));
 }
+
+/// Issue 11, failure 4 (in part): a node whose disk is under its reserve
+/// starts nothing new until it is healthy again, and says why.
+#[test]
+fn a_node_reporting_a_full_disk_takes_no_new_work_until_it_recovers() {
+    let mut h = Setup::new().build();
+    let report = |conditions: Vec<String>| {
+        Event::Agent(AgentReport::Telemetry(crate::protocol::NodeReport {
+            node: "n1".into(),
+            at_ms: T0,
+            conditions,
+            ..Default::default()
+        }))
+    };
+    h.step(vec![report(vec!["disk: 50 MiB free in /var/lib/gpool, under the 100 MiB reserve".into()])]);
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    assert!(h.starts().is_empty(), "nothing starts on a node under its disk reserve");
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes");
+    assert_eq!(nodes[0].state, "draining");
+    assert!(nodes[0].conditions[0].contains("under the 100 MiB reserve"));
+    assert!(h.event_kinds().contains(&"node_condition".to_string()));
+    h.step(vec![report(Vec::new())]);
+    assert_eq!(h.starts().iter().map(|(k, _)| *k).collect::<Vec<_>>(), [key(id, 1, 0)], "healthy again: it starts");
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes");
+    assert_eq!((nodes[0].state.as_str(), nodes[0].conditions.len()), ("up", 0));
+}
