@@ -21,6 +21,8 @@ pub(crate) enum BenchCommand {
     Telemetry(crate::bench_daemon::TelemetryArgs),
     /// The control plane at scale: simulated nodes speaking the agent protocol, a large queue.
     Cluster(crate::bench_cluster::ClusterArgs),
+    /// A real cluster under seeded random faults, checked from the jobs' own records.
+    Chaos(crate::chaos::ChaosArgs),
 }
 
 #[derive(Args, Debug)]
@@ -56,6 +58,7 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Latency(a) => crate::bench_daemon::latency(a),
         BenchCommand::Telemetry(a) => crate::bench_daemon::telemetry(a),
         BenchCommand::Cluster(a) => crate::bench_cluster::cluster(a),
+        BenchCommand::Chaos(a) => crate::chaos::run(a),
     }
 }
 

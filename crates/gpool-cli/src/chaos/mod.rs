@@ -1,0 +1,313 @@
+//! `gpool bench chaos`: a real cluster under random faults, checked from the
+//! jobs' own records. A PostgreSQL server, a leader and a standby `gpool
+//! serve`, and agents with simulated GPUs run a steady stream of jobs (one
+//! in ten a gang across nodes) while a seeded schedule of faults hits them
+//! (`schedule.rs`: kill -9 or SIGSTOP of an agent, the leader or the
+//! standby; a database outage; an agent's network cut). Then it checks that
+//! every acknowledged job ended, that none ran twice at once and no GPU was
+//! held by two runs at once (each job holds a lock per GPU and one for
+//! itself), that nothing is left running, and that no job failed: every
+//! fault here is the infrastructure's, so every job must succeed.
+
+mod proxy;
+mod schedule;
+mod world;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use schedule::{Fault, Kind};
+use world::World;
+
+#[derive(Args, Debug)]
+pub(crate) struct ChaosArgs {
+    /// Faults to inject, one after another.
+    #[arg(long, default_value_t = 20)]
+    faults: usize,
+    /// Seed of the fault schedule: the same seed replays the same faults.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Agents (nodes of 4 simulated GPUs each).
+    #[arg(long, default_value_t = 3)]
+    agents: usize,
+    /// The nodes' lease: faults hold 1 s to 1.5 leases, so some outlast it.
+    #[arg(long, default_value = "6s")]
+    lease: String,
+    /// Jobs submitted per second while faults run.
+    #[arg(long, default_value_t = 4)]
+    rate: u32,
+    /// Keep the scratch directory (logs of every process) instead of removing it.
+    #[arg(long)]
+    keep: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+/// The job every chaos job runs: it locks each of its GPUs and itself (two
+/// holders at once leave a violation record), records its start, sleeps,
+/// and records its end.
+const JOB: &str = r#"#!/bin/bash
+D="$1"
+for g in ${CUDA_VISIBLE_DEVICES//,/ }; do
+  exec {fd}>"$D/locks/$GPOOL_NODE-gpu$g"
+  flock -n "$fd" || echo "job $GPOOL_JOB_ID: $GPOOL_NODE gpu$g held by another run" >> "$D/violations"
+done
+exec {me}>"$D/locks/job-$GPOOL_JOB_ID-rank${RANK:-0}"
+flock -n "$me" || echo "job $GPOOL_JOB_ID rank ${RANK:-0} runs twice at once" >> "$D/violations"
+echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE" >> "$D/starts"
+sleep "$2"
+echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE" >> "$D/done"
+"#;
+
+pub(crate) fn run(a: ChaosArgs) -> anyhow::Result<()> {
+    let lease = gpool_api::quantity::parse_duration(&a.lease).map_err(|e| anyhow::anyhow!("--lease: {e}"))?;
+    anyhow::ensure!(a.agents >= 2, "--agents: at least 2 (gangs span two nodes)");
+    let faults = schedule::schedule(a.seed, a.faults, a.agents, lease * 3 / 2);
+    let dir = std::env::temp_dir().join(format!("gpool-chaos-{}-{}", std::process::id(), a.seed));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("locks"))?;
+    std::fs::write(dir.join("job.sh"), JOB)?;
+    let result = chaos(&a, &dir, &faults);
+    if !a.keep && result.as_ref().is_ok_and(|r| r["ok"] == true) {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let report = result?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    anyhow::ensure!(report["ok"] == true, "the chaos run broke a promise (seed {}; logs in {})", a.seed, dir.display());
+    Ok(())
+}
+
+fn chaos(a: &ChaosArgs, dir: &Path, faults: &[Fault]) -> anyhow::Result<Value> {
+    let mut w = World::start(dir, a.agents, &a.lease)?;
+    // The stream of jobs, submitted to whichever control plane leads.
+    let acknowledged: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let submitter = {
+        let (ports, token) = (w.planes.iter().map(|(p, _)| *p).collect::<Vec<_>>(), w.token.clone());
+        let (acked, stop, dir) = (acknowledged.clone(), stop.clone(), dir.to_path_buf());
+        let pause = Duration::from_millis(1_000 / u64::from(a.rate.max(1)));
+        std::thread::spawn(move || submit_stream(&ports, &token, &dir, pause, &acked, &stop))
+    };
+    let mut injected: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut takeovers = Vec::new();
+    let mut rejoins = Vec::new();
+    for (i, f) in faults.iter().enumerate() {
+        if !a.json {
+            eprintln!("fault {}/{}: {} (agent {}, {:?})", i + 1, faults.len(), f.kind.name(), f.agent, f.hold);
+        }
+        inject(&mut w, f, &mut takeovers, &mut rejoins)?;
+        *injected.entry(f.kind.name()).or_default() += 1;
+        std::thread::sleep(f.calm);
+    }
+    stop.store(true, Ordering::SeqCst);
+    let _ = submitter.join();
+    let ids = acknowledged.lock().map(|v| v.clone()).unwrap_or_default();
+    // Every acknowledged job must end: give the last ones time to run.
+    let mut states: BTreeMap<u64, Value> = BTreeMap::new();
+    let settle = w.until("every acknowledged job to end", Duration::from_secs(300), |w| {
+        states = all_jobs(w);
+        ids.iter().all(|id| states.get(id).is_some_and(|j| is_terminal(&j["state"])))
+    });
+    let lines = |name: &str| -> Vec<String> {
+        std::fs::read_to_string(dir.join(name)).map(|t| t.lines().map(String::from).collect()).unwrap_or_default()
+    };
+    let violations = lines("violations");
+    let overlaps = violations.iter().filter(|v| v.contains("runs twice")).count();
+    let double_booked = violations.iter().filter(|v| v.contains("held by another")).count();
+    let count = |state: &str| ids.iter().filter(|id| states.get(id).is_some_and(|j| j["state"] == state)).count();
+    let lost = ids.iter().filter(|id| !states.get(id).is_some_and(|j| is_terminal(&j["state"]))).count();
+    let failed = ids.len() - count("succeeded") - lost;
+    let restarts: u64 = ids.iter().filter_map(|id| states.get(id)?["restarts"].as_u64()).sum();
+    let leftovers = running_job_processes(dir);
+    let ok = settle.is_ok() && lost == 0 && failed == 0 && overlaps == 0 && double_booked == 0 && leftovers == 0;
+    let ms = |v: &[Duration]| -> Value {
+        let mut ms: Vec<u64> = v.iter().map(|d| d.as_millis() as u64).collect();
+        ms.sort_unstable();
+        let q = |p: f64| ms.get(((ms.len().max(1) - 1) as f64 * p).round() as usize).copied();
+        json!({"count": ms.len(), "p50_ms": q(0.5), "max_ms": ms.last()})
+    };
+    Ok(json!({
+        "ok": ok,
+        "seed": a.seed,
+        "faults": faults.len(),
+        "faults_by_kind": injected,
+        "acknowledged": ids.len(),
+        "succeeded": count("succeeded"),
+        "lost": lost,
+        "failed": failed,
+        "runs_overlapping": overlaps,
+        "gpu_double_bookings": double_booked,
+        "left_running": leftovers,
+        "restarts": restarts,
+        "runs_started": lines("starts").len(),
+        "recovery": {"standby_takeover": ms(&takeovers), "node_rejoin": ms(&rejoins)},
+        "settled": settle.is_ok(),
+        "logs": dir.display().to_string(),
+    }))
+}
+
+/// Injects one fault, holds it, heals it, and measures the recovery where there is one.
+fn inject(w: &mut World, f: &Fault, takeovers: &mut Vec<Duration>, rejoins: &mut Vec<Duration>) -> anyhow::Result<()> {
+    let settle = Duration::from_secs(60);
+    match f.kind {
+        Kind::AgentKill => {
+            w.agents[f.agent].kill9();
+            std::thread::sleep(f.hold);
+            w.agents[f.agent].start()?;
+            let n = w.agents.len();
+            rejoins.push(w.until("the agent to rejoin", settle, |w| w.nodes_up() == n)?);
+        }
+        Kind::AgentStop => {
+            w.agents[f.agent].signal("STOP");
+            std::thread::sleep(f.hold);
+            w.agents[f.agent].signal("CONT");
+        }
+        Kind::NetCut => {
+            w.proxies[f.agent].iter().for_each(|p| p.set_cut(true));
+            std::thread::sleep(f.hold);
+            w.proxies[f.agent].iter().for_each(|p| p.set_cut(false));
+        }
+        Kind::LeaderKill | Kind::LeaderStop | Kind::StandbyKill | Kind::StandbyStop => {
+            let leader = match w.leader() {
+                Some(l) => l,
+                None => w.until("a leader", settle, |w| w.leader().is_some()).map(|_| w.leader().unwrap_or(0))?,
+            };
+            let target = match f.kind {
+                Kind::LeaderKill | Kind::LeaderStop => leader,
+                _ => 1 - leader,
+            };
+            let t0 = Instant::now();
+            if matches!(f.kind, Kind::LeaderKill | Kind::StandbyKill) {
+                w.planes[target].1.kill9();
+            } else {
+                w.planes[target].1.signal("STOP");
+            }
+            if target == leader {
+                w.until("the standby to take over", settle, |w| w.leader().is_some_and(|l| l != leader))?;
+                takeovers.push(t0.elapsed());
+            }
+            std::thread::sleep(f.hold.saturating_sub(t0.elapsed()));
+            if matches!(f.kind, Kind::LeaderKill | Kind::StandbyKill) {
+                w.planes[target].1.start()?;
+            } else {
+                w.planes[target].1.signal("CONT");
+            }
+        }
+        Kind::DbOutage => {
+            w.db_outage(true)?;
+            std::thread::sleep(f.hold);
+            w.db_outage(false)?;
+            w.until("a leader after the outage", settle, |w| w.leader().is_some())?;
+        }
+    }
+    // A control plane may have stepped down and be reconnecting: it never exits.
+    for (i, (_, p)) in w.planes.iter_mut().enumerate() {
+        anyhow::ensure!(!p.exited(), "control plane {i} exited after {}", f.kind.name());
+    }
+    Ok(())
+}
+
+fn submit_stream(ports: &[u16], token: &str, dir: &Path, pause: Duration, acked: &Mutex<Vec<u64>>, stop: &AtomicBool) {
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let script = dir.join("job.sh").display().to_string();
+    let d = dir.display().to_string();
+    let mut i: u64 = 0;
+    while !stop.load(Ordering::SeqCst) {
+        i += 1;
+        let secs = ["1", "2", "3"][(i % 3) as usize];
+        let spec = if i.is_multiple_of(10) {
+            json!({"command": ["bash", &script, &d, secs], "replicas": 2, "resources": {"nvidia.com/gpu": 4}})
+        } else {
+            json!({"command": ["bash", &script, &d, secs], "resources": {"nvidia.com/gpu": 1 + (i % 2)}})
+        };
+        for port in ports {
+            let sent = http
+                .post(format!("http://127.0.0.1:{port}/api/v1/jobs"))
+                .header("Authorization", format!("Bearer {token}"))
+                .send_json(&spec);
+            let Ok(mut r) = sent else { continue };
+            if !r.status().is_success() {
+                continue;
+            }
+            if let Ok(v) = r.body_mut().read_json::<Value>()
+                && let Some(ids) = v["ids"].as_array()
+            {
+                // Acknowledged: the job must now end, whatever happens.
+                if let Ok(mut a) = acked.lock() {
+                    a.extend(ids.iter().filter_map(Value::as_u64));
+                }
+                break;
+            }
+        }
+        std::thread::sleep(pause);
+    }
+}
+
+fn all_jobs(w: &World) -> BTreeMap<u64, Value> {
+    let mut out = BTreeMap::new();
+    let mut after = 0;
+    loop {
+        let Some(page) = w.get(&format!("/api/v1/jobs?limit=1000&after={after}")) else { return out };
+        for j in page["jobs"].as_array().into_iter().flatten() {
+            if let Some(id) = j["id"].as_u64() {
+                out.insert(id, j.clone());
+            }
+        }
+        match page["next"].as_u64() {
+            Some(n) => after = n,
+            None => return out,
+        }
+    }
+}
+
+fn is_terminal(state: &Value) -> bool {
+    matches!(state.as_str(), Some("succeeded" | "failed" | "cancelled" | "timed_out"))
+}
+
+/// Processes still running a job of this run (its script under `dir`).
+fn running_job_processes(dir: &Path) -> usize {
+    let needle = dir.join("job.sh").display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle.as_str()))
+        })
+        .count()
+}
+
+fn print_report(r: &Value) {
+    println!(
+        "chaos (seed {}): {} faults {}; {} jobs acknowledged, {} succeeded, {} lost, {} failed; \
+         {} runs overlapping, {} GPU double-bookings, {} left running; {} restarts over {} runs started",
+        r["seed"],
+        r["faults"],
+        r["faults_by_kind"],
+        r["acknowledged"],
+        r["succeeded"],
+        r["lost"],
+        r["failed"],
+        r["runs_overlapping"],
+        r["gpu_double_bookings"],
+        r["left_running"],
+        r["restarts"],
+        r["runs_started"],
+    );
+    println!("recovery: {}", r["recovery"]);
+    println!("{}", if r["ok"] == true { "every promise held" } else { "A PROMISE BROKE: see the logs" });
+}

@@ -1,0 +1,131 @@
+//! The fault schedule of a chaos run: a pure function of its seed, so a
+//! run that found something can be replayed with the same faults in the
+//! same order (`gpool bench chaos --seed N`).
+
+use std::time::Duration;
+
+/// What a fault does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    /// `kill -9` an agent, start it again after the hold.
+    AgentKill,
+    /// `SIGSTOP` an agent for the hold, then `SIGCONT`.
+    AgentStop,
+    /// `kill -9` the leading control plane, start it again (as a standby) after the hold.
+    LeaderKill,
+    /// `SIGSTOP` the leader for the hold, then `SIGCONT`.
+    LeaderStop,
+    /// `kill -9` the standby, start it again after the hold.
+    StandbyKill,
+    /// `SIGSTOP` the standby for the hold, then `SIGCONT`.
+    StandbyStop,
+    /// Every database session ended and new ones refused for the hold.
+    DbOutage,
+    /// An agent's connections to every control plane cut (and refused) for the hold.
+    NetCut,
+}
+
+impl Kind {
+    pub(crate) const ALL: [Kind; 8] = [
+        Kind::AgentKill,
+        Kind::AgentStop,
+        Kind::LeaderKill,
+        Kind::LeaderStop,
+        Kind::StandbyKill,
+        Kind::StandbyStop,
+        Kind::DbOutage,
+        Kind::NetCut,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::AgentKill => "agent-kill",
+            Kind::AgentStop => "agent-stop",
+            Kind::LeaderKill => "leader-kill",
+            Kind::LeaderStop => "leader-stop",
+            Kind::StandbyKill => "standby-kill",
+            Kind::StandbyStop => "standby-stop",
+            Kind::DbOutage => "db-outage",
+            Kind::NetCut => "net-cut",
+        }
+    }
+}
+
+/// One fault: what, on which agent (for agent faults), for how long, and
+/// how long the cluster runs undisturbed after it heals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fault {
+    pub kind: Kind,
+    pub agent: usize,
+    pub hold: Duration,
+    pub calm: Duration,
+}
+
+/// xorshift64*: small, seeded, the same everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// `count` faults over `agents` agents: every kind once first (in an order the
+/// seed shuffles), then kinds drawn at random. Holds are 1–`max_hold`
+/// seconds (so some outlast an agent's lease and some do not), calms 2–5 s.
+pub(crate) fn schedule(seed: u64, count: usize, agents: usize, max_hold: Duration) -> Vec<Fault> {
+    let mut rng = Rng::new(seed);
+    let mut kinds: Vec<Kind> = Kind::ALL.to_vec();
+    for i in (1..kinds.len()).rev() {
+        kinds.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let max_ms = max_hold.as_millis().max(1_000) as u64;
+    (0..count)
+        .map(|i| {
+            let kind = if i < kinds.len() { kinds[i] } else { Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize] };
+            Fault {
+                kind,
+                agent: rng.below(agents as u64) as usize,
+                hold: Duration::from_millis(1_000 + rng.below(max_ms - 999)),
+                calm: Duration::from_millis(2_000 + rng.below(3_001)),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_replays_the_same_faults() {
+        let a = schedule(7, 30, 3, Duration::from_secs(8));
+        assert_eq!(a, schedule(7, 30, 3, Duration::from_secs(8)));
+        assert_ne!(a, schedule(8, 30, 3, Duration::from_secs(8)));
+    }
+
+    #[test]
+    fn every_kind_comes_once_the_run_is_long_enough_and_bounds_hold() {
+        let faults = schedule(1, 20, 3, Duration::from_secs(8));
+        let mut seen: Vec<Kind> = faults.iter().map(|f| f.kind).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen, Kind::ALL.to_vec());
+        for f in &faults {
+            assert!(f.agent < 3);
+            assert!(f.hold >= Duration::from_secs(1) && f.hold <= Duration::from_secs(8), "{f:?}");
+            assert!(f.calm >= Duration::from_secs(2) && f.calm <= Duration::from_secs(5), "{f:?}");
+        }
+    }
+}

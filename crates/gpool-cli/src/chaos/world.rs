@@ -1,0 +1,239 @@
+//! The cluster a chaos run disturbs: a real PostgreSQL server, two `gpool
+//! serve` (a leader and a standby) and N `gpool agent`s with simulated GPUs,
+//! each agent talking to the control planes through proxies that can be cut.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::proxy::Proxy;
+
+/// A `gpool` process that can be killed, stopped and started again with the same arguments.
+pub(crate) struct Proc {
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    fn new(args: Vec<String>, log: PathBuf) -> Proc {
+        Proc { args, log, child: None }
+    }
+
+    pub(crate) fn start(&mut self) -> anyhow::Result<()> {
+        let exe = std::env::current_exe().context("the gpool executable")?;
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let child =
+            Command::new(exe).args(&self.args).stdout(out.try_clone()?).stderr(out).stdin(Stdio::null()).spawn()?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    pub(crate) fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub(crate) fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").arg(format!("-{sig}")).arg(c.id().to_string()).status();
+        }
+    }
+
+    /// Whether it has exited by itself.
+    pub(crate) fn exited(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_some())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.signal("CONT");
+        self.kill9();
+    }
+}
+
+pub(crate) struct World {
+    pub dir: PathBuf,
+    pub pg: gpool_store::testing::TestPostgres,
+    pub db_name: String,
+    pub planes: Vec<(u16, Proc)>,
+    pub agents: Vec<Proc>,
+    /// Per agent, a proxy to each control plane.
+    pub proxies: Vec<Vec<Proxy>>,
+    pub token: String,
+    pub http: ureq::Agent,
+    /// For asking who leads: a stopped control plane accepts connections and
+    /// never answers, so the question must not wait long.
+    probe: ureq::Agent,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl World {
+    pub(crate) fn start(dir: &Path, agents: usize, lease: &str) -> anyhow::Result<World> {
+        let pg = gpool_store::testing::TestPostgres::start()
+            .context("PostgreSQL for the chaos run (apt-get install -y postgresql)")?;
+        let db_name = "chaos".to_string();
+        let db = pg.fresh_database(&db_name)?;
+        let mut planes = Vec::new();
+        for name in ["cp-a", "cp-b"] {
+            let port = free_port()?;
+            let args: Vec<String> =
+                ["serve", "--db", &db, "--listen", &format!("127.0.0.1:{port}"), "--lease", lease, "--data-dir"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain([dir.join(name).display().to_string()])
+                    .collect();
+            planes.push((port, Proc::new(args, dir.join(format!("{name}.log")))));
+        }
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        let probe: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_millis(300)))
+            .build()
+            .into();
+        let mut w = World {
+            dir: dir.into(),
+            pg,
+            db_name,
+            planes,
+            agents: Vec::new(),
+            proxies: Vec::new(),
+            token: String::new(),
+            http,
+            probe,
+        };
+        w.planes[0].1.start()?;
+        w.until("the first control plane to lead", Duration::from_secs(60), |w| w.leader().is_some())?;
+        w.planes[1].1.start()?;
+        w.token = std::fs::read_to_string(dir.join("cp-a/admin.token"))?.trim().to_string();
+        let node_token = w.post(
+            &format!("http://127.0.0.1:{}", w.planes[0].0),
+            "/api/v1/tokens",
+            &serde_json::json!({"user": "nodes", "role": "node"}),
+        )?["token"]
+            .as_str()
+            .context("a node token")?
+            .to_string();
+        for i in 0..agents {
+            let proxies: Vec<Proxy> = w
+                .planes
+                .iter()
+                .map(|(port, _)| Proxy::start(SocketAddr::from(([127, 0, 0, 1], *port))))
+                .collect::<Result<_, _>>()?;
+            let servers = proxies.iter().map(|p| format!("http://{}", p.addr)).collect::<Vec<_>>().join(",");
+            let args: Vec<String> = [
+                "agent",
+                "--server",
+                &servers,
+                "--token",
+                &node_token,
+                "--node-name",
+                &format!("n{i}"),
+                "--advertise-addr",
+                "127.0.0.1",
+                "--simulate-gpus",
+                "4xH100-80GB",
+                "--data-dir",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([dir.join(format!("agent-{i}")).display().to_string()])
+            .collect();
+            let mut p = Proc::new(args, dir.join(format!("agent-{i}.log")));
+            p.start()?;
+            w.agents.push(p);
+            w.proxies.push(proxies);
+        }
+        w.until("every node to register", Duration::from_secs(60), |w| w.nodes_up() == agents)?;
+        Ok(w)
+    }
+
+    /// Waits for `done`, at most `limit`; how long it took.
+    pub(crate) fn until(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&mut World) -> bool,
+    ) -> anyhow::Result<Duration> {
+        let t0 = Instant::now();
+        while !done(self) {
+            if t0.elapsed() > limit {
+                anyhow::bail!("timed out after {limit:?} waiting for {what} (logs in {})", self.dir.display());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(t0.elapsed())
+    }
+
+    /// The index of the control plane that answers (leads), if one does.
+    pub(crate) fn leader(&self) -> Option<usize> {
+        self.planes.iter().position(|(port, _)| {
+            // The scrape needs no token and is answered by the controller itself.
+            self.probe.get(format!("http://127.0.0.1:{port}/metrics")).call().is_ok_and(|r| r.status().is_success())
+        })
+    }
+
+    pub(crate) fn leader_url(&self) -> Option<String> {
+        self.leader().map(|i| format!("http://127.0.0.1:{}", self.planes[i].0))
+    }
+
+    pub(crate) fn get(&self, path: &str) -> Option<serde_json::Value> {
+        let url = self.leader_url()?;
+        let mut r = self
+            .http
+            .get(format!("{url}{path}"))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        r.body_mut().with_config().limit(64 << 20).read_json().ok()
+    }
+
+    pub(crate) fn post(&self, base: &str, path: &str, body: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        let mut r = self
+            .http
+            .post(format!("{base}{path}"))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .send_json(body)?;
+        let status = r.status().as_u16();
+        let v: serde_json::Value = r.body_mut().read_json().unwrap_or(serde_json::Value::Null);
+        anyhow::ensure!(status < 300, "POST {path}: {status} {v}");
+        Ok(v)
+    }
+
+    pub(crate) fn nodes_up(&self) -> usize {
+        self.get("/api/v1/nodes")
+            .and_then(|v| v.as_array().cloned())
+            .map_or(0, |n| n.iter().filter(|n| n["state"] == "up").count())
+    }
+
+    /// Ends every session of the database and refuses new ones (`true`), or lets them in again.
+    pub(crate) fn db_outage(&self, on: bool) -> anyhow::Result<()> {
+        let mut root = postgres::Client::connect(&self.pg.url(), postgres::NoTls)?;
+        let db = &self.db_name;
+        if on {
+            root.batch_execute(&format!(
+                "ALTER DATABASE {db} ALLOW_CONNECTIONS false; \
+                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"
+            ))?;
+        } else {
+            root.batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true"))?;
+        }
+        Ok(())
+    }
+}
