@@ -3,7 +3,9 @@
 //! serve`, and agents with simulated GPUs run a steady stream of jobs (one
 //! in ten a gang across nodes) while a seeded schedule of faults hits them
 //! (`schedule.rs`: kill -9 or SIGSTOP of an agent, the leader or the
-//! standby; a database outage; an agent's network cut). Then it checks that
+//! standby; a database outage; an agent's network cut; an agent's disk
+//! filled, each agent's data directory being a small tmpfs, which needs
+//! root). Then it checks that
 //! every acknowledged job ended, that none ran twice at once and no GPU was
 //! held by two runs at once (each job holds a lock per GPU and one for
 //! itself), that nothing is left running, and that no job failed: every
@@ -171,6 +173,11 @@ fn inject(w: &mut World, f: &Fault, takeovers: &mut Vec<Duration>, rejoins: &mut
             w.agents[f.agent].signal("STOP");
             std::thread::sleep(f.hold);
             w.agents[f.agent].signal("CONT");
+        }
+        Kind::DiskFull => {
+            w.disks[f.agent].fill(true)?;
+            std::thread::sleep(f.hold);
+            w.disks[f.agent].fill(false)?;
         }
         Kind::NetCut => {
             w.proxies[f.agent].iter().for_each(|p| p.set_cut(true));

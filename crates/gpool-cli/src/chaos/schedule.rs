@@ -23,10 +23,13 @@ pub(crate) enum Kind {
     DbOutage,
     /// An agent's connections to every control plane cut (and refused) for the hold.
     NetCut,
+    /// An agent's data directory (a small file system of its own) filled to
+    /// under 2 MiB free (under its disk reserve) for the hold.
+    DiskFull,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 8] = [
+    pub(crate) const ALL: [Kind; 9] = [
         Kind::AgentKill,
         Kind::AgentStop,
         Kind::LeaderKill,
@@ -35,6 +38,7 @@ impl Kind {
         Kind::StandbyStop,
         Kind::DbOutage,
         Kind::NetCut,
+        Kind::DiskFull,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -47,6 +51,7 @@ impl Kind {
             Kind::StandbyStop => "standby-stop",
             Kind::DbOutage => "db-outage",
             Kind::NetCut => "net-cut",
+            Kind::DiskFull => "disk-full",
         }
     }
 }

@@ -64,6 +64,9 @@ pub(crate) struct World {
     pub db_name: String,
     pub planes: Vec<(u16, Proc)>,
     pub agents: Vec<Proc>,
+    /// The agents' data directories, each a small file system of its own
+    /// (dropped after the agents, which unmounts them).
+    pub disks: Vec<Disk>,
     /// Per agent, a proxy to each control plane.
     pub proxies: Vec<Vec<Proxy>>,
     pub token: String,
@@ -110,6 +113,7 @@ impl World {
             db_name,
             planes,
             agents: Vec::new(),
+            disks: Vec::new(),
             proxies: Vec::new(),
             token: String::new(),
             http,
@@ -134,6 +138,8 @@ impl World {
                 .map(|(port, _)| Proxy::start(SocketAddr::from(([127, 0, 0, 1], *port))))
                 .collect::<Result<_, _>>()?;
             let servers = proxies.iter().map(|p| format!("http://{}", p.addr)).collect::<Vec<_>>().join(",");
+            let data = dir.join(format!("agent-{i}"));
+            w.disks.push(Disk::mount(&data)?);
             let args: Vec<String> = [
                 "agent",
                 "--server",
@@ -146,11 +152,15 @@ impl World {
                 "127.0.0.1",
                 "--simulate-gpus",
                 "4xH100-80GB",
+                "--sample-interval",
+                "1s",
+                "--disk-reserve",
+                "8Mi",
                 "--data-dir",
             ]
             .iter()
             .map(|s| s.to_string())
-            .chain([dir.join(format!("agent-{i}")).display().to_string()])
+            .chain([data.display().to_string()])
             .collect();
             let mut p = Proc::new(args, dir.join(format!("agent-{i}.log")));
             p.start()?;
@@ -235,5 +245,49 @@ impl World {
             root.batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true"))?;
         }
         Ok(())
+    }
+}
+
+/// A 128 MiB tmpfs mounted on an agent's data directory, so that filling it
+/// fills only that node's disk.
+pub(crate) struct Disk {
+    path: PathBuf,
+}
+
+impl Disk {
+    fn mount(path: &Path) -> anyhow::Result<Disk> {
+        std::fs::create_dir_all(path)?;
+        let out = Command::new("mount").args(["-t", "tmpfs", "-o", "size=128m", "tmpfs"]).arg(path).output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "cannot mount a small file system on {} for the disk-full fault (run as root): {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(Disk { path: path.into() })
+    }
+
+    /// Fills the file system to under 2 MiB free (`true`), or empties it again.
+    pub(crate) fn fill(&self, on: bool) -> anyhow::Result<()> {
+        let filler = self.path.join("filler");
+        if !on {
+            let _ = std::fs::remove_file(&filler);
+            return Ok(());
+        }
+        let mut f = std::fs::File::create(&filler)?;
+        let chunk = vec![0u8; 1 << 20];
+        loop {
+            let st = rustix::fs::statvfs(&self.path)?;
+            if st.f_bavail.saturating_mul(st.f_frsize) < 2 << 20 {
+                return Ok(());
+            }
+            std::io::Write::write_all(&mut f, &chunk)?;
+        }
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
