@@ -439,58 +439,8 @@ fn a_drained_node_takes_nothing_new_and_a_failed_node_requeues_or_fails_its_jobs
 /// old leader, once continued, must step down (to a standby) rather than write.
 #[test]
 fn a_stopped_leader_is_replaced_and_running_jobs_survive() {
-    let s = Scratch::new("hung-leader");
-    let pg = gpool_store::testing::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
-    let db = pg.fresh_database("hung").expect("database");
-    let free =
-        || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");
-    let (pa, pb) = (free(), free());
-    let plane = |dir: &str, port: u16| -> Vec<String> {
-        ["serve", "--db", &db, "--listen", &format!("127.0.0.1:{port}"), "--lease", "10s", "--data-dir"]
-            .iter()
-            .map(|x| x.to_string())
-            .chain([s.0.join(dir).display().to_string()])
-            .collect()
-    };
-    let mut leader = Proc::spawn(&plane("cp-a", pa), &s.0.join("cp-a.log"));
-    let a_url = leader.url.recv_timeout(Duration::from_secs(60)).expect("the first control plane leads");
-    let standby = Proc::spawn(&plane("cp-b", pb), &s.0.join("cp-b.log"));
-    let admin = std::fs::read_to_string(s.0.join("cp-a/admin.token")).expect("token").trim().to_string();
-    let api = Api::new(&a_url, &admin);
-    let node_token = api.post("/api/v1/tokens", &json!({"user": "nodes", "role": "node"}))["token"]
-        .as_str()
-        .expect("node token")
-        .to_string();
-    let servers = format!("http://127.0.0.1:{pa},http://127.0.0.1:{pb}");
-    let agent_dir = s.0.join("agent");
-    let _agent = Proc::spawn(
-        &[
-            "agent",
-            "--server",
-            &servers,
-            "--token",
-            &node_token,
-            "--node-name",
-            "n0",
-            "--simulate-gpus",
-            "2xH100-80GB",
-            "--data-dir",
-            &agent_dir.display().to_string(),
-        ]
-        .map(String::from),
-        &s.0.join("agent.log"),
-    );
-    until("the node registered", Duration::from_secs(60), || api.nodes().len() == 1);
-    let script = job_script(&s.0);
-    let command = ["bash".to_string(), script.display().to_string(), s.0.display().to_string(), "25".to_string()];
-    let id =
-        api.post("/api/v1/jobs", &json!({"jobs": [{"command": command, "resources": {"nvidia.com/gpu": 1}}]}))["ids"]
-            [0]
-        .as_u64()
-        .expect("id");
-    until("the job runs", Duration::from_secs(30), || {
-        api.get(&format!("/api/v1/jobs/{id}")).is_some_and(|j| j["state"] == "running")
-    });
+    let Pair { s, pg: _pg, ports: _, mut leader, standby, admin, api: _api, _agent, job: id } =
+        pair_with_a_running_job("hung-leader", "10s", "25");
 
     // The leader stops, as a hung or paused process would, keeping its session.
     let pid = leader.child.id().to_string();
@@ -524,22 +474,68 @@ fn a_stopped_leader_is_replaced_and_running_jobs_survive() {
 /// once, never restarted nor failed.
 #[test]
 fn a_database_outage_is_ridden_out_without_losing_a_running_job() {
-    let s = Scratch::new("db-outage");
+    let Pair { s, pg, ports: (pa, pb), leader: mut a, standby: mut b, admin, api, _agent, job: id } =
+        pair_with_a_running_job("db-outage", "20s", "20");
+
+    // The outage: every session of the database ended, new ones refused, for 5 s.
+    let mut root = postgres::Client::connect(&pg.url(), postgres::NoTls).expect("admin connection");
+    root.batch_execute(
+        "ALTER DATABASE db_outage ALLOW_CONNECTIONS false; \
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'db_outage'",
+    )
+    .expect("outage begins");
+    until("the leader steps down", Duration::from_secs(10), || api.get("/api/v1/nodes").is_none());
+    std::thread::sleep(Duration::from_secs(5));
+    root.batch_execute("ALTER DATABASE db_outage ALLOW_CONNECTIONS true").expect("outage ends");
+
+    // Both control planes are still there, one leads again, and the job ends once.
+    let urls = [format!("http://127.0.0.1:{pa}"), format!("http://127.0.0.1:{pb}")];
+    let mut done = None;
+    until("the job succeeds under whichever control plane leads", Duration::from_secs(90), || {
+        done = urls
+            .iter()
+            .find_map(|u| Api::new(u, &admin).get(&format!("/api/v1/jobs/{id}")).filter(|j| j["state"] == "succeeded"));
+        done.is_some()
+    });
+    let job = done.expect("job");
+    assert_eq!(job["attempt"], 1, "never killed nor restarted by the outage: {job}");
+    assert!(a.child.try_wait().expect("a").is_none(), "the old leader did not exit");
+    assert!(b.child.try_wait().expect("b").is_none(), "the standby did not exit");
+    assert_eq!(lines(&s.0.join("done")).len(), 1, "ran to its end once");
+    assert!(lines(&s.0.join("violations")).is_empty(), "{:?}", lines(&s.0.join("violations")));
+}
+
+/// A leader and a standby on a fresh PostgreSQL database, one agent with two
+/// simulated GPUs, and one job of `secs` seconds, running.
+struct Pair {
+    s: Scratch,
+    pg: gpool_store::testing::TestPostgres,
+    ports: (u16, u16),
+    leader: Proc,
+    standby: Proc,
+    admin: String,
+    api: Api,
+    _agent: Proc,
+    job: u64,
+}
+
+fn pair_with_a_running_job(name: &str, lease: &str, secs: &str) -> Pair {
+    let s = Scratch::new(name);
     let pg = gpool_store::testing::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
-    let db = pg.fresh_database("outage").expect("database");
+    let db = pg.fresh_database(&name.replace('-', "_")).expect("database");
     let free =
         || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");
     let (pa, pb) = (free(), free());
     let plane = |dir: &str, port: u16| -> Vec<String> {
-        ["serve", "--db", &db, "--listen", &format!("127.0.0.1:{port}"), "--lease", "20s", "--data-dir"]
+        ["serve", "--db", &db, "--listen", &format!("127.0.0.1:{port}"), "--lease", lease, "--data-dir"]
             .iter()
             .map(|x| x.to_string())
             .chain([s.0.join(dir).display().to_string()])
             .collect()
     };
-    let mut a = Proc::spawn(&plane("cp-a", pa), &s.0.join("cp-a.log"));
-    let a_url = a.url.recv_timeout(Duration::from_secs(60)).expect("the first control plane leads");
-    let mut b = Proc::spawn(&plane("cp-b", pb), &s.0.join("cp-b.log"));
+    let leader = Proc::spawn(&plane("cp-a", pa), &s.0.join("cp-a.log"));
+    let a_url = leader.url.recv_timeout(Duration::from_secs(60)).expect("the first control plane leads");
+    let standby = Proc::spawn(&plane("cp-b", pb), &s.0.join("cp-b.log"));
     let admin = std::fs::read_to_string(s.0.join("cp-a/admin.token")).expect("token").trim().to_string();
     let api = Api::new(&a_url, &admin);
     let node_token = api.post("/api/v1/tokens", &json!({"user": "nodes", "role": "node"}))["token"]
@@ -548,7 +544,7 @@ fn a_database_outage_is_ridden_out_without_losing_a_running_job() {
         .to_string();
     let servers = format!("http://127.0.0.1:{pa},http://127.0.0.1:{pb}");
     let agent_dir = s.0.join("agent");
-    let _agent = Proc::spawn(
+    let agent = Proc::spawn(
         &[
             "agent",
             "--server",
@@ -567,40 +563,14 @@ fn a_database_outage_is_ridden_out_without_losing_a_running_job() {
     );
     until("the node registered", Duration::from_secs(60), || api.nodes().len() == 1);
     let script = job_script(&s.0);
-    let command = ["bash".to_string(), script.display().to_string(), s.0.display().to_string(), "20".to_string()];
-    let id =
+    let command = ["bash".to_string(), script.display().to_string(), s.0.display().to_string(), secs.to_string()];
+    let job =
         api.post("/api/v1/jobs", &json!({"jobs": [{"command": command, "resources": {"nvidia.com/gpu": 1}}]}))["ids"]
             [0]
         .as_u64()
         .expect("id");
     until("the job runs", Duration::from_secs(30), || {
-        api.get(&format!("/api/v1/jobs/{id}")).is_some_and(|j| j["state"] == "running")
+        api.get(&format!("/api/v1/jobs/{job}")).is_some_and(|j| j["state"] == "running")
     });
-
-    // The outage: every session of the database ended, new ones refused, for 5 s.
-    let mut root = postgres::Client::connect(&pg.url(), postgres::NoTls).expect("admin connection");
-    root.batch_execute(
-        "ALTER DATABASE outage ALLOW_CONNECTIONS false; \
-         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'outage'",
-    )
-    .expect("outage begins");
-    until("the leader steps down", Duration::from_secs(10), || api.get("/api/v1/nodes").is_none());
-    std::thread::sleep(Duration::from_secs(5));
-    root.batch_execute("ALTER DATABASE outage ALLOW_CONNECTIONS true").expect("outage ends");
-
-    // Both control planes are still there, one leads again, and the job ends once.
-    let urls = [format!("http://127.0.0.1:{pa}"), format!("http://127.0.0.1:{pb}")];
-    let mut done = None;
-    until("the job succeeds under whichever control plane leads", Duration::from_secs(90), || {
-        done = urls
-            .iter()
-            .find_map(|u| Api::new(u, &admin).get(&format!("/api/v1/jobs/{id}")).filter(|j| j["state"] == "succeeded"));
-        done.is_some()
-    });
-    let job = done.expect("job");
-    assert_eq!(job["attempt"], 1, "never killed nor restarted by the outage: {job}");
-    assert!(a.child.try_wait().expect("a").is_none(), "the old leader did not exit");
-    assert!(b.child.try_wait().expect("b").is_none(), "the standby did not exit");
-    assert_eq!(lines(&s.0.join("done")).len(), 1, "ran to its end once");
-    assert!(lines(&s.0.join("violations")).is_empty(), "{:?}", lines(&s.0.join("violations")));
+    Pair { s, pg, ports: (pa, pb), leader, standby, admin, api, _agent: agent, job }
 }
