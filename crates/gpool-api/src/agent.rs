@@ -161,6 +161,12 @@ pub enum Event {
         replica: ReplicaId,
         why: String,
     },
+    /// The agent could not start the replica (a fault of the node: its disk
+    /// full, no file descriptors left); the job goes back to the queue.
+    StartFailed {
+        replica: ReplicaId,
+        error: String,
+    },
 }
 
 /// A process on a GPU.

@@ -3,8 +3,10 @@
 //! [`TestPostgres::start`] runs `initdb` into a new directory (in `/dev/shm`
 //! when it has 1 GiB free, else in the temporary directory) and starts
 //! `postgres` on `127.0.0.1` on a free port, with `trust` authentication for
-//! the `postgres` superuser and `fsync=off`: anyone on the machine can
-//! connect to it, and it loses data when the machine crashes. Never use it
+//! the `postgres` superuser and `fsync=off` (unless started `durable`):
+//! anyone on the machine can connect to it, and it loses data when the
+//! machine crashes. It can be stopped and started again on the same port
+//! with its data, as an administrator restarts a server. Never use it
 //! for anything but tests. Dropping it stops the server and removes the
 //! directory; so does a watchdog process when the process that started the
 //! server exits without dropping it (a `static` server is never dropped, and
@@ -81,7 +83,11 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestPostgre
 /// password. It is `Sync`: share one per test binary (in a `static`
 /// `OnceLock`) and give each test its own [`fresh_database`](Self::fresh_database).
 pub struct TestPostgres {
-    server: Child,
+    /// `None` between [`stop`](Self::stop) and [`start_again`](Self::start_again).
+    server: Option<Child>,
+    bin: PathBuf,
+    run_as: Option<(u32, u32)>,
+    options: TestPostgresOptions,
     /// Closing its stdin (our exit) makes it stop the server and remove `dir`.
     watchdog: Child,
     watchdog_stdin: Option<ChildStdin>,
@@ -89,17 +95,42 @@ pub struct TestPostgres {
     port: u16,
 }
 
+/// How a [`TestPostgres`] runs, beyond its defaults.
+#[derive(Clone, Debug, Default)]
+pub struct TestPostgresOptions {
+    /// `fsync` and `synchronous_commit` on, as in production: a commit waits
+    /// for its write-ahead log to reach the disk (by default both are off,
+    /// which is faster and loses the last commits in a crash of the server).
+    pub durable: bool,
+    /// Extra environment of the server process (a test may preload a library).
+    pub env: Vec<(String, String)>,
+}
+
 impl TestPostgres {
     /// Initialises a cluster in a new temporary directory and starts a server
     /// on a free port, returning once it accepts connections (within 30 s).
     pub fn start() -> Result<TestPostgres, TestPostgresError> {
+        TestPostgres::start_with(TestPostgresOptions::default())
+    }
+
+    /// [`start`](Self::start) with `options`.
+    pub fn start_with(options: TestPostgresOptions) -> Result<TestPostgres, TestPostgresError> {
         let bin = find_binaries()?;
         let run_as = if effective_uid()? == 0 { Some(postgres_user()?) } else { None };
         let dir = make_dir(run_as)?;
         // From here on, failures must remove the directory.
-        match start_in(&bin, run_as, &dir) {
+        match start_in(&bin, run_as, &dir, &options) {
             Ok((server, port)) => match spawn_watchdog(server.id(), &dir) {
-                Ok((watchdog, stdin)) => Ok(TestPostgres { server, watchdog, watchdog_stdin: Some(stdin), dir, port }),
+                Ok((watchdog, stdin)) => Ok(TestPostgres {
+                    server: Some(server),
+                    bin,
+                    run_as,
+                    options,
+                    watchdog,
+                    watchdog_stdin: Some(stdin),
+                    dir,
+                    port,
+                }),
                 Err(e) => {
                     stop_server(server);
                     let _ = fs::remove_dir_all(&dir);
@@ -111,6 +142,34 @@ impl TestPostgres {
                 Err(e)
             }
         }
+    }
+
+    /// Stops the server as an administrator would (`pg_ctl stop -m fast`:
+    /// it ends every session, checkpoints and exits), keeping its data.
+    /// Nothing happens if it is already stopped.
+    pub fn stop(&mut self) {
+        if let Some(server) = self.server.take() {
+            fast_shutdown(server);
+        }
+    }
+
+    /// Starts a stopped server again on the same port with the same data,
+    /// returning once it accepts connections (within 30 s).
+    pub fn start_again(&mut self) -> Result<(), TestPostgresError> {
+        if self.server.is_some() {
+            return Ok(());
+        }
+        let server = launch(&self.bin, self.run_as, &self.dir, self.port, &self.options)?;
+        let server = wait_ready(server, self.port, &self.dir.join("server.log"))?
+            .map_err(|why| TestPostgresError::Start(format!("on port {} again: {why}", self.port)))?;
+        // The watchdog watches a process id: a new server needs a new watchdog.
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+        let (watchdog, stdin) = spawn_watchdog(server.id(), &self.dir)?;
+        self.watchdog = watchdog;
+        self.watchdog_stdin = Some(stdin);
+        self.server = Some(server);
+        Ok(())
     }
 
     /// The TCP port the server listens on (on `127.0.0.1`).
@@ -146,28 +205,13 @@ impl TestPostgres {
 }
 
 impl Drop for TestPostgres {
-    /// Fast shutdown (`SIGINT`: the server disconnects its clients and
-    /// stops), `SIGKILL` after 5 s, then removes the directory. `SIGTERM`
-    /// would be a "smart" shutdown, which waits for every client to
-    /// disconnect, and tests often still hold connections.
+    /// Stops the server ([`fast_shutdown`]) and removes the directory.
     fn drop(&mut self) {
         // The watchdog must not race us to the server and the directory.
         let _ = self.watchdog.kill();
         drop(self.watchdog_stdin.take());
         let _ = self.watchdog.wait();
-        let _ = signal(self.server.id(), "INT");
-        let deadline = Instant::now() + STOP_DEADLINE;
-        loop {
-            match self.server.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = self.server.kill();
-                    let _ = self.server.wait();
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
+        self.stop();
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
@@ -263,7 +307,12 @@ fn command(program: PathBuf, run_as: Option<(u32, u32)>, dir: &Path) -> Command 
 }
 
 /// Runs initdb and starts the server; returns it once it accepts connections.
-fn start_in(bin: &Path, run_as: Option<(u32, u32)>, dir: &Path) -> Result<(Child, u16), TestPostgresError> {
+fn start_in(
+    bin: &Path,
+    run_as: Option<(u32, u32)>,
+    dir: &Path,
+    options: &TestPostgresOptions,
+) -> Result<(Child, u16), TestPostgresError> {
     let data = dir.join("data");
     let out = command(bin.join("initdb"), run_as, dir)
         .arg("-D")
@@ -279,71 +328,91 @@ fn start_in(bin: &Path, run_as: Option<(u32, u32)>, dir: &Path) -> Result<(Child
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    let log_path = dir.join("server.log");
     let mut last = String::new();
     for _ in 0..PORT_ATTEMPTS {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(io_err("cannot find a free port"))?
             .port();
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(io_err(format!("cannot open {}", log_path.display())))?;
-        let log2 = log.try_clone().map_err(io_err("cannot duplicate the log file"))?;
-        let mut server = command(bin.join("postgres"), run_as, dir)
-            .arg("-D")
-            .arg(&data)
-            .arg("-p")
-            .arg(port.to_string())
-            .arg("-k")
-            .arg(dir)
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
-            .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(io_err(format!("cannot run {}", bin.join("postgres").display())))?;
-        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-        let deadline = Instant::now() + START_DEADLINE;
-        loop {
-            match server.try_wait() {
-                Ok(Some(status)) => {
-                    last = format!("postgres exited ({status}): {}", log_tail(&log_path));
-                    break;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    stop_server(server);
-                    return Err(io_err("cannot watch the server")(e));
-                }
-            }
-            let mut config: postgres::Config = match url.parse() {
-                Ok(c) => c,
-                Err(e) => {
-                    stop_server(server);
-                    return Err(TestPostgresError::Postgres(e.to_string()));
-                }
-            };
-            config.connect_timeout(Duration::from_secs(1));
-            match config.connect(postgres::NoTls) {
-                Ok(_) => return Ok((server, port)),
-                Err(e) if Instant::now() >= deadline => {
-                    stop_server(server);
-                    return Err(TestPostgresError::Start(format!(
-                        "no connection within {START_DEADLINE:?} ({}): {}",
-                        crate::pg_error::describe(&e),
-                        log_tail(&log_path)
-                    )));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
+        let server = launch(bin, run_as, dir, port, options)?;
+        match wait_ready(server, port, &dir.join("server.log"))? {
+            Ok(server) => return Ok((server, port)),
+            // It exited: most likely another process took the port; try another.
+            Err(why) => last = why,
         }
-        // It exited: most likely another process took the port; try another.
     }
     Err(TestPostgresError::Start(last))
+}
+
+/// Starts `postgres` on the cluster in `dir`, its output appended to `server.log`.
+fn launch(
+    bin: &Path,
+    run_as: Option<(u32, u32)>,
+    dir: &Path,
+    port: u16,
+    options: &TestPostgresOptions,
+) -> Result<Child, TestPostgresError> {
+    let log_path = dir.join("server.log");
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(io_err(format!("cannot open {}", log_path.display())))?;
+    let log2 = log.try_clone().map_err(io_err("cannot duplicate the log file"))?;
+    let durability = if options.durable { "on" } else { "off" };
+    command(bin.join("postgres"), run_as, dir)
+        .arg("-D")
+        .arg(dir.join("data"))
+        .arg("-p")
+        .arg(port.to_string())
+        .arg("-k")
+        .arg(dir)
+        .args(["-c", "listen_addresses=127.0.0.1", "-c", &format!("fsync={durability}")])
+        .args(["-c", &format!("synchronous_commit={durability}"), "-c", &format!("full_page_writes={durability}")])
+        .envs(options.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .spawn()
+        .map_err(io_err(format!("cannot run {}", bin.join("postgres").display())))
+}
+
+/// Waits until the server accepts connections (`Ok(Ok(server))`), exits
+/// (`Ok(Err(why))`: the caller may try another port), or takes longer than
+/// [`START_DEADLINE`] (an error; the server is stopped).
+fn wait_ready(mut server: Child, port: u16, log_path: &Path) -> Result<Result<Child, String>, TestPostgresError> {
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let mut config: postgres::Config = match url.parse() {
+        Ok(c) => c,
+        Err(e) => {
+            stop_server(server);
+            return Err(TestPostgresError::Postgres(e.to_string()));
+        }
+    };
+    config.connect_timeout(Duration::from_secs(1));
+    let deadline = Instant::now() + START_DEADLINE;
+    loop {
+        match server.try_wait() {
+            Ok(Some(status)) => return Ok(Err(format!("postgres exited ({status}): {}", log_tail(log_path)))),
+            Ok(None) => {}
+            Err(e) => {
+                stop_server(server);
+                return Err(io_err("cannot watch the server")(e));
+            }
+        }
+        match config.connect(postgres::NoTls) {
+            Ok(_) => return Ok(Ok(server)),
+            Err(e) if Instant::now() >= deadline => {
+                stop_server(server);
+                return Err(TestPostgresError::Start(format!(
+                    "no connection within {START_DEADLINE:?} ({}): {}",
+                    crate::pg_error::describe(&e),
+                    log_tail(log_path)
+                )));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
 }
 
 /// The end of the server's log, for error messages.
@@ -364,6 +433,26 @@ fn signal(pid: u32, name: &str) -> std::io::Result<()> {
         .stderr(Stdio::null())
         .status()?;
     if status.success() { Ok(()) } else { Err(std::io::Error::other(format!("kill -{name} {pid}: {status}"))) }
+}
+
+/// Fast shutdown (`SIGINT`: the server disconnects its clients and stops),
+/// `SIGKILL` after [`STOP_DEADLINE`]. `SIGTERM` would be a "smart" shutdown,
+/// which waits for every client to disconnect, and tests often still hold
+/// connections.
+fn fast_shutdown(mut server: Child) {
+    let _ = signal(server.id(), "INT");
+    let deadline = Instant::now() + STOP_DEADLINE;
+    loop {
+        match server.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = server.kill();
+                let _ = server.wait();
+                return;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
 }
 
 /// Stops a server that is not (yet) a [`TestPostgres`].

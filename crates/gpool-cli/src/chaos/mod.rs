@@ -3,8 +3,9 @@
 //! serve`, and agents with simulated GPUs run a steady stream of jobs (one
 //! in ten a gang across nodes) while a seeded schedule of faults hits them
 //! (`schedule.rs`: kill -9 or SIGSTOP of an agent, the leader or the
-//! standby; a database outage; an agent's network cut; an agent's disk
-//! filled, each agent's data directory being a small tmpfs, which needs
+//! standby; the database server stopped and started again; its disk slow
+//! (`slow_disk.rs`); an agent's network cut; an agent's disk filled to the
+//! last byte, each agent's data directory being a small tmpfs, which needs
 //! root). Then it checks that
 //! every acknowledged job ended, that none ran twice at once and no GPU was
 //! held by two runs at once (each job holds a lock per GPU and one for
@@ -13,6 +14,7 @@
 
 mod proxy;
 mod schedule;
+mod slow_disk;
 mod world;
 
 use std::collections::BTreeMap;
@@ -62,7 +64,7 @@ for g in ${CUDA_VISIBLE_DEVICES//,/ }; do
 done
 exec {me}>"$D/locks/job-$GPOOL_JOB_ID-rank${RANK:-0}"
 flock -n "$me" || echo "job $GPOOL_JOB_ID rank ${RANK:-0} runs twice at once" >> "$D/violations"
-echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE" >> "$D/starts"
+echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE $(date +%s%3N)" >> "$D/starts"
 sleep "$2"
 echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE" >> "$D/done"
 "#;
@@ -103,9 +105,14 @@ fn chaos(a: &ChaosArgs, dir: &Path, faults: &[Fault]) -> anyhow::Result<Value> {
     let mut injected: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut takeovers = Vec::new();
     let mut rejoins = Vec::new();
+    // When each fault that takes a node away began: (node name, ms since the epoch).
+    let mut node_faults: Vec<(String, i64)> = Vec::new();
     for (i, f) in faults.iter().enumerate() {
         if !a.json {
             eprintln!("fault {}/{}: {} (agent {}, {:?})", i + 1, faults.len(), f.kind.name(), f.agent, f.hold);
+        }
+        if matches!(f.kind, Kind::AgentKill | Kind::AgentStop | Kind::NetCut | Kind::DiskFull) {
+            node_faults.push((format!("n{}", f.agent), epoch_ms()));
         }
         inject(&mut w, f, &mut takeovers, &mut rejoins)?;
         *injected.entry(f.kind.name()).or_default() += 1;
@@ -152,7 +159,11 @@ fn chaos(a: &ChaosArgs, dir: &Path, faults: &[Fault]) -> anyhow::Result<Value> {
         "left_running": leftovers,
         "restarts": restarts,
         "runs_started": lines("starts").len(),
-        "recovery": {"standby_takeover": ms(&takeovers), "node_rejoin": ms(&rejoins)},
+        "recovery": {
+            "standby_takeover": ms(&takeovers),
+            "node_rejoin": ms(&rejoins),
+            "requeue_after_node_loss": ms(&requeue_gaps(&lines("starts"), &node_faults)),
+        },
         "settled": settle.is_ok(),
         "logs": dir.display().to_string(),
     }))
@@ -210,11 +221,24 @@ fn inject(w: &mut World, f: &Fault, takeovers: &mut Vec<Duration>, rejoins: &mut
                 w.planes[target].1.signal("CONT");
             }
         }
-        Kind::DbOutage => {
-            w.db_outage(true)?;
+        Kind::DbRestart => {
+            w.db_stopped(true)?;
             std::thread::sleep(f.hold);
-            w.db_outage(false)?;
-            w.until("a leader after the outage", settle, |w| w.leader().is_some())?;
+            w.db_stopped(false)?;
+            w.until("a leader after the restart", settle, |w| w.leader().is_some())?;
+        }
+        Kind::SlowDisk => {
+            w.slow_disk.set(Some(f.slow_ms))?;
+            // The fault must be real: a commit now waits for at least one slowed flush.
+            let probe = w.commit_time();
+            std::thread::sleep(f.hold.saturating_sub(probe.as_ref().map_or(Duration::ZERO, |d| *d)));
+            w.slow_disk.set(None)?;
+            let took = probe?;
+            anyhow::ensure!(
+                took >= Duration::from_millis(f.slow_ms),
+                "the slow-disk fault did not slow the database: a commit took {took:?}, expected {} ms or more",
+                f.slow_ms
+            );
         }
     }
     // A control plane may have stepped down and be reconnecting: it never exits.
@@ -262,6 +286,35 @@ fn submit_stream(ports: &[u16], token: &str, dir: &Path, pause: Duration, acked:
         }
         std::thread::sleep(pause);
     }
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// For each job run again after its node was hit: the time from the fault
+/// on the node its previous attempt ran on to the new attempt's start (rank
+/// 0), from the jobs' own start records ("job attempt rank node ms").
+fn requeue_gaps(starts: &[String], node_faults: &[(String, i64)]) -> Vec<Duration> {
+    let mut first_rank: BTreeMap<(u64, u64), (String, i64)> = BTreeMap::new();
+    for line in starts {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let [job, attempt, "0", node, ms] = f[..]
+            && let (Ok(job), Ok(attempt), Ok(ms)) = (job.parse(), attempt.parse(), ms.parse())
+        {
+            first_rank.insert((job, attempt), (node.to_string(), ms));
+        }
+    }
+    let mut gaps = Vec::new();
+    for ((job, attempt), (_, started)) in &first_rank {
+        let Some((node, before)) = attempt.checked_sub(1).and_then(|p| first_rank.get(&(*job, p))) else { continue };
+        let hit =
+            node_faults.iter().filter(|(n, at)| n == node && at >= before && at <= started).map(|(_, at)| *at).max();
+        if let Some(at) = hit {
+            gaps.push(Duration::from_millis((started - at) as u64));
+        }
+    }
+    gaps
 }
 
 fn all_jobs(w: &World) -> BTreeMap<u64, Value> {
@@ -317,4 +370,25 @@ fn print_report(r: &Value) {
     );
     println!("recovery: {}", r["recovery"]);
     println!("{}", if r["ok"] == true { "every promise held" } else { "A PROMISE BROKE: see the logs" });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requeue_is_timed_from_the_fault_on_the_node_of_the_attempt_before() {
+        let starts: Vec<String> = [
+            "7 1 0 n0 1000",
+            "7 1 1 n1 1000",
+            "7 2 0 n2 9500", // after the fault on n0 at 1500
+            "8 1 0 n1 2000",
+            "8 2 0 n1 4000", // restarted, but its node had no fault: not a node loss
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let faults = vec![("n0".to_string(), 1_500), ("n0".to_string(), 20_000), ("n2".to_string(), 3_000)];
+        assert_eq!(requeue_gaps(&starts, &faults), [Duration::from_millis(8_000)]);
+    }
 }

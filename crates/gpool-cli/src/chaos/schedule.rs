@@ -19,24 +19,27 @@ pub(crate) enum Kind {
     StandbyKill,
     /// `SIGSTOP` the standby for the hold, then `SIGCONT`.
     StandbyStop,
-    /// Every database session ended and new ones refused for the hold.
-    DbOutage,
+    /// The database server stopped (fast shutdown) for the hold, then started again.
+    DbRestart,
+    /// Every flush of the database server's disk takes `Fault::slow_ms` longer for the hold.
+    SlowDisk,
     /// An agent's connections to every control plane cut (and refused) for the hold.
     NetCut,
     /// An agent's data directory (a small file system of its own) filled to
-    /// under 2 MiB free (under its disk reserve) for the hold.
+    /// the last byte for the hold.
     DiskFull,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 9] = [
+    pub(crate) const ALL: [Kind; 10] = [
         Kind::AgentKill,
         Kind::AgentStop,
         Kind::LeaderKill,
         Kind::LeaderStop,
         Kind::StandbyKill,
         Kind::StandbyStop,
-        Kind::DbOutage,
+        Kind::DbRestart,
+        Kind::SlowDisk,
         Kind::NetCut,
         Kind::DiskFull,
     ];
@@ -49,7 +52,8 @@ impl Kind {
             Kind::LeaderStop => "leader-stop",
             Kind::StandbyKill => "standby-kill",
             Kind::StandbyStop => "standby-stop",
-            Kind::DbOutage => "db-outage",
+            Kind::DbRestart => "db-restart",
+            Kind::SlowDisk => "slow-disk",
             Kind::NetCut => "net-cut",
             Kind::DiskFull => "disk-full",
         }
@@ -64,6 +68,8 @@ pub(crate) struct Fault {
     pub agent: usize,
     pub hold: Duration,
     pub calm: Duration,
+    /// How much longer each flush takes (the slow-disk fault): 100 ms to 1 s.
+    pub slow_ms: u64,
 }
 
 /// xorshift64*: small, seeded, the same everywhere.
@@ -104,6 +110,7 @@ pub(crate) fn schedule(seed: u64, count: usize, agents: usize, max_hold: Duratio
                 agent: rng.below(agents as u64) as usize,
                 hold: Duration::from_millis(1_000 + rng.below(max_ms - 999)),
                 calm: Duration::from_millis(2_000 + rng.below(3_001)),
+                slow_ms: 100 + rng.below(901),
             }
         })
         .collect()
@@ -131,6 +138,7 @@ mod tests {
             assert!(f.agent < 3);
             assert!(f.hold >= Duration::from_secs(1) && f.hold <= Duration::from_secs(8), "{f:?}");
             assert!(f.calm >= Duration::from_secs(2) && f.calm <= Duration::from_secs(5), "{f:?}");
+            assert!((100..=1_000).contains(&f.slow_ms), "{f:?}");
         }
     }
 }

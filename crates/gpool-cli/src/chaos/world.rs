@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::proxy::Proxy;
+use super::slow_disk::SlowDisk;
 
 /// A `gpool` process that can be killed, stopped and started again with the same arguments.
 pub(crate) struct Proc {
@@ -61,7 +62,8 @@ impl Drop for Proc {
 pub(crate) struct World {
     pub dir: PathBuf,
     pub pg: gpool_store::testing::TestPostgres,
-    pub db_name: String,
+    /// Makes the database server's flushes slow (the slow-disk fault).
+    pub slow_disk: SlowDisk,
     pub planes: Vec<(u16, Proc)>,
     pub agents: Vec<Proc>,
     /// The agents' data directories, each a small file system of its own
@@ -82,10 +84,12 @@ fn free_port() -> anyhow::Result<u16> {
 
 impl World {
     pub(crate) fn start(dir: &Path, agents: usize, lease: &str) -> anyhow::Result<World> {
-        let pg = gpool_store::testing::TestPostgres::start()
+        let slow_disk = SlowDisk::build(dir)?;
+        // Durable, as in production: every commit waits for its flush, which the slow-disk fault delays.
+        let options = gpool_store::testing::TestPostgresOptions { durable: true, env: slow_disk.env() };
+        let pg = gpool_store::testing::TestPostgres::start_with(options)
             .context("PostgreSQL for the chaos run (apt-get install -y postgresql)")?;
-        let db_name = "chaos".to_string();
-        let db = pg.fresh_database(&db_name)?;
+        let db = pg.fresh_database("chaos")?;
         let mut planes = Vec::new();
         for name in ["cp-a", "cp-b"] {
             let port = free_port()?;
@@ -110,7 +114,7 @@ impl World {
         let mut w = World {
             dir: dir.into(),
             pg,
-            db_name,
+            slow_disk,
             planes,
             agents: Vec::new(),
             disks: Vec::new(),
@@ -232,17 +236,23 @@ impl World {
             .map_or(0, |n| n.iter().filter(|n| n["state"] == "up").count())
     }
 
-    /// Ends every session of the database and refuses new ones (`true`), or lets them in again.
-    pub(crate) fn db_outage(&self, on: bool) -> anyhow::Result<()> {
-        let mut root = postgres::Client::connect(&self.pg.url(), postgres::NoTls)?;
-        let db = &self.db_name;
+    /// How long one commit on the database server takes now (a probe table of its own).
+    pub(crate) fn commit_time(&self) -> anyhow::Result<Duration> {
+        let mut c = postgres::Client::connect(&self.pg.url(), postgres::NoTls)?;
+        c.batch_execute("CREATE TABLE IF NOT EXISTS chaos_probe (at bigint)")?;
+        let t0 = Instant::now();
+        c.execute("INSERT INTO chaos_probe VALUES ($1)", &[&(t0.elapsed().as_nanos() as i64)])?;
+        Ok(t0.elapsed())
+    }
+
+    /// Stops the database server as an administrator would (`true`: every
+    /// session ends, new connections are refused), or starts it again on the
+    /// same port with its data.
+    pub(crate) fn db_stopped(&mut self, on: bool) -> anyhow::Result<()> {
         if on {
-            root.batch_execute(&format!(
-                "ALTER DATABASE {db} ALLOW_CONNECTIONS false; \
-                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"
-            ))?;
+            self.pg.stop();
         } else {
-            root.batch_execute(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true"))?;
+            self.pg.start_again()?;
         }
         Ok(())
     }
@@ -267,7 +277,7 @@ impl Disk {
         Ok(Disk { path: path.into() })
     }
 
-    /// Fills the file system to under 2 MiB free (`true`), or empties it again.
+    /// Fills the file system to the last byte (`true`), or empties it again.
     pub(crate) fn fill(&self, on: bool) -> anyhow::Result<()> {
         let filler = self.path.join("filler");
         if !on {
@@ -275,14 +285,14 @@ impl Disk {
             return Ok(());
         }
         let mut f = std::fs::File::create(&filler)?;
-        let chunk = vec![0u8; 1 << 20];
-        loop {
-            let st = rustix::fs::statvfs(&self.path)?;
-            if st.f_bavail.saturating_mul(st.f_frsize) < 2 << 20 {
-                return Ok(());
-            }
-            std::io::Write::write_all(&mut f, &chunk)?;
+        // Big writes until one fails (the disk is full), then small ones for what is left.
+        for size in [1 << 20, 4 << 10, 1] {
+            let chunk = vec![0u8; size];
+            while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
         }
+        let st = rustix::fs::statvfs(&self.path)?;
+        anyhow::ensure!(st.f_bavail == 0, "{} still has {} blocks free", self.path.display(), st.f_bavail);
+        Ok(())
     }
 }
 

@@ -329,6 +329,9 @@ fn absorb(r: AgentReport, pending: &mut Vec<wire::Event>, telemetry: &mut Option
             },
         }),
         AgentReport::Lost { key, why } => pending.push(wire::Event::Lost { replica: key.into(), why }),
+        AgentReport::StartFailed { key, error } => {
+            pending.push(wire::Event::StartFailed { replica: key.into(), error });
+        }
         // Only the latest reading matters.
         AgentReport::Telemetry(t) => *telemetry = Some(crate::protocol::telemetry_to_wire(&t)),
     }
@@ -377,18 +380,7 @@ fn execute(agent: &Agent, command: wire::Command) {
                 log_limit: None,
             };
             if let Err(e) = agent.start(key, launch, devices) {
-                let now = crate::node::shim::now_ms();
-                agent.report(AgentReport::Exited {
-                    key,
-                    exit: crate::protocol::ExitRecord {
-                        code: Some(127),
-                        signal: None,
-                        started_ms: now,
-                        ended_ms: now,
-                        error: Some(format!("the agent could not start the shim: {e}")),
-                        fenced: false,
-                    },
-                });
+                agent.report(AgentReport::StartFailed { key, error: format!("cannot start its shim: {e}") });
             }
         }
         wire::Command::Signal { replica, signal } => {

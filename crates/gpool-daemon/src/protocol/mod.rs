@@ -56,6 +56,9 @@ pub enum AgentReport {
     Telemetry(NodeReport),
     /// The replica runs: its start took effect (or it was found alive).
     Running { key: ReplicaKey },
+    /// The agent could not start the replica (its own files or processes:
+    /// a full disk, no file descriptors left): a fault of the node, not of the job.
+    StartFailed { key: ReplicaKey, error: String },
 }
 
 /// What a restarted agent found for a replica it was told is running.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::conformance;
-use crate::testing::TestPostgres;
+use crate::testing::{TestPostgres, TestPostgresOptions};
 
 /// One server for the whole test binary; each test takes its own databases.
 fn server() -> &'static TestPostgres {
@@ -186,16 +186,20 @@ fn a_leader_that_renews_keeps_its_standby_waiting() {
 }
 
 #[test]
-fn a_store_whose_server_died_returns_errors() {
-    let own = TestPostgres::start().expect("a second server");
+fn a_store_whose_server_restarted_returns_errors_and_a_new_connection_finds_every_commit() {
+    let mut own = TestPostgres::start_with(TestPostgresOptions { durable: true, env: Vec::new() }).expect("a server");
     let mut s = Postgres::connect(&own.url()).expect("connect");
     assert!(s.lead(false).expect("lead"));
     s.commit(&[Write::PutMeta("k".into(), "v".into())]).expect("commit");
-    drop(own);
+    own.stop();
     let err = s.commit(&[Write::PutMeta("k".into(), "w".into())]).expect_err("no server");
     assert!(matches!(err, StoreError::Disconnected(_)), "{err:?}");
     assert!(s.lead(false).is_err());
     assert!(s.job(1).is_err());
+    assert!(Postgres::connect(&own.url()).is_err(), "stopped");
+    own.start_again().expect("started again");
+    let mut again = Postgres::connect(&own.url()).expect("connect again, same port");
+    assert_eq!(again.meta("k").expect("read"), Some("v".into()), "the commit before the stop, not the refused one");
 }
 
 #[test]

@@ -43,6 +43,7 @@ use crate::protocol::{AgentReport, Launch, NodeInfo, ReplicaKey};
 
 mod calls;
 mod clock;
+mod conditions;
 mod docs;
 mod launch;
 mod lifecycle;
@@ -329,6 +330,7 @@ impl Controller {
             Event::Api { token, call } => self.api(&token, call, now),
             Event::Agent(AgentReport::Exited { key, exit }) => self.on_replica_end(key, Some(exit), None, now),
             Event::Agent(AgentReport::Lost { key, why }) => self.on_replica_end(key, None, Some(why), now),
+            Event::Agent(AgentReport::StartFailed { key, error }) => self.on_start_failed(key, error, now),
             Event::Agent(AgentReport::Telemetry(r)) => self.on_telemetry(r, now),
             Event::Agent(AgentReport::Running { .. }) => {}
             Event::Open(Open::Metrics { reply }) => {

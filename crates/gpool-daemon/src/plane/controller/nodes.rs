@@ -111,6 +111,8 @@ pub(crate) struct NodeLink {
     /// What the node last reported that keeps new work away (a disk under
     /// its reserve); empty when healthy. Not persisted: the next report says.
     pub conditions: Vec<String>,
+    /// Held after its agent could not start a replica (conditions.rs).
+    pub hold: Option<super::conditions::StartHold>,
 }
 
 impl NodeLink {
@@ -211,7 +213,7 @@ impl Controller {
         let state = if doc.draining { NodeState::Draining } else { NodeState::Up };
         let _ = self.snap.set_node_state(id, state);
         self.writes.push(node_row(&doc, now));
-        self.links.insert(id, NodeLink { doc, link, conditions: Vec::new() });
+        self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });
         self.dirty = true;
         Ok(id)
     }
@@ -227,7 +229,7 @@ impl Controller {
             let id = self.snap.add_node(node)?;
             self.snap.set_node_state(id, NodeState::Down)?;
             let link = Link::Remote(Remote { last_seen_ms: now, ..Remote::new() });
-            self.links.insert(id, NodeLink { doc, link, conditions: Vec::new() });
+            self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });
             // Give its agent a lease's time to find this controller.
             self.timers.insert((now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 }));
         }
@@ -444,6 +446,7 @@ impl Controller {
                     self.on_replica_end(replica_key(replica), Some(exit), None, now);
                 }
                 wire::Event::Lost { replica, why } => self.on_replica_end(replica_key(replica), None, Some(why), now),
+                wire::Event::StartFailed { replica, error } => self.on_start_failed(replica_key(replica), error, now),
             }
         }
         if let Some(t) = rep.telemetry {
@@ -495,35 +498,6 @@ impl Controller {
             let why = format!("its agent did not say it runs within {bound} s of its start");
             self.on_replica_end(key, None, Some(why), now);
         }
-    }
-
-    /// A node's state in the scheduler from what the controller knows: down
-    /// stays down (until its agent registers), else draining if an admin
-    /// drains it or it reports a condition, else up.
-    pub(super) fn apply_node_state(&mut self, id: NodeId) {
-        let Some(link) = self.links.get(&id) else { return };
-        if self.snap.node(id).is_some_and(|n| n.state == NodeState::Down) {
-            return;
-        }
-        let held = link.doc.draining || !link.conditions.is_empty();
-        let _ = self.snap.set_node_state(id, if held { NodeState::Draining } else { NodeState::Up });
-        self.dirty = true;
-    }
-
-    /// What a node reports that keeps new work away (or that it is healthy again).
-    pub(super) fn set_conditions(&mut self, id: NodeId, conditions: Vec<String>, now: i64) {
-        let Some(link) = self.links.get_mut(&id) else { return };
-        if link.conditions == conditions {
-            return;
-        }
-        let name = link.doc.name.clone();
-        let message = match conditions.is_empty() {
-            true => format!("node {name}: healthy again, takes new work"),
-            false => format!("node {name}: {}", conditions.join("; ")),
-        };
-        link.conditions = conditions;
-        self.apply_node_state(id);
-        self.event(now, None, "node_condition", message);
     }
 
     /// A node's lease check: down if it has been silent too long.

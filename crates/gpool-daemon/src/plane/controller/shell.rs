@@ -14,7 +14,7 @@ use tokio::sync::broadcast;
 
 use super::{Controller, Event, LocalOrder, Turn};
 use crate::plane::webhook::Webhook;
-use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey};
+use crate::protocol::{AgentReport, Found, Launch, ReplicaKey};
 
 /// The agent in this process, as the controller's shell drives it
 /// (`gpool up` gives it its node agent; `gpool serve` has none).
@@ -100,7 +100,7 @@ impl Shell {
         let mut fed = Vec::new();
         for order in turn.local {
             let Some(node) = &self.local else { continue };
-            if let Some(report) = carry_out_order(node.as_ref(), order, ctl.now_ms()) {
+            if let Some(report) = carry_out_order(node.as_ref(), order) {
                 fed.push(Event::Agent(report));
             }
         }
@@ -116,21 +116,11 @@ impl Shell {
 }
 
 /// One order to the local agent, and the report it must produce, if any.
-pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder, now_ms: i64) -> Option<AgentReport> {
+pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder) -> Option<AgentReport> {
     match order {
         LocalOrder::Start { key, launch, devices } => match node.start(key, launch, devices) {
             Ok(()) => None,
-            Err(err) => Some(AgentReport::Exited {
-                key,
-                exit: ExitRecord {
-                    code: Some(127),
-                    signal: None,
-                    started_ms: now_ms,
-                    ended_ms: now_ms,
-                    error: Some(format!("the agent could not start the shim: {err}")),
-                    fenced: false,
-                },
-            }),
+            Err(err) => Some(AgentReport::StartFailed { key, error: format!("cannot start its shim: {err}") }),
         },
         LocalOrder::Signal { key, signal } => {
             node.signal(key, signal);

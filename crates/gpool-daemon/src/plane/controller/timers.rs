@@ -31,6 +31,10 @@ pub(super) enum Timer {
     Lease {
         node: u32,
     },
+    /// A node held after a failed start may take new work again.
+    StartHold {
+        node: u32,
+    },
     /// A parked long poll gets an empty answer.
     PollTimeout {
         node: u32,
@@ -49,6 +53,7 @@ impl Controller {
                 Timer::Wake => self.dirty = true,
                 Timer::Unseen { job, attempt } => self.unseen_check(job, attempt, now),
                 Timer::Lease { node } => self.lease_check(node, now),
+                Timer::StartHold { node } => self.start_hold_check(node, now),
                 Timer::PollTimeout { node, park } => self.poll_timeout(node, park),
                 Timer::Kill { job, attempt } => {
                     let left: Vec<_> = self

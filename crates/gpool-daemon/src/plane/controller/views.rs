@@ -159,7 +159,7 @@ impl Controller {
                     }),
                     devices,
                     jobs,
-                    conditions: self.links.get(&id).map(|l| l.conditions.clone()).unwrap_or_default(),
+                    conditions: self.links.get(&id).map(super::NodeLink::shown_conditions).unwrap_or_default(),
                 }
             })
             .collect()

@@ -70,16 +70,29 @@ fn a_failure_with_retries_left_waits_out_its_backoff_on_the_clock() {
 }
 
 #[test]
-fn a_start_the_agent_cannot_carry_out_ends_as_exit_127() {
+fn a_start_the_agent_cannot_carry_out_requeues_the_job_and_holds_the_node() {
     let agent = FakeAgent::default();
     *agent.broken.lock().expect("lock") = true;
-    let mut h = Setup::new().agent(agent).build();
+    let mut h = Setup::new().agent(agent.clone()).build();
     let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
     // The shell fed the failure back; the next turn handles it.
     h.step(Vec::new());
     let j = h.job(id);
-    assert_eq!(j.state, api::JobState::Failed);
-    assert_eq!(j.exit.and_then(|e| e.code), Some(127));
+    assert_eq!(j.state, api::JobState::Pending, "a fault of the node, not of the job: {j:?}");
+    assert_eq!(j.restarts, 1);
+    let node = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes").remove(0);
+    assert_eq!(node.state, "draining");
+    assert!(node.conditions.iter().any(|c| c.contains("fork failed")), "{:?}", node.conditions);
+    assert_eq!(h.starts().len(), 1, "one try, then no retry on the held node");
+    *agent.broken.lock().expect("lock") = false;
+    h.advance(Duration::from_millis(29_999));
+    assert!(h.starts().is_empty(), "held for 30 s");
+    h.advance(Duration::from_millis(1));
+    assert_eq!(h.starts().iter().map(|(k, _)| *k).collect::<Vec<_>>(), [key(id, 2, 0)]);
+    assert_eq!(h.state(id), api::JobState::Running);
+    h.exit(key(id, 2, 0), Some(0), None);
+    let j = h.job(id);
+    assert_eq!((j.state, j.restarts), (api::JobState::Succeeded, 1));
 }
 
 #[test]
