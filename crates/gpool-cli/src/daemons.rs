@@ -24,6 +24,11 @@ fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
+/// A size flag (`64Mi`, `1Gi`, `0`).
+fn parse_bytes_arg(s: &str) -> Result<u64, String> {
+    gpool_api::quantity::parse_bytes(s.trim()).map_err(|e| format!("{e} (a size such as 64Mi or 1Gi, or 0)"))
+}
+
 /// Settings of a control plane.
 #[derive(Args, Debug)]
 pub(crate) struct PlaneArgs {
@@ -57,6 +62,9 @@ pub(crate) struct PlaneArgs {
     /// An API connection that does not send a whole request head within this time is closed (idle keep-alive ones too).
     #[arg(long, default_value = "30s", value_parser = parse_duration_arg)]
     http_header_timeout: std::time::Duration,
+    /// Room kept beside the SQLite state for when its disk fills: spent then, so that gpool keeps running and refuses new jobs until there is room again (0: none).
+    #[arg(long, default_value = "64Mi", value_parser = parse_bytes_arg)]
+    state_reserve: u64,
 }
 
 impl PlaneArgs {
@@ -72,6 +80,7 @@ impl PlaneArgs {
             gpu_prices: self.gpu_prices,
             lease: self.lease,
             http_header_timeout: self.http_header_timeout,
+            state_reserve: self.state_reserve,
         }
     }
 }

@@ -22,7 +22,7 @@ fn twenty_faults_of_every_kind_break_no_promise() {
         panic!("no report ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     });
     let kinds = report["faults_by_kind"].as_object().map_or(0, |k| k.len());
-    assert_eq!(kinds, 9, "every fault kind was injected: {report}");
+    assert_eq!(kinds, 10, "every fault kind was injected: {report}");
     assert!(report["acknowledged"].as_u64().is_some_and(|n| n >= 100), "a steady stream of jobs: {report}");
     for promise in ["lost", "failed", "runs_overlapping", "gpu_double_bookings", "left_running"] {
         assert_eq!(report[promise], 0, "{promise}: {report}");

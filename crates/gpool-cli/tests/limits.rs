@@ -72,3 +72,110 @@ fn a_log_stops_at_its_limit_and_the_job_still_succeeds() {
     let err = std::fs::read_to_string(scratch.0.join(format!("jobs/{id}/rank0.err"))).expect("stderr log");
     assert_eq!(err.trim(), "to-stderr", "each stream has its own limit");
 }
+
+/// A small file system of its own (a tmpfs: the test needs root), unmounted at drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(path: &std::path::Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(path).expect("mount point");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "this test fills a disk of its own, a tmpfs, which needs root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk(path.into())
+    }
+
+    /// Fills it to the last byte.
+    fn fill(&self) {
+        let mut f = std::fs::File::create(self.0.join("filler")).expect("filler");
+        for size in [1 << 20, 4 << 10, 1] {
+            let chunk = vec![0u8; size];
+            while f.write_all(&chunk).is_ok() {}
+        }
+    }
+
+    fn empty(&self) {
+        std::fs::remove_file(self.0.join("filler")).expect("remove the filler");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Issue 11, failure 4: a full disk made `gpool up` exit ("database or disk
+/// is full") and crash-loop. Now the store spends the room it keeps for
+/// that, the daemon goes on serving, refuses new jobs with a clear error,
+/// finishes and records what runs, and accepts jobs again once there is room.
+#[test]
+fn a_full_state_disk_keeps_the_daemon_serving_refuses_new_jobs_and_loses_none() {
+    let scratch = Scratch::new("state-disk");
+    let disk = SmallDisk::mount(&scratch.0.join("disk"), "32m");
+    let data = disk.0.join("data");
+    let mut d = Daemon::start(
+        &data,
+        "1xH100-80GB",
+        &["--state-reserve", "4Mi", "--disk-reserve", "1Mi", "--sample-interval", "200ms"],
+    );
+    assert!(data.join("state.db.reserve").exists(), "the room is kept from the start");
+    let running = d.submit(json!({"command": "sleep 2", "resources": {"nvidia.com/gpu": 1}}));
+    d.until(&format!("/api/v1/jobs/{running}"), Duration::from_secs(30), |j| j["state"] == "running");
+    disk.fill();
+    // Jobs submitted while SQLite still finds room are acknowledged (and must
+    // run later); the first commit that finds the disk full spends the reserve.
+    let mut acknowledged = Vec::new();
+    let refused = loop {
+        let spec = json!({"command": format!("true {}", "x".repeat(4000)), "resources": {"nvidia.com/gpu": 1}});
+        let (status, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&spec));
+        match status {
+            201 => acknowledged.push(v["ids"][0].as_u64().expect("id")),
+            507 => break v,
+            other => panic!("submit on a full disk: {other} {v}"),
+        }
+        assert!(acknowledged.len() < 20_000, "the disk never filled");
+    };
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("is full") && e.contains("free space")), "{refused}");
+    assert!(d.child.try_wait().expect("wait").is_none(), "the daemon is still running");
+    assert!(d.get("/api/v1/jobs").is_object(), "reads are served");
+    // A daemon that starts on the full disk (systemd restarting it) serves too.
+    d.kill9();
+    let mut d = Daemon::start(
+        &data,
+        "1xH100-80GB",
+        &["--state-reserve", "4Mi", "--disk-reserve", "1Mi", "--sample-interval", "200ms"],
+    );
+    assert!(d.get("/api/v1/jobs").is_object(), "reads are served after a restart on the full disk");
+    let spec = json!({"command": "true", "resources": {"nvidia.com/gpu": 1}});
+    let (status, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&spec));
+    assert_eq!(status, 507, "{v}");
+    d.wait_ended(&[running], Duration::from_secs(60));
+    assert_eq!(d.job(running)["state"], "succeeded", "what ran is recorded: {}", d.job(running));
+    disk.empty();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let spec = json!({"command": "true", "resources": {"nvidia.com/gpu": 1}});
+        let (status, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&spec));
+        match status {
+            201 => break acknowledged.push(v["ids"][0].as_u64().expect("id")),
+            507 => assert!(std::time::Instant::now() < deadline, "still refused once the disk had room: {v}"),
+            other => panic!("submit after the disk had room again: {other} {v}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    d.wait_ended(&acknowledged, Duration::from_secs(300));
+    for id in &acknowledged {
+        assert_eq!(d.job(*id)["state"], "succeeded", "{}", d.job(*id));
+    }
+    assert!(data.join("state.db.reserve").exists(), "the room is kept again");
+    eprintln!("{} jobs acknowledged around the full disk, every one succeeded", acknowledged.len());
+    d.kill9();
+}

@@ -48,6 +48,7 @@
 pub mod conformance;
 mod pg_error;
 mod postgres;
+mod reserve;
 mod sqlite;
 pub mod testing;
 
@@ -153,6 +154,12 @@ pub enum StoreError {
     TooNew { found: u32, supported: u32 },
     #[error("PostgreSQL error: {0}")]
     Postgres(String),
+    /// The disk holding the database is full and the room kept for that is spent.
+    #[error(
+        "the disk holding {path} is full and the room gpool keeps there (--state-reserve) is spent: \
+         free space on that disk"
+    )]
+    DiskFull { path: String },
     /// The connection to PostgreSQL is gone, and leadership with it: the
     /// store does not reconnect; open a new one.
     #[error("lost the connection to PostgreSQL (and leadership with it): {0}")]
@@ -195,6 +202,13 @@ pub trait Store: Send {
     /// a store that is not leading, and for SQLite, whose lock is a file.
     fn renew(&mut self) -> Result<(), StoreError> {
         Ok(())
+    }
+    /// The database's disk filled up and the store spent the room it kept
+    /// for that (SQLite, `reserve.rs`): commits still succeed, but the
+    /// control plane must refuse what would fill the disk further until
+    /// this is false again. Asking takes the room back when the disk has it.
+    fn disk_full(&mut self) -> bool {
+        false
     }
 }
 

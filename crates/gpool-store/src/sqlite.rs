@@ -9,6 +9,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::reserve::Reserve;
 use crate::{EventRow, JobQuery, JobRow, NodeRow, SampleRow, Store, StoreError, TokenRow, Write};
 
 const MIGRATIONS: &[&str] = &[
@@ -23,6 +24,10 @@ pub struct Sqlite {
     /// `<database>.lock`, locked while this store leads (`None` in memory).
     lock_path: Option<std::path::PathBuf>,
     lock: Option<std::fs::File>,
+    /// Room kept on the database's disk (`None`: none kept, or in memory).
+    reserve: Option<Reserve>,
+    /// The database file (empty in memory), for errors.
+    path: std::path::PathBuf,
 }
 
 impl Sqlite {
@@ -31,10 +36,20 @@ impl Sqlite {
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Open { path: path.display().to_string(), why: e.to_string() })?;
         let mut s = Sqlite::init(conn, fsync)?;
+        s.path = path.into();
         let mut lock = path.as_os_str().to_owned();
         lock.push(".lock");
         s.lock_path = Some(lock.into());
         Ok(s)
+    }
+
+    /// Keeps `bytes` of room beside the database for when its disk fills
+    /// (`reserve.rs`); 0 keeps none. Nothing for an in-memory database.
+    pub fn with_reserve(mut self, bytes: u64) -> Sqlite {
+        if bytes > 0 && !self.path.as_os_str().is_empty() {
+            self.reserve = Some(Reserve::keep(&self.path, bytes));
+        }
+        self
     }
 
     /// A private in-memory database (tests).
@@ -47,7 +62,7 @@ impl Sqlite {
         conn.pragma_update(None, "synchronous", if fsync { "FULL" } else { "NORMAL" })?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        let mut s = Sqlite { conn, lock_path: None, lock: None };
+        let mut s = Sqlite { conn, lock_path: None, lock: None, reserve: None, path: Default::default() };
         s.migrate()?;
         Ok(s)
     }
@@ -82,15 +97,9 @@ fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
 
 const JOB_COLS: &str = "id, user_name, team, queue, state, submitted_ms, doc";
 
-impl Store for Sqlite {
-    fn backend(&self) -> &'static str {
-        "sqlite"
-    }
-
-    fn commit(&mut self, writes: &[Write]) -> Result<(), StoreError> {
-        if writes.is_empty() {
-            return Ok(());
-        }
+impl Sqlite {
+    /// One transaction with every write.
+    fn commit_once(&mut self, writes: &[Write]) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         {
             let mut put_job = tx.prepare_cached(
@@ -162,6 +171,38 @@ impl Store for Sqlite {
         }
         tx.commit()?;
         Ok(())
+    }
+}
+
+/// SQLite's "database or disk is full".
+fn is_disk_full(e: &StoreError) -> bool {
+    matches!(e, StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::DiskFull)
+}
+
+impl Store for Sqlite {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn commit(&mut self, writes: &[Write]) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let done = match self.commit_once(writes) {
+            Err(e) if is_disk_full(&e) && self.reserve.as_mut().is_some_and(Reserve::spend) => self.commit_once(writes),
+            done => done,
+        };
+        match done {
+            Ok(()) => Ok(()),
+            Err(e) if is_disk_full(&e) => Err(StoreError::DiskFull { path: self.path.display().to_string() }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn disk_full(&mut self) -> bool {
+        let Some(r) = &mut self.reserve else { return false };
+        r.refill();
+        r.spent()
     }
 
     fn job(&mut self, id: u64) -> Result<Option<JobRow>, StoreError> {

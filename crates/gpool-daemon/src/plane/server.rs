@@ -39,6 +39,8 @@ pub struct PlaneConfig {
     pub lease: std::time::Duration,
     /// An API connection that does not send a whole request head within this time is closed.
     pub http_header_timeout: std::time::Duration,
+    /// Bytes kept beside a SQLite state database for when its disk fills (0: none).
+    pub state_reserve: u64,
 }
 
 /// The controller's settings from a control plane's.

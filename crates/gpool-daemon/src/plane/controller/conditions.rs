@@ -8,9 +8,16 @@
 //! failure, and the node is held for [`START_HOLD_MS`] so that the job, and
 //! every other, goes elsewhere rather than failing there again in a loop.
 //! The hold is not persisted: a restarted control plane tries the node again.
+//!
+//! The control plane's own disk counts too: when the store says the disk
+//! of its database is full (it spent the room it keeps for that,
+//! gpool-store's `reserve.rs`), new submissions are refused with 507 and
+//! telemetry is no longer recorded, until the store has room again; what
+//! runs goes on and is recorded.
 
 use gpool_core::{NodeId, NodeState};
 
+use super::calls::ApiError;
 use super::timers::Timer;
 use super::{Controller, NodeLink};
 use crate::protocol::ReplicaKey;
@@ -37,6 +44,40 @@ impl NodeLink {
 }
 
 impl Controller {
+    /// Notices the store's disk filling up or having room again.
+    pub(super) fn check_state_disk(&mut self, now: i64) {
+        let full = self.store.disk_full();
+        if full == self.state_disk_full {
+            return;
+        }
+        self.state_disk_full = full;
+        let message = if full {
+            format!(
+                "the disk of the control plane's state ({}) is full: new jobs are refused and telemetry is not \
+                 recorded until it has room again; running jobs go on",
+                self.cfg.data_dir.display()
+            )
+        } else {
+            "the disk of the control plane's state has room again: new jobs are accepted".to_string()
+        };
+        self.event(now, None, "state_disk", message);
+    }
+
+    /// Refuses what would fill the state's disk further while it is full.
+    pub(super) fn check_room_for_new_work(&self) -> Result<(), ApiError> {
+        if !self.state_disk_full {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            507,
+            format!(
+                "the disk holding gpool's state ({}) is full: free space there; new jobs are accepted again \
+                 by themselves once it has room (nothing was submitted)",
+                self.cfg.data_dir.display()
+            ),
+        ))
+    }
+
     /// A node's state in the scheduler from what the controller knows: down
     /// stays down (until its agent registers), else draining if an admin
     /// drains it, it reports a condition or it is held, else up.

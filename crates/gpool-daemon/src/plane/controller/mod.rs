@@ -173,6 +173,8 @@ pub struct Controller {
     notices: Vec<Notice>,
     dirty: bool,
     shutdown: bool,
+    /// The store said its disk is full (conditions.rs): submissions are refused.
+    state_disk_full: bool,
     // Telemetry and the exporter's counters.
     telemetry: Telemetry,
     wait: Histogram,
@@ -230,6 +232,7 @@ impl Controller {
             notices: Vec::new(),
             dirty: true,
             shutdown: false,
+            state_disk_full: false,
             telemetry: Telemetry::new(cfg_telemetry),
             wait: Histogram::wait_seconds(),
             passes: Histogram::pass_seconds(),
@@ -262,6 +265,7 @@ impl Controller {
     /// what the shell must carry out.
     pub fn turn(&mut self, events: impl IntoIterator<Item = Event>) -> Turn {
         let now = self.clock.now_ms();
+        self.check_state_disk(now);
         for e in events {
             self.handle(e, now);
         }

@@ -89,7 +89,8 @@ impl Controller {
             self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
         }
         let out = self.telemetry.on_report(r, &holders);
-        if !out.rows.is_empty() {
+        // A full state disk keeps the readings in memory only (conditions.rs).
+        if !out.rows.is_empty() && !self.state_disk_full {
             self.writes.push(Write::AppendSamples(out.rows));
         }
         self.publish_alerts(out.transitions, now);

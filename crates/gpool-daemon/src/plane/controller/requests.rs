@@ -117,6 +117,7 @@ impl Controller {
         if specs.is_empty() {
             return Err(ApiError::new(400, "jobs: the batch is empty"));
         }
+        self.check_room_for_new_work()?;
         let batch = specs.len() > 1;
         let at = |i: usize, msg: String| if batch { format!("jobs[{i}].{msg}") } else { msg };
         // Check everything first: a batch is accepted whole or not at all.
