@@ -229,9 +229,31 @@ pub struct ErrorBody {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenCreated {
     pub token: String,
+    /// The token's public id (`gpool token list`, `gpool token revoke ID`).
+    #[serde(default)]
+    pub id: String,
     pub user: String,
     pub team: String,
     pub role: String,
+    /// When it stops being accepted (ms since the epoch); absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<i64>,
+}
+
+/// A token as listed: never its secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenView {
+    /// The first 12 hex digits of the secret's SHA-256: names the token, reveals nothing.
+    pub id: String,
+    pub user: String,
+    pub team: String,
+    pub role: String,
+    pub created_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<i64>,
+    /// To the minute; absent: never used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_ms: Option<i64>,
 }
 
 /// A token request.
@@ -241,9 +263,12 @@ pub struct TokenRequest {
     pub user: String,
     #[serde(default)]
     pub team: Option<String>,
-    /// `user` (default) or `admin`.
+    /// `user` (default), `admin`, `node` or `reader` (reads everything, changes nothing).
     #[serde(default)]
     pub role: Option<String>,
+    /// How long it is accepted (`90d`, `12h`); absent: until revoked.
+    #[serde(default)]
+    pub ttl: Option<String>,
 }
 
 /// Who the caller is.

@@ -177,6 +177,17 @@ impl Client {
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
+    pub(crate) fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let resp = self
+            .agent
+            .delete(self.url(path))
+            .header("Authorization", self.auth())
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        let mut resp = check(resp)?;
+        resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
+    }
+
     /// Streams a plain-text body into `out`.
     pub(crate) fn stream(&self, path: &str, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         let resp = self

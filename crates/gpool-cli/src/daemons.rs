@@ -65,6 +65,9 @@ pub(crate) struct PlaneArgs {
     /// Room kept beside the SQLite state for when its disk fills: spent then, so that gpool keeps running and refuses new jobs until there is room again (0: none).
     #[arg(long, default_value = "64Mi", value_parser = parse_bytes_arg)]
     state_reserve: u64,
+    /// Require a token (role reader, user or admin) for /metrics, whose labels name users, teams and jobs.
+    #[arg(long)]
+    metrics_auth: bool,
 }
 
 impl PlaneArgs {
@@ -81,6 +84,7 @@ impl PlaneArgs {
             lease: self.lease,
             http_header_timeout: self.http_header_timeout,
             state_reserve: self.state_reserve,
+            metrics_auth: self.metrics_auth,
         }
     }
 }

@@ -125,6 +125,10 @@ enum Command {
 enum TokenCommand {
     /// Create a token for a user (admins only); prints the secret once.
     Create(token::TokenArgs),
+    /// Tokens (every one for admins, your own otherwise): id, user, role, expiry, last use; never secrets.
+    List(verbs::ListArgs),
+    /// Revoke a token: its next request is refused (admins: any token; others: their own).
+    Revoke(token::RevokeArgs),
 }
 
 fn main() -> ExitCode {
@@ -149,6 +153,8 @@ fn main() -> ExitCode {
         Command::Alerts(a) => alerts::run(a),
         Command::Top(a) => top::run(a),
         Command::Token(TokenCommand::Create(a)) => token::create(a),
+        Command::Token(TokenCommand::List(a)) => token::list(a),
+        Command::Token(TokenCommand::Revoke(a)) => token::revoke(a),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Sim(args) => sim::run_sim(*args),
     };

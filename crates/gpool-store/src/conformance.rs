@@ -89,8 +89,19 @@ fn jobs_are_replaced_and_queried(mut s: Box<dyn Store>) {
 }
 
 fn tokens_round_trip(mut s: Box<dyn Store>) {
-    let t = TokenRow { hash: "ab".into(), user: "ana".into(), team: "ml".into(), role: "user".into(), created_ms: 5 };
+    let mut t = TokenRow {
+        hash: "ab".into(),
+        user: "ana".into(),
+        team: "ml".into(),
+        role: "user".into(),
+        created_ms: 5,
+        expires_ms: Some(90),
+        last_used_ms: None,
+    };
     s.commit(&[Write::PutToken(t.clone())]).expect("put");
+    assert_eq!(s.tokens().expect("tokens"), vec![t.clone()]);
+    t.last_used_ms = Some(60);
+    s.commit(&[Write::PutToken(t.clone())]).expect("put again: last used");
     assert_eq!(s.tokens().expect("tokens"), vec![t]);
     s.commit(&[Write::DeleteToken("ab".into())]).expect("delete");
     assert!(s.tokens().expect("tokens").is_empty());

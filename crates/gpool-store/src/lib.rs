@@ -76,6 +76,10 @@ pub struct TokenRow {
     pub team: String,
     pub role: String,
     pub created_ms: i64,
+    /// When it stops being accepted (ms since the epoch); `None`: never.
+    pub expires_ms: Option<i64>,
+    /// When it was last used, to the minute.
+    pub last_used_ms: Option<i64>,
 }
 
 /// An event row.

@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0001_init.sql"),
     include_str!("../migrations/sqlite/0002_job_samples.sql"),
     include_str!("../migrations/sqlite/0003_nodes.sql"),
+    include_str!("../migrations/sqlite/0004_token_lifecycle.sql"),
 ];
 
 /// A SQLite database file.
@@ -122,8 +123,9 @@ impl Sqlite {
                     }
                     Write::PutToken(t) => {
                         tx.execute(
-                            "INSERT OR REPLACE INTO tokens (hash, user_name, team, role, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                            params![t.hash, t.user, t.team, t.role, t.created_ms],
+                            "INSERT OR REPLACE INTO tokens (hash, user_name, team, role, created_ms, expires_ms, last_used_ms) \
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            params![t.hash, t.user, t.team, t.role, t.created_ms, t.expires_ms, t.last_used_ms],
                         )?;
                     }
                     Write::DeleteToken(h) => {
@@ -253,10 +255,19 @@ impl Store for Sqlite {
     }
 
     fn tokens(&mut self) -> Result<Vec<TokenRow>, StoreError> {
-        let mut stmt =
-            self.conn.prepare("SELECT hash, user_name, team, role, created_ms FROM tokens ORDER BY created_ms")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT hash, user_name, team, role, created_ms, expires_ms, last_used_ms FROM tokens ORDER BY created_ms",
+        )?;
         let rows = stmt.query_map([], |r| {
-            Ok(TokenRow { hash: r.get(0)?, user: r.get(1)?, team: r.get(2)?, role: r.get(3)?, created_ms: r.get(4)? })
+            Ok(TokenRow {
+                hash: r.get(0)?,
+                user: r.get(1)?,
+                team: r.get(2)?,
+                role: r.get(3)?,
+                created_ms: r.get(4)?,
+                expires_ms: r.get(5)?,
+                last_used_ms: r.get(6)?,
+            })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

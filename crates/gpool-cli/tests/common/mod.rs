@@ -155,7 +155,7 @@ impl Daemon {
 
     /// Reads the event stream at `path` (SSE) and hands each event to `done`
     /// until it says so; fails after `limit`.
-    fn read_events(&self, path: &str, limit: Duration, mut done: impl FnMut(Value) -> bool) {
+    pub fn read_events(&self, path: &str, limit: Duration, mut done: impl FnMut(Value) -> bool) {
         let resp = self
             .agent
             .get(format!("{}{path}", self.url))

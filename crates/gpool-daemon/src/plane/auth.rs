@@ -8,6 +8,8 @@ pub enum Role {
     User,
     /// A node agent: speaks the agent protocol, nothing else.
     Node,
+    /// Reads everything an admin can (dashboards, Prometheus), changes nothing.
+    Reader,
 }
 
 impl Role {
@@ -16,14 +18,18 @@ impl Role {
             Role::Admin => "admin",
             Role::User => "user",
             Role::Node => "node",
+            Role::Reader => "reader",
         }
     }
 
-    pub fn parse(s: &str) -> Role {
+    /// A role by its name; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Role> {
         match s {
-            "admin" => Role::Admin,
-            "node" => Role::Node,
-            _ => Role::User,
+            "admin" => Some(Role::Admin),
+            "user" => Some(Role::User),
+            "node" => Some(Role::Node),
+            "reader" => Some(Role::Reader),
+            _ => None,
         }
     }
 }
@@ -34,6 +40,18 @@ pub struct Caller {
     pub user: String,
     pub team: String,
     pub role: Role,
+}
+
+impl Caller {
+    /// Sees every user's jobs, logs and events (admins and readers).
+    pub fn sees_all(&self) -> bool {
+        matches!(self.role, Role::Admin | Role::Reader)
+    }
+}
+
+/// A token's public id: the first 12 hex digits of its hash.
+pub fn token_id(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
 }
 
 /// Hex SHA-256 of a token secret.

@@ -6,8 +6,9 @@ use std::convert::Infallible;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -31,6 +32,8 @@ pub struct AppState {
     pub events: broadcast::Sender<api::EventView>,
     /// Where shipped logs of remote replicas are kept.
     pub data_dir: std::path::PathBuf,
+    /// `/metrics` requires a token.
+    pub metrics_auth: bool,
 }
 
 /// The routes, for the OpenAPI completeness test.
@@ -47,6 +50,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/events"),
     ("post", "/api/v1/tokens"),
+    ("get", "/api/v1/tokens"),
+    ("delete", "/api/v1/tokens/{id}"),
     ("get", "/api/v1/whoami"),
     ("get", "/api/v1/jobs/{id}/usage"),
     ("get", "/api/v1/jobs/{id}/advice"),
@@ -71,7 +76,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/events", get(events))
-        .route("/api/v1/tokens", post(create_token))
+        .route("/api/v1/tokens", post(create_token).get(list_tokens))
+        .route("/api/v1/tokens/{id}", axum::routing::delete(revoke_token))
         .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/jobs/{id}/usage", get(usage))
         .route("/api/v1/jobs/{id}/advice", get(advice))
@@ -128,6 +134,14 @@ fn token(headers: &HeaderMap) -> Result<String> {
         .ok_or_else(|| AppError(ApiError::new(401, "the Authorization header must be 'Bearer <token>'")))
 }
 
+/// Where a request came from, for the audit log (`unknown` when served
+/// without its connection's address, as in tests that call the router).
+type Peer = Option<Extension<ConnectInfo<std::net::SocketAddr>>>;
+
+fn peer(p: Peer) -> String {
+    p.map_or_else(|| "unknown".to_string(), |Extension(ConnectInfo(a))| a.to_string())
+}
+
 /// Sends a call to the controller and waits for its answer.
 async fn call<T>(st: &AppState, headers: &HeaderMap, make: impl FnOnce(Reply<T>) -> Call) -> Result<T> {
     let token = token(headers)?;
@@ -156,18 +170,24 @@ async fn openapi() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], crate::plane::openapi::DOCUMENT)
 }
 
+/// The job specs of a submission's body: one spec, or `{jobs: [...]}`, in
+/// JSON or (`yaml`) YAML; the error says what is wrong and where.
+pub fn submission(body: &[u8], yaml: bool) -> std::result::Result<Vec<api::JobSpec>, String> {
+    let value: serde_json::Value = if yaml {
+        serde_yaml::from_slice(body).map_err(|e| format!("the body is not valid YAML: {e}"))?
+    } else {
+        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?
+    };
+    Ok(if value.get("jobs").is_some() {
+        parse::<api::spec::Batch>(body, yaml)?.jobs
+    } else {
+        vec![parse::<api::JobSpec>(body, yaml)?]
+    })
+}
+
 async fn submit(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response> {
     let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"));
-    let value: serde_json::Value = if yaml {
-        serde_yaml::from_slice(&body).map_err(|e| bad(format!("the body is not valid YAML: {e}")))?
-    } else {
-        serde_json::from_slice(&body).map_err(|e| bad(format!("the body is not valid JSON: {e}")))?
-    };
-    let specs = if value.get("jobs").is_some() {
-        parse::<api::spec::Batch>(&body, yaml).map_err(bad)?.jobs
-    } else {
-        vec![parse::<api::JobSpec>(&body, yaml).map_err(bad)?]
-    };
+    let specs = submission(&body, yaml).map_err(bad)?;
     let out = call(&st, &headers, |reply| Call::Submit { specs, reply }).await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())
 }
@@ -221,9 +241,15 @@ async fn get_job(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<
     Ok(Json(call(&st, &headers, |reply| Call::Get { id, reply }).await?))
 }
 
-async fn cancel(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<api::JobView>> {
+async fn cancel(
+    State(st): State<AppState>,
+    from: Peer,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<api::JobView>> {
     let id = job_id(&id)?;
-    Ok(Json(call(&st, &headers, |reply| Call::Cancel { id, reply }).await?))
+    let from = peer(from);
+    Ok(Json(call(&st, &headers, |reply| Call::Cancel { id, from, reply }).await?))
 }
 
 async fn nodes(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::NodeView>>> {
@@ -263,33 +289,41 @@ async fn alerts(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<V
     Ok(Json(call(&st, &headers, |reply| Call::Alerts { reply }).await?))
 }
 
-/// The Prometheus exporter. Open like the DCGM exporter's (no token): bind
-/// the daemon to a private address, or put it behind a proxy, where that
-/// matters (docs/telemetry.md).
-async fn metrics(State(st): State<AppState>) -> Result<Response> {
-    let (tx, rx) = oneshot::channel();
-    st.tx
-        .send(Event::Open(Open::Metrics { reply: tx }))
-        .map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
-    let scrape = rx.await.map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
+/// The Prometheus exporter. Open like the DCGM exporter's (no token) unless
+/// the control plane runs with `--metrics-auth`: then it takes a reader's,
+/// user's or admin's token, since its labels name users, teams and jobs.
+async fn metrics(State(st): State<AppState>, headers: HeaderMap) -> Result<Response> {
+    let scrape = if st.metrics_auth {
+        call(&st, &headers, |reply| Call::Metrics { reply }).await?
+    } else {
+        let (tx, rx) = oneshot::channel();
+        st.tx
+            .send(Event::Open(Open::Metrics { reply: tx }))
+            .map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
+        rx.await.map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?
+    };
     let text = crate::plane::metrics::render(&scrape);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
 async fn drain(
     State(st): State<AppState>,
+    from: Peer,
     headers: HeaderMap,
     Path(node): Path<String>,
 ) -> Result<Json<api::NodeView>> {
-    Ok(Json(call(&st, &headers, |reply| Call::Drain { node, draining: true, reply }).await?))
+    let from = peer(from);
+    Ok(Json(call(&st, &headers, |reply| Call::Drain { node, draining: true, from, reply }).await?))
 }
 
 async fn resume(
     State(st): State<AppState>,
+    from: Peer,
     headers: HeaderMap,
     Path(node): Path<String>,
 ) -> Result<Json<api::NodeView>> {
-    Ok(Json(call(&st, &headers, |reply| Call::Drain { node, draining: false, reply }).await?))
+    let from = peer(from);
+    Ok(Json(call(&st, &headers, |reply| Call::Drain { node, draining: false, from, reply }).await?))
 }
 
 async fn agent_register(
@@ -375,10 +409,25 @@ async fn whoami(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<a
     Ok(Json(call(&st, &headers, |reply| Call::WhoAmI { reply }).await?))
 }
 
-async fn create_token(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response> {
+async fn create_token(State(st): State<AppState>, from: Peer, headers: HeaderMap, body: Bytes) -> Result<Response> {
     let req: api::TokenRequest = parse(&body, false).map_err(bad)?;
-    let out = call(&st, &headers, |reply| Call::CreateToken { req, reply }).await?;
+    let from = peer(from);
+    let out = call(&st, &headers, |reply| Call::CreateToken { req, from, reply }).await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())
+}
+
+async fn list_tokens(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::TokenView>>> {
+    Ok(Json(call(&st, &headers, |reply| Call::Tokens { reply }).await?))
+}
+
+async fn revoke_token(
+    State(st): State<AppState>,
+    from: Peer,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<api::TokenView>> {
+    let from = peer(from);
+    Ok(Json(call(&st, &headers, |reply| Call::RevokeToken { id, from, reply }).await?))
 }
 
 /// `?stream=stdout|stderr&rank=0&follow=true`: the log, and with follow,

@@ -10,11 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
 /// How the API's connections are bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,10 +53,10 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
                 Err(_) => break,
             },
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors or a connection reset before accept:
                     // wait a moment rather than spin, and keep serving.
@@ -67,7 +69,13 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
         // Small request/response exchanges: without TCP_NODELAY, Nagle and
         // delayed ACKs add ~40 ms to a submit.
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // Every request knows where it came from (`ConnectInfo`), as with axum's own server.
+        let service = TowerToHyperService::new(app.clone().map_request(
+            move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            },
+        ));
         let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             // A closed or timed-out connection is the client's business.

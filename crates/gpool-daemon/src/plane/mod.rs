@@ -2,13 +2,14 @@
 //! decides; `http` is the REST API and the plane's side of the agent
 //! protocol; `server` wires a controller thread and the HTTP server; the
 //! rest serve them (telemetry store and alerts, metrics, webhook delivery,
-//! prices, tokens, the OpenAPI document, spec conversion). It speaks to
+//! prices, tokens, the OpenAPI document, input checks at the boundary, spec conversion). It speaks to
 //! nodes only through `crate::protocol` and never imports `crate::node`.
 
 pub mod auth;
 pub mod controller;
 pub mod convert;
 pub mod http;
+pub mod input;
 pub mod listen;
 pub mod metrics;
 pub mod openapi;

@@ -67,8 +67,9 @@ pub const DOCUMENT: &str = r##"{
         "name": { "type": "string" }, "cohort": { "type": "string" }, "guarantee_gpus": { "type": "number" }, "max_gpus": { "type": "number" },
         "used_gpus": { "type": "number" }, "pending": { "type": "integer" }, "running": { "type": "integer" } } },
       "Event": { "type": "object", "properties": { "seq": { "type": "integer" }, "at": { "type": "string" }, "job": { "type": "integer" }, "user": { "type": "string" }, "kind": { "type": "string" }, "message": { "type": "string" } } },
-      "TokenRequest": { "type": "object", "required": ["user"], "additionalProperties": false, "properties": { "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string", "enum": ["user", "admin"] } } },
-      "TokenCreated": { "type": "object", "properties": { "token": { "type": "string" }, "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" } } },
+      "TokenRequest": { "type": "object", "required": ["user"], "additionalProperties": false, "properties": { "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string", "enum": ["user", "admin", "node", "reader"], "description": "reader: reads everything, changes nothing (dashboards, Prometheus)" }, "ttl": { "type": "string", "example": "90d", "description": "accepted this long; absent: until revoked" } } },
+      "TokenCreated": { "type": "object", "properties": { "token": { "type": "string", "description": "the secret, shown once" }, "id": { "type": "string" }, "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" }, "expires_ms": { "type": "integer" } } },
+      "Token": { "type": "object", "required": ["id", "user", "team", "role", "created_ms"], "properties": { "id": { "type": "string", "description": "the first 12 hex digits of the secret's SHA-256" }, "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" }, "created_ms": { "type": "integer" }, "expires_ms": { "type": "integer" }, "last_used_ms": { "type": "integer", "description": "to the minute" } } },
       "WhoAmI": { "type": "object", "properties": { "user": { "type": "string" }, "team": { "type": "string" }, "role": { "type": "string" } } },
       "UsageSummary": { "type": "object", "description": "absent values are left out", "properties": {
         "gpu_hours": { "type": "number" }, "idle_gpu_hours": { "type": "number" }, "mean_gpu_util": { "type": "number" },
@@ -131,7 +132,10 @@ pub const DOCUMENT: &str = r##"{
         { "name": "after", "in": "query", "schema": { "type": "integer" } }, { "name": "job", "in": "query", "schema": { "type": "integer" } } ],
       "responses": { "200": { "description": "text/event-stream of Event", "content": { "text/event-stream": { "schema": { "$ref": "#/components/schemas/Event" } } } } } } },
     "/api/v1/tokens": { "post": { "summary": "create a token (admins)", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/TokenRequest" } } } },
-      "responses": { "201": { "description": "the secret, shown once", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/TokenCreated" } } } }, "403": { "$ref": "#/components/responses/Error" } } } },
+      "responses": { "201": { "description": "the secret, shown once", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/TokenCreated" } } } }, "403": { "$ref": "#/components/responses/Error" } } },
+      "get": { "summary": "tokens, never their secrets: every token for admins, one's own for others", "responses": { "200": { "description": "tokens", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Token" } } } } } } } },
+    "/api/v1/tokens/{id}": { "delete": { "summary": "revoke a token (admins: any; others: their own); the next request with it gets 401", "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "string" }, "description": "its id or an unambiguous prefix of 6 or more hex digits" } ],
+      "responses": { "200": { "description": "the revoked token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Token" } } } }, "404": { "$ref": "#/components/responses/Error" } } } },
     "/api/v1/whoami": { "get": { "summary": "the caller", "responses": { "200": { "description": "who", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/WhoAmI" } } } } } } },
     "/api/v1/jobs/{id}/usage": {
       "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ],

@@ -41,6 +41,8 @@ pub struct PlaneConfig {
     pub http_header_timeout: std::time::Duration,
     /// Bytes kept beside a SQLite state database for when its disk fills (0: none).
     pub state_reserve: u64,
+    /// `/metrics` requires a reader's, user's or admin's token.
+    pub metrics_auth: bool,
 }
 
 /// The controller's settings from a control plane's.
@@ -169,7 +171,7 @@ pub fn serve(
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
         let _ = ended_tx.send(shell.run(controller, first, rx));
     })?;
-    let state = AppState { tx: tx.clone(), events, data_dir: plane.data_dir.clone() };
+    let state = AppState { tx: tx.clone(), events, data_dir: plane.data_dir.clone(), metrics_auth: plane.metrics_auth };
     let data_dir = plane.data_dir.clone();
     let listen = plane.listen;
     let header_timeout = plane.http_header_timeout;

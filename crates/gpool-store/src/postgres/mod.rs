@@ -71,6 +71,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0002_job_samples.sql"),
     include_str!("../../migrations/postgres/0003_nodes.sql"),
     include_str!("../../migrations/postgres/0004_leadership.sql"),
+    include_str!("../../migrations/postgres/0005_token_lifecycle.sql"),
 ];
 
 /// Rows per multi-row statement in a commit (bigger batches take several).
@@ -160,9 +161,11 @@ impl Statements {
                  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
             )?,
             put_token: c.prepare(
-                "INSERT INTO tokens (hash, user_name, team, role, created_ms) VALUES ($1, $2, $3, $4, $5) \
+                "INSERT INTO tokens (hash, user_name, team, role, created_ms, expires_ms, last_used_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) \
                  ON CONFLICT (hash) DO UPDATE SET user_name = EXCLUDED.user_name, team = EXCLUDED.team, \
-                 role = EXCLUDED.role, created_ms = EXCLUDED.created_ms",
+                 role = EXCLUDED.role, created_ms = EXCLUDED.created_ms, expires_ms = EXCLUDED.expires_ms, \
+                 last_used_ms = EXCLUDED.last_used_ms",
             )?,
             delete_token: c.prepare("DELETE FROM tokens WHERE hash = $1")?,
             put_node: c.prepare(
@@ -176,7 +179,8 @@ impl Statements {
             max_job_id: c.prepare("SELECT COALESCE(MAX(id), 0) FROM jobs")?,
             // Text sorts in byte order (COLLATE "C"), as in SQLite, whatever the database's collation.
             tokens: c.prepare(
-                "SELECT hash, user_name, team, role, created_ms FROM tokens ORDER BY created_ms, hash COLLATE \"C\"",
+                "SELECT hash, user_name, team, role, created_ms, expires_ms, last_used_ms FROM tokens \
+                 ORDER BY created_ms, hash COLLATE \"C\"",
             )?,
             events: c.prepare(
                 "SELECT seq, at_ms, job_id, kind, message FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
@@ -352,7 +356,10 @@ impl Postgres {
         for w in in_order {
             match w {
                 Write::PutToken(t) => {
-                    tx.execute(&st.put_token, &[&t.hash, &t.user, &t.team, &t.role, &t.created_ms])?;
+                    tx.execute(
+                        &st.put_token,
+                        &[&t.hash, &t.user, &t.team, &t.role, &t.created_ms, &t.expires_ms, &t.last_used_ms],
+                    )?;
                 }
                 Write::DeleteToken(h) => {
                     tx.execute(&st.delete_token, &[h])?;
@@ -601,6 +608,8 @@ impl Store for Postgres {
                         team: r.try_get(2)?,
                         role: r.try_get(3)?,
                         created_ms: r.try_get(4)?,
+                        expires_ms: r.try_get(5)?,
+                        last_used_ms: r.try_get(6)?,
                     })
                 })
                 .collect()

@@ -253,6 +253,8 @@ fn a_batch_applies_puts_and_deletes_in_order() {
         team: "t".into(),
         role: role.into(),
         created_ms: 1,
+        expires_ms: None,
+        last_used_ms: None,
     };
     let node = |state: &str| NodeRow { name: "n".into(), state: state.into(), doc: "{}".into(), updated_ms: 1 };
     s.commit(&[

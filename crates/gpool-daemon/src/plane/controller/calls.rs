@@ -62,7 +62,9 @@ impl std::fmt::Debug for Answer {
 pub enum Access {
     /// Any valid token.
     Anyone,
-    /// User and admin tokens: the REST API.
+    /// User, reader and admin tokens: what reads the REST API.
+    Read,
+    /// User and admin tokens: what changes something through the REST API.
     People,
     /// Node and admin tokens: the agent protocol.
     Nodes,
@@ -73,11 +75,17 @@ impl Access {
     pub fn check(self, role: Role) -> Result<(), ApiError> {
         match (self, role) {
             (_, Role::Admin) | (Access::Anyone, _) => Ok(()),
-            (Access::Nodes, Role::Node) | (Access::People, Role::User) => Ok(()),
+            (Access::Nodes, Role::Node) | (Access::People | Access::Read, Role::User) => Ok(()),
+            (Access::Read, Role::Reader) => Ok(()),
             (Access::Nodes, _) => {
                 Err(ApiError::new(403, "only node tokens (gpool token create --node) speak the agent protocol"))
             }
-            (Access::People, Role::Node) => Err(ApiError::new(403, "a node token only speaks the agent protocol")),
+            (Access::People | Access::Read, Role::Node) => {
+                Err(ApiError::new(403, "a node token only speaks the agent protocol"))
+            }
+            (Access::People, Role::Reader) => {
+                Err(ApiError::new(403, "a read-only token (role reader) can read but not change anything"))
+            }
         }
     }
 }
@@ -126,23 +134,30 @@ macro_rules! calls {
 calls! {
     /// Submit a batch of jobs: all are accepted, or none.
     Submit { specs: Vec<api::JobSpec> } -> api::Submitted, People;
-    Get { id: u64 } -> api::JobView, People;
-    List { query: ListQuery } -> api::JobList, People;
-    Cancel { id: u64 } -> api::JobView, People;
-    Logs { id: u64, rank: u32, stream: String } -> LogTarget, People;
-    Nodes {} -> Vec<api::NodeView>, People;
-    Queues {} -> Vec<api::QueueView>, People;
-    Events { after: u64, job: Option<u64> } -> Vec<api::EventView>, People;
+    Get { id: u64 } -> api::JobView, Read;
+    List { query: ListQuery } -> api::JobList, Read;
+    /// `from`: the caller's address, for the audit log.
+    Cancel { id: u64, from: String } -> api::JobView, People;
+    Logs { id: u64, rank: u32, stream: String } -> LogTarget, Read;
+    Nodes {} -> Vec<api::NodeView>, Read;
+    Queues {} -> Vec<api::QueueView>, Read;
+    Events { after: u64, job: Option<u64> } -> Vec<api::EventView>, Read;
     /// Admins only (checked by the call).
-    CreateToken { req: api::TokenRequest } -> api::TokenCreated, People;
+    CreateToken { req: api::TokenRequest, from: String } -> api::TokenCreated, People;
+    /// Admins list every token; others their own.
+    Tokens {} -> Vec<api::TokenView>, Read;
+    /// Admins revoke any token; others their own.
+    RevokeToken { id: String, from: String } -> api::TokenView, Read;
     WhoAmI {} -> api::WhoAmI, Anyone;
     /// A job's utilisation curve and usage.
-    Usage { id: u64 } -> api::JobUsageView, People;
+    Usage { id: u64 } -> api::JobUsageView, Read;
     /// The advisor's findings for a job; `min_span` overrides how much telemetry it needs.
-    Advice { id: u64, min_span: Option<Duration> } -> api::AdviceView, People;
-    Alerts {} -> Vec<api::AlertView>, People;
+    Advice { id: u64, min_span: Option<Duration> } -> api::AdviceView, Read;
+    Alerts {} -> Vec<api::AlertView>, Read;
+    /// The Prometheus scrape, when the control plane requires a token for it.
+    Metrics {} -> Scrape, Read;
     /// Drain a node (`draining: true`) or let it take work again; admins only (checked by the call).
-    Drain { node: String, draining: bool } -> api::NodeView, People;
+    Drain { node: String, draining: bool, from: String } -> api::NodeView, People;
     /// The agent protocol: a node joins or re-joins.
     Register { reg: api::agent::Register } -> api::agent::Registered, Nodes;
     /// The agent protocol: a long poll for commands.
@@ -169,6 +184,8 @@ mod tests {
         let poll = Call::Poll { node: "n".into(), epoch: 1, after: 0, reply: tx };
         let (tx, _rx) = oneshot::channel();
         let get = Call::Get { id: 1, reply: tx };
+        let (tx, _rx) = oneshot::channel();
+        let cancel = Call::Cancel { id: 1, from: "test".into(), reply: tx };
         let cases = [
             (&whoami, Role::Node, true),
             (&whoami, Role::User, true),
@@ -178,6 +195,9 @@ mod tests {
             (&get, Role::User, true),
             (&get, Role::Admin, true),
             (&get, Role::Node, false),
+            (&get, Role::Reader, true),
+            (&cancel, Role::Reader, false),
+            (&cancel, Role::User, true),
         ];
         for (call, role, allowed) in cases {
             assert_eq!(call.access().check(role).is_ok(), allowed, "{call:?} by {role:?}");

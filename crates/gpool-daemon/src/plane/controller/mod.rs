@@ -34,7 +34,6 @@ use gpool_core::{NodeId, Policy, QueueConfig, Snapshot, Time};
 use gpool_store::{EventRow, Store, StoreError, Write};
 use rustix::process::Signal;
 
-use crate::plane::auth::{Caller, Role};
 use crate::plane::metrics::Histogram;
 use crate::plane::prices::Prices;
 use crate::plane::telemetry::{Telemetry, TelemetryConfig};
@@ -53,6 +52,7 @@ mod requests;
 mod restore;
 mod shell;
 mod timers;
+mod tokens;
 mod views;
 
 #[cfg(test)]
@@ -160,7 +160,8 @@ pub struct Controller {
     waiting: Vec<(u64, u32)>,
     reason_texts: Vec<String>,
     default_reason: Option<String>,
-    tokens: HashMap<String, Caller>,
+    /// Live tokens by the SHA-256 of their secret (tokens.rs).
+    tokens: HashMap<String, tokens::TokenEntry>,
     next_id: u64,
     next_seq: u64,
     timers: BTreeSet<(i64, Timer)>,
@@ -201,11 +202,7 @@ impl Controller {
         for q in &cfg.queues {
             snap.set_queue(q.clone());
         }
-        let tokens = store
-            .tokens()?
-            .into_iter()
-            .map(|t| (t.hash, Caller { user: t.user, team: t.team, role: Role::parse(&t.role) }))
-            .collect();
+        let tokens = store.tokens()?.into_iter().filter_map(tokens::TokenEntry::from_row).collect();
         let next_id = store.max_job_id()? + 1;
         let next_seq = store.max_event_seq()? + 1;
         let cfg_telemetry = cfg.telemetry.clone();

@@ -540,6 +540,7 @@ impl Controller {
         caller: &Caller,
         name: &str,
         draining: bool,
+        from: &str,
         now: i64,
     ) -> Result<api::NodeView, ApiError> {
         if caller.role != Role::Admin {
@@ -562,6 +563,7 @@ impl Controller {
             if draining { "node_draining" } else { "node_resumed" },
             format!("node {name} {what} (by {})", caller.user),
         );
+        self.audit(caller, from, &format!("{} node {name}", if draining { "drained" } else { "resumed" }), now);
         self.dirty = true;
         self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
     }

@@ -10,7 +10,7 @@ use gpool_store::Write;
 
 use super::docs::merge_usage;
 use super::*;
-use crate::plane::auth::{Caller, Role};
+use crate::plane::auth::Caller;
 use crate::plane::metrics::{self, Scrape};
 use crate::plane::telemetry::{DevRef, Holder};
 use crate::plane::webhook::Notice;
@@ -256,8 +256,7 @@ impl Controller {
             .active_alerts()
             .into_iter()
             .filter(|a| {
-                caller.role == Role::Admin
-                    || a.labels.iter().find(|(k, _)| k == "user").is_none_or(|(_, u)| *u == caller.user)
+                caller.sees_all() || a.labels.iter().find(|(k, _)| k == "user").is_none_or(|(_, u)| *u == caller.user)
             })
             .map(|a| api::AlertView {
                 rule: a.rule,

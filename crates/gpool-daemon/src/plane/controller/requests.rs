@@ -3,30 +3,27 @@
 
 use gpool_api as api;
 use gpool_core::JobId;
-use gpool_store::{JobQuery, TokenRow, Write};
+use gpool_store::JobQuery;
 
 use super::Controller;
 use super::calls::{ApiError, Call, ListQuery, LogTarget};
 use super::docs::{JobDoc, Stop, default_name};
-use crate::plane::auth::{Caller, Role, hash_token};
+use crate::plane::auth::Caller;
 use crate::plane::convert::to_core;
 
 impl Controller {
     /// Identifies the caller, checks its access and carries the call out.
     pub(super) fn api(&mut self, token: &str, call: Call, now: i64) {
-        let Some(caller) = self.tokens.get(&hash_token(token)).cloned() else {
-            let err = ApiError::new(
-                401,
-                "invalid token: pass a token of `gpool token create` as 'Authorization: Bearer <token>'",
-            );
-            return self.replies.push(call.refuse(err));
+        let caller = match self.authenticate(token, now) {
+            Ok(c) => c,
+            Err(err) => return self.replies.push(call.refuse(err)),
         };
         if let Err(err) = call.access().check(caller.role) {
             return self.replies.push(call.refuse(err));
         }
         match call {
-            Call::Drain { node, draining, reply } => {
-                let r = self.set_draining(&caller, &node, draining, now);
+            Call::Drain { node, draining, from, reply } => {
+                let r = self.set_draining(&caller, &node, draining, &from, now);
                 self.reply(reply, r);
             }
             Call::Register { reg, reply } => {
@@ -50,8 +47,8 @@ impl Controller {
                 let r = self.list(&caller, query);
                 self.reply(reply, r);
             }
-            Call::Cancel { id, reply } => {
-                let r = self.cancel(&caller, id, now);
+            Call::Cancel { id, from, reply } => {
+                let r = self.cancel(&caller, id, &from, now);
                 self.reply(reply, r);
             }
             Call::Logs { id, rank, stream, reply } => {
@@ -81,8 +78,20 @@ impl Controller {
                 let r = self.history(&caller, after, job);
                 self.reply(reply, r);
             }
-            Call::CreateToken { req, reply } => {
-                let r = self.create_token(&caller, req, now);
+            Call::CreateToken { req, from, reply } => {
+                let r = self.create_token(&caller, req, &from, now);
+                self.reply(reply, r);
+            }
+            Call::Tokens { reply } => {
+                let r = Ok(self.list_tokens(&caller));
+                self.reply(reply, r);
+            }
+            Call::RevokeToken { id, from, reply } => {
+                let r = self.revoke_token(&caller, &id, &from, now);
+                self.reply(reply, r);
+            }
+            Call::Metrics { reply } => {
+                let r = Ok(self.scrape(now));
                 self.reply(reply, r);
             }
             Call::WhoAmI { reply } => {
@@ -123,6 +132,9 @@ impl Controller {
         // Check everything first: a batch is accepted whole or not at all.
         let mut cores = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
+            crate::plane::input::spec(spec)
+                .map_err(|r| ApiError::new(400, at(i, format!("{}: {}", r.field, r.message))))?;
+            self.check_queue(spec.queue.as_deref()).map_err(|m| ApiError::new(400, at(i, m)))?;
             let core =
                 to_core(spec, &caller.user, &caller.team, now).map_err(|e| ApiError::new(400, at(i, e.to_string())))?;
             if let Err(why) = self.snap.check_feasible(&core) {
@@ -190,7 +202,25 @@ impl Controller {
         Ok(api::Submitted { ids })
     }
 
-    /// A job the caller may see: their own, or any for admins. Others' jobs are "not found".
+    /// With queues configured, a job must name one of them (a job naming
+    /// none goes to `default`, which must then be one): a misspelled queue
+    /// would otherwise be a new queue without a quota.
+    fn check_queue(&self, queue: Option<&str>) -> Result<(), String> {
+        if self.cfg.queues.is_empty() {
+            return Ok(());
+        }
+        let name = queue.unwrap_or("default");
+        if self.cfg.queues.iter().any(|q| &*q.name == name) {
+            return Ok(());
+        }
+        let known: Vec<&str> = self.cfg.queues.iter().map(|q| &*q.name).collect();
+        Err(match queue {
+            Some(q) => format!("queue: unknown queue {q:?}; the queues are {}", known.join(", ")),
+            None => format!("queue: this cluster has no default queue; name one of {}", known.join(", ")),
+        })
+    }
+
+    /// A job the caller may see: their own, or any for admins and readers. Others' jobs are "not found".
     pub(super) fn visible(&mut self, caller: &Caller, id: u64) -> Result<JobDoc, ApiError> {
         let doc = match self.jobs.get(&id) {
             Some(d) => Some(d.clone()),
@@ -201,13 +231,13 @@ impl Controller {
                 .and_then(|r| serde_json::from_str::<JobDoc>(&r.doc).ok()),
         };
         match doc {
-            Some(d) if caller.role == Role::Admin || d.user == caller.user => Ok(d),
+            Some(d) if caller.sees_all() || d.user == caller.user => Ok(d),
             _ => Err(ApiError::new(404, format!("job {id} not found"))),
         }
     }
 
     pub(super) fn list(&mut self, caller: &Caller, q: ListQuery) -> Result<api::JobList, ApiError> {
-        let user = if caller.role == Role::Admin { q.user } else { Some(caller.user.clone()) };
+        let user = if caller.sees_all() { q.user } else { Some(caller.user.clone()) };
         let limit = q.limit.clamp(1, 1000);
         let rows = self
             .store
@@ -232,8 +262,11 @@ impl Controller {
         Ok(api::JobList { jobs, next })
     }
 
-    pub(super) fn cancel(&mut self, caller: &Caller, id: u64, now: i64) -> Result<api::JobView, ApiError> {
+    pub(super) fn cancel(&mut self, caller: &Caller, id: u64, from: &str, now: i64) -> Result<api::JobView, ApiError> {
         let doc = self.visible(caller, id)?;
+        if doc.user != caller.user && !doc.state.is_terminal() {
+            self.audit(caller, from, &format!("cancelled job {id} of {}", doc.user), now);
+        }
         match doc.state {
             s if s.is_terminal() => return Err(ApiError::new(409, format!("job {id} already ended ({})", s.as_str()))),
             api::JobState::Pending => {
@@ -260,38 +293,6 @@ impl Controller {
         Ok(self.view(&d))
     }
 
-    pub(super) fn create_token(
-        &mut self,
-        caller: &Caller,
-        req: api::TokenRequest,
-        now: i64,
-    ) -> Result<api::TokenCreated, ApiError> {
-        if caller.role != Role::Admin {
-            return Err(ApiError::new(403, "only admins create tokens"));
-        }
-        let role = match req.role.as_deref() {
-            None | Some("user") => Role::User,
-            Some("admin") => Role::Admin,
-            Some("node") => Role::Node,
-            Some(other) => return Err(ApiError::new(400, format!("role: {other:?} is not user, admin or node"))),
-        };
-        if req.user.trim().is_empty() || req.user.contains(char::is_whitespace) {
-            return Err(ApiError::new(400, "user: must be a non-empty name without spaces"));
-        }
-        let team = req.team.unwrap_or_else(|| "default".into());
-        let secret = crate::plane::auth::new_secret().map_err(|e| ApiError::new(500, e))?;
-        let hash = hash_token(&secret);
-        self.writes.push(Write::PutToken(TokenRow {
-            hash: hash.clone(),
-            user: req.user.clone(),
-            team: team.clone(),
-            role: role.as_str().into(),
-            created_ms: now,
-        }));
-        self.tokens.insert(hash, Caller { user: req.user.clone(), team: team.clone(), role });
-        Ok(api::TokenCreated { token: secret, user: req.user, team, role: role.as_str().into() })
-    }
-
     pub(super) fn history(
         &mut self,
         caller: &Caller,
@@ -300,8 +301,8 @@ impl Controller {
     ) -> Result<Vec<api::EventView>, ApiError> {
         if let Some(j) = job {
             self.visible(caller, j)?;
-        } else if caller.role != Role::Admin {
-            return Err(ApiError::new(403, "only admins may read every job's events; pass ?job=ID"));
+        } else if !caller.sees_all() {
+            return Err(ApiError::new(403, "only admins and readers may read every job's events; pass ?job=ID"));
         }
         let rows = self.store.events(after, job, 1000).map_err(|e| ApiError::new(500, e.to_string()))?;
         Ok(rows

@@ -13,7 +13,7 @@ use gpool_store::{TokenRow, Write};
 use super::docs::{ACTIVE, JobDoc, Stop};
 use super::timers::Timer;
 use super::{Controller, LocalOrder};
-use crate::plane::auth::{Caller, Role, hash_token};
+use crate::plane::auth::hash_token;
 use crate::plane::convert::to_core;
 use crate::protocol::ReplicaKey;
 
@@ -28,9 +28,11 @@ impl Controller {
                 team: "admin".into(),
                 role: "admin".into(),
                 created_ms: self.clock.now_ms(),
+                expires_ms: None,
+                last_used_ms: None,
             };
-            self.store.commit(&[Write::PutToken(row)])?;
-            self.tokens.insert(hash, Caller { user: user.into(), team: "admin".into(), role: Role::Admin });
+            self.store.commit(&[Write::PutToken(row.clone())])?;
+            self.tokens.extend(super::tokens::TokenEntry::from_row(row));
         }
         Ok(())
     }

@@ -2,9 +2,18 @@
 
 use super::*;
 
+fn token(h: &mut Harness, user: &str, role: Option<&str>, ttl: Option<&str>) -> api::TokenCreated {
+    let req = api::TokenRequest {
+        user: user.into(),
+        team: Some("ml".into()),
+        role: role.map(String::from),
+        ttl: ttl.map(String::from),
+    };
+    h.call(ADMIN, |reply| Call::CreateToken { req, from: "10.0.0.9:4242".into(), reply }).expect("created")
+}
+
 fn user_token(h: &mut Harness, user: &str) -> String {
-    let req = api::TokenRequest { user: user.into(), team: Some("ml".into()), role: None };
-    h.call(ADMIN, |reply| Call::CreateToken { req, reply }).expect("created").token
+    token(h, user, None, None).token
 }
 
 #[test]
@@ -25,7 +34,7 @@ fn users_see_their_own_jobs_and_others_are_not_found() {
     let id = h.call(&alice, |reply| Call::Submit { specs: vec![spec], reply }).expect("ok").ids[0];
     assert_eq!(h.call(&alice, |reply| Call::Get { id, reply }).expect("hers").user, "alice");
     assert_eq!(h.call(&bob, |reply| Call::Get { id, reply }).expect_err("not his").status, 404);
-    assert_eq!(h.call(&bob, |reply| Call::Cancel { id, reply }).expect_err("not his").status, 404);
+    assert_eq!(h.call(&bob, |reply| Call::Cancel { id, from: "test".into(), reply }).expect_err("not his").status, 404);
     assert_eq!(h.call(&bob, |reply| Call::Get { id: 987_654, reply }).expect_err("none").status, 404);
     let who = h.call(&bob, |reply| Call::WhoAmI { reply }).expect("anyone may ask");
     assert_eq!((who.user.as_str(), who.role.as_str()), ("bob", "user"));
@@ -34,14 +43,14 @@ fn users_see_their_own_jobs_and_others_are_not_found() {
 #[test]
 fn node_tokens_speak_only_the_agent_protocol_and_users_only_the_api() {
     let mut h = Setup::new().build();
-    let req = api::TokenRequest { user: "node-a".into(), team: None, role: Some("node".into()) };
-    let node = h.call(ADMIN, |reply| Call::CreateToken { req, reply }).expect("created").token;
+    let node = token(&mut h, "node-a", Some("node"), None).token;
     let alice = user_token(&mut h, "alice");
     assert_eq!(h.call(&node, |reply| Call::Nodes { reply }).expect_err("api").status, 403);
     let e = h.call(&alice, |reply| Call::Poll { node: "n1".into(), epoch: 1, after: 0, reply }).expect_err("agent");
     assert_eq!(e.status, 403);
-    let req = api::TokenRequest { user: "mallory".into(), team: None, role: Some("admin".into()) };
-    assert_eq!(h.call(&alice, |reply| Call::CreateToken { req, reply }).expect_err("admins only").status, 403);
+    let req = api::TokenRequest { user: "mallory".into(), team: None, role: Some("admin".into()), ttl: None };
+    let e = h.call(&alice, |reply| Call::CreateToken { req, from: "x".into(), reply }).expect_err("admins only");
+    assert_eq!(e.status, 403);
 }
 
 #[test]
@@ -57,4 +66,96 @@ fn a_batch_with_one_bad_spec_is_refused_whole() {
         .expect("list");
     assert!(list.jobs.is_empty(), "nothing of the batch was kept");
     assert!(h.starts().is_empty());
+}
+
+#[test]
+fn a_revoked_token_gets_401_at_its_next_request_and_the_revocation_is_audited() {
+    let mut h = Setup::new().build();
+    let alice = token(&mut h, "alice", None, None);
+    assert_eq!(h.call(&alice.token, |reply| Call::WhoAmI { reply }).expect("live").user, "alice");
+    let listed = h.call(ADMIN, |reply| Call::Tokens { reply }).expect("list");
+    assert!(listed.iter().any(|t| t.id == alice.id && t.user == "alice"), "{listed:?}");
+    let id = alice.id.clone();
+    h.call(ADMIN, |reply| Call::RevokeToken { id, from: "10.0.0.9:4242".into(), reply }).expect("revoked");
+    let e = h.call(&alice.token, |reply| Call::WhoAmI { reply }).expect_err("revoked");
+    assert_eq!(e.status, 401, "{e:?}");
+    let audit = h.event_messages("audit");
+    assert!(
+        audit.iter().any(|m| m.contains("root (admin) from 10.0.0.9:4242: revoked token") && m.contains("alice")),
+        "{audit:?}"
+    );
+    assert!(audit.iter().any(|m| m.contains("created token")), "{audit:?}");
+}
+
+#[test]
+fn an_expired_token_gets_401_saying_when_it_expired() {
+    let mut h = Setup::new().build();
+    let t = token(&mut h, "alice", None, Some("1h"));
+    assert_eq!(t.expires_ms, Some(T0 + 3_600_000));
+    h.advance(Duration::from_secs(3_599));
+    assert!(h.call(&t.token, |reply| Call::WhoAmI { reply }).is_ok());
+    h.advance(Duration::from_secs(1));
+    let e = h.call(&t.token, |reply| Call::WhoAmI { reply }).expect_err("expired");
+    assert_eq!(e.status, 401);
+    assert!(e.message.contains("expired at 2023-11-14T23:13:20"), "{}", e.message);
+}
+
+#[test]
+fn a_reader_reads_everything_and_changes_nothing() {
+    let mut h = Setup::new().build();
+    let alice = user_token(&mut h, "alice");
+    let reader = token(&mut h, "grafana", Some("reader"), None).token;
+    let spec: api::JobSpec = serde_yaml::from_str("command: [x]\n").expect("spec");
+    let id = h.call(&alice, |reply| Call::Submit { specs: vec![spec.clone()], reply }).expect("ok").ids[0];
+    assert_eq!(h.call(&reader, |reply| Call::Get { id, reply }).expect("sees alice's job").user, "alice");
+    assert!(h.call(&reader, |reply| Call::Events { after: 0, job: None, reply }).is_ok());
+    assert!(h.call(&reader, |reply| Call::Metrics { reply }).is_ok());
+    for e in [
+        h.call(&reader, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("no submit"),
+        h.call(&reader, |reply| Call::Cancel { id, from: "x".into(), reply }).expect_err("no cancel"),
+        h.call(&reader, |reply| Call::Drain { node: "n1".into(), draining: true, from: "x".into(), reply })
+            .expect_err("no drain"),
+    ] {
+        assert_eq!(e.status, 403, "{e:?}");
+    }
+    assert_eq!(h.state(id), api::JobState::Running, "untouched");
+}
+
+#[test]
+fn users_list_and_revoke_only_their_own_tokens() {
+    let mut h = Setup::new().build();
+    let alice = token(&mut h, "alice", None, None);
+    let bob = token(&mut h, "bob", None, None);
+    let mine = h.call(&alice.token, |reply| Call::Tokens { reply }).expect("list");
+    assert_eq!(mine.iter().map(|t| t.user.as_str()).collect::<Vec<_>>(), ["alice"]);
+    let id = bob.id.clone();
+    let e = h.call(&alice.token, |reply| Call::RevokeToken { id, from: "x".into(), reply }).expect_err("not hers");
+    assert_eq!(e.status, 404);
+    assert!(h.call(&bob.token, |reply| Call::WhoAmI { reply }).is_ok(), "bob's token lives");
+    let id = alice.id.clone();
+    h.call(&alice.token, |reply| Call::RevokeToken { id, from: "x".into(), reply }).expect("her own");
+    assert_eq!(h.call(&alice.token, |reply| Call::WhoAmI { reply }).expect_err("gone").status, 401);
+}
+
+#[test]
+fn with_queues_configured_an_unknown_queue_is_refused_naming_the_known_ones() {
+    let mut h = Setup::new().queues(&["research", "prod"]).build();
+    let spec: api::JobSpec = serde_yaml::from_str("command: [x]\nqueue: reserch\n").expect("spec");
+    let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("unknown");
+    assert_eq!(e.status, 400);
+    assert!(e.message.contains("unknown queue \"reserch\"") && e.message.contains("research, prod"), "{}", e.message);
+    let spec: api::JobSpec = serde_yaml::from_str("command: [x]\n").expect("spec");
+    let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("no default");
+    assert!(e.message.contains("no default queue"), "{}", e.message);
+    let spec: api::JobSpec = serde_yaml::from_str("command: [x]\nqueue: prod\n").expect("spec");
+    assert!(h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).is_ok());
+}
+
+#[test]
+fn a_spec_with_a_control_character_is_refused_naming_the_field() {
+    let mut h = Setup::new().build();
+    let spec: api::JobSpec = serde_yaml::from_str("command: [x]\nname: \"a\\u001b[2J\"\n").expect("spec");
+    let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("refused");
+    assert_eq!(e.status, 400);
+    assert!(e.message.starts_with("name: contains the control character"), "{}", e.message);
 }

@@ -101,7 +101,7 @@ fn cancelling_a_pending_job_ends_it_without_touching_any_node() {
     let _big = h.submit("command: [a]\nresources: {nvidia.com/gpu: 8}\n");
     let id = h.submit("command: [b]\nresources: {nvidia.com/gpu: 8}\n");
     h.orders();
-    let v = h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("cancelled");
+    let v = h.call(ADMIN, |reply| Call::Cancel { id, from: "test".into(), reply }).expect("cancelled");
     assert_eq!(v.state, api::JobState::Cancelled);
     assert!(h.orders().is_empty());
 }
@@ -111,7 +111,7 @@ fn cancelling_a_running_job_signals_it_then_kills_it_after_its_grace_period() {
     let mut h = Setup::new().build();
     let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\ngracePeriod: 20s\nstopSignal: SIGINT\n");
     h.orders();
-    let v = h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+    let v = h.call(ADMIN, |reply| Call::Cancel { id, from: "test".into(), reply }).expect("stopping");
     assert_eq!(v.state, api::JobState::Stopping);
     assert_eq!(signals(&h.orders()), [(key(id, 1, 0), Signal::INT)], "the job's own stop signal");
     h.advance(Duration::from_millis(19_999));
@@ -126,7 +126,7 @@ fn cancelling_a_running_job_signals_it_then_kills_it_after_its_grace_period() {
 fn a_job_that_stops_within_its_grace_period_is_not_killed() {
     let mut h = Setup::new().build();
     let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
-    h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+    h.call(ADMIN, |reply| Call::Cancel { id, from: "test".into(), reply }).expect("stopping");
     h.exit(key(id, 1, 0), Some(0), None);
     h.orders();
     h.advance(Duration::from_secs(60));

@@ -71,6 +71,7 @@ impl FakeAgent {
 /// How a harness is built.
 struct Setup {
     policy: Policy,
+    queues: Vec<gpool_core::QueueConfig>,
     local_gpus: Option<u32>,
     store: Option<Box<dyn Store>>,
     agent: FakeAgent,
@@ -81,6 +82,7 @@ impl Setup {
     fn new() -> Setup {
         Setup {
             policy: Policy::gpool_default(),
+            queues: Vec::new(),
             local_gpus: Some(8),
             store: None,
             agent: FakeAgent::default(),
@@ -90,6 +92,15 @@ impl Setup {
 
     fn policy(mut self, name: &str) -> Setup {
         self.policy = Policy::by_name(name).expect("a known policy");
+        self
+    }
+
+    /// Quota queues by these names (4 GPUs guaranteed each).
+    fn queues(mut self, names: &[&str]) -> Setup {
+        self.queues = names
+            .iter()
+            .map(|n| gpool_core::QueueConfig { name: (*n).into(), cohort: None, guarantee: 4_000, max: None })
+            .collect();
         self
     }
 
@@ -122,8 +133,8 @@ impl Setup {
     fn build(self) -> Harness {
         let store = self.store.unwrap_or_else(|| Box::new(Sqlite::memory().expect("in-memory store")));
         let local = self.local_gpus.map(|n| node_info("n1", n));
-        let (mut ctl, first) =
-            Controller::new(config(self.policy), store, local, Box::new(self.clock.clone())).expect("a controller");
+        let cfg = Config { queues: self.queues, ..config(self.policy) };
+        let (mut ctl, first) = Controller::new(cfg, store, local, Box::new(self.clock.clone())).expect("a controller");
         ctl.ensure_admin_token(ADMIN, "root").expect("admin token");
         let (events, rx) = broadcast::channel(65_536);
         let shell = Shell { local: Some(Box::new(self.agent.clone())), events, webhook: None, renew_every: None };
@@ -250,6 +261,17 @@ impl Harness {
         let mut out = Vec::new();
         while let Ok(e) = self.published.try_recv() {
             out.push(e.kind);
+        }
+        out
+    }
+
+    /// The messages of the events of this kind published since the last look.
+    fn event_messages(&mut self, kind: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(e) = self.published.try_recv() {
+            if e.kind == kind {
+                out.push(e.message);
+            }
         }
         out
     }

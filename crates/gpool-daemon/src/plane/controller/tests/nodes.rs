@@ -64,7 +64,7 @@ fn cancelling_a_job_whose_start_is_still_in_the_outbox_queues_its_stop_behind_it
     let mut h = Setup::new().no_local_node().build();
     let reg = register(&mut h, "n2", 1, Vec::new());
     let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
-    h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+    h.call(ADMIN, |reply| Call::Cancel { id, from: "test".into(), reply }).expect("stopping");
     let cmds = outbox(&mut h, "n2", reg.epoch, 0);
     assert!(
         matches!(cmds.as_slice(), [wire::Command::Start { .. }, wire::Command::Signal { signal: 15, .. }]),
@@ -184,7 +184,7 @@ fn cancelling_a_job_whose_replica_never_started_completes() {
     let mut h = Setup::new().no_local_node().build();
     let reg = register(&mut h, "n2", 1, Vec::new());
     let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
-    h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+    h.call(ADMIN, |reply| Call::Cancel { id, from: "test".into(), reply }).expect("stopping");
     // The agent never reports anything about it, but stays alive.
     heartbeats(&mut h, "n2", reg.epoch, 12);
     assert_eq!(h.state(id), api::JobState::Cancelled, "not `stopping` forever");

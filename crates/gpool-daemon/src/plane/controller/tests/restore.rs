@@ -94,7 +94,7 @@ fn a_stop_deadline_survives_a_restart() {
     let id = {
         let mut h = restart(&state, &clock, FakeAgent::default());
         let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\ngracePeriod: 1m\n");
-        h.call(ADMIN, |reply| Call::Cancel { id, reply }).expect("stopping");
+        h.call(ADMIN, |reply| Call::Cancel { id, from: "test".into(), reply }).expect("stopping");
         id
     };
     clock.advance(Duration::from_secs(40));

@@ -1,0 +1,195 @@
+//! Tokens and their lifecycle: who a bearer token is, until when, and the
+//! audit trail of what admins do with them.
+//!
+//! A token is stored as the SHA-256 of its secret; its public id is the
+//! first 12 hex digits of that hash (it names the token in `gpool token
+//! list` and `revoke` and reveals nothing of the secret). A revoked token is
+//! forgotten at once: the next request carrying it gets 401. An expired one
+//! gets 401 saying when it expired. When a token was last used is kept to
+//! the minute: a request writes it only when the stored time is older than
+//! [`LAST_USED_RESOLUTION_MS`], so reads cost no write.
+
+use gpool_api as api;
+use gpool_api::time::rfc3339;
+use gpool_store::{TokenRow, Write};
+
+use super::Controller;
+use super::calls::ApiError;
+use crate::plane::auth::{Caller, Role, hash_token, token_id};
+
+/// How precisely the last use of a token is recorded.
+const LAST_USED_RESOLUTION_MS: i64 = 60_000;
+
+/// A token the controller accepts.
+#[derive(Clone, Debug)]
+pub(crate) struct TokenEntry {
+    pub caller: Caller,
+    pub created_ms: i64,
+    pub expires_ms: Option<i64>,
+    pub last_used_ms: Option<i64>,
+}
+
+impl TokenEntry {
+    /// From its stored row; `None` for a role this gpool does not know
+    /// (written by a newer one): such a token is not accepted.
+    pub(super) fn from_row(t: TokenRow) -> Option<(String, TokenEntry)> {
+        let role = Role::parse(&t.role)?;
+        let caller = Caller { user: t.user, team: t.team, role };
+        Some((
+            t.hash,
+            TokenEntry { caller, created_ms: t.created_ms, expires_ms: t.expires_ms, last_used_ms: t.last_used_ms },
+        ))
+    }
+
+    fn row(&self, hash: &str) -> TokenRow {
+        TokenRow {
+            hash: hash.into(),
+            user: self.caller.user.clone(),
+            team: self.caller.team.clone(),
+            role: self.caller.role.as_str().into(),
+            created_ms: self.created_ms,
+            expires_ms: self.expires_ms,
+            last_used_ms: self.last_used_ms,
+        }
+    }
+
+    fn view(&self, hash: &str) -> api::TokenView {
+        api::TokenView {
+            id: token_id(hash).into(),
+            user: self.caller.user.clone(),
+            team: self.caller.team.clone(),
+            role: self.caller.role.as_str().into(),
+            created_ms: self.created_ms,
+            expires_ms: self.expires_ms,
+            last_used_ms: self.last_used_ms,
+        }
+    }
+}
+
+impl Controller {
+    /// Who carries this secret, if it is a live token; records its use.
+    pub(super) fn authenticate(&mut self, secret: &str, now: i64) -> Result<Caller, ApiError> {
+        let hash = hash_token(secret);
+        let Some(entry) = self.tokens.get_mut(&hash) else {
+            return Err(ApiError::new(
+                401,
+                "invalid token (unknown or revoked): pass a token of `gpool token create` as \
+                 'Authorization: Bearer <token>'",
+            ));
+        };
+        if let Some(at) = entry.expires_ms.filter(|at| *at <= now) {
+            return Err(ApiError::new(
+                401,
+                format!("token {} expired at {}: ask an admin for a new one", token_id(&hash), rfc3339(at)),
+            ));
+        }
+        if entry.last_used_ms.is_none_or(|t| now - t >= LAST_USED_RESOLUTION_MS) {
+            entry.last_used_ms = Some(now);
+            let row = entry.row(&hash);
+            self.writes.push(Write::PutToken(row));
+        }
+        Ok(entry.caller.clone())
+    }
+
+    /// `POST /api/v1/tokens` (admins).
+    pub(super) fn create_token(
+        &mut self,
+        caller: &Caller,
+        req: api::TokenRequest,
+        from: &str,
+        now: i64,
+    ) -> Result<api::TokenCreated, ApiError> {
+        if caller.role != Role::Admin {
+            return Err(ApiError::new(403, "only admins create tokens"));
+        }
+        let role = match req.role.as_deref() {
+            None => Role::User,
+            Some(r) => Role::parse(r)
+                .ok_or_else(|| ApiError::new(400, format!("role: {r:?} is not one of user, admin, node, reader")))?,
+        };
+        crate::plane::input::check_name("user", &req.user)?;
+        let team = req.team.unwrap_or_else(|| "default".into());
+        crate::plane::input::check_name("team", &team)?;
+        let expires_ms = match req.ttl.as_deref() {
+            None => None,
+            Some(t) => {
+                let d = api::quantity::parse_duration(t)
+                    .map_err(|e| ApiError::new(400, format!("ttl: {e} (a duration such as 90d or 12h)")))?;
+                if d.is_zero() {
+                    return Err(ApiError::new(400, "ttl: must be more than zero"));
+                }
+                Some(now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+            }
+        };
+        let secret = crate::plane::auth::new_secret().map_err(|e| ApiError::new(500, e))?;
+        let hash = hash_token(&secret);
+        let entry = TokenEntry {
+            caller: Caller { user: req.user.clone(), team: team.clone(), role },
+            created_ms: now,
+            expires_ms,
+            last_used_ms: None,
+        };
+        self.writes.push(Write::PutToken(entry.row(&hash)));
+        let id = token_id(&hash).to_string();
+        self.tokens.insert(hash, entry);
+        let until = expires_ms.map_or_else(|| "until revoked".to_string(), |at| format!("until {}", rfc3339(at)));
+        self.audit(
+            caller,
+            from,
+            &format!("created token {id} for {} (team {team}, role {}) {until}", req.user, role.as_str()),
+            now,
+        );
+        Ok(api::TokenCreated { token: secret, id, user: req.user, team, role: role.as_str().into(), expires_ms })
+    }
+
+    /// `GET /api/v1/tokens`: admins see every token, others their own.
+    pub(super) fn list_tokens(&self, caller: &Caller) -> Vec<api::TokenView> {
+        let mut out: Vec<api::TokenView> = self
+            .tokens
+            .iter()
+            .filter(|(_, e)| caller.role == Role::Admin || e.caller.user == caller.user)
+            .map(|(h, e)| e.view(h))
+            .collect();
+        out.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        out
+    }
+
+    /// `DELETE /api/v1/tokens/{id}`: admins revoke any token, others their own.
+    pub(super) fn revoke_token(
+        &mut self,
+        caller: &Caller,
+        id: &str,
+        from: &str,
+        now: i64,
+    ) -> Result<api::TokenView, ApiError> {
+        let id = id.trim();
+        if id.len() < 6 || !id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(ApiError::new(400, "token id: 6 to 64 hex digits, as `gpool token list` shows"));
+        }
+        let id = id.to_ascii_lowercase();
+        let matching: Vec<String> = self
+            .tokens
+            .iter()
+            .filter(|(h, e)| h.starts_with(&id) && (caller.role == Role::Admin || e.caller.user == caller.user))
+            .map(|(h, _)| h.clone())
+            .collect();
+        let hash = match matching.as_slice() {
+            [one] => one.clone(),
+            [] => return Err(ApiError::new(404, format!("no token {id} of yours (see `gpool token list`)"))),
+            _ => return Err(ApiError::new(400, format!("token id {id} names several tokens: give more digits"))),
+        };
+        let Some(entry) = self.tokens.remove(&hash) else {
+            return Err(ApiError::new(404, format!("no token {id}")));
+        };
+        self.writes.push(Write::DeleteToken(hash.clone()));
+        let view = entry.view(&hash);
+        self.audit(caller, from, &format!("revoked token {} of {}", view.id, view.user), now);
+        Ok(view)
+    }
+
+    /// Writes who did what, when and from where to the event log (kind `audit`).
+    pub(super) fn audit(&mut self, caller: &Caller, from: &str, what: &str, now: i64) {
+        let who = format!("{} ({})", caller.user, caller.role.as_str());
+        self.event(now, None, "audit", format!("{who} from {from}: {what}"));
+    }
+}
