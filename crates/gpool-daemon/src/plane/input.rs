@@ -16,8 +16,6 @@
 
 use gpool_api::spec::Command;
 
-use super::controller::ApiError;
-
 /// The kernel's limit on one argument or `NAME=value` entry (32 pages, NUL included).
 pub const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
 /// The most a job's arguments and environment may hold together.
@@ -60,19 +58,13 @@ pub fn text(field: &str, s: &str) -> Result<(), Refused> {
     }
 }
 
-/// `check_name` for calls that are not job specs (tokens): a 400 naming the field.
-pub fn check_name(field: &str, s: &str) -> Result<(), ApiError> {
+/// A name that is also an identity (a token's user or team): no spaces either.
+pub fn identity(field: &str, s: &str) -> Result<(), Refused> {
     name(field, s)?;
     if s.contains(char::is_whitespace) {
-        return Err(ApiError::new(400, format!("{field}: must not contain spaces")));
+        return Err(refused(field, "must not contain spaces"));
     }
     Ok(())
-}
-
-impl From<Refused> for ApiError {
-    fn from(r: Refused) -> ApiError {
-        ApiError::new(400, format!("{}: {}", r.field, r.message))
-    }
 }
 
 /// The text fields of a job spec (everything but its numbers and durations).

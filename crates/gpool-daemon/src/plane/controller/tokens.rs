@@ -107,9 +107,10 @@ impl Controller {
             Some(r) => Role::parse(r)
                 .ok_or_else(|| ApiError::new(400, format!("role: {r:?} is not one of user, admin, node, reader")))?,
         };
-        crate::plane::input::check_name("user", &req.user)?;
+        let refused = |r: crate::plane::input::Refused| ApiError::new(400, format!("{}: {}", r.field, r.message));
+        crate::plane::input::identity("user", &req.user).map_err(refused)?;
         let team = req.team.unwrap_or_else(|| "default".into());
-        crate::plane::input::check_name("team", &team)?;
+        crate::plane::input::identity("team", &team).map_err(refused)?;
         let expires_ms = match req.ttl.as_deref() {
             None => None,
             Some(t) => {
