@@ -309,7 +309,7 @@ pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
             api.get(format!("{}{path}", serve.url)).header("Authorization", format!("Bearer {admin}")).call()?;
         Ok(r.body_mut().with_config().limit(256 << 20).read_to_string()?)
     };
-    let node_token = post("/api/v1/tokens", &json!({"user": "bench-nodes", "role": "node"}))?["token"]
+    let node_token = post("/api/v1/tokens", &json!({"user": "*", "role": "node"}))?["token"]
         .as_str()
         .context("node token")?
         .to_string();

@@ -189,9 +189,9 @@ pub(crate) struct AgentArgs {
     /// The control plane's URL; several, comma-separated, for a leader and its standbys.
     #[arg(long, env = "GPOOL_SERVER", value_delimiter = ',', required = true)]
     server: Vec<String>,
-    /// A node token (`gpool token create --node --user NAME`).
-    #[arg(long, env = "GPOOL_TOKEN", hide_env_values = true)]
-    token: String,
+    /// A file holding this node's token (`gpool token create --node --user NAME`), mode 0600; else the token is read from GPOOL_TOKEN. Never on the command line, which every user sees in `ps`.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
     /// Where this node is reached by others (MASTER_ADDR of gangs whose rank 0 runs here); default: the address used to reach the control plane.
     #[arg(long)]
     advertise_addr: Option<String>,
@@ -202,11 +202,37 @@ pub(crate) struct AgentArgs {
     node: NodeArgs,
 }
 
+/// The node token: from `--token-file`, else from `GPOOL_TOKEN`.
+fn node_token(file: Option<&Path>) -> anyhow::Result<String> {
+    let token = match file {
+        Some(f) => {
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(f).map_err(|e| anyhow::anyhow!("--token-file {}: {e}", f.display()))?;
+            if meta.permissions().mode() & 0o044 != 0 {
+                eprintln!(
+                    "gpool agent: warning: {} can be read by other users; `chmod 600` it (it holds the node's credential)",
+                    f.display()
+                );
+            }
+            std::fs::read_to_string(f).map_err(|e| anyhow::anyhow!("--token-file {}: {e}", f.display()))?
+        }
+        None => std::env::var("GPOOL_TOKEN").unwrap_or_default(),
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        bail!(
+            "no node token: put it in a file given by --token-file (mode 0600) or in GPOOL_TOKEN \
+             (create one with `gpool token create --node --user NODE-NAME`)"
+        );
+    }
+    Ok(token)
+}
+
 pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let data_dir = a.data_dir.unwrap_or_else(|| default_data_dir().join("agent"));
     gpool_daemon::node::remote::run(gpool_daemon::node::remote::AgentProcessConfig {
         servers: a.server,
-        token: a.token,
+        token: node_token(a.token_file.as_deref())?,
         data_dir,
         advertise: a.advertise_addr,
         node: a.node.config()?,

@@ -162,6 +162,19 @@ fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).map(|t| t.lines().map(String::from).collect()).unwrap_or_default()
 }
 
+/// A node token any agent of the test may use (user `*`), in a file of
+/// mode 0600 under `dir`: agents read it there, never from their command line.
+fn node_token_file(api: &Api, dir: &std::path::Path) -> String {
+    let token = api.post("/api/v1/tokens", &json!({"user": "*", "role": "node"}))["token"]
+        .as_str()
+        .expect("node token")
+        .to_string();
+    let path = dir.join("node.token");
+    std::fs::write(&path, token).expect("write the node token");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    path.display().to_string()
+}
+
 #[test]
 fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
     let s = Scratch::new("cluster");
@@ -186,17 +199,14 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
     );
     let admin = std::fs::read_to_string(s.0.join("cp-a/admin.token")).expect("token").trim().to_string();
     let mut api = Api::new(&a_url, &admin);
-    let node_token = api.post("/api/v1/tokens", &json!({"user": "nodes", "role": "node"}))["token"]
-        .as_str()
-        .expect("node token")
-        .to_string();
+    let node_token = node_token_file(&api, &s.0);
     let servers = format!("http://127.0.0.1:{pa},http://127.0.0.1:{pb}");
     let agent = |i: usize| -> Proc {
         let args: Vec<String> = [
             "agent",
             "--server",
             &servers,
-            "--token",
+            "--token-file",
             &node_token,
             "--node-name",
             &format!("n{i}"),
@@ -349,16 +359,13 @@ fn a_drained_node_takes_nothing_new_and_a_failed_node_requeues_or_fails_its_jobs
     // gpool up (a local node with one GPU) accepts a remote agent too.
     let d = Daemon::start(&s.0.join("data"), "1xH100-80GB", &["--lease", "1s"]);
     let api = Api::new(&d.url, &d.token);
-    let node_token = api.post("/api/v1/tokens", &json!({"user": "nodes", "role": "node"}))["token"]
-        .as_str()
-        .expect("node token")
-        .to_string();
+    let node_token = node_token_file(&api, &s.0);
     let agent_args = |dir: &str| -> Vec<String> {
         [
             "agent",
             "--server",
             &d.url,
-            "--token",
+            "--token-file",
             &node_token,
             "--node-name",
             "far",
@@ -538,10 +545,7 @@ fn pair_with_a_running_job(name: &str, lease: &str, secs: &str) -> Pair {
     let standby = Proc::spawn(&plane("cp-b", pb), &s.0.join("cp-b.log"));
     let admin = std::fs::read_to_string(s.0.join("cp-a/admin.token")).expect("token").trim().to_string();
     let api = Api::new(&a_url, &admin);
-    let node_token = api.post("/api/v1/tokens", &json!({"user": "nodes", "role": "node"}))["token"]
-        .as_str()
-        .expect("node token")
-        .to_string();
+    let node_token = node_token_file(&api, &s.0);
     let servers = format!("http://127.0.0.1:{pa},http://127.0.0.1:{pb}");
     let agent_dir = s.0.join("agent");
     let agent = Proc::spawn(
@@ -549,7 +553,7 @@ fn pair_with_a_running_job(name: &str, lease: &str, secs: &str) -> Pair {
             "agent",
             "--server",
             &servers,
-            "--token",
+            "--token-file",
             &node_token,
             "--node-name",
             "n0",

@@ -127,14 +127,6 @@ impl World {
         w.until("the first control plane to lead", Duration::from_secs(60), |w| w.leader().is_some())?;
         w.planes[1].1.start()?;
         w.token = std::fs::read_to_string(dir.join("cp-a/admin.token"))?.trim().to_string();
-        let node_token = w.post(
-            &format!("http://127.0.0.1:{}", w.planes[0].0),
-            "/api/v1/tokens",
-            &serde_json::json!({"user": "nodes", "role": "node"}),
-        )?["token"]
-            .as_str()
-            .context("a node token")?
-            .to_string();
         for i in 0..agents {
             let proxies: Vec<Proxy> = w
                 .planes
@@ -144,12 +136,24 @@ impl World {
             let servers = proxies.iter().map(|p| format!("http://{}", p.addr)).collect::<Vec<_>>().join(",");
             let data = dir.join(format!("agent-{i}"));
             w.disks.push(Disk::mount(&data)?);
+            // Each node its own credential, bound to its name, in a file (never on a command line).
+            let token = w.post(
+                &format!("http://127.0.0.1:{}", w.planes[0].0),
+                "/api/v1/tokens",
+                &serde_json::json!({"user": format!("n{i}"), "role": "node"}),
+            )?["token"]
+                .as_str()
+                .context("a node token")?
+                .to_string();
+            let token_file = dir.join(format!("agent-{i}.token"));
+            std::fs::write(&token_file, token)?;
+            std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
             let args: Vec<String> = [
                 "agent",
                 "--server",
                 &servers,
-                "--token",
-                &node_token,
+                "--token-file",
+                &token_file.display().to_string(),
                 "--node-name",
                 &format!("n{i}"),
                 "--advertise-addr",

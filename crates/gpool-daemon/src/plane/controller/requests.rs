@@ -27,12 +27,16 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Register { reg, reply } => {
-                let r = self.register(reg, now);
+                let r = Controller::check_node_identity(&caller, &reg.node).and_then(|()| self.register(reg, now));
                 self.reply(reply, r);
             }
-            Call::Poll { node, epoch, after, reply } => self.poll(&node, epoch, after, reply, now),
+            Call::Poll { node, epoch, after, reply } => match Controller::check_node_identity(&caller, &node) {
+                Ok(()) => self.poll(&node, epoch, after, reply, now),
+                Err(e) => self.reply(reply, Err(e)),
+            },
             Call::Report { report, reply } => {
-                let r = self.agent_report(report, now);
+                let r = Controller::check_node_identity(&caller, &report.node)
+                    .and_then(|()| self.agent_report(report, now));
                 self.reply(reply, r);
             }
             Call::Submit { specs, reply } => {

@@ -17,6 +17,9 @@ use super::Controller;
 use super::calls::ApiError;
 use crate::plane::auth::{Caller, Role, hash_token, token_id};
 
+/// The user of a node token that any node may use.
+pub(crate) const ANY_NODE: &str = "*";
+
 /// How precisely the last use of a token is recorded.
 const LAST_USED_RESOLUTION_MS: i64 = 60_000;
 
@@ -186,6 +189,23 @@ impl Controller {
         let view = entry.view(&hash);
         self.audit(caller, from, &format!("revoked token {} of {}", view.id, view.user), now);
         Ok(view)
+    }
+
+    /// A node token acts only as the node it names (its user); `*` as any
+    /// node (a fleet-wide token, for machines whose names are not known in
+    /// advance: weaker, since any holder may pose as any node).
+    pub(super) fn check_node_identity(caller: &Caller, node: &str) -> Result<(), ApiError> {
+        if caller.role != Role::Node || caller.user == ANY_NODE || caller.user == node {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            403,
+            format!(
+                "this node token belongs to node {:?}, not {node:?}: each node needs its own \
+                 (`gpool token create --node --user {node}`)",
+                caller.user
+            ),
+        ))
     }
 
     /// Writes who did what, when and from where to the event log (kind `audit`).

@@ -212,3 +212,31 @@ fn a_replica_fenced_by_its_lease_is_requeued_not_failed() {
     assert_eq!(j.restarts, 1);
     assert_eq!(started(&outbox(&mut h, "n2", reg.epoch, 1)), [rid(id, 2, 0)], "it runs again");
 }
+
+fn node_token(h: &mut Harness, user: &str) -> String {
+    let req = api::TokenRequest { user: user.into(), team: None, role: Some("node".into()), ttl: None };
+    h.call(ADMIN, |reply| Call::CreateToken { req, from: "test".into(), reply }).expect("created").token
+}
+
+#[test]
+fn a_node_token_acts_only_as_its_own_node() {
+    let mut h = Setup::new().no_local_node().build();
+    let a = node_token(&mut h, "a");
+    let b = node_token(&mut h, "b");
+    let any = node_token(&mut h, "*");
+    let reg = registration("a", 1, Vec::new());
+    let epoch = h.call(&a, |reply| Call::Register { reg, reply }).expect("a registers as a").epoch;
+    let reg = registration("a", 1, Vec::new());
+    let e = h.call(&b, |reply| Call::Register { reg, reply }).expect_err("b cannot register as a");
+    assert_eq!(e.status, 403);
+    assert!(e.message.contains("belongs to node \"b\""), "{}", e.message);
+    let e = h
+        .call(&b, |reply| Call::Poll { node: "a".into(), epoch, after: 0, reply })
+        .expect_err("nor fetch a's commands");
+    assert_eq!(e.status, 403);
+    let report = wire::Report { node: "a".into(), epoch, events: Vec::new(), telemetry: None };
+    let e = h.call(&b, |reply| Call::Report { report, reply }).expect_err("nor report for a");
+    assert_eq!(e.status, 403);
+    let reg = registration("c", 1, Vec::new());
+    assert!(h.call(&any, |reply| Call::Register { reg, reply }).is_ok(), "a fleet-wide token registers any node");
+}
