@@ -105,6 +105,9 @@ pub enum Command {
         cwd: Option<String>,
         /// GPU or MIG UUIDs the replica holds.
         devices: Vec<String>,
+        /// The submitter's account name (a node running jobs as their users runs it as this account).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
     },
     /// Send a signal (by number) to the replica's process group.
     Signal { replica: ReplicaId, signal: i32 },

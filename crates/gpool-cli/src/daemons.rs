@@ -122,6 +122,9 @@ pub(crate) struct NodeArgs {
     /// Free space of the data directory under which this node starts no new jobs (and says so in `gpool nodes`).
     #[arg(long, default_value = "100Mi")]
     disk_reserve: String,
+    /// Whose account jobs run as: user (each job as its submitter's Unix account; needs root) or daemon (single-user mode: every job as this process's account). Default: user as root, daemon otherwise.
+    #[arg(long)]
+    run_as: Option<String>,
 }
 
 impl NodeArgs {
@@ -152,6 +155,12 @@ impl NodeArgs {
             disk_reserve: gpool_api::quantity::parse_bytes(self.disk_reserve.trim()).map_err(|e| {
                 anyhow::anyhow!("--disk-reserve {:?}: {e} (a size such as 100Mi or 2Gi)", self.disk_reserve)
             })?,
+            run_as: match self.run_as.as_deref() {
+                None => gpool_daemon::node::account::RunAs::default_for_this_process(),
+                Some(m) => {
+                    gpool_daemon::node::account::RunAs::parse(m).map_err(|e| anyhow::anyhow!("--run-as: {e}"))?
+                }
+            },
         })
     }
 }

@@ -270,7 +270,9 @@ fn wait_for_output(d: &Daemon, id: u64, text: &str) {
 #[test]
 fn users_see_and_cancel_only_their_own_jobs() {
     let s = Scratch::new("auth");
-    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &[]);
+    // Single-user mode: alice and bob are API users without Unix accounts
+    // here (tests/multiuser.rs runs jobs as real accounts).
+    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &["--run-as", "daemon"]);
     let alice = d.token_for("alice");
     let bob = d.token_for("bob");
     let (st, v) = d.req(

@@ -53,6 +53,8 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
         bail!("another gpool daemon is using {}; stop it first or pass another --data-dir", plane.data_dir.display());
     }
+    let mode = crate::node::account::prepare(cfg.node.run_as, &plane.data_dir)?;
+    eprintln!("gpool: {mode}");
     let config = controller_config(plane)?;
     let node_name = cfg.node.node_name.clone().unwrap_or_else(host_name);
     let replicas: Replicas = Arc::default();
@@ -73,6 +75,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         simulated: cfg.node.simulate_gpus.is_some(),
         lease: None,
         log_limit: cfg.node.log_limit,
+        run_as: cfg.node.run_as,
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;

@@ -131,6 +131,14 @@ pub fn raise_open_file_limit() -> Option<u64> {
     getrlimit(Resource::Nofile).current
 }
 
+/// This process's Unix account name (`id -un`): the admin of `gpool up`,
+/// and the account every job runs as in single-user mode.
+pub fn this_account() -> Option<String> {
+    let out = std::process::Command::new("id").arg("-un").output().ok()?;
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !name.is_empty()).then_some(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

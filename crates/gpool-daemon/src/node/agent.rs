@@ -22,6 +22,7 @@ use rustix::event::{PollFd, PollFlags, poll};
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process, kill_process_group, pidfd_open};
 
+use crate::node::account::{self, Account, RunAs};
 use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
 use crate::node::shim::{self, EXIT, LOCK, STATE, ShimState, read_json};
 use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey, log_path};
@@ -54,6 +55,8 @@ pub struct AgentConfig {
     pub lease: Option<PathBuf>,
     /// Most bytes a replica's log file may hold; `None`: no limit.
     pub log_limit: Option<u64>,
+    /// Whose account jobs run as (`account.rs`).
+    pub run_as: RunAs,
 }
 
 /// The node agent.
@@ -110,13 +113,27 @@ impl Agent {
                 Found::Finished | Found::Lost => Ok(()),
             };
         }
+        let account = match self.account_for(key, &launch) {
+            Ok(a) => a,
+            Err(refusal) => {
+                (self.reports)(*refusal);
+                return Ok(());
+            }
+        };
         // What only the node knows: its basics (unless the job set them), where things are on it.
         let mut env = base_env();
+        if let Some(a) = &account {
+            // The account's own, not the agent's (root's).
+            env.retain(|(k, _)| !matches!(k.as_str(), "HOME" | "USER" | "LOGNAME"));
+            env.push(("HOME".into(), a.home.display().to_string()));
+            env.push(("USER".into(), a.name.clone()));
+            env.push(("LOGNAME".into(), a.name.clone()));
+        }
         env.retain(|(k, _)| !launch.env.iter().any(|(j, _)| j == k));
         env.append(&mut launch.env);
         launch.env = env;
         if launch.cwd.as_os_str().is_empty() {
-            launch.cwd = self.cfg.data_dir.clone();
+            launch.cwd = account.as_ref().map_or_else(|| self.cfg.data_dir.clone(), |a| a.home.clone());
         }
         launch.env.push(("GPOOL_NODE".into(), self.cfg.node.clone()));
         launch.env.push(("GPOOL_CHECKPOINT_DIR".into(), self.checkpoint_dir(key.job).display().to_string()));
@@ -135,6 +152,10 @@ impl Agent {
             if key.attempt > 1 {
                 writeln!(f, "== gpool: attempt {} of job {} starts (rank {})", key.attempt, key.job, key.rank)?;
             }
+        }
+        if let Some(a) = &account {
+            self.hand_over(key, a, &launch)?;
+            launch.argv = account::as_account(a, &launch.argv);
         }
         let spec = serde_json::to_vec(&launch).map_err(std::io::Error::other)?;
         let log = OpenOptions::new().create(true).append(true).open(&launch.stderr)?;
@@ -163,6 +184,52 @@ impl Agent {
                 status.map(|s| format!("shim ended with {s}")).unwrap_or_else(|e| e.to_string()),
             );
         })?;
+        Ok(())
+    }
+
+    /// The account a replica runs as: `None` for the agent's own (single-user
+    /// mode, or a job with no user); a report that fails the job when its
+    /// user has no account here.
+    fn account_for(&self, key: ReplicaKey, launch: &Launch) -> Result<Option<Account>, Box<AgentReport>> {
+        let (RunAs::User, Some(name)) = (self.cfg.run_as, launch.user.as_deref()) else { return Ok(None) };
+        let fail = |error: String| {
+            let now = shim::now_ms();
+            let exit = ExitRecord {
+                code: Some(127),
+                signal: None,
+                started_ms: now,
+                ended_ms: now,
+                error: Some(error),
+                fenced: false,
+            };
+            Box::new(AgentReport::Exited { key, exit })
+        };
+        match account::lookup(name) {
+            Ok(Some(a)) => Ok(Some(a)),
+            Ok(None) => Err(fail(format!(
+                "user {name} has no Unix account on node {} (jobs run as their submitter's account there): \
+                 create it, or map the token to an existing account",
+                self.cfg.node
+            ))),
+            Err(e) => Err(fail(format!("cannot look up the account of {name} on node {}: {e:#}", self.cfg.node))),
+        }
+    }
+
+    /// Gives a replica's files to its account: its logs and checkpoint
+    /// directory become its own (0600, 0700); the job's directory stays
+    /// root's, 0711, so that it can reach them and plant nothing beside the
+    /// shim's records.
+    fn hand_over(&self, key: ReplicaKey, a: &Account, launch: &Launch) -> std::io::Result<()> {
+        use std::os::unix::fs::{PermissionsExt, chown};
+        let set = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+        set(&self.job_dir(key.job), 0o711)?;
+        let ckpt = self.checkpoint_dir(key.job);
+        chown(&ckpt, Some(a.uid), Some(a.gid))?;
+        set(&ckpt, 0o700)?;
+        for log in [&launch.stdout, &launch.stderr] {
+            chown(log, Some(a.uid), Some(a.gid))?;
+            set(log, 0o600)?;
+        }
         Ok(())
     }
 

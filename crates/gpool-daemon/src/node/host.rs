@@ -28,6 +28,8 @@ pub struct NodeConfig {
     pub log_limit: Option<u64>,
     /// Free bytes of the data directory's file system under which the node takes no new work.
     pub disk_reserve: u64,
+    /// Whose account jobs run as (`account.rs`).
+    pub run_as: crate::node::account::RunAs,
 }
 
 pub fn host_name() -> String {

@@ -4,6 +4,7 @@
 //! this machine's GPUs and describes it. It speaks to the control plane
 //! only through `crate::protocol` and never imports `crate::plane`.
 
+pub mod account;
 pub mod agent;
 pub mod host;
 pub mod lease;

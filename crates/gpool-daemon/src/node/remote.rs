@@ -134,6 +134,8 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
         bail!("another gpool agent is using {}; stop it first or pass another --data-dir", cfg.data_dir.display());
     }
+    let mode = crate::node::account::prepare(cfg.node.run_as, &cfg.data_dir)?;
+    eprintln!("gpool agent: {mode}");
     let name = cfg.node.node_name.clone().unwrap_or_else(host_name);
     let replicas: Replicas = Arc::default();
     let (gpus, backend) = discover(&cfg.node, &name, &replicas)?;
@@ -156,6 +158,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             simulated: cfg.node.simulate_gpus.is_some(),
             lease: Some(lease_path.clone()),
             log_limit: cfg.node.log_limit,
+            run_as: cfg.node.run_as,
         },
         sink,
         replicas.clone(),
@@ -368,7 +371,7 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
 
 fn execute(agent: &Agent, command: wire::Command) {
     match command {
-        wire::Command::Start { replica, argv, env, cwd, devices } => {
+        wire::Command::Start { replica, argv, env, cwd, devices, user } => {
             let key: ReplicaKey = replica.into();
             let launch = crate::protocol::Launch {
                 argv,
@@ -378,6 +381,7 @@ fn execute(agent: &Agent, command: wire::Command) {
                 stderr: PathBuf::new(),
                 lease: None,
                 log_limit: None,
+                user,
             };
             if let Err(e) = agent.start(key, launch, devices) {
                 agent.report(AgentReport::StartFailed { key, error: format!("cannot start its shim: {e}") });

@@ -121,6 +121,9 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     let mut spec = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin(), &mut spec).context("read the launch spec from stdin")?;
     let launch: Launch = serde_json::from_slice(&spec).context("parse the launch spec")?;
+    // The daemon keeps its own files private (umask 077); the job gets the
+    // usual default, as from a login shell.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let started_ms = now_ms();
     let open_log = |p: &Path| OpenOptions::new().create(true).append(true).open(p);
     let spawned = (|| -> std::io::Result<std::process::Child> {

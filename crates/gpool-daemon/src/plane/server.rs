@@ -159,7 +159,9 @@ pub fn serve(
 ) -> anyhow::Result<Ended> {
     let Ready { mut controller, first, local, tx, rx } = ready;
     let token = admin_token(&plane.data_dir)?;
-    let admin_user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
+    // The admin is this daemon's own account: where jobs run as their
+    // submitters' accounts, the admin's run as it.
+    let admin_user = crate::wiring::this_account().unwrap_or_else(|| "admin".into());
     controller.ensure_admin_token(&token, &admin_user)?;
     let webhook = match &plane.alert_webhook {
         Some(url) => Some(Webhook::spawn(url.clone(), format!("http://{}", plane.listen))?),

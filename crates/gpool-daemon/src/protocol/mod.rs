@@ -105,6 +105,10 @@ pub struct Launch {
     /// attempts); past it output is discarded after a marker line. `None`: no limit.
     #[serde(default)]
     pub log_limit: Option<u64>,
+    /// The submitter's account name: a node that runs jobs as their users
+    /// (`node/account.rs`) runs this one as it.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// How the replica ended, written atomically by the shim.

@@ -125,9 +125,10 @@ impl Controller {
                 stderr: PathBuf::new(),
                 lease: None,
                 log_limit: None,
+                user: Some(doc.user.clone()),
             };
             let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
-            starts.push((r.node, Order::Start { key, launch, devices: device_uuids }));
+            starts.push((r.node, Order::Start { key, launch: Box::new(launch), devices: device_uuids }));
         }
         let spread_port = master_port
             .filter(|_| master.is_some_and(|m| !self.links.get(&m).is_some_and(NodeLink::is_local) || spread));

@@ -141,7 +141,12 @@ impl Controller {
                         true,
                     )
                 } else {
-                    Next::Done(api::JobState::Failed, format!("failed with {}", describe(&exit_view)))
+                    // What the node said went wrong, when it said (a command that cannot start, no account).
+                    let why = first_bad
+                        .and_then(|r| r.exit.as_ref())
+                        .and_then(|e| e.error.as_deref())
+                        .map_or_else(String::new, |e| format!(": {e}"));
+                    Next::Done(api::JobState::Failed, format!("failed with {}{why}", describe(&exit_view)))
                 }
             }
         };

@@ -109,7 +109,7 @@ pub enum LocalOrder {
 /// An order to some node: routed to the local agent or a remote outbox.
 #[derive(Debug)]
 pub(crate) enum Order {
-    Start { key: ReplicaKey, launch: Launch, devices: Vec<String> },
+    Start { key: ReplicaKey, launch: Box<Launch>, devices: Vec<String> },
     Signal { key: ReplicaKey, signal: Signal },
 }
 
@@ -352,15 +352,23 @@ impl Controller {
         let Some(link) = self.links.get(&node) else { return };
         if link.is_local() {
             self.local.push(match order {
-                Order::Start { key, launch, devices } => LocalOrder::Start { key, launch, devices },
+                Order::Start { key, launch, devices } => LocalOrder::Start { key, launch: *launch, devices },
                 Order::Signal { key, signal } => LocalOrder::Signal { key, signal },
             });
             return;
         }
         let cmd = match order {
             Order::Start { key, launch, devices } => {
+                let launch = *launch;
                 let cwd = (!launch.cwd.as_os_str().is_empty()).then(|| launch.cwd.display().to_string());
-                api::agent::Command::Start { replica: key.into(), argv: launch.argv, env: launch.env, cwd, devices }
+                api::agent::Command::Start {
+                    replica: key.into(),
+                    argv: launch.argv,
+                    env: launch.env,
+                    cwd,
+                    devices,
+                    user: launch.user,
+                }
             }
             Order::Signal { key, signal } => {
                 api::agent::Command::Signal { replica: key.into(), signal: signal.as_raw() }
