@@ -66,7 +66,7 @@ fn each_users_jobs_run_as_that_user_and_cannot_read_the_others_files() {
     let a = submit(
         &ta,
         "echo uid=$(id -u) home=$HOME user=$USER pwd=$(pwd); echo alice-secret > $GPOOL_CHECKPOINT_DIR/s; \
-         echo alice-log-secret"
+         echo 50 > $GPOOL_SIM_LOAD_FILE && echo load-declared; echo alice-log-secret"
             .into(),
     );
     d.wait_ended(&[a], Duration::from_secs(60));
@@ -77,6 +77,7 @@ fn each_users_jobs_run_as_that_user_and_cannot_read_the_others_files() {
         out.contains(&format!("uid={} home={home} user={} pwd={home}", alice.uid, alice.name)),
         "alice's job runs as alice, at home: {out}"
     );
+    assert!(out.contains("load-declared"), "a job declares its simulated GPU load as its own user: {out}");
     // Bob's job tries to read everything that is not his.
     let paths = [
         data.join(format!("jobs/{a}/checkpoint/s")),
