@@ -108,6 +108,11 @@ pub enum Command {
         /// The submitter's account name (a node running jobs as their users runs it as this account).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         user: Option<String>,
+        /// CPUs (thousandths) and memory allocated, which a confining node enforces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cpus_milli: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_mb: Option<u64>,
     },
     /// Send a signal (by number) to the replica's process group.
     Signal { replica: ReplicaId, signal: i32 },

@@ -125,6 +125,9 @@ pub(crate) struct NodeArgs {
     /// Whose account jobs run as: user (each job as its submitter's Unix account; needs root) or daemon (single-user mode: every job as this process's account). Default: user as root, daemon otherwise.
     #[arg(long)]
     run_as: Option<String>,
+    /// Confine each job with control groups (memory and CPU from its request, a task limit, only its own GPUs' device files): auto (where the host allows, as root) or off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+    cgroups: String,
 }
 
 impl NodeArgs {
@@ -155,6 +158,7 @@ impl NodeArgs {
             disk_reserve: gpool_api::quantity::parse_bytes(self.disk_reserve.trim()).map_err(|e| {
                 anyhow::anyhow!("--disk-reserve {:?}: {e} (a size such as 100Mi or 2Gi)", self.disk_reserve)
             })?,
+            cgroups: self.cgroups == "auto",
             run_as: match self.run_as.as_deref() {
                 None => gpool_daemon::node::account::RunAs::default_for_this_process(),
                 Some(m) => {

@@ -55,6 +55,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     }
     let mode = crate::node::account::prepare(cfg.node.run_as, &plane.data_dir)?;
     eprintln!("gpool: {mode}");
+    let cgroups = crate::node::host::cgroups(&cfg.node);
     let config = controller_config(plane)?;
     let node_name = cfg.node.node_name.clone().unwrap_or_else(host_name);
     let replicas: Replicas = Arc::default();
@@ -76,6 +77,8 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         lease: None,
         log_limit: cfg.node.log_limit,
         run_as: cfg.node.run_as,
+        cgroups: cgroups.clone(),
+        gpu_minors: crate::node::host::gpu_minors(&gpus),
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;

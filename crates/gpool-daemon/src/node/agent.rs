@@ -57,6 +57,10 @@ pub struct AgentConfig {
     pub log_limit: Option<u64>,
     /// Whose account jobs run as (`account.rs`).
     pub run_as: RunAs,
+    /// Where replicas' control groups go, when the node confines jobs (`cgroup.rs`).
+    pub cgroups: Option<crate::node::cgroup::Layout>,
+    /// The node's GPUs: UUID and minor number (`/dev/nvidiaN`).
+    pub gpu_minors: Vec<(String, u32)>,
 }
 
 /// The node agent.
@@ -156,6 +160,31 @@ impl Agent {
         if let Some(a) = &account {
             self.hand_over(key, a, &launch)?;
             launch.argv = account::as_account(a, &launch.argv);
+        }
+        if let Some(layout) = &self.cfg.cgroups {
+            // Every GPU file of the node that none of the replica's devices (GPUs, MIG instances) opens.
+            let allowed: Vec<u32> =
+                self.cfg.gpu_minors.iter().filter(|(uuid, _)| devices.contains(uuid)).map(|(_, m)| *m).collect();
+            let mut deny: Vec<u32> =
+                self.cfg.gpu_minors.iter().map(|(_, m)| *m).filter(|m| !allowed.contains(m)).collect();
+            deny.sort_unstable();
+            deny.dedup();
+            // Unique on the machine, which may host several agents (tests, chaos runs): their data directories differ.
+            let dir_hash = self
+                .cfg
+                .data_dir
+                .as_os_str()
+                .as_encoded_bytes()
+                .iter()
+                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+            let node: String = self
+                .cfg
+                .node
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+                .collect();
+            let name = format!("{node}-{:08x}-{}-{}-{}", dir_hash as u32, key.job, key.attempt, key.rank);
+            launch.confine = Some(layout.confine(name, launch.cpus_milli, launch.memory_mb, deny));
         }
         let spec = serde_json::to_vec(&launch).map_err(std::io::Error::other)?;
         let log = OpenOptions::new().create(true).append(true).open(&launch.stderr)?;

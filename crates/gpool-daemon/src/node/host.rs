@@ -30,6 +30,44 @@ pub struct NodeConfig {
     pub disk_reserve: u64,
     /// Whose account jobs run as (`account.rs`).
     pub run_as: crate::node::account::RunAs,
+    /// Confine jobs with control groups where the host allows (`cgroup.rs`).
+    pub cgroups: bool,
+}
+
+/// Each device UUID of the node with the minor number of the GPU file it
+/// opens (`/dev/nvidiaN`): a GPU's own, and its MIG instances' their parent's.
+pub fn gpu_minors(gpus: &[GpuInfo]) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for g in gpus {
+        out.push((g.uuid.clone(), g.index));
+        for m in g.mig.iter().flatten() {
+            out.push((m.uuid.clone(), g.index));
+        }
+    }
+    out
+}
+
+/// Where this node's jobs' control groups go, if it confines them; says on
+/// standard error what it found (the daemon's start-up lines).
+pub fn cgroups(cfg: &NodeConfig) -> Option<crate::node::cgroup::Layout> {
+    if !cfg.cgroups {
+        eprintln!("gpool: jobs are not confined by control groups (--cgroups off)");
+        return None;
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("gpool: jobs are not confined by control groups (that needs root)");
+        return None;
+    }
+    match crate::node::cgroup::detect() {
+        Ok(layout) => {
+            eprintln!("gpool: {}", layout.describe());
+            Some(layout)
+        }
+        Err(why) => {
+            eprintln!("gpool: jobs are not confined by control groups: {why}");
+            None
+        }
+    }
 }
 
 pub fn host_name() -> String {

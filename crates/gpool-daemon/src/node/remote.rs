@@ -136,6 +136,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     }
     let mode = crate::node::account::prepare(cfg.node.run_as, &cfg.data_dir)?;
     eprintln!("gpool agent: {mode}");
+    let cgroups = crate::node::host::cgroups(&cfg.node);
     let name = cfg.node.node_name.clone().unwrap_or_else(host_name);
     let replicas: Replicas = Arc::default();
     let (gpus, backend) = discover(&cfg.node, &name, &replicas)?;
@@ -159,6 +160,8 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             lease: Some(lease_path.clone()),
             log_limit: cfg.node.log_limit,
             run_as: cfg.node.run_as,
+            cgroups: cgroups.clone(),
+            gpu_minors: crate::node::host::gpu_minors(&gpus),
         },
         sink,
         replicas.clone(),
@@ -371,7 +374,7 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
 
 fn execute(agent: &Agent, command: wire::Command) {
     match command {
-        wire::Command::Start { replica, argv, env, cwd, devices, user } => {
+        wire::Command::Start { replica, argv, env, cwd, devices, user, cpus_milli, memory_mb } => {
             let key: ReplicaKey = replica.into();
             let launch = crate::protocol::Launch {
                 argv,
@@ -382,6 +385,9 @@ fn execute(agent: &Agent, command: wire::Command) {
                 lease: None,
                 log_limit: None,
                 user,
+                cpus_milli: cpus_milli.unwrap_or(0),
+                memory_mb: memory_mb.unwrap_or(0),
+                confine: None,
             };
             if let Err(e) = agent.start(key, launch, devices) {
                 agent.report(AgentReport::StartFailed { key, error: format!("cannot start its shim: {e}") });

@@ -120,12 +120,35 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     reserve_exit(dir).context("reserve room for exit.json")?;
     let mut spec = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin(), &mut spec).context("read the launch spec from stdin")?;
-    let launch: Launch = serde_json::from_slice(&spec).context("parse the launch spec")?;
+    let mut launch: Launch = serde_json::from_slice(&spec).context("parse the launch spec")?;
     // The daemon keeps its own files private (umask 077); the job gets the
     // usual default, as from a login shell.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let started_ms = now_ms();
     let open_log = |p: &Path| OpenOptions::new().create(true).append(true).open(p);
+    // The kernel enforces the allocation (`cgroup.rs`): the job joins its groups before it runs.
+    let groups = match launch.confine.as_ref().map(crate::protocol::Confine::create).transpose() {
+        Ok(g) => g,
+        Err(e) => {
+            let msg = format!("cannot confine the job with control groups: {e}");
+            if let Ok(mut f) = open_log(&launch.stderr) {
+                let _ = writeln!(f, "gpool: {msg}");
+            }
+            let rec = ExitRecord {
+                code: Some(127),
+                signal: None,
+                started_ms,
+                ended_ms: now_ms(),
+                error: Some(msg),
+                fenced: false,
+            };
+            write_exit(dir, &rec).context("write exit.json")?;
+            return Ok(());
+        }
+    };
+    if let Some(g) = &groups {
+        launch.argv = g.wrap(&launch.argv);
+    }
     let spawned = (|| -> std::io::Result<std::process::Child> {
         // With a log limit the shim copies the output (`output.rs`); without,
         // the job writes to its log files itself.
@@ -180,19 +203,28 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     let fenced = launch.lease.clone().map(|lease| crate::node::lease::fence(lease, job_pid));
     let status = child.wait().context("wait for the job")?;
     kill_everything(job_pid);
+    // Killed by the kernel at its memory limit: say so, rather than "signal 9".
+    let oom = groups.as_ref().filter(|g| g.oom_kills() > 0).map(|g| {
+        let limit = g.memory_limit_mb().map_or_else(String::new, |mb| format!(" of {mb} MiB"));
+        format!("out of memory: the kernel killed the job at its memory limit{limit}; ask for more memory")
+    });
+    if let Some(g) = groups {
+        g.kill_all_and_remove();
+    }
     // Every writer of the pipes is gone now: the copies end.
     if let Some(c) = copiers {
         for e in c.finish().into_iter().filter_map(|c| c.error) {
             eprintln!("gpool shim {}: output lost: {e}", dir.display());
         }
     }
-    let error = fenced.and_then(|f| f.fenced()).map(|why| {
+    let fenced_why = fenced.and_then(|f| f.fenced());
+    let fenced = fenced_why.is_some();
+    let error = fenced_why.or(oom).map(|why| {
         if let Ok(mut f) = open_log(&launch.stderr) {
             let _ = writeln!(f, "gpool: {why}");
         }
         why
     });
-    let fenced = error.is_some();
     let rec =
         ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error, fenced };
     write_exit(dir, &rec).context("write exit.json")?;

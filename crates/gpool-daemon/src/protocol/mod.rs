@@ -109,6 +109,32 @@ pub struct Launch {
     /// (`node/account.rs`) runs this one as it.
     #[serde(default)]
     pub user: Option<String>,
+    /// The CPUs (thousandths) and memory the replica was allocated (0: none asked).
+    #[serde(default)]
+    pub cpus_milli: u64,
+    #[serde(default)]
+    pub memory_mb: u64,
+    /// Its control groups, when the node confines jobs (set by the agent).
+    #[serde(default)]
+    pub confine: Option<Confine>,
+}
+
+/// What a replica's control groups enforce (`node/cgroup.rs`), set by
+/// the agent in the launch spec its shim reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confine {
+    /// The groups' name, unique on the machine: `NODE-DIRHASH-JOB-ATTEMPT-RANK`.
+    pub name: String,
+    pub memory: PathBuf,
+    pub cpu: Option<PathBuf>,
+    pub pids: Option<PathBuf>,
+    pub devices: Option<PathBuf>,
+    /// 0: no CPU limit.
+    pub cpus_milli: u64,
+    /// 0: no memory limit.
+    pub memory_bytes: u64,
+    /// Minor numbers of the node's GPUs the replica may not open.
+    pub deny_gpu_minors: Vec<u32>,
 }
 
 /// How the replica ended, written atomically by the shim.

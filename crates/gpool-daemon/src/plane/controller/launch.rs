@@ -126,6 +126,9 @@ impl Controller {
                 lease: None,
                 log_limit: None,
                 user: Some(doc.user.clone()),
+                cpus_milli: r.cpus_milli,
+                memory_mb: r.memory_mb,
+                confine: None,
             };
             let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
             starts.push((r.node, Order::Start { key, launch: Box::new(launch), devices: device_uuids }));

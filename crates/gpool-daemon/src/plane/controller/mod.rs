@@ -88,7 +88,7 @@ pub enum LocalOrder {
     /// Start a replica on these devices (GPU or MIG UUIDs).
     Start {
         key: ReplicaKey,
-        launch: Launch,
+        launch: Box<Launch>,
         devices: Vec<String>,
     },
     Signal {
@@ -352,7 +352,7 @@ impl Controller {
         let Some(link) = self.links.get(&node) else { return };
         if link.is_local() {
             self.local.push(match order {
-                Order::Start { key, launch, devices } => LocalOrder::Start { key, launch: *launch, devices },
+                Order::Start { key, launch, devices } => LocalOrder::Start { key, launch, devices },
                 Order::Signal { key, signal } => LocalOrder::Signal { key, signal },
             });
             return;
@@ -368,6 +368,8 @@ impl Controller {
                     cwd,
                     devices,
                     user: launch.user,
+                    cpus_milli: (launch.cpus_milli > 0).then_some(launch.cpus_milli),
+                    memory_mb: (launch.memory_mb > 0).then_some(launch.memory_mb),
                 }
             }
             Order::Signal { key, signal } => {

@@ -118,7 +118,7 @@ impl Shell {
 /// One order to the local agent, and the report it must produce, if any.
 pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder) -> Option<AgentReport> {
     match order {
-        LocalOrder::Start { key, launch, devices } => match node.start(key, launch, devices) {
+        LocalOrder::Start { key, launch, devices } => match node.start(key, *launch, devices) {
             Ok(()) => None,
             Err(err) => Some(AgentReport::StartFailed { key, error: format!("cannot start its shim: {err}") }),
         },

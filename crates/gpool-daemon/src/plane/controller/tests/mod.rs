@@ -44,7 +44,7 @@ struct FakeAgent {
 
 impl LocalNode for FakeAgent {
     fn start(&self, key: ReplicaKey, launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
-        self.orders.lock().expect("lock").push(LocalOrder::Start { key, launch, devices });
+        self.orders.lock().expect("lock").push(LocalOrder::Start { key, launch: Box::new(launch), devices });
         if *self.broken.lock().expect("lock") {
             return Err(std::io::Error::other("fork failed"));
         }
