@@ -270,11 +270,13 @@ fn wait_for_output(d: &Daemon, id: u64, text: &str) {
 #[test]
 fn users_see_and_cancel_only_their_own_jobs() {
     let s = Scratch::new("auth");
-    // Single-user mode: alice and bob are API users without Unix accounts
-    // here (tests/multiuser.rs runs jobs as real accounts).
-    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &["--run-as", "daemon"]);
-    let alice = d.token_for("alice");
-    let bob = d.token_for("bob");
+    // Jobs run as their users' accounts (a daemon in single-user mode
+    // refuses tokens for anyone else): two real accounts.
+    let tag = std::process::id() % 100_000;
+    let (ua, ub) = (common::User::create(&format!("gpva{tag}")), common::User::create(&format!("gpvb{tag}")));
+    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &["--run-as", "user"]);
+    let alice = d.token_for(&ua.name);
+    let bob = d.token_for(&ub.name);
     let (st, v) = d.req(
         "POST",
         "/api/v1/jobs",
@@ -289,7 +291,7 @@ fn users_see_and_cancel_only_their_own_jobs() {
     assert_eq!(d.req("DELETE", &format!("/api/v1/jobs/{id}"), &bob, None).0, 404);
     let (_, list) = d.req("GET", "/api/v1/jobs", &bob, None);
     assert_eq!(list["jobs"].as_array().map(Vec::len), Some(0), "bob's listing: {list}");
-    let (_, list) = d.req("GET", "/api/v1/jobs?user=alice", &bob, None);
+    let (_, list) = d.req("GET", &format!("/api/v1/jobs?user={}", ua.name), &bob, None);
     assert_eq!(list["jobs"].as_array().map(Vec::len), Some(0), "a user filter does not widen a user's view");
     assert_eq!(
         d.req("POST", "/api/v1/tokens", &bob, Some(&json!({"user": "mallory"}))).0,
@@ -297,7 +299,7 @@ fn users_see_and_cancel_only_their_own_jobs() {
         "users cannot mint tokens"
     );
     assert_eq!(d.req("GET", "/api/v1/jobs", "not-a-token", None).0, 401);
-    assert_eq!(d.job(id)["user"], "alice", "admins see everyone's jobs");
+    assert_eq!(d.job(id)["user"], ua.name.as_str(), "admins see everyone's jobs");
     assert_eq!(d.req("POST", &format!("/api/v1/jobs/{id}/cancel"), &alice, None).0, 200, "alice can cancel her own");
 }
 

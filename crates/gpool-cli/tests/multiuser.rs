@@ -7,41 +7,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::{Daemon, Scratch};
+use common::{Daemon, Scratch, User};
 use serde_json::json;
-
-/// A Unix account that lives as long as the test (`userdel -r` at drop).
-struct User {
-    name: String,
-    uid: u32,
-}
-
-impl User {
-    fn create(name: &str) -> User {
-        let _ = Command::new("userdel").args(["-r", name]).output();
-        let out = Command::new("useradd").args(["-m", "-s", "/bin/sh", name]).output().expect("run useradd");
-        assert!(
-            out.status.success(),
-            "this test creates Unix users, which needs root and useradd: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let uid = String::from_utf8_lossy(&Command::new("id").args(["-u", name]).output().expect("id").stdout)
-            .trim()
-            .parse()
-            .expect("a uid");
-        User { name: name.into(), uid }
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        let _ = Command::new("pkill").args(["-KILL", "-u", &self.name]).output();
-        let _ = Command::new("userdel").args(["-r", &self.name]).output();
-    }
-}
 
 #[test]
 fn each_users_jobs_run_as_that_user_and_cannot_read_the_others_files() {

@@ -56,7 +56,11 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let mode = crate::node::account::prepare(cfg.node.run_as, &plane.data_dir)?;
     eprintln!("gpool: {mode}");
     let cgroups = crate::node::host::cgroups(&cfg.node);
-    let config = controller_config(plane)?;
+    let mut config = controller_config(plane)?;
+    if cfg.node.run_as == crate::node::account::RunAs::Daemon {
+        // Every job runs as this account: tokens for others would pretend to separate them.
+        config.single_user = crate::wiring::this_account();
+    }
     let node_name = cfg.node.node_name.clone().unwrap_or_else(host_name);
     let replicas: Replicas = Arc::default();
     let (gpus, backend) = discover(&cfg.node, &node_name, &replicas)?;

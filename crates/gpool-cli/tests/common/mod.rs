@@ -307,3 +307,33 @@ pub fn processes_of(data: &Path, id: Option<u64>) -> Vec<i32> {
         })
         .unwrap_or_default()
 }
+
+/// A Unix account that lives as long as the test (`userdel -r` at drop).
+pub struct User {
+    pub name: String,
+    pub uid: u32,
+}
+
+impl User {
+    pub fn create(name: &str) -> User {
+        let _ = Command::new("userdel").args(["-r", name]).output();
+        let out = Command::new("useradd").args(["-m", "-s", "/bin/sh", name]).output().expect("run useradd");
+        assert!(
+            out.status.success(),
+            "this test creates Unix users, which needs root and useradd: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let uid = String::from_utf8_lossy(&Command::new("id").args(["-u", name]).output().expect("id").stdout)
+            .trim()
+            .parse()
+            .expect("a uid");
+        User { name: name.into(), uid }
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill").args(["-KILL", "-u", &self.name]).output();
+        let _ = Command::new("userdel").args(["-r", &self.name]).output();
+    }
+}

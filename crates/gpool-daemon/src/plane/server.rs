@@ -70,6 +70,7 @@ pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
         lease: p.lease,
         master_ports: 29_500..30_500,
         local_port: free_local_port,
+        single_user: None,
     })
 }
 

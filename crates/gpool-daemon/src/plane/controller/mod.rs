@@ -140,6 +140,9 @@ pub struct Config {
     pub master_ports: std::ops::Range<u16>,
     /// A free port of this host, for the `MASTER_PORT` of a gang on the local node only.
     pub local_port: fn() -> Option<u16>,
+    /// Single-user mode (`gpool up` whose jobs all run as its own account):
+    /// the one user that user and admin tokens may name.
+    pub single_user: Option<String>,
 }
 
 /// The owner of all state. See the module docs.

@@ -110,6 +110,19 @@ impl Controller {
             Some(r) => Role::parse(r)
                 .ok_or_else(|| ApiError::new(400, format!("role: {r:?} is not one of user, admin, node, reader")))?,
         };
+        if let Some(only) = &self.cfg.single_user
+            && matches!(role, Role::User | Role::Admin)
+            && req.user != *only
+        {
+            return Err(ApiError::new(
+                400,
+                format!(
+                    "single-user mode: every job here runs as {only}, so a token for {} would not keep their jobs \
+                     apart; run gpool up as root (jobs then run as their own accounts), or use {only}'s token",
+                    req.user
+                ),
+            ));
+        }
         let refused = |r: crate::plane::input::Refused| ApiError::new(400, format!("{}: {}", r.field, r.message));
         crate::plane::input::identity("user", &req.user).map_err(refused)?;
         let team = req.team.unwrap_or_else(|| "default".into());

@@ -159,3 +159,16 @@ fn a_spec_with_a_control_character_is_refused_naming_the_field() {
     assert_eq!(e.status, 400);
     assert!(e.message.starts_with("name: contains the control character"), "{}", e.message);
 }
+
+#[test]
+fn in_single_user_mode_tokens_name_only_that_user() {
+    let mut cfg_user = Setup::new();
+    cfg_user.single_user = Some("ana".into());
+    let mut h = cfg_user.build();
+    let req = api::TokenRequest { user: "bob".into(), team: None, role: None, ttl: None };
+    let e = h.call(ADMIN, |reply| Call::CreateToken { req, from: "x".into(), reply }).expect_err("not bob");
+    assert_eq!(e.status, 400);
+    assert!(e.message.contains("single-user mode"), "{}", e.message);
+    assert_eq!(token(&mut h, "ana", None, None).user, "ana");
+    assert_eq!(token(&mut h, "grafana", Some("reader"), None).role, "reader", "readers and nodes are no users");
+}

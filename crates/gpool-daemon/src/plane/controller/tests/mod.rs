@@ -71,6 +71,7 @@ impl FakeAgent {
 /// How a harness is built.
 struct Setup {
     policy: Policy,
+    single_user: Option<String>,
     queues: Vec<gpool_core::QueueConfig>,
     local_gpus: Option<u32>,
     store: Option<Box<dyn Store>>,
@@ -82,6 +83,7 @@ impl Setup {
     fn new() -> Setup {
         Setup {
             policy: Policy::gpool_default(),
+            single_user: None,
             queues: Vec::new(),
             local_gpus: Some(8),
             store: None,
@@ -133,7 +135,7 @@ impl Setup {
     fn build(self) -> Harness {
         let store = self.store.unwrap_or_else(|| Box::new(Sqlite::memory().expect("in-memory store")));
         let local = self.local_gpus.map(|n| node_info("n1", n));
-        let cfg = Config { queues: self.queues, ..config(self.policy) };
+        let cfg = Config { queues: self.queues, single_user: self.single_user, ..config(self.policy) };
         let (mut ctl, first) = Controller::new(cfg, store, local, Box::new(self.clock.clone())).expect("a controller");
         ctl.ensure_admin_token(ADMIN, "root").expect("admin token");
         let (events, rx) = broadcast::channel(65_536);
@@ -155,6 +157,7 @@ fn config(policy: Policy) -> Config {
         lease: Duration::from_secs(4),
         master_ports: 29_500..29_510,
         local_port: || Some(29_400),
+        single_user: None,
     }
 }
 
