@@ -11,6 +11,10 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   need+=(postgresql)
 fi
 command -v flock >/dev/null 2>&1 || need+=(util-linux)
+# setpriv (jobs run as their users), useradd (tests make two users), cc (the chaos suite's slow disk).
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+command -v useradd >/dev/null 2>&1 || need+=(passwd)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]} (Debian packages) for the tests that start them"
   sudo=""
