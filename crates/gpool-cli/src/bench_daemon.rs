@@ -157,6 +157,9 @@ pub(crate) struct JobsArgs {
     /// Repetitions (a fresh daemon each); the median is reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// A flag for the daemon (repeatable), e.g. --daemon-arg=--cgroups=off to measure what confinement costs.
+    #[arg(long = "daemon-arg", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
     #[arg(long)]
     json: bool,
 }
@@ -166,7 +169,8 @@ pub(crate) fn jobs(a: JobsArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     let mut scratch = Scratch(Vec::new());
     for _ in 0..a.runs.max(1) {
-        let d = Daemon::start(&a.gpus, &mut scratch)?;
+        let extra: Vec<&str> = a.daemon_args.iter().map(String::as_str).collect();
+        let d = Daemon::start_with(&a.gpus, &extra, &mut scratch)?;
         let specs: Vec<Value> =
             (0..a.jobs).map(|_| json!({"command": a.command, "resources": {"nvidia.com/gpu": 1}})).collect();
         let t0 = Instant::now();
