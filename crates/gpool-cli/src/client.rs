@@ -74,6 +74,9 @@ pub(crate) struct Connect {
     /// Data directory of the local daemon.
     #[arg(long, global = true, env = "GPOOL_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// The CA certificate an https daemon's certificate must chain to; default: the local daemon's (DATA_DIR/tls/ca.pem) when there is one, else the public roots.
+    #[arg(long, global = true, env = "GPOOL_CA_FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 pub(crate) struct Client {
@@ -113,11 +116,17 @@ impl Connect {
                 )
             })?,
         };
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(5)))
-            .build()
-            .into();
+        let ca = self.ca_file.clone().or_else(|| Some(dir.join("tls").join("ca.pem")).filter(|p| p.exists()));
+        let mut config =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(Duration::from_secs(5)));
+        if let Some(ca) = ca {
+            let pem = std::fs::read(&ca).with_context(|| format!("--ca-file {}", ca.display()))?;
+            let cert = ureq::tls::Certificate::from_pem(&pem)
+                .map_err(|e| anyhow::anyhow!("--ca-file {}: not a PEM certificate: {e}", ca.display()))?;
+            let roots = ureq::tls::RootCerts::Specific(std::sync::Arc::new(vec![cert]));
+            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+        }
+        let agent: ureq::Agent = config.build().into();
         Ok(Client { base, token, agent })
     }
 }

@@ -68,12 +68,29 @@ pub(crate) struct PlaneArgs {
     /// Require a token (role reader, user or admin) for /metrics, whose labels name users, teams and jobs.
     #[arg(long)]
     metrics_auth: bool,
+    /// Serve HTTPS with a certificate of gpool's own CA, made on first start in DATA_DIR/tls (its fingerprint is printed for agents).
+    #[arg(long)]
+    tls: bool,
+    /// The CA's directory (implies --tls): share one between a leader and its standbys.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
+    /// Another name or address for the server certificate (repeatable): the one agents and users connect to.
+    #[arg(long = "tls-san")]
+    tls_sans: Vec<String>,
+    /// Allow plain HTTP on an address other than loopback (tokens cross the network in the clear).
+    #[arg(long)]
+    insecure_http: bool,
 }
 
 impl PlaneArgs {
     fn config(self) -> PlaneConfig {
+        let data_dir = self.data_dir.unwrap_or_else(default_data_dir);
+        let tls_dir = self.tls_dir.or_else(|| self.tls.then(|| data_dir.join("tls")));
         PlaneConfig {
-            data_dir: self.data_dir.unwrap_or_else(default_data_dir),
+            tls_dir,
+            tls_sans: self.tls_sans,
+            insecure_http: self.insecure_http,
+            data_dir,
             listen: self.listen,
             policy: self.policy,
             queues_file: self.queues,
@@ -205,6 +222,12 @@ pub(crate) struct AgentArgs {
     /// A file holding this node's token (`gpool token create --node --user NAME`), mode 0600; else the token is read from GPOOL_TOKEN. Never on the command line, which every user sees in `ps`.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// The control planes' CA certificate (HTTPS).
+    #[arg(long, conflicts_with = "ca_fingerprint")]
+    ca_file: Option<PathBuf>,
+    /// The control planes' CA fingerprint (sha256:…, printed by `gpool serve --tls`): the agent fetches the CA and refuses one that does not match.
+    #[arg(long)]
+    ca_fingerprint: Option<String>,
     /// Where this node is reached by others (MASTER_ADDR of gangs whose rank 0 runs here); default: the address used to reach the control plane.
     #[arg(long)]
     advertise_addr: Option<String>,
@@ -246,6 +269,11 @@ pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
     gpool_daemon::node::remote::run(gpool_daemon::node::remote::AgentProcessConfig {
         servers: a.server,
         token: node_token(a.token_file.as_deref())?,
+        trust: match (a.ca_file, a.ca_fingerprint) {
+            (Some(f), _) => gpool_daemon::node::trust::Trust::CaFile(f),
+            (None, Some(p)) => gpool_daemon::node::trust::Trust::Fingerprint(p),
+            (None, None) => gpool_daemon::node::trust::Trust::Public,
+        },
         data_dir,
         advertise: a.advertise_addr,
         node: a.node.config()?,

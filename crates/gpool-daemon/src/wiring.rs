@@ -131,6 +131,11 @@ pub fn raise_open_file_limit() -> Option<u64> {
     getrlimit(Resource::Nofile).current
 }
 
+/// This machine's host name, if it has one.
+pub fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).ok().filter(|h| !h.is_empty())
+}
+
 /// This process's Unix account name (`id -un`): the admin of `gpool up`,
 /// and the account every job runs as in single-user mode.
 pub fn this_account() -> Option<String> {

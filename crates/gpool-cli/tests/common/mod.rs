@@ -82,7 +82,7 @@ impl Daemon {
         out.read_line(&mut line).expect("first line");
         let url = line
             .split_whitespace()
-            .find(|w| w.starts_with("http://"))
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
             .unwrap_or_else(|| panic!("no URL in {line:?}"))
             .to_string();
         // Keep draining stdout so the daemon never blocks on a full pipe.
@@ -91,11 +91,15 @@ impl Daemon {
             let _ = out.read_to_end(&mut sink);
         });
         let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
+        let mut config =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(60)));
+        // A daemon started with --tls: trust its CA.
+        if let Ok(pem) = std::fs::read(data.join("tls/ca.pem")) {
+            let cert = ureq::tls::Certificate::from_pem(&pem).expect("the daemon's CA");
+            let roots = ureq::tls::RootCerts::Specific(std::sync::Arc::new(vec![cert]));
+            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+        }
+        let agent: ureq::Agent = config.build().into();
         Daemon { child, url, token, data: data.to_path_buf(), agent }
     }
 

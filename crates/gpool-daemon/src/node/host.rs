@@ -71,11 +71,7 @@ pub fn cgroups(cfg: &NodeConfig) -> Option<crate::node::cgroup::Layout> {
 }
 
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
+    crate::wiring::host_name().unwrap_or_else(|| "localhost".into())
 }
 
 fn host_memory_mb() -> u64 {

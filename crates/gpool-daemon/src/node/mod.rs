@@ -13,3 +13,4 @@ pub mod output;
 pub mod remote;
 pub mod sampler;
 pub mod shim;
+pub mod trust;

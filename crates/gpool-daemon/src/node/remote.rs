@@ -43,6 +43,8 @@ pub struct AgentProcessConfig {
     /// to reach the first control plane).
     pub advertise: Option<String>,
     pub node: NodeConfig,
+    /// Which control plane it trusts over HTTPS (`trust.rs`).
+    pub trust: crate::node::trust::Trust,
 }
 
 /// Why a session ended.
@@ -69,17 +71,20 @@ struct Conn {
     base: String,
     token: String,
     http: ureq::Agent,
+    tls: Option<ureq::tls::TlsConfig>,
 }
 
 impl Conn {
-    fn new(base: &str, token: &str, timeout: Duration) -> Conn {
-        let http: ureq::Agent = ureq::Agent::config_builder()
+    fn new(base: &str, token: &str, timeout: Duration, tls: Option<ureq::tls::TlsConfig>) -> Conn {
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(3)))
-            .timeout_global(Some(timeout))
-            .build()
-            .into();
-        Conn { base: base.trim_end_matches('/').to_string(), token: token.to_string(), http }
+            .timeout_global(Some(timeout));
+        if let Some(t) = &tls {
+            config = config.tls_config(t.clone());
+        }
+        let http: ureq::Agent = config.build().into();
+        Conn { base: base.trim_end_matches('/').to_string(), token: token.to_string(), http, tls }
     }
 
     fn auth(&self) -> String {
@@ -134,6 +139,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
         bail!("another gpool agent is using {}; stop it first or pass another --data-dir", cfg.data_dir.display());
     }
+    let tls = crate::node::trust::resolve(&cfg.trust, &cfg.servers)?;
     let mode = crate::node::account::prepare(cfg.node.run_as, &cfg.data_dir)?;
     eprintln!("gpool agent: {mode}");
     let cgroups = crate::node::host::cgroups(&cfg.node);
@@ -208,7 +214,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         let mut session = None;
         let n = cfg.servers.len();
         for s in (0..n).map(|i| &cfg.servers[(first + i) % n]) {
-            let conn = Conn::new(s, &cfg.token, request_timeout(lease_ms));
+            let conn = Conn::new(s, &cfg.token, request_timeout(lease_ms), tls.clone());
             let sent = lease::monotonic_ms();
             match conn.post::<_, wire::Registered>("/agent/v1/register", &reg) {
                 Ok(r) => {
@@ -269,7 +275,7 @@ fn run_session(
 ) -> End {
     let (end_tx, end_rx) = std::sync::mpsc::channel::<End>();
     let poller = {
-        let conn = Conn::new(&conn.base, &conn.token, Duration::from_secs(60));
+        let conn = Conn::new(&conn.base, &conn.token, Duration::from_secs(60), conn.tls.clone());
         let (node, epoch, agent, end_tx) = (node.to_string(), reg.epoch, agent.clone(), end_tx.clone());
         let after = reg.next_seq.saturating_sub(1);
         std::thread::Builder::new().name("poller".into()).spawn(move || {
@@ -280,7 +286,7 @@ fn run_session(
         return End::Unreachable(format!("cannot start the poller: {e}"));
     }
     let heartbeat = Duration::from_millis(reg.heartbeat_ms.max(50));
-    let reporter = Conn::new(&conn.base, &conn.token, request_timeout(reg.lease_ms));
+    let reporter = Conn::new(&conn.base, &conn.token, request_timeout(reg.lease_ms), conn.tls.clone());
     let mut telemetry: Option<wire::TelemetryWire> = None;
     let mut last_sent = Instant::now() - heartbeat;
     loop {

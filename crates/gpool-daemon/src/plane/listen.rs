@@ -39,7 +39,14 @@ impl Limits {
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets the
 /// connections in progress finish.
-pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let permits = Arc::new(Semaphore::new(limits.connections));
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -76,10 +83,23 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
                 req
             },
         ));
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let acceptor = acceptor.clone();
+        let handshake_timeout = limits.header_timeout;
         tokio::spawn(async move {
             // A closed or timed-out connection is the client's business.
-            let _ = conn.await;
+            match acceptor {
+                None => {
+                    let _ = watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await;
+                }
+                Some(acceptor) => {
+                    // A handshake is held to the same bound as a request's head.
+                    if let Ok(Ok(tls)) = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        let _ = watcher.watch(builder.serve_connection(TokioIo::new(tls), service)).await;
+                    }
+                }
+            }
             drop(permit);
         });
     }

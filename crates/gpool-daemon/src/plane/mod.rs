@@ -16,5 +16,6 @@ pub mod openapi;
 pub mod prices;
 pub mod server;
 pub mod telemetry;
+pub mod tls;
 pub mod usage_rows;
 pub mod webhook;

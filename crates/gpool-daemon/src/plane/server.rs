@@ -43,6 +43,12 @@ pub struct PlaneConfig {
     pub state_reserve: u64,
     /// `/metrics` requires a reader's, user's or admin's token.
     pub metrics_auth: bool,
+    /// HTTPS with a certificate of the CA in this directory (`tls.rs`); `None`: plain HTTP.
+    pub tls_dir: Option<PathBuf>,
+    /// More names (or addresses) the server certificate holds.
+    pub tls_sans: Vec<String>,
+    /// Plain HTTP on an address other than loopback (tokens then cross the network in the clear).
+    pub insecure_http: bool,
 }
 
 /// The controller's settings from a control plane's.
@@ -174,7 +180,38 @@ pub fn serve(
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
         let _ = ended_tx.send(shell.run(controller, first, rx));
     })?;
-    let state = AppState { tx: tx.clone(), events, data_dir: plane.data_dir.clone(), metrics_auth: plane.metrics_auth };
+    let tls = match &plane.tls_dir {
+        Some(dir) => {
+            let mut names = plane.tls_sans.clone();
+            if !plane.listen.ip().is_unspecified() {
+                names.push(plane.listen.ip().to_string());
+            }
+            Some(crate::plane::tls::load_or_create(dir, &names)?)
+        }
+        None if !plane.listen.ip().is_loopback() && !plane.insecure_http => bail!(
+            "--listen {}: plain HTTP beyond loopback would send every token in the clear; pass --tls \
+             (a CA of gpool's own, made on first start) or --insecure-http",
+            plane.listen
+        ),
+        None => None,
+    };
+    let state = AppState {
+        tx: tx.clone(),
+        events,
+        data_dir: plane.data_dir.clone(),
+        metrics_auth: plane.metrics_auth,
+        ca_pem: tls.as_ref().map(|t| t.ca_pem.clone()),
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let tls_note = tls.as_ref().map(|t| {
+        format!(
+            "TLS: CA {} ({}); agents: --ca-fingerprint {}",
+            plane.tls_dir.as_ref().map_or_else(String::new, |d| d.join("ca.pem").display().to_string()),
+            t.fingerprint,
+            t.fingerprint
+        )
+    });
+    let tls_config = tls.map(|t| t.config);
     let data_dir = plane.data_dir.clone();
     let listen = plane.listen;
     let header_timeout = plane.http_header_timeout;
@@ -183,16 +220,19 @@ pub fn serve(
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
-        let url = format!("http://{addr}");
+        let url = format!("{scheme}://{addr}");
         std::fs::write(data_dir.join(URL_FILE), format!("{url}\n"))?;
         println!("{}", banner(&url));
         println!("admin token in {}", data_dir.join(TOKEN_FILE).display());
+        if let Some(note) = &tls_note {
+            println!("{note}");
+        }
         let _ = std::io::stdout().flush();
         let limits = Limits::for_open_files(raise_open_file_limit(), header_timeout);
         let stopping = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        let server = listen::serve(listener, router(state), limits, stopping);
+        let server = listen::serve(listener, router(state), limits, tls_config, stopping);
         tokio::select! {
             () = server => Ok(Ended::Stopped),
             // The controller stopped by itself: its store failed. Nothing more

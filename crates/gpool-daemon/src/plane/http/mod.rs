@@ -7,7 +7,7 @@ use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use axum::Extension;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -17,10 +17,12 @@ use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
 use gpool_api as api;
 use serde::de::DeserializeOwned;
-use tokio::io::AsyncReadExt;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::plane::controller::{ApiError, Call, Event, ListQuery, LogTarget, Open, Reply};
+use crate::plane::controller::{ApiError, Call, Event, ListQuery, Open, Reply};
+
+mod logs;
+use logs::logs;
 
 /// Largest request body accepted (a batch of a few thousand specs).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -34,6 +36,8 @@ pub struct AppState {
     pub data_dir: std::path::PathBuf,
     /// `/metrics` requires a token.
     pub metrics_auth: bool,
+    /// The CA's certificate, served at `/tls/ca.pem` (TLS only).
+    pub ca_pem: Option<String>,
 }
 
 /// The routes, for the OpenAPI completeness test.
@@ -57,6 +61,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/jobs/{id}/advice"),
     ("get", "/api/v1/alerts"),
     ("get", "/metrics"),
+    ("get", "/tls/ca.pem"),
     ("post", "/api/v1/nodes/{name}/drain"),
     ("post", "/api/v1/nodes/{name}/resume"),
     ("post", "/agent/v1/register"),
@@ -83,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/advice", get(advice))
         .route("/api/v1/alerts", get(alerts))
         .route("/metrics", get(metrics))
+        .route("/tls/ca.pem", get(ca_pem))
         .route("/api/v1/nodes/{name}/drain", post(drain))
         .route("/api/v1/nodes/{name}/resume", post(resume))
         .route("/agent/v1/register", post(agent_register))
@@ -289,6 +295,15 @@ async fn alerts(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<V
     Ok(Json(call(&st, &headers, |reply| Call::Alerts { reply }).await?))
 }
 
+/// The CA's certificate, public: an agent checks it against its pinned
+/// fingerprint before it trusts anything the server says (plane/tls.rs).
+async fn ca_pem(State(st): State<AppState>) -> Result<Response> {
+    match st.ca_pem {
+        Some(pem) => Ok(([(header::CONTENT_TYPE, "application/x-pem-file")], pem).into_response()),
+        None => Err(AppError(ApiError::new(404, "this control plane serves plain HTTP: it has no CA"))),
+    }
+}
+
 /// The Prometheus exporter. Open like the DCGM exporter's (no token) unless
 /// the control plane runs with `--metrics-auth`: then it takes a reader's,
 /// user's or admin's token, since its labels name users, teams and jobs.
@@ -430,137 +445,6 @@ async fn revoke_token(
     Ok(Json(call(&st, &headers, |reply| Call::RevokeToken { id, from, reply }).await?))
 }
 
-/// `?stream=stdout|stderr&rank=0&follow=true`: the log, and with follow,
-/// everything written after, until the job has ended and the file is drained.
-async fn logs(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Result<Response> {
-    only(&p, &["stream", "rank", "follow"])?;
-    let id = job_id(&id)?;
-    let stream = p.get("stream").cloned().unwrap_or_else(|| "stdout".into());
-    if stream != "stdout" && stream != "stderr" {
-        return Err(bad(format!("stream: {stream:?} is not stdout or stderr")));
-    }
-    let rank: u32 = number(&p, "rank")?.unwrap_or(0);
-    let follow = match p.get("follow").map(String::as_str) {
-        None | Some("false") | Some("0") => false,
-        Some("true") | Some("1") | Some("") => true,
-        Some(other) => return Err(bad(format!("follow: {other:?} is not true or false"))),
-    };
-    let events = st.events.subscribe();
-    let target: LogTarget = call(&st, &headers, |reply| Call::Logs { id, rank, stream: stream.clone(), reply }).await?;
-    let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
-    if !follow || target.finished {
-        let bytes = tokio::fs::read(&target.path).await.unwrap_or_default();
-        return Ok((text, bytes).into_response());
-    }
-    Ok((text, Body::from_stream(follow_file(target, id, events))).into_response())
-}
-
-struct Tail {
-    path: std::path::PathBuf,
-    job: u64,
-    file: Option<tokio::fs::File>,
-    watch: Option<inotify::EventStream<Vec<u8>>>,
-    events: broadcast::Receiver<api::EventView>,
-    ended: bool,
-    done: bool,
-}
-
-/// Streams a growing file: read to the end, then wait for the kernel to say
-/// it changed (inotify) or for the job to end; never polls.
-fn follow_file(
-    target: LogTarget,
-    job: u64,
-    events: broadcast::Receiver<api::EventView>,
-) -> impl Stream<Item = std::io::Result<Bytes>> {
-    let tail = Tail { path: target.path, job, file: None, watch: None, events, ended: false, done: false };
-    stream::unfold(tail, |mut t| async move {
-        if t.done {
-            return None;
-        }
-        loop {
-            if t.file.is_none() {
-                match tokio::fs::File::open(&t.path).await {
-                    Ok(f) => {
-                        t.file = Some(f);
-                        if let Ok(ino) = inotify::Inotify::init() {
-                            let ok = ino
-                                .watches()
-                                .add(&t.path, inotify::WatchMask::MODIFY | inotify::WatchMask::CLOSE_WRITE)
-                                .is_ok();
-                            t.watch = if ok { ino.into_event_stream(vec![0u8; 4096]).ok() } else { None };
-                        }
-                    }
-                    // Not created yet (the job has not started): wait for news of the job.
-                    Err(_) if !t.ended => {
-                        if wait_job_news(&mut t).await {
-                            continue;
-                        }
-                        return None;
-                    }
-                    Err(_) => return None,
-                }
-            }
-            let mut buf = vec![0u8; 64 * 1024];
-            let n = match t.file.as_mut() {
-                Some(f) => f.read(&mut buf).await,
-                None => Ok(0),
-            };
-            match n {
-                Ok(0) if t.ended => return None,
-                Ok(0) => {
-                    let changed = async {
-                        match t.watch.as_mut() {
-                            Some(w) => {
-                                let _ = w.next().await;
-                            }
-                            None => std::future::pending::<()>().await,
-                        }
-                    };
-                    tokio::select! {
-                        _ = changed => {}
-                        alive = wait_job_news_ref(&mut t.events, t.job) => { if !alive { t.ended = true; } }
-                    }
-                }
-                Ok(n) => {
-                    buf.truncate(n);
-                    return Some((Ok(Bytes::from(buf)), t));
-                }
-                Err(e) => {
-                    t.done = true;
-                    return Some((Err(e), t));
-                }
-            }
-        }
-    })
-}
-
-/// Waits for the next event of this job; false once it has ended (or the stream closed).
-async fn wait_job_news_ref(events: &mut broadcast::Receiver<api::EventView>, job: u64) -> bool {
-    loop {
-        match events.recv().await {
-            Ok(e) if e.job == Some(job) => {
-                return !matches!(e.kind.as_str(), "succeeded" | "failed" | "cancelled" | "timed_out");
-            }
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => return false,
-        }
-    }
-}
-
-async fn wait_job_news(t: &mut Tail) -> bool {
-    let alive = wait_job_news_ref(&mut t.events, t.job).await;
-    if !alive {
-        t.ended = true;
-    }
-    // Either it started (the file exists now) or it ended (read what there is).
-    true
-}
-
 /// Server-sent events: history after `?after=SEQ` (optionally `&job=ID`), then live.
 async fn events(
     State(st): State<AppState>,
@@ -578,10 +462,11 @@ async fn events(
         call(&st, &headers, |reply| Call::Events { after, job, reply }).await?
     };
     let last = history.last().map_or(0, |e| e.seq);
-    let admin = me.role == "admin";
+    // Admins and readers see every event, others their own jobs'.
+    let sees_all = me.role == "admin" || me.role == "reader";
     let user = me.user;
     let visible = move |e: &api::EventView| {
-        (job.is_none() || e.job == Some(job.unwrap_or(0))) && (admin || e.user.as_deref() == Some(user.as_str()))
+        (job.is_none() || e.job == Some(job.unwrap_or(0))) && (sees_all || e.user.as_deref() == Some(user.as_str()))
     };
     let to_sse = |e: api::EventView| {
         Ok(SseEvent::default().id(e.seq.to_string()).event(e.kind.clone()).json_data(&e).unwrap_or_default())

@@ -1,0 +1,117 @@
+//! TLS for the API and the agent protocol.
+//!
+//! `--tls` makes a control plane speak HTTPS with a certificate of its own
+//! CA, which it creates on first start in its TLS directory (`ca.pem`,
+//! `ca.key` of mode 0600; `--tls-dir` shares one CA between a leader and its
+//! standbys). Each start issues a fresh server certificate for `localhost`,
+//! the loopback addresses, the listen address, the host name and every
+//! `--tls-san`, and serves it with the CA's certificate in the chain.
+//!
+//! Clients trust the CA, not the server: the CLI by `--ca-file` (or, for
+//! the local daemon, its data directory's), an agent by `--ca-file` or by
+//! the CA's fingerprint (`--ca-fingerprint sha256:…`, printed at start):
+//! the agent fetches `GET /tls/ca.pem` once, refuses a CA whose SHA-256 is
+//! not the pinned one, and from then on verifies every connection against
+//! it, as kubeadm's `--discovery-token-ca-cert-hash` does.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use sha2::{Digest, Sha256};
+
+/// A control plane's TLS: the server configuration and what clients need to trust it.
+pub struct ServerTls {
+    pub config: Arc<rustls::ServerConfig>,
+    /// `sha256:` and the hex SHA-256 of the CA certificate (DER).
+    pub fingerprint: String,
+    /// The CA certificate, served at `/tls/ca.pem`.
+    pub ca_pem: String,
+}
+
+/// The CA's fixed parameters: re-made from them and its key, it signs as the original did.
+fn ca_params() -> CertificateParams {
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "gpool cluster CA");
+    dn.push(DnType::OrganizationName, "gpool");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    // Ten years: the CA outlives every server certificate it signs.
+    p.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    p.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    p
+}
+
+/// The `sha256:HEX` fingerprint of a certificate's DER.
+pub fn fingerprint(der: &[u8]) -> String {
+    format!("sha256:{}", Sha256::digest(der).iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// The first certificate of a PEM text, as DER.
+pub fn first_cert_der(pem: &str) -> anyhow::Result<CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| anyhow::anyhow!("not a PEM certificate: {e:?}"))
+}
+
+/// Loads the CA in `dir`, making it first if there is none, and issues this
+/// start's server certificate for `names` (and the usual local names).
+pub fn load_or_create(dir: &Path, names: &[String]) -> anyhow::Result<ServerTls> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
+    if !cert_path.exists() {
+        let key = KeyPair::generate().context("make the CA's key")?;
+        let cert = ca_params().self_signed(&key).context("make the CA's certificate")?;
+        std::fs::write(&key_path, key.serialize_pem()).with_context(|| format!("write {}", key_path.display()))?;
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::write(&cert_path, cert.pem()).with_context(|| format!("write {}", cert_path.display()))?;
+    }
+    let ca_pem = std::fs::read_to_string(&cert_path).with_context(|| format!("read {}", cert_path.display()))?;
+    let key_pem = std::fs::read_to_string(&key_path).with_context(|| format!("read {}", key_path.display()))?;
+    let ca_key = KeyPair::from_pem(&key_pem).with_context(|| format!("{}: not a private key", key_path.display()))?;
+    let issuer = ca_params().self_signed(&ca_key).context("the CA as an issuer")?;
+    let ca_der = first_cert_der(&ca_pem).with_context(|| cert_path.display().to_string())?;
+    let mut sans: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    if let Some(h) = crate::wiring::host_name() {
+        sans.push(h);
+    }
+    sans.extend(names.iter().cloned());
+    sans.sort();
+    sans.dedup();
+    let mut params = CertificateParams::new(sans).context("the server certificate's names")?;
+    params.distinguished_name.push(DnType::CommonName, "gpool control plane");
+    let key = KeyPair::generate().context("make the server's key")?;
+    let cert = params.signed_by(&key, &issuer, &ca_key).context("sign the server certificate")?;
+    let chain = vec![cert.der().clone(), ca_der.clone()];
+    let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(chain, private)
+        .context("the server certificate")?;
+    Ok(ServerTls { config: Arc::new(config), fingerprint: fingerprint(&ca_der), ca_pem })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_is_made_once_and_signs_every_start_s_certificate() {
+        let dir = std::env::temp_dir().join(format!("gpool-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = load_or_create(&dir, &["cp1.internal".into()]).expect("first start");
+        let b = load_or_create(&dir, &[]).expect("second start");
+        assert_eq!(a.fingerprint, b.fingerprint, "the same CA across starts");
+        assert!(a.fingerprint.starts_with("sha256:") && a.fingerprint.len() == 71);
+        let mode =
+            std::fs::metadata(dir.join("ca.key")).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()));
+        assert_eq!(mode.ok().map(|m| m & 0o777), Some(0o600));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
