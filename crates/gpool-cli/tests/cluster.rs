@@ -33,7 +33,8 @@ impl Proc {
             let mut r = BufReader::new(out);
             let mut line = String::new();
             while r.read_line(&mut line).is_ok_and(|n| n > 0) {
-                if let Some(u) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                if let Some(u) = line.split_whitespace().find(|w| w.starts_with("http://") || w.starts_with("https://"))
+                {
                     let _ = tx.send(u.to_string());
                 }
                 line.clear();
@@ -64,11 +65,20 @@ struct Api {
 
 impl Api {
     fn new(base: &str, token: &str) -> Api {
-        let http: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(30)))
-            .build()
-            .into();
+        Api::trusting(base, token, None)
+    }
+
+    /// An API client that trusts the CA in `ca` (a control plane with `--tls`).
+    fn trusting(base: &str, token: &str, ca: Option<&Path>) -> Api {
+        let mut config =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(30)));
+        if let Some(ca) = ca {
+            let pem = std::fs::read(ca).expect("the CA");
+            let cert = ureq::tls::Certificate::from_pem(&pem).expect("PEM");
+            let roots = ureq::tls::RootCerts::Specific(std::sync::Arc::new(vec![cert]));
+            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+        }
+        let http: ureq::Agent = config.build().into();
         Api { base: base.into(), token: token.into(), http }
     }
 
@@ -176,36 +186,48 @@ fn node_token_file(api: &Api, dir: &std::path::Path) -> String {
 }
 
 #[test]
-fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
+fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover_all_over_tls() {
     let s = Scratch::new("cluster");
+    // One CA for both control planes (issue 12): agents pin its fingerprint.
+    let ca_dir = s.0.join("ca");
     let pg = gpool_store::testing::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
     let db = pg.fresh_database("cluster").expect("database");
     let free =
         || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");
     let (pa, pb) = (free(), free());
     let plane = |dir: &str, port: u16| -> Vec<String> {
-        ["serve", "--db", &db, "--listen", &format!("127.0.0.1:{port}"), "--lease", "3s", "--data-dir"]
+        ["serve", "--db", &db, "--listen", &format!("127.0.0.1:{port}"), "--lease", "3s", "--tls-dir"]
             .iter()
             .map(|x| x.to_string())
-            .chain([s.0.join(dir).display().to_string()])
+            .chain([ca_dir.display().to_string(), "--data-dir".into(), s.0.join(dir).display().to_string()])
             .collect()
     };
     let mut leader = Proc::spawn(&plane("cp-a", pa), &s.0.join("cp-a.log"));
     let a_url = leader.url.recv_timeout(Duration::from_secs(60)).expect("the first control plane leads");
+    assert!(a_url.starts_with("https://"), "{a_url}");
+    let ca = ca_dir.join("ca.pem");
+    let fingerprint = {
+        use sha2::Digest;
+        let pem = std::fs::read(&ca).expect("the CA");
+        let cert = ureq::tls::Certificate::from_pem(&pem).expect("PEM");
+        format!("sha256:{}", sha2::Sha256::digest(cert.der()).iter().map(|b| format!("{b:02x}")).collect::<String>())
+    };
     let standby = Proc::spawn(&plane("cp-b", pb), &s.0.join("cp-b.log"));
     assert!(
         standby.url.recv_timeout(Duration::from_millis(500)).is_err(),
         "a standby does not serve while another leads"
     );
     let admin = std::fs::read_to_string(s.0.join("cp-a/admin.token")).expect("token").trim().to_string();
-    let mut api = Api::new(&a_url, &admin);
+    let mut api = Api::trusting(&a_url, &admin, Some(&ca));
     let node_token = node_token_file(&api, &s.0);
-    let servers = format!("http://127.0.0.1:{pa},http://127.0.0.1:{pb}");
+    let servers = format!("https://127.0.0.1:{pa},https://127.0.0.1:{pb}");
     let agent = |i: usize| -> Proc {
         let args: Vec<String> = [
             "agent",
             "--server",
             &servers,
+            "--ca-fingerprint",
+            &fingerprint,
             "--token-file",
             &node_token,
             "--node-name",
@@ -273,7 +295,7 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover() {
     let failover_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let b_url = standby.url.recv_timeout(Duration::from_secs(30)).expect("the standby takes over within seconds");
-    api = Api::new(&b_url, &admin);
+    api = Api::trusting(&b_url, &admin, Some(&ca));
     until("every job done", Duration::from_secs(300), || api.succeeded() == 500);
 
     // What the jobs themselves saw.
