@@ -167,7 +167,8 @@ pub const DOCUMENT: &str = r##"{
         { "name": "stream", "in": "query", "required": true, "schema": { "type": "string", "enum": ["stdout", "stderr"] } }, { "name": "offset", "in": "query", "required": true, "schema": { "type": "integer" } } ],
       "requestBody": { "required": true, "content": { "application/octet-stream": {} } },
       "responses": { "200": { "description": "the length now kept" }, "409": { "description": "a gap: the length kept, to resend from" } } } },
-    "/metrics": { "get": { "security": [], "summary": "Prometheus exporter: DCGM-compatible GPU series with job labels, queue and usage series", "responses": { "200": { "description": "Prometheus text format 0.0.4", "content": { "text/plain": {} } } } } }
+    "/metrics": { "get": { "security": [], "summary": "Prometheus exporter: DCGM-compatible GPU series with job labels, queue and usage series (with --metrics-auth: a reader's, user's or admin's token)", "responses": { "200": { "description": "Prometheus text format 0.0.4", "content": { "text/plain": {} } } } } },
+    "/tls/ca.pem": { "get": { "security": [], "summary": "the CA certificate of a control plane started with --tls, which an agent checks against its pinned fingerprint", "responses": { "200": { "description": "PEM", "content": { "application/x-pem-file": {} } }, "404": { "$ref": "#/components/responses/Error" } } } }
   }
 }
 "##;
