@@ -190,8 +190,15 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover_all_ov
     let s = Scratch::new("cluster");
     // One CA for both control planes (issue 12): agents pin its fingerprint.
     let ca_dir = s.0.join("ca");
-    let pg = gpool_store::testing::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
-    let db = pg.fresh_database("cluster").expect("database");
+    // PostgreSQL over TLS too, verified against its own CA.
+    let options = gpool_store::testing::TestPostgresOptions { tls: true, ..Default::default() };
+    let pg =
+        gpool_store::testing::TestPostgres::start_with(options).expect("PostgreSQL (apt-get install -y postgresql)");
+    let db = format!(
+        "{}?sslmode=require&sslrootcert={}",
+        pg.fresh_database("cluster").expect("database"),
+        pg.ca_file().expect("its CA").display()
+    );
     let free =
         || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");
     let (pa, pb) = (free(), free());

@@ -104,6 +104,9 @@ pub struct TestPostgresOptions {
     pub durable: bool,
     /// Extra environment of the server process (a test may preload a library).
     pub env: Vec<(String, String)>,
+    /// TLS on (`ssl=on`) with a certificate for `localhost` and `127.0.0.1`
+    /// from a CA of its own, whose certificate is [`TestPostgres::ca_file`].
+    pub tls: bool,
 }
 
 impl TestPostgres {
@@ -170,6 +173,12 @@ impl TestPostgres {
         self.watchdog_stdin = Some(stdin);
         self.server = Some(server);
         Ok(())
+    }
+
+    /// The CA certificate the server's is signed by, when started with `tls`:
+    /// `sslmode=require&sslrootcert=` this.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        Some(self.dir.join("ca.pem")).filter(|p| self.options.tls && p.exists())
     }
 
     /// The TCP port the server listens on (on `127.0.0.1`).
@@ -328,6 +337,9 @@ fn start_in(
             String::from_utf8_lossy(&out.stderr)
         )));
     }
+    if options.tls {
+        make_certificates(dir, run_as)?;
+    }
     let mut last = String::new();
     for _ in 0..PORT_ATTEMPTS {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -360,6 +372,18 @@ fn launch(
         .map_err(io_err(format!("cannot open {}", log_path.display())))?;
     let log2 = log.try_clone().map_err(io_err("cannot duplicate the log file"))?;
     let durability = if options.durable { "on" } else { "off" };
+    let tls: Vec<String> = if options.tls {
+        vec![
+            "-c".into(),
+            "ssl=on".into(),
+            "-c".into(),
+            format!("ssl_cert_file={}", dir.join("server.crt").display()),
+            "-c".into(),
+            format!("ssl_key_file={}", dir.join("server.key").display()),
+        ]
+    } else {
+        Vec::new()
+    };
     command(bin.join("postgres"), run_as, dir)
         .arg("-D")
         .arg(dir.join("data"))
@@ -369,6 +393,7 @@ fn launch(
         .arg(dir)
         .args(["-c", "listen_addresses=127.0.0.1", "-c", &format!("fsync={durability}")])
         .args(["-c", &format!("synchronous_commit={durability}"), "-c", &format!("full_page_writes={durability}")])
+        .args(&tls)
         .envs(options.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log)
@@ -433,6 +458,33 @@ fn signal(pid: u32, name: &str) -> std::io::Result<()> {
         .stderr(Stdio::null())
         .status()?;
     if status.success() { Ok(()) } else { Err(std::io::Error::other(format!("kill -{name} {pid}: {status}"))) }
+}
+
+/// A CA (`ca.pem`) and the server's certificate and key for `localhost` and
+/// `127.0.0.1` (`server.crt`, `server.key` of mode 0600, owned by the server's user).
+fn make_certificates(dir: &Path, run_as: Option<(u32, u32)>) -> Result<(), TestPostgresError> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let tls = |e: rcgen::Error| TestPostgresError::Start(format!("cannot make the test server's certificate: {e}"));
+    let ca_key = KeyPair::generate().map_err(tls)?;
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "gpool test PostgreSQL CA");
+    let ca = ca.self_signed(&ca_key).map_err(tls)?;
+    let key = KeyPair::generate().map_err(tls)?;
+    let params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).map_err(tls)?;
+    let cert = params.signed_by(&key, &ca, &ca_key).map_err(tls)?;
+    let write = |name: &str, text: String, mode: u32| -> Result<(), TestPostgresError> {
+        let path = dir.join(name);
+        fs::write(&path, text).map_err(io_err(format!("cannot write {}", path.display())))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_err("chmod"))?;
+        if let Some((uid, gid)) = run_as {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid)).map_err(io_err("chown"))?;
+        }
+        Ok(())
+    };
+    write("ca.pem", ca.pem(), 0o644)?;
+    write("server.crt", cert.pem(), 0o644)?;
+    write("server.key", key.serialize_pem(), 0o600)
 }
 
 /// Fast shutdown (`SIGINT`: the server disconnects its clients and stops),

@@ -86,7 +86,7 @@ impl World {
     pub(crate) fn start(dir: &Path, agents: usize, lease: &str) -> anyhow::Result<World> {
         let slow_disk = SlowDisk::build(dir)?;
         // Durable, as in production: every commit waits for its flush, which the slow-disk fault delays.
-        let options = gpool_store::testing::TestPostgresOptions { durable: true, env: slow_disk.env() };
+        let options = gpool_store::testing::TestPostgresOptions { durable: true, env: slow_disk.env(), tls: false };
         let pg = gpool_store::testing::TestPostgres::start_with(options)
             .context("PostgreSQL for the chaos run (apt-get install -y postgresql)")?;
         let db = pg.fresh_database("chaos")?;

@@ -41,8 +41,11 @@
 //! once; the version is the one row of `schema_version`.
 //!
 //! What it cannot do:
-//! - TLS: it connects with `NoTls` (`sslmode=require` fails). Use it on
-//!   loopback or a private network, or through a TLS tunnel.
+//! TLS: with `sslmode=require` (or `prefer`) in the URL it connects over
+//! TLS and verifies the server against `sslrootcert=FILE` or the public
+//! roots (`tls.rs`); without `sslmode`, in plain text.
+//!
+//! What else it cannot do:
 //! - work through a connection pooler in transaction or statement mode
 //!   (PgBouncer): leadership needs one server session for the store's life.
 //!   `lead` reports an error when it finds its lock gone.
@@ -59,6 +62,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use postgres::config::SslMode;
 use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, Config, NoTls, Row, Statement};
@@ -235,7 +239,13 @@ impl Postgres {
     /// gpool migrated the database.
     pub fn connect(url: &str) -> Result<Postgres, StoreError> {
         let open = |why: String| StoreError::Open { path: redact(url), why };
-        let mut config: Config = url.parse().map_err(|e| open(describe(&e)))?;
+        let (driver_url, root) = tls::split_url(url);
+        let mut config: Config = driver_url.parse().map_err(|e| open(describe(&e)))?;
+        // The driver's default is `prefer`; gpool's, without `sslmode`, is plain text.
+        let wants_tls = driver_url.contains("sslmode=") && config.get_ssl_mode() != SslMode::Disable;
+        if !wants_tls {
+            config.ssl_mode(SslMode::Disable);
+        }
         if config.get_application_name().is_none() {
             config.application_name("gpool");
         }
@@ -255,7 +265,12 @@ impl Postgres {
         if config.get_tcp_user_timeout().is_none() {
             config.tcp_user_timeout(Duration::from_secs(30));
         }
-        let mut client = config.connect(NoTls).map_err(|e| open(describe(&e)))?;
+        let mut client = if wants_tls {
+            let connector = tls::connector(root.as_deref()).map_err(open)?;
+            config.connect(connector).map_err(|e| open(describe(&e)))?
+        } else {
+            config.connect(NoTls).map_err(|e| open(describe(&e)))?
+        };
         configure_session(&mut client)?;
         migrate(&mut client)?;
         let st = Statements::prepare(&mut client)?;
@@ -698,3 +713,4 @@ impl Store for Postgres {
 
 #[cfg(test)]
 mod tests;
+mod tls;

@@ -187,7 +187,8 @@ fn a_leader_that_renews_keeps_its_standby_waiting() {
 
 #[test]
 fn a_store_whose_server_restarted_returns_errors_and_a_new_connection_finds_every_commit() {
-    let mut own = TestPostgres::start_with(TestPostgresOptions { durable: true, env: Vec::new() }).expect("a server");
+    let mut own =
+        TestPostgres::start_with(TestPostgresOptions { durable: true, env: Vec::new(), tls: false }).expect("a server");
     let mut s = Postgres::connect(&own.url()).expect("connect");
     assert!(s.lead(false).expect("lead"));
     s.commit(&[Write::PutMeta("k".into(), "v".into())]).expect("commit");
@@ -332,4 +333,26 @@ fn bad_urls_fail_without_showing_passwords() {
     assert!(text.contains("postgres://gpool:***@127.0.0.1:1/db"), "{text}");
     assert!(matches!(Postgres::connect("postgres://[::1"), Err(StoreError::Open { .. })));
     assert_eq!(redact("host=x password=y"), "<connection string>");
+}
+
+#[test]
+fn sslmode_require_connects_over_tls_verified_against_sslrootcert() {
+    let own = TestPostgres::start_with(TestPostgresOptions { tls: true, ..TestPostgresOptions::default() })
+        .expect("a server with TLS");
+    let ca = own.ca_file().expect("its CA");
+    let url = format!("{}?sslmode=require&sslrootcert={}", own.url(), ca.display());
+    let mut s = Postgres::connect(&url).expect("connect over TLS");
+    let row = s.client.query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]).expect("pg_stat_ssl");
+    assert!(row.get::<_, bool>(0), "the session is encrypted");
+    assert!(s.lead(false).expect("lead"), "and works as a store");
+    // Another CA: the server is refused.
+    let other = TestPostgres::start_with(TestPostgresOptions { tls: true, ..TestPostgresOptions::default() })
+        .expect("another server");
+    let wrong = format!("{}?sslmode=require&sslrootcert={}", own.url(), other.ca_file().expect("ca").display());
+    let err = Postgres::connect(&wrong).err().expect("a certificate of another CA is refused");
+    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
+    // Without sslmode: plain text, as before.
+    let mut plain = Postgres::connect(&own.url()).expect("plain");
+    let row = plain.client.query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]).expect("ssl");
+    assert!(!row.get::<_, bool>(0));
 }
