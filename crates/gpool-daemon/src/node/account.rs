@@ -123,6 +123,32 @@ pub fn lookup(name: &str) -> anyhow::Result<Option<Account>> {
     Ok(text.lines().filter_map(parse_passwd).find(|a| a.name == name))
 }
 
+/// Accounts looked up lately: a start need not run `getent` when the same
+/// user started a job less than [`Accounts::TTL`] ago (an account created or
+/// changed meanwhile is seen after that time).
+#[derive(Default)]
+pub struct Accounts {
+    known: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, Option<Account>)>>,
+}
+
+impl Accounts {
+    pub const TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// [`lookup`], remembered for [`Accounts::TTL`].
+    pub fn lookup(&self, name: &str) -> anyhow::Result<Option<Account>> {
+        let now = std::time::Instant::now();
+        let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, a)) = known.get(name)
+            && now.duration_since(*at) < Self::TTL
+        {
+            return Ok(a.clone());
+        }
+        let found = lookup(name)?;
+        known.insert(name.to_string(), (now, found.clone()));
+        Ok(found)
+    }
+}
+
 /// The command that runs `argv` as `account` with its groups (from root).
 pub fn as_account(account: &Account, argv: &[String]) -> Vec<String> {
     let mut wrapped = vec![
@@ -157,6 +183,15 @@ mod tests {
         assert_eq!(lookup("no-such-user-gpool-test").expect("getent"), None);
         assert_eq!(lookup("--help").expect("not an option"), None);
         assert_eq!(lookup("0").expect("not a number"), None);
+    }
+
+    #[test]
+    fn accounts_are_remembered_including_their_absence() {
+        let cache = Accounts::default();
+        assert_eq!(cache.lookup("root").expect("getent").map(|a| a.uid), Some(0));
+        assert_eq!(cache.lookup("no-such-user-gpool-test").expect("getent"), None);
+        let known = cache.known.lock().expect("lock");
+        assert_eq!(known.len(), 2, "both answers are kept for the next starts");
     }
 
     #[test]

@@ -69,11 +69,13 @@ pub struct Agent {
     reports: ReportSink,
     /// Running replicas, shared with the telemetry sampler.
     replicas: Replicas,
+    /// Unix accounts of recent jobs' users.
+    accounts: account::Accounts,
 }
 
 impl Agent {
     pub fn new(cfg: AgentConfig, reports: ReportSink, replicas: Replicas) -> Agent {
-        Agent { cfg, reports, replicas }
+        Agent { cfg, reports, replicas, accounts: account::Accounts::default() }
     }
 
     /// Reports something on the agent's behalf (a start that failed before its shim ran).
@@ -233,7 +235,7 @@ impl Agent {
             };
             Box::new(AgentReport::Exited { key, exit })
         };
-        match account::lookup(name) {
+        match self.accounts.lookup(name) {
             Ok(Some(a)) => Ok(Some(a)),
             Ok(None) => Err(fail(format!(
                 "user {name} has no Unix account on node {} (jobs run as their submitter's account there): \
