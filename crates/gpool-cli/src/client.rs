@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::daemons::{TOKEN_FILE, URL_FILE, default_data_dir};
+use crate::daemons::{SOCKET_FILE, SYSTEM_DATA_DIR, TOKEN_FILE, URL_FILE, default_data_dir};
 
 /// What kind of failure an error of the client is; each has its exit code (main.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,12 +63,22 @@ impl std::fmt::Display for ClientError {
 impl std::error::Error for ClientError {}
 
 /// Where the daemon is and who we are.
+///
+/// With no `--server`, the CLI talks to a daemon on this machine over its
+/// Unix socket (`--socket`, else DATA_DIR/gpool.sock, else the system
+/// daemon's /var/lib/gpool/gpool.sock), where the daemon learns who we are
+/// from the kernel: no token is needed (one given is used instead). A
+/// daemon too old to have a socket is reached at the URL it wrote, with its
+/// admin token.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct Connect {
-    /// Daemon URL; default: $GPOOL_SERVER, else the local daemon of --data-dir.
+    /// Daemon URL; default: $GPOOL_SERVER, else the local daemon (its Unix socket).
     #[arg(long, global = true, env = "GPOOL_SERVER")]
     server: Option<String>,
-    /// API token; default: $GPOOL_TOKEN, else the local daemon's admin token.
+    /// The local daemon's Unix socket; default: DATA_DIR/gpool.sock, else /var/lib/gpool/gpool.sock.
+    #[arg(long, global = true, env = "GPOOL_SOCKET")]
+    socket: Option<PathBuf>,
+    /// API token; default: $GPOOL_TOKEN; none over the local socket, else the local daemon's admin token.
     #[arg(long, global = true, env = "GPOOL_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Data directory of the local daemon.
@@ -80,8 +90,12 @@ pub(crate) struct Connect {
 }
 
 pub(crate) struct Client {
+    /// What request URLs start with.
     base: String,
-    token: String,
+    /// Where the daemon is, for messages: its URL or its socket.
+    place: String,
+    /// Sent as a bearer token; `None` over the Unix socket with no token given.
+    token: Option<String>,
     agent: ureq::Agent,
 }
 
@@ -90,8 +104,35 @@ impl Connect {
         self.data_dir.clone().unwrap_or_else(default_data_dir)
     }
 
+    /// The local daemon's socket, if one is there: `--socket` (which must
+    /// be), else in the data directory, else the system daemon's.
+    fn local_socket(&self) -> anyhow::Result<Option<PathBuf>> {
+        if let Some(s) = &self.socket {
+            anyhow::ensure!(
+                s.exists(),
+                ClientError::new(ErrorKind::Unreachable, format!("--socket {}: no such socket", s.display()))
+            );
+            return Ok(Some(s.clone()));
+        }
+        let mut candidates = vec![self.data_dir().join(SOCKET_FILE)];
+        if self.data_dir.is_none() {
+            candidates.push(PathBuf::from(SYSTEM_DATA_DIR).join(SOCKET_FILE));
+        }
+        Ok(candidates.into_iter().find(|p| p.exists()))
+    }
+
     pub(crate) fn client(&self) -> anyhow::Result<Client> {
         let dir = self.data_dir();
+        let mut config =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(Duration::from_secs(5)));
+        if self.server.is_none()
+            && let Some(socket) = self.local_socket()?
+        {
+            let agent = crate::unix_socket::agent(socket.clone(), config.build());
+            let base = "http://localhost".to_string();
+            let place = format!("the local daemon's socket {}", socket.display());
+            return Ok(Client { base, place, token: self.token.clone(), agent });
+        }
         let base = match &self.server {
             Some(s) => s.trim_end_matches('/').to_string(),
             None => std::fs::read_to_string(dir.join(URL_FILE)).map(|s| s.trim().to_string()).with_context(|| {
@@ -117,8 +158,6 @@ impl Connect {
             })?,
         };
         let ca = self.ca_file.clone().or_else(|| Some(dir.join("tls").join("ca.pem")).filter(|p| p.exists()));
-        let mut config =
-            ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(Duration::from_secs(5)));
         if let Some(ca) = ca {
             let pem = std::fs::read(&ca).with_context(|| format!("--ca-file {}", ca.display()))?;
             let cert = ureq::tls::Certificate::from_pem(&pem)
@@ -127,7 +166,7 @@ impl Connect {
             config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
         }
         let agent: ureq::Agent = config.build().into();
-        Ok(Client { base, token, agent })
+        Ok(Client { place: base.clone(), base, token: Some(token), agent })
     }
 }
 
@@ -142,31 +181,30 @@ fn check(mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<ureq::htt
 }
 
 impl Client {
-    /// The daemon's address.
+    /// Where the daemon is: its URL, or its socket.
     pub(crate) fn base(&self) -> &str {
-        &self.base
+        &self.place
     }
 
     fn url(&self, path: &str) -> String {
         format!("{}/api/v1{path}", self.base)
     }
 
-    fn auth(&self) -> String {
-        format!("Bearer {}", self.token)
+    /// A request with the bearer token, if there is one.
+    fn authorized<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => req.header("Authorization", format!("Bearer {t}")),
+            None => req,
+        }
     }
 
     /// A request that got no HTTP answer (refused, unknown host, timeout, not HTTP).
     fn unreachable(&self, e: ureq::Error) -> anyhow::Error {
-        ClientError::new(ErrorKind::Unreachable, format!("cannot reach the gpool daemon at {}: {e}", self.base)).into()
+        ClientError::new(ErrorKind::Unreachable, format!("cannot reach the gpool daemon at {}: {e}", self.place)).into()
     }
 
     pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let resp = self
-            .agent
-            .get(self.url(path))
-            .header("Authorization", self.auth())
-            .call()
-            .map_err(|e| self.unreachable(e))?;
+        let resp = self.authorized(self.agent.get(self.url(path))).call().map_err(|e| self.unreachable(e))?;
         let mut resp = check(resp)?;
         resp.body_mut()
             .with_config()
@@ -176,35 +214,20 @@ impl Client {
     }
 
     pub(crate) fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
-        let resp = self
-            .agent
-            .post(self.url(path))
-            .header("Authorization", self.auth())
-            .send_json(body)
-            .map_err(|e| self.unreachable(e))?;
+        let resp = self.authorized(self.agent.post(self.url(path))).send_json(body).map_err(|e| self.unreachable(e))?;
         let mut resp = check(resp)?;
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
     pub(crate) fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let resp = self
-            .agent
-            .delete(self.url(path))
-            .header("Authorization", self.auth())
-            .call()
-            .map_err(|e| self.unreachable(e))?;
+        let resp = self.authorized(self.agent.delete(self.url(path))).call().map_err(|e| self.unreachable(e))?;
         let mut resp = check(resp)?;
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
     /// Streams a plain-text body into `out`.
     pub(crate) fn stream(&self, path: &str, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-        let resp = self
-            .agent
-            .get(self.url(path))
-            .header("Authorization", self.auth())
-            .call()
-            .map_err(|e| self.unreachable(e))?;
+        let resp = self.authorized(self.agent.get(self.url(path))).call().map_err(|e| self.unreachable(e))?;
         let resp = check(resp)?;
         let mut reader = resp.into_body().into_reader();
         let mut buf = [0u8; 16 * 1024];

@@ -13,7 +13,7 @@ use gpool_daemon::plane::server::PlaneConfig;
 use gpool_daemon::up::UpConfig;
 
 /// Where the local daemon keeps its state, its address (`URL_FILE`) and its admin token (`TOKEN_FILE`).
-pub(crate) use gpool_daemon::wiring::{TOKEN_FILE, URL_FILE, default_data_dir};
+pub(crate) use gpool_daemon::wiring::{SOCKET_FILE, SYSTEM_DATA_DIR, TOKEN_FILE, URL_FILE, default_data_dir};
 
 /// A duration flag (`10s`, `500ms`), more than zero.
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
@@ -80,6 +80,12 @@ pub(crate) struct PlaneArgs {
     /// Allow plain HTTP on an address other than loopback (tokens cross the network in the clear).
     #[arg(long)]
     insecure_http: bool,
+    /// The Unix socket local users' CLI reaches the daemon on with no token (the kernel names them); default: DATA_DIR/gpool.sock.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Who is an admin (Unix users and groups), local callers' teams by group, and token users' Unix accounts (YAML; see docs/security.md).
+    #[arg(long)]
+    identities: Option<PathBuf>,
 }
 
 impl PlaneArgs {
@@ -102,6 +108,8 @@ impl PlaneArgs {
             http_header_timeout: self.http_header_timeout,
             state_reserve: self.state_reserve,
             metrics_auth: self.metrics_auth,
+            socket: self.socket,
+            identities: self.identities,
         }
     }
 }

@@ -26,6 +26,7 @@ mod sim;
 #[cfg(test)]
 mod testkit;
 mod top;
+mod unix_socket;
 mod verbs;
 
 use std::process::ExitCode;

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Daemon, Scratch, User};
+use common::{Daemon, Scratch, User, gpool};
 use serde_json::json;
 
 #[test]
@@ -81,4 +81,90 @@ fn each_users_jobs_run_as_that_user_and_cannot_read_the_others_files() {
         events.iter().any(|e| e["message"].as_str().is_some_and(|m| m.contains("has no Unix account"))),
         "{events:?}"
     );
+}
+
+/// On the daemon's machine the CLI needs no token: over the daemon's Unix
+/// socket the kernel names the caller, who cannot pass for anyone else. A
+/// user's jobs run as that user, who sees and cancels only those; the
+/// identity file makes another user an admin and gives a team by Unix
+/// group; a token, if one is given, speaks instead; and a single-user
+/// daemon lets no other user through its socket.
+#[test]
+fn the_cli_identifies_a_local_user_over_the_unix_socket_with_no_token() {
+    let scratch = Scratch::new("local-socket");
+    let tag = std::process::id() % 100_000;
+    let (ana, bo) = (User::create(&format!("gpc{tag}")), User::create(&format!("gpd{tag}")));
+    let ids = scratch.0.join("identities.yaml");
+    // useradd gives each account a group of its own name: ana's team comes from hers.
+    std::fs::write(
+        &ids,
+        format!(
+            "admins:\n  users: [{}]\nteams:\n  {}: vision\naccounts:\n  ana@example.com: {}\n",
+            bo.name, ana.name, ana.name
+        ),
+    )
+    .expect("identity file");
+    let data = scratch.0.join("data");
+    let d = Daemon::start(&data, "2xH100-80GB", &["--run-as", "user", "--identities", ids.to_str().expect("utf-8")]);
+    let dir = data.to_str().expect("utf-8");
+    let env = [("GPOOL_DATA_DIR", dir)];
+    let (code, out, err) = ana.gpool(&["whoami"], &env);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), format!("{} (team vision, user)", ana.name));
+    let (code, out, err) = bo.gpool(&["whoami"], &env);
+    assert_eq!((code, out.trim()), (Some(0), format!("{} (team default, admin)", bo.name).as_str()), "{err}");
+    // Ana's job runs as ana.
+    let (code, out, err) = ana.gpool(&["submit", "--gpus", "1", "--", "sh", "-c", "echo uid=$(id -u)"], &env);
+    assert_eq!(code, Some(0), "{err}");
+    let mine: u64 = out.trim().parse().expect("a job id");
+    d.wait_ended(&[mine], Duration::from_secs(60));
+    let log = std::fs::read_to_string(data.join(format!("jobs/{mine}/rank0.out"))).expect("log");
+    assert!(log.contains(&format!("uid={}", ana.uid)), "{log}");
+    // Someone else's job: ana neither sees nor cancels it; bo, an admin by the identity file, does.
+    let other = d.submit(json!({"command": "sleep 600", "resources": {"nvidia.com/gpu": 1}}));
+    let (code, out, _) = ana.gpool(&["queue", "-a", "-o", "json"], &env);
+    assert_eq!(code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let jobs = v.as_array().or_else(|| v["jobs"].as_array()).expect("a list of jobs");
+    let listed: Vec<u64> = jobs.iter().filter_map(|j| j["id"].as_u64()).collect();
+    assert!(listed.contains(&mine) && !listed.contains(&other), "ana sees her jobs only: {out}");
+    let (code, _, err) = ana.gpool(&["cancel", &other.to_string()], &env);
+    assert_ne!(code, Some(0), "ana cancelled someone else's job");
+    assert!(err.contains("not found"), "{err}");
+    assert_eq!(d.job(other)["state"], "running");
+    let (code, _, err) = bo.gpool(&["cancel", &other.to_string()], &env);
+    assert_eq!(code, Some(0), "an admin by the identity file cancels any job: {err}");
+    // A token's user runs as the Unix account the identity file maps it to.
+    let (s, v) = d.req("POST", "/api/v1/tokens", &d.token, Some(&json!({"user": "ana@example.com"})));
+    assert_eq!(s, 201, "{v}");
+    let remote = v["token"].as_str().expect("secret");
+    let (s, v) = d.req(
+        "POST",
+        "/api/v1/jobs",
+        remote,
+        Some(&json!({"command": "echo uid=$(id -u)", "resources": {"nvidia.com/gpu": 1}})),
+    );
+    assert_eq!(s, 201, "{v}");
+    let mapped = v["ids"][0].as_u64().expect("id");
+    d.wait_ended(&[mapped], Duration::from_secs(60));
+    let log = std::fs::read_to_string(data.join(format!("jobs/{mapped}/rank0.out"))).expect("log");
+    assert!(log.contains(&format!("uid={}", ana.uid)), "ana@example.com's job runs as {}: {log}", ana.name);
+    // A token given is the caller instead, and a bad one is refused, not ignored.
+    let (code, _, err) = ana.gpool(&["whoami"], &[("GPOOL_DATA_DIR", dir), ("GPOOL_TOKEN", "gp_not-a-token")]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("invalid token"), "{err}");
+    drop(d);
+    assert!(!data.join("gpool.sock").exists(), "the socket goes with its daemon");
+
+    // A single-user daemon (its jobs all run as its own account) keeps its socket to itself.
+    let single = scratch.0.join("single");
+    let d = Daemon::start(&single, "1xH100-80GB", &["--run-as", "daemon"]);
+    let env = [("GPOOL_DATA_DIR", single.to_str().expect("utf-8"))];
+    let (code, _, err) = ana.gpool(&["whoami"], &env);
+    assert_ne!(code, Some(0), "another user reached a single-user daemon");
+    assert!(err.contains("ermission denied"), "{err}");
+    let (code, out, err) = gpool(&["whoami"], &env);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("admin"), "the daemon's own account is its admin: {out}");
+    drop(d);
 }

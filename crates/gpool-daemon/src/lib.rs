@@ -7,9 +7,11 @@
 //!
 //! [`up`] (`gpool up`) wires one plane and one local node together;
 //! [`serve`] (`gpool serve`) wires a plane alone; `node::remote`
-//! (`gpool agent`) wires a node alone; [`wiring`] is what they share. See
+//! (`gpool agent`) wires a node alone; [`wiring`] is what they share, and
+//! [`accounts`] the Unix accounts both wings ask about. See
 //! ARCHITECTURE.md ("gpool-daemon").
 
+pub mod accounts;
 pub mod node;
 pub mod plane;
 pub mod protocol;

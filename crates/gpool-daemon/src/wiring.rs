@@ -22,6 +22,11 @@ pub fn default_data_dir() -> PathBuf {
 /// Files the CLI reads to find a local daemon.
 pub const URL_FILE: &str = "server.url";
 pub const TOKEN_FILE: &str = "admin.token";
+/// The Unix socket a daemon serves local callers on, in its data directory.
+pub const SOCKET_FILE: &str = "gpool.sock";
+/// The data directory of a system-wide daemon (the systemd units'), whose
+/// socket the CLI looks for when the caller has no daemon of its own.
+pub const SYSTEM_DATA_DIR: &str = "/var/lib/gpool";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

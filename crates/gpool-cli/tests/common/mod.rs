@@ -274,11 +274,11 @@ impl Drop for Daemon {
 }
 
 /// Runs the `gpool` CLI with these of its variables set and the others
-/// (`GPOOL_SERVER`, `GPOOL_TOKEN`, `GPOOL_DATA_DIR`) unset; returns (exit code, stdout, stderr).
+/// (`GPOOL_SERVER`, `GPOOL_TOKEN`, `GPOOL_DATA_DIR`, `GPOOL_SOCKET`) unset; returns (exit code, stdout, stderr).
 pub fn gpool(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
-    for var in ["GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_DATA_DIR"] {
+    for var in ["GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_DATA_DIR", "GPOOL_SOCKET"] {
         cmd.env_remove(var);
     }
     let out = cmd.envs(env.iter().copied()).output().expect("run gpool");
@@ -332,6 +332,25 @@ impl User {
             .parse()
             .expect("a uid");
         User { name: name.into(), uid }
+    }
+}
+
+impl User {
+    /// Runs the `gpool` CLI as this user (through `setpriv`, with its
+    /// groups), with these of its variables set and the others unset.
+    pub fn gpool(&self, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={}", self.uid)).args([&format!("--regid={}", self.name), "--init-groups", "--", BIN]);
+        cmd.args(args).env("HOME", format!("/home/{}", self.name));
+        for var in ["GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_DATA_DIR", "GPOOL_SOCKET"] {
+            cmd.env_remove(var);
+        }
+        let out = cmd.envs(env.iter().copied()).output().expect("run setpriv");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 }
 

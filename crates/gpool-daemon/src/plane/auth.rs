@@ -1,4 +1,5 @@
-//! Bearer tokens: random secrets, stored as SHA-256.
+//! Who calls: bearer tokens (random secrets, stored as SHA-256) and
+//! local callers named by the kernel.
 
 use sha2::{Digest, Sha256};
 
@@ -46,6 +47,42 @@ impl Caller {
     /// Sees every user's jobs, logs and events (admins and readers).
     pub fn sees_all(&self) -> bool {
         matches!(self.role, Role::Admin | Role::Reader)
+    }
+}
+
+/// A caller on this machine, as the kernel names it on the Unix socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalUser {
+    pub uid: u32,
+    pub name: String,
+    /// Its groups' names, its primary group first.
+    pub groups: Vec<String>,
+}
+
+/// How a call says who makes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// A bearer token's secret.
+    Token(String),
+    /// No token, on the Unix socket: the kernel's word.
+    Local(LocalUser),
+}
+
+impl From<LocalUser> for Credential {
+    fn from(user: LocalUser) -> Credential {
+        Credential::Local(user)
+    }
+}
+
+impl From<&String> for Credential {
+    fn from(secret: &String) -> Credential {
+        Credential::Token(secret.clone())
+    }
+}
+
+impl From<&str> for Credential {
+    fn from(secret: &str) -> Credential {
+        Credential::Token(secret.to_string())
     }
 }
 

@@ -4,6 +4,10 @@
 //! that connects and sends nothing, half a request, or an idle keep-alive
 //! connection) is closed. Long polls, event streams and log follows are
 //! answers in progress, not waiting heads, so they are not cut.
+//!
+//! Beside TCP, the server may listen on a Unix socket: there the kernel
+//! tells who connected (`SO_PEERCRED`), and each request carries it as a
+//! [`LocalPeer`] (`http/who.rs` makes it the caller when no token comes).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
@@ -37,10 +41,32 @@ impl Limits {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then lets the
-/// connections in progress finish.
+/// Who is at the other end of a Unix-socket connection, as the kernel says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalPeer {
+    pub uid: u32,
+    pub pid: Option<i32>,
+}
+
+/// A connection accepted on either listener.
+enum Accepted {
+    Tcp(tokio::net::TcpStream, std::net::SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
+/// The next connection on the Unix socket, if there is one (else never).
+async fn accept_local(local: Option<&UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
+    match local {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
+/// Serves `app` on `listener` (and on the Unix socket `local`, if given)
+/// until `shutdown` resolves, then lets the connections in progress finish.
 pub async fn serve(
     listener: TcpListener,
+    local: Option<UnixListener>,
     app: Router,
     limits: Limits,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -60,18 +86,41 @@ pub async fn serve(
                 Err(_) => break,
             },
         };
-        let (stream, peer) = tokio::select! {
+        let accepted = tokio::select! {
             () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors or a connection reset before accept:
-                    // wait a moment rather than spin, and keep serving.
-                    eprintln!("gpool: cannot accept a connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            accepted = listener.accept() => accepted.map(|(s, a)| Accepted::Tcp(s, a)),
+            accepted = accept_local(local.as_ref()) => accepted.map(Accepted::Unix),
+        };
+        let accepted = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors or a connection reset before accept:
+                // wait a moment rather than spin, and keep serving.
+                eprintln!("gpool: cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let (stream, peer) = match accepted {
+            Accepted::Tcp(stream, peer) => (stream, peer),
+            Accepted::Unix(stream) => {
+                // A connection whose peer the kernel cannot name is refused.
+                let Ok(cred) = stream.peer_cred() else { continue };
+                let who = LocalPeer { uid: cred.uid(), pid: cred.pid() };
+                let service = TowerToHyperService::new(app.clone().map_request(
+                    move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                        req.extensions_mut().insert(who);
+                        req
+                    },
+                ));
+                tokio::spawn(async move {
+                    let _ = watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await;
+                    drop(permit);
+                });
+                continue;
+            }
         };
         // Small request/response exchanges: without TCP_NODELAY, Nagle and
         // delayed ACKs add ~40 ms to a submit.
@@ -83,8 +132,6 @@ pub async fn serve(
                 req
             },
         ));
-        let watcher = graceful.watcher();
-        let builder = builder.clone();
         let acceptor = acceptor.clone();
         let handshake_timeout = limits.header_timeout;
         tokio::spawn(async move {

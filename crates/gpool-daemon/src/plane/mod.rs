@@ -9,6 +9,7 @@ pub mod auth;
 pub mod controller;
 pub mod convert;
 pub mod http;
+pub mod identity;
 pub mod input;
 pub mod listen;
 pub mod metrics;

@@ -13,12 +13,13 @@ use gpool_core::Policy;
 use std::sync::mpsc::{Receiver, Sender};
 
 use crate::plane::controller::{Config, Controller, Event, LocalNode, Shell, StoreFailed, Turn, free_local_port};
-use crate::plane::http::{AppState, router};
+use crate::plane::http::{AppState, LocalUsers, router};
+use crate::plane::identity::Identities;
 use crate::plane::listen::{self, Limits};
 use crate::plane::prices::Prices;
 use crate::plane::telemetry::TelemetryConfig;
 use crate::plane::webhook::Webhook;
-use crate::wiring::{TOKEN_FILE, URL_FILE, raise_open_file_limit, read_alert_rules, read_queues};
+use crate::wiring::{SOCKET_FILE, TOKEN_FILE, URL_FILE, raise_open_file_limit, read_alert_rules, read_queues};
 
 /// Settings of a control plane (`gpool up`, `gpool serve`).
 #[derive(Clone, Debug)]
@@ -49,6 +50,10 @@ pub struct PlaneConfig {
     pub tls_sans: Vec<String>,
     /// Plain HTTP on an address other than loopback (tokens then cross the network in the clear).
     pub insecure_http: bool,
+    /// The Unix socket for local callers; `None`: `DATA_DIR/gpool.sock`.
+    pub socket: Option<PathBuf>,
+    /// The identity file (`identity.rs`).
+    pub identities: Option<PathBuf>,
 }
 
 /// The controller's settings from a control plane's.
@@ -77,6 +82,11 @@ pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
         master_ports: 29_500..30_500,
         local_port: free_local_port,
         single_user: None,
+        daemon_account: crate::wiring::this_account(),
+        identities: match &p.identities {
+            Some(f) => Identities::read(f)?,
+            None => Identities::default(),
+        },
     })
 }
 
@@ -165,6 +175,7 @@ pub fn serve(
     banner: impl FnOnce(&str) -> String + Send + 'static,
 ) -> anyhow::Result<Ended> {
     let Ready { mut controller, first, local, tx, rx } = ready;
+    let single_user = controller.single_user().is_some();
     let token = admin_token(&plane.data_dir)?;
     // The admin is this daemon's own account: where jobs run as their
     // submitters' accounts, the admin's run as it.
@@ -201,7 +212,15 @@ pub fn serve(
         data_dir: plane.data_dir.clone(),
         metrics_auth: plane.metrics_auth,
         ca_pem: tls.as_ref().map(|t| t.ca_pem.clone()),
+        local_users: std::sync::Arc::new(LocalUsers::default()),
     };
+    let socket = plane.socket.clone().unwrap_or_else(|| plane.data_dir.join(SOCKET_FILE));
+    let local = bind_socket(&socket, single_user)?;
+    let socket_note = format!(
+        "local users: gpool CLI over {}{}",
+        socket.display(),
+        if single_user { " (this account and root only: single-user mode)" } else { ", no token needed" }
+    );
     let scheme = if tls.is_some() { "https" } else { "http" };
     let tls_note = tls.as_ref().map(|t| {
         format!(
@@ -224,6 +243,7 @@ pub fn serve(
         std::fs::write(data_dir.join(URL_FILE), format!("{url}\n"))?;
         println!("{}", banner(&url));
         println!("admin token in {}", data_dir.join(TOKEN_FILE).display());
+        println!("{socket_note}");
         if let Some(note) = &tls_note {
             println!("{note}");
         }
@@ -232,7 +252,8 @@ pub fn serve(
         let stopping = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        let server = listen::serve(listener, router(state), limits, tls_config, stopping);
+        let local = tokio::net::UnixListener::from_std(local).context("the Unix socket")?;
+        let server = listen::serve(listener, Some(local), router(state), limits, tls_config, stopping);
         tokio::select! {
             () = server => Ok(Ended::Stopped),
             // The controller stopped by itself: its store failed. Nothing more
@@ -243,7 +264,40 @@ pub fn serve(
     let _ = tx.send(Event::Shutdown);
     let _ = ctl.join();
     let _ = std::fs::remove_file(plane.data_dir.join(URL_FILE));
+    let _ = std::fs::remove_file(&socket);
     served
+}
+
+/// Binds the Unix socket local callers use: a stale one (a daemon that
+/// crashed) is replaced, a live one is another daemon's. Anyone on the
+/// machine may connect (the kernel names them, `identity.rs` decides what
+/// they may do), except in single-user mode: then only this account
+/// (and root). Its directory must let them through: a root daemon's data
+/// directory is made passable (0711), not listable.
+fn bind_socket(path: &Path, single_user: bool) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        bail!(
+            "another gpool daemon serves {}: stop it first, or pass another --socket (or --data-dir)",
+            path.display()
+        );
+    }
+    let _ = std::fs::remove_file(path);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        if !single_user && rustix::process::geteuid().is_root() {
+            let mode = std::fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0o700);
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o711));
+        }
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path).with_context(|| {
+        format!("cannot listen on the Unix socket {} (at most 107 bytes; pass a shorter --socket)", path.display())
+    })?;
+    listener.set_nonblocking(true)?;
+    let mode = if single_user { 0o600 } else { 0o666 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("chmod {mode:o} {}", path.display()))?;
+    Ok(listener)
 }
 
 async fn shutdown_signal() {

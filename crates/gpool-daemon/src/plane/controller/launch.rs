@@ -125,7 +125,7 @@ impl Controller {
                 stderr: PathBuf::new(),
                 lease: None,
                 log_limit: None,
-                user: Some(doc.user.clone()),
+                user: Some(self.cfg.identities.account_of(&doc.user).to_string()),
                 cpus_milli: r.cpus_milli,
                 memory_mb: r.memory_mb,
                 confine: None,

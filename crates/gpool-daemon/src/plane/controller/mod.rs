@@ -71,9 +71,9 @@ use timers::Timer;
 /// Everything the controller reacts to.
 #[derive(Debug)]
 pub enum Event {
-    /// An API call with the caller's bearer token.
+    /// An API call and who makes it.
     Api {
-        token: String,
+        who: crate::plane::auth::Credential,
         call: Call,
     },
     Open(Open),
@@ -143,6 +143,10 @@ pub struct Config {
     /// Single-user mode (`gpool up` whose jobs all run as its own account):
     /// the one user that user and admin tokens may name.
     pub single_user: Option<String>,
+    /// The daemon's own Unix account (an admin when it calls locally).
+    pub daemon_account: Option<String>,
+    /// Local callers' roles and teams, and token users' accounts (`identity.rs`).
+    pub identities: crate::plane::identity::Identities,
 }
 
 /// The owner of all state. See the module docs.
@@ -192,6 +196,11 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// The one account this daemon runs jobs as, in single-user mode.
+    pub fn single_user(&self) -> Option<&str> {
+        self.cfg.single_user.as_deref()
+    }
+
     /// Builds the controller from the store: its nodes (with `local`, the
     /// node of this process's own agent), then its jobs. The returned turn
     /// re-adopts or requeues what was running; the shell carries it out first.
@@ -331,7 +340,7 @@ impl Controller {
 
     fn handle(&mut self, e: Event, now: i64) {
         match e {
-            Event::Api { token, call } => self.api(&token, call, now),
+            Event::Api { who, call } => self.api(&who, call, now),
             Event::Agent(AgentReport::Exited { key, exit }) => self.on_replica_end(key, Some(exit), None, now),
             Event::Agent(AgentReport::Lost { key, why }) => self.on_replica_end(key, None, Some(why), now),
             Event::Agent(AgentReport::StartFailed { key, error }) => self.on_start_failed(key, error, now),

@@ -8,13 +8,13 @@ use gpool_store::JobQuery;
 use super::Controller;
 use super::calls::{ApiError, Call, ListQuery, LogTarget};
 use super::docs::{JobDoc, Stop, default_name};
-use crate::plane::auth::Caller;
+use crate::plane::auth::{Caller, Credential};
 use crate::plane::convert::to_core;
 
 impl Controller {
     /// Identifies the caller, checks its access and carries the call out.
-    pub(super) fn api(&mut self, token: &str, call: Call, now: i64) {
-        let caller = match self.authenticate(token, now) {
+    pub(super) fn api(&mut self, who: &Credential, call: Call, now: i64) {
+        let caller = match self.identify(who, now) {
             Ok(c) => c,
             Err(err) => return self.replies.push(call.refuse(err)),
         };

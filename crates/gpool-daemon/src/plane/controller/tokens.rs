@@ -15,7 +15,7 @@ use gpool_store::{TokenRow, Write};
 
 use super::Controller;
 use super::calls::ApiError;
-use crate::plane::auth::{Caller, Role, hash_token, token_id};
+use crate::plane::auth::{Caller, Credential, Role, hash_token, token_id};
 
 /// The user of a node token that any node may use.
 pub(crate) const ANY_NODE: &str = "*";
@@ -70,6 +70,18 @@ impl TokenEntry {
 }
 
 impl Controller {
+    /// Who makes a call: a token's bearer, or a local caller by its account.
+    pub(super) fn identify(&mut self, who: &Credential, now: i64) -> Result<Caller, ApiError> {
+        match who {
+            Credential::Token(secret) => self.authenticate(secret, now),
+            Credential::Local(local) => self
+                .cfg
+                .identities
+                .local_caller(local, self.cfg.daemon_account.as_deref(), self.cfg.single_user.as_deref())
+                .map_err(|e| ApiError::new(403, e)),
+        }
+    }
+
     /// Who carries this secret, if it is a live token; records its use.
     pub(super) fn authenticate(&mut self, secret: &str, now: i64) -> Result<Caller, ApiError> {
         let hash = hash_token(secret);

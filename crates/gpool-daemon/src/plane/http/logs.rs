@@ -6,21 +6,21 @@ use std::collections::HashMap;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream, StreamExt};
 use gpool_api as api;
 use tokio::io::AsyncReadExt;
 use tokio::sync::broadcast;
 
-use super::{AppState, Result, bad, call, job_id, number, only};
+use super::{AppState, Result, Who, bad, call, job_id, number, only};
 use crate::plane::controller::{Call, LogTarget};
 
 /// `?stream=stdout|stderr&rank=0&follow=true`: the log, and with follow,
 /// everything written after, until the job has ended and the file is drained.
 pub(super) async fn logs(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    who: Who,
     Path(id): Path<String>,
     Query(p): Query<HashMap<String, String>>,
 ) -> Result<Response> {
@@ -37,7 +37,7 @@ pub(super) async fn logs(
         Some(other) => return Err(bad(format!("follow: {other:?} is not true or false"))),
     };
     let events = st.events.subscribe();
-    let target: LogTarget = call(&st, &headers, |reply| Call::Logs { id, rank, stream: stream.clone(), reply }).await?;
+    let target: LogTarget = call(&st, &who, |reply| Call::Logs { id, rank, stream: stream.clone(), reply }).await?;
     let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
     if !follow || target.finished {
         let bytes = tokio::fs::read(&target.path).await.unwrap_or_default();

@@ -6,9 +6,8 @@ use std::convert::Infallible;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -22,7 +21,10 @@ use tokio::sync::{broadcast, oneshot};
 use crate::plane::controller::{ApiError, Call, Event, ListQuery, Open, Reply};
 
 mod logs;
+mod who;
 use logs::logs;
+pub use who::LocalUsers;
+use who::{Peer, Who};
 
 /// Largest request body accepted (a batch of a few thousand specs).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -38,6 +40,8 @@ pub struct AppState {
     pub metrics_auth: bool,
     /// The CA's certificate, served at `/tls/ca.pem` (TLS only).
     pub ca_pem: Option<String>,
+    /// Callers on the Unix socket, by uid.
+    pub local_users: std::sync::Arc<LocalUsers>,
 }
 
 /// The routes, for the OpenAPI completeness test.
@@ -128,32 +132,11 @@ fn bad(msg: impl Into<String>) -> AppError {
     AppError(ApiError::new(400, msg))
 }
 
-fn token(headers: &HeaderMap) -> Result<String> {
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| AppError(ApiError::new(401, "missing 'Authorization: Bearer <token>' header")))?;
-    value
-        .strip_prefix("Bearer ")
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| AppError(ApiError::new(401, "the Authorization header must be 'Bearer <token>'")))
-}
-
-/// Where a request came from, for the audit log (`unknown` when served
-/// without its connection's address, as in tests that call the router).
-type Peer = Option<Extension<ConnectInfo<std::net::SocketAddr>>>;
-
-fn peer(p: Peer) -> String {
-    p.map_or_else(|| "unknown".to_string(), |Extension(ConnectInfo(a))| a.to_string())
-}
-
 /// Sends a call to the controller and waits for its answer.
-async fn call<T>(st: &AppState, headers: &HeaderMap, make: impl FnOnce(Reply<T>) -> Call) -> Result<T> {
-    let token = token(headers)?;
+async fn call<T>(st: &AppState, who: &Who, make: impl FnOnce(Reply<T>) -> Call) -> Result<T> {
     let (tx, rx) = oneshot::channel();
     st.tx
-        .send(Event::Api { token, call: make(tx) })
+        .send(Event::Api { who: who.0.clone(), call: make(tx) })
         .map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?;
     rx.await.map_err(|_| AppError(ApiError::new(503, "the daemon is shutting down")))?.map_err(AppError)
 }
@@ -191,10 +174,10 @@ pub fn submission(body: &[u8], yaml: bool) -> std::result::Result<Vec<api::JobSp
     })
 }
 
-async fn submit(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response> {
+async fn submit(State(st): State<AppState>, who: Who, headers: HeaderMap, body: Bytes) -> Result<Response> {
     let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"));
     let specs = submission(&body, yaml).map_err(bad)?;
-    let out = call(&st, &headers, |reply| Call::Submit { specs, reply }).await?;
+    let out = call(&st, &who, |reply| Call::Submit { specs, reply }).await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())
 }
 
@@ -211,7 +194,7 @@ fn number<T: std::str::FromStr>(params: &HashMap<String, String>, key: &str) -> 
 
 async fn list(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    who: Who,
     Query(p): Query<HashMap<String, String>>,
 ) -> Result<Json<api::JobList>> {
     only(&p, &["state", "user", "queue", "after", "limit"])?;
@@ -235,50 +218,46 @@ async fn list(
         after: number(&p, "after")?,
         limit: number(&p, "limit")?.unwrap_or(100),
     };
-    Ok(Json(call(&st, &headers, |reply| Call::List { query, reply }).await?))
+    Ok(Json(call(&st, &who, |reply| Call::List { query, reply }).await?))
 }
 
 fn job_id(id: &str) -> Result<u64> {
     id.parse().map_err(|_| bad(format!("{id:?} is not a job id")))
 }
 
-async fn get_job(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<api::JobView>> {
+async fn get_job(State(st): State<AppState>, who: Who, Path(id): Path<String>) -> Result<Json<api::JobView>> {
     let id = job_id(&id)?;
-    Ok(Json(call(&st, &headers, |reply| Call::Get { id, reply }).await?))
+    Ok(Json(call(&st, &who, |reply| Call::Get { id, reply }).await?))
 }
 
 async fn cancel(
     State(st): State<AppState>,
     from: Peer,
-    headers: HeaderMap,
+    who: Who,
     Path(id): Path<String>,
 ) -> Result<Json<api::JobView>> {
     let id = job_id(&id)?;
-    let from = peer(from);
-    Ok(Json(call(&st, &headers, |reply| Call::Cancel { id, from, reply }).await?))
+    let from = from.0;
+    Ok(Json(call(&st, &who, |reply| Call::Cancel { id, from, reply }).await?))
 }
 
-async fn nodes(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::NodeView>>> {
-    Ok(Json(call(&st, &headers, |reply| Call::Nodes { reply }).await?))
+async fn nodes(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::NodeView>>> {
+    Ok(Json(call(&st, &who, |reply| Call::Nodes { reply }).await?))
 }
 
-async fn queues(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::QueueView>>> {
-    Ok(Json(call(&st, &headers, |reply| Call::Queues { reply }).await?))
+async fn queues(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::QueueView>>> {
+    Ok(Json(call(&st, &who, |reply| Call::Queues { reply }).await?))
 }
 
-async fn usage(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<Json<api::JobUsageView>> {
+async fn usage(State(st): State<AppState>, who: Who, Path(id): Path<String>) -> Result<Json<api::JobUsageView>> {
     let id = job_id(&id)?;
-    Ok(Json(call(&st, &headers, |reply| Call::Usage { id, reply }).await?))
+    Ok(Json(call(&st, &who, |reply| Call::Usage { id, reply }).await?))
 }
 
 /// `?minSpan=2m`: judge on less telemetry than the advisor's default 5 minutes.
 async fn advice(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    who: Who,
     Path(id): Path<String>,
     Query(p): Query<HashMap<String, String>>,
 ) -> Result<Json<api::AdviceView>> {
@@ -288,11 +267,11 @@ async fn advice(
         .get("minSpan")
         .map(|v| api::quantity::parse_duration(v).map_err(|e| bad(format!("minSpan: {e}"))))
         .transpose()?;
-    Ok(Json(call(&st, &headers, |reply| Call::Advice { id, min_span, reply }).await?))
+    Ok(Json(call(&st, &who, |reply| Call::Advice { id, min_span, reply }).await?))
 }
 
-async fn alerts(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::AlertView>>> {
-    Ok(Json(call(&st, &headers, |reply| Call::Alerts { reply }).await?))
+async fn alerts(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::AlertView>>> {
+    Ok(Json(call(&st, &who, |reply| Call::Alerts { reply }).await?))
 }
 
 /// The CA's certificate, public: an agent checks it against its pinned
@@ -307,9 +286,9 @@ async fn ca_pem(State(st): State<AppState>) -> Result<Response> {
 /// The Prometheus exporter. Open like the DCGM exporter's (no token) unless
 /// the control plane runs with `--metrics-auth`: then it takes a reader's,
 /// user's or admin's token, since its labels name users, teams and jobs.
-async fn metrics(State(st): State<AppState>, headers: HeaderMap) -> Result<Response> {
+async fn metrics(State(st): State<AppState>, who: std::result::Result<Who, AppError>) -> Result<Response> {
     let scrape = if st.metrics_auth {
-        call(&st, &headers, |reply| Call::Metrics { reply }).await?
+        call(&st, &who?, |reply| Call::Metrics { reply }).await?
     } else {
         let (tx, rx) = oneshot::channel();
         st.tx
@@ -324,48 +303,44 @@ async fn metrics(State(st): State<AppState>, headers: HeaderMap) -> Result<Respo
 async fn drain(
     State(st): State<AppState>,
     from: Peer,
-    headers: HeaderMap,
+    who: Who,
     Path(node): Path<String>,
 ) -> Result<Json<api::NodeView>> {
-    let from = peer(from);
-    Ok(Json(call(&st, &headers, |reply| Call::Drain { node, draining: true, from, reply }).await?))
+    let from = from.0;
+    Ok(Json(call(&st, &who, |reply| Call::Drain { node, draining: true, from, reply }).await?))
 }
 
 async fn resume(
     State(st): State<AppState>,
     from: Peer,
-    headers: HeaderMap,
+    who: Who,
     Path(node): Path<String>,
 ) -> Result<Json<api::NodeView>> {
-    let from = peer(from);
-    Ok(Json(call(&st, &headers, |reply| Call::Drain { node, draining: false, from, reply }).await?))
+    let from = from.0;
+    Ok(Json(call(&st, &who, |reply| Call::Drain { node, draining: false, from, reply }).await?))
 }
 
-async fn agent_register(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Json<api::agent::Registered>> {
+async fn agent_register(State(st): State<AppState>, who: Who, body: Bytes) -> Result<Json<api::agent::Registered>> {
     let reg: api::agent::Register = parse(&body, false).map_err(bad)?;
-    Ok(Json(call(&st, &headers, |reply| Call::Register { reg, reply }).await?))
+    Ok(Json(call(&st, &who, |reply| Call::Register { reg, reply }).await?))
 }
 
 /// The long poll: answered when commands wait, or empty after 20 s.
 async fn agent_commands(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    who: Who,
     Query(p): Query<HashMap<String, String>>,
 ) -> Result<Json<api::agent::Commands>> {
     only(&p, &["node", "epoch", "after"])?;
     let node = p.get("node").cloned().ok_or_else(|| bad("node: missing"))?;
     let epoch: u64 = number(&p, "epoch")?.ok_or_else(|| bad("epoch: missing"))?;
     let after: u64 = number(&p, "after")?.unwrap_or(0);
-    Ok(Json(call(&st, &headers, |reply| Call::Poll { node, epoch, after, reply }).await?))
+    Ok(Json(call(&st, &who, |reply| Call::Poll { node, epoch, after, reply }).await?))
 }
 
-async fn agent_report(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<serde_json::Value>> {
+async fn agent_report(State(st): State<AppState>, who: Who, body: Bytes) -> Result<Json<serde_json::Value>> {
     let report: api::agent::Report = parse(&body, false).map_err(bad)?;
-    call(&st, &headers, |reply| Call::Report { report, reply }).await?;
+    call(&st, &who, |reply| Call::Report { report, reply }).await?;
     Ok(Json(serde_json::json!({})))
 }
 
@@ -374,12 +349,12 @@ async fn agent_report(State(st): State<AppState>, headers: HeaderMap, body: Byte
 /// gap is refused with the current length, from which the agent resends.
 async fn agent_logs(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    who: Who,
     Query(p): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response> {
     only(&p, &["job", "rank", "stream", "offset"])?;
-    let me = call(&st, &headers, |reply| Call::WhoAmI { reply }).await?;
+    let me = call(&st, &who, |reply| Call::WhoAmI { reply }).await?;
     if me.role != "node" && me.role != "admin" {
         return Err(AppError(ApiError::new(403, "only node tokens ship logs")));
     }
@@ -420,46 +395,46 @@ async fn agent_logs(
     })
 }
 
-async fn whoami(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<api::WhoAmI>> {
-    Ok(Json(call(&st, &headers, |reply| Call::WhoAmI { reply }).await?))
+async fn whoami(State(st): State<AppState>, who: Who) -> Result<Json<api::WhoAmI>> {
+    Ok(Json(call(&st, &who, |reply| Call::WhoAmI { reply }).await?))
 }
 
-async fn create_token(State(st): State<AppState>, from: Peer, headers: HeaderMap, body: Bytes) -> Result<Response> {
+async fn create_token(State(st): State<AppState>, from: Peer, who: Who, body: Bytes) -> Result<Response> {
     let req: api::TokenRequest = parse(&body, false).map_err(bad)?;
-    let from = peer(from);
-    let out = call(&st, &headers, |reply| Call::CreateToken { req, from, reply }).await?;
+    let from = from.0;
+    let out = call(&st, &who, |reply| Call::CreateToken { req, from, reply }).await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())
 }
 
-async fn list_tokens(State(st): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<api::TokenView>>> {
-    Ok(Json(call(&st, &headers, |reply| Call::Tokens { reply }).await?))
+async fn list_tokens(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::TokenView>>> {
+    Ok(Json(call(&st, &who, |reply| Call::Tokens { reply }).await?))
 }
 
 async fn revoke_token(
     State(st): State<AppState>,
     from: Peer,
-    headers: HeaderMap,
+    who: Who,
     Path(id): Path<String>,
 ) -> Result<Json<api::TokenView>> {
-    let from = peer(from);
-    Ok(Json(call(&st, &headers, |reply| Call::RevokeToken { id, from, reply }).await?))
+    let from = from.0;
+    Ok(Json(call(&st, &who, |reply| Call::RevokeToken { id, from, reply }).await?))
 }
 
 /// Server-sent events: history after `?after=SEQ` (optionally `&job=ID`), then live.
 async fn events(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    who: Who,
     Query(p): Query<HashMap<String, String>>,
 ) -> Result<Sse<impl Stream<Item = std::result::Result<SseEvent, Infallible>>>> {
     only(&p, &["after", "job"])?;
     let after: u64 = number(&p, "after")?.unwrap_or(u64::MAX);
     let job: Option<u64> = number(&p, "job")?;
-    let me = call(&st, &headers, |reply| Call::WhoAmI { reply }).await?;
+    let me = call(&st, &who, |reply| Call::WhoAmI { reply }).await?;
     let live = st.events.subscribe();
     let history = if after == u64::MAX {
         Vec::new()
     } else {
-        call(&st, &headers, |reply| Call::Events { after, job, reply }).await?
+        call(&st, &who, |reply| Call::Events { after, job, reply }).await?
     };
     let last = history.last().map_or(0, |e| e.seq);
     // Admins and readers see every event, others their own jobs'.

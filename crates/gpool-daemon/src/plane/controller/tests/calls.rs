@@ -172,3 +172,29 @@ fn in_single_user_mode_tokens_name_only_that_user() {
     assert_eq!(token(&mut h, "ana", None, None).user, "ana");
     assert_eq!(token(&mut h, "grafana", Some("reader"), None).role, "reader", "readers and nodes are no users");
 }
+
+#[test]
+fn a_local_caller_is_who_the_kernel_says_with_the_role_the_identity_file_gives() {
+    use crate::plane::auth::LocalUser;
+    let local = |uid: u32, name: &str| LocalUser { uid, name: name.into(), groups: vec![name.into(), "ml".into()] };
+    let mut setup = Setup::new();
+    setup.identities = crate::plane::identity::Identities::parse("admins: {users: [ana]}\nteams: {ml: research}\n")
+        .expect("identities");
+    let mut h = setup.build();
+    let who = |h: &mut Harness, u: LocalUser| h.call(u, |reply| Call::WhoAmI { reply });
+    let bo = who(&mut h, local(1002, "bo")).expect("bo");
+    assert_eq!((bo.user.as_str(), bo.team.as_str(), bo.role.as_str()), ("bo", "research", "user"));
+    assert_eq!(who(&mut h, local(1001, "ana")).expect("ana").role, "admin");
+    assert_eq!(who(&mut h, local(0, "root")).expect("root").role, "admin");
+    // A local user may do what a user's token may, as itself: its job is its own.
+    let spec: api::JobSpec = serde_yaml::from_str("command: [x]\n").expect("spec");
+    let id = h.call(local(1002, "bo"), |reply| Call::Submit { specs: vec![spec], reply }).expect("submitted").ids[0];
+    assert_eq!(h.job(id).user, "bo");
+
+    let mut single = Setup::new();
+    single.single_user = Some("me".into());
+    let mut h = single.build();
+    let e = who(&mut h, local(1002, "bo")).expect_err("not the daemon's account");
+    assert_eq!(e.status, 403);
+    assert!(e.message.contains("single-user mode"), "{}", e.message);
+}

@@ -72,6 +72,7 @@ impl FakeAgent {
 struct Setup {
     policy: Policy,
     single_user: Option<String>,
+    identities: crate::plane::identity::Identities,
     queues: Vec<gpool_core::QueueConfig>,
     local_gpus: Option<u32>,
     store: Option<Box<dyn Store>>,
@@ -84,6 +85,7 @@ impl Setup {
         Setup {
             policy: Policy::gpool_default(),
             single_user: None,
+            identities: Default::default(),
             queues: Vec::new(),
             local_gpus: Some(8),
             store: None,
@@ -135,7 +137,12 @@ impl Setup {
     fn build(self) -> Harness {
         let store = self.store.unwrap_or_else(|| Box::new(Sqlite::memory().expect("in-memory store")));
         let local = self.local_gpus.map(|n| node_info("n1", n));
-        let cfg = Config { queues: self.queues, single_user: self.single_user, ..config(self.policy) };
+        let cfg = Config {
+            queues: self.queues,
+            single_user: self.single_user,
+            identities: self.identities,
+            ..config(self.policy)
+        };
         let (mut ctl, first) = Controller::new(cfg, store, local, Box::new(self.clock.clone())).expect("a controller");
         ctl.ensure_admin_token(ADMIN, "root").expect("admin token");
         let (events, rx) = broadcast::channel(65_536);
@@ -158,6 +165,8 @@ fn config(policy: Policy) -> Config {
         master_ports: 29_500..29_510,
         local_port: || Some(29_400),
         single_user: None,
+        daemon_account: None,
+        identities: Default::default(),
     }
 }
 
@@ -222,9 +231,13 @@ impl Harness {
     }
 
     /// Makes a call and returns its answer, given in the same turn.
-    fn call<T>(&mut self, token: &str, make: impl FnOnce(Reply<T>) -> Call) -> Result<T, ApiError> {
+    fn call<T>(
+        &mut self,
+        who: impl Into<crate::plane::auth::Credential>,
+        make: impl FnOnce(Reply<T>) -> Call,
+    ) -> Result<T, ApiError> {
         let (tx, mut rx) = tokio::sync::oneshot::channel();
-        self.step(vec![Event::Api { token: token.into(), call: make(tx) }]);
+        self.step(vec![Event::Api { who: who.into(), call: make(tx) }]);
         rx.try_recv().expect("answered in the turn that handled it")
     }
 

@@ -14,7 +14,7 @@ fn register(h: &mut Harness, node: &str, gpus: u32, running: Vec<wire::ReplicaId
 /// The commands waiting for a node (a poll that acknowledges nothing new).
 fn outbox(h: &mut Harness, node: &str, epoch: u64, after: u64) -> Vec<wire::Command> {
     let (tx, mut rx) = tokio::sync::oneshot::channel();
-    h.step(vec![Event::Api { token: ADMIN.into(), call: Call::Poll { node: node.into(), epoch, after, reply: tx } }]);
+    h.step(vec![Event::Api { who: ADMIN.into(), call: Call::Poll { node: node.into(), epoch, after, reply: tx } }]);
     match rx.try_recv() {
         Ok(r) => r.expect("commands").commands.into_iter().map(|c| c.command).collect(),
         // Parked: nothing to say.

@@ -126,7 +126,7 @@ fn a_restart_reconciles_remote_runs_when_their_agent_registers() {
     let registered = h.call(ADMIN, |reply| Call::Register { reg: r, reply }).expect("registered");
     let (tx, mut rx) = tokio::sync::oneshot::channel();
     h.step(vec![Event::Api {
-        token: ADMIN.into(),
+        who: ADMIN.into(),
         // As the agent does: everything before `next_seq` is acknowledged.
         call: Call::Poll { node: "n2".into(), epoch: registered.epoch, after: registered.next_seq - 1, reply: tx },
     }]);

@@ -68,7 +68,7 @@ fn a_store_write_that_fails_stops_the_controller_before_it_answers_or_acts() {
     let spec: api::JobSpec = serde_yaml::from_str("command: [x]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
     let (tx, mut rx) = tokio::sync::oneshot::channel();
     let failed =
-        h.try_step(vec![Event::Api { token: ADMIN.into(), call: Call::Submit { specs: vec![spec], reply: tx } }]);
+        h.try_step(vec![Event::Api { who: ADMIN.into(), call: Call::Submit { specs: vec![spec], reply: tx } }]);
     let err = failed.expect_err("the shell reports the store's failure");
     assert!(err.to_string().contains("database or disk is full"), "{err}");
     assert!(h.orders().is_empty(), "nothing started for an uncommitted decision");
@@ -90,7 +90,7 @@ fn the_shell_loop_ends_with_the_store_failure_and_leaves_the_caller_unanswered()
     let (tx, rx) = std::sync::mpsc::channel();
     let spec: api::JobSpec = serde_yaml::from_str("command: [x]\n").expect("spec");
     let (reply, mut answer) = tokio::sync::oneshot::channel();
-    tx.send(Event::Api { token: ADMIN.into(), call: Call::Submit { specs: vec![spec], reply } }).expect("send");
+    tx.send(Event::Api { who: ADMIN.into(), call: Call::Submit { specs: vec![spec], reply } }).expect("send");
     tx.send(Event::Shutdown).expect("send");
     broken.store(true, Ordering::SeqCst);
     let ended = shell.run(ctl, first, rx);

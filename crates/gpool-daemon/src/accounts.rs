@@ -1,0 +1,161 @@
+//! Unix accounts, as the name service gives them (`getent`, so LDAP and
+//! other NSS sources count): a node runs a job as its submitter's account
+//! (`node/account.rs`), and the control plane names a caller on its Unix
+//! socket by the uid the kernel gives it (`plane/local.rs`).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::Context;
+
+/// A Unix account, as `getent passwd` gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+}
+
+/// Parses one `passwd` line: `name:password:uid:gid:gecos:home:shell`.
+pub fn parse_passwd(line: &str) -> Option<Account> {
+    let f: Vec<&str> = line.trim_end().split(':').collect();
+    if f.len() < 7 || f[0].is_empty() {
+        return None;
+    }
+    Some(Account { name: f[0].into(), uid: f[2].parse().ok()?, gid: f[3].parse().ok()?, home: PathBuf::from(f[5]) })
+}
+
+/// The account of this name, `None` if there is none.
+pub fn lookup(name: &str) -> anyhow::Result<Option<Account>> {
+    // Names that getent could take for options or numbers are no account names.
+    if name.is_empty() || name.starts_with('-') || name.chars().all(|c| c.is_ascii_digit()) || name.contains(':') {
+        return Ok(None);
+    }
+    let out = Command::new("getent").args(["passwd", "--", name]).output().context("run getent passwd")?;
+    // getent exits 2 for "not found".
+    if !out.status.success() {
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.lines().filter_map(parse_passwd).find(|a| a.name == name))
+}
+
+/// The account whose uid this is, `None` if there is none.
+pub fn lookup_uid(uid: u32) -> anyhow::Result<Option<Account>> {
+    let out = Command::new("getent").args(["passwd", &uid.to_string()]).output().context("run getent passwd")?;
+    if !out.status.success() {
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.lines().filter_map(parse_passwd).find(|a| a.uid == uid))
+}
+
+/// The names of the groups an account is in, its primary group first (`id
+/// -Gn`, which asks the name service as a login does).
+pub fn group_names(name: &str) -> anyhow::Result<Vec<String>> {
+    if name.is_empty() || name.starts_with('-') {
+        return Ok(Vec::new());
+    }
+    let out = Command::new("id").args(["-Gn", "--", name]).output().context("run id -Gn")?;
+    if !out.status.success() {
+        return Ok(Vec::new());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect())
+}
+
+/// Answers looked up lately, absences included, each kept for
+/// [`Remembered::TTL`]: a job start or an API call need not run `getent`
+/// when the same account was looked up a moment ago (an account created or
+/// changed meanwhile is seen after that time).
+pub struct Remembered<K, V> {
+    known: std::sync::Mutex<std::collections::HashMap<K, (std::time::Instant, V)>>,
+}
+
+impl<K, V> Default for Remembered<K, V> {
+    fn default() -> Self {
+        Remembered { known: std::sync::Mutex::new(std::collections::HashMap::new()) }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V: Clone> Remembered<K, V> {
+    pub const TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// The answer for `key`: remembered, or `find`'s (then remembered).
+    /// The lock is not held while `find` runs.
+    pub fn get(&self, key: &K, find: impl FnOnce(&K) -> anyhow::Result<V>) -> anyhow::Result<V> {
+        let now = std::time::Instant::now();
+        {
+            let known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((at, v)) = known.get(key)
+                && now.duration_since(*at) < Self::TTL
+            {
+                return Ok(v.clone());
+            }
+        }
+        let found = find(key)?;
+        let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        known.insert(key.clone(), (now, found.clone()));
+        Ok(found)
+    }
+
+    /// How many answers are kept.
+    pub fn len(&self) -> usize {
+        self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Accounts by name, remembered.
+#[derive(Default)]
+pub struct Accounts(Remembered<String, Option<Account>>);
+
+impl Accounts {
+    /// [`lookup`], remembered for [`Remembered::TTL`].
+    pub fn lookup(&self, name: &str) -> anyhow::Result<Option<Account>> {
+        self.0.get(&name.to_string(), |n| lookup(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwd_lines_parse_and_bad_ones_do_not() {
+        assert_eq!(
+            parse_passwd("ana:x:1001:1002:Ana,,,:/home/ana:/bin/bash\n"),
+            Some(Account { name: "ana".into(), uid: 1001, gid: 1002, home: "/home/ana".into() })
+        );
+        assert_eq!(parse_passwd("ana:x:1001:1002"), None);
+        assert_eq!(parse_passwd("ana:x:x:1002::/home/ana:/bin/sh"), None);
+        assert_eq!(parse_passwd(":x:1:1::/:/bin/sh"), None);
+    }
+
+    #[test]
+    fn root_is_found_and_nobody_invented() {
+        assert_eq!(lookup("root").expect("getent").map(|a| a.uid), Some(0));
+        assert_eq!(lookup("no-such-user-gpool-test").expect("getent"), None);
+        assert_eq!(lookup("--help").expect("not an option"), None);
+        assert_eq!(lookup("0").expect("not a number"), None);
+    }
+
+    #[test]
+    fn accounts_are_remembered_including_their_absence() {
+        let cache = Accounts::default();
+        assert_eq!(cache.lookup("root").expect("getent").map(|a| a.uid), Some(0));
+        assert_eq!(cache.lookup("no-such-user-gpool-test").expect("getent"), None);
+        assert_eq!(cache.0.len(), 2, "both answers are kept for the next starts");
+    }
+
+    #[test]
+    fn root_is_found_by_uid_with_its_groups() {
+        assert_eq!(lookup_uid(0).expect("getent").map(|a| a.name), Some("root".into()));
+        assert_eq!(lookup_uid(4_000_000_000).expect("getent"), None);
+        assert_eq!(group_names("root").expect("id").first().map(String::as_str), Some("root"));
+        assert!(group_names("no-such-user-gpool-test").expect("id").is_empty());
+    }
+}
