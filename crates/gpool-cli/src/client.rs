@@ -182,7 +182,7 @@ fn check(mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<ureq::htt
 
 impl Client {
     /// Where the daemon is: its URL, or its socket.
-    pub(crate) fn base(&self) -> &str {
+    pub(crate) fn place(&self) -> &str {
         &self.place
     }
 

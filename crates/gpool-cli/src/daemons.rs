@@ -150,8 +150,8 @@ pub(crate) struct NodeArgs {
     /// Whose account jobs run as: user (each job as its submitter's Unix account; needs root) or daemon (single-user mode: every job as this process's account). Default: user as root, daemon otherwise.
     #[arg(long)]
     run_as: Option<String>,
-    /// Confine each job with control groups (memory and CPU from its request, a task limit, only its own GPUs' device files): auto (where the host allows, as root) or off.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+    /// Confine each job with control groups (memory and CPU from its request, a task limit, only its own GPUs' and MIG instances' device files): auto (v1 where the host mounts it, else v2; as root), v1, v2 or off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "off", "v1", "v2"])]
     cgroups: String,
 }
 
@@ -183,7 +183,8 @@ impl NodeArgs {
             disk_reserve: gpool_api::quantity::parse_bytes(self.disk_reserve.trim()).map_err(|e| {
                 anyhow::anyhow!("--disk-reserve {:?}: {e} (a size such as 100Mi or 2Gi)", self.disk_reserve)
             })?,
-            cgroups: self.cgroups == "auto",
+            cgroups: gpool_daemon::node::cgroup::Mode::parse(&self.cgroups)
+                .map_err(|e| anyhow::anyhow!("--cgroups: {e}"))?,
             run_as: match self.run_as.as_deref() {
                 None => gpool_daemon::node::account::RunAs::default_for_this_process(),
                 Some(m) => {

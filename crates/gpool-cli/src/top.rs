@@ -248,7 +248,7 @@ pub(crate) fn run(a: TopArgs) -> anyhow::Result<()> {
     let interval = gpool_api::quantity::parse_duration(&a.interval).map_err(|e| anyhow::anyhow!("--interval: {e}"))?;
     let interval = interval.max(Duration::from_millis(200));
     let client = a.connect.client()?;
-    let server = client.base().to_string();
+    let server = client.place().to_string();
     if a.once {
         let mut term = Terminal::new(TestBackend::new(a.width.max(40), a.height.max(10)))?;
         let frame = fetch(&client);

@@ -338,3 +338,36 @@ fn the_daemons_wings_do_not_touch() {
     }
     assert!(broken.is_empty(), "the wings talk through crate::protocol only:\n{}", broken.join("\n"));
 }
+
+/// `unsafe` is forbidden by the workspace's lints; the one crate that must
+/// make a system call no safe crate wraps (`gpool-bpf`) sets its own lints
+/// and no other crate may.
+#[test]
+fn unsafe_code_lives_in_gpool_bpf_only() {
+    let crates = workspace().join("crates");
+    let block = concat!("unsafe", " {");
+    let mut broken = Vec::new();
+    for entry in std::fs::read_dir(&crates).expect("crates/") {
+        let dir = entry.expect("entry").path();
+        let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+        let inherits = manifest.contains("[lints]\nworkspace = true");
+        let mut files = Vec::new();
+        rs_files(&dir, &mut files);
+        let with_unsafe: Vec<String> = files
+            .iter()
+            .filter(|f| {
+                std::fs::read_to_string(f)
+                    .is_ok_and(|t| t.lines().any(|l| !l.trim_start().starts_with("//") && l.contains(block)))
+            })
+            .map(|f| f.display().to_string())
+            .collect();
+        match name.as_str() {
+            "gpool-bpf" => assert!(manifest.contains("unsafe_code = \"deny\""), "gpool-bpf denies unsafe but in place"),
+            _ if !inherits => broken.push(format!("{name} does not take the workspace's lints")),
+            _ if !with_unsafe.is_empty() => broken.push(format!("{name} has unsafe code: {with_unsafe:?}")),
+            _ => {}
+        }
+    }
+    assert!(broken.is_empty(), "{broken:?}");
+}

@@ -82,7 +82,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         log_limit: cfg.node.log_limit,
         run_as: cfg.node.run_as,
         cgroups: cgroups.clone(),
-        gpu_minors: crate::node::host::gpu_minors(&gpus),
+        device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;

@@ -58,9 +58,9 @@ pub struct AgentConfig {
     /// Whose account jobs run as (`account.rs`).
     pub run_as: RunAs,
     /// Where replicas' control groups go, when the node confines jobs (`cgroup.rs`).
-    pub cgroups: Option<crate::node::cgroup::Layout>,
-    /// The node's GPUs: UUID and minor number (`/dev/nvidiaN`).
-    pub gpu_minors: Vec<(String, u32)>,
+    pub cgroups: Option<crate::node::cgroup::Hierarchy>,
+    /// The device files each GPU and MIG instance of the node opens (`devices.rs`).
+    pub device_files: crate::node::devices::DeviceFiles,
 }
 
 /// The node agent.
@@ -164,13 +164,8 @@ impl Agent {
             launch.argv = account::as_account(a, &launch.argv);
         }
         if let Some(layout) = &self.cfg.cgroups {
-            // Every GPU file of the node that none of the replica's devices (GPUs, MIG instances) opens.
-            let allowed: Vec<u32> =
-                self.cfg.gpu_minors.iter().filter(|(uuid, _)| devices.contains(uuid)).map(|(_, m)| *m).collect();
-            let mut deny: Vec<u32> =
-                self.cfg.gpu_minors.iter().map(|(_, m)| *m).filter(|m| !allowed.contains(m)).collect();
-            deny.sort_unstable();
-            deny.dedup();
+            // Every GPU and MIG file of the node that none of the replica's devices opens.
+            let deny = self.cfg.device_files.deny_for(&devices);
             // Unique on the machine, which may host several agents (tests, chaos runs): their data directories differ.
             let dir_hash = self
                 .cfg

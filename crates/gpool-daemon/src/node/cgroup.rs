@@ -1,64 +1,93 @@
 //! Control groups: the kernel enforces what a replica was allocated.
 //!
-//! Each replica gets a group of its own under the agent's own group, in each
-//! cgroup v1 controller the host mounts (the layout of these development
-//! machines and of many clusters: v1 controllers, a v2 hierarchy beside
-//! them with no controller of its own):
-//! - `memory`: `memory.limit_in_bytes` from the request; the kernel kills a
-//!   job over it, and `memory.oom_control`'s `oom_kill` count tells the
-//!   shim that the kill was the kernel's, so the job is reported as out of
-//!   memory.
-//! - `cpu`: a CFS quota of the requested CPUs (`cpu.cfs_quota_us`).
-//! - `pids`: at most [`PIDS_MAX`] tasks (a fork bomb stops there).
-//! - `devices`: the node's GPUs the replica was not given are denied
-//!   (`c 195:N`, NVIDIA's major number and the GPU's minor number, which is
-//!   its index): opening `/dev/nvidiaN` of another GPU fails with EPERM,
-//!   whatever `CUDA_VISIBLE_DEVICES` says.
+//! Each replica gets a group of its own, on either hierarchy a host may have
+//! ([`Hierarchy`]):
+//! - **cgroup v1** (these development machines, and many clusters: v1
+//!   controllers, a v2 hierarchy beside them with none of its own): a group
+//!   under the agent's own group in each controller:
+//!   - `memory`: `memory.limit_in_bytes` from the request; the kernel kills
+//!     a job over it, and `memory.oom_control`'s `oom_kill` count tells the
+//!     shim that the kill was the kernel's, so the job is reported as out of
+//!     memory.
+//!   - `cpu`: a CFS quota of the requested CPUs (`cpu.cfs_quota_us`).
+//!   - `pids`: at most [`PIDS_MAX`] tasks (a fork bomb stops there).
+//!   - `devices`: `devices.deny` of the device files of the node's GPUs and
+//!     MIG instances the replica was not given (`devices.rs`): opening
+//!     `/dev/nvidiaN` of another GPU fails with EPERM, whatever
+//!     `CUDA_VISIBLE_DEVICES` says.
+//! - **cgroup v2** (current distributions): one group under `gpool/` beside
+//!   the agent's: `memory.max` (and no swap), `cpu.max`, `pids.max`,
+//!   `memory.events`' `oom_kill`, and for devices a BPF program attached to
+//!   the group (`gpool-bpf`) that denies the same files. v2 lets no process
+//!   live in a group that passes controllers down, so an agent that is not
+//!   in the root group first moves its group's processes into a leaf
+//!   (`agent/`; an agent started there uses the group above). Under systemd
+//!   its unit needs `Delegate=yes` and `DelegateSubgroup=agent` (systemd
+//!   254+), so that a restarted agent starts in the leaf. A controller
+//!   the hierarchy does not pass down (on a hybrid host, one bound to v1)
+//!   is not enforced, and the agent says so at start.
 //!
-//! The job joins its groups before it runs anything: the shim starts it
+//! The job joins its group(s) before it runs anything: the shim starts it
 //! through a small `sh` that writes its own pid into each group's
 //! `cgroup.procs` and then `exec`s the job. When the job ends, the shim
 //! kills whatever is left in the groups (processes that left the process
-//! group too) and removes them.
+//! group too; v2's `cgroup.kill` at once) and removes them.
 //!
-//! A host with only cgroup v2 controllers is detected and said at start:
-//! confinement is not applied there yet (v2's device control needs a BPF
-//! program, and v2 forbids processes in inner groups, so the agent would
-//! have to move itself into a leaf first). Neither is it applied to an agent
-//! that is not root, nor with `--cgroups off`.
+//! Confinement needs root; `--cgroups off` turns it off, `--cgroups v1|v2`
+//! picks a hierarchy where a host has both.
 
 use std::path::{Path, PathBuf};
 
 use crate::protocol::Confine;
+pub use crate::protocol::Hierarchy;
 
-/// NVIDIA's character-device major number (`/dev/nvidia0` is 195:0).
-pub const NVIDIA_MAJOR: u32 = 195;
 /// The most tasks a replica may have.
 pub const PIDS_MAX: u64 = 32_768;
 /// The CFS period the CPU quota is a share of.
 const CFS_PERIOD_US: u64 = 100_000;
 
-/// Where this agent makes replicas' groups: per v1 controller, the
-/// agent's own group's directory.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Layout {
-    pub memory: PathBuf,
-    pub cpu: Option<PathBuf>,
-    pub pids: Option<PathBuf>,
-    pub devices: Option<PathBuf>,
+/// Which hierarchy a node confines jobs with (`--cgroups`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Off,
+    /// v1 where the host mounts a v1 memory controller, else v2.
+    Auto,
+    V1,
+    V2,
 }
 
-/// Finds the cgroup v1 controllers and this process's groups in them, from
-/// `/proc/self/mounts` and `/proc/self/cgroup`; `Err` says why there is no
-/// usable layout.
-pub fn detect() -> Result<Layout, String> {
+impl Mode {
+    pub fn parse(s: &str) -> Result<Mode, String> {
+        match s {
+            "off" => Ok(Mode::Off),
+            "auto" => Ok(Mode::Auto),
+            "v1" => Ok(Mode::V1),
+            "v2" => Ok(Mode::V2),
+            other => Err(format!("{other:?} is not auto, off, v1 or v2")),
+        }
+    }
+}
+
+/// Finds the hierarchy `mode` asks for, from `/proc/self/mounts` and
+/// `/proc/self/cgroup`, and readies it (v2: the controllers passed down to
+/// `gpool/`); `Err` says why there is none.
+pub fn detect(mode: Mode) -> Result<Hierarchy, String> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").map_err(|e| format!("read /proc/self/mounts: {e}"))?;
     let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
-    layout_from(&mounts, &own)
+    match mode {
+        Mode::Off => Err("--cgroups off".into()),
+        Mode::V1 => v1_layout(&mounts, &own),
+        Mode::V2 => prepare_v2(&v2_group(&mounts, &own)?),
+        Mode::Auto => v1_layout(&mounts, &own).or_else(|v1| match v2_group(&mounts, &own) {
+            Ok(g) => prepare_v2(&g),
+            Err(v2) => Err(format!("{v1}, and {v2}")),
+        }),
+    }
 }
 
-/// [`detect`] on given file contents.
-pub fn layout_from(mounts: &str, own: &str) -> Result<Layout, String> {
+/// The v1 controllers' directories of this process's groups.
+pub fn v1_layout(mounts: &str, own: &str) -> Result<Hierarchy, String> {
     let mount_of = |controller: &str| -> Option<PathBuf> {
         mounts.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -77,46 +106,109 @@ pub fn layout_from(mounts: &str, own: &str) -> Result<Layout, String> {
         let p = own_path(controller)?;
         Some(m.join(p.trim_start_matches('/')))
     };
-    let Some(memory) = dir("memory") else {
-        let v2 = mounts.lines().any(|l| l.split_whitespace().nth(2) == Some("cgroup2"));
-        return Err(if v2 {
-            "this host has cgroup v2 controllers only, which gpool does not confine jobs with yet".into()
-        } else {
-            "this host mounts no cgroup memory controller".into()
-        });
-    };
-    Ok(Layout { memory, cpu: dir("cpu"), pids: dir("pids"), devices: dir("devices") })
+    let memory = dir("memory").ok_or("this host mounts no cgroup v1 memory controller")?;
+    Ok(Hierarchy::V1 { memory, cpu: dir("cpu"), pids: dir("pids"), devices: dir("devices") })
 }
 
-impl Layout {
-    /// What a replica's groups will enforce.
-    pub fn confine(&self, name: String, cpus_milli: u64, memory_mb: u64, deny_gpu_minors: Vec<u32>) -> Confine {
-        Confine {
-            name,
-            memory: self.memory.clone(),
-            cpu: self.cpu.clone(),
-            pids: self.pids.clone(),
-            devices: self.devices.clone(),
-            cpus_milli,
-            memory_bytes: memory_mb.saturating_mul(1024 * 1024),
-            deny_gpu_minors,
+/// This process's v2 group: (the hierarchy's mount, the group's directory).
+pub fn v2_group(mounts: &str, own: &str) -> Result<(PathBuf, PathBuf), String> {
+    let mount = mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 3 && f[2] == "cgroup2").then(|| PathBuf::from(f[1]))
+        })
+        .ok_or("this host mounts no cgroup v2 hierarchy")?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::")).ok_or("this process has no cgroup v2 group")?;
+    let dir = mount.join(path.trim().trim_start_matches('/'));
+    Ok((mount, dir))
+}
+
+/// The v2 controllers gpool uses.
+const V2_CONTROLLERS: [&str; 3] = ["memory", "cpu", "pids"];
+
+/// Readies a v2 hierarchy: replicas' groups go in `gpool/` beside this
+/// process's group (in it, at the root), and each controller gpool uses
+/// that the group has is passed down to them.
+fn prepare_v2((mount, own): &(PathBuf, PathBuf)) -> Result<Hierarchy, String> {
+    let io = |what: &str, p: &Path, e: std::io::Error| format!("{what} {}: {e}", p.display());
+    // Already in the leaf (a restart, or systemd's `DelegateSubgroup=agent`):
+    // the group above it is gpool's.
+    let own = match own.parent() {
+        Some(up) if own != mount && own.file_name().is_some_and(|n| n == "agent") => up.to_path_buf(),
+        _ => own.clone(),
+    };
+    let own = &own;
+    let have = std::fs::read_to_string(own.join("cgroup.controllers"))
+        .map_err(|e| io("read", &own.join("cgroup.controllers"), e))?;
+    let wanted: Vec<&str> = V2_CONTROLLERS.into_iter().filter(|c| have.split_whitespace().any(|h| h == *c)).collect();
+    if own != mount && !wanted.is_empty() {
+        // No processes where controllers pass down: move ours into a leaf.
+        let leaf = own.join("agent");
+        std::fs::create_dir_all(&leaf).map_err(|e| io("mkdir", &leaf, e))?;
+        let procs = std::fs::read_to_string(own.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            // A process that ended meanwhile is no matter.
+            let _ = std::fs::write(leaf.join("cgroup.procs"), pid);
         }
     }
+    let parent = own.join("gpool");
+    let pass_down = |dir: &Path| -> Result<(), String> {
+        for c in &wanted {
+            std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"))
+                .map_err(|e| io(&format!("enable +{c} in"), &dir.join("cgroup.subtree_control"), e))?;
+        }
+        Ok(())
+    };
+    pass_down(own)?;
+    std::fs::create_dir_all(&parent).map_err(|e| io("mkdir", &parent, e))?;
+    pass_down(&parent)?;
+    let has = |c: &str| wanted.contains(&c);
+    Ok(Hierarchy::V2 { parent, memory: has("memory"), cpu: has("cpu"), pids: has("pids") })
+}
 
-    /// Which controllers it enforces, for the agent's start-up line.
+impl Hierarchy {
+    /// What a replica's groups will enforce.
+    pub fn confine(&self, name: String, cpus_milli: u64, memory_mb: u64, deny: Vec<(u32, u32)>) -> Confine {
+        Confine { name, hierarchy: self.clone(), cpus_milli, memory_bytes: memory_mb.saturating_mul(1024 * 1024), deny }
+    }
+
+    /// What it enforces, for the agent's start-up line.
     pub fn describe(&self) -> String {
-        let mut c = vec!["memory"];
-        c.extend(self.cpu.as_ref().map(|_| "cpu"));
-        c.extend(self.pids.as_ref().map(|_| "pids"));
-        c.extend(self.devices.as_ref().map(|_| "devices"));
-        format!("cgroup v1 confines each job ({})", c.join(", "))
+        match self {
+            Hierarchy::V1 { cpu, pids, devices, .. } => {
+                let mut c = vec!["memory"];
+                c.extend(cpu.as_ref().map(|_| "cpu"));
+                c.extend(pids.as_ref().map(|_| "pids"));
+                c.extend(devices.as_ref().map(|_| "devices"));
+                format!("cgroup v1 confines each job ({})", c.join(", "))
+            }
+            Hierarchy::V2 { parent, memory, cpu, pids } => {
+                let mut on = Vec::new();
+                let mut off = Vec::new();
+                for (c, has) in [("memory", memory), ("cpu", cpu), ("pids", pids)] {
+                    if *has { on.push(c) } else { off.push(c) }
+                }
+                on.push("devices");
+                let mut line = format!("cgroup v2 confines each job in {} ({})", parent.display(), on.join(", "));
+                if !off.is_empty() {
+                    line.push_str(&format!(
+                        "; not enforced: {} (not available there: bound to a v1 hierarchy, or not delegated to gpool)",
+                        off.join(", ")
+                    ));
+                }
+                line
+            }
+        }
     }
 }
 
 /// A replica's groups, made by its shim.
 pub struct Groups {
     dirs: Vec<PathBuf>,
+    /// The group whose memory files count its OOM kills and hold its limit.
     memory: PathBuf,
+    v2: bool,
 }
 
 fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
@@ -124,43 +216,72 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}: write {value:?}: {e}", dir.join(file).display())))
 }
 
+fn mkdir(d: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(d).map_err(|e| std::io::Error::new(e.kind(), format!("mkdir {}: {e}", d.display())))
+}
+
 impl Confine {
     /// Makes the groups and sets their limits.
     pub fn create(&self) -> std::io::Result<Groups> {
-        let under = |base: &Path| base.join("gpool").join(&self.name);
-        let memory = under(&self.memory);
-        let mut dirs = Vec::new();
-        for base in
-            [Some(&self.memory), self.cpu.as_ref(), self.pids.as_ref(), self.devices.as_ref()].into_iter().flatten()
-        {
-            let d = under(base);
-            std::fs::create_dir_all(&d)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("mkdir {}: {e}", d.display())))?;
-            dirs.push(d);
-        }
-        let groups = Groups { dirs, memory: memory.clone() };
-        if self.memory_bytes > 0 {
-            write(&memory, "memory.limit_in_bytes", &self.memory_bytes.to_string())?;
-            // No swap beyond the limit where the kernel accounts it.
-            let _ = write(&memory, "memory.memsw.limit_in_bytes", &self.memory_bytes.to_string());
-        }
-        if let Some(cpu) = &self.cpu
-            && self.cpus_milli > 0
-        {
-            let d = under(cpu);
-            write(&d, "cpu.cfs_period_us", &CFS_PERIOD_US.to_string())?;
-            write(&d, "cpu.cfs_quota_us", &(self.cpus_milli * CFS_PERIOD_US / 1000).max(1000).to_string())?;
-        }
-        if let Some(pids) = &self.pids {
-            write(&under(pids), "pids.max", &PIDS_MAX.to_string())?;
-        }
-        if let Some(devices) = &self.devices {
-            let d = under(devices);
-            for minor in &self.deny_gpu_minors {
-                write(&d, "devices.deny", &format!("c {NVIDIA_MAJOR}:{minor} rwm"))?;
+        match &self.hierarchy {
+            Hierarchy::V1 { memory, cpu, pids, devices } => {
+                let under = |base: &Path| base.join("gpool").join(&self.name);
+                let mut dirs = Vec::new();
+                for base in [Some(memory), cpu.as_ref(), pids.as_ref(), devices.as_ref()].into_iter().flatten() {
+                    mkdir(&under(base))?;
+                    dirs.push(under(base));
+                }
+                let memory = under(memory);
+                if self.memory_bytes > 0 {
+                    write(&memory, "memory.limit_in_bytes", &self.memory_bytes.to_string())?;
+                    // No swap beyond the limit where the kernel accounts it.
+                    let _ = write(&memory, "memory.memsw.limit_in_bytes", &self.memory_bytes.to_string());
+                }
+                if let Some(cpu) = cpu
+                    && self.cpus_milli > 0
+                {
+                    let d = under(cpu);
+                    write(&d, "cpu.cfs_period_us", &CFS_PERIOD_US.to_string())?;
+                    write(&d, "cpu.cfs_quota_us", &self.cpu_quota_us().to_string())?;
+                }
+                if let Some(pids) = pids {
+                    write(&under(pids), "pids.max", &PIDS_MAX.to_string())?;
+                }
+                if let Some(devices) = devices {
+                    let d = under(devices);
+                    for (major, minor) in &self.deny {
+                        write(&d, "devices.deny", &format!("c {major}:{minor} rwm"))?;
+                    }
+                }
+                Ok(Groups { dirs, memory, v2: false })
+            }
+            Hierarchy::V2 { parent, memory, cpu, pids } => {
+                let d = parent.join(&self.name);
+                mkdir(&d)?;
+                let groups = Groups { dirs: vec![d.clone()], memory: d.clone(), v2: true };
+                if *memory && self.memory_bytes > 0 {
+                    write(&d, "memory.max", &self.memory_bytes.to_string())?;
+                    let _ = write(&d, "memory.swap.max", "0");
+                }
+                if *cpu && self.cpus_milli > 0 {
+                    write(&d, "cpu.max", &format!("{} {CFS_PERIOD_US}", self.cpu_quota_us()))?;
+                }
+                if *pids {
+                    write(&d, "pids.max", &PIDS_MAX.to_string())?;
+                }
+                if !self.deny.is_empty() {
+                    let filter = gpool_bpf::DeviceFilter {
+                        deny: self.deny.iter().map(|(a, b)| (gpool_bpf::DeviceKind::Char, *a, *b)).collect(),
+                    };
+                    filter.attach(&d).map_err(std::io::Error::other)?;
+                }
+                Ok(groups)
             }
         }
-        Ok(groups)
+    }
+
+    fn cpu_quota_us(&self) -> u64 {
+        (self.cpus_milli * CFS_PERIOD_US / 1000).max(1000)
     }
 }
 
@@ -184,20 +305,25 @@ impl Groups {
 
     /// How many times the kernel killed a task of the group for memory.
     pub fn oom_kills(&self) -> u64 {
-        std::fs::read_to_string(self.memory.join("memory.oom_control"))
-            .ok()
-            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()))
-            .unwrap_or(0)
+        let file = if self.v2 { "memory.events" } else { "memory.oom_control" };
+        std::fs::read_to_string(self.memory.join(file)).map_or(0, |t| oom_kills_in(&t))
     }
 
     /// The memory limit, in MiB, for messages.
     pub fn memory_limit_mb(&self) -> Option<u64> {
-        let t = std::fs::read_to_string(self.memory.join("memory.limit_in_bytes")).ok()?;
+        let file = if self.v2 { "memory.max" } else { "memory.limit_in_bytes" };
+        let t = std::fs::read_to_string(self.memory.join(file)).ok()?;
         Some(t.trim().parse::<u64>().ok()? / (1024 * 1024))
     }
 
     /// Kills every task left in the groups, then removes them.
     pub fn kill_all_and_remove(self) {
+        if self.v2 {
+            // Every task at once, those forking meanwhile too (Linux 5.14+).
+            for d in &self.dirs {
+                let _ = std::fs::write(d.join("cgroup.kill"), "1");
+            }
+        }
         for _ in 0..50 {
             let mut left = 0;
             for d in &self.dirs {
@@ -220,6 +346,11 @@ impl Groups {
     }
 }
 
+/// The `oom_kill` count of v1's `memory.oom_control` or v2's `memory.events`.
+fn oom_kills_in(text: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,18 +367,48 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
 
     #[test]
     fn the_hybrid_layout_of_these_machines_is_found() {
-        let l = layout_from(MOUNTS, OWN).expect("a layout");
-        assert_eq!(l.memory, PathBuf::from("/sys/fs/cgroup/memory/process_api/c2"));
-        assert_eq!(l.devices, Some(PathBuf::from("/sys/fs/cgroup/devices")));
-        assert_eq!(l.cpu, Some(PathBuf::from("/sys/fs/cgroup/cpu")));
+        let l = v1_layout(MOUNTS, OWN).expect("a layout");
+        let Hierarchy::V1 { memory, cpu, devices, .. } = &l else { panic!("v1: {l:?}") };
+        assert_eq!(memory, &PathBuf::from("/sys/fs/cgroup/memory/process_api/c2"));
+        assert_eq!(devices, &Some(PathBuf::from("/sys/fs/cgroup/devices")));
+        assert_eq!(cpu, &Some(PathBuf::from("/sys/fs/cgroup/cpu")));
         assert!(l.describe().contains("memory, cpu, pids, devices"));
+        // Its v2 hierarchy is found too, for --cgroups v2.
+        let (mount, own) = v2_group(MOUNTS, OWN).expect("v2 beside");
+        assert_eq!((mount.as_path(), own.as_path()), (Path::new("/sys/fs/cgroup/unified"), mount.as_path()));
     }
 
     #[test]
-    fn a_v2_only_host_is_named_as_such() {
+    fn a_v2_only_host_has_no_v1_layout_and_its_own_group_is_found() {
         let mounts = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n";
-        let e = layout_from(mounts, "0::/user.slice\n").expect_err("no v1 memory");
-        assert!(e.contains("cgroup v2"), "{e}");
+        let e = v1_layout(mounts, "0::/system.slice/gpool-agent.service\n").expect_err("no v1 memory");
+        assert!(e.contains("v1 memory"), "{e}");
+        let (mount, own) = v2_group(mounts, "0::/system.slice/gpool-agent.service\n").expect("v2");
+        assert_eq!(mount, PathBuf::from("/sys/fs/cgroup"));
+        assert_eq!(own, PathBuf::from("/sys/fs/cgroup/system.slice/gpool-agent.service"));
+        assert!(v2_group("tmpfs /tmp tmpfs rw 0 0\n", "").is_err());
+    }
+
+    #[test]
+    fn v2_says_which_controllers_it_cannot_enforce() {
+        let full = Hierarchy::V2 { parent: "/cg/gpool".into(), memory: true, cpu: true, pids: true };
+        assert_eq!(full.describe(), "cgroup v2 confines each job in /cg/gpool (memory, cpu, pids, devices)");
+        let hybrid = Hierarchy::V2 { parent: "/cg/gpool".into(), memory: false, cpu: false, pids: true };
+        let line = hybrid.describe();
+        assert!(line.contains("(pids, devices)") && line.contains("not enforced: memory, cpu"), "{line}");
+    }
+
+    #[test]
+    fn oom_kills_are_counted_in_either_hierarchys_file() {
+        let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
+        let v2 = "low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\noom_group_kill 0\n";
+        assert_eq!((oom_kills_in(v1), oom_kills_in(v2), oom_kills_in("")), (2, 1, 0));
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(Mode::parse("v2"), Ok(Mode::V2));
+        assert!(Mode::parse("yes").expect_err("bad").contains("auto, off, v1 or v2"));
     }
 
     #[test]
@@ -255,6 +416,7 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
         let g = Groups {
             dirs: vec!["/cg/memory/gpool/x".into(), "/cg/devices/gpool/x".into()],
             memory: "/cg/memory/gpool/x".into(),
+            v2: false,
         };
         let w = g.wrap(&["python3".into(), "train.py".into()]);
         assert_eq!(&w[..2], ["sh", "-c"]);

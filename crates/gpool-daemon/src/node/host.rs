@@ -30,27 +30,14 @@ pub struct NodeConfig {
     pub disk_reserve: u64,
     /// Whose account jobs run as (`account.rs`).
     pub run_as: crate::node::account::RunAs,
-    /// Confine jobs with control groups where the host allows (`cgroup.rs`).
-    pub cgroups: bool,
-}
-
-/// Each device UUID of the node with the minor number of the GPU file it
-/// opens (`/dev/nvidiaN`): a GPU's own, and its MIG instances' their parent's.
-pub fn gpu_minors(gpus: &[GpuInfo]) -> Vec<(String, u32)> {
-    let mut out = Vec::new();
-    for g in gpus {
-        out.push((g.uuid.clone(), g.index));
-        for m in g.mig.iter().flatten() {
-            out.push((m.uuid.clone(), g.index));
-        }
-    }
-    out
+    /// Whether and how jobs are confined with control groups (`cgroup.rs`).
+    pub cgroups: crate::node::cgroup::Mode,
 }
 
 /// Where this node's jobs' control groups go, if it confines them; says on
 /// standard error what it found (the daemon's start-up lines).
-pub fn cgroups(cfg: &NodeConfig) -> Option<crate::node::cgroup::Layout> {
-    if !cfg.cgroups {
+pub fn cgroups(cfg: &NodeConfig) -> Option<crate::node::cgroup::Hierarchy> {
+    if cfg.cgroups == crate::node::cgroup::Mode::Off {
         eprintln!("gpool: jobs are not confined by control groups (--cgroups off)");
         return None;
     }
@@ -58,7 +45,7 @@ pub fn cgroups(cfg: &NodeConfig) -> Option<crate::node::cgroup::Layout> {
         eprintln!("gpool: jobs are not confined by control groups (that needs root)");
         return None;
     }
-    match crate::node::cgroup::detect() {
+    match crate::node::cgroup::detect(cfg.cgroups) {
         Ok(layout) => {
             eprintln!("gpool: {}", layout.describe());
             Some(layout)

@@ -167,7 +167,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             log_limit: cfg.node.log_limit,
             run_as: cfg.node.run_as,
             cgroups: cgroups.clone(),
-            gpu_minors: crate::node::host::gpu_minors(&gpus),
+            device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
         },
         sink,
         replicas.clone(),

@@ -6,7 +6,7 @@ pub const DOCUMENT: &str = r##"{
   "info": {
     "title": "gpool API",
     "version": "1",
-    "description": "Submit, watch and cancel GPU jobs; inspect nodes, queues and events. Every call except /healthz and this document needs 'Authorization: Bearer <token>'. Users see and cancel their own jobs; admins all. Errors are {\"error\": \"...\"} with a 4xx/5xx status."
+    "description": "Submit, watch and cancel GPU jobs; inspect nodes, queues and events. Every call except /healthz and this document needs 'Authorization: Bearer <token>', or, on the daemon's machine, its Unix socket (DATA_DIR/gpool.sock), where the kernel names the caller and no token is needed. Users see and cancel their own jobs; admins all. Errors are {\"error\": \"...\"} with a 4xx/5xx status."
   },
   "components": {
     "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },

@@ -121,20 +121,30 @@ pub struct Launch {
 
 /// What a replica's control groups enforce (`node/cgroup.rs`), set by
 /// the agent in the launch spec its shim reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Confine {
     /// The groups' name, unique on the machine: `NODE-DIRHASH-JOB-ATTEMPT-RANK`.
     pub name: String,
-    pub memory: PathBuf,
-    pub cpu: Option<PathBuf>,
-    pub pids: Option<PathBuf>,
-    pub devices: Option<PathBuf>,
+    pub hierarchy: Hierarchy,
     /// 0: no CPU limit.
     pub cpus_milli: u64,
     /// 0: no memory limit.
     pub memory_bytes: u64,
-    /// Minor numbers of the node's GPUs the replica may not open.
-    pub deny_gpu_minors: Vec<u32>,
+    /// Character devices (major, minor) the replica may not open: the
+    /// node's GPU files and MIG capabilities of devices it was not given.
+    pub deny: Vec<(u32, u32)>,
+}
+
+/// Where a node makes its replicas' control groups.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "version", rename_all = "lowercase")]
+pub enum Hierarchy {
+    /// cgroup v1: per controller, the agent's own group's directory.
+    V1 { memory: PathBuf, cpu: Option<PathBuf>, pids: Option<PathBuf>, devices: Option<PathBuf> },
+    /// cgroup v2: the directory replicas' groups are made in, and which of
+    /// the controllers gpool uses it passes down (devices are controlled
+    /// by a BPF program, which needs no controller).
+    V2 { parent: PathBuf, memory: bool, cpu: bool, pids: bool },
 }
 
 /// How the replica ended, written atomically by the shim.

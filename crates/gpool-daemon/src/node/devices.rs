@@ -1,0 +1,164 @@
+//! The device files each GPU device of the node opens, so that a replica's
+//! control group can deny the ones of devices it was not given
+//! (`cgroup.rs`).
+//!
+//! - A GPU opens `/dev/nvidiaN` (character device 195:N, N its minor
+//!   number, which is its index as the driver numbers them).
+//! - A MIG instance opens its GPU's file, and two capability files under
+//!   `/dev/nvidia-caps`: its GPU instance's and its compute instance's
+//!   `access` capability. Their minor numbers are in
+//!   `/proc/driver/nvidia/capabilities/gpuN/mig/giG[/ciC]/access`
+//!   (`DeviceFileMinor: M`), their major is `nvidia-caps` in
+//!   `/proc/devices`. Without them CUDA cannot use the instance, whatever
+//!   `CUDA_VISIBLE_DEVICES` says: denying another instance's capabilities
+//!   keeps a job off it even though both share the GPU's file.
+//!
+//! Files every job needs (`/dev/nvidiactl`, `/dev/nvidia-uvm`) are not
+//! listed, so never denied.
+
+use std::path::Path;
+
+use gpool_gpu::GpuInfo;
+
+/// NVIDIA's character-device major number (`/dev/nvidia0` is 195:0).
+pub const NVIDIA_MAJOR: u32 = 195;
+
+/// Which device files (major, minor) each device UUID of the node opens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceFiles {
+    files: Vec<(String, u32, u32)>,
+}
+
+impl DeviceFiles {
+    /// The files of `gpus`, their MIG capabilities read under `proc_root`
+    /// (`/proc` on a node).
+    pub fn of(gpus: &[GpuInfo], proc_root: &Path) -> DeviceFiles {
+        let caps_major = std::fs::read_to_string(proc_root.join("devices")).ok().and_then(|t| caps_major(&t));
+        let mut files = Vec::new();
+        for g in gpus {
+            files.push((g.uuid.clone(), NVIDIA_MAJOR, g.index));
+            for m in g.mig.iter().flatten() {
+                files.push((m.uuid.clone(), NVIDIA_MAJOR, g.index));
+                let Some(major) = caps_major else { continue };
+                let gi = proc_root.join(format!("driver/nvidia/capabilities/gpu{}/mig/gi{}", g.index, m.gi_id));
+                let mut access = vec![gi.join("access")];
+                access.extend(m.ci_id.map(|ci| gi.join(format!("ci{ci}")).join("access")));
+                for file in access {
+                    if let Some(minor) = std::fs::read_to_string(&file).ok().and_then(|t| file_minor(&t)) {
+                        files.push((m.uuid.clone(), major, minor));
+                    }
+                }
+            }
+        }
+        DeviceFiles { files }
+    }
+
+    /// Every file of the node that none of `devices` (GPU and MIG UUIDs)
+    /// opens, sorted, each once.
+    pub fn deny_for(&self, devices: &[String]) -> Vec<(u32, u32)> {
+        let allowed: Vec<(u32, u32)> =
+            self.files.iter().filter(|(uuid, ..)| devices.contains(uuid)).map(|(_, a, b)| (*a, *b)).collect();
+        let mut deny: Vec<(u32, u32)> =
+            self.files.iter().map(|(_, a, b)| (*a, *b)).filter(|f| !allowed.contains(f)).collect();
+        deny.sort_unstable();
+        deny.dedup();
+        deny
+    }
+}
+
+/// The major number of `nvidia-caps` in `/proc/devices`.
+fn caps_major(proc_devices: &str) -> Option<u32> {
+    proc_devices.lines().find_map(|l| {
+        let (n, name) = l.trim().split_once(' ')?;
+        (name.trim() == "nvidia-caps").then(|| n.parse().ok())?
+    })
+}
+
+/// `DeviceFileMinor: M` of a capability's `access` file.
+fn file_minor(access: &str) -> Option<u32> {
+    access.lines().find_map(|l| l.strip_prefix("DeviceFileMinor:")?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpool_gpu::MigInfo;
+
+    fn gpu(index: u32, mig: Option<Vec<MigInfo>>) -> GpuInfo {
+        GpuInfo {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            model: "H100-80GB".into(),
+            memory_mb: 81_559,
+            pci_bus_id: None,
+            nvlink_group: None,
+            nvlink_peers: Vec::new(),
+            numa_node: None,
+            mig,
+        }
+    }
+
+    fn mig(uuid: &str, gi: u32, ci: Option<u32>) -> MigInfo {
+        MigInfo {
+            profile: "3g.40gb".into(),
+            uuid: uuid.into(),
+            gi_id: gi,
+            ci_id: ci,
+            memory_mb: 40_000,
+            placement: None,
+        }
+    }
+
+    /// A `/proc` as a node with GPU 1 in MIG mode shows it: two GPU
+    /// instances (1 and 2), each with compute instance 0.
+    fn fake_proc(dir: &Path) {
+        std::fs::create_dir_all(dir).expect("dir");
+        std::fs::write(dir.join("devices"), "Character devices:\n  1 mem\n195 nvidia\n237 nvidia-caps\n")
+            .expect("devices");
+        for (gi, gi_minor, ci_minor) in [(1, 12, 13), (2, 21, 22)] {
+            let d = dir.join(format!("driver/nvidia/capabilities/gpu1/mig/gi{gi}"));
+            std::fs::create_dir_all(d.join("ci0")).expect("dirs");
+            std::fs::write(d.join("access"), format!("DeviceFileMinor: {gi_minor}\nDeviceFileMode: 292\n"))
+                .expect("gi");
+            std::fs::write(d.join("ci0/access"), format!("DeviceFileMinor: {ci_minor}\nDeviceFileMode: 292\n"))
+                .expect("ci");
+        }
+    }
+
+    #[test]
+    fn each_device_is_kept_off_the_others_files() {
+        let dir = std::env::temp_dir().join(format!("gpool-devices-{}", std::process::id()));
+        fake_proc(&dir);
+        let gpus = [gpu(0, None), gpu(1, Some(vec![mig("MIG-a", 1, Some(0)), mig("MIG-b", 2, Some(0))]))];
+        let files = DeviceFiles::of(&gpus, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        let cases: [(&[&str], &[(u32, u32)]); 4] = [
+            // A whole GPU: not the other GPU, nor any MIG capability.
+            (&["GPU-0"], &[(195, 1), (237, 12), (237, 13), (237, 21), (237, 22)]),
+            // A MIG instance: its GPU's file and its own capabilities, nothing else.
+            (&["MIG-a"], &[(195, 0), (237, 21), (237, 22)]),
+            (&["MIG-b"], &[(195, 0), (237, 12), (237, 13)]),
+            (&["GPU-0", "MIG-a", "MIG-b"], &[]),
+        ];
+        for (devices, denied) in cases {
+            let devices: Vec<String> = devices.iter().map(|d| (*d).to_string()).collect();
+            assert_eq!(files.deny_for(&devices), denied, "{devices:?}");
+        }
+    }
+
+    #[test]
+    fn without_the_drivers_capability_files_only_gpu_files_are_known() {
+        let gpus = [gpu(0, Some(vec![mig("MIG-a", 1, None)])), gpu(1, None)];
+        let files = DeviceFiles::of(&gpus, Path::new("/no/such/proc"));
+        assert_eq!(files.deny_for(&["MIG-a".to_string()]), [(195, 1)]);
+    }
+
+    #[test]
+    fn proc_files_parse() {
+        assert_eq!(caps_major("Character devices:\n  1 mem\n508 nvidia-caps\n195 nvidia\n"), Some(508));
+        assert_eq!(caps_major("195 nvidia\n"), None);
+        assert_eq!(file_minor("DeviceFileMinor: 7\nDeviceFileMode: 292\n"), Some(7));
+        assert_eq!(file_minor("nonsense"), None);
+    }
+}
