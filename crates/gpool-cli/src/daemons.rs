@@ -77,6 +77,12 @@ pub(crate) struct PlaneArgs {
     /// Another name or address for the server certificate (repeatable): the one agents and users connect to.
     #[arg(long = "tls-san")]
     tls_sans: Vec<String>,
+    /// The server's certificate chain (PEM, ending with the CA clients trust), from a PKI of your own, instead of gpool's CA; with --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Allow plain HTTP on an address other than loopback (tokens cross the network in the clear).
     #[arg(long)]
     insecure_http: bool,
@@ -95,6 +101,7 @@ impl PlaneArgs {
         PlaneConfig {
             tls_dir,
             tls_sans: self.tls_sans,
+            tls_files: self.tls_cert.zip(self.tls_key),
             insecure_http: self.insecure_http,
             data_dir,
             listen: self.listen,

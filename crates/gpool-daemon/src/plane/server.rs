@@ -48,6 +48,8 @@ pub struct PlaneConfig {
     pub tls_dir: Option<PathBuf>,
     /// More names (or addresses) the server certificate holds.
     pub tls_sans: Vec<String>,
+    /// The server's certificate chain and key from files (a site's own PKI), instead of gpool's CA.
+    pub tls_files: Option<(PathBuf, PathBuf)>,
     /// Plain HTTP on an address other than loopback (tokens then cross the network in the clear).
     pub insecure_http: bool,
     /// The Unix socket for local callers; `None`: `DATA_DIR/gpool.sock`.
@@ -191,20 +193,21 @@ pub fn serve(
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
         let _ = ended_tx.send(shell.run(controller, first, rx));
     })?;
-    let tls = match &plane.tls_dir {
-        Some(dir) => {
+    let tls = match (&plane.tls_files, &plane.tls_dir) {
+        (Some((cert, key)), _) => Some(crate::plane::tls::from_files(cert, key)?),
+        (None, Some(dir)) => {
             let mut names = plane.tls_sans.clone();
             if !plane.listen.ip().is_unspecified() {
                 names.push(plane.listen.ip().to_string());
             }
             Some(crate::plane::tls::load_or_create(dir, &names)?)
         }
-        None if !plane.listen.ip().is_loopback() && !plane.insecure_http => bail!(
+        (None, None) if !plane.listen.ip().is_loopback() && !plane.insecure_http => bail!(
             "--listen {}: plain HTTP beyond loopback would send every token in the clear; pass --tls \
              (a CA of gpool's own, made on first start) or --insecure-http",
             plane.listen
         ),
-        None => None,
+        (None, None) => None,
     };
     let state = AppState {
         tx: tx.clone(),
@@ -225,7 +228,11 @@ pub fn serve(
     let tls_note = tls.as_ref().map(|t| {
         format!(
             "TLS: CA {} ({}); agents: --ca-fingerprint {}",
-            plane.tls_dir.as_ref().map_or_else(String::new, |d| d.join("ca.pem").display().to_string()),
+            match (&plane.tls_files, &plane.tls_dir) {
+                (Some((cert, _)), _) => format!("the last certificate of {}", cert.display()),
+                (None, Some(d)) => d.join("ca.pem").display().to_string(),
+                (None, None) => String::new(),
+            },
             t.fingerprint,
             t.fingerprint
         )

@@ -7,6 +7,11 @@
 //! the loopback addresses, the listen address, the host name and every
 //! `--tls-san`, and serves it with the CA's certificate in the chain.
 //!
+//! A site with a PKI of its own gives the server's certificate chain and
+//! key instead (`--tls-cert FILE --tls-key FILE`, PEM); the chain should
+//! end with the CA clients are to trust, which `/tls/ca.pem` then serves
+//! and whose fingerprint agents may pin.
+//!
 //! Clients trust the CA, not the server: the CLI by `--ca-file` (or, for
 //! the local daemon, its data directory's), an agent by `--ca-file` or by
 //! the CA's fingerprint (`--ca-fingerprint sha256:…`, printed at start):
@@ -97,6 +102,32 @@ pub fn load_or_create(dir: &Path, names: &[String]) -> anyhow::Result<ServerTls>
     Ok(ServerTls { config: Arc::new(config), fingerprint: fingerprint(&ca_der), ca_pem })
 }
 
+/// The server's certificate chain and key from PEM files (a site's own
+/// PKI); the last certificate of the chain is the one clients trust.
+pub fn from_files(cert: &Path, key: &Path) -> anyhow::Result<ServerTls> {
+    use rustls::pki_types::pem::PemObject;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("--tls-cert {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("--tls-cert {}: not PEM certificates: {e:?}", cert.display()))?;
+    let Some(trusted) = chain.last().cloned() else {
+        anyhow::bail!("--tls-cert {}: no certificate in it", cert.display());
+    };
+    let private = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| anyhow::anyhow!("--tls-key {}: not a PEM private key: {e:?}", key.display()))?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(chain, private)
+        .with_context(|| format!("--tls-cert {} with --tls-key {}", cert.display(), key.display()))?;
+    // The last certificate's own PEM block, as the file has it.
+    let text = std::fs::read_to_string(cert).with_context(|| format!("--tls-cert {}", cert.display()))?;
+    let begin = "-----BEGIN CERTIFICATE-----";
+    let ca_pem = text.rfind(begin).map_or_else(String::new, |at| text[at..].trim().to_string() + "\n");
+    Ok(ServerTls { config: Arc::new(config), fingerprint: fingerprint(&trusted), ca_pem })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +143,56 @@ mod tests {
         let mode =
             std::fs::metadata(dir.join("ca.key")).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()));
         assert_eq!(mode.ok().map(|m| m & 0o777), Some(0o600));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_sites_own_certificate_and_key_are_served_and_its_ca_pinned() {
+        let dir = std::env::temp_dir().join(format!("gpool-tls-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        // The site's CA and a server certificate it issued.
+        let ca_key = KeyPair::generate().expect("key");
+        let ca = ca_params().self_signed(&ca_key).expect("ca");
+        let key = KeyPair::generate().expect("key");
+        let server = CertificateParams::new(vec!["cp.example".into()])
+            .expect("names")
+            .signed_by(&key, &ca_params().self_signed(&ca_key).expect("issuer"), &ca_key)
+            .expect("signed");
+        std::fs::write(dir.join("chain.pem"), format!("{}{}", server.pem(), ca.pem())).expect("chain");
+        std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("key");
+        let tls = from_files(&dir.join("chain.pem"), &dir.join("server.key")).expect("loaded");
+        assert_eq!(tls.fingerprint, fingerprint(ca.der()), "agents pin the site's CA");
+        assert_eq!(first_cert_der(&tls.ca_pem).expect("pem"), *ca.der(), "/tls/ca.pem serves it");
+        // A client that trusts the site's CA completes a handshake with it.
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone()).expect("root");
+        let client_cfg =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("cp.example").expect("name");
+        let mut client = rustls::ClientConnection::new(Arc::new(client_cfg), name).expect("client");
+        let mut server = rustls::ServerConnection::new(tls.config).expect("server");
+        for _ in 0..10 {
+            let mut buf = Vec::new();
+            client.write_tls(&mut buf).expect("client writes");
+            server.read_tls(&mut buf.as_slice()).expect("server reads");
+            server.process_new_packets().expect("the server accepts");
+            let mut buf = Vec::new();
+            server.write_tls(&mut buf).expect("server writes");
+            client.read_tls(&mut buf.as_slice()).expect("client reads");
+            client.process_new_packets().expect("the client verifies the chain");
+        }
+        assert!(!client.is_handshaking() && !server.is_handshaking(), "handshake done");
+        // Files that are not what they should be are named.
+        std::fs::write(dir.join("junk"), "hello").expect("junk");
+        let e = from_files(&dir.join("junk"), &dir.join("server.key")).err().expect("no certificate");
+        assert!(format!("{e:#}").contains("--tls-cert"), "{e:#}");
+        let e = from_files(&dir.join("chain.pem"), &dir.join("junk")).err().expect("no key");
+        assert!(format!("{e:#}").contains("--tls-key"), "{e:#}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
