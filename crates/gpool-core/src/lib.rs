@@ -26,6 +26,8 @@ mod capacity;
 pub mod fairshare;
 mod feasible;
 mod intern;
+pub mod mig_geometry;
+pub mod mig_planner;
 pub mod job;
 pub mod node;
 mod order;
