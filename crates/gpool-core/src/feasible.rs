@@ -104,7 +104,7 @@ impl Snapshot {
                         "the largest node, {}, has {}×{model}, {} MIG instances, {} CPUs",
                         e.node.name,
                         e.gpu_slots.len(),
-                        e.mig_slots.len(),
+                        e.mig_exists.count_ones(),
                         e.node.cpus_milli / 1000
                     )
                 })

@@ -92,8 +92,15 @@ pub(crate) struct NodeEntry {
     pub(crate) node: Node,
     /// Whole-GPU slot → index into `node.devices`.
     pub(crate) gpu_slots: Vec<usize>,
-    /// MIG slot → (index into `node.devices`, index into that device's instances).
+    /// MIG slot → (index into `node.devices`, index into that device's
+    /// instances); [`NO_INSTANCE`] for a slot a GPU keeps for an instance it
+    /// may have after a repartition.
     pub(crate) mig_slots: Vec<(usize, usize)>,
+    /// The MIG slots that hold an instance.
+    pub(crate) mig_exists: u64,
+    /// Each MIG slot range is the GPU's own (`MIG_SLOTS_PER_GPU` per MIG
+    /// GPU), so one GPU can be repartitioned while others run jobs.
+    pub(crate) mig_ranges: bool,
     /// Per model (index into `Snapshot::models`): mask of whole-GPU slots.
     pub(crate) model_masks: Vec<(usize, u64)>,
     /// Per MIG profile (index into `Snapshot::profiles`): mask of MIG slots.
@@ -114,6 +121,8 @@ impl NodeEntry {
         let mut e = NodeEntry {
             gpu_slots: Vec::new(),
             mig_slots: Vec::new(),
+            mig_exists: 0,
+            mig_ranges: false,
             model_masks: Vec::new(),
             profile_masks: Vec::new(),
             mig_model_masks: Vec::new(),
@@ -125,6 +134,10 @@ impl NodeEntry {
         };
         let mut nvlink: BTreeMap<u32, u64> = BTreeMap::new();
         let mut numa: BTreeMap<u32, u64> = BTreeMap::new();
+        let mig_gpus = e.node.devices.iter().filter(|d| d.mig.is_some()).count();
+        e.mig_ranges = mig_gpus * MIG_SLOTS_PER_GPU <= 64
+            && e.node.devices.iter().all(|d| d.mig.as_ref().is_none_or(|m| m.len() <= MIG_SLOTS_PER_GPU));
+        let mut mig_gpus_seen = 0;
         for (di, d) in e.node.devices.iter().enumerate() {
             let m = intern_model(models, d);
             match &d.mig {
@@ -143,10 +156,19 @@ impl NodeEntry {
                     for (ii, inst) in instances.iter().enumerate() {
                         let bit = 1u64 << e.mig_slots.len();
                         e.mig_slots.push((di, ii));
+                        e.mig_exists |= bit;
                         let p = intern_profile(profiles, &inst.profile, inst.memory_mb);
                         add_mask(&mut e.profile_masks, p, bit);
                         add_mask(&mut e.mig_model_masks, m, bit);
                         e.mig_milli.push(inst.profile.gpu_milli() as u16);
+                    }
+                    if e.mig_ranges {
+                        // This GPU's range ends where the next one's starts.
+                        mig_gpus_seen += 1;
+                        while e.mig_slots.len() < mig_gpus_seen * MIG_SLOTS_PER_GPU {
+                            e.mig_slots.push(NO_INSTANCE);
+                            e.mig_milli.push(0);
+                        }
                     }
                 }
             }
@@ -159,7 +181,7 @@ impl NodeEntry {
     pub(crate) fn full(&self) -> NodeFree {
         NodeFree {
             gpus: low_bits(self.gpu_slots.len()),
-            mig: low_bits(self.mig_slots.len()),
+            mig: self.mig_exists,
             cpus: self.node.cpus_milli,
             mem: self.node.memory_mb,
         }
@@ -172,7 +194,7 @@ impl NodeEntry {
     /// MIG slots whose parent GPU passes the job's model constraint.
     pub(crate) fn mig_mask_for_model(&self, models: &[ModelInfo], model: Option<&str>) -> u64 {
         match model {
-            None => low_bits(self.mig_slots.len()),
+            None => self.mig_exists,
             Some(want) => self
                 .mig_model_masks
                 .iter()
@@ -181,10 +203,25 @@ impl NodeEntry {
         }
     }
 
+    /// The MIG slots of device `di` (its range), if each MIG GPU has one.
+    pub(crate) fn mig_range(&self, di: usize) -> Option<u64> {
+        if !self.mig_ranges {
+            return None;
+        }
+        let k = self.node.devices[..di].iter().filter(|d| d.mig.is_some()).count();
+        Some(low_bits(MIG_SLOTS_PER_GPU) << (k * MIG_SLOTS_PER_GPU))
+    }
+
     pub(crate) fn mig_units(&self, mask: u64) -> GpuMilli {
         bits(mask).map(|i| GpuMilli::from(self.mig_milli[i])).sum()
     }
 }
+
+/// MIG instances a GPU can have at most (seven compute slices).
+pub const MIG_SLOTS_PER_GPU: usize = 7;
+
+/// A MIG slot kept free for a GPU's future instances.
+const NO_INSTANCE: (usize, usize) = (usize::MAX, usize::MAX);
 
 fn add_mask(masks: &mut Vec<(usize, u64)>, key: usize, bit: u64) {
     match masks.iter_mut().find(|(k, _)| *k == key) {
@@ -339,6 +376,8 @@ pub enum SnapshotError {
     Busy { job: JobId, node: String, what: &'static str },
     #[error("node {node} still runs {jobs} job(s); its inventory cannot change under them")]
     NodeInUse { node: String, jobs: usize },
+    #[error("node {node}: GPU {gpu} cannot be repartitioned: {why}")]
+    Repartition { node: String, gpu: u32, why: String },
 }
 
 /// How a running job ended, as far as the queue is concerned.
@@ -460,6 +499,39 @@ impl Snapshot {
         Ok(())
     }
 
+    /// Gives the MIG GPU of driver index `gpu` on node `id` new instances
+    /// (a repartition), while other GPUs of the node may run jobs. Refused
+    /// while a job holds one of its instances, for a GPU not in MIG mode,
+    /// and on a node whose MIG GPUs do not each have a slot range of their
+    /// own (more than nine of them).
+    pub fn repartition(&mut self, id: NodeId, gpu: u32, instances: Vec<MigInstance>) -> Result<(), SnapshotError> {
+        let e = self.nodes.get(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
+        let name = e.node.name.to_string();
+        let refuse = |why: &str| SnapshotError::Repartition { node: name.clone(), gpu, why: why.to_string() };
+        let di = e.node.devices.iter().position(|d| d.index == gpu).ok_or_else(|| refuse("no such GPU"))?;
+        if e.node.devices[di].mig.is_none() {
+            return Err(refuse("it is not in MIG mode"));
+        }
+        let range = e.mig_range(di).ok_or_else(|| refuse("the node has too many MIG GPUs to repartition one alone"))?;
+        if instances.len() > MIG_SLOTS_PER_GPU {
+            return Err(refuse("more than seven instances"));
+        }
+        let f = &self.free[id.index()];
+        if (e.mig_exists & range) & !f.mig != 0 {
+            return Err(refuse("a job holds one of its instances"));
+        }
+        let mut node = e.node.clone();
+        node.devices[di].mig = Some(instances);
+        node.validate()?;
+        let jobs = e.jobs.clone();
+        let mut entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
+        entry.jobs = jobs;
+        let f = &mut self.free[id.index()];
+        f.mig = (f.mig & !range) | (entry.mig_exists & range);
+        self.nodes[id.index()] = entry;
+        Ok(())
+    }
+
     pub fn set_node_state(&mut self, id: NodeId, state: NodeState) -> Result<(), SnapshotError> {
         let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
         e.node.state = state;
@@ -496,6 +568,7 @@ impl Snapshot {
         let gpus = bits(p.gpus).filter_map(|s| e.gpu_slots.get(s)).map(|&d| &e.node.devices[d]).collect();
         let mig = bits(p.mig)
             .filter_map(|s| e.mig_slots.get(s))
+            .filter(|&&slot| slot != NO_INSTANCE)
             .filter_map(|&(d, i)| {
                 let dev = &e.node.devices[d];
                 dev.mig.as_ref().and_then(|m| m.get(i)).map(|inst| (dev, inst))
@@ -516,7 +589,8 @@ impl Snapshot {
         let mut mig = 0;
         for uuid in mig_uuids {
             let slot = e.mig_slots.iter().position(|&(d, i)| {
-                e.node.devices[d].mig.as_ref().and_then(|m| m.get(i)).is_some_and(|inst| &*inst.uuid == *uuid)
+                d != usize::MAX
+                    && e.node.devices[d].mig.as_ref().and_then(|m| m.get(i)).is_some_and(|inst| &*inst.uuid == *uuid)
             })?;
             mig |= 1 << slot;
         }
@@ -692,7 +766,7 @@ impl Snapshot {
         for (node, w) in &want {
             let e = self.nodes.get(node.index()).ok_or(SnapshotError::UnknownNode(*node))?;
             let f = &self.free[node.index()];
-            if w.gpus & !low_bits(e.gpu_slots.len()) != 0 || w.mig & !low_bits(e.mig_slots.len()) != 0 {
+            if w.gpus & !low_bits(e.gpu_slots.len()) != 0 || w.mig & !e.mig_exists != 0 {
                 return Err(self.busy(id, *node, "a device that does not exist"));
             }
             if w.gpus & !f.gpus != 0 {
