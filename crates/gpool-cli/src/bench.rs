@@ -23,6 +23,36 @@ pub(crate) enum BenchCommand {
     Cluster(crate::bench_cluster::ClusterArgs),
     /// A real cluster under seeded random faults, checked from the jobs' own records.
     Chaos(crate::chaos::ChaosArgs),
+    /// Static MIG layouts against layouts that follow the queue, on a day of changing MIG demand.
+    Mig(MigArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct MigArgs {
+    /// Nodes (half A100-80GB, half H100-80GB, every GPU in MIG mode).
+    #[arg(long, default_value_t = 8)]
+    nodes: u32,
+    /// GPUs per node (at most 9: each keeps seven MIG slots of the node's 64).
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Hours of arrivals; requests completed by their end are served.
+    #[arg(long, default_value_t = 24.0)]
+    hours: f64,
+    /// Offered compute slices over the cluster's (repeatable: one table per load).
+    #[arg(long = "load", default_values_t = vec![0.8, 1.0, 1.2])]
+    loads: Vec<f64>,
+    /// Seeds of the request stream (repeatable); the worst case over them is reported.
+    #[arg(long = "seed", default_values_t = vec![1, 2, 3])]
+    seeds: Vec<u64>,
+    /// Scheduling policy preset.
+    #[arg(long, default_value = "fifo-backfill")]
+    policy: String,
+    /// Nodes of the cluster the planner's own cost is measured on (8 busy MIG GPUs each, two requests waiting per GPU).
+    #[arg(long, default_value_t = 1_000)]
+    cost_nodes: u32,
+    /// Print the rows as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -59,7 +89,97 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Telemetry(a) => crate::bench_daemon::telemetry(a),
         BenchCommand::Cluster(a) => crate::bench_cluster::cluster(a),
         BenchCommand::Chaos(a) => crate::chaos::run(a),
+        BenchCommand::Mig(a) => mig(a),
     }
+}
+
+fn mig(a: MigArgs) -> anyhow::Result<()> {
+    use gpool_sim::mig_bench::{MigBench, compare, planner_cost};
+    if a.gpus_per_node == 0 || a.gpus_per_node > 9 {
+        anyhow::bail!("--gpus-per-node must be between 1 and 9, got {}", a.gpus_per_node);
+    }
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if a.nodes == 0 || !positive(a.hours) || !a.loads.iter().all(|l| positive(*l)) || a.seeds.is_empty() {
+        anyhow::bail!("--nodes, --hours and every --load must be more than 0, and one --seed at least");
+    }
+    let policy = Policy::by_name(&a.policy)?;
+    let mut bar = Progress::new("runs");
+    let total = (a.loads.len() * a.seeds.len()) as u64;
+    let mut all = Vec::new();
+    // Worst cases over loads and seeds of the planner's gain (requests
+    // served) over the best static layout, and over the best uniform one.
+    let mut worst_gain: Option<(f64, f64, u64)> = None;
+    let mut worst_uniform: Option<(f64, f64, u64)> = None;
+    for &load in &a.loads {
+        for &seed in &a.seeds {
+            let b = MigBench { nodes: a.nodes, gpus_per_node: a.gpus_per_node, hours: a.hours, load, seed };
+            let rows = compare(&b, &policy).context("MIG simulation failed")?;
+            let planner = rows.iter().find(|r| r.layout.starts_with("planner")).map_or(0, |r| r.served);
+            let best_static = rows.iter().filter(|r| !r.layout.starts_with("planner")).max_by_key(|r| r.served);
+            let gain = best_static.map_or(0.0, |s| planner as f64 / s.served.max(1) as f64 - 1.0);
+            if worst_gain.is_none_or(|(g, _, _)| gain < g) {
+                worst_gain = Some((gain, load, seed));
+            }
+            let uniform = rows.iter().filter(|r| !r.layout.contains('(')).map(|r| r.served).max().unwrap_or(0);
+            let gain = planner as f64 / uniform.max(1) as f64 - 1.0;
+            if worst_uniform.is_none_or(|(g, _, _)| gain < g) {
+                worst_uniform = Some((gain, load, seed));
+            }
+            all.push((load, seed, rows));
+            bar.update(all.len() as u64, total);
+        }
+    }
+    if a.json {
+        let v: Vec<serde_json::Value> = all
+            .iter()
+            .flat_map(|(load, seed, rows)| {
+                rows.iter().map(move |r| {
+                    serde_json::json!({
+                        "load": load, "seed": seed, "layout": r.layout, "submitted": r.submitted,
+                        "served": r.served, "slice_hours": round(r.slice_hours),
+                        "mean_wait_s": round(r.mean_wait_s), "repartitions": r.repartitions,
+                    })
+                })
+            })
+            .collect();
+        outln!("{}", serde_json::Value::Array(v));
+        return Ok(());
+    }
+    outln!("{} nodes × {} MIG GPUs, {} h of arrivals, policy {}", a.nodes, a.gpus_per_node, a.hours, a.policy);
+    for (load, seed, rows) in &all {
+        outln!("\nload {load}, seed {seed}: {} requests", rows.first().map_or(0, |r| r.submitted));
+        outln!("  {:<52} {:>7} {:>12} {:>11} {:>9}", "layout", "served", "slice-hours", "mean wait", "repart.");
+        for r in rows.iter().take(6) {
+            outln!(
+                "  {:<52} {:>7} {:>12.0} {:>10.0}s {:>9}",
+                r.layout,
+                r.served,
+                r.slice_hours,
+                r.mean_wait_s,
+                r.repartitions
+            );
+        }
+    }
+    if let Some((gain, load, seed)) = worst_gain {
+        outln!(
+            "\nplanner against the best static layout, worst case: {:+.1}% requests served (load {load}, seed {seed})",
+            gain * 100.0
+        );
+    }
+    if let Some((gain, load, seed)) = worst_uniform {
+        outln!(
+            "planner against the best layout given to every GPU, worst case: {:+.1}% requests served (load {load}, seed {seed})",
+            gain * 100.0
+        );
+    }
+    let waiting = a.cost_nodes as usize * 16;
+    let (took, changes) = planner_cost(a.cost_nodes, 8, waiting).context("planner cost")?;
+    outln!(
+        "planner cost: {:.2} ms for {} nodes × 8 busy MIG GPUs and {waiting} waiting requests ({changes} GPUs to change or drain)",
+        took.as_secs_f64() * 1000.0,
+        a.cost_nodes
+    );
+    Ok(())
 }
 
 fn schedule(a: ScheduleArgs) -> anyhow::Result<()> {

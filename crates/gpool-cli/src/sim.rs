@@ -124,6 +124,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             restart_delay: Duration::from_secs_f64(a.restart_delay),
             preemptible: !a.no_preemption,
             sample: Duration::from_secs(3600),
+            mig_planner: false,
         };
         let mut bar = Progress::new(&format!("{name:>13}"));
         let result = run(&jobs, &cfg, |d, t| bar.update(d, t))?;

@@ -68,6 +68,8 @@ impl<'s> Capacity<'s> {
             anti_affinity_in_use: snap.running.with_anti_affinity > 0,
         };
         for n in 0..snap.nodes.len() {
+            // Held MIG GPUs take nothing new.
+            c.free[n].mig &= !snap.nodes[n].mig_held;
             c.index_node(n as u32);
         }
         c

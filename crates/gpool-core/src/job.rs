@@ -213,7 +213,9 @@ pub struct ReplicaPlacement {
     pub node: NodeId,
     /// Bit `i` set = the node's `i`-th whole (MIG-off) GPU.
     pub gpus: u64,
-    /// Bit `i` set = the node's `i`-th MIG instance, counting over its MIG-enabled GPUs in order.
+    /// Bit `i` set = the node's MIG slot `i`: the `k`-th MIG-enabled GPU's instances
+    /// have slots `7k..7k+7` (its instances in order), or, on a node of more than nine
+    /// MIG GPUs, the node's instances are counted over its MIG GPUs in order.
     pub mig: u64,
     pub cpus_milli: u64,
     pub memory_mb: u64,

@@ -29,6 +29,7 @@ mod intern;
 pub mod job;
 pub mod mig_geometry;
 pub mod mig_planner;
+mod mig_slots;
 pub mod node;
 mod order;
 mod overload;

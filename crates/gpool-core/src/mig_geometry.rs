@@ -214,6 +214,31 @@ impl Geometry {
         false
     }
 
+    /// The distinct sets of profiles (each sorted) of the maximal layouts,
+    /// without those another set contains (`1g+2g+3g` when `1g+1g+2g+3g`
+    /// fits: a placement that strands a slice).
+    pub fn profile_sets(&self) -> Vec<Vec<MigProfile>> {
+        let mut sets: Vec<Vec<MigProfile>> = self
+            .maximal_layouts()
+            .iter()
+            .map(|l| {
+                let mut v: Vec<MigProfile> = l.iter().map(|i| self.profile(i.shape)).collect();
+                v.sort();
+                v
+            })
+            .collect();
+        sets.sort();
+        sets.dedup();
+        let within = |small: &[MigProfile], big: &[MigProfile]| {
+            small.len() < big.len() && {
+                let mut rest = big.to_vec();
+                small.iter().all(|p| rest.iter().position(|q| q == p).map(|i| rest.remove(i)).is_some())
+            }
+        };
+        let keep: Vec<bool> = sets.iter().map(|s| !sets.iter().any(|b| within(s, b))).collect();
+        sets.into_iter().zip(keep).filter_map(|(s, k)| k.then_some(s)).collect()
+    }
+
     /// Every layout that no instance could be added to (without the `+me`
     /// shapes, which only a request for them needs), each sorted by start.
     pub fn maximal_layouts(&self) -> Vec<Vec<Instance>> {

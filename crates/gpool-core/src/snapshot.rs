@@ -98,6 +98,9 @@ pub(crate) struct NodeEntry {
     pub(crate) mig_slots: Vec<(usize, usize)>,
     /// The MIG slots that hold an instance.
     pub(crate) mig_exists: u64,
+    /// MIG slots nothing new is placed on: their GPU is being emptied for a
+    /// repartition (`Snapshot::hold_mig_gpu`).
+    pub(crate) mig_held: u64,
     /// Each MIG slot range is the GPU's own (`MIG_SLOTS_PER_GPU` per MIG
     /// GPU), so one GPU can be repartitioned while others run jobs.
     pub(crate) mig_ranges: bool,
@@ -117,11 +120,12 @@ pub(crate) struct NodeEntry {
 }
 
 impl NodeEntry {
-    fn new(node: Node, models: &mut Vec<ModelInfo>, profiles: &mut Vec<ProfileInfo>) -> NodeEntry {
+    pub(crate) fn new(node: Node, models: &mut Vec<ModelInfo>, profiles: &mut Vec<ProfileInfo>) -> NodeEntry {
         let mut e = NodeEntry {
             gpu_slots: Vec::new(),
             mig_slots: Vec::new(),
             mig_exists: 0,
+            mig_held: 0,
             mig_ranges: false,
             model_masks: Vec::new(),
             profile_masks: Vec::new(),
@@ -221,7 +225,7 @@ impl NodeEntry {
 pub const MIG_SLOTS_PER_GPU: usize = 7;
 
 /// A MIG slot kept free for a GPU's future instances.
-const NO_INSTANCE: (usize, usize) = (usize::MAX, usize::MAX);
+pub(crate) const NO_INSTANCE: (usize, usize) = (usize::MAX, usize::MAX);
 
 fn add_mask(masks: &mut Vec<(usize, u64)>, key: usize, bit: u64) {
     match masks.iter_mut().find(|(k, _)| *k == key) {
@@ -495,39 +499,6 @@ impl Snapshot {
         }
         let entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
         self.free[id.index()] = entry.full();
-        self.nodes[id.index()] = entry;
-        Ok(())
-    }
-
-    /// Gives the MIG GPU of driver index `gpu` on node `id` new instances
-    /// (a repartition), while other GPUs of the node may run jobs. Refused
-    /// while a job holds one of its instances, for a GPU not in MIG mode,
-    /// and on a node whose MIG GPUs do not each have a slot range of their
-    /// own (more than nine of them).
-    pub fn repartition(&mut self, id: NodeId, gpu: u32, instances: Vec<MigInstance>) -> Result<(), SnapshotError> {
-        let e = self.nodes.get(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
-        let name = e.node.name.to_string();
-        let refuse = |why: &str| SnapshotError::Repartition { node: name.clone(), gpu, why: why.to_string() };
-        let di = e.node.devices.iter().position(|d| d.index == gpu).ok_or_else(|| refuse("no such GPU"))?;
-        if e.node.devices[di].mig.is_none() {
-            return Err(refuse("it is not in MIG mode"));
-        }
-        let range = e.mig_range(di).ok_or_else(|| refuse("the node has too many MIG GPUs to repartition one alone"))?;
-        if instances.len() > MIG_SLOTS_PER_GPU {
-            return Err(refuse("more than seven instances"));
-        }
-        let f = &self.free[id.index()];
-        if (e.mig_exists & range) & !f.mig != 0 {
-            return Err(refuse("a job holds one of its instances"));
-        }
-        let mut node = e.node.clone();
-        node.devices[di].mig = Some(instances);
-        node.validate()?;
-        let jobs = e.jobs.clone();
-        let mut entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
-        entry.jobs = jobs;
-        let f = &mut self.free[id.index()];
-        f.mig = (f.mig & !range) | (entry.mig_exists & range);
         self.nodes[id.index()] = entry;
         Ok(())
     }

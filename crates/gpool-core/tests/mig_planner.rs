@@ -24,20 +24,20 @@ fn served(gpus: &[ManagedGpu], demand: &BTreeMap<MigProfile, u32>) -> u32 {
 }
 
 fn arb_case() -> impl Strategy<Value = (Vec<ManagedGpu>, BTreeMap<MigProfile, u32>)> {
-    let gpu = (0..GEOMETRIES.len(), any::<prop::sample::Index>(), 0usize..8);
+    let gpu = (0..GEOMETRIES.len(), any::<prop::sample::Index>(), 0usize..8, any::<bool>());
     let gpus = prop::collection::vec(gpu, 1..12);
     let demand = prop::collection::vec((0usize..8, 0u32..6), 0..6);
     (gpus, demand, 0..GEOMETRIES.len()).prop_map(|(gpus, demand, dm)| {
         let gpus: Vec<ManagedGpu> = gpus
             .into_iter()
             .enumerate()
-            .map(|(k, (m, pick, busy))| {
+            .map(|(k, (m, pick, busy, draining))| {
                 let geo = &GEOMETRIES[m];
                 let layouts = geo.maximal_layouts();
                 let l = pick.get(&layouts);
                 let layout: Vec<MigProfile> = l.iter().map(|i| geo.profile(i.shape)).collect();
                 let busy = busy.min(layout.len());
-                ManagedGpu { key: k as u64, model: geo.model.into(), free: layout[busy..].to_vec(), layout }
+                ManagedGpu { key: k as u64, model: geo.model.into(), free: layout[busy..].to_vec(), layout, draining }
             })
             .collect();
         let geo = &GEOMETRIES[dm];
@@ -58,7 +58,17 @@ proptest! {
         let (gpus, demand) = case;
         let out = plan(&gpus, &demand);
         let mut after = gpus.clone();
-        for r in &out {
+        for key in &out.drain {
+            let g = gpus.iter().find(|g| g.key == *key).expect("a GPU of the input");
+            prop_assert!(!g.draining && !g.idle(), "drains only busy GPUs not draining yet: {g:?}");
+        }
+        // Busy GPUs that stay drained, and new drains: at most a quarter of all.
+        let kept = gpus.iter().filter(|g| g.draining && !g.idle() && !out.undrain.contains(&g.key)).count();
+        prop_assert!(out.drain.is_empty() || out.drain.len() + kept <= gpus.len().div_ceil(4).max(1));
+        for key in &out.undrain {
+            prop_assert!(gpus.iter().any(|g| g.key == *key && g.draining), "undrains only drains");
+        }
+        for r in &out.repartitions {
             let g = gpus.iter().find(|g| g.key == r.key).expect("a GPU of the input");
             prop_assert!(g.idle(), "repartitioned a GPU with a running job: {g:?}");
             let geo = geometry(&g.model).expect("known model");
@@ -75,7 +85,7 @@ proptest! {
         prop_assert!(served(&after, &demand) >= served(&gpus, &demand));
         let wanted: u32 = demand.iter().map(|(p, n)| n * u32::from(p.compute_slices)).sum();
         if served(&gpus, &demand) == wanted {
-            prop_assert!(out.is_empty(), "changed layouts with nothing waiting: {out:?}");
+            prop_assert!(out.repartitions.is_empty() && out.drain.is_empty(), "changed layouts with nothing waiting: {out:?}");
         }
     }
 }

@@ -47,6 +47,9 @@ pub struct SimConfig {
     pub preemptible: bool,
     /// Width of one time-series bucket.
     pub sample: Duration,
+    /// Lay out idle MIG GPUs for the queue's MIG demand before each pass
+    /// (`gpool_core::mig_planner`), as a node that lets gpool manage MIG does.
+    pub mig_planner: bool,
 }
 
 /// What happened to one job.
@@ -89,6 +92,8 @@ pub struct SimResult {
     pub series: Vec<Sample>,
     pub capacity_gpus: u64,
     pub preemptions: u64,
+    /// MIG GPUs laid out anew (`SimConfig::mig_planner`).
+    pub repartitions: u64,
     /// Calls of `schedule` and the wall time they took.
     pub sched_calls: u64,
     pub sched_time: Duration,
@@ -217,6 +222,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             completions: &mut completions,
             allocated_gpus: &mut allocated_gpus,
             stats: &mut stats,
+            mig_planner: cfg.mig_planner,
             wake: &mut wake,
             delay_ms,
         };
@@ -243,6 +249,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         series: series.finish(),
         capacity_gpus,
         preemptions: stats.preemptions,
+        repartitions: stats.repartitions,
         sched_calls: stats.calls,
         sched_time: stats.time,
         sched_max: stats.max,
@@ -253,6 +260,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
 #[derive(Default)]
 struct Stats {
     preemptions: u64,
+    repartitions: u64,
     calls: u64,
     time: Duration,
     max: Duration,
@@ -266,6 +274,7 @@ struct Ctx<'a> {
     completions: &'a mut BinaryHeap<Reverse<(i64, usize, u32)>>,
     allocated_gpus: &'a mut u64,
     stats: &'a mut Stats,
+    mig_planner: bool,
     wake: &'a mut Option<i64>,
     delay_ms: i64,
 }
@@ -278,6 +287,9 @@ impl Ctx<'_> {
         let apply_err = |err| SimError::Apply { t: now.as_secs_f64(), err };
         for _ in 0..4 {
             let t0 = Instant::now();
+            if self.mig_planner {
+                self.repartition(now)?;
+            }
             let plan = schedule(self.snap, now);
             let took = t0.elapsed();
             self.stats.calls += 1;
@@ -318,6 +330,28 @@ impl Ctx<'_> {
     }
 }
 
+impl Ctx<'_> {
+    /// Lays out idle MIG GPUs for the pending MIG demand, at once (a real
+    /// repartition takes seconds; the jobs here take minutes to hours).
+    fn repartition(&mut self, now: Time) -> Result<(), SimError> {
+        let apply_err = |err| SimError::Apply { t: now.as_secs_f64(), err };
+        let plan = gpool_core::mig_planner::plan_for(self.snap, |_, _| true);
+        for (node, gpu, r) in plan.repartitions {
+            self.stats.repartitions += 1;
+            let n = self.stats.repartitions;
+            let instances = r.instances(|i| format!("MIG-sim-{}-{gpu}-{n}-{i}", node.0));
+            self.snap.repartition(node, gpu, instances).map_err(apply_err)?;
+        }
+        for (node, gpu) in plan.drain {
+            self.snap.hold_mig_gpu(node, gpu, true).map_err(apply_err)?;
+        }
+        for (node, gpu) in plan.undrain {
+            self.snap.hold_mig_gpu(node, gpu, false).map_err(apply_err)?;
+        }
+        Ok(())
+    }
+}
+
 /// The core's view of a trace job.
 fn job_spec(j: &TraceJob, group: &Arc<str>, gpus_per_node: u32, cfg: &SimConfig) -> JobSpec {
     let mut spec = JobSpec::new("sim", Time::from_millis((j.submit_s * 1000.0).round() as i64));
@@ -326,7 +360,14 @@ fn job_spec(j: &TraceJob, group: &Arc<str>, gpus_per_node: u32, cfg: &SimConfig)
     spec.preemptible = cfg.preemptible;
     let (replicas, per) = split_gpus(j.gpus, gpus_per_node.max(1));
     spec.replicas = replicas;
-    spec.replica.gpu = if per == 0 { GpuRequest::None } else { GpuRequest::Gpus { count: per } };
+    spec.replica.gpu = match (&j.mig, per) {
+        (Some(profile), _) => GpuRequest::Mig { profile: profile.clone(), count: j.gpus.max(1) },
+        (None, 0) => GpuRequest::None,
+        (None, _) => GpuRequest::Gpus { count: per },
+    };
+    if j.mig.is_some() {
+        spec.replicas = 1;
+    }
     spec.replica.cpus_milli = j.cpus_milli / u64::from(replicas);
     spec.replica.memory_mb = j.memory_mb / u64::from(replicas);
     match j.gpu_models.as_slice() {

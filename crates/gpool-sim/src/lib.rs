@@ -13,6 +13,7 @@ pub mod bench;
 pub mod cluster;
 pub mod engine;
 pub mod metrics;
+pub mod mig_bench;
 pub mod plot;
 pub mod rng;
 pub mod synthetic;

@@ -136,6 +136,7 @@ fn hand_computed_schedules() {
             restart_delay: Duration::from_secs(c.restart_delay),
             preemptible: true,
             sample: Duration::from_secs(60),
+            mig_planner: false,
         };
         let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
         let mut got: Vec<(usize, f64, f64)> =
@@ -161,6 +162,7 @@ fn utilisation_and_makespan_follow_their_definitions() {
         restart_delay: Duration::ZERO,
         preemptible: false,
         sample: Duration::from_secs(10),
+        mig_planner: false,
     };
     let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
     let s = summarize(&r);
@@ -179,6 +181,7 @@ fn impossible_jobs_are_rejected_not_lost() {
         restart_delay: Duration::ZERO,
         preemptible: true,
         sample: Duration::from_secs(60),
+        mig_planner: false,
     };
     let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
     assert_eq!(r.jobs.len(), 1);

@@ -22,6 +22,7 @@ fn avg_jct(policy: &str, gpus: u32) -> f64 {
         restart_delay: Duration::from_secs(60),
         preemptible: false,
         sample: Duration::from_secs(3600),
+        mig_planner: false,
     };
     summarize(&run(&jobs, &cfg, |_, _| {}).expect("simulation")).avg_jct_s
 }

@@ -26,6 +26,8 @@ pub struct TraceJob {
     pub gpu_models: Vec<String>,
     pub cpus_milli: u64,
     pub memory_mb: u64,
+    /// A MIG profile: the job asks for `gpus` instances of it, not whole GPUs.
+    pub mig: Option<gpool_core::MigProfile>,
 }
 
 /// Trace file formats.
@@ -160,6 +162,7 @@ fn job(line: usize, submit_s: f64, duration_s: f64, gpus: u32, group: &str) -> T
         gpu_models: Vec::new(),
         cpus_milli: 0,
         memory_mb: 0,
+        mig: None,
     }
 }
 
@@ -242,10 +245,12 @@ fn openb(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
 }
 
 /// Generic CSV, see docs/simulator.md: `submit` and `duration` in seconds,
-/// `gpus`; optional `user`, `gpu_model`, `cpus`, `memory_mb`.
+/// `gpus`; optional `user`, `gpu_model`, `cpus`, `memory_mb`, `mig` (a MIG
+/// profile: `gpus` instances of it instead of whole GPUs).
 fn generic(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
     let (sub, dur, gpus) = (h.require("submit")?, h.require("duration")?, h.require("gpus")?);
     let (user, model, cpus, mem) = (h.find("user"), h.find("gpu_model"), h.find("cpus"), h.find("memory_mb"));
+    let mig = h.find("mig");
     rows.iter()
         .map(|rec| {
             let r = Row { rec };
@@ -268,6 +273,13 @@ fn generic(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
             }
             if let Some(m) = mem {
                 j.memory_mb = r.int(m, "memory_mb")?;
+            }
+            if let Some(m) = mig {
+                let text = r.get(m, "mig")?.trim();
+                if !text.is_empty() {
+                    j.mig =
+                        Some(text.parse().map_err(|e: gpool_core::resources::MigProfileError| r.err(e.to_string()))?);
+                }
             }
             if j.gpus == 0 && j.cpus_milli == 0 {
                 return Err(r.err("a job must ask for at least one GPU or some CPU"));
