@@ -134,7 +134,7 @@ impl Connect {
             return Ok(Client { base, place, token: self.token.clone(), agent });
         }
         let base = match &self.server {
-            Some(s) => s.trim_end_matches('/').to_string(),
+            Some(s) => server_url(s)?,
             None => std::fs::read_to_string(dir.join(URL_FILE)).map(|s| s.trim().to_string()).with_context(|| {
                 ClientError::new(
                     ErrorKind::Unreachable,
@@ -167,6 +167,23 @@ impl Connect {
         }
         let agent: ureq::Agent = config.build().into();
         Ok(Client { place: base.clone(), base, token: Some(token), agent })
+    }
+}
+
+/// A `--server` value as a base URL, or what is wrong with it.
+fn server_url(s: &str) -> anyhow::Result<String> {
+    let url = s.trim().trim_end_matches('/');
+    let host = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+    match host {
+        Some(h) if !h.is_empty() && !h.contains(['/', ' ', '?', '#']) => Ok(url.to_string()),
+        _ => Err(ClientError::new(
+            ErrorKind::Unreachable,
+            format!(
+                "--server {s:?} is not a daemon's address: give http://HOST:PORT or https://HOST:PORT \
+                 (e.g. http://127.0.0.1:7878), without a path"
+            ),
+        )
+        .into()),
     }
 }
 
@@ -241,6 +258,21 @@ impl Client {
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
                 r => r?,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls_are_checked_before_any_request() {
+        assert_eq!(server_url("http://cp1:7878/").expect("fine"), "http://cp1:7878");
+        assert_eq!(server_url(" https://10.0.0.1:7878 ").expect("fine"), "https://10.0.0.1:7878");
+        for bad in ["foo", "cp1:7878", "http://", "ftp://x", "http://x/api/v1"] {
+            let e = server_url(bad).expect_err(bad).to_string();
+            assert!(e.contains("--server") && e.contains("http://HOST:PORT"), "{bad}: {e}");
         }
     }
 }

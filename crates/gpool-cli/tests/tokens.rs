@@ -82,3 +82,27 @@ fn an_expired_token_is_refused_saying_when() {
     assert_eq!(s, 401, "{v}");
     assert!(v["error"].as_str().is_some_and(|e| e.contains("expired at")), "{v}");
 }
+
+/// Issue 18's messages about tokens and addresses: a bad token's error says
+/// what to pass on the command line, the scheme of `Authorization` is
+/// case-insensitive, `token create --role` takes the role by name, and a
+/// malformed `--server` is refused before any request, saying what to give.
+#[test]
+fn token_and_address_errors_say_what_to_type() {
+    let scratch = Scratch::new("token-messages");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let (code, _, err) = gpool(&["whoami"], &[("GPOOL_SERVER", d.url.as_str()), ("GPOOL_TOKEN", "gp_nope")]);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(err.contains("--token or GPOOL_TOKEN"), "{err}");
+    let resp = ureq::get(format!("{}/api/v1/whoami", d.url))
+        .header("Authorization", format!("bearer {}", d.token))
+        .call()
+        .expect("a lower-case scheme is accepted");
+    assert_eq!(resp.status(), 200);
+    let (ok, out, err) = d.cli(&["token", "create", "--user", "grafana", "--role", "reader", "-o", "json"]);
+    assert!(ok, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).expect("json")["role"], "reader");
+    let (code, _, err) = gpool(&["queue", "--server", "cp1:7878", "--token", "x"], &[]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--server \"cp1:7878\"") && err.contains("http://HOST:PORT"), "{err}");
+}

@@ -424,6 +424,19 @@ impl<'s> Capacity<'s> {
             e.node.state == NodeState::Up && job.spec.node_matches(&e.node) && could_host(self.snap, e, job)
         });
         if !hosts {
+            let (mut draining, mut down) = (0, 0);
+            for n in 0..self.free.len() as u32 {
+                let e = self.entry(n);
+                if e.node.state != NodeState::Up && job.spec.node_matches(&e.node) && could_host(self.snap, e, job) {
+                    match e.node.state {
+                        NodeState::Draining => draining += 1,
+                        _ => down += 1,
+                    }
+                }
+            }
+            if draining + down > 0 {
+                return PendingReason::NodesUnavailable { need, draining, down };
+            }
             return PendingReason::NoMatchingNode { need };
         }
         let best_free = match &job.spec.replica.gpu {

@@ -90,6 +90,8 @@ pub enum PendingReason {
     NoFit { need: Need, best_free: u32 },
     /// No node that is up passes the job's selector, affinity and model constraint.
     NoMatchingNode { need: Need },
+    /// Only nodes that are draining or down could run it.
+    NodesUnavailable { need: Need, draining: u32, down: u32 },
     /// Strict order: an earlier job that does not fit blocks this one.
     HeadOfLine { blocked_by: JobId },
     /// It would fit, but would delay the reserved start of an earlier job.
@@ -130,6 +132,16 @@ impl fmt::Display for PendingReason {
             }
             PendingReason::NoMatchingNode { need } => {
                 write!(f, "needs {need}, but no node that is up matches its selector, affinity and GPU model")
+            }
+            PendingReason::NodesUnavailable { need, draining, down } => {
+                let mut parts = Vec::new();
+                if *draining > 0 {
+                    parts.push(format!("{draining} draining (gpool resume NODE)"));
+                }
+                if *down > 0 {
+                    parts.push(format!("{down} down"));
+                }
+                write!(f, "needs {need}; the only nodes that could run it are {}", parts.join(" and "))
             }
             PendingReason::HeadOfLine { blocked_by } => {
                 write!(f, "strict order: behind job {blocked_by}, which does not fit yet")

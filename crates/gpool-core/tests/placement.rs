@@ -247,3 +247,23 @@ fn infeasible_requests_are_recognised_with_the_reason() {
         }
     }
 }
+
+/// Issue 18: a job that only a draining (or down) node could run says so,
+/// rather than that no node matches it.
+#[test]
+fn a_job_only_a_draining_node_could_run_says_so() {
+    let mut c = Cluster::new("fifo").node("a", 2, "H100-80GB").node("b", 8, "H100-80GB");
+    let (a, b) = (c.id("a"), c.id("b"));
+    c.snap.set_node_state(b, gpool_core::NodeState::Draining).expect("drain");
+    let big = c.submit(job("u").gpus(4));
+    let why = c.reason(&c.plan(t(0)), big);
+    assert_eq!(why, "needs 4×GPU; the only nodes that could run it are 1 draining (gpool resume NODE)");
+    c.snap.remove_pending(big, false).expect("cancelled");
+    c.snap.set_node_state(a, gpool_core::NodeState::Down).expect("down");
+    let small = c.submit(job("v").gpus(1));
+    let why = c.reason(&c.plan(t(1)), small);
+    assert!(why.contains("1 draining") && why.contains("1 down"), "{why}");
+    c.snap.remove_pending(small, false).expect("cancelled");
+    let other = c.submit(job("w").gpus(1).model("A100-80GB"));
+    assert!(c.reason(&c.plan(t(2)), other).contains("no node that is up matches"), "no node could ever");
+}

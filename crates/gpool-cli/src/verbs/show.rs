@@ -68,7 +68,7 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
             lines.push(format!("  rank {:<3} on {}  CUDA_VISIBLE_DEVICES={}", r.rank, r.node, r.cuda_visible_devices));
         }
         if let Some(x) = &j.exit {
-            lines.push(format!("  exit             code {:?} signal {:?}", x.code, x.signal));
+            lines.push(format!("  exit             {}", exit_text(x.code, x.signal)));
         }
         if let Some(u) = &j.usage {
             lines.extend(usage_lines(u, curve));
@@ -81,8 +81,34 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
     Ok(text(lines))
 }
 
+/// How a process ended, as a shell would say it: `code 0`, `killed by
+/// signal 9 (SIGKILL)`.
+fn exit_text(code: Option<i32>, signal: Option<i32>) -> String {
+    const NAMES: [&str; 16] = [
+        "", "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1",
+        "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM",
+    ];
+    match (code, signal) {
+        (_, Some(s)) => match NAMES.get(s as usize).filter(|n| !n.is_empty()) {
+            Some(name) => format!("killed by signal {s} ({name})"),
+            None => format!("killed by signal {s}"),
+        },
+        (Some(c), None) => format!("code {c}"),
+        (None, None) => "unknown (no exit record)".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_exit_reads_as_a_shell_would_say_it() {
+        assert_eq!(super::exit_text(Some(0), None), "code 0");
+        assert_eq!(super::exit_text(Some(137), None), "code 137");
+        assert_eq!(super::exit_text(None, Some(9)), "killed by signal 9 (SIGKILL)");
+        assert_eq!(super::exit_text(None, Some(40)), "killed by signal 40");
+        assert_eq!(super::exit_text(None, None), "unknown (no exit record)");
+    }
+
     use super::*;
     use crate::testkit::{advice, assert_snapshot, finding, job, usage};
     use gpool_api::JobState;

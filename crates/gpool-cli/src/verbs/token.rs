@@ -17,12 +17,15 @@ pub(crate) struct TokenArgs {
     /// Make an admin token.
     #[arg(long, conflicts_with_all = ["node", "reader"])]
     admin: bool,
-    /// Make a node token, for `gpool agent --token` (it speaks only the agent protocol).
+    /// Make a node token, for `gpool agent --token-file` (it speaks only the agent protocol).
     #[arg(long, conflicts_with = "reader")]
     node: bool,
     /// Make a read-only token: reads everything (dashboards, Prometheus with --metrics-auth), changes nothing.
     #[arg(long)]
     reader: bool,
+    /// The role by name, as the API and `token list` say it (the same as --admin, --node, --reader; default user).
+    #[arg(long, value_parser = ["user", "admin", "node", "reader"], conflicts_with_all = ["admin", "node", "reader"])]
+    role: Option<String>,
     /// Accepted for this long (90d, 12h); by default until revoked.
     #[arg(long)]
     ttl: Option<String>,
@@ -47,7 +50,7 @@ pub(crate) fn create(a: TokenArgs) -> anyhow::Result<()> {
         (true, _, _) => Some("admin".to_string()),
         (_, true, _) => Some("node".to_string()),
         (_, _, true) => Some("reader".to_string()),
-        _ => None,
+        _ => a.role,
     };
     let req = api::TokenRequest { user: a.user, team: a.team, role, ttl: a.ttl };
     let t: api::TokenCreated = a.connect.client()?.post("/tokens", &req)?;

@@ -306,7 +306,10 @@ impl Controller {
         if let Some(j) = job {
             self.visible(caller, j)?;
         } else if !caller.sees_all() {
-            return Err(ApiError::new(403, "only admins and readers may read every job's events; pass ?job=ID"));
+            return Err(ApiError::new(
+                403,
+                "only admins and readers may read every job's events; ask for one of your jobs' (gpool events --job ID; in the API, ?job=ID)",
+            ));
         }
         let rows = self.store.events(after, job, 1000).map_err(|e| ApiError::new(500, e.to_string()))?;
         Ok(rows

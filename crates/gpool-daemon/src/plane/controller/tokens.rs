@@ -88,8 +88,8 @@ impl Controller {
         let Some(entry) = self.tokens.get_mut(&hash) else {
             return Err(ApiError::new(
                 401,
-                "invalid token (unknown or revoked): pass a token of `gpool token create` as \
-                 'Authorization: Bearer <token>'",
+                "invalid token (unknown or revoked): use one that `gpool token create` printed, with --token or \
+                 GPOOL_TOKEN (in HTTP, 'Authorization: Bearer <token>')",
             ));
         };
         if let Some(at) = entry.expires_ms.filter(|at| *at <= now) {

@@ -49,7 +49,8 @@ fn bearer(headers: &HeaderMap) -> Option<Result<String, AppError>> {
         value
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
+            // The scheme is case-insensitive (RFC 9110, section 11.1).
+            .and_then(|v| v.get(..7).filter(|s| s.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]))
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty())
             .ok_or_else(|| denied("the Authorization header must be 'Bearer <token>' (the CLI sends --token so)")),
