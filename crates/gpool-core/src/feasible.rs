@@ -48,6 +48,31 @@ impl fmt::Display for Infeasible {
 }
 
 impl Snapshot {
+    /// Whether managed MIG GPUs could be laid out for this MIG request:
+    /// on one node, as many instances of its profile as it asks for.
+    fn managed_mig_could_host(&self, spec: &JobSpec) -> bool {
+        let crate::job::GpuRequest::Mig { profile, count } = &spec.replica.gpu else { return false };
+        self.nodes.iter().any(|e| {
+            if e.mig_managed == 0 || e.node.state == NodeState::Down || !spec.node_matches(&e.node) {
+                return false;
+            }
+            let mut room = 0u32;
+            for (di, d) in e.node.devices.iter().enumerate() {
+                let managed = e.mig_range(di).is_some_and(|r| e.mig_managed & r != 0);
+                let model_ok = spec.replica.gpu_model.as_deref().is_none_or(|m| d.model.eq_ignore_ascii_case(m));
+                let Some(geo) = crate::mig_geometry::geometry(&d.model).filter(|_| managed && model_ok) else {
+                    continue;
+                };
+                // The most instances of the profile one GPU of this model holds.
+                room += (1..=7u32)
+                    .take_while(|k| geo.fit(&vec![profile.clone(); *k as usize]).is_ok_and(|f| f.is_some()))
+                    .last()
+                    .unwrap_or(0);
+            }
+            room >= *count
+        })
+    }
+
     /// Checks that the job could run if the cluster were empty.
     pub fn check_feasible(&self, spec: &JobSpec) -> Result<(), Infeasible> {
         if spec.replicas == 0 {
@@ -86,6 +111,9 @@ impl Snapshot {
             if fit >= spec.replicas {
                 return Ok(());
             }
+        }
+        if self.managed_mig_could_host(spec) {
+            return Ok(());
         }
         if fit == 0 {
             let largest = self

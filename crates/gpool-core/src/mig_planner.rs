@@ -213,8 +213,10 @@ fn best_layout<'a>(
     best
 }
 
-/// [`plan`] over a snapshot: the MIG GPUs of nodes that are up for which
-/// `managed` says yes, and the MIG instances pending jobs ask for. Each
+/// [`plan`] over a snapshot: the managed MIG GPUs
+/// (`Snapshot::set_mig_managed`) of nodes that are up for which `managed`
+/// also says yes (the daemon leaves out GPUs being repartitioned), and the
+/// MIG instances pending jobs ask for. Each
 /// repartition comes with its node and GPU (driver index).
 pub fn plan_for(snap: &Snapshot, managed: impl Fn(&Node, &Device) -> bool) -> SnapshotPlan {
     let mut demand: BTreeMap<MigProfile, u32> = BTreeMap::new();
@@ -227,7 +229,9 @@ pub fn plan_for(snap: &Snapshot, managed: impl Fn(&Node, &Device) -> bool) -> Sn
     }
     let mut gpus = Vec::new();
     for (id, node) in snap.nodes().filter(|(_, n)| n.state == NodeState::Up) {
-        for d in node.devices.iter().filter(|d| d.mig.is_some() && managed(node, d)) {
+        for d in
+            node.devices.iter().filter(|d| d.mig.is_some() && snap.mig_gpu_managed(id, d.index) && managed(node, d))
+        {
             let Some(instances) = snap.mig_instances(id, d.index) else { continue };
             gpus.push(ManagedGpu {
                 key: (u64::from(id.0) << 32) | u64::from(d.index),

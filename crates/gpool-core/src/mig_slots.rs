@@ -52,9 +52,11 @@ impl Snapshot {
         node.validate()?;
         let jobs = e.jobs.clone();
         let held = e.mig_held & !range;
+        let managed = e.mig_managed;
         let mut entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
         entry.jobs = jobs;
         entry.mig_held = held;
+        entry.mig_managed = managed;
         let f = &mut self.free[id.index()];
         f.mig = (f.mig & !range) | (entry.mig_exists & range);
         self.nodes[id.index()] = entry;
@@ -85,5 +87,32 @@ impl Snapshot {
         let Some(e) = self.nodes.get(id.index()) else { return false };
         let Some(di) = e.node.devices.iter().position(|d| d.index == gpu) else { return false };
         e.mig_range(di).is_some_and(|r| e.mig_held & r != 0)
+    }
+
+    /// Lets gpool change (`managed`) or not the layout of MIG GPU `gpu` of
+    /// node `id`: the MIG planner only repartitions managed GPUs, and a
+    /// MIG request that some managed GPU could be laid out for is feasible
+    /// even if no layout has its profile now.
+    pub fn set_mig_managed(&mut self, id: NodeId, gpu: u32, managed: bool) -> Result<(), SnapshotError> {
+        let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
+        let refuse = |why: &str| SnapshotError::Repartition { node: e.node.name.to_string(), gpu, why: why.into() };
+        let di = e.node.devices.iter().position(|d| d.index == gpu).ok_or_else(|| refuse("no such GPU"))?;
+        if e.node.devices[di].mig.is_none() {
+            return Err(refuse("it is not in MIG mode"));
+        }
+        let range = e.mig_range(di).ok_or_else(|| refuse("the node has too many MIG GPUs to manage one alone"))?;
+        if managed {
+            e.mig_managed |= range;
+        } else {
+            e.mig_managed &= !range;
+        }
+        Ok(())
+    }
+
+    /// Whether gpool may change the layout of GPU `gpu` of node `id`.
+    pub fn mig_gpu_managed(&self, id: NodeId, gpu: u32) -> bool {
+        let Some(e) = self.nodes.get(id.index()) else { return false };
+        let Some(di) = e.node.devices.iter().position(|d| d.index == gpu) else { return false };
+        e.mig_range(di).is_some_and(|r| e.mig_managed & r != 0)
     }
 }

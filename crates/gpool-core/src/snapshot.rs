@@ -101,6 +101,9 @@ pub(crate) struct NodeEntry {
     /// MIG slots nothing new is placed on: their GPU is being emptied for a
     /// repartition (`Snapshot::hold_mig_gpu`).
     pub(crate) mig_held: u64,
+    /// MIG slot ranges of the GPUs whose layout gpool may change
+    /// (`Snapshot::set_mig_managed`).
+    pub(crate) mig_managed: u64,
     /// Each MIG slot range is the GPU's own (`MIG_SLOTS_PER_GPU` per MIG
     /// GPU), so one GPU can be repartitioned while others run jobs.
     pub(crate) mig_ranges: bool,
@@ -126,6 +129,7 @@ impl NodeEntry {
             mig_slots: Vec::new(),
             mig_exists: 0,
             mig_held: 0,
+            mig_managed: 0,
             mig_ranges: false,
             model_masks: Vec::new(),
             profile_masks: Vec::new(),

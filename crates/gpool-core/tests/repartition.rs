@@ -82,3 +82,31 @@ fn an_idle_gpu_is_repartitioned_beside_a_running_job_and_a_busy_one_is_not() {
     assert!(c.snap.repartition(node, 9, Vec::new()).is_err_and(|e| e.to_string().contains("no such GPU")));
     assert!(c.snap.repartition(node, 0, instances(0, &["1g.10gb"; 8])).is_err());
 }
+
+/// A MIG request that no layout has now is feasible when a managed GPU
+/// could be laid out for it (the planner will), and refused otherwise.
+#[test]
+fn a_profile_only_a_managed_gpu_could_offer_is_feasible() {
+    let mut c = two_mig_gpus();
+    let node = c.id("m");
+    let one_g = job("u").mig("1g.10gb").spec;
+    assert!(c.snap.check_feasible(&one_g).is_err(), "no 1g instance, nothing managed");
+    c.snap.set_mig_managed(node, 1, true).expect("managed");
+    assert!(c.snap.mig_gpu_managed(node, 1) && !c.snap.mig_gpu_managed(node, 0));
+    c.snap.check_feasible(&one_g).expect("GPU 1 can be split into 1g instances");
+    let mut eight = one_g.clone();
+    eight.replica.gpu = gpool_core::GpuRequest::Mig { profile: "1g.10gb".parse().expect("p"), count: 8 };
+    assert!(c.snap.check_feasible(&eight).is_err(), "one managed GPU holds seven 1g instances at most");
+    c.snap.set_mig_managed(node, 0, true).expect("managed");
+    c.snap.check_feasible(&eight).expect("two managed GPUs hold fourteen");
+    let a100 = job("v").mig("1g.10gb").model("A100-80GB").spec;
+    assert!(c.snap.check_feasible(&a100).is_err(), "the model constraint holds");
+    // The planner only touches managed GPUs.
+    let _ = c.submit(job("w").mig("1g.10gb"));
+    c.snap.set_mig_managed(node, 0, false).expect("unmanaged");
+    c.snap.set_mig_managed(node, 1, false).expect("unmanaged");
+    assert_eq!(gpool_core::mig_planner::plan_for(&c.snap, |_, _| true), Default::default());
+    c.snap.set_mig_managed(node, 1, true).expect("managed");
+    let p = gpool_core::mig_planner::plan_for(&c.snap, |_, _| true);
+    assert_eq!(p.repartitions.iter().map(|(_, gpu, _)| *gpu).collect::<Vec<_>>(), [1]);
+}

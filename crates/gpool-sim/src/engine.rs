@@ -138,7 +138,13 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         let whole = n.devices.iter().filter(|d| d.mig.is_none()).count() as u32;
         gpus_per_node = gpus_per_node.max(whole);
         capacity_gpus += u64::from(whole);
-        snap.add_node(n).map_err(SimError::Cluster)?;
+        let mig_gpus: Vec<u32> = n.devices.iter().filter(|d| d.mig.is_some()).map(|d| d.index).collect();
+        let id = snap.add_node(n).map_err(SimError::Cluster)?;
+        if cfg.mig_planner {
+            for gpu in mig_gpus {
+                snap.set_mig_managed(id, gpu, true).map_err(SimError::Cluster)?;
+            }
+        }
     }
     if cfg.nodes.is_empty() {
         return Err(SimError::EmptyCluster);

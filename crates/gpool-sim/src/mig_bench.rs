@@ -197,6 +197,8 @@ pub fn compare(b: &MigBench, policy: &Policy) -> Result<Vec<MigRow>, SimError> {
     let mixed_nodes = || cluster(b, &|k| mix[k % mix.len()].clone());
     rows.push(row("mixed (static)".into(), b, &trace, &cfg(mixed_nodes(), false))?);
     rows.push(row("planner (from mixed)".into(), b, &trace, &cfg(mixed_nodes(), true))?);
+    let whole: Vec<MigProfile> = "7g.80gb".parse().into_iter().collect();
+    rows.push(row("planner (from 7g everywhere)".into(), b, &trace, &cfg(cluster(b, &|_| whole.clone()), true))?);
     rows.sort_by(|a, b| b.served.cmp(&a.served).then(a.layout.cmp(&b.layout)));
     Ok(rows)
 }
@@ -210,7 +212,11 @@ pub fn planner_cost(nodes: u32, gpus_per_node: u32, pending: usize) -> Result<(D
     let mix = mixed();
     let mut snap = gpool_core::Snapshot::new(Policy::by_name("fifo-backfill").map_err(|_| SimError::EmptyCluster)?);
     for n in cluster(&b, &|k| mix[k % mix.len()].clone()) {
-        snap.add_node(n).map_err(SimError::Cluster)?;
+        let gpus: Vec<u32> = n.devices.iter().map(|d| d.index).collect();
+        let id = snap.add_node(n).map_err(SimError::Cluster)?;
+        for gpu in gpus {
+            snap.set_mig_managed(id, gpu, true).map_err(SimError::Cluster)?;
+        }
     }
     // Fill every instance but one per GPU with a running job.
     let t0 = gpool_core::Time::from_millis(0);
