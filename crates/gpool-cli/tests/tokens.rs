@@ -102,6 +102,8 @@ fn token_and_address_errors_say_what_to_type() {
     let (ok, out, err) = d.cli(&["token", "create", "--user", "grafana", "--role", "reader", "-o", "json"]);
     assert!(ok, "{err}");
     assert_eq!(serde_json::from_str::<Value>(&out).expect("json")["role"], "reader");
+    let (s, v) = d.req("GET", "/api/v1/jobs?limit=0", &d.token, None);
+    assert_eq!((s, v["error"].as_str()), (400, Some("limit: 0 is not between 1 and 1000")));
     let (code, _, err) = gpool(&["queue", "--server", "cp1:7878", "--token", "x"], &[]);
     assert_ne!(code, Some(0));
     assert!(err.contains("--server \"cp1:7878\"") && err.contains("http://HOST:PORT"), "{err}");

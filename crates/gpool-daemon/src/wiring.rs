@@ -105,6 +105,14 @@ pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
             if !valid(q.guarantee_gpus) || q.max_gpus.is_some_and(|m| !valid(m)) {
                 bail!("{}: queue {}: quotas must be numbers of GPUs ≥ 0", path.display(), q.name);
             }
+            if let Some(max) = q.max_gpus.filter(|m| *m < q.guarantee_gpus) {
+                bail!(
+                    "{}: queue {}: guaranteeGpus {} is more than maxGpus {max}: a queue cannot be promised more than it may use",
+                    path.display(),
+                    q.name,
+                    q.guarantee_gpus
+                );
+            }
             Ok(QueueConfig {
                 name: Arc::from(q.name.as_str()),
                 cohort: q.cohort.map(|c| Arc::from(c.as_str())),
@@ -152,6 +160,18 @@ pub fn this_account() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_promised_more_than_its_maximum_is_refused() {
+        let f = std::env::temp_dir().join(format!("gpool-queues-{}.yaml", std::process::id()));
+        std::fs::write(&f, "- {name: ml, guaranteeGpus: 8, maxGpus: 4}\n").expect("file");
+        let e = read_queues(&f).expect_err("guarantee over max");
+        std::fs::write(&f, "- {name: ml, guaranteeGpus: 4, maxGpus: 8}\n").expect("file");
+        let ok = read_queues(&f);
+        let _ = std::fs::remove_file(&f);
+        assert!(e.to_string().contains("guaranteeGpus 8 is more than maxGpus 4"), "{e}");
+        assert_eq!(ok.expect("fine").len(), 1);
+    }
 
     #[test]
     fn the_open_file_limit_is_raised_to_the_hard_limit() {

@@ -115,7 +115,12 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
         let field = format!("resources.{key}");
         match key.as_str() {
             "nvidia.com/gpu" => set_gpu(key, GpuRequest::Gpus { count: whole(&field, q)? })?,
-            "cpu" => core.replica.cpus_milli = parse_cpu_milli(&q.text()).map_err(|e| bad(&field, e.to_string()))?,
+            "cpu" => {
+                core.replica.cpus_milli = parse_cpu_milli(&q.text()).map_err(|e| bad(&field, e.to_string()))?;
+                if core.replica.cpus_milli == 0 {
+                    return Err(bad(&field, "0 CPUs: a job needs some CPU; ask for at least 1m, or leave cpu out"));
+                }
+            }
             "memory" => {
                 core.replica.memory_mb =
                     parse_bytes(&q.text()).map_err(|e| bad(&field, e.to_string()))?.div_ceil(1024 * 1024)

@@ -67,8 +67,16 @@ pub fn identity(field: &str, s: &str) -> Result<(), Refused> {
     Ok(())
 }
 
-/// The text fields of a job spec (everything but its numbers and durations).
+/// The most retries a job may ask for (Kubernetes' `backoffLimit` is 6 by
+/// default; a job failing more than this is failing for a reason).
+pub const MAX_RETRIES: u32 = 100;
+
+/// The text fields of a job spec (everything but its numbers and durations),
+/// and the numbers that have a limit of their own.
 pub fn spec(s: &gpool_api::JobSpec) -> Result<(), Refused> {
+    if s.retries > MAX_RETRIES {
+        return Err(refused("retries", format!("{} is more than the most, {MAX_RETRIES}", s.retries)));
+    }
     if let Some(n) = &s.name {
         name("name", n)?;
     }

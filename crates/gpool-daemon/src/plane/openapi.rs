@@ -36,7 +36,7 @@ pub const DOCUMENT: &str = r##"{
           "labels": { "type": "object", "additionalProperties": { "type": "string" } },
           "antiAffinity": { "type": "array", "items": { "type": "object", "additionalProperties": { "type": "string" } } },
           "dependsOn": { "type": "array", "items": { "type": "integer" } },
-          "retries": { "type": "integer", "minimum": 0, "default": 0 }
+          "retries": { "type": "integer", "minimum": 0, "maximum": 100, "default": 0 }
         }
       },
       "MatchExpression": { "type": "object", "required": ["key", "operator"], "properties": {
@@ -107,7 +107,7 @@ pub const DOCUMENT: &str = r##"{
           { "name": "user", "in": "query", "schema": { "type": "string" } },
           { "name": "queue", "in": "query", "schema": { "type": "string" } },
           { "name": "after", "in": "query", "schema": { "type": "integer" }, "description": "cursor: ids greater than this" },
-          { "name": "limit", "in": "query", "schema": { "type": "integer", "default": 100, "maximum": 1000 } } ],
+          { "name": "limit", "in": "query", "schema": { "type": "integer", "default": 100, "minimum": 1, "maximum": 1000 } } ],
         "responses": { "200": { "description": "a page", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/JobList" } } } }, "400": { "$ref": "#/components/responses/Error" } } }
     },
     "/api/v1/jobs/{id}": {

@@ -216,7 +216,10 @@ async fn list(
         user: p.get("user").cloned(),
         queue: p.get("queue").cloned(),
         after: number(&p, "after")?,
-        limit: number(&p, "limit")?.unwrap_or(100),
+        limit: match number(&p, "limit")? {
+            Some(l) if !(1..=1000).contains(&l) => return Err(bad(format!("limit: {l} is not between 1 and 1000"))),
+            l => l.unwrap_or(100),
+        },
     };
     Ok(Json(call(&st, &who, |reply| Call::List { query, reply }).await?))
 }

@@ -198,3 +198,20 @@ fn a_local_caller_is_who_the_kernel_says_with_the_role_the_identity_file_gives()
     assert_eq!(e.status, 403);
     assert!(e.message.contains("single-user mode"), "{}", e.message);
 }
+
+#[test]
+fn numbers_out_of_their_range_are_refused_naming_the_limit() {
+    let mut h = Setup::new().build();
+    let cases = [
+        ("command: [x]\nresources: {cpu: 0}\n", "resources.cpu: 0 CPUs: a job needs some CPU"),
+        ("command: [x]\nretries: 1000000\n", "retries: 1000000 is more than the most, 100"),
+    ];
+    for (yaml, want) in cases {
+        let spec: api::JobSpec = serde_yaml::from_str(yaml).expect("spec");
+        let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err(yaml);
+        assert_eq!(e.status, 400, "{yaml}");
+        assert!(e.message.starts_with(want), "{yaml}: {}", e.message);
+    }
+    let ok: api::JobSpec = serde_yaml::from_str("command: [x]\nretries: 100\nresources: {cpu: 1m}\n").expect("spec");
+    h.call(ADMIN, |reply| Call::Submit { specs: vec![ok], reply }).expect("at the limits");
+}
