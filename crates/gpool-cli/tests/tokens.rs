@@ -102,6 +102,14 @@ fn token_and_address_errors_say_what_to_type() {
     let (ok, out, err) = d.cli(&["token", "create", "--user", "grafana", "--role", "reader", "-o", "json"]);
     assert!(ok, "{err}");
     assert_eq!(serde_json::from_str::<Value>(&out).expect("json")["role"], "reader");
+    // Another user's job's events: not found at once, with or without history.
+    let job = d.submit(json!({"command": "sleep 60", "resources": {"nvidia.com/gpu": 1}}));
+    let bob = create(&d, json!({"user": "bob"}));
+    let bob = bob["token"].as_str().expect("secret");
+    for q in ["", "&after=0"] {
+        let (s, v) = d.req("GET", &format!("/api/v1/events?job={job}{q}"), bob, None);
+        assert_eq!(s, 404, "{q}: {v}");
+    }
     let (s, v) = d.req("GET", "/api/v1/jobs?limit=0", &d.token, None);
     assert_eq!((s, v["error"].as_str()), (400, Some("limit: 0 is not between 1 and 1000")));
     let (code, _, err) = gpool(&["queue", "--server", "cp1:7878", "--token", "x"], &[]);

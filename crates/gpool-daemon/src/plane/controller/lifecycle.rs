@@ -202,10 +202,8 @@ impl Controller {
         doc.end_reason = Some(reason.clone());
         self.touched.remove(&id);
         self.writes.push(put_job(&doc));
-        self.event(now, Some(id), state.as_str(), format!("job {id} {}: {reason}", state.as_str()));
-        if let Some(e) = self.published.last_mut() {
-            e.user = Some(doc.user.clone());
-        }
+        let said = format!("job {id} {}: {reason}", state.as_str());
+        self.event_of(now, Some(id), Some(doc.user.clone()), state.as_str(), said);
         Some(doc)
     }
 

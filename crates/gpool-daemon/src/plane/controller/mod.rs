@@ -392,6 +392,14 @@ impl Controller {
     }
 
     fn event(&mut self, now: i64, job: Option<u64>, kind: &str, message: String) {
+        let user = job.and_then(|j| self.jobs.get(&j)).map(|d| d.user.clone());
+        self.event_of(now, job, user, kind, message);
+    }
+
+    /// An event of a job whose document is not among the live ones (being
+    /// submitted, or just ended): its owner is given, so that the owner's
+    /// own event stream shows it.
+    fn event_of(&mut self, now: i64, job: Option<u64>, user: Option<String>, kind: &str, message: String) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.writes.push(Write::AppendEvent(EventRow {
@@ -401,7 +409,6 @@ impl Controller {
             kind: kind.into(),
             message: message.clone(),
         }));
-        let user = job.and_then(|j| self.jobs.get(&j)).map(|d| d.user.clone());
         self.published.push(api::EventView { seq, at: api::time::rfc3339(now), job, user, kind: kind.into(), message });
     }
 

@@ -197,7 +197,8 @@ impl Controller {
             if let Err(e) = self.snap.submit(JobId(id), core) {
                 return Err(ApiError::new(500, format!("internal error: {e}")));
             }
-            self.event(now, Some(id), "submitted", format!("job {id} ({}) submitted by {}", doc.name, doc.user));
+            let said = format!("job {id} ({}) submitted by {}", doc.name, doc.user);
+            self.event_of(now, Some(id), Some(doc.user.clone()), "submitted", said);
             self.jobs.insert(id, doc);
             self.touched.insert(id);
             ids.push(id);

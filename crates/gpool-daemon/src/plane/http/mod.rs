@@ -105,15 +105,26 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Refuses a body whose declared length is over the limit before reading any of it.
+/// Refuses a body whose declared length is over the limit before reading
+/// any of it, and one that turns out over it while read, in JSON.
 async fn refuse_declared_oversize(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let too_large = || {
+        AppError(ApiError::new(413, format!("the body is larger than {} MiB", MAX_BODY / (1024 * 1024))))
+            .into_response()
+    };
     if declared.is_some_and(|n| n > MAX_BODY) {
-        return AppError(ApiError::new(413, format!("the body is larger than {} MiB", MAX_BODY / (1024 * 1024))))
-            .into_response();
+        return too_large();
     }
-    next.run(req).await
+    let resp = next.run(req).await;
+    // A chunked body (no declared length) over the limit is refused while
+    // it is read, by axum, in plain text: answer in JSON as every refusal.
+    let json = resp.headers().get(header::CONTENT_TYPE).is_some_and(|c| c.as_bytes().starts_with(b"application/json"));
+    if resp.status() == StatusCode::PAYLOAD_TOO_LARGE && !json {
+        return too_large();
+    }
+    resp
 }
 
 /// An error as the API returns it: `{"error": "..."}` with a status.
@@ -433,6 +444,10 @@ async fn events(
     let after: u64 = number(&p, "after")?.unwrap_or(u64::MAX);
     let job: Option<u64> = number(&p, "job")?;
     let me = call(&st, &who, |reply| Call::WhoAmI { reply }).await?;
+    // A job the caller may not see is not found, at once, whether or not it asks for history.
+    if let Some(id) = job.filter(|_| after == u64::MAX) {
+        call(&st, &who, |reply| Call::Get { id, reply }).await?;
+    }
     let live = st.events.subscribe();
     let history = if after == u64::MAX {
         Vec::new()
@@ -455,4 +470,36 @@ async fn events(
         async move { keep.map(to_sse) }
     });
     Ok(Sse::new(past.chain(now)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    /// A chunked body (no declared length) over the limit is refused in
+    /// JSON, as a declared one is.
+    #[tokio::test]
+    async fn an_oversized_chunked_body_is_refused_in_json() {
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let (events, _) = broadcast::channel(4);
+        let state = AppState {
+            tx,
+            events,
+            data_dir: std::env::temp_dir(),
+            metrics_auth: false,
+            ca_pem: None,
+            local_users: Default::default(),
+        };
+        let chunks = (0..6).map(|_| Ok::<_, Infallible>(Bytes::from(vec![b' '; 1024 * 1024])));
+        let req = axum::http::Request::post("/api/v1/jobs")
+            .header(header::AUTHORIZATION, "Bearer x")
+            .body(axum::body::Body::from_stream(stream::iter(chunks)))
+            .expect("request");
+        let resp = router(state).oneshot(req).await.expect("answered");
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("body");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("a JSON error");
+        assert!(v["error"].as_str().is_some_and(|e| e.contains("larger than 4 MiB")), "{v}");
+    }
 }

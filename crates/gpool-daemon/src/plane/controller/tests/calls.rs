@@ -215,3 +215,26 @@ fn numbers_out_of_their_range_are_refused_naming_the_limit() {
     let ok: api::JobSpec = serde_yaml::from_str("command: [x]\nretries: 100\nresources: {cpu: 1m}\n").expect("spec");
     h.call(ADMIN, |reply| Call::Submit { specs: vec![ok], reply }).expect("at the limits");
 }
+
+/// Issue 18: a user's own live event stream (which keeps the events whose
+/// user is the caller) shows its jobs' `submitted` and terminal events.
+#[test]
+fn a_jobs_submitted_and_ended_events_name_its_owner() {
+    let mut h = Setup::new().build();
+    let ana = token(&mut h, "ana", None, None).token;
+    // Every GPU taken: ana's job waits, and is cancelled while pending.
+    h.submit("command: [x]\nresources: {nvidia.com/gpu: 8}\n");
+    let spec: api::JobSpec = serde_yaml::from_str("command: [x]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
+    let id = h.call(ana.as_str(), |reply| Call::Submit { specs: vec![spec], reply }).expect("submitted").ids[0];
+    h.call(ana.as_str(), |reply| Call::Cancel { id, from: "test".into(), reply }).expect("cancelled");
+    let mut owners = Vec::new();
+    while let Ok(e) = h.published.try_recv() {
+        if e.job == Some(id) {
+            owners.push((e.kind, e.user));
+        }
+    }
+    for kind in ["submitted", "cancelled"] {
+        let owner = owners.iter().find(|(k, _)| k == kind).map(|(_, u)| u.clone());
+        assert_eq!(owner, Some(Some("ana".to_string())), "{kind}: {owners:?}");
+    }
+}
