@@ -457,3 +457,29 @@ fn a_job_whose_processes_vanished_while_the_daemon_was_down_is_requeued_not_fail
     assert_eq!(j["state"], "running", "{j}");
     assert_eq!(j["restarts"], 1, "{j}");
 }
+
+/// Issue 18: `gpool logs` shows both streams by default (a job that died
+/// of a traceback printed it to standard error), standard error after a
+/// header line; `--stdout` and `--stderr` pick one; `-f` follows both.
+#[test]
+fn logs_show_both_streams_unless_one_is_asked_for() {
+    let scratch = Scratch::new("logs-both");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let id = d.submit(json!({"command": "echo to-out; echo Traceback to-err >&2; exit 1"}));
+    d.wait_ended(&[id], Duration::from_secs(60));
+    let id_s = id.to_string();
+    let (_, out, err) = d.cli(&["logs", &id_s]);
+    assert!(out.contains("to-out") && !out.contains("to-err"), "{out}");
+    assert!(err.contains(&format!("== job {id} rank 0: stderr ==\nTraceback to-err")), "{err}");
+    let (_, out, err) = d.cli(&["logs", &id_s, "--stderr"]);
+    assert!(out.contains("Traceback to-err") && !out.contains("to-out") && !err.contains("=="), "{out}{err}");
+    let (_, out, _) = d.cli(&["logs", &id_s, "--stdout"]);
+    assert_eq!(out.trim(), "to-out");
+    let (ok, out, err) = d.cli(&["logs", &id_s, "-f"]);
+    assert!(ok && out.contains("to-out") && err.contains("Traceback to-err"), "{out}{err}");
+    // A job that wrote nothing to standard error shows no header.
+    let quiet = d.submit(json!({"command": "echo only-out"}));
+    d.wait_ended(&[quiet], Duration::from_secs(60));
+    let (_, out, err) = d.cli(&["logs", &quiet.to_string()]);
+    assert!(out.contains("only-out") && !err.contains("stderr =="), "{out}{err}");
+}
