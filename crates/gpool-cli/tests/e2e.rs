@@ -483,3 +483,33 @@ fn logs_show_both_streams_unless_one_is_asked_for() {
     let (_, out, err) = d.cli(&["logs", &quiet.to_string()]);
     assert!(out.contains("only-out") && !err.contains("stderr =="), "{out}{err}");
 }
+
+/// Issue 18: lists do not end silently. Over 1,000 events, `?after=0`
+/// replays every one of them, in order, before the live ones; `gpool queue`
+/// over 1,000 jobs says where its limit cut.
+#[test]
+fn long_histories_are_replayed_whole_and_a_cut_list_says_so() {
+    let scratch = Scratch::new("long-lists");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let blocker = d.submit(json!({"command": "sleep 600", "resources": {"nvidia.com/gpu": 1}}));
+    let specs: Vec<Value> = (0..1200).map(|_| json!({"command": "true", "resources": {"nvidia.com/gpu": 1}})).collect();
+    let ids = d.submit_batch(specs);
+    let last = *ids.last().expect("ids");
+    let mut seqs = Vec::new();
+    let mut submitted = 0;
+    d.read_events("/api/v1/events?after=0", Duration::from_secs(60), |e| {
+        seqs.push(e["seq"].as_u64().expect("seq"));
+        submitted += usize::from(e["kind"] == "submitted");
+        e["kind"] == "submitted" && e["job"].as_u64() == Some(last)
+    });
+    assert_eq!(submitted, 1201, "every submitted event, the blocker's too");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "no gap in the replay");
+    let (ok, out, err) = d.cli(&["queue", "-o", "json"]);
+    assert!(ok, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).expect("json").as_array().map(Vec::len), Some(1000));
+    assert!(err.contains("showing the first 1000 jobs; more match"), "{err}");
+    let (ok, out, err) = d.cli(&["queue", "--limit", "2000", "-o", "json"]);
+    assert!(ok && !err.contains("showing"), "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).expect("json").as_array().map(Vec::len), Some(1201));
+    let _ = blocker;
+}

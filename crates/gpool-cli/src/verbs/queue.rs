@@ -20,7 +20,7 @@ pub(crate) struct QueueArgs {
     /// Only this queue.
     #[arg(long, short = 'q')]
     queue: Option<String>,
-    /// At most this many jobs.
+    /// At most this many jobs (more are fetched a page of 1,000 at a time; a cut is said on standard error).
     #[arg(long, default_value_t = 1000)]
     limit: u32,
     #[arg(long, short = 'o', value_enum, default_value_t)]
@@ -31,6 +31,9 @@ pub(crate) struct QueueArgs {
 
 pub(crate) fn run(a: QueueArgs) -> anyhow::Result<()> {
     let client = a.connect.client()?;
+    if a.limit == 0 {
+        anyhow::bail!("--limit 0 shows nothing: give 1 or more");
+    }
     let mut params = vec![format!("limit={}", a.limit.min(1000))];
     match (&a.state, a.all) {
         (Some(s), _) => params.push(format!("state={s}")),
@@ -45,6 +48,7 @@ pub(crate) fn run(a: QueueArgs) -> anyhow::Result<()> {
     }
     let mut jobs = Vec::new();
     let mut after = None;
+    let mut cut = false;
     loop {
         let mut p = params.clone();
         if let Some(x) = after {
@@ -54,10 +58,19 @@ pub(crate) fn run(a: QueueArgs) -> anyhow::Result<()> {
         jobs.extend(page.jobs);
         match page.next {
             Some(n) if jobs.len() < a.limit as usize => after = Some(n),
-            _ => break,
+            Some(_) => {
+                cut = true;
+                break;
+            }
+            None => break,
         }
     }
+    jobs.truncate(a.limit as usize);
     emit(&render(&jobs, a.output)?);
+    if cut {
+        // On standard error, so that -o json stays parseable.
+        eprintln!("showing the first {} jobs; more match: pass --limit N to see more", jobs.len());
+    }
     Ok(())
 }
 

@@ -25,6 +25,9 @@ impl ApiError {
     }
 }
 
+/// Events per answer of `Call::Events` (a page of history).
+pub const EVENTS_PAGE: usize = 1000;
+
 /// Where a call's answer goes.
 pub type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
 

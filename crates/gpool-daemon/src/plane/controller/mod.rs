@@ -58,7 +58,7 @@ mod views;
 #[cfg(test)]
 mod tests;
 
-pub use calls::{Access, Answer, ApiError, Call, ListQuery, LogTarget, Open, Reply};
+pub use calls::{Access, Answer, ApiError, Call, EVENTS_PAGE, ListQuery, LogTarget, Open, Reply};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use docs::{JobDoc, ReplicaDoc, RunDoc, Stop};
 pub use launch::free_local_port;

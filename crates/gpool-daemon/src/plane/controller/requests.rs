@@ -312,7 +312,10 @@ impl Controller {
                 "only admins and readers may read every job's events; ask for one of your jobs' (gpool events --job ID; in the API, ?job=ID)",
             ));
         }
-        let rows = self.store.events(after, job, 1000).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let rows = self
+            .store
+            .events(after, job, super::calls::EVENTS_PAGE as u32)
+            .map_err(|e| ApiError::new(500, e.to_string()))?;
         Ok(rows
             .into_iter()
             .map(|e| api::EventView {

@@ -18,7 +18,7 @@ use gpool_api as api;
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::plane::controller::{ApiError, Call, Event, ListQuery, Open, Reply};
+use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
 
 mod logs;
 mod who;
@@ -449,12 +449,34 @@ async fn events(
         call(&st, &who, |reply| Call::Get { id, reply }).await?;
     }
     let live = st.events.subscribe();
-    let history = if after == u64::MAX {
+    // History comes a page at a time, until a page is not full; then the
+    // live events after the last one (the subscription above keeps those
+    // that happen meanwhile).
+    let first = if after == u64::MAX {
         Vec::new()
     } else {
         call(&st, &who, |reply| Call::Events { after, job, reply }).await?
     };
-    let last = history.last().map_or(0, |e| e.seq);
+    let last = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(first.last().map_or(0, |e| e.seq)));
+    let more = first.len() >= EVENTS_PAGE;
+    let (pager_st, pager_who, seen) = (st.clone(), who.0.clone(), last.clone());
+    let pages = stream::unfold(more, move |more| {
+        let (st, who, seen) = (pager_st.clone(), pager_who.clone(), seen.clone());
+        async move {
+            if !more {
+                return None;
+            }
+            let after = seen.load(std::sync::atomic::Ordering::SeqCst);
+            let page = call(&st, &Who(who), |reply| Call::Events { after, job, reply }).await.unwrap_or_default();
+            if let Some(e) = page.last() {
+                seen.store(e.seq, std::sync::atomic::Ordering::SeqCst);
+            }
+            let more = page.len() >= EVENTS_PAGE;
+            Some((stream::iter(page), more))
+        }
+    })
+    .flatten();
+    let history = stream::iter(first).chain(pages);
     // Admins and readers see every event, others their own jobs'.
     let sees_all = me.role == "admin" || me.role == "reader";
     let user = me.user;
@@ -464,8 +486,9 @@ async fn events(
     let to_sse = |e: api::EventView| {
         Ok(SseEvent::default().id(e.seq.to_string()).event(e.kind.clone()).json_data(&e).unwrap_or_default())
     };
-    let past = stream::iter(history.into_iter().map(to_sse));
+    let past = history.map(to_sse);
     let now = tokio_stream::wrappers::BroadcastStream::new(live).filter_map(move |r| {
+        let last = last.load(std::sync::atomic::Ordering::SeqCst);
         let keep = r.ok().filter(|e| e.seq > last && visible(e));
         async move { keep.map(to_sse) }
     });
