@@ -65,7 +65,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, QuantityError> {
     let err = || QuantityError {
         input: s.to_string(),
         what: "duration",
-        hint: "use e.g. 500ms, 90s, 30m, 2h, 1h30m, 1d or a number of seconds",
+        hint: "use e.g. 500ms, 90s, 30m, 90min, 2h, 1h30m, 1d, a number of seconds, \
+               or Slurm's HH:MM:SS, MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
     };
     let t = s.trim();
     if t.is_empty() {
@@ -78,35 +79,59 @@ pub fn parse_duration(s: &str) -> Result<Duration, QuantityError> {
             Err(err())
         };
     }
+    if t.contains([':', '-']) {
+        return slurm_time(t).map(Duration::from_secs).ok_or_else(err);
+    }
     let mut total = 0.0;
-    let mut num = String::new();
-    let mut any = false;
-    let mut chars = t.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            num.push(c);
-            continue;
-        }
-        let unit = match c {
-            's' => 1.0,
-            'm' if chars.peek() == Some(&'s') => {
-                chars.next();
-                0.001
-            }
-            'm' => 60.0,
-            'h' => 3600.0,
-            'd' => 86_400.0,
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (num, after) = rest.split_at(digits);
+        let letters = after.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(after.len());
+        let (unit, next) = after.split_at(letters);
+        let unit = match unit.to_ascii_lowercase().as_str() {
+            "ms" => 0.001,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1.0,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60.0,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3600.0,
+            "d" | "day" | "days" => 86_400.0,
+            "w" | "week" | "weeks" => 604_800.0,
             _ => return Err(err()),
         };
         let v: f64 = num.parse().map_err(|_| err())?;
         total += v * unit;
-        num.clear();
-        any = true;
+        rest = next.trim_start();
     }
-    if !num.is_empty() || !any || !total.is_finite() || total >= 1e12 {
+    if !total.is_finite() || total >= 1e12 {
         return Err(err());
     }
     Ok(Duration::from_secs_f64(total))
+}
+
+/// Slurm's time forms (`sbatch -t`): `MM:SS`, `HH:MM:SS`, `D-HH`,
+/// `D-HH:MM`, `D-HH:MM:SS`, in seconds. (A bare number, minutes to Slurm,
+/// is seconds to gpool, as everywhere else in it.)
+fn slurm_time(t: &str) -> Option<u64> {
+    let num = |x: &str| -> Option<u64> { (!x.is_empty() && x.len() <= 6).then(|| x.parse().ok()).flatten() };
+    let (days, clock) = match t.split_once('-') {
+        Some((d, c)) => (num(d)?, c),
+        None => (0, t),
+    };
+    let parts: Vec<u64> = clock.split(':').map(num).collect::<Option<_>>()?;
+    let with_days = t.contains('-');
+    let (h, m, sec) = match (with_days, parts.as_slice()) {
+        (true, [h]) => (*h, 0, 0),
+        (true, [h, m]) => (*h, *m, 0),
+        (_, [h, m, sec]) => (*h, *m, *sec),
+        (false, [m, sec]) => (0, *m, *sec),
+        _ => return None,
+    };
+    // Each field below the first counts up to its unit, as on a clock.
+    let hours_given = with_days || parts.len() == 3;
+    if sec >= 60 || (hours_given && m >= 60) || (with_days && h >= 24) {
+        return None;
+    }
+    Some(days * 86_400 + h * 3600 + m * 60 + sec)
 }
 
 /// Formats a duration as `2h30m`, `45s`.
@@ -166,6 +191,21 @@ mod tests {
             ("h", None),
             ("1h30", None),
             ("-5", None),
+            ("90min", Some(5400)),
+            ("2hours", Some(7200)),
+            ("1h 30m", Some(5400)),
+            ("1w", Some(604_800)),
+            // Slurm's forms.
+            ("02:00:00", Some(7200)),
+            ("1-12:00:00", Some(129_600)),
+            ("1-12", Some(129_600)),
+            ("1-12:30", Some(131_400)),
+            ("10:30", Some(630)),
+            ("1:2:3:4", None),
+            ("1-", None),
+            ("-1", None),
+            ("00:61", None),
+            ("a:b", None),
         ];
         for (s, want) in cases {
             assert_eq!(parse_duration(s).ok().map(|d| d.as_secs()), want, "{s}");
