@@ -91,8 +91,8 @@ enum Command {
     Queue(queue::QueueArgs),
     /// Show jobs in detail.
     Show(verbs::IdArgs),
-    /// Cancel jobs: the stop signal, then SIGKILL after the grace period.
-    Cancel(verbs::IdArgs),
+    /// Cancel jobs, by id or every one that matches -u/--state: the stop signal, then SIGKILL after the grace period.
+    Cancel(verbs::cancel::CancelArgs),
     /// Print a job's output; -f follows it until the job ends.
     Logs(logs::LogsArgs),
     /// Nodes and their devices.

@@ -513,3 +513,50 @@ fn long_histories_are_replayed_whole_and_a_cut_list_says_so() {
     assert_eq!(serde_json::from_str::<Value>(&out).expect("json").as_array().map(Vec::len), Some(1201));
     let _ = blocker;
 }
+
+/// Issue 18: `gpool cancel -u USER --state pending`, as scancel takes them.
+/// (Alice has no Unix account here, so only jobs that never start are hers.)
+#[test]
+fn cancel_takes_a_user_and_a_state_as_scancel_does() {
+    let scratch = Scratch::new("cancel-filters");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let alice = d.token_for("alice");
+    let submit = |token: &str, command: &str| {
+        let (s, v) = d.req(
+            "POST",
+            "/api/v1/jobs",
+            token,
+            Some(&json!({"command": command, "resources": {"nvidia.com/gpu": 1}})),
+        );
+        assert_eq!(s, 201, "{v}");
+        v["ids"][0].as_u64().expect("id")
+    };
+    let running = submit(&d.token, "sleep 600");
+    d.until(&format!("/api/v1/jobs/{running}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let admin = d.job(running)["user"].as_str().expect("user").to_string();
+    let hers = [submit(&alice, "true"), submit(&alice, "true")];
+    let mine = submit(&d.token, "true");
+    let as_alice = [("GPOOL_SERVER", d.url.as_str()), ("GPOOL_TOKEN", alice.as_str())];
+    let as_admin = [("GPOOL_SERVER", d.url.as_str()), ("GPOOL_TOKEN", d.token.as_str())];
+    let (code, _, err) = gpool(&["cancel"], &as_alice);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("give job ids, or -u USER"), "{err}");
+    // A user's filter only ever reaches their own jobs.
+    let (code, out, err) = gpool(&["cancel", "--state", "pending"], &as_alice);
+    assert_eq!(code, Some(0), "{err}");
+    for id in hers {
+        assert!(out.contains(&format!("{id}: cancelled")), "{out}{err}");
+        assert_eq!(d.job(id)["state"], "cancelled");
+    }
+    assert_eq!(d.job(mine)["state"], "pending", "not alice's: left alone");
+    let (code, _, err) = gpool(&["cancel", "-u", "alice"], &as_admin);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("no job matches"), "{err}");
+    let (code, out, err) = gpool(&["cancel", "-u", &admin, "--state", "pending"], &as_admin);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("{mine}: cancelled")), "{out}{err}");
+    assert_eq!(d.job(running)["state"], "running", "not pending: left alone");
+    let (code, _, err) = gpool(&["cancel", "-u", &admin], &as_admin);
+    assert_eq!(code, Some(0), "{err}");
+    d.until(&format!("/api/v1/jobs/{running}"), Duration::from_secs(30), |j| j["state"] == "cancelled");
+}

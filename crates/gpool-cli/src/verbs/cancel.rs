@@ -1,19 +1,67 @@
 //! `gpool cancel`: the stop signal, then SIGKILL after the grace period.
 
+use clap::Args;
 use gpool_api as api;
 
-use super::IdArgs;
-use crate::client::{ClientError, ErrorKind};
+use crate::client::{Client, ClientError, Connect, ErrorKind};
 use crate::output::{Output, emit, json, text};
+
+#[derive(Args, Debug)]
+pub(crate) struct CancelArgs {
+    /// Job id(s); or none, with -u and/or --state, for every job that matches (as scancel -u).
+    ids: Vec<u64>,
+    /// Every job of this user (any user's: admins only).
+    #[arg(long, short = 'u', conflicts_with = "ids")]
+    user: Option<String>,
+    /// Only jobs in these states, comma-separated (pending, running, ...); default: every job not ended.
+    #[arg(long, conflicts_with = "ids")]
+    state: Option<String>,
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+/// The ids of the jobs that match the filters, every page of them.
+fn matching(client: &Client, user: Option<&str>, state: Option<&str>) -> anyhow::Result<Vec<u64>> {
+    let mut params = vec!["limit=1000".to_string(), format!("state={}", state.unwrap_or("active"))];
+    if let Some(u) = user {
+        params.push(format!("user={u}"));
+    }
+    let mut ids = Vec::new();
+    let mut after = None;
+    loop {
+        let mut p = params.clone();
+        p.extend(after.map(|x: u64| format!("after={x}")));
+        let page: api::JobList = client.get(&format!("/jobs?{}", p.join("&")))?;
+        ids.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => return Ok(ids),
+        }
+    }
+}
 
 /// Tries every id, printing each cancelled job as it goes and each failure
 /// on standard error. When some fail, the error has the kind the failures
 /// share (all not found: exit code 3), or `Failed` (1) when they differ.
-pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: CancelArgs) -> anyhow::Result<()> {
     let client = a.connect.client()?;
+    let ids = if a.ids.is_empty() {
+        if a.user.is_none() && a.state.is_none() {
+            anyhow::bail!("give job ids, or -u USER and/or --state STATE to cancel every job that matches");
+        }
+        let ids = matching(&client, a.user.as_deref(), a.state.as_deref())?;
+        if ids.is_empty() {
+            eprintln!("no job matches");
+        }
+        ids
+    } else {
+        a.ids.clone()
+    };
     let mut failures = Vec::new();
     let mut out = Vec::new();
-    for id in &a.ids {
+    for id in &ids {
         match client.post::<_, api::JobView>(&format!("/jobs/{id}/cancel"), &serde_json::json!({})) {
             Ok(j) => {
                 if a.output == Output::Table {
@@ -34,7 +82,7 @@ pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
         None => Ok(()),
         Some(first) => {
             let kind = if failures.iter().all(|k| k == first) { *first } else { ErrorKind::Failed };
-            let message = format!("{} of {} cancellations failed", failures.len(), a.ids.len());
+            let message = format!("{} of {} cancellations failed", failures.len(), ids.len());
             Err(ClientError::new(kind, message).into())
         }
     }
