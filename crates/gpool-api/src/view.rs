@@ -67,8 +67,18 @@ pub struct ReplicaView {
     pub mig: Vec<String>,
     /// What the replica's `CUDA_VISIBLE_DEVICES` is set to.
     pub cuda_visible_devices: String,
+    /// Its share of the one GPU in `gpus`, when it shares that GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_share: Option<GpuShareView>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+}
+
+/// A replica's share of a shared GPU: compute in thousandths, memory in MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuShareView {
+    pub milli: u16,
+    pub memory_mb: u64,
 }
 
 /// How a run ended.

@@ -25,6 +25,8 @@ pub(crate) enum BenchCommand {
     Chaos(crate::chaos::ChaosArgs),
     /// Static MIG layouts against layouts that follow the queue, on a day of changing MIG demand.
     Mig(MigArgs),
+    /// GPU shares placed by each strategy on the openb cluster as requests grow to 130% of its GPUs.
+    Sharing(crate::bench_sharing::SharingArgs),
 }
 
 #[derive(Args, Debug)]
@@ -75,6 +77,10 @@ pub(crate) struct ScheduleArgs {
     /// Seed of the synthetic workload.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Where jobs are placed: best-fit (default), spread, or fragmentation (FGD: keeps shared GPUs from stranding capacity).
+    #[arg(long, value_parser = clap::value_parser!(gpool_core::PlacementStrategy))]
+    placement: Option<gpool_core::PlacementStrategy>,
+
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -90,6 +96,7 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Cluster(a) => crate::bench_cluster::cluster(a),
         BenchCommand::Chaos(a) => crate::chaos::run(a),
         BenchCommand::Mig(a) => mig(a),
+        BenchCommand::Sharing(a) => crate::bench_sharing::sharing(a),
     }
 }
 
@@ -201,7 +208,10 @@ fn schedule(a: ScheduleArgs) -> anyhow::Result<()> {
     if a.passes < 2 {
         anyhow::bail!("--passes must be at least 2 (the first pass is reported apart), got {}", a.passes);
     }
-    let policy = Policy::by_name(&a.policy)?;
+    let mut policy = Policy::by_name(&a.policy)?;
+    if let Some(p) = a.placement {
+        policy.placement = p;
+    }
     let cfg = ScheduleBench {
         pending: a.pending,
         nodes: a.nodes,

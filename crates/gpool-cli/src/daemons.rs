@@ -38,6 +38,9 @@ pub(crate) struct PlaneArgs {
     /// Scheduling policy: default, fifo, fifo-backfill, sjf, srtf, las, fair.
     #[arg(long, default_value = "default")]
     policy: String,
+    /// Where jobs are placed: best-fit (default), spread, or fragmentation (FGD: keeps shared GPUs from stranding capacity).
+    #[arg(long, value_parser = clap::value_parser!(gpool_core::PlacementStrategy))]
+    placement: Option<gpool_core::PlacementStrategy>,
     /// Quota queues (YAML list of {name, cohort, guaranteeGpus, maxGpus}).
     #[arg(long)]
     queues: Option<PathBuf>,
@@ -106,6 +109,7 @@ impl PlaneArgs {
             data_dir,
             listen: self.listen,
             policy: self.policy,
+            placement: self.placement,
             queues_file: self.queues,
             fsync: self.fsync,
             alert_rules: self.alert_rules,

@@ -63,6 +63,9 @@ pub(crate) struct SimArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Where jobs are placed: best-fit (default), spread, or fragmentation (FGD: keeps shared GPUs from stranding capacity).
+    #[arg(long, value_parser = clap::value_parser!(gpool_core::PlacementStrategy))]
+    placement: Option<gpool_core::PlacementStrategy>,
     /// Write per-job CSV files and SVG plots into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -110,7 +113,10 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
     let policies: Vec<String> = if a.compare.is_empty() { vec![a.policy.clone()] } else { a.compare.clone() };
     let mut runs = Vec::new();
     for name in &policies {
-        let policy = Policy::by_name(name)?;
+        let mut policy = Policy::by_name(name)?;
+        if let Some(p) = a.placement {
+            policy.placement = p;
+        }
         let estimates = match a.estimates.as_str() {
             "auto" => Estimates::for_policy(&policy),
             "oracle" => Estimates::Oracle,

@@ -175,6 +175,7 @@ impl JobB {
                     gpus,
                     mig,
                     cuda_visible_devices: (*d).into(),
+                    gpu_share: None,
                     pid: Some(4100 + rank),
                 }
             })

@@ -4,18 +4,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::job::{GpuRequest, Job, JobId, JobSpec, Placement, ReplicaPlacement, ReplicaRequest};
-use crate::node::{NodeId, NodeState};
+use crate::fragmentation::node_fragmentation;
+use crate::job::{GpuRequest, GpuShare, Job, JobId, JobSpec, Placement, ReplicaPlacement, ReplicaRequest};
+use crate::node::{GpuSharing, NodeId, NodeState};
 use crate::plan::{Need, PendingReason};
 use crate::policy::PlacementStrategy;
-use crate::resources::{GPU, GpuMilli, same_model};
+use crate::resources::{GpuMilli, same_model};
+use crate::shares;
 use crate::snapshot::{NodeEntry, NodeFree, Snapshot, bits};
 use crate::time::Time;
 
 /// Resources held back for the EASY reservation on one node.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Reserve {
+    /// Whole GPUs.
     pub(crate) gpus: u64,
+    /// Shares of GPUs: (the GPU's bit, the share).
+    pub(crate) shares: Vec<(u64, GpuShare)>,
     pub(crate) mig: u64,
     pub(crate) cpus: u64,
     pub(crate) mem: u64,
@@ -30,12 +35,24 @@ pub(crate) struct Fit {
     pub(crate) topology: u8,
     /// How many matching devices the node had usable (best fit prefers fewer).
     pub(crate) avail: u32,
+    /// The share of the one GPU in `gpus`, for a [`GpuRequest::Share`].
+    pub(crate) share: Option<GpuShare>,
+    /// How the strategy ranks this fit against other nodes' when `avail`
+    /// alone does not say (shares, fragmentation); greater is better.
+    pub(crate) rank: Option<i64>,
 }
 
 impl Fit {
     /// The replica this fit places on `node`: its devices, and the CPU and memory `req` asks for.
     pub(crate) fn replica(&self, node: NodeId, req: &ReplicaRequest) -> ReplicaPlacement {
-        ReplicaPlacement { node, gpus: self.gpus, mig: self.mig, cpus_milli: req.cpus_milli, memory_mb: req.memory_mb }
+        ReplicaPlacement {
+            node,
+            gpus: self.gpus,
+            mig: self.mig,
+            cpus_milli: req.cpus_milli,
+            memory_mb: req.memory_mb,
+            share: self.share,
+        }
     }
 }
 
@@ -47,6 +64,8 @@ pub(crate) struct Capacity<'s> {
     by_model: Vec<BTreeSet<(u32, u32)>>,
     /// Up nodes with a free MIG instance.
     mig_nodes: BTreeSet<u32>,
+    /// Up nodes with a shared GPU that has compute left.
+    share_nodes: BTreeSet<u32>,
     reserved: BTreeMap<u32, Reserve>,
     reserved_until: Time,
     /// Jobs placed during this pass, by node, for anti-affinity.
@@ -62,6 +81,7 @@ impl<'s> Capacity<'s> {
             free: snap.free.clone(),
             by_model: vec![BTreeSet::new(); snap.models.len()],
             mig_nodes: BTreeSet::new(),
+            share_nodes: BTreeSet::new(),
             reserved: BTreeMap::new(),
             reserved_until: Time::NEVER,
             placed: Vec::new(),
@@ -98,6 +118,9 @@ impl<'s> Capacity<'s> {
         if f.mig != 0 {
             self.mig_nodes.insert(n);
         }
+        if f.shares.iter().any(|s| s.milli < 1000) {
+            self.share_nodes.insert(n);
+        }
     }
 
     fn unindex_node(&mut self, n: u32) {
@@ -113,13 +136,15 @@ impl<'s> Capacity<'s> {
             }
         }
         self.mig_nodes.remove(&n);
+        self.share_nodes.remove(&n);
     }
 
     /// Largest number of devices (whole GPUs of one model, or MIG instances) free on one up node.
     pub(crate) fn max_free_devices(&self) -> u32 {
         let gpus = self.by_model.iter().filter_map(|s| s.last()).map(|&(c, _)| c).max().unwrap_or(0);
         let mig = self.mig_nodes.iter().map(|&n| self.free[n as usize].mig.count_ones()).max().unwrap_or(0);
-        gpus.max(mig)
+        let share = u32::from(!self.share_nodes.is_empty());
+        gpus.max(mig).max(share)
     }
 
     /// Whether any up node has CPU left.
@@ -132,7 +157,10 @@ impl<'s> Capacity<'s> {
         self.reserved_until = until;
         for r in placement {
             let e = self.reserved.entry(r.node.0).or_default();
-            e.gpus |= r.gpus;
+            match r.share {
+                Some(share) => e.shares.push((r.gpus, share)),
+                None => e.gpus |= r.gpus,
+            }
             e.mig |= r.mig;
             e.cpus += r.cpus_milli;
             e.mem += r.memory_mb;
@@ -143,12 +171,33 @@ impl<'s> Capacity<'s> {
     pub(crate) fn usable(&self, n: u32, ends: Time) -> NodeFree {
         let f = &self.free[n as usize];
         match self.reserved.get(&n) {
-            Some(r) if ends > self.reserved_until || self.reserved_until == Time::NEVER => NodeFree {
-                gpus: f.gpus & !r.gpus,
-                mig: f.mig & !r.mig,
-                cpus: f.cpus.saturating_sub(r.cpus),
-                mem: f.mem.saturating_sub(r.mem),
-            },
+            Some(r) if ends > self.reserved_until || self.reserved_until == Time::NEVER => {
+                let mut nf = NodeFree {
+                    gpus: f.gpus & !r.gpus,
+                    mig: f.mig & !r.mig,
+                    cpus: f.cpus.saturating_sub(r.cpus),
+                    mem: f.mem.saturating_sub(r.mem),
+                    shares: f.shares.clone(),
+                };
+                // A reserved share leaves the rest of its GPU to others. It is
+                // taken only from a GPU free now: on a GPU shared or held now,
+                // the holders that leave by the reservation make its room, and
+                // holding their part back too would count it twice (and have
+                // jobs preempt for room that is coming anyway).
+                for &(bit, share) in &r.shares {
+                    if nf.gpus & bit != 0 {
+                        nf.take(&ReplicaPlacement {
+                            node: NodeId(n),
+                            gpus: bit,
+                            mig: 0,
+                            cpus_milli: 0,
+                            memory_mb: 0,
+                            share: Some(share),
+                        });
+                    }
+                }
+                nf
+            }
             _ => f.clone(),
         }
     }
@@ -225,7 +274,17 @@ impl<'s> Capacity<'s> {
             memory_mb: r.memory_mb.saturating_sub(released_mem),
             ..r.clone()
         };
-        self.free[n as usize].take(&free_now);
+        let f = &mut self.free[n as usize];
+        let slot = r.gpus.trailing_zeros() as usize;
+        let shared_now = r.share.is_some() && shares::left(&f.shares, slot, 0).is_some();
+        if r.share.is_some() && f.gpus & r.gpus == 0 && !shared_now {
+            // A share of a GPU a victim still holds whole: nothing else may
+            // be placed on it in this pass, shared or whole.
+            let full = GpuShare { milli: 1000, memory_mb: u64::MAX / 2 };
+            f.take(&ReplicaPlacement { share: Some(full), ..free_now });
+        } else {
+            f.take(&free_now);
+        }
         self.index_node(n);
         self.placed.push((n, job));
     }
@@ -234,16 +293,26 @@ impl<'s> Capacity<'s> {
     pub(crate) fn hold(&mut self, r: &ReplicaPlacement) -> ReplicaPlacement {
         let n = r.node.0;
         if n as usize >= self.free.len() {
-            return ReplicaPlacement { gpus: 0, mig: 0, cpus_milli: 0, memory_mb: 0, ..r.clone() };
+            return ReplicaPlacement { gpus: 0, mig: 0, cpus_milli: 0, memory_mb: 0, share: None, ..r.clone() };
         }
         self.unindex_node(n);
+        let e = &self.snap.nodes[n as usize];
         let f = &mut self.free[n as usize];
+        // A share is held if its GPU is free or shared with room for it.
+        let share = r.share.filter(|&sh| {
+            let slot = r.gpus.trailing_zeros() as usize;
+            let device_mb = e.gpu_slots.get(slot).map_or(0, |&di| e.node.devices[di].memory_mb);
+            let room =
+                if f.gpus & r.gpus != 0 { Some((1000, device_mb)) } else { shares::left(&f.shares, slot, device_mb) };
+            room.is_some_and(|room| shares::fits(room, sh))
+        });
         let taken = ReplicaPlacement {
             node: r.node,
-            gpus: f.gpus & r.gpus,
+            gpus: if r.share.is_some() { if share.is_some() { r.gpus } else { 0 } } else { f.gpus & r.gpus },
             mig: f.mig & r.mig,
             cpus_milli: f.cpus.min(r.cpus_milli),
             memory_mb: f.mem.min(r.memory_mb),
+            share,
         };
         f.take(&taken);
         self.index_node(n);
@@ -269,6 +338,7 @@ impl<'s> Capacity<'s> {
                 self.search_mig(job, ends, strategy, p, *count)
             }
             GpuRequest::Memory { min_mb, count } => self.search_memory(job, ends, strategy, *min_mb, *count),
+            GpuRequest::Share { milli, memory_mb } => self.search_share(job, ends, strategy, *milli, *memory_mb),
         }?;
         let (n, fit) = found;
         Some(fit.replica(NodeId(n), req))
@@ -316,7 +386,8 @@ impl<'s> Capacity<'s> {
         count: u32,
         only: Option<usize>,
     ) -> Option<(u32, Fit)> {
-        let scan_all = !job.spec.affinity.preferred.is_empty();
+        let frag = s == PlacementStrategy::Fragmentation;
+        let scan_all = frag || !job.spec.affinity.preferred.is_empty();
         let mut best: Option<(Score, u32, Fit)> = None;
         for m in 0..self.snap.models.len() {
             if only.is_some_and(|o| o != m) || !job.model_allows_index(self.snap, m) {
@@ -336,9 +407,12 @@ impl<'s> Capacity<'s> {
                 }
                 let e = self.entry(n);
                 let nf = self.usable(n, ends);
-                let Some(fit) = fit_gpus(e, &nf, job, count, Some(m)) else {
+                let Some(mut fit) = fit_gpus(e, &nf, job, count, Some(m)) else {
                     return true;
                 };
+                if frag {
+                    fit.rank = Some(-self.fragmentation_growth(e, &nf, job, fit.gpus, None));
+                }
                 first_free.get_or_insert(free);
                 let score = Score::new(job, e, &fit, s);
                 let perfect = fit.topology == 2;
@@ -348,7 +422,7 @@ impl<'s> Capacity<'s> {
                 scan_all || !perfect
             };
             match s {
-                PlacementStrategy::BestFit => {
+                PlacementStrategy::BestFit | PlacementStrategy::Fragmentation => {
                     for item in set.range((count, 0)..) {
                         if !visit(item) {
                             break;
@@ -392,6 +466,54 @@ impl<'s> Capacity<'s> {
         best.map(|(_, n, f)| (n, f))
     }
 
+    /// A share of one GPU: over every up node that shares its GPUs.
+    fn search_share(
+        &self,
+        job: &Job,
+        ends: Time,
+        s: PlacementStrategy,
+        milli: Option<u16>,
+        memory_mb: Option<u64>,
+    ) -> Option<(u32, Fit)> {
+        let mut best: Option<(Score, u32, Fit)> = None;
+        for n in 0..self.free.len() as u32 {
+            let e = self.entry(n);
+            if e.node.sharing == GpuSharing::Off || e.gpu_slots.is_empty() || !self.eligible(n, job) {
+                continue;
+            }
+            let nf = self.usable(n, ends);
+            let Some(fit) = fit_share(self.snap, e, &nf, job, (milli, memory_mb), s, |gpu, share| {
+                self.fragmentation_growth(e, &nf, job, gpu, Some(share))
+            }) else {
+                continue;
+            };
+            let score = Score::new(job, e, &fit, s);
+            if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
+                best = Some((score, n, fit));
+            }
+        }
+        best.map(|(_, n, f)| (n, f))
+    }
+
+    /// How much node `e`'s fragmentation (weighted by the demand mix) grows
+    /// if a replica of `job` takes `gpus` whole, or `share` of the GPU in `gpus`.
+    fn fragmentation_growth(&self, e: &NodeEntry, nf: &NodeFree, job: &Job, gpus: u64, share: Option<u16>) -> i64 {
+        let mix = &self.snap.demand;
+        if mix.is_empty() {
+            return 0;
+        }
+        let mut left = gpu_left(e, nf);
+        let before = node_fragmentation(mix, &left, nf.cpus);
+        for slot in bits(gpus) {
+            left[slot] = match share {
+                Some(m) => left[slot].saturating_sub(m),
+                None => 0,
+            };
+        }
+        let after = node_fragmentation(mix, &left, nf.cpus.saturating_sub(job.spec.replica.cpus_milli));
+        after as i64 - before as i64
+    }
+
     /// CPU-only work: prefer nodes with the fewest free GPUs, to keep GPU nodes for GPU work.
     fn search_all(&self, job: &Job, ends: Time, s: PlacementStrategy) -> Option<(u32, Fit)> {
         let mut best: Option<(Score, u32, Fit)> = None;
@@ -403,7 +525,18 @@ impl<'s> Capacity<'s> {
             if !fits_host(&nf, job) {
                 continue;
             }
-            let fit = Fit { gpus: 0, mig: 0, topology: 2, avail: nf.gpus.count_ones() + nf.mig.count_ones() };
+            // Under fragmentation-aware placement, CPU-only work avoids taking
+            // the CPUs that a node's free GPUs need.
+            let rank = (s == PlacementStrategy::Fragmentation)
+                .then(|| -self.fragmentation_growth(self.entry(n), &nf, job, 0, None));
+            let fit = Fit {
+                gpus: 0,
+                mig: 0,
+                topology: 2,
+                avail: nf.gpus.count_ones() + nf.mig.count_ones(),
+                share: None,
+                rank,
+            };
             let score = Score::new(job, self.entry(n), &fit, s);
             if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
                 best = Some((score, n, fit));
@@ -441,11 +574,13 @@ impl<'s> Capacity<'s> {
         }
         let best_free = match &job.spec.replica.gpu {
             GpuRequest::None => 0,
-            GpuRequest::Gpus { .. } | GpuRequest::Memory { .. } => (0..self.snap.models.len())
-                .filter(|&m| job.model_allows_index(self.snap, m))
-                .filter_map(|m| self.by_model[m].last().map(|&(c, _)| c))
-                .max()
-                .unwrap_or(0),
+            GpuRequest::Gpus { .. } | GpuRequest::Memory { .. } | GpuRequest::Share { .. } => {
+                (0..self.snap.models.len())
+                    .filter(|&m| job.model_allows_index(self.snap, m))
+                    .filter_map(|m| self.by_model[m].last().map(|&(c, _)| c))
+                    .max()
+                    .unwrap_or(0)
+            }
             GpuRequest::Mig { profile, .. } => match self.snap.profiles.iter().position(|x| x.profile == *profile) {
                 Some(p) => self
                     .mig_nodes
@@ -466,17 +601,24 @@ struct Score {
     preference: u32,
     topology: u8,
     /// Best fit: fewer usable devices left is better (negated); spread: more.
+    /// Or the fit's own rank, where it has one.
     fit: i64,
+    /// Between equal ranks: the best-fit (or spread) term.
+    tiebreak: i64,
 }
 
 impl Score {
     fn new(job: &Job, e: &NodeEntry, fit: &Fit, s: PlacementStrategy) -> Score {
-        let fit_term = match s {
-            PlacementStrategy::BestFit => -i64::from(fit.avail),
+        let by_avail = match s {
+            PlacementStrategy::BestFit | PlacementStrategy::Fragmentation => -i64::from(fit.avail),
             PlacementStrategy::Spread => i64::from(fit.avail),
         };
+        let (fit_term, tiebreak) = match fit.rank {
+            Some(rank) => (rank, by_avail),
+            None => (by_avail, 0),
+        };
         let preference = if job.spec.affinity.preferred.is_empty() { 0 } else { job.spec.node_preference(&e.node) };
-        Score { preference, topology: fit.topology, fit: fit_term }
+        Score { preference, topology: fit.topology, fit: fit_term, tiebreak }
     }
 }
 
@@ -516,7 +658,7 @@ pub(crate) fn fit_gpus(e: &NodeEntry, nf: &NodeFree, job: &Job, count: u32, m: O
 
 fn choose_devices(e: &NodeEntry, avail: u64, count: u32) -> Fit {
     let total = avail.count_ones();
-    let fit = |gpus, topology| Fit { gpus, mig: 0, topology, avail: total };
+    let fit = |gpus, topology| Fit { gpus, mig: 0, topology, avail: total, share: None, rank: None };
     if count <= 1 || e.nvlink_groups.is_empty() && e.numa_groups.is_empty() {
         return fit(lowest(avail, count), 2);
     }
@@ -554,13 +696,92 @@ pub(crate) fn fit_mig(
         mig: lowest(avail, count),
         topology: 2,
         avail: avail.count_ones(),
+        share: None,
+        rank: None,
     })
+}
+
+/// Each whole GPU's unallocated part in thousandths: 1000 free, 0 held whole.
+fn gpu_left(e: &NodeEntry, nf: &NodeFree) -> Vec<u16> {
+    (0..e.gpu_slots.len())
+        .map(
+            |slot| {
+                if nf.gpus & (1 << slot) != 0 { 1000 } else { shares::left(&nf.shares, slot, 0).map_or(0, |(m, _)| m) }
+            },
+        )
+        .collect()
+}
+
+/// Picks the GPU of node `e` for a share (`ask`: fraction, memory). Best fit
+/// takes the shared GPU it fills most, else a free one; spread the GPU with
+/// most left; fragmentation the GPU where `growth` (how much the node's
+/// fragmentation grows) is least. Never a MIG GPU, never on a node that does
+/// not share.
+pub(crate) fn fit_share(
+    snap: &Snapshot,
+    e: &NodeEntry,
+    nf: &NodeFree,
+    job: &Job,
+    ask: (Option<u16>, Option<u64>),
+    s: PlacementStrategy,
+    growth: impl Fn(u64, u16) -> i64,
+) -> Option<Fit> {
+    if e.node.sharing == GpuSharing::Off || !fits_host(nf, job) {
+        return None;
+    }
+    let free_gpus = nf.gpus.count_ones();
+    let mut best: Option<Fit> = None;
+    // Free GPUs of one model and memory rank alike: rank the first only.
+    let mut free_seen: Vec<(usize, u64)> = Vec::new();
+    for (slot, &di) in e.gpu_slots.iter().enumerate() {
+        let d = &e.node.devices[di];
+        let model = snap.models.iter().position(|m| *m.name == *d.model);
+        if !model.is_some_and(|m| job.model_allows_index(snap, m)) {
+            continue;
+        }
+        let bit = 1u64 << slot;
+        let is_free = nf.gpus & bit != 0;
+        let room = if is_free {
+            let key = (model.unwrap_or(usize::MAX), d.memory_mb);
+            if free_seen.contains(&key) {
+                continue;
+            }
+            free_seen.push(key);
+            (1000, d.memory_mb)
+        } else {
+            match shares::left(&nf.shares, slot, d.memory_mb) {
+                Some(room) => room,
+                None => continue,
+            }
+        };
+        let Some(share) = GpuShare::on_device(ask.0, ask.1, d.memory_mb) else { continue };
+        if !shares::fits(room, share) {
+            continue;
+        }
+        let after = i64::from(room.0 - share.milli);
+        let rank = match s {
+            PlacementStrategy::BestFit if is_free => -i64::from(free_gpus),
+            PlacementStrategy::BestFit => 1_000_000 - after,
+            PlacementStrategy::Spread if is_free => 1_000_000 + i64::from(free_gpus),
+            PlacementStrategy::Spread => after,
+            PlacementStrategy::Fragmentation => -growth(bit, share.milli),
+        };
+        if best.as_ref().is_none_or(|b| b.rank < Some(rank)) {
+            best = Some(Fit { gpus: bit, mig: 0, topology: 2, avail: free_gpus, share: Some(share), rank: Some(rank) });
+        }
+    }
+    best
 }
 
 /// Whether one replica of `job` fits node `e` given free resources `nf`, and where.
 pub(crate) fn fit_on(snap: &Snapshot, e: &NodeEntry, nf: &NodeFree, job: &Job) -> Option<Fit> {
     match &job.spec.replica.gpu {
-        GpuRequest::None => fits_host(nf, job).then_some(Fit { gpus: 0, mig: 0, topology: 2, avail: 0 }),
+        GpuRequest::None => {
+            fits_host(nf, job).then_some(Fit { gpus: 0, mig: 0, topology: 2, avail: 0, share: None, rank: None })
+        }
+        GpuRequest::Share { milli, memory_mb } => {
+            fit_share(snap, e, nf, job, (*milli, *memory_mb), PlacementStrategy::BestFit, |_, _| 0)
+        }
         GpuRequest::Gpus { count } => (0..snap.models.len())
             .filter(|&m| job.model_allows_index(snap, m))
             .filter_map(|m| fit_gpus(e, nf, job, *count, Some(m)))
@@ -602,7 +823,7 @@ pub(crate) fn could_host(snap: &Snapshot, e: &NodeEntry, job: &Job) -> bool {
 
 /// Quota units (thousandths of a GPU) a placement holds.
 pub(crate) fn placement_units(snap: &Snapshot, placement: &Placement) -> GpuMilli {
-    placement.iter().map(|r| u64::from(r.gpus.count_ones()) * GPU + snap.nodes[r.node.index()].mig_units(r.mig)).sum()
+    placement.iter().map(|r| r.gpu_units() + snap.nodes[r.node.index()].mig_units(r.mig)).sum()
 }
 
 impl Job {

@@ -22,6 +22,8 @@ pub enum Infeasible {
     TooFewNodes { need: Need, replicas_that_fit: u32 },
     /// The request is larger than its queue's maximum.
     OverQueueMax { queue: Arc<str>, max: GpuMilli, units: GpuMilli },
+    /// A GPU share was asked for, and no node shares its GPUs.
+    NoSharing,
     /// Nonsense requests.
     Invalid(&'static str),
 }
@@ -41,6 +43,10 @@ impl fmt::Display for Infeasible {
                 "it needs {:.2} GPUs but queue {queue} has a maximum of {:.2}",
                 *units as f64 / 1000.0,
                 *max as f64 / 1000.0
+            ),
+            Infeasible::NoSharing => f.write_str(
+                "it asks for a share of a GPU, and no node shares its GPUs: start the nodes' agents with \
+                 --gpu-sharing time-slicing (or mps), or ask for whole GPUs",
             ),
             Infeasible::Invalid(why) => f.write_str(why),
         }
@@ -77,6 +83,17 @@ impl Snapshot {
     pub fn check_feasible(&self, spec: &JobSpec) -> Result<(), Infeasible> {
         if spec.replicas == 0 {
             return Err(Infeasible::Invalid("a job needs at least one replica"));
+        }
+        if let crate::job::GpuRequest::Share { milli, memory_mb } = &spec.replica.gpu {
+            if milli.is_none() && memory_mb.is_none() {
+                return Err(Infeasible::Invalid("a GPU share needs a fraction, a memory size or both"));
+            }
+            if milli.is_some_and(|m| m == 0 || m > 1000) {
+                return Err(Infeasible::Invalid("a GPU fraction must be above 0 and at most 1"));
+            }
+            if !self.nodes.iter().any(|e| e.node.sharing != crate::node::GpuSharing::Off && !e.gpu_slots.is_empty()) {
+                return Err(Infeasible::NoSharing);
+            }
         }
         let need =
             Need { replicas: spec.replicas, gpu: spec.replica.gpu.clone(), model: spec.replica.gpu_model.clone() };

@@ -33,6 +33,11 @@ pub enum GpuRequest {
     /// GPU, whichever is smallest and fits. With `count > 1` only whole GPUs
     /// qualify, because CUDA shows a process a single MIG instance.
     Memory { min_mb: u64, count: u32 },
+    /// A share of one whole GPU that other shares may use too
+    /// (`gpool.io/gpu-fraction`, `gpool.io/gpu-memory`). At least one of the
+    /// two is given; the other follows from the GPU it lands on (see
+    /// [`GpuShare::on_device`]). Never on a MIG GPU, never beside a whole-GPU job.
+    Share { milli: Option<u16>, memory_mb: Option<u64> },
 }
 
 impl GpuRequest {
@@ -41,6 +46,7 @@ impl GpuRequest {
         match self {
             GpuRequest::None => 0,
             GpuRequest::Gpus { count } | GpuRequest::Mig { count, .. } | GpuRequest::Memory { count, .. } => *count,
+            GpuRequest::Share { .. } => 1,
         }
     }
 
@@ -53,7 +59,35 @@ impl GpuRequest {
             // The smallest MIG slice is 1/7 of a GPU.
             GpuRequest::Memory { count: 1, .. } => GPU.div_ceil(7),
             GpuRequest::Memory { count, .. } => u64::from(*count) * GPU,
+            GpuRequest::Share { milli, .. } => milli.map_or(1, GpuMilli::from),
         }
+    }
+}
+
+/// What one replica holds of a shared GPU: a compute share in thousandths
+/// and a memory limit, both concrete once placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GpuShare {
+    pub milli: u16,
+    pub memory_mb: u64,
+}
+
+impl GpuShare {
+    /// The share a request takes of a GPU of `device_mb` memory: a fraction
+    /// alone gets that fraction of the memory too, a memory limit alone the
+    /// compute share its memory is worth (so neither can be over-committed).
+    /// `None` when the GPU is too small or the request is empty.
+    pub fn on_device(milli: Option<u16>, memory_mb: Option<u64>, device_mb: u64) -> Option<GpuShare> {
+        if device_mb == 0 {
+            return None;
+        }
+        let (milli, memory_mb) = match (milli, memory_mb) {
+            (Some(m), Some(mb)) => (m, mb),
+            (Some(m), None) => (m, device_mb * u64::from(m) / 1000),
+            (None, Some(mb)) => (u16::try_from((mb * 1000).div_ceil(device_mb)).unwrap_or(u16::MAX).max(1), mb),
+            (None, None) => return None,
+        };
+        ((1..=1000).contains(&milli) && memory_mb <= device_mb).then_some(GpuShare { milli, memory_mb })
     }
 }
 
@@ -219,6 +253,19 @@ pub struct ReplicaPlacement {
     pub mig: u64,
     pub cpus_milli: u64,
     pub memory_mb: u64,
+    /// `Some` when the replica holds a share of the one GPU in `gpus`.
+    pub share: Option<GpuShare>,
+}
+
+impl ReplicaPlacement {
+    /// Thousandths of a GPU this replica's whole GPUs (or GPU share) are worth;
+    /// MIG instances are counted by their node (`NodeEntry::mig_units`).
+    pub fn gpu_units(&self) -> GpuMilli {
+        match self.share {
+            Some(s) => GpuMilli::from(s.milli),
+            None => u64::from(self.gpus.count_ones()) * GPU,
+        }
+    }
 }
 
 /// Where every replica of a job runs; index = rank.

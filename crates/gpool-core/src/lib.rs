@@ -25,6 +25,7 @@ mod backfill;
 mod capacity;
 pub mod fairshare;
 mod feasible;
+pub mod fragmentation;
 mod intern;
 pub mod job;
 pub mod mig_geometry;
@@ -40,12 +41,15 @@ pub mod quota;
 pub mod resources;
 mod running;
 mod schedule;
+mod shares;
 pub mod snapshot;
 pub mod time;
 
 pub use feasible::Infeasible;
-pub use job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, StopCause};
-pub use node::{Device, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
+pub use job::{
+    GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, StopCause,
+};
+pub use node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
 pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
 pub use policy::{Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard};
 pub use quota::QueueConfig;

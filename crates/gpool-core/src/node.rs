@@ -73,6 +73,42 @@ impl Default for Pool {
     }
 }
 
+/// How a node lets several jobs use one GPU ([`crate::GpuRequest::Share`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum GpuSharing {
+    /// Whole GPUs and MIG instances only.
+    Off,
+    /// Jobs take turns on the GPU (the driver's time-slicing); the node
+    /// watches each job's GPU memory and stops one that exceeds its share.
+    #[default]
+    TimeSlicing,
+    /// NVIDIA MPS runs on the node: a job's compute share and memory limit are
+    /// set by `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`.
+    Mps,
+}
+
+impl GpuSharing {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuSharing::Off => "off",
+            GpuSharing::TimeSlicing => "time-slicing",
+            GpuSharing::Mps => "mps",
+        }
+    }
+}
+
+impl std::str::FromStr for GpuSharing {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" | "no" => Ok(GpuSharing::Off),
+            "time-slicing" | "timeslicing" | "time-slice" => Ok(GpuSharing::TimeSlicing),
+            "mps" => Ok(GpuSharing::Mps),
+            other => Err(format!("unknown GPU sharing mode {other:?}: expected off, time-slicing or mps")),
+        }
+    }
+}
+
 /// One MIG GPU instance on a MIG-enabled GPU.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MigInstance {
@@ -112,6 +148,8 @@ pub struct Node {
     pub cpus_milli: u64,
     pub memory_mb: u64,
     pub devices: Vec<Device>,
+    /// Whether and how jobs may share this node's whole GPUs.
+    pub sharing: GpuSharing,
 }
 
 /// At most this many whole GPUs, and this many MIG instances, on one node.
@@ -143,6 +181,7 @@ impl Node {
             cpus_milli: cpus * 1000,
             memory_mb,
             devices: Vec::new(),
+            sharing: GpuSharing::default(),
         }
     }
 

@@ -71,8 +71,24 @@ impl fmt::Display for Need {
             GpuRequest::Memory { min_mb, count } => {
                 write!(f, "{count}×{model} with ≥{} GiB", min_mb.div_ceil(1024))
             }
+            GpuRequest::Share { milli, memory_mb } => {
+                f.write_str("a share of one ")?;
+                f.write_str(model)?;
+                match (milli, memory_mb) {
+                    (Some(m), Some(mb)) => write!(f, " ({} of it, {mb} MiB)", fraction(*m)),
+                    (Some(m), None) => write!(f, " ({} of it)", fraction(*m)),
+                    (None, Some(mb)) => write!(f, " ({} MiB)", mb),
+                    (None, None) => Ok(()),
+                }
+            }
         }
     }
+}
+
+/// Thousandths as a decimal fraction: 250 → "0.25".
+pub(crate) fn fraction(milli: u16) -> String {
+    let s = format!("{}.{:03}", milli / 1000, milli % 1000);
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// Why a job is still pending.

@@ -52,6 +52,31 @@ pub enum PlacementStrategy {
     BestFit,
     /// Use the emptiest node (spreads load and heat).
     Spread,
+    /// Place where the cluster's GPU fragmentation, measured against the mix
+    /// of requests it sees, grows least (FGD; see [`crate::fragmentation`]).
+    Fragmentation,
+}
+
+impl PlacementStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementStrategy::BestFit => "best-fit",
+            PlacementStrategy::Spread => "spread",
+            PlacementStrategy::Fragmentation => "fragmentation",
+        }
+    }
+}
+
+impl std::str::FromStr for PlacementStrategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "best-fit" | "bestfit" | "binpack" => Ok(PlacementStrategy::BestFit),
+            "spread" => Ok(PlacementStrategy::Spread),
+            "fragmentation" | "fgd" => Ok(PlacementStrategy::Fragmentation),
+            other => Err(format!("unknown placement {other:?}: expected best-fit, spread or fragmentation")),
+        }
+    }
 }
 
 /// Who may preempt whom.

@@ -234,7 +234,7 @@ mod tests {
         }
         let placement = nodes
             .iter()
-            .map(|n| ReplicaPlacement { node: NodeId(*n), gpus: 1, mig: 0, cpus_milli: 0, memory_mb: 0 })
+            .map(|n| ReplicaPlacement { node: NodeId(*n), gpus: 1, mig: 0, cpus_milli: 0, memory_mb: 0, share: None })
             .collect();
         Job {
             id: JobId(id),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fairshare::UsageLedger;
+use crate::fragmentation::DemandMix;
 use crate::intern::Interner;
 use crate::job::{
     GpuRequest, Job, JobId, JobSpec, JobState, NodeAffinity, Placement, ReplicaPlacement, Running, Service, StopCause,
@@ -25,6 +26,7 @@ use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::quota::QueueConfig;
 use crate::resources::{GPU, GpuMilli, MigProfile, same_model};
 use crate::running::RunningJobs;
+use crate::shares::{self, SlotShare};
 use crate::time::Time;
 
 /// Hashing for maps keyed by job id: ids are already well spread integers,
@@ -65,12 +67,19 @@ pub(crate) struct NodeFree {
     pub(crate) mig: u64,
     pub(crate) cpus: u64,
     pub(crate) mem: u64,
+    /// The whole-GPU slots that hold shares, and how much of each is taken
+    /// (empty on most nodes, so cloning it costs nothing). A slot listed
+    /// here is not in `gpus`.
+    pub(crate) shares: Vec<SlotShare>,
 }
 
 impl NodeFree {
     /// Takes a replica's devices, CPU and memory. CPU and memory stop at
     /// zero rather than wrap: a claim may name resources its victims still hold.
     pub(crate) fn take(&mut self, r: &ReplicaPlacement) {
+        if let Some(share) = r.share {
+            shares::take(&mut self.shares, r.gpus, share);
+        }
         self.gpus &= !r.gpus;
         self.mig &= !r.mig;
         self.cpus = self.cpus.saturating_sub(r.cpus_milli);
@@ -79,7 +88,10 @@ impl NodeFree {
 
     /// Gives a replica's devices, CPU and memory back (the reverse of [`NodeFree::take`]).
     pub(crate) fn release(&mut self, r: &ReplicaPlacement) {
-        self.gpus |= r.gpus;
+        match r.share {
+            Some(share) => shares::release(&mut self.shares, &mut self.gpus, r.gpus, share),
+            None => self.gpus |= r.gpus,
+        }
         self.mig |= r.mig;
         self.cpus += r.cpus_milli;
         self.mem += r.memory_mb;
@@ -192,6 +204,7 @@ impl NodeEntry {
             mig: self.mig_exists,
             cpus: self.node.cpus_milli,
             mem: self.node.memory_mb,
+            shares: Vec::new(),
         }
     }
 
@@ -426,6 +439,8 @@ pub struct Snapshot {
     /// Placements promised to pending jobs that preempted others, until they start.
     pub(crate) nominations: BTreeMap<JobId, Placement>,
     pub(crate) ledger: UsageLedger,
+    /// The kinds of request submitted so far (fragmentation-aware placement).
+    pub(crate) demand: DemandMix,
 }
 
 impl Snapshot {
@@ -452,6 +467,7 @@ impl Snapshot {
             finished: HashMap::default(),
             nominations: BTreeMap::new(),
             ledger: UsageLedger::default(),
+            demand: DemandMix::default(),
         }
     }
 
@@ -656,6 +672,7 @@ impl Snapshot {
             return Err(SnapshotError::DuplicateJob(id));
         }
         self.ledger.change_rate(&spec.team, &spec.user, 0);
+        self.demand.record(&spec);
         self.jobs.insert(id, Job { id, spec, state: JobState::Pending, service, not_before: Time::MIN });
         self.index_pending(id);
         Ok(())
@@ -728,44 +745,51 @@ impl Snapshot {
         if placement.len() != job.spec.replicas as usize {
             return Err(SnapshotError::ReplicaCount { job: id, got: placement.len(), want: job.spec.replicas });
         }
-        // Check everything before changing anything: a refused start changes nothing.
-        // What the start wants per node: its replicas there, added up.
-        let mut want: BTreeMap<NodeId, NodeFree> = BTreeMap::new();
+        // Check everything before changing anything: a refused start changes
+        // nothing. Each replica is taken from a trial copy of its node's free
+        // resources, so replicas that share a node are checked together.
+        let mut trial: BTreeMap<NodeId, NodeFree> = BTreeMap::new();
         for r in &placement {
-            let w = want.entry(r.node).or_default();
-            if r.gpus & w.gpus != 0 || r.mig & w.mig != 0 {
-                return Err(self.busy(id, r.node, "a device named twice"));
+            let e = self.nodes.get(r.node.index()).ok_or(SnapshotError::UnknownNode(r.node))?;
+            if r.gpus & !low_bits(e.gpu_slots.len()) != 0 || r.mig & !e.mig_exists != 0 {
+                return Err(self.busy(id, r.node, "a device that does not exist"));
             }
-            w.release(r);
+            let f = trial.entry(r.node).or_insert_with(|| self.free[r.node.index()].clone());
+            match r.share {
+                Some(share) => {
+                    let slot = r.gpus.trailing_zeros() as usize;
+                    let device_mb = e.gpu_slots.get(slot).map_or(0, |&di| e.node.devices[di].memory_mb);
+                    let room = if f.gpus & r.gpus != 0 {
+                        Some((1000, device_mb))
+                    } else {
+                        shares::left(&f.shares, slot, device_mb)
+                    };
+                    if r.gpus.count_ones() != 1 || !room.is_some_and(|room| shares::fits(room, share)) {
+                        return Err(self.busy(id, r.node, "room on a shared GPU"));
+                    }
+                }
+                None if r.gpus & !f.gpus != 0 => return Err(self.busy(id, r.node, "a GPU")),
+                None => {}
+            }
+            if r.mig & !f.mig != 0 {
+                return Err(self.busy(id, r.node, "a MIG instance"));
+            }
+            if r.cpus_milli > f.cpus {
+                return Err(self.busy(id, r.node, "enough CPU"));
+            }
+            if r.memory_mb > f.mem {
+                return Err(self.busy(id, r.node, "enough memory"));
+            }
+            f.take(r);
         }
-        for (node, w) in &want {
-            let e = self.nodes.get(node.index()).ok_or(SnapshotError::UnknownNode(*node))?;
-            let f = &self.free[node.index()];
-            if w.gpus & !low_bits(e.gpu_slots.len()) != 0 || w.mig & !e.mig_exists != 0 {
-                return Err(self.busy(id, *node, "a device that does not exist"));
-            }
-            if w.gpus & !f.gpus != 0 {
-                return Err(self.busy(id, *node, "a GPU"));
-            }
-            if w.mig & !f.mig != 0 {
-                return Err(self.busy(id, *node, "a MIG instance"));
-            }
-            if w.cpus > f.cpus {
-                return Err(self.busy(id, *node, "enough CPU"));
-            }
-            if w.mem > f.mem {
-                return Err(self.busy(id, *node, "enough memory"));
-            }
-        }
-        // Checked above: every replica's resources are free, so nothing saturates.
-        for r in &placement {
-            self.free[r.node.index()].take(r);
+        for (node, f) in trial {
+            self.free[node.index()] = f;
         }
         let mut units = 0;
-        for (node, w) in &want {
-            let e = &mut self.nodes[node.index()];
+        for r in &placement {
+            let e = &mut self.nodes[r.node.index()];
             e.jobs.insert(id);
-            units += u64::from(w.gpus.count_ones()) * GPU + e.mig_units(w.mig);
+            units += r.gpu_units() + e.mig_units(r.mig);
         }
         self.unindex_pending(id);
         self.nominations.remove(&id);

@@ -7,7 +7,9 @@
 //! 4. queue maximums hold;
 //! 5. only allowed victims are preempted, and only when the preemptor then fits;
 //! 6. equal inputs give equal plans;
-//! 7. every job that could ever run eventually finishes (no starvation).
+//! 7. every job that could ever run eventually finishes (no starvation);
+//! 8. shares of a GPU never add up to more than it, in compute or memory, and
+//!    a GPU held whole holds no share.
 
 mod common;
 use std::collections::BTreeMap;
@@ -55,7 +57,7 @@ fn node_gen() -> impl Strategy<Value = NodeGen> {
 }
 
 fn job_gen() -> impl Strategy<Value = JobGen> {
-    (0u8..10, 1u32..=8, 1u32..=3, 0i32..3, any::<bool>(), 0usize..4, 0usize..4, 0i64..2000, 1u64..20_000, any::<bool>())
+    (0u8..12, 1u32..=8, 1u32..=3, 0i32..3, any::<bool>(), 0usize..4, 0usize..4, 0i64..2000, 1u64..20_000, any::<bool>())
         .prop_map(|(kind, gpus, replicas, class, preemptible, queue, user, submit, duration, estimate)| JobGen {
             kind,
             gpus,
@@ -83,9 +85,11 @@ fn to_job(g: &JobGen) -> J {
         1 => j.gpu_memory_gb(u64::from(g.gpus) * 9),
         2 => j.cpus(u64::from(g.gpus)),
         3 => j.gpus(g.gpus).model(MODELS[(g.gpus % 3) as usize]),
+        10 => j.share(Some([125, 250, 500, 750][(g.gpus % 4) as usize]), None),
+        11 => j.share(g.preemptible.then_some(300), Some(u64::from(g.gpus) * 3)),
         _ => j.gpus(g.gpus),
     };
-    if g.kind >= 8 {
+    if (8..10).contains(&g.kind) {
         j = j.replicas(g.replicas);
     }
     if g.preemptible {
@@ -133,7 +137,7 @@ fn check_plan(snap: &Snapshot, plan: &Plan) -> Result<(), String> {
             return Err(format!("gang {} got {} of {} replicas", s.job, s.placement.len(), job.spec.replicas));
         }
         copy.start(s.job, s.placement.clone(), plan.now).map_err(|e| format!("start refused: {e}"))?;
-        for r in &s.placement {
+        for r in s.placement.iter().filter(|r| r.share.is_none()) {
             let c = claimed.entry(r.node.0).or_default();
             c.0 |= r.gpus;
             c.1 |= r.mig;
@@ -228,7 +232,8 @@ fn check_plan(snap: &Snapshot, plan: &Plan) -> Result<(), String> {
                 a.1 |= r.mig;
             }
         }
-        for r in placement {
+        // A share's claim is checked when it starts (the snapshot refuses a full GPU).
+        for r in placement.iter().filter(|r| r.share.is_none()) {
             let (fg, fm) = snap.free_masks(r.node).ok_or("no node")?;
             let (vg, vm) = avail.get(&r.node.0).copied().unwrap_or_default();
             if r.gpus & !(fg | vg) != 0 || r.mig & !(fm | vm) != 0 {
@@ -245,6 +250,40 @@ fn check_plan(snap: &Snapshot, plan: &Plan) -> Result<(), String> {
     Ok(())
 }
 
+/// 8. Per GPU: one whole holder and no share, or shares that fit it.
+fn check_shares(snap: &Snapshot) -> Result<(), String> {
+    // (node, slot) → (whole holders, compute, memory)
+    let mut held: BTreeMap<(u32, u32), (u32, u32, u64)> = BTreeMap::new();
+    for j in snap.running_jobs() {
+        for r in &j.running().expect("running").placement {
+            for slot in 0..64u32 {
+                if r.gpus & (1 << slot) == 0 {
+                    continue;
+                }
+                let h = held.entry((r.node.0, slot)).or_default();
+                match r.share {
+                    Some(s) => {
+                        h.1 += u32::from(s.milli);
+                        h.2 += s.memory_mb;
+                    }
+                    None => h.0 += 1,
+                }
+            }
+        }
+    }
+    for ((node, slot), (whole, milli, mem)) in held {
+        let device = snap.node(gpool_core::NodeId(node)).and_then(|n| n.whole_gpus().nth(slot as usize));
+        let device_mb = device.map_or(0, |d| d.memory_mb);
+        if whole > 1 || (whole == 1 && (milli > 0 || mem > 0)) {
+            return Err(format!("GPU {slot} of node {node}: {whole} whole holders beside shares of {milli}‰"));
+        }
+        if milli > 1000 || mem > device_mb {
+            return Err(format!("GPU {slot} of node {node} shared beyond it: {milli}‰, {mem} of {device_mb} MB"));
+        }
+    }
+    Ok(())
+}
+
 /// Drives the workload to completion; returns (finished jobs, preemptions) or the first broken invariant.
 fn simulate(c: &mut Cluster, jobs: &[(JobId, u64)]) -> Result<(usize, usize), String> {
     let durations: BTreeMap<JobId, u64> = jobs.iter().copied().collect();
@@ -256,6 +295,7 @@ fn simulate(c: &mut Cluster, jobs: &[(JobId, u64)]) -> Result<(usize, usize), St
         preemptions += plan.preemptions.len();
         let changed = !plan.is_empty();
         c.apply(&plan);
+        check_shares(&c.snap)?;
         // Next event: a running job ends, or (if the plan changed nothing) time moves on.
         let next_end = c
             .snap
@@ -335,7 +375,14 @@ fn check_plan_catches_a_double_allocation() {
     assert!(plan.starts.is_empty());
     plan.starts.push(gpool_core::Start {
         job: b,
-        placement: vec![gpool_core::ReplicaPlacement { node: c.id("n"), gpus: 1, mig: 0, cpus_milli: 0, memory_mb: 0 }],
+        placement: vec![gpool_core::ReplicaPlacement {
+            node: c.id("n"),
+            gpus: 1,
+            mig: 0,
+            cpus_milli: 0,
+            memory_mb: 0,
+            share: None,
+        }],
         backfilled: false,
     });
     let err = check_plan(&c.snap, &plan).expect_err("must fail");

@@ -16,5 +16,6 @@ pub mod metrics;
 pub mod mig_bench;
 pub mod plot;
 pub mod rng;
+pub mod sharing_bench;
 pub mod synthetic;
 pub mod trace;

@@ -237,7 +237,14 @@ pub fn planner_cost(nodes: u32, gpus_per_node: u32, pending: usize) -> Result<(D
             let job = gpool_core::JobId(id);
             id += 1;
             snap.submit(job, spec).map_err(|err| SimError::Apply { t: 0.0, err })?;
-            let placement = vec![gpool_core::ReplicaPlacement { node: nid, gpus: 0, mig, cpus_milli: 0, memory_mb: 0 }];
+            let placement = vec![gpool_core::ReplicaPlacement {
+                node: nid,
+                gpus: 0,
+                mig,
+                cpus_milli: 0,
+                memory_mb: 0,
+                share: None,
+            }];
             snap.start(job, placement, t0).map_err(|err| SimError::Apply { t: 0.0, err })?;
         }
     }

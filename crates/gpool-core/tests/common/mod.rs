@@ -192,6 +192,11 @@ impl J {
         self.spec.replica.gpu = GpuRequest::Memory { min_mb: gb * 1000, count: 1 };
         self
     }
+    /// A share of one GPU: `milli` thousandths and/or `memory_gb` of its memory.
+    pub fn share(mut self, milli: Option<u16>, memory_gb: Option<u64>) -> J {
+        self.spec.replica.gpu = GpuRequest::Share { milli, memory_mb: memory_gb.map(|g| g * 1000) };
+        self
+    }
     pub fn model(mut self, m: &str) -> J {
         self.spec.replica.gpu_model = Some(Arc::from(m));
         self

@@ -27,6 +27,8 @@ pub struct PlaneConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub policy: String,
+    /// Over the policy's own placement strategy.
+    pub placement: Option<gpool_core::PlacementStrategy>,
     pub queues_file: Option<PathBuf>,
     /// fsync every commit (survive power loss, not only process crashes).
     pub fsync: bool,
@@ -60,7 +62,10 @@ pub struct PlaneConfig {
 
 /// The controller's settings from a control plane's.
 pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
-    let policy = Policy::by_name(&p.policy)?;
+    let mut policy = Policy::by_name(&p.policy)?;
+    if let Some(placement) = p.placement {
+        policy.placement = placement;
+    }
     let queues = match &p.queues_file {
         Some(f) => read_queues(f)?,
         None => Vec::new(),

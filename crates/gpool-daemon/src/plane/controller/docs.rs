@@ -39,6 +39,9 @@ pub struct ReplicaDoc {
     pub cpus_milli: u64,
     pub memory_mb: u64,
     pub cuda_visible_devices: String,
+    /// Its share of the one GPU in `gpus`, when it shares that GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_share: Option<api::GpuShareView>,
     #[serde(default)]
     pub exit: Option<ExitRecord>,
     #[serde(default)]

@@ -113,6 +113,7 @@ impl Controller {
                 cpus_milli: r.cpus_milli,
                 memory_mb: r.memory_mb,
                 cuda_visible_devices: visible,
+                gpu_share: r.share.map(|s| api::GpuShareView { milli: s.milli, memory_mb: s.memory_mb }),
                 exit: None,
                 lost: false,
                 seen: false,

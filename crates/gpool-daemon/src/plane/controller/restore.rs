@@ -88,6 +88,7 @@ impl Controller {
                         mig,
                         cpus_milli: r.cpus_milli,
                         memory_mb: r.memory_mb,
+                        share: r.gpu_share.map(|s| gpool_core::GpuShare { milli: s.milli, memory_mb: s.memory_mb }),
                     })
                 })
                 .collect();

@@ -45,6 +45,7 @@ impl Controller {
                         gpus: x.gpus.clone(),
                         mig: x.mig.clone(),
                         cuda_visible_devices: x.cuda_visible_devices.clone(),
+                        gpu_share: x.gpu_share,
                         pid: None,
                     })
                     .collect()
