@@ -368,6 +368,7 @@ fn job_spec(j: &TraceJob, group: &Arc<str>, gpus_per_node: u32, cfg: &SimConfig)
     spec.replicas = replicas;
     spec.replica.gpu = match (&j.mig, per) {
         (Some(profile), _) => GpuRequest::Mig { profile: profile.clone(), count: j.gpus.max(1) },
+        (None, 1) if j.gpu_milli.is_some() => GpuRequest::Share { milli: j.gpu_milli, memory_mb: None },
         (None, 0) => GpuRequest::None,
         (None, _) => GpuRequest::Gpus { count: per },
     };

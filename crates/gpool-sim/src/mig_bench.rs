@@ -148,6 +148,7 @@ pub fn workload(b: &MigBench) -> Vec<TraceJob> {
             cpus_milli: 1000,
             memory_mb: 4096,
             mig: Some(p.clone()),
+            gpu_milli: None,
         });
     }
     jobs

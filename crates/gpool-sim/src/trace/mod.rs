@@ -28,6 +28,8 @@ pub struct TraceJob {
     pub memory_mb: u64,
     /// A MIG profile: the job asks for `gpus` instances of it, not whole GPUs.
     pub mig: Option<gpool_core::MigProfile>,
+    /// A share of one GPU in thousandths (openb's `gpu_milli` below 1000): the job shares a GPU.
+    pub gpu_milli: Option<u16>,
 }
 
 /// Trace file formats.
@@ -163,6 +165,7 @@ fn job(line: usize, submit_s: f64, duration_s: f64, gpus: u32, group: &str) -> T
         cpus_milli: 0,
         memory_mb: 0,
         mig: None,
+        gpu_milli: None,
     }
 }
 
@@ -201,8 +204,8 @@ fn itp(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
 }
 
 /// Alibaba openb: pods with CPU/memory requests, GPU counts, fractional GPU
-/// shares and allowed GPU models. gpool does not time-share a GPU, so a
-/// fractional share takes a whole GPU. Run time is from scheduling (or
+/// shares and allowed GPU models. A fractional share (`gpu_milli` below 1000
+/// on one GPU) becomes a GPU share. Run time is from scheduling (or
 /// creation, for pods never scheduled) to deletion.
 fn openb(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
     let cpu = h.require("cpu_milli")?;
@@ -213,6 +216,7 @@ fn openb(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
     let deleted = h.require("deletion_time")?;
     let scheduled = h.require("scheduled_time")?;
     let qos = h.find("qos");
+    let milli = h.find("gpu_milli");
     rows.iter()
         .map(|rec| {
             let r = Row { rec };
@@ -232,6 +236,12 @@ fn openb(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
             let mut j = job(rec.line, c as f64, (d - s) as f64, r.gpus(gpus, "num_gpu")?, group);
             j.cpus_milli = r.int(cpu, "cpu_milli")?;
             j.memory_mb = r.int(mem, "memory_mib")?;
+            if let Some(m) = milli {
+                let m = r.int(m, "gpu_milli")?;
+                if j.gpus == 1 && (1..1000).contains(&m) {
+                    j.gpu_milli = Some(m as u16);
+                }
+            }
             j.gpu_models = r
                 .get(spec, "gpu_spec")?
                 .split('|')
@@ -430,6 +440,7 @@ mod tests {
         let openb = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\np0,12000,16384,1,460,V100M16|V100M32,LS,Running,100,500,120\np1,6000,1024,0,0,,BE,Pending,10,50,\n";
         let j = parse(openb, Format::Openb).expect("openb");
         assert_eq!((j[1].duration_s, j[1].gpu_models.len(), j[1].cpus_milli), (380.0, 2, 12000));
+        assert_eq!((j[1].gpu_milli, j[0].gpu_milli), (Some(460), None), "a fraction of one GPU is a share");
         assert_eq!((j[0].duration_s, j[0].gpus, j[0].group.as_str()), (40.0, 0, "BE"));
         let csv = "submit,duration,gpus,user,gpu_model\n0,100,2,ana,H100-80GB\n";
         let j = parse(csv, Format::Csv).expect("csv");
