@@ -71,6 +71,10 @@ pub struct Register {
     /// `nvml`, `nvidia-smi`, `simulated` or `none`.
     pub source: String,
     pub gpus: Vec<GpuWire>,
+    /// How jobs may share its GPUs: `off`, `time-slicing` or `mps`
+    /// (absent from agents older than GPU sharing: `off`).
+    #[serde(default = "sharing_off")]
+    pub gpu_sharing: String,
     /// Replicas whose shims are alive on this node.
     #[serde(default)]
     pub running: Vec<ReplicaId>,
@@ -281,4 +285,8 @@ pub struct Report {
     pub events: Vec<Event>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<TelemetryWire>,
+}
+
+fn sharing_off() -> String {
+    "off".into()
 }

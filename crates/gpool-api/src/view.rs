@@ -165,6 +165,9 @@ pub struct DeviceView {
     /// The job holding the whole device, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<u64>,
+    /// The jobs sharing the device, with their shares.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<DeviceShareView>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -174,10 +177,21 @@ pub struct DeviceView {
     pub telemetry: Option<crate::telemetry::DeviceTelemetry>,
 }
 
+/// One job's share of a shared GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceShareView {
+    pub job: u64,
+    pub milli: u16,
+    pub memory_mb: u64,
+}
+
 /// A node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeView {
     pub name: String,
+    /// How jobs may share its GPUs: `off`, `time-slicing` or `mps`.
+    #[serde(default = "sharing_off")]
+    pub gpu_sharing: String,
     pub state: String,
     pub pool: String,
     pub cpus: f64,
@@ -287,4 +301,8 @@ pub struct WhoAmI {
     pub user: String,
     pub team: String,
     pub role: String,
+}
+
+fn sharing_off() -> String {
+    "off".into()
 }

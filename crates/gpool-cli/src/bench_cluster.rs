@@ -123,6 +123,7 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
         pool: None,
         source: "simulated".into(),
         gpus: gpu_list,
+        gpu_sharing: "time-slicing".into(),
         running: Vec::new(),
         version: "bench".into(),
     };

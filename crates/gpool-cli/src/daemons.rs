@@ -164,6 +164,9 @@ pub(crate) struct NodeArgs {
     /// Confine each job with control groups (memory and CPU from its request, a task limit, only its own GPUs' and MIG instances' device files): auto (v1 where the host mounts it, else v2; as root), v1, v2 or off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "off", "v1", "v2"])]
     cgroups: String,
+    /// How jobs that ask for a fraction of a GPU share this node's GPUs: time-slicing (memory limits watched and enforced by the agent), mps (NVIDIA MPS runs here: compute and memory limits set by MPS), or off. See docs/sharing.md.
+    #[arg(long, default_value = "time-slicing", value_parser = clap::value_parser!(gpool_core::GpuSharing))]
+    gpu_sharing: gpool_core::GpuSharing,
 }
 
 impl NodeArgs {
@@ -196,6 +199,7 @@ impl NodeArgs {
             })?,
             cgroups: gpool_daemon::node::cgroup::Mode::parse(&self.cgroups)
                 .map_err(|e| anyhow::anyhow!("--cgroups: {e}"))?,
+            gpu_sharing: self.gpu_sharing,
             run_as: match self.run_as.as_deref() {
                 None => gpool_daemon::node::account::RunAs::default_for_this_process(),
                 Some(m) => {

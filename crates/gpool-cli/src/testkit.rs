@@ -294,6 +294,7 @@ impl FindingB {
 pub(crate) fn node(name: &str) -> NodeB {
     NodeB(api::NodeView {
         name: name.into(),
+        gpu_sharing: "off".into(),
         state: "up".into(),
         pool: "on-demand".into(),
         cpus: 96.0,
@@ -360,6 +361,7 @@ pub(crate) fn gpu(index: u32, model: &str) -> GpuB {
         nvlink_group: Some(0),
         mig: Vec::new(),
         job: None,
+        shares: Vec::new(),
         name: Some(format!("NVIDIA {model}")),
         pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index)),
         telemetry: None,

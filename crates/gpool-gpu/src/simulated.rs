@@ -24,6 +24,9 @@ pub struct SimLoad {
     pub gpu_util_pct: f64,
     pub memory_used_mb: u64,
     pub pids: Vec<u32>,
+    /// Each pid's memory, when several jobs share the device (as NVML
+    /// reports it per process); empty: the memory is split evenly.
+    pub pid_memory_mb: Vec<u64>,
 }
 
 /// Called with a device UUID (`GPU-…` or `MIG-…`); `None` = nothing runs there.
@@ -184,16 +187,14 @@ fn processes(load: Option<&SimLoad>, total_mb: u64, gi_id: Option<u32>, ci_id: O
     let Some(l) = load else { return Vec::new() };
     let n = l.pids.len() as u64;
     let declared = l.memory_used_mb.min(total_mb);
+    let each = |i: usize| match l.pid_memory_mb.get(i) {
+        Some(mb) if l.pid_memory_mb.len() == l.pids.len() => *mb,
+        _ => declared / n + if i == 0 { declared % n } else { 0 },
+    };
     l.pids
         .iter()
         .enumerate()
-        .map(|(i, &pid)| GpuProcess {
-            pid,
-            name: None,
-            used_memory_mb: Some(declared / n + if i == 0 { declared % n } else { 0 }),
-            gi_id,
-            ci_id,
-        })
+        .map(|(i, &pid)| GpuProcess { pid, name: None, used_memory_mb: Some(each(i)), gi_id, ci_id })
         .collect()
 }
 
@@ -337,7 +338,7 @@ mod tests {
     }
 
     fn load(util: f64, mb: u64, pids: &[u32]) -> SimLoad {
-        SimLoad { gpu_util_pct: util, memory_used_mb: mb, pids: pids.to_vec() }
+        SimLoad { gpu_util_pct: util, memory_used_mb: mb, pids: pids.to_vec(), pid_memory_mb: Vec::new() }
     }
 
     #[test]

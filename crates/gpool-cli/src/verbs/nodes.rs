@@ -23,8 +23,9 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
             (Some(a), None) => format!("  agent {a}"),
             _ => String::new(),
         };
+        let sharing = if n.gpu_sharing == "off" { String::new() } else { format!("  GPU sharing {}", n.gpu_sharing) };
         lines.push(format!(
-            "{}  {}  pool {}  source {}{agent}  CPUs {}/{} free  memory {}/{} GiB free  jobs {:?}",
+            "{}  {}  pool {}  source {}{agent}{sharing}  CPUs {}/{} free  memory {}/{} GiB free  jobs {:?}",
             n.name,
             n.state,
             n.pool,
@@ -39,7 +40,16 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
             lines.push(format!("  condition: {c}"));
         }
         for d in &n.devices {
-            let who = d.job.map_or_else(|| "free".to_string(), |j| format!("job {j}"));
+            let who = match (d.job, d.shares.as_slice()) {
+                (Some(j), _) => format!("job {j}"),
+                (None, []) => "free".to_string(),
+                (None, shares) => {
+                    let used: u32 = shares.iter().map(|s| u32::from(s.milli)).sum();
+                    let jobs: Vec<String> =
+                        shares.iter().map(|s| format!("{} ({:.2})", s.job, f64::from(s.milli) / 1000.0)).collect();
+                    format!("shared {:.2}: jobs {}", f64::from(used) / 1000.0, jobs.join(", "))
+                }
+            };
             let now = match d.telemetry.as_ref() {
                 Some(t) => format!(
                     "{:>4} {:>14} {:>5} {:>6}",

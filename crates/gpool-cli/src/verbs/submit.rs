@@ -13,14 +13,18 @@ use crate::output::{Output, emit, json, text};
 #[derive(Args, Debug)]
 pub(crate) struct SubmitArgs {
     /// Whole GPUs per replica (nvidia.com/gpu).
-    #[arg(long, conflicts_with_all = ["mig", "gpu_memory"])]
+    #[arg(long, conflicts_with_all = ["mig", "gpu_memory", "gpu_fraction"])]
     gpus: Option<u32>,
     /// One MIG instance of this profile per replica, e.g. 1g.10gb.
-    #[arg(long, conflicts_with = "gpu_memory")]
+    #[arg(long, conflicts_with_all = ["gpu_memory", "gpu_fraction"])]
     mig: Option<String>,
-    /// One device (MIG instance or GPU, the smallest that fits) with at least this much memory, e.g. 20Gi.
+    /// One device (MIG instance or GPU, the smallest that fits) with at least this much memory, e.g. 20Gi;
+    /// with --gpu-fraction, the memory of the share.
     #[arg(long)]
     gpu_memory: Option<String>,
+    /// A share of one GPU that other jobs share too: 0.25, 25%, 250m, or auto (the share --gpu-memory is worth).
+    #[arg(long)]
+    gpu_fraction: Option<String>,
     /// Only GPUs of this model, e.g. H100-80GB.
     #[arg(long)]
     gpu_model: Option<String>,
@@ -110,6 +114,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         }
         if let Some(m) = &a.gpu_memory {
             res.insert("gpool.io/gpu-memory".into(), Quantity::Text(m.clone()));
+        }
+        if let Some(f) = &a.gpu_fraction {
+            res.insert("gpool.io/gpu-fraction".into(), Quantity::Text(f.clone()));
         }
         if let Some(c) = &a.cpus {
             res.insert("cpu".into(), Quantity::Text(c.clone()));

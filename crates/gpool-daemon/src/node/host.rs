@@ -32,6 +32,8 @@ pub struct NodeConfig {
     pub run_as: crate::node::account::RunAs,
     /// Whether and how jobs are confined with control groups (`cgroup.rs`).
     pub cgroups: crate::node::cgroup::Mode,
+    /// Whether and how jobs may share a GPU (docs/sharing.md).
+    pub gpu_sharing: gpool_core::GpuSharing,
 }
 
 /// Where this node's jobs' control groups go, if it confines them; says on
@@ -88,6 +90,7 @@ pub fn describe(name: &str, gpus: &[GpuInfo], source: &str, cfg: &NodeConfig, ad
         cpus: cfg.cpus.unwrap_or(default_cpus),
         memory_mb: cfg.memory_gb.map_or(default_mem, |g| g * 1024),
         gpus: gpus_to_wire(gpus),
+        gpu_sharing: cfg.gpu_sharing.as_str().to_string(),
     }
 }
 

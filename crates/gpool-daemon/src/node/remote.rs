@@ -207,6 +207,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             pool: doc.pool.clone(),
             source: source.clone(),
             gpus: doc.gpus.clone(),
+            gpu_sharing: doc.gpu_sharing.clone(),
             running,
             version: env!("CARGO_PKG_VERSION").into(),
         };

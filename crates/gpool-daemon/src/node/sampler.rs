@@ -70,14 +70,27 @@ fn lock(r: &Replicas) -> std::sync::MutexGuard<'_, BTreeMap<ReplicaKey, ReplicaE
 /// replica holding it declares (its load file, else its environment).
 pub fn sim_loads(replicas: Replicas) -> gpool_gpu::simulated::LoadSource {
     Box::new(move |uuid: &str| {
-        let entry = lock(&replicas).values().find(|e| e.devices.iter().any(|d| d == uuid)).cloned()?;
-        let declared = std::fs::read_to_string(entry.run_dir.join(SIM_LOAD_FILE))
-            .ok()
-            .and_then(|s| parse_sim_load(&s))
-            .or_else(|| entry.declared_load.as_deref().and_then(parse_sim_load));
-        let pid = read_json::<ShimState>(&entry.run_dir.join(STATE)).map(|s| s.job_pid as u32);
-        let mut load = declared.unwrap_or_default();
-        load.pids = pid.into_iter().collect();
+        // Every replica on the device: several when jobs share it. Their
+        // utilisation adds up (to 100 % at most), each process keeps its memory.
+        let entries: Vec<ReplicaEntry> =
+            lock(&replicas).values().filter(|e| e.devices.iter().any(|d| d == uuid)).cloned().collect();
+        if entries.is_empty() {
+            return None;
+        }
+        let mut load = SimLoad::default();
+        for entry in &entries {
+            let declared = std::fs::read_to_string(entry.run_dir.join(SIM_LOAD_FILE))
+                .ok()
+                .and_then(|s| parse_sim_load(&s))
+                .or_else(|| entry.declared_load.as_deref().and_then(parse_sim_load))
+                .unwrap_or_default();
+            load.gpu_util_pct = (load.gpu_util_pct + declared.gpu_util_pct).min(100.0);
+            load.memory_used_mb += declared.memory_used_mb;
+            if let Some(st) = read_json::<ShimState>(&entry.run_dir.join(STATE)) {
+                load.pids.push(st.job_pid as u32);
+                load.pid_memory_mb.push(declared.memory_used_mb);
+            }
+        }
         Some(load)
     })
 }

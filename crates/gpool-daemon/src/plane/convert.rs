@@ -46,6 +46,39 @@ fn whole(field: &str, q: &Quantity) -> Result<u32, FieldError> {
     }
 }
 
+/// A share of one GPU: `0.25`, `25%`, `250m` (thousandths, as the openb
+/// trace writes them), or `auto` (`None`: the share its memory is worth).
+fn parse_fraction(field: &str, q: &Quantity) -> Result<Option<u16>, FieldError> {
+    let text = q.text();
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    let value = if let Some(p) = t.strip_suffix('%') {
+        p.trim().parse::<f64>().map(|x| x / 100.0)
+    } else if let Some(m) = t.strip_suffix('m') {
+        m.trim().parse::<f64>().map(|x| x / 1000.0)
+    } else {
+        t.parse::<f64>()
+    };
+    let why = "a share of one GPU: a number above 0 and below 1 (0.25), a percentage (25%), thousandths (250m) or auto (with gpool.io/gpu-memory)";
+    let Ok(x) = value else { return Err(bad(field, format!("{t:?} is not {why}"))) };
+    if !x.is_finite() || x <= 0.0 {
+        return Err(bad(field, format!("{t} is not {why}")));
+    }
+    if x >= 1.0 {
+        return Err(bad(
+            field,
+            format!("{t} is a whole GPU or more: ask for whole GPUs with nvidia.com/gpu (--gpus), or give {why}"),
+        ));
+    }
+    let milli = (x * 1000.0).round() as u16;
+    if milli == 0 {
+        return Err(bad(field, format!("{t} is below the smallest share, 0.001 of a GPU")));
+    }
+    Ok(Some(milli.min(999)))
+}
+
 fn expr(field: &str, e: &MatchExpression) -> Result<LabelExpr, FieldError> {
     let op = match e.operator.as_str() {
         "In" => LabelOp::In(e.values.clone()),
@@ -102,11 +135,14 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
         return Err(bad("stopSignal", format!("{sig:?} is not a signal name like SIGTERM or SIGUSR1")));
     }
     let mut gpu: Option<GpuRequest> = None;
+    // A share's fraction (`None` inside: "auto", compute follows memory) and its GPU memory.
+    let mut fraction: Option<Option<u16>> = None;
+    let mut gpu_memory_mb: Option<u64> = None;
     let mut set_gpu = |field: &str, g: GpuRequest| -> Result<(), FieldError> {
         if gpu.replace(g).is_some() {
             return Err(bad(
                 format!("resources.{field}"),
-                "a job asks for one kind of GPU resource: nvidia.com/gpu, one nvidia.com/mig-<profile>, or gpool.io/gpu-memory",
+                "a job asks for one kind of GPU resource: nvidia.com/gpu, one nvidia.com/mig-<profile>, gpool.io/gpu-memory, or a share (gpool.io/gpu-fraction, with or without gpool.io/gpu-memory)",
             ));
         }
         Ok(())
@@ -130,8 +166,9 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
                 if mb == 0 {
                     return Err(bad(&field, "must be more than zero"));
                 }
-                set_gpu(key, GpuRequest::Memory { min_mb: mb, count: 1 })?
+                gpu_memory_mb = Some(mb);
             }
+            "gpool.io/gpu-fraction" => fraction = Some(parse_fraction(&field, q)?),
             k if k.starts_with("nvidia.com/mig-") => {
                 let profile: MigProfile =
                     k.parse().map_err(|e: gpool_core::resources::MigProfileError| bad(&field, e.to_string()))?;
@@ -140,10 +177,22 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
             _ => {
                 return Err(bad(
                     &field,
-                    "unknown resource; use nvidia.com/gpu, nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb), gpool.io/gpu-memory, cpu or memory",
+                    "unknown resource; use nvidia.com/gpu, nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb), gpool.io/gpu-fraction, gpool.io/gpu-memory, cpu or memory",
                 ));
             }
         }
+    }
+    match (fraction, gpu_memory_mb) {
+        // Memory alone: a device of its own, the smallest with that much.
+        (None, Some(mb)) => set_gpu("gpool.io/gpu-memory", GpuRequest::Memory { min_mb: mb, count: 1 })?,
+        (Some(None), None) => {
+            return Err(bad(
+                "resources.gpool.io/gpu-fraction",
+                "auto takes the compute share from gpool.io/gpu-memory, which is missing: add it (e.g. gpool.io/gpu-memory: 10Gi) or give a fraction such as 0.25",
+            ));
+        }
+        (Some(milli), memory_mb) => set_gpu("gpool.io/gpu-fraction", GpuRequest::Share { milli, memory_mb })?,
+        (None, None) => {}
     }
     core.replica.gpu = gpu.unwrap_or_default();
     core.replica.gpu_model = spec.gpu_model.as_deref().filter(|m| !m.trim().is_empty()).map(Arc::from);
@@ -196,6 +245,22 @@ mod tests {
                 GpuRequest::Memory { min_mb: 20 * 1024, count: 1 },
             ),
             ("command: [x]\nresources: {cpu: 2}\n", GpuRequest::None),
+            (
+                "command: [x]\nresources: {gpool.io/gpu-fraction: 0.25}\n",
+                GpuRequest::Share { milli: Some(250), memory_mb: None },
+            ),
+            (
+                "command: [x]\nresources: {gpool.io/gpu-fraction: 460m, gpool.io/gpu-memory: 10Gi}\n",
+                GpuRequest::Share { milli: Some(460), memory_mb: Some(10 * 1024) },
+            ),
+            (
+                "command: [x]\nresources: {gpool.io/gpu-fraction: 30%}\n",
+                GpuRequest::Share { milli: Some(300), memory_mb: None },
+            ),
+            (
+                "command: [x]\nresources: {gpool.io/gpu-fraction: auto, gpool.io/gpu-memory: 8Gi}\n",
+                GpuRequest::Share { milli: None, memory_mb: Some(8 * 1024) },
+            ),
         ];
         for (y, want) in cases {
             assert_eq!(to_core(&spec(y), "u", "t", 0).expect(y).replica.gpu, want, "{y}");
@@ -214,6 +279,14 @@ mod tests {
             (
                 "command: [x]\nresources: {nvidia.com/gpu: 1, nvidia.com/mig-1g.10gb: 1}\n",
                 "resources.nvidia.com/mig-1g.10gb",
+            ),
+            ("command: [x]\nresources: {gpool.io/gpu-fraction: 1}\n", "resources.gpool.io/gpu-fraction"),
+            ("command: [x]\nresources: {gpool.io/gpu-fraction: 0}\n", "resources.gpool.io/gpu-fraction"),
+            ("command: [x]\nresources: {gpool.io/gpu-fraction: half}\n", "resources.gpool.io/gpu-fraction"),
+            ("command: [x]\nresources: {gpool.io/gpu-fraction: auto}\n", "resources.gpool.io/gpu-fraction"),
+            (
+                "command: [x]\nresources: {gpool.io/gpu-fraction: 0.5, nvidia.com/gpu: 1}\n",
+                "resources.gpool.io/gpu-fraction",
             ),
             ("command: [x]\ntimeLimit: soon\n", "timeLimit"),
             ("command: [x]\npriority: urgent\n", "priority"),

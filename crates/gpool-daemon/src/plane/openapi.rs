@@ -19,7 +19,7 @@ pub const DOCUMENT: &str = r##"{
           "command": { "oneOf": [ { "type": "array", "items": { "type": "string" }, "minItems": 1 }, { "type": "string", "description": "run by /bin/sh -c" } ] },
           "workdir": { "type": "string" },
           "env": { "type": "object", "additionalProperties": { "type": "string" } },
-          "resources": { "type": "object", "description": "nvidia.com/gpu, nvidia.com/mig-<profile>, gpool.io/gpu-memory, cpu, memory", "additionalProperties": { "oneOf": [ { "type": "number" }, { "type": "string" } ] } },
+          "resources": { "type": "object", "description": "nvidia.com/gpu, nvidia.com/mig-<profile>, gpool.io/gpu-memory, gpool.io/gpu-fraction (a share of one GPU: 0.25, 25%, 250m or auto), cpu, memory", "additionalProperties": { "oneOf": [ { "type": "number" }, { "type": "string" } ] } },
           "gpuModel": { "type": "string", "example": "H100-80GB" },
           "replicas": { "type": "integer", "minimum": 1, "default": 1 },
           "queue": { "type": "string", "default": "default" },
@@ -47,7 +47,8 @@ pub const DOCUMENT: &str = r##"{
       "JobState": { "type": "string", "enum": ["pending", "starting", "running", "stopping", "succeeded", "failed", "cancelled", "timed_out"] },
       "Replica": { "type": "object", "properties": {
         "rank": { "type": "integer" }, "node": { "type": "string" }, "gpus": { "type": "array", "items": { "type": "integer" } },
-        "mig": { "type": "array", "items": { "type": "string" } }, "cuda_visible_devices": { "type": "string" } } },
+        "mig": { "type": "array", "items": { "type": "string" } }, "cuda_visible_devices": { "type": "string" },
+        "gpu_share": { "type": "object", "description": "its share of the one GPU in gpus, when it shares that GPU", "properties": { "milli": { "type": "integer" }, "memory_mb": { "type": "integer" } } } } },
       "Job": { "type": "object", "required": ["id", "name", "user", "team", "queue", "state", "priority", "submitted_at", "attempt", "restarts", "spec"], "properties": {
         "id": { "type": "integer" }, "name": { "type": "string" }, "user": { "type": "string" }, "team": { "type": "string" }, "queue": { "type": "string" },
         "state": { "$ref": "#/components/schemas/JobState" },
@@ -61,6 +62,7 @@ pub const DOCUMENT: &str = r##"{
       "JobList": { "type": "object", "required": ["jobs"], "properties": { "jobs": { "type": "array", "items": { "$ref": "#/components/schemas/Job" } }, "next": { "type": "integer", "description": "pass as 'after' for the next page" } } },
       "Node": { "type": "object", "properties": {
         "name": { "type": "string" }, "state": { "type": "string" }, "pool": { "type": "string" }, "cpus": { "type": "number" }, "memory_mb": { "type": "integer" },
+        "gpu_sharing": { "type": "string", "enum": ["off", "time-slicing", "mps"] },
         "free_cpus": { "type": "number" }, "free_memory_mb": { "type": "integer" }, "labels": { "type": "object" }, "source": { "type": "string" },
         "devices": { "type": "array", "items": { "type": "object" } }, "jobs": { "type": "array", "items": { "type": "integer" } } } },
       "Queue": { "type": "object", "properties": {

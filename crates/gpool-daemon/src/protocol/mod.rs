@@ -86,6 +86,8 @@ pub struct NodeInfo {
     pub cpus: f64,
     pub memory_mb: u64,
     pub gpus: Vec<gpool_api::agent::GpuWire>,
+    /// `off`, `time-slicing` or `mps` (`gpool_core::GpuSharing`).
+    pub gpu_sharing: String,
 }
 
 /// What to run, sent by the agent as JSON on the shim's standard input.

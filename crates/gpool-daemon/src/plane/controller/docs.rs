@@ -28,6 +28,12 @@ pub enum Stop {
     },
     /// A replica was lost (its shim vanished).
     Lost,
+    /// Its processes used more of a shared GPU's memory than its share.
+    GpuMemory {
+        gpu: u32,
+        used_mb: u64,
+        limit_mb: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -93,6 +93,13 @@ impl Controller {
             set("GPOOL_ATTEMPT", attempt.to_string());
             set("GPOOL_RESTART_COUNT", doc.restarts.to_string());
             set("GPOOL_USER", doc.user.clone());
+            if let Some(share) = r.share {
+                let mode = self.snap.node(r.node).map_or(gpool_core::GpuSharing::TimeSlicing, |n| n.sharing);
+                let view = api::GpuShareView { milli: share.milli, memory_mb: share.memory_mb };
+                for (k, v) in super::gpu_shares::share_env(&view, mode) {
+                    set(k, v);
+                }
+            }
             if world > 1 {
                 set("WORLD_SIZE", world.to_string());
                 set("RANK", rank.to_string());

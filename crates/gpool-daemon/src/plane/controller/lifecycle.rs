@@ -116,6 +116,13 @@ impl Controller {
         let next = match &run.stop {
             Some(Stop::Cancel { by }) => Next::Done(api::JobState::Cancelled, format!("cancelled by {by}")),
             Some(Stop::TimeLimit) => Next::Done(api::JobState::TimedOut, "killed at its time limit".into()),
+            Some(Stop::GpuMemory { gpu, used_mb, limit_mb }) => Next::Done(
+                api::JobState::Failed,
+                format!(
+                    "stopped: it used {used_mb} MiB of GPU {gpu}'s memory, over its share of {limit_mb} MiB; \
+                     ask for more (gpool.io/gpu-memory, --gpu-memory) or for a whole GPU"
+                ),
+            ),
             Some(Stop::Preempt { for_job }) => Next::Requeue(format!("preempted for job {for_job}"), now, false),
             Some(Stop::Lost) if doc.spec.on_node_failure == Some(api::spec::NodeFailure::Fail) => Next::Done(
                 api::JobState::Failed,

@@ -44,6 +44,7 @@ mod calls;
 mod clock;
 mod conditions;
 mod docs;
+mod gpu_shares;
 mod launch;
 mod lifecycle;
 mod nodes;

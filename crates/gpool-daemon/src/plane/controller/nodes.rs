@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use gpool_api::agent as wire;
-use gpool_core::{Device, DeviceKind, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
+use gpool_core::{Device, DeviceKind, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
 use serde::{Deserialize, Serialize};
 
 use gpool_api as api;
@@ -77,6 +77,9 @@ pub struct NodeDoc {
     pub cpus: f64,
     pub memory_mb: u64,
     pub gpus: Vec<wire::GpuWire>,
+    /// `off`, `time-slicing` or `mps` (`gpool_core::GpuSharing`).
+    #[serde(default = "sharing_off")]
+    pub gpu_sharing: String,
     pub epoch: u64,
     #[serde(default)]
     pub draining: bool,
@@ -97,11 +100,16 @@ impl NodeDoc {
             cpus: i.cpus,
             memory_mb: i.memory_mb,
             gpus: i.gpus,
+            gpu_sharing: i.gpu_sharing,
             epoch: 0,
             draining: false,
             local: false,
         }
     }
+}
+
+fn sharing_off() -> String {
+    "off".into()
 }
 
 /// A node as the controller keeps it.
@@ -136,6 +144,8 @@ pub fn core_node(d: &NodeDoc) -> Node {
         node.pool = Pool { name: Arc::from(p.as_str()), kind };
     }
     node.state = if d.draining { NodeState::Draining } else { NodeState::Up };
+    // An unknown mode (a newer agent's) shares nothing rather than guess.
+    node.sharing = d.gpu_sharing.parse().unwrap_or(GpuSharing::Off);
     node.devices = d
         .gpus
         .iter()
@@ -275,6 +285,7 @@ impl Controller {
             cpus: reg.cpus,
             memory_mb: reg.memory_mb,
             gpus: reg.gpus.clone(),
+            gpu_sharing: reg.gpu_sharing.clone(),
             epoch: epoch + 1,
             draining,
             local: false,

@@ -82,6 +82,7 @@ impl Controller {
     pub(super) fn on_telemetry(&mut self, r: NodeReport, now: i64) {
         let Some(node) = self.snap.node_id(&r.node) else { return };
         self.set_conditions(node, r.conditions.clone(), now);
+        self.enforce_gpu_shares(&r, now);
         let holders = self.holders(node);
         if let Some(e) = &r.error
             && self.telemetry.node_error(&r.node) != Some(e.as_str())

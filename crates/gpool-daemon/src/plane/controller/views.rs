@@ -28,6 +28,9 @@ impl Controller {
                 Stop::TimeLimit => "time limit reached; waiting for its processes to exit".into(),
                 Stop::GangFailure { rank } => format!("rank {rank} failed; stopping the other replicas"),
                 Stop::Lost => "a replica was lost; stopping the others".into(),
+                Stop::GpuMemory { gpu, used_mb, limit_mb } => {
+                    format!("used {used_mb} MiB of GPU {gpu}, over its share of {limit_mb} MiB; waiting for its processes to exit")
+                }
             }),
             _ => d.end_reason.clone(),
         };
@@ -87,6 +90,19 @@ impl Controller {
                         })
                     })
                 };
+                let shares_of = |slot_mask: u64| -> Vec<api::DeviceShareView> {
+                    jobs.iter()
+                        .filter_map(|j| Some((*j, self.snap.job(JobId(*j))?.running()?)))
+                        .flat_map(|(j, r)| {
+                            r.placement.iter().filter(move |p| p.node == id && p.gpus & slot_mask != 0).filter_map(
+                                move |p| {
+                                    let s = p.share?;
+                                    Some(api::DeviceShareView { job: j, milli: s.milli, memory_mb: s.memory_mb })
+                                },
+                            )
+                        })
+                        .collect()
+                };
                 let (mut gslot, mut mslot) = (0u32, 0u32);
                 let devices = n
                     .devices
@@ -94,11 +110,14 @@ impl Controller {
                     .map(|d| {
                         let track = self.telemetry.gpu(&n.name, d.index);
                         let meta = self.gpu_meta(id, d.index);
+                        let mut shares = Vec::new();
                         let (job, mig) = match &d.mig {
                             None => {
                                 let bit = 1u64 << gslot;
                                 gslot += 1;
-                                (if free_gpus & bit == 0 { holder(bit, false) } else { None }, Vec::new())
+                                shares = shares_of(bit);
+                                let whole = free_gpus & bit == 0 && shares.is_empty();
+                                (if whole { holder(bit, false) } else { None }, Vec::new())
                             }
                             Some(list) => (
                                 None,
@@ -129,6 +148,7 @@ impl Controller {
                             nvlink_group: d.nvlink_group,
                             mig,
                             job,
+                            shares,
                             name: meta.map(|m| m.name.clone()).filter(|n| !n.is_empty()),
                             pci_bus_id: meta.and_then(|m| m.pci_bus_id.clone()),
                             telemetry: track.map(|t| {
@@ -144,6 +164,7 @@ impl Controller {
                     .fold((0, 0), |(c, m), p| (c + p.cpus_milli, m + p.memory_mb));
                 api::NodeView {
                     name: n.name.to_string(),
+                    gpu_sharing: n.sharing.as_str().into(),
                     state: n.state.as_str().into(),
                     pool: n.pool.name.to_string(),
                     cpus: n.cpus_milli as f64 / 1000.0,

@@ -177,6 +177,7 @@ fn node_info(name: &str, gpus: u32) -> NodeInfo {
         source: "simulated".into(),
         cpus: 96.0,
         memory_mb: 1_024_000,
+        gpu_sharing: "time-slicing".into(),
         gpus: (0..gpus)
             .map(|i| api::agent::GpuWire {
                 index: i,
@@ -307,6 +308,7 @@ fn registration(node: &str, gpus: u32, running: Vec<api::agent::ReplicaId>) -> a
         addr: format!("{node}.cluster.test"),
         cpus: info.cpus,
         memory_mb: info.memory_mb,
+        gpu_sharing: info.gpu_sharing.clone(),
         labels: Default::default(),
         pool: None,
         source: info.source,

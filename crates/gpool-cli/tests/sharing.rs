@@ -1,0 +1,85 @@
+//! End-to-end tests of GPU sharing with the real binary on simulated GPUs:
+//! quarters of one GPU beside a whole-GPU job, and a share's memory limit
+//! enforced from telemetry.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// The first line a job wrote, once it has written one.
+fn first_log_line(d: &Daemon, id: u64) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, out, _) = d.cli(&["logs", &id.to_string(), "--stdout"]);
+        if let Some(line) = out.lines().next() {
+            return line.to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "job {id} wrote nothing");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn replica(job: &Value) -> Value {
+    job["replicas"][0].clone()
+}
+
+#[test]
+fn four_quarters_share_one_gpu_and_a_job_over_its_memory_share_is_stopped() {
+    let s = Scratch::new("sharing");
+    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &["--sample-interval", "100ms"]);
+    let whole = d.submit(json!({"command": "sleep 600", "resources": {"nvidia.com/gpu": 1}}));
+    d.until(&format!("/api/v1/jobs/{whole}"), Duration::from_secs(30), |j| j["state"] == "running");
+    // Each quarter declares 10 GiB on its simulated GPU and says what it was given.
+    let quarter = json!({
+        "command": "echo \"$CUDA_VISIBLE_DEVICES $GPOOL_GPU_FRACTION $GPOOL_GPU_MEMORY_MB $GPOOL_GPU_SHARING\"; \
+                    echo 'util=20 mem=10240' > \"$GPOOL_SIM_LOAD_FILE\"; sleep 600",
+        "resources": {"gpool.io/gpu-fraction": 0.25},
+    });
+    let quarters: Vec<u64> = (0..4).map(|_| d.submit(quarter.clone())).collect();
+    for id in &quarters {
+        d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(30), |j| j["state"] == "running");
+    }
+    let whole_gpu = replica(&d.job(whole))["gpus"].clone();
+    for id in &quarters {
+        let r = replica(&d.job(*id));
+        assert_ne!(r["gpus"], whole_gpu, "job {id} shares the whole-GPU job's GPU: {r}");
+        assert_eq!(r["gpus"], replica(&d.job(quarters[0]))["gpus"], "all quarters on one GPU");
+        assert_eq!(r["gpu_share"]["milli"], 250, "{r}");
+        let gpu = r["gpus"][0].as_u64().expect("gpu index");
+        let first = first_log_line(&d, *id);
+        assert!(first.starts_with(&format!("{gpu} 0.25 ")) && first.ends_with(" time-slicing"), "{first}");
+    }
+    // A fifth quarter waits, and so does another whole GPU: the shared GPU is full.
+    let fifth = d.submit(json!({"command": "true", "resources": {"gpool.io/gpu-fraction": "25%"}}));
+    let blocked = d.submit(json!({"command": "true", "resources": {"nvidia.com/gpu": 1}}));
+    let (ok, out, err) = d.cli(&["nodes"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("GPU sharing time-slicing") && out.contains("shared 1.00: jobs"), "{out}");
+    assert_eq!(d.job(fifth)["state"], "pending");
+    assert_eq!(d.job(blocked)["state"], "pending");
+    // A job whose processes use 30 GiB, over a quarter of 80 GB, is stopped with the figures.
+    for id in [fifth, quarters[0]] {
+        let (ok, _, err) = d.cli(&["cancel", &id.to_string()]);
+        assert!(ok, "{err}");
+    }
+    let over = d.submit(json!({
+        "command": "echo 'util=20 mem=30720' > \"$GPOOL_SIM_LOAD_FILE\"; sleep 600",
+        "resources": {"gpool.io/gpu-fraction": 0.25},
+    }));
+    let ended = d.until(&format!("/api/v1/jobs/{over}"), Duration::from_secs(60), |j| j["state"] == "failed");
+    let reason = ended["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("30720 MiB") && reason.contains("over its share of"), "{ended}");
+    let mut seen = false;
+    d.read_events(&format!("/api/v1/events?job={over}&after=0"), Duration::from_secs(30), |e| {
+        seen = e["kind"] == "gpu_memory_exceeded";
+        seen
+    });
+    assert!(seen, "an event says why");
+    assert_eq!(d.job(blocked)["state"], "pending", "the GPU is still shared");
+    for id in &quarters[1..] {
+        assert_eq!(d.job(*id)["state"], "running", "job {id} kept to its share");
+    }
+}
