@@ -236,6 +236,16 @@ impl Client {
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
+    /// A POST with no body, for actions that take none (cancel, drain). The
+    /// daemon answers those without reading a body, and may close the
+    /// connection while a body is still being written: the answer would be
+    /// lost to a broken pipe.
+    pub(crate) fn post_empty<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let resp = self.authorized(self.agent.post(self.url(path))).send_empty().map_err(|e| self.unreachable(e))?;
+        let mut resp = check(resp)?;
+        resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
+    }
+
     pub(crate) fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         let resp = self.authorized(self.agent.delete(self.url(path))).call().map_err(|e| self.unreachable(e))?;
         let mut resp = check(resp)?;

@@ -62,7 +62,7 @@ pub(crate) fn run(a: CancelArgs) -> anyhow::Result<()> {
     let mut failures = Vec::new();
     let mut out = Vec::new();
     for id in &ids {
-        match client.post::<_, api::JobView>(&format!("/jobs/{id}/cancel"), &serde_json::json!({})) {
+        match client.post_empty::<api::JobView>(&format!("/jobs/{id}/cancel")) {
             Ok(j) => {
                 if a.output == Output::Table {
                     emit(&render(std::slice::from_ref(&j), Output::Table)?);

@@ -24,7 +24,7 @@ pub(crate) fn run(a: DrainArgs, draining: bool) -> anyhow::Result<()> {
     let verb = if draining { "drain" } else { "resume" };
     let mut views = Vec::new();
     for n in &a.nodes {
-        let v: api::NodeView = client.post(&format!("/nodes/{n}/{verb}"), &serde_json::json!({}))?;
+        let v: api::NodeView = client.post_empty(&format!("/nodes/{n}/{verb}"))?;
         views.push(v);
     }
     emit(&render(&views, a.output)?);
