@@ -189,6 +189,9 @@ pub struct ProcessWire {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_memory_mb: Option<u64>,
+    /// Its share of the GPU's SM time in percent, where the backend reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_util_pct: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gi_id: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

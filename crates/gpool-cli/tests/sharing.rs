@@ -52,6 +52,14 @@ fn four_quarters_share_one_gpu_and_a_job_over_its_memory_share_is_stopped() {
         let first = first_log_line(&d, *id);
         assert!(first.starts_with(&format!("{gpu} 0.25 ")) && first.ends_with(" time-slicing"), "{first}");
     }
+    // Telemetry is per job: a quarter's readings are its own process's (10 GiB, 20%), not the GPU's.
+    let usage = d.until(&format!("/api/v1/jobs/{}/usage", quarters[0]), Duration::from_secs(30), |u| {
+        u["summary"]["peak_memory_mb"].as_u64().is_some()
+    });
+    assert_eq!(usage["summary"]["peak_memory_mb"], 10240, "{usage}");
+    // (The GPU itself is at 80%: four quarters at 20%. A first sample may predate the declaration.)
+    let util = usage["summary"]["mean_gpu_util"].as_f64().unwrap_or(-1.0);
+    assert!(util > 0.0 && util <= 20.0 + 1e-6, "{usage}");
     // A fifth quarter waits, and so does another whole GPU: the shared GPU is full.
     let fifth = d.submit(json!({"command": "true", "resources": {"gpool.io/gpu-fraction": "25%"}}));
     let blocked = d.submit(json!({"command": "true", "resources": {"nvidia.com/gpu": 1}}));

@@ -68,6 +68,9 @@ pub struct GpuProcess {
     pub pid: u32,
     pub name: Option<String>,
     pub used_memory_mb: Option<u64>,
+    /// Its share of the GPU's SM time in percent, where the backend reports
+    /// it per process (what NVML's process utilisation gives); `None` else.
+    pub sm_util_pct: Option<u32>,
     /// The MIG instance the process runs in, if any.
     pub gi_id: Option<u32>,
     pub ci_id: Option<u32>,

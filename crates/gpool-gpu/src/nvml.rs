@@ -237,6 +237,7 @@ impl Backend for Nvml {
                         UsedGpuMemory::Used(bytes) => Some(bytes / MIB),
                         UsedGpuMemory::Unavailable => None,
                     },
+                    sm_util_pct: None,
                     gi_id: p.gpu_instance_id,
                     ci_id: p.compute_instance_id,
                 })

@@ -27,6 +27,8 @@ pub struct SimLoad {
     /// Each pid's memory, when several jobs share the device (as NVML
     /// reports it per process); empty: the memory is split evenly.
     pub pid_memory_mb: Vec<u64>,
+    /// Each pid's share of SM time in percent, likewise.
+    pub pid_util_pct: Vec<f64>,
 }
 
 /// Called with a device UUID (`GPU-…` or `MIG-…`); `None` = nothing runs there.
@@ -194,7 +196,15 @@ fn processes(load: Option<&SimLoad>, total_mb: u64, gi_id: Option<u32>, ci_id: O
     l.pids
         .iter()
         .enumerate()
-        .map(|(i, &pid)| GpuProcess { pid, name: None, used_memory_mb: Some(each(i)), gi_id, ci_id })
+        .map(|(i, &pid)| GpuProcess {
+            pid,
+            name: None,
+            used_memory_mb: Some(each(i)),
+            sm_util_pct: (l.pid_util_pct.len() == l.pids.len())
+                .then(|| l.pid_util_pct[i].clamp(0.0, 100.0).round() as u32),
+            gi_id,
+            ci_id,
+        })
         .collect()
 }
 
@@ -338,7 +348,13 @@ mod tests {
     }
 
     fn load(util: f64, mb: u64, pids: &[u32]) -> SimLoad {
-        SimLoad { gpu_util_pct: util, memory_used_mb: mb, pids: pids.to_vec(), pid_memory_mb: Vec::new() }
+        SimLoad {
+            gpu_util_pct: util,
+            memory_used_mb: mb,
+            pids: pids.to_vec(),
+            pid_memory_mb: Vec::new(),
+            pid_util_pct: Vec::new(),
+        }
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub fn sim_loads(replicas: Replicas) -> gpool_gpu::simulated::LoadSource {
             if let Some(st) = read_json::<ShimState>(&entry.run_dir.join(STATE)) {
                 load.pids.push(st.job_pid as u32);
                 load.pid_memory_mb.push(declared.memory_used_mb);
+                load.pid_util_pct.push(declared.gpu_util_pct);
             }
         }
         Some(load)

@@ -35,6 +35,11 @@ pub enum DevRef {
         gpu: u32,
         gi_id: u32,
     },
+    /// One job's share of a shared GPU.
+    Share {
+        gpu: u32,
+        job: u64,
+    },
 }
 
 /// Who holds a device.
@@ -48,7 +53,10 @@ pub struct Holder {
     /// Cores requested by the job (all replicas), if any.
     pub cpus: Option<f64>,
     pub mig_profile: Option<MigProfile>,
+    /// Its memory limit on a shared GPU; on a whole GPU or MIG instance, the device's memory.
     pub memory_total_mb: u64,
+    /// Its compute share (thousandths) of a shared GPU.
+    pub share_milli: Option<u16>,
 }
 
 /// The latest state of one GPU.
@@ -139,7 +147,40 @@ fn device_name(node: &str, d: &DevRef, profile: Option<&MigProfile>) -> String {
         (DevRef::Gpu(i), _) => format!("{node}/gpu{i}"),
         (DevRef::Mig { gpu, gi_id }, Some(p)) => format!("{node}/gpu{gpu}/mig{gi_id} ({p})"),
         (DevRef::Mig { gpu, gi_id }, None) => format!("{node}/gpu{gpu}/mig{gi_id}"),
+        (DevRef::Share { gpu, .. }, _) => format!("{node}/gpu{gpu} (shared)"),
     }
+}
+
+/// Each sharing job's reading of a shared GPU: the memory of its processes,
+/// and the SM time of its processes where the backend reports it per
+/// process, else the GPU's utilisation split in proportion to the shares.
+fn share_readings(
+    s: &GpuSample,
+    pid_jobs: &BTreeMap<u32, u64>,
+    holders: &HashMap<DevRef, Holder>,
+) -> Vec<(DevRef, Option<f64>, Option<u64>)> {
+    let sharers: Vec<(&DevRef, &Holder)> =
+        holders.iter().filter(|(d, _)| matches!(d, DevRef::Share { gpu, .. } if *gpu == s.index)).collect();
+    let total_milli: f64 = sharers.iter().filter_map(|(_, h)| h.share_milli).map(f64::from).sum();
+    let mut out: Vec<(DevRef, Option<f64>, Option<u64>)> = sharers
+        .iter()
+        .map(|(d, h)| {
+            let mine = s.processes.iter().filter(|p| pid_jobs.get(&p.pid) == Some(&h.job));
+            let mem = mine.clone().filter_map(|p| p.used_memory_mb).reduce(|a, b| a + b);
+            let per_process: Vec<u32> = mine.filter_map(|p| p.sm_util_pct).collect();
+            let util = if per_process.is_empty() {
+                s.gpu_util_pct.zip(h.share_milli).map(|(u, m)| u * f64::from(m) / total_milli.max(1.0))
+            } else {
+                Some(f64::from(per_process.iter().sum::<u32>()).min(100.0))
+            };
+            ((*d).clone(), util, Some(mem.unwrap_or(0)))
+        })
+        .collect();
+    out.sort_by_key(|(d, _, _)| match d {
+        DevRef::Share { job, .. } => *job,
+        _ => 0,
+    });
+    out
 }
 
 fn pct(used: Option<u64>, total: Option<u64>) -> Option<f64> {
@@ -201,6 +242,7 @@ impl Telemetry {
             let mut devs: Vec<(DevRef, Option<f64>, Option<u64>)> = Vec::new();
             if s.mig.is_empty() {
                 devs.push((DevRef::Gpu(s.index), s.gpu_util_pct, s.memory_used_mb));
+                devs.extend(share_readings(s, &r.pid_jobs, holders));
             } else {
                 for m in &s.mig {
                     devs.push((DevRef::Mig { gpu: s.index, gi_id: m.gi_id }, None, m.memory_used_mb));
@@ -249,7 +291,11 @@ impl Telemetry {
                 // Time since this device's previous sample, for GPU-second accounting.
                 let dt = dev.last_at_ms.map_or(0.0, |t| ((r.at_ms - t).max(0) as f64) / 1000.0);
                 dev.last_at_ms = Some(r.at_ms);
-                let equiv = h.mig_profile.as_ref().map_or(1.0, |p| f64::from(p.compute_slices) / 7.0);
+                let equiv = match (&h.mig_profile, h.share_milli) {
+                    (Some(p), _) => f64::from(p.compute_slices) / 7.0,
+                    (None, Some(m)) => f64::from(m) / 1000.0,
+                    (None, None) => 1.0,
+                };
                 job.gpu_secs += dt * equiv;
                 if let Some(u) = util {
                     job.util_sum += u;
@@ -478,6 +524,7 @@ mod tests {
             cpus: Some(8.0),
             mig_profile: None,
             memory_total_mb: 81_559,
+            share_milli: None,
         }
     }
 
@@ -551,5 +598,49 @@ mod tests {
         let (_, _, resolved) = t.end_job(7);
         assert_eq!(resolved.len(), 1);
         assert!(!resolved[0].firing);
+    }
+
+    /// A quarter and three quarters of GPU 0: each job gets the memory of its
+    /// own processes, and the utilisation its processes had where the backend
+    /// says (else the GPU's, split by the shares); GPU-hours count the share.
+    #[test]
+    fn a_shared_gpu_is_accounted_per_job() {
+        let share = |job, milli, mb| Holder { share_milli: Some(milli), memory_total_mb: mb, ..holder(job) };
+        let holders: HashMap<DevRef, Holder> = [
+            (DevRef::Share { gpu: 0, job: 1 }, share(1, 250, 20_000)),
+            (DevRef::Share { gpu: 0, job: 2 }, share(2, 750, 60_000)),
+        ]
+        .into_iter()
+        .collect();
+        let process = |pid, mb, util| gpool_gpu::GpuProcess {
+            pid,
+            name: None,
+            used_memory_mb: Some(mb),
+            sm_util_pct: util,
+            gi_id: None,
+            ci_id: None,
+        };
+        for per_process in [false, true] {
+            let mut t = Telemetry::new(TelemetryConfig { resolution: Duration::from_secs(10), rules: vec![] });
+            let mut rows = Vec::new();
+            for i in 0..=2 {
+                let mut r = report(i * 10, [80.0, 0.0]);
+                r.gpus[0].processes = vec![
+                    process(101, 5_000, per_process.then_some(70)),
+                    process(202, 12_000, per_process.then_some(10)),
+                ];
+                r.pid_jobs = [(101, 1), (202, 2)].into_iter().collect();
+                rows.extend(t.on_report(r, &holders).rows);
+            }
+            let first = |job| rows.iter().find(|r| r.job == job).cloned().expect("a row");
+            let (one, two) = (first(1), first(2));
+            assert_eq!((one.memory_mb, two.memory_mb), (Some(5_000), Some(12_000)));
+            assert_eq!((one.memory_total_mb, two.memory_total_mb), (20_000, 60_000), "their shares' memory");
+            let want = if per_process { (Some(70.0), Some(10.0)) } else { (Some(20.0), Some(60.0)) };
+            assert_eq!((one.gpu_util, two.gpu_util), want, "per process: {per_process}");
+            let hours = |job| t.summary(job).expect("summary").gpu_hours;
+            assert!((hours(1) - 0.25 * 20.0 / 3600.0).abs() < 1e-9, "{}", hours(1));
+            assert!((hours(2) - 0.75 * 20.0 / 3600.0).abs() < 1e-9, "{}", hours(2));
+        }
     }
 }

@@ -60,6 +60,7 @@ pub fn telemetry_to_wire(r: &NodeReport) -> gpool_api::agent::TelemetryWire {
                         pid: p.pid,
                         name: p.name.clone(),
                         used_memory_mb: p.used_memory_mb,
+                        sm_util_pct: p.sm_util_pct,
                         gi_id: p.gi_id,
                         ci_id: p.ci_id,
                     })
@@ -121,6 +122,7 @@ pub fn telemetry_from_wire(node: &str, t: gpool_api::agent::TelemetryWire) -> No
                         pid: p.pid,
                         name: p.name,
                         used_memory_mb: p.used_memory_mb,
+                        sm_util_pct: p.sm_util_pct,
                         gi_id: p.gi_id,
                         ci_id: p.ci_id,
                     })
@@ -165,6 +167,7 @@ mod tests {
                     pid: 7,
                     name: None,
                     used_memory_mb: Some(5),
+                    sm_util_pct: Some(40),
                     gi_id: Some(2),
                     ci_id: None,
                 }],

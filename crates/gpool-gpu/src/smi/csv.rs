@@ -378,6 +378,7 @@ pub fn parse_compute_apps(text: &str, fields: Option<&[&str]>) -> Result<Vec<Com
                     pid,
                     name: t.get(row, "process_name").map(str::to_string),
                     used_memory_mb: t.with_unit(row, "used_gpu_memory", value::mib),
+                    sm_util_pct: None,
                     gi_id: None,
                     ci_id: None,
                 },

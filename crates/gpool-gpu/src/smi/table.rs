@@ -295,6 +295,7 @@ fn process_line(out: &mut SmiTable, gi_ci: bool, line_no: usize, line: &str) -> 
             pid,
             name,
             used_memory_mb: value::mib(memory, None),
+            sm_util_pct: None,
             gi_id: if gi_ci { id(1) } else { None },
             ci_id: if gi_ci { id(2) } else { None },
         },

@@ -268,6 +268,7 @@ fn processes(t: &Tree, g: usize) -> Result<Vec<GpuProcess>, GpuError> {
                     pid,
                     name: t.value(id, &["Name"]).map(str::to_string),
                     used_memory_mb: t.value(id, &["Used GPU Memory"]).and_then(|m| value::mib(m, None)),
+                    sm_util_pct: None,
                     gi_id: gi.take(),
                     ci_id: ci.take(),
                 });

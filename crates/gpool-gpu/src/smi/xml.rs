@@ -100,6 +100,7 @@ fn gpu(doc: &Document<'_>, g: Node<'_, '_>, index: u32) -> Result<ReportGpu, Gpu
                 pid: text(p, &["pid"]).and_then(value::id).ok_or_else(|| err(p, "a <process_info> without <pid>"))?,
                 name: string(p, &["process_name"]),
                 used_memory_mb: text(p, &["used_memory"]).and_then(|v| value::mib(v, None)),
+                sm_util_pct: None,
                 gi_id: text(p, &["gpu_instance_id"]).and_then(value::id),
                 ci_id: text(p, &["compute_instance_id"]).and_then(value::id),
             });

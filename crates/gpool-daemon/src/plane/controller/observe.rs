@@ -62,11 +62,20 @@ impl Controller {
                 cpus,
                 mig_profile,
                 memory_total_mb,
+                share_milli: None,
             };
             for p in here {
                 let (gpus, mig) = self.snap.replica_devices(p);
                 for d in gpus {
-                    out.insert(DevRef::Gpu(d.index), holder(None, d.memory_mb));
+                    match p.share {
+                        Some(s) => {
+                            let h = Holder { share_milli: Some(s.milli), ..holder(None, s.memory_mb) };
+                            out.insert(DevRef::Share { gpu: d.index, job: j.0 }, h);
+                        }
+                        None => {
+                            out.insert(DevRef::Gpu(d.index), holder(None, d.memory_mb));
+                        }
+                    }
                 }
                 for (d, m) in mig {
                     out.insert(
