@@ -47,7 +47,9 @@ Exit codes:
   4  permission denied, bad or missing token (HTTP 401, 403)
   5  daemon unreachable: connection refused, unknown host, timeout, no local daemon
 With several job ids (show, cancel), the code of the failures when they are
-all of one kind (3 if every failing id is not found), else 1.";
+all of one kind (3 if every failing id is not found), else 1.
+submit --wait exits with the job's own status: its exit code, 128 + its
+signal, or 1 (cancelled, timed out).";
 
 /// Exit codes of failures (0 is success; 2, a usage error, is clap's own).
 const EXIT_FAILED: u8 = 1;
@@ -57,6 +59,9 @@ const EXIT_UNREACHABLE: u8 = 5;
 
 /// The exit code of a command that failed with `e`.
 fn exit_code(e: &anyhow::Error) -> u8 {
+    if let Some(s) = e.downcast_ref::<verbs::wait::JobStatus>() {
+        return s.code;
+    }
     match ClientError::kind_of(e) {
         ErrorKind::NotFound => EXIT_NOT_FOUND,
         ErrorKind::Denied => EXIT_DENIED,
@@ -121,6 +126,11 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Replay a job trace through gpool's scheduler and report JCT, queueing, utilisation.
     Sim(Box<sim::SimArgs>),
+    /// Print a shell completion script: `source <(gpool completion bash)`, or save it where your shell looks.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -159,6 +169,13 @@ fn main() -> ExitCode {
         Command::Token(TokenCommand::Revoke(a)) => token::revoke(a),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Sim(args) => sim::run_sim(*args),
+        Command::Completion { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "gpool", &mut script);
+            output::emit(&String::from_utf8_lossy(&script));
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -171,6 +188,20 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    /// Every shell's script names the verbs, flags and the values of enums.
+    #[test]
+    fn completion_scripts_know_the_verbs_and_their_flags() {
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+            let mut cmd = <super::Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "gpool", &mut script);
+            let text = String::from_utf8(script).expect("utf-8");
+            for word in ["submit", "cancel", "gpu-fraction", "gpu-sharing", "completion"] {
+                assert!(text.contains(word), "{shell}: no {word}");
+            }
+        }
+    }
+
     use anyhow::Context;
     use clap::CommandFactory;
 

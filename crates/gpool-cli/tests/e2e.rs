@@ -560,3 +560,21 @@ fn cancel_takes_a_user_and_a_state_as_scancel_does() {
     assert_eq!(code, Some(0), "{err}");
     d.until(&format!("/api/v1/jobs/{running}"), Duration::from_secs(30), |j| j["state"] == "cancelled");
 }
+
+/// Issue 18: `gpool submit --wait` follows the job to its end and exits with
+/// its status, as `sbatch --wait` does.
+#[test]
+fn submit_wait_exits_with_the_jobs_status() {
+    let scratch = Scratch::new("submit-wait");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let (code, out, err) = d.cli_code(&["submit", "--wait", "--gpus", "1", "--", "sh", "-c", "sleep 0.3; exit 0"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let id: u64 = out.trim().parse().expect("the id first");
+    assert_eq!(d.job(id)["state"], "succeeded", "it returned only once the job had ended");
+    assert!(err.contains(&format!("job {id} succeeded")), "{err}");
+    let (code, _, err) = d.cli_code(&["submit", "--wait", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(code, Some(3), "the job's own exit code: {err}");
+    assert!(err.contains("failed"), "{err}");
+    let (code, _, err) = d.cli_code(&["submit", "--wait", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(code, Some(137), "128 + SIGKILL: {err}");
+}

@@ -20,6 +20,7 @@ pub(crate) mod queues;
 pub(crate) mod show;
 pub(crate) mod submit;
 pub(crate) mod token;
+pub(crate) mod wait;
 pub(crate) mod whoami;
 
 /// Arguments of the verbs that take job ids (`show`, `cancel`).

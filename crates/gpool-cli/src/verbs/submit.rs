@@ -61,6 +61,9 @@ pub(crate) struct SubmitArgs {
     /// Start only after these jobs succeeded.
     #[arg(long = "after", value_delimiter = ',')]
     after: Vec<u64>,
+    /// Wait until the jobs end, then exit with their status (0 if all succeeded, else the first failure's exit code), as sbatch --wait.
+    #[arg(long)]
+    wait: bool,
     /// Environment variable for the job (repeatable): --env KEY=VALUE.
     #[arg(long = "env", short = 'e')]
     env: Vec<String>,
@@ -164,6 +167,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         client.post("/jobs", &api::spec::Batch { jobs: specs })?
     };
     emit(&render(&out, a.output)?);
+    if a.wait {
+        return crate::verbs::wait::wait_for(&client, &out.ids);
+    }
     Ok(())
 }
 
