@@ -122,6 +122,19 @@ impl Connect {
     }
 
     pub(crate) fn client(&self) -> anyhow::Result<Client> {
+        // Flags and environment variables first, then the configuration file.
+        let file = crate::config_file::ConfigFile::load()?;
+        let this = Connect {
+            server: self.server.clone().or(file.server),
+            socket: self.socket.clone().or(file.socket),
+            token: self.token.clone().or(file.token),
+            data_dir: self.data_dir.clone(),
+            ca_file: self.ca_file.clone().or(file.ca_file),
+        };
+        this.connect()
+    }
+
+    fn connect(&self) -> anyhow::Result<Client> {
         let dir = self.data_dir();
         let mut config =
             ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(Duration::from_secs(5)));

@@ -20,6 +20,7 @@ mod bench_daemon;
 mod bench_sharing;
 mod chaos;
 mod client;
+mod config_file;
 mod daemons;
 mod output;
 mod progress;

@@ -578,3 +578,31 @@ fn submit_wait_exits_with_the_jobs_status() {
     let (code, _, err) = d.cli_code(&["submit", "--wait", "--", "sh", "-c", "kill -9 $$"]);
     assert_eq!(code, Some(137), "128 + SIGKILL: {err}");
 }
+
+/// Issue 18: `~/.config/gpool/config.toml` (here `$GPOOL_CONFIG`) names the
+/// server and token; a flag wins over it; a misspelt key is named with its line.
+#[test]
+fn the_cli_reads_its_server_and_token_from_a_config_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("config-file");
+    let d = Daemon::start(&scratch.0.join("data"), "1xH100-80GB", &[]);
+    let file = scratch.0.join("config.toml");
+    std::fs::write(&file, format!("server = \"{}\"\ntoken = \"{}\"\n", d.url, d.token)).expect("write");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let cfg = file.to_str().expect("utf-8");
+    let nowhere = scratch.0.join("no-daemon-here");
+    let env = [("GPOOL_CONFIG", cfg), ("GPOOL_DATA_DIR", nowhere.to_str().expect("utf-8"))];
+    let (code, out, err) = gpool(&["whoami"], &env);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("admin"), "{out}");
+    assert!(!err.contains("warning"), "a private file draws no warning: {err}");
+    let (code, _, err) = gpool(&["whoami", "--token", "gp_not_a_token"], &env);
+    assert_eq!(code, Some(4), "the flag wins: {err}");
+    std::fs::write(&file, format!("server = \"{}\"\ntokn = \"x\"\n", d.url)).expect("write");
+    let (code, _, err) = gpool(&["whoami"], &env);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("tokn") && err.contains("line 2") && err.contains(cfg), "{err}");
+    let (code, _, err) = gpool(&["whoami"], &[("GPOOL_CONFIG", "/nonexistent/gpool.toml")]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("/nonexistent/gpool.toml"), "{err}");
+}

@@ -278,7 +278,7 @@ impl Drop for Daemon {
 pub fn gpool(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
-    for var in ["GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_DATA_DIR", "GPOOL_SOCKET"] {
+    for var in ["GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_DATA_DIR", "GPOOL_SOCKET", "GPOOL_CONFIG"] {
         cmd.env_remove(var);
     }
     let out = cmd.envs(env.iter().copied()).output().expect("run gpool");
@@ -342,7 +342,7 @@ impl User {
         let mut cmd = Command::new("setpriv");
         cmd.arg(format!("--reuid={}", self.uid)).args([&format!("--regid={}", self.name), "--init-groups", "--", BIN]);
         cmd.args(args).env("HOME", format!("/home/{}", self.name));
-        for var in ["GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_DATA_DIR", "GPOOL_SOCKET"] {
+        for var in ["GPOOL_SERVER", "GPOOL_TOKEN", "GPOOL_DATA_DIR", "GPOOL_SOCKET", "GPOOL_CONFIG"] {
             cmd.env_remove(var);
         }
         let out = cmd.envs(env.iter().copied()).output().expect("run setpriv");
