@@ -240,3 +240,24 @@ fn gpool_up_reads_recorded_gpus_through_nvidia_smi_into_inventory_metrics_and_to
     assert!(frame.contains("H100-80GB") && frame.contains("100%") && frame.contains(&format!("job {id}")), "{frame}");
     assert!(frame.contains("59C") && frame.contains("632W"), "{frame}");
 }
+
+/// Issue 18: GPU-hours are charged from allocation to release, not from
+/// samples. With a sampler slower than the job, samples see none of it.
+#[test]
+fn gpu_hours_run_from_allocation_to_release_whatever_the_samples_saw() {
+    let s = Scratch::new("gpu-hours");
+    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &["--sample-interval", "30s"]);
+    let id = d.submit(json!({"command": "sleep 1.2", "resources": {"nvidia.com/gpu": 2}}));
+    d.wait_ended(&[id], Duration::from_secs(60));
+    let job = d.job(id);
+    let usage = d.get(&format!("/api/v1/jobs/{id}/usage"));
+    let hours = usage["summary"]["gpu_hours"].as_f64().unwrap_or(0.0);
+    let ran = |k: &str| job[k].as_str().map(String::from).unwrap_or_default();
+    // Two GPUs for at least 1.2 s: at least 2.4 GPU-seconds.
+    assert!(
+        hours * 3600.0 >= 2.4 && hours * 3600.0 < 60.0,
+        "{hours} GPU-hours for {} to {}: {usage}",
+        ran("started_at"),
+        ran("ended_at")
+    );
+}

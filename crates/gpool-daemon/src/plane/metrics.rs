@@ -248,14 +248,20 @@ pub fn render(s: &Scrape) -> String {
     let _ = writeln!(out, "gpool_allocations_total {}", s.allocations_total);
     header(&mut out, "gpool_preemptions_total", "counter", "Jobs preempted.");
     let _ = writeln!(out, "gpool_preemptions_total {}", s.preemptions_total);
-    header(&mut out, "gpool_allocated_gpu_hours_total", "counter", "GPU-hours allocated to jobs, per user and team.");
+    // Seconds, Prometheus's base unit (divide by 3600 for GPU-hours).
+    header(
+        &mut out,
+        "gpool_allocated_gpu_seconds_total",
+        "counter",
+        "GPU-seconds allocated to jobs (a share or MIG instance counts its fraction), per user and team.",
+    );
     for ((u, t), h) in &s.gpu_hours {
         let _ = writeln!(
             out,
-            "gpool_allocated_gpu_hours_total{{user=\"{}\",team=\"{}\"}} {}",
+            "gpool_allocated_gpu_seconds_total{{user=\"{}\",team=\"{}\"}} {}",
             escape(u),
             escape(t),
-            value(*h)
+            value(*h * 3600.0)
         );
     }
     header(
@@ -358,7 +364,7 @@ mod tests {
         assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"5\"} 1\n"));
         assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(text.contains("gpool_queue_pending_gpus{queue=\"research\"} 2.5\n"));
-        assert!(text.contains("gpool_allocated_gpu_hours_total{user=\"ana\",team=\"ml\"} 1.5\n"));
+        assert!(text.contains("gpool_allocated_gpu_seconds_total{user=\"ana\",team=\"ml\"} 5400\n"));
     }
 
     #[test]

@@ -149,8 +149,21 @@ impl Controller {
     }
 
     /// A job's usage: its finished runs plus the live one.
+    /// GPU-hours of the current run from its allocation to `now`, at its
+    /// share (a MIG instance or a GPU share counts its fraction): what is
+    /// charged, not what samples happened to see.
+    fn allocated_hours(&self, id: u64, now: i64) -> Option<f64> {
+        let r = self.snap.job(JobId(id))?.running()?;
+        Some(r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0)
+    }
+
     pub(super) fn usage_summary(&self, d: &JobDoc) -> Option<api::UsageSummary> {
-        let mut s = merge_usage(d.usage.clone(), self.telemetry.summary(d.id))?;
+        let live = match (self.telemetry.summary(d.id), self.allocated_hours(d.id, self.clock.now_ms())) {
+            (Some(s), Some(h)) => Some(api::UsageSummary { gpu_hours: h, ..s }),
+            (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
+            (s, _) => s,
+        };
+        let mut s = merge_usage(d.usage.clone(), live)?;
         s.cost_usd = self.price_of(d).map(|p| p * s.gpu_hours);
         Some(s)
     }
@@ -181,11 +194,17 @@ impl Controller {
             .unwrap_or_default();
         transitions.extend(self.telemetry.release_gpus(&held));
         self.publish_alerts(transitions, now);
-        let gpu_milli = self.snap.job(JobId(id)).and_then(|j| j.running().map(|r| (r.gpu_milli, r.started)));
+        let hours = self.allocated_hours(id, now);
         if let Some(d) = self.jobs.get_mut(&id) {
-            if let Some((milli, started)) = gpu_milli {
-                let hours = milli as f64 / 1000.0 * Time::from_millis(now).since(started).as_secs_f64() / 3600.0;
-                *self.gpu_hours_done.entry((d.user.clone(), d.team.clone())).or_default() += hours;
+            // Charged from allocation to release: samples start a moment
+            // after the allocation and stop a moment before its end.
+            let summary = match (summary, hours) {
+                (Some(s), Some(h)) => Some(api::UsageSummary { gpu_hours: h, ..s }),
+                (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
+                (s, _) => s,
+            };
+            if let Some(h) = hours {
+                *self.gpu_hours_done.entry((d.user.clone(), d.team.clone())).or_default() += h;
             }
             d.usage = merge_usage(d.usage.take(), summary);
         }
