@@ -75,6 +75,9 @@ pub struct Register {
     /// (absent from agents older than GPU sharing: `off`).
     #[serde(default = "sharing_off")]
     pub gpu_sharing: String,
+    /// Indices of the MIG GPUs whose layout the control plane may change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_managed: Vec<u32>,
     /// Replicas whose shims are alive on this node.
     #[serde(default)]
     pub running: Vec<ReplicaId>,
@@ -125,6 +128,28 @@ pub enum Command {
     Reconcile { replica: ReplicaId, devices: Vec<String> },
     /// A replica that must not run (an old allocation): kill it now.
     Kill { replica: ReplicaId },
+    /// Lay MIG GPU `gpu` out as `layout` (no job uses it); the agent says
+    /// how it went, and what the GPU then really has, in its next telemetry.
+    MigLayout { gpu: u32, layout: Vec<MigSlotWire> },
+}
+
+/// One GPU instance to create: a profile at a start (memory slices).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigSlotWire {
+    pub profile: String,
+    pub start: u32,
+}
+
+/// How a MIG layout order went, and the node's GPUs as they really are after it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigOutcome {
+    pub gpu: u32,
+    /// Why it failed, if it did (the GPU may be half laid out: `gpus` says how).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The node's GPUs read again after the change; absent if they could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<GpuWire>>,
 }
 
 /// A command with its sequence number.
@@ -270,6 +295,9 @@ pub struct TelemetryWire {
     /// The job of each GPU process, by pid.
     #[serde(default)]
     pub pid_jobs: BTreeMap<u32, u64>,
+    /// A MIG layout order's outcome, in the first report after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigOutcome>,
     /// Why the GPUs could not be read, if they could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -167,6 +167,9 @@ pub(crate) struct NodeArgs {
     /// How jobs that ask for a fraction of a GPU share this node's GPUs: time-slicing (memory limits watched and enforced by the agent), mps (NVIDIA MPS runs here: compute and memory limits set by MPS), or off. See docs/sharing.md.
     #[arg(long, default_value = "time-slicing", value_parser = clap::value_parser!(gpool_core::GpuSharing))]
     gpu_sharing: gpool_core::GpuSharing,
+    /// MIG GPUs whose layout gpool may change to follow the queue's MIG demand: all, or GPU indices (0,2). An idle managed GPU is repartitioned with nvidia-smi mig (as root); a busy one is drained first. See docs/sharing.md.
+    #[arg(long, value_name = "all|INDICES")]
+    mig_managed: Option<String>,
 }
 
 impl NodeArgs {
@@ -200,6 +203,15 @@ impl NodeArgs {
             cgroups: gpool_daemon::node::cgroup::Mode::parse(&self.cgroups)
                 .map_err(|e| anyhow::anyhow!("--cgroups: {e}"))?,
             gpu_sharing: self.gpu_sharing,
+            mig_managed: match self.mig_managed.as_deref().map(str::trim) {
+                None | Some("none") => None,
+                Some("all") => Some(Vec::new()),
+                Some(list) => {
+                    Some(list.split(',').map(|i| i.trim().parse::<u32>()).collect::<Result<Vec<u32>, _>>().map_err(
+                        |_| anyhow::anyhow!("--mig-managed {list:?}: expected all, none or GPU indices such as 0,2"),
+                    )?)
+                }
+            },
             run_as: match self.run_as.as_deref() {
                 None => gpool_daemon::node::account::RunAs::default_for_this_process(),
                 Some(m) => {

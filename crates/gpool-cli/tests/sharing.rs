@@ -91,3 +91,60 @@ fn four_quarters_share_one_gpu_and_a_job_over_its_memory_share_is_stopped() {
         assert_eq!(d.job(*id)["state"], "running", "job {id} kept to its share");
     }
 }
+
+/// Dynamic MIG on the simulated backend: a queue of `1g.10gb` requests on a
+/// GPU laid out `7g.80gb` (busy) drains it, gets it repartitioned once idle,
+/// and the jobs run on the new instances.
+#[test]
+fn a_managed_mig_gpu_is_laid_out_for_the_queue_once_idle() {
+    let s = Scratch::new("dynamic-mig");
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "1xH100-80GB:mig=7g.80gb",
+        &["--mig-managed", "all", "--sample-interval", "100ms"],
+    );
+    let big = d.submit(json!({"command": "sleep 600", "resources": {"nvidia.com/mig-7g.80gb": 1}}));
+    d.until(&format!("/api/v1/jobs/{big}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let small: Vec<u64> = (0..3)
+        .map(|_| {
+            d.submit(json!({
+                "command": "echo \"$CUDA_VISIBLE_DEVICES\"; sleep 600",
+                "resources": {"nvidia.com/mig-1g.10gb": 1},
+            }))
+        })
+        .collect();
+    // The GPU is busy: it is drained, not changed under the running job.
+    let mut drained = false;
+    d.read_events("/api/v1/events?after=0", Duration::from_secs(30), |e| {
+        drained = e["kind"] == "mig_drain";
+        drained
+    });
+    assert!(drained, "the busy GPU is drained");
+    assert_eq!(d.job(big)["state"], "running", "never repartitioned under a running job");
+    let (ok, _, err) = d.cli(&["cancel", &big.to_string()]);
+    assert!(ok, "{err}");
+    for id in &small {
+        d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(60), |j| j["state"] == "running");
+    }
+    let node = d.get("/api/v1/nodes");
+    let instances: Vec<(String, String)> = node[0]["devices"][0]["mig"]
+        .as_array()
+        .expect("MIG instances")
+        .iter()
+        .map(|m| (m["profile"].as_str().unwrap_or("").to_string(), m["uuid"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert!(instances.iter().filter(|(p, _)| p == "1g.10gb").count() >= 3, "{instances:?}");
+    for id in &small {
+        let r = replica(&d.job(*id));
+        let uuid = r["mig"][0].as_str().expect("a MIG instance").to_string();
+        assert!(instances.iter().any(|(p, u)| *u == uuid && p == "1g.10gb"), "{uuid} in {instances:?}");
+        assert_eq!(r["cuda_visible_devices"], uuid.as_str());
+        assert_eq!(first_log_line(&d, *id), uuid, "the job sees its MIG UUID");
+    }
+    let mut kinds = Vec::new();
+    d.read_events("/api/v1/events?after=0", Duration::from_secs(30), |e| {
+        kinds.push(e["kind"].as_str().unwrap_or("").to_string());
+        e["kind"] == "mig_repartitioned"
+    });
+    assert!(kinds.contains(&"mig_repartition".to_string()), "{kinds:?}");
+}

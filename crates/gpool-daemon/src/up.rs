@@ -37,6 +37,10 @@ impl LocalNode for Agent {
     fn reconcile(&self, key: ReplicaKey, devices: Vec<String>) -> Found {
         Agent::reconcile(self, key, devices)
     }
+
+    fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>) {
+        Agent::mig_layout(self, gpu, layout);
+    }
 }
 
 /// Runs `gpool up` until SIGINT/SIGTERM. Jobs keep running when the daemon stops;
@@ -73,6 +77,16 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let sink: ReportSink = Arc::new(move |r| {
         let _ = sink_tx.send(Event::Agent(r));
     });
+    // The sampler stops when this sender and the agent's clone are dropped, at the end of `run`.
+    let sampler_ctl = match backend {
+        Some(b) => {
+            let t = tx.clone();
+            let sampler = Sampler::new(node_name.clone(), b, cfg.node.sample_interval, replicas.clone())
+                .with_disk(plane.data_dir.clone(), cfg.node.disk_reserve);
+            Some(sampler::spawn(sampler, move |r| t.send(Event::Agent(AgentReport::Telemetry(r))).is_ok())?)
+        }
+        None => None,
+    };
     let agent_cfg = AgentConfig {
         data_dir: plane.data_dir.clone(),
         exe,
@@ -83,19 +97,10 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         run_as: cfg.node.run_as,
         cgroups: cgroups.clone(),
         device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
+        sampler: sampler_ctl.clone(),
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;
-    // The sampler stops when this sender is dropped, at the end of `run`.
-    let _sampler = match backend {
-        Some(b) => {
-            let t = tx.clone();
-            let sampler = Sampler::new(node_name.clone(), b, cfg.node.sample_interval, replicas)
-                .with_disk(plane.data_dir.clone(), cfg.node.disk_reserve);
-            Some(sampler::spawn(sampler, move |r| t.send(Event::Agent(AgentReport::Telemetry(r))).is_ok())?)
-        }
-        None => None,
-    };
     let n = gpus.len();
     let dir = plane.data_dir.display().to_string();
     let ready = Ready { controller, first, local: Some(Box::new(agent)), tx, rx };

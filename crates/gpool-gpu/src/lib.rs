@@ -42,6 +42,14 @@ pub struct MigInfo {
     pub placement: Option<(u32, u32)>,
 }
 
+/// One GPU instance of a MIG layout to create: its profile and where it
+/// starts, in memory slices (what `nvidia-smi mig -cgi PROFILE:START` takes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigSlot {
+    pub profile: String,
+    pub start: u32,
+}
+
 /// One GPU as discovered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuInfo {
@@ -144,6 +152,9 @@ pub enum GpuError {
         "nvidia-smi {args}: no answer after {secs} s, killed it. The driver may be hung: check `dmesg` for Xid errors and `nvidia-smi` by hand; a GPU reset or reboot may be needed"
     )]
     Timeout { args: String, secs: u64 },
+    /// A MIG layout could not be applied.
+    #[error("MIG layout of GPU {gpu}: {why}")]
+    Mig { gpu: u32, why: String },
     /// `nvidia-smi` output that does not parse.
     #[error("cannot parse nvidia-smi output ({what}), line {line}: {why}")]
     Parse { what: &'static str, line: usize, why: String },
@@ -177,4 +188,19 @@ pub trait Backend: Send {
     fn inventory(&mut self) -> Result<Vec<GpuInfo>, GpuError>;
     /// What every GPU is doing now, in driver index order.
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError>;
+    /// Gives MIG GPU `gpu` exactly the GPU instances of `layout`, each with
+    /// one compute instance: nothing to do if it has them already, else its
+    /// instances are destroyed and the new ones created. No job may be using
+    /// the GPU. After a failure the GPU may be half done: callers read
+    /// [`Backend::inventory`] afterwards and believe it, not the layout.
+    fn apply_mig_layout(&mut self, gpu: u32, layout: &[MigSlot]) -> Result<(), GpuError> {
+        let _ = layout;
+        Err(GpuError::Mig {
+            gpu,
+            why: format!(
+                "the {} backend cannot change MIG layouts; run the agent with --gpu-backend nvidia-smi",
+                self.name()
+            ),
+        })
+    }
 }

@@ -16,7 +16,7 @@
 use std::fmt;
 
 use crate::model::{mig_gpu_slices, mig_profile_memory_mb};
-use crate::{Backend, GpuError, GpuInfo, GpuProcess, GpuSample, MigInfo, MigSample};
+use crate::{Backend, GpuError, GpuInfo, GpuProcess, GpuSample, MigInfo, MigSample, MigSlot};
 
 /// What a job does on a simulated device (a GPU or a MIG instance), as it declares it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,6 +62,10 @@ fn memory_mb(model: &str) -> u64 {
 /// A parsed `--simulate-gpus` spec, and where its load comes from.
 pub struct Simulated {
     gpus: Vec<GpuInfo>,
+    /// Goes into UUIDs, as on `parse`.
+    host: String,
+    /// Layouts applied so far: new instances get new UUIDs and ids.
+    layouts: u32,
     loads: Option<LoadSource>,
     /// Each GPU's temperature at the last sample (°C), for the lag.
     temps: Vec<f64>,
@@ -147,7 +151,7 @@ impl Simulated {
             return Err(bad(format!("{} GPUs; at most 64 per node", gpus.len())));
         }
         let temps = vec![AMBIENT_C; gpus.len()];
-        Ok(Simulated { gpus, loads: None, temps })
+        Ok(Simulated { gpus, host: host.to_string(), layouts: 0, loads: None, temps })
     }
 
     /// Samples follow what `source` says runs on each device (GPU or MIG
@@ -240,6 +244,68 @@ impl Backend for Simulated {
 
     fn inventory(&mut self) -> Result<Vec<GpuInfo>, GpuError> {
         Ok(self.gpus.clone())
+    }
+
+    /// Checks what a real GPU would (MIG mode on, known profiles, no
+    /// overlapping memory slices) and lays the GPU out at once.
+    fn apply_mig_layout(&mut self, gpu: u32, layout: &[MigSlot]) -> Result<(), GpuError> {
+        let refuse = |why: String| GpuError::Mig { gpu, why };
+        let host = self.host.clone();
+        let g = self.gpus.iter_mut().find(|g| g.index == gpu).ok_or_else(|| refuse("no such GPU".into()))?;
+        let Some(current) = &g.mig else { return Err(refuse("MIG mode is off".into())) };
+        let same = |a: &[MigSlot]| {
+            let mut now: Vec<(&str, Option<u32>)> =
+                current.iter().map(|m| (m.profile.as_str(), m.placement.map(|p| p.0))).collect();
+            let mut want: Vec<(&str, Option<u32>)> = a.iter().map(|s| (s.profile.as_str(), Some(s.start))).collect();
+            now.sort();
+            want.sort();
+            now == want
+        };
+        if same(layout) {
+            return Ok(());
+        }
+        // Memory slices of each profile: 1g 1 (2 for the double-memory 1g), 2g 2, 3g and 4g 4, 7g 8.
+        let mut used = [false; 8];
+        for s in layout {
+            let compute: u32 = s.profile.split('g').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            let size = match compute {
+                1 if mig_profile_memory_mb(&s.profile).unwrap_or(0) > g.memory_mb / 7 => 2,
+                1 => 1,
+                2 => 2,
+                3 | 4 => 4,
+                7 => 8,
+                _ => return Err(refuse(format!("unknown profile {}", s.profile))),
+            };
+            for k in s.start..s.start + size {
+                let slot = used
+                    .get_mut(k as usize)
+                    .ok_or_else(|| refuse(format!("{} cannot start at {}", s.profile, s.start)))?;
+                if *slot {
+                    return Err(refuse(format!(
+                        "{} at {} overlaps another instance: Insufficient Resources",
+                        s.profile, s.start
+                    )));
+                }
+                *slot = true;
+            }
+        }
+        self.layouts += 1;
+        let generation = self.layouts;
+        g.mig = Some(
+            layout
+                .iter()
+                .enumerate()
+                .map(|(i, s)| MigInfo {
+                    profile: s.profile.clone(),
+                    uuid: format!("MIG-{}", fake_uuid(&format!("{host}/{gpu}/{generation}"), i as u32)),
+                    gi_id: generation * 8 + i as u32,
+                    ci_id: Some(0),
+                    placement: Some((s.start, 0)),
+                    memory_mb: mig_profile_memory_mb(&s.profile).unwrap_or(0),
+                })
+                .collect(),
+        );
+        Ok(())
     }
 
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {

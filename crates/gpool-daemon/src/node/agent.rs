@@ -61,6 +61,9 @@ pub struct AgentConfig {
     pub cgroups: Option<crate::node::cgroup::Hierarchy>,
     /// The device files each GPU and MIG instance of the node opens (`devices.rs`).
     pub device_files: crate::node::devices::DeviceFiles,
+    /// The sampler thread, which owns the GPU backend: MIG layouts go
+    /// through it. `None` on a node with no GPU backend.
+    pub sampler: Option<std::sync::mpsc::Sender<crate::node::sampler::SamplerCtl>>,
 }
 
 /// The node agent.
@@ -79,6 +82,27 @@ impl Agent {
     }
 
     /// Reports something on the agent's behalf (a start that failed before its shim ran).
+    /// Lays MIG GPU `gpu` out as `layout`. The outcome comes back with the
+    /// sampler's next report, or at once when the node cannot do it.
+    pub fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>) {
+        let ctl = crate::node::sampler::SamplerCtl::MigLayout { gpu, layout };
+        if self.cfg.sampler.as_ref().is_some_and(|s| s.send(ctl).is_ok()) {
+            return;
+        }
+        let at_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        self.report(AgentReport::Telemetry(crate::protocol::NodeReport {
+            node: self.cfg.node.clone(),
+            at_ms,
+            mig: Some(gpool_api::agent::MigOutcome {
+                gpu,
+                error: Some("this node has no GPU backend to lay out".into()),
+                gpus: None,
+            }),
+            ..crate::protocol::NodeReport::default()
+        }));
+    }
+
     pub fn report(&self, r: AgentReport) {
         (self.reports)(r);
     }

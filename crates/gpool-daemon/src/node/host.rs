@@ -6,7 +6,6 @@ use gpool_gpu::simulated::Simulated;
 use gpool_gpu::{Backend, GpuError, GpuInfo};
 
 use crate::node::sampler::{self, Replicas};
-use gpool_api::agent as wire;
 
 use crate::protocol::NodeInfo;
 
@@ -34,6 +33,9 @@ pub struct NodeConfig {
     pub cgroups: crate::node::cgroup::Mode,
     /// Whether and how jobs may share a GPU (docs/sharing.md).
     pub gpu_sharing: gpool_core::GpuSharing,
+    /// MIG GPUs whose layout gpool may change: `None` none, `Some([])`
+    /// every MIG GPU, else these indices (`--mig-managed`).
+    pub mig_managed: Option<Vec<u32>>,
 }
 
 /// Where this node's jobs' control groups go, if it confines them; says on
@@ -89,8 +91,15 @@ pub fn describe(name: &str, gpus: &[GpuInfo], source: &str, cfg: &NodeConfig, ad
         pool: cfg.pool.clone(),
         cpus: cfg.cpus.unwrap_or(default_cpus),
         memory_mb: cfg.memory_gb.map_or(default_mem, |g| g * 1024),
-        gpus: gpus_to_wire(gpus),
+        gpus: crate::protocol::gpus_to_wire(gpus),
         gpu_sharing: cfg.gpu_sharing.as_str().to_string(),
+        mig_managed: gpus
+            .iter()
+            .filter(|g| {
+                g.mig.is_some() && cfg.mig_managed.as_ref().is_some_and(|m| m.is_empty() || m.contains(&g.index))
+            })
+            .map(|g| g.index)
+            .collect(),
     }
 }
 
@@ -132,30 +141,4 @@ pub fn discover(
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// The wire form of discovered GPUs.
-pub fn gpus_to_wire(gpus: &[GpuInfo]) -> Vec<wire::GpuWire> {
-    gpus.iter()
-        .map(|g| wire::GpuWire {
-            index: g.index,
-            uuid: g.uuid.clone(),
-            name: g.name.clone(),
-            model: g.model.clone(),
-            memory_mb: g.memory_mb,
-            pci_bus_id: g.pci_bus_id.clone(),
-            nvlink_group: g.nvlink_group,
-            numa_node: g.numa_node,
-            mig: g.mig.as_ref().map(|list| {
-                list.iter()
-                    .map(|m| wire::MigWire {
-                        profile: m.profile.clone(),
-                        uuid: m.uuid.clone(),
-                        gi_id: m.gi_id,
-                        memory_mb: m.memory_mb,
-                    })
-                    .collect()
-            }),
-        })
-        .collect()
 }

@@ -157,6 +157,16 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         let _ = sink_tx.send(r);
     });
     let exe = std::env::current_exe().context("cannot find the gpool executable for job shims")?;
+    // The sampler thread owns the GPU backend; it stops when the agent and this sender are gone.
+    let sampler_ctl = match backend {
+        Some(b) => {
+            let t = report_tx.clone();
+            let s = Sampler::new(name.clone(), b, cfg.node.sample_interval, replicas.clone())
+                .with_disk(cfg.data_dir.clone(), cfg.node.disk_reserve);
+            Some(sampler::spawn(s, move |r| t.send(AgentReport::Telemetry(r)).is_ok())?)
+        }
+        None => None,
+    };
     let agent = Agent::new(
         AgentConfig {
             data_dir: cfg.data_dir.clone(),
@@ -168,20 +178,12 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             run_as: cfg.node.run_as,
             cgroups: cgroups.clone(),
             device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
+            sampler: sampler_ctl.clone(),
         },
         sink,
         replicas.clone(),
     );
     let agent = Arc::new(agent);
-    let _sampler = match backend {
-        Some(b) => {
-            let t = report_tx.clone();
-            let s = Sampler::new(name.clone(), b, cfg.node.sample_interval, replicas)
-                .with_disk(cfg.data_dir.clone(), cfg.node.disk_reserve);
-            Some(sampler::spawn(s, move |r| t.send(AgentReport::Telemetry(r)).is_ok())?)
-        }
-        None => None,
-    };
     let current: Current = Arc::default();
     spawn_shipper(cfg.data_dir.clone(), current.clone())?;
     println!(
@@ -208,6 +210,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             source: source.clone(),
             gpus: doc.gpus.clone(),
             gpu_sharing: doc.gpu_sharing.clone(),
+            mig_managed: doc.mig_managed.clone(),
             running,
             version: env!("CARGO_PKG_VERSION").into(),
         };
@@ -419,6 +422,10 @@ fn execute(agent: &Agent, command: wire::Command) {
             }
         }
         wire::Command::Kill { replica } => agent.kill(replica.into()),
+        wire::Command::MigLayout { gpu, layout } => agent.mig_layout(
+            gpu,
+            layout.into_iter().map(|s| gpool_gpu::MigSlot { profile: s.profile, start: s.start }).collect(),
+        ),
     }
 }
 

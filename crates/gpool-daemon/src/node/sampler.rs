@@ -213,21 +213,46 @@ impl Sampler {
         self.prev = ticks.into_iter().map(|(k, t)| (k, (now, t))).collect();
         let conditions =
             self.disk.as_ref().and_then(|(dir, reserve)| disk_condition(dir, *reserve)).into_iter().collect();
-        NodeReport { node: self.node.clone(), at_ms, gpus, replicas: usage, pid_jobs, error, conditions }
+        NodeReport { node: self.node.clone(), at_ms, gpus, replicas: usage, pid_jobs, error, conditions, mig: None }
     }
 
-    /// Samples every interval and sends each report, until `stop` says so.
-    pub fn run(mut self, send: impl Fn(NodeReport) -> bool, stop: Receiver<()>) {
+    /// Lays a MIG GPU out, then reads the GPUs again: the outcome travels
+    /// with the next report, the inventory as it really is, whatever happened.
+    fn apply_mig(&mut self, gpu: u32, layout: &[gpool_gpu::MigSlot]) -> gpool_api::agent::MigOutcome {
+        let applied = self.backend.apply_mig_layout(gpu, layout);
+        let gpus = self.backend.inventory();
+        let error = match (applied, &gpus) {
+            (Err(e), _) => Some(e.to_string()),
+            (Ok(()), Err(e)) => Some(format!("applied, but the GPUs cannot be read again: {e}")),
+            (Ok(()), Ok(_)) => None,
+        };
+        gpool_api::agent::MigOutcome { gpu, error, gpus: gpus.ok().map(|g| crate::protocol::gpus_to_wire(&g)) }
+    }
+
+    /// Samples every interval and sends each report, and carries out what
+    /// `ctl` asks of the GPUs, until every sender of `ctl` is gone.
+    pub fn run(mut self, send: impl Fn(NodeReport) -> bool, ctl: Receiver<SamplerCtl>) {
+        let mut mig = None;
         loop {
-            if !send(self.sample()) {
+            let mut report = self.sample();
+            report.mig = mig.take();
+            if !send(report) {
                 return;
             }
-            match stop.recv_timeout(self.interval) {
+            match ctl.recv_timeout(self.interval) {
                 Err(RecvTimeoutError::Timeout) => {}
-                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(SamplerCtl::MigLayout { gpu, layout }) => mig = Some(self.apply_mig(gpu, &layout)),
+                Err(RecvTimeoutError::Disconnected) => return,
             }
         }
     }
+}
+
+/// What the sampler thread, which owns the GPU backend, is asked to do.
+#[derive(Debug)]
+pub enum SamplerCtl {
+    /// Lay MIG GPU `gpu` out as `layout` (`Backend::apply_mig_layout`).
+    MigLayout { gpu: u32, layout: Vec<gpool_gpu::MigSlot> },
 }
 
 /// The job a process belongs to, from its environment.
@@ -237,11 +262,14 @@ fn env_job(pid: u32) -> Option<u64> {
 }
 
 /// Starts the sampler thread, handing each report to `send` (which says
-/// whether to go on); it stops when the returned sender is dropped.
-pub fn spawn(sampler: Sampler, send: impl Fn(NodeReport) -> bool + Send + 'static) -> std::io::Result<Sender<()>> {
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new().name("sampler".into()).spawn(move || sampler.run(send, stop_rx))?;
-    Ok(stop_tx)
+/// whether to go on); it stops when every clone of the returned sender is dropped.
+pub fn spawn(
+    sampler: Sampler,
+    send: impl Fn(NodeReport) -> bool + Send + 'static,
+) -> std::io::Result<Sender<SamplerCtl>> {
+    let (ctl_tx, ctl_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("sampler".into()).spawn(move || sampler.run(send, ctl_rx))?;
+    Ok(ctl_tx)
 }
 
 #[cfg(test)]

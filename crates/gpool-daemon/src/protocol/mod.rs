@@ -88,6 +88,8 @@ pub struct NodeInfo {
     pub gpus: Vec<gpool_api::agent::GpuWire>,
     /// `off`, `time-slicing` or `mps` (`gpool_core::GpuSharing`).
     pub gpu_sharing: String,
+    /// Indices of the MIG GPUs whose layout the control plane may change.
+    pub mig_managed: Vec<u32>,
 }
 
 /// What to run, sent by the agent as JSON on the shim's standard input.
@@ -179,4 +181,30 @@ pub fn parse_signal(s: &str) -> Option<Signal> {
         n => return n.parse::<i32>().ok().and_then(Signal::from_named_raw),
     };
     Some(sig)
+}
+
+/// The wire form of discovered GPUs.
+pub fn gpus_to_wire(gpus: &[gpool_gpu::GpuInfo]) -> Vec<gpool_api::agent::GpuWire> {
+    gpus.iter()
+        .map(|g| gpool_api::agent::GpuWire {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            model: g.model.clone(),
+            memory_mb: g.memory_mb,
+            pci_bus_id: g.pci_bus_id.clone(),
+            nvlink_group: g.nvlink_group,
+            numa_node: g.numa_node,
+            mig: g.mig.as_ref().map(|list| {
+                list.iter()
+                    .map(|m| gpool_api::agent::MigWire {
+                        profile: m.profile.clone(),
+                        uuid: m.uuid.clone(),
+                        gi_id: m.gi_id,
+                        memory_mb: m.memory_mb,
+                    })
+                    .collect()
+            }),
+        })
+        .collect()
 }

@@ -21,6 +21,8 @@ pub struct NodeReport {
     /// Why the node should take no new work now (its disk is under the
     /// reserve); empty when it is healthy.
     pub conditions: Vec<String>,
+    /// A MIG layout order's outcome, with the GPUs as they are after it.
+    pub mig: Option<gpool_api::agent::MigOutcome>,
 }
 
 /// A node's telemetry for the agent protocol.
@@ -81,6 +83,7 @@ pub fn telemetry_to_wire(r: &NodeReport) -> gpool_api::agent::TelemetryWire {
         pid_jobs: r.pid_jobs.clone(),
         error: r.error.clone(),
         conditions: r.conditions.clone(),
+        mig: r.mig.clone(),
     }
 }
 
@@ -143,6 +146,7 @@ pub fn telemetry_from_wire(node: &str, t: gpool_api::agent::TelemetryWire) -> No
         pid_jobs: t.pid_jobs,
         error: t.error,
         conditions: t.conditions,
+        mig: t.mig,
     }
 }
 
@@ -178,6 +182,7 @@ mod tests {
             pid_jobs: [(7, 1)].into_iter().collect(),
             error: None,
             conditions: vec!["disk: 1 MiB free".into()],
+            mig: None,
         };
         let json = serde_json::to_string(&telemetry_to_wire(&report)).expect("json");
         assert!(!json.contains("gpu_util_pct"), "absent values are left out: {json}");

@@ -28,7 +28,7 @@ use super::report::{Report, ReportGpu};
 use super::value::same_bus_id;
 use super::xml::parse_xml;
 use crate::model::{mig_ci_slices, mig_gi_profile, mig_gpu_slices, mig_profile_memory_mb};
-use crate::{Backend, GpuError, GpuInfo, GpuSample, MigInfo};
+use crate::{Backend, GpuError, GpuInfo, GpuSample, MigInfo, MigSlot};
 
 /// The fields [`INVENTORY_ARGS`] asks for.
 pub const INVENTORY_FIELDS: &[&str] = &["index", "uuid", "name", "memory.total", "pci.bus_id", "mig.mode.current"];
@@ -179,7 +179,20 @@ impl NvidiaSmi {
             return Ok(out);
         }
         let err = String::from_utf8_lossy(&err);
-        let message = out.lines().chain(err.lines()).map(str::trim).find(|l| !l.is_empty()).unwrap_or("").to_string();
+        // The line that says what went wrong: a refusal among success lines
+        // (`mig -cgi` that created some instances, then failed), else stderr,
+        // else the first thing it said.
+        let refusal = |l: &&str| {
+            let l = l.to_ascii_lowercase();
+            l.starts_with("unable") || l.starts_with("failed") || l.starts_with("error")
+        };
+        let lines = || out.lines().chain(err.lines()).map(str::trim).filter(|l| !l.is_empty());
+        let message = lines()
+            .find(refusal)
+            .or_else(|| err.lines().map(str::trim).find(|l| !l.is_empty()))
+            .or_else(|| lines().next())
+            .unwrap_or("")
+            .to_string();
         let lower = message.to_ascii_lowercase();
         if lower.contains("couldn't communicate with the nvidia driver") || lower.contains("driver is not loaded") {
             return Err(GpuError::NoDriver(message));
@@ -293,6 +306,56 @@ fn attach_processes(samples: &mut [GpuSample], rows: &[QueryGpuRow], apps: Vec<s
 impl Backend for NvidiaSmi {
     fn name(&self) -> &'static str {
         "nvidia-smi"
+    }
+
+    /// `mig -i G -lgi` (done already?), `-dci`, `-dgi`, then `-cgi P:S,… -C`
+    /// in one call, larger profiles first (the driver places in order). A
+    /// destroy that finds nothing is not a failure; one that finds the GPU
+    /// busy is.
+    fn apply_mig_layout(&mut self, gpu: u32, layout: &[MigSlot]) -> Result<(), GpuError> {
+        let g = gpu.to_string();
+        let mig = |why: String| GpuError::Mig { gpu, why };
+        let mut want: Vec<(String, u32)> = layout.iter().map(|s| (s.profile.clone(), s.start)).collect();
+        want.sort();
+        if let Ok(gis) = self.run(&["mig", "-i", &g, "-lgi"]).and_then(|t| parse_gpu_instances(&t)) {
+            let mut now: Vec<(String, u32)> = gis
+                .iter()
+                .filter(|x| x.gpu == gpu)
+                .map(|x| (x.profile.clone(), x.placement.map_or(u32::MAX, |p| p.0)))
+                .collect();
+            now.sort();
+            if now == want {
+                return Ok(());
+            }
+        }
+        for args in [["mig", "-i", &g, "-dci"], ["mig", "-i", &g, "-dgi"]] {
+            match self.run(&args) {
+                Ok(_) => {}
+                Err(GpuError::Smi { why, .. }) if why.to_ascii_lowercase().contains("not found") => {}
+                Err(GpuError::Smi { why, .. }) => return Err(mig(format!("`nvidia-smi {}`: {why}", args.join(" ")))),
+                Err(e) => return Err(e),
+            }
+        }
+        if layout.is_empty() {
+            return Ok(());
+        }
+        let mut order: Vec<&MigSlot> = layout.iter().collect();
+        order.sort_by_key(|s| (std::cmp::Reverse(mig_gpu_slices(&s.profile).unwrap_or(0)), s.start));
+        let tuples: Vec<String> = order.iter().map(|s| format!("{}:{}", s.profile, s.start)).collect();
+        let tuples = tuples.join(",");
+        let out = match self.run(&["mig", "-i", &g, "-cgi", &tuples, "-C"]) {
+            Ok(out) => out,
+            Err(GpuError::Smi { why, .. }) => return Err(mig(format!("creating {tuples}: {why}"))),
+            Err(e) => return Err(e),
+        };
+        match super::mig::parse_create(&out)?.into_result() {
+            Ok(_) => Ok(()),
+            Err(f) => Err(mig(format!(
+                "creating {tuples}: the driver refused {} ({:?})",
+                f.profile.unwrap_or_else(|| "an instance".into()),
+                f.error
+            ))),
+        }
     }
 
     fn inventory(&mut self) -> Result<Vec<GpuInfo>, GpuError> {

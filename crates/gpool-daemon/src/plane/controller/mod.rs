@@ -47,6 +47,7 @@ mod docs;
 mod gpu_shares;
 mod launch;
 mod lifecycle;
+mod mig_layouts;
 mod nodes;
 mod observe;
 mod requests;
@@ -105,6 +106,11 @@ pub enum LocalOrder {
     Abandon {
         key: ReplicaKey,
     },
+    /// Lay MIG GPU `gpu` out as `layout` (`mig_layouts.rs`).
+    MigLayout {
+        gpu: u32,
+        layout: Vec<gpool_gpu::MigSlot>,
+    },
 }
 
 /// An order to some node: routed to the local agent or a remote outbox.
@@ -112,6 +118,7 @@ pub enum LocalOrder {
 pub(crate) enum Order {
     Start { key: ReplicaKey, launch: Box<Launch>, devices: Vec<String> },
     Signal { key: ReplicaKey, signal: Signal },
+    MigLayout { gpu: u32, layout: Vec<gpool_gpu::MigSlot> },
 }
 
 /// What one turn asks of the outside world; see the module docs for the order.
@@ -181,6 +188,8 @@ pub struct Controller {
     published: Vec<api::EventView>,
     notices: Vec<Notice>,
     dirty: bool,
+    /// MIG GPUs (node name, index) whose new layout has been ordered and not yet reported (`mig_layouts.rs`).
+    mig_changing: std::collections::BTreeSet<(String, u32)>,
     shutdown: bool,
     /// The store said its disk is full (conditions.rs): submissions are refused.
     state_disk_full: bool,
@@ -241,6 +250,7 @@ impl Controller {
             published: Vec::new(),
             notices: Vec::new(),
             dirty: true,
+            mig_changing: std::collections::BTreeSet::new(),
             shutdown: false,
             state_disk_full: false,
             telemetry: Telemetry::new(cfg_telemetry),
@@ -367,6 +377,7 @@ impl Controller {
             self.local.push(match order {
                 Order::Start { key, launch, devices } => LocalOrder::Start { key, launch, devices },
                 Order::Signal { key, signal } => LocalOrder::Signal { key, signal },
+                Order::MigLayout { gpu, layout } => LocalOrder::MigLayout { gpu, layout },
             });
             return;
         }
@@ -388,6 +399,13 @@ impl Controller {
             Order::Signal { key, signal } => {
                 api::agent::Command::Signal { replica: key.into(), signal: signal.as_raw() }
             }
+            Order::MigLayout { gpu, layout } => api::agent::Command::MigLayout {
+                gpu,
+                layout: layout
+                    .into_iter()
+                    .map(|s| api::agent::MigSlotWire { profile: s.profile, start: s.start })
+                    .collect(),
+            },
         };
         self.push_command(node, cmd);
     }
@@ -436,6 +454,7 @@ impl Controller {
             self.start(s.job.0, s.placement.clone(), now);
         }
         self.snap.carry_over(&plan);
+        self.plan_mig_layouts(now);
         if let Some(at) = plan.wake_at {
             self.timers.insert((at.as_millis(), Timer::Wake));
         }

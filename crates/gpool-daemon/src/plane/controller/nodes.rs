@@ -80,6 +80,9 @@ pub struct NodeDoc {
     /// `off`, `time-slicing` or `mps` (`gpool_core::GpuSharing`).
     #[serde(default = "sharing_off")]
     pub gpu_sharing: String,
+    /// Indices of the MIG GPUs whose layout gpool may change.
+    #[serde(default)]
+    pub mig_managed: Vec<u32>,
     pub epoch: u64,
     #[serde(default)]
     pub draining: bool,
@@ -101,6 +104,7 @@ impl NodeDoc {
             memory_mb: i.memory_mb,
             gpus: i.gpus,
             gpu_sharing: i.gpu_sharing,
+            mig_managed: i.mig_managed,
             epoch: 0,
             draining: false,
             local: false,
@@ -174,7 +178,7 @@ pub fn core_node(d: &NodeDoc) -> Node {
     node
 }
 
-fn node_row(d: &NodeDoc, now: i64) -> Write {
+pub(super) fn node_row(d: &NodeDoc, now: i64) -> Write {
     let state = if d.draining { "draining" } else { "up" };
     Write::PutNode(gpool_store::NodeRow {
         name: d.name.clone(),
@@ -222,6 +226,7 @@ impl Controller {
         };
         let state = if doc.draining { NodeState::Draining } else { NodeState::Up };
         let _ = self.snap.set_node_state(id, state);
+        self.apply_mig_managed(id, &doc.mig_managed);
         self.writes.push(node_row(&doc, now));
         self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });
         self.dirty = true;
@@ -238,6 +243,7 @@ impl Controller {
             let node = core_node(&doc);
             let id = self.snap.add_node(node)?;
             self.snap.set_node_state(id, NodeState::Down)?;
+            self.apply_mig_managed(id, &doc.mig_managed);
             let link = Link::Remote(Remote { last_seen_ms: now, ..Remote::new() });
             self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });
             // Give its agent a lease's time to find this controller.
@@ -286,6 +292,7 @@ impl Controller {
             memory_mb: reg.memory_mb,
             gpus: reg.gpus.clone(),
             gpu_sharing: reg.gpu_sharing.clone(),
+            mig_managed: reg.mig_managed.clone(),
             epoch: epoch + 1,
             draining,
             local: false,

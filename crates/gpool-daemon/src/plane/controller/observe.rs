@@ -92,6 +92,9 @@ impl Controller {
         let Some(node) = self.snap.node_id(&r.node) else { return };
         self.set_conditions(node, r.conditions.clone(), now);
         self.enforce_gpu_shares(&r, now);
+        if let Some(outcome) = r.mig.clone() {
+            self.on_mig_outcome(node, outcome, now);
+        }
         let holders = self.holders(node);
         if let Some(e) = &r.error
             && self.telemetry.node_error(&r.node) != Some(e.as_str())

@@ -24,6 +24,8 @@ pub trait LocalNode: Send {
     fn signal(&self, key: ReplicaKey, signal: Signal);
     /// Watches a replica again after a restart (killing strays on `Lost`).
     fn reconcile(&self, key: ReplicaKey, devices: Vec<String>) -> Found;
+    /// Lays a MIG GPU out; the outcome comes with the node's telemetry.
+    fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>);
 }
 
 /// The store refused a turn's writes: memory is ahead of what is durable, so
@@ -130,6 +132,10 @@ pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder) -> Option
             .then(|| AgentReport::Lost { key, why: "its shim was gone when the daemon restarted".into() }),
         LocalOrder::Abandon { key } => {
             node.reconcile(key, Vec::new());
+            None
+        }
+        LocalOrder::MigLayout { gpu, layout } => {
+            node.mig_layout(gpu, layout);
             None
         }
     }

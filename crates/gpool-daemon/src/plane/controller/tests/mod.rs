@@ -60,6 +60,10 @@ impl LocalNode for FakeAgent {
         self.orders.lock().expect("lock").push(LocalOrder::Reconcile { key, devices });
         if lost { Found::Lost } else { Found::Adopted }
     }
+
+    fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>) {
+        self.orders.lock().expect("lock").push(LocalOrder::MigLayout { gpu, layout });
+    }
 }
 
 impl FakeAgent {
@@ -178,6 +182,7 @@ fn node_info(name: &str, gpus: u32) -> NodeInfo {
         cpus: 96.0,
         memory_mb: 1_024_000,
         gpu_sharing: "time-slicing".into(),
+        mig_managed: Vec::new(),
         gpus: (0..gpus)
             .map(|i| api::agent::GpuWire {
                 index: i,
@@ -309,6 +314,7 @@ fn registration(node: &str, gpus: u32, running: Vec<api::agent::ReplicaId>) -> a
         cpus: info.cpus,
         memory_mb: info.memory_mb,
         gpu_sharing: info.gpu_sharing.clone(),
+        mig_managed: info.mig_managed.clone(),
         labels: Default::default(),
         pool: None,
         source: info.source,

@@ -1,0 +1,140 @@
+//! MIG layouts that follow the queue: after each pass the controller runs
+//! the same planner the simulator does (`gpool_core::mig_planner`) over the
+//! GPUs the nodes let it manage (`gpool agent --mig-managed`).
+//!
+//! - A drain holds a busy GPU: nothing new lands on it, so it empties.
+//! - A repartition holds an idle GPU and orders its agent to lay it out. The
+//!   agent applies the layout (`nvidia-smi mig`, or the simulated backend) and
+//!   reads its GPUs again. Its next report carries the outcome and the GPUs
+//!   as they really are, which the snapshot then takes for that GPU; a
+//!   failure is an event, and the GPU keeps what the node reports.
+//!
+//! One change per GPU is in flight at a time: a GPU waiting for its
+//! outcome is not planned again.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use gpool_api as api;
+use gpool_core::{MigInstance, NodeId};
+
+use super::{Controller, Order};
+
+impl Controller {
+    /// Lets the planner change the layout of these MIG GPUs of a node.
+    pub(super) fn apply_mig_managed(&mut self, node: NodeId, managed: &[u32]) {
+        for &gpu in managed {
+            // A GPU not in MIG mode cannot be managed; the node's own list says which are.
+            let _ = self.snap.set_mig_managed(node, gpu, true);
+        }
+    }
+
+    /// Drains, undrains and repartitions for the pending MIG demand.
+    pub(super) fn plan_mig_layouts(&mut self, now: i64) {
+        if !self.links.values().any(|l| !l.doc.mig_managed.is_empty()) {
+            return;
+        }
+        let changing: &BTreeSet<(String, u32)> = &self.mig_changing;
+        let plan = gpool_core::mig_planner::plan_for(&self.snap, |node, d| {
+            !changing.contains(&(node.name.to_string(), d.index))
+        });
+        let name = |c: &Controller, id: NodeId| c.snap.node(id).map_or_else(String::new, |n| n.name.to_string());
+        for (node, gpu) in plan.drain {
+            if !self.snap.mig_gpu_held(node, gpu) && self.snap.hold_mig_gpu(node, gpu, true).is_ok() {
+                let n = name(self, node);
+                self.event(
+                    now,
+                    None,
+                    "mig_drain",
+                    format!("node {n} GPU {gpu}: draining to lay it out for waiting MIG jobs"),
+                );
+            }
+        }
+        for (node, gpu) in plan.undrain {
+            let _ = self.snap.hold_mig_gpu(node, gpu, false);
+        }
+        for (node, gpu, r) in plan.repartitions {
+            let Some(geo) = gpool_core::mig_geometry::geometry(&r.model) else { continue };
+            let layout: Vec<gpool_gpu::MigSlot> = r
+                .layout
+                .iter()
+                .filter_map(|i| {
+                    let shape = geo.shapes.get(usize::from(i.shape))?;
+                    Some(gpool_gpu::MigSlot { profile: shape.name.to_string(), start: u32::from(i.start) })
+                })
+                .collect();
+            if self.snap.hold_mig_gpu(node, gpu, true).is_err() {
+                continue;
+            }
+            let n = name(self, node);
+            self.mig_changing.insert((n.clone(), gpu));
+            let profiles: Vec<String> = r.profiles.iter().map(ToString::to_string).collect();
+            self.event(
+                now,
+                None,
+                "mig_repartition",
+                format!(
+                    "node {n} GPU {gpu} ({}): laying it out as {} for waiting MIG jobs",
+                    r.model,
+                    profiles.join(" + ")
+                ),
+            );
+            self.order(node, Order::MigLayout { gpu, layout });
+        }
+    }
+
+    /// A node's agent says how a layout went and what its GPUs now are.
+    pub(super) fn on_mig_outcome(&mut self, node: NodeId, o: api::agent::MigOutcome, now: i64) {
+        let Some(n) = self.snap.node(node).map(|x| x.name.to_string()) else { return };
+        self.mig_changing.remove(&(n.clone(), o.gpu));
+        let reported = o.gpus.as_ref().and_then(|g| g.iter().find(|g| g.index == o.gpu)).and_then(|g| g.mig.clone());
+        let taken = reported.map(|list| {
+            let instances: Vec<MigInstance> = list
+                .iter()
+                .filter_map(|m| {
+                    Some(MigInstance {
+                        profile: m.profile.parse().ok()?,
+                        uuid: Arc::from(m.uuid.as_str()),
+                        gi_id: m.gi_id,
+                        memory_mb: m.memory_mb,
+                    })
+                })
+                .collect();
+            let shown: Vec<String> = instances.iter().map(|i| i.profile.to_string()).collect();
+            (self.snap.repartition(node, o.gpu, instances), shown.join(" + "))
+        });
+        // What the node now reports is what it has, also after a failure.
+        if let (Some(gpus), Some(link)) = (o.gpus, self.links.get_mut(&node)) {
+            link.doc.gpus = gpus;
+            let row = super::nodes::node_row(&link.doc, now);
+            self.writes.push(row);
+        }
+        let _ = self.snap.hold_mig_gpu(node, o.gpu, false);
+        self.dirty = true;
+        match (o.error, taken) {
+            (None, Some((Ok(()), shown))) => {
+                self.event(now, None, "mig_repartitioned", format!("node {n} GPU {}: now {shown}", o.gpu));
+            }
+            (Some(e), taken) => {
+                let now_has = taken.map_or_else(|| "unknown".to_string(), |(_, s)| s);
+                self.event(
+                    now,
+                    None,
+                    "mig_repartition_failed",
+                    format!("node {n} GPU {}: {e}; it now has {now_has}", o.gpu),
+                );
+            }
+            (None, Some((Err(e), _))) => {
+                self.event(now, None, "mig_repartition_failed", format!("node {n} GPU {}: {e}", o.gpu));
+            }
+            (None, None) => {
+                self.event(
+                    now,
+                    None,
+                    "mig_repartition_failed",
+                    format!("node {n} GPU {}: the node did not report the GPU's instances", o.gpu),
+                );
+            }
+        }
+    }
+}
