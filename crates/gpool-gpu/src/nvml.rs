@@ -39,6 +39,9 @@ fn shared_lib() -> Result<&'static Lib, NvmlError> {
 pub struct Nvml {
     lib: &'static Lib,
     xid: Option<xid::Xid>,
+    /// Per GPU index, the newest process-utilisation sample seen (µs), so
+    /// that each reading covers only the time since the previous one.
+    process_util_seen: std::collections::HashMap<u32, u64>,
 }
 
 impl Nvml {
@@ -46,7 +49,7 @@ impl Nvml {
     /// Registers for XID (critical error) events where the devices allow it.
     pub fn load() -> Result<Nvml, GpuError> {
         match shared_lib() {
-            Ok(lib) => Ok(Nvml { lib, xid: xid::Xid::register(lib) }),
+            Ok(lib) => Ok(Nvml { lib, xid: xid::Xid::register(lib), process_util_seen: Default::default() }),
             Err(e @ (NvmlError::LibloadingError(_) | NvmlError::DriverNotLoaded | NvmlError::LibraryNotFound)) => {
                 Err(GpuError::NoDriver(e.to_string()))
             }
@@ -227,6 +230,19 @@ impl Backend for Nvml {
             }
             let util = get!(d.utilization_rates());
             let mem = get!(d.memory_info());
+            // Each process's SM share since the last sample (jobs sharing the
+            // GPU are told apart by it); a device without it leaves it out.
+            let seen = self.process_util_seen.get(&i).copied();
+            let mut sm_of: std::collections::HashMap<u32, (u64, u32)> = std::collections::HashMap::new();
+            for s in d.process_utilization_stats(seen).unwrap_or_default() {
+                let e = sm_of.entry(s.pid).or_insert((s.timestamp, s.sm_util));
+                if s.timestamp >= e.0 {
+                    *e = (s.timestamp, s.sm_util);
+                }
+            }
+            if let Some(newest) = sm_of.values().map(|(t, _)| *t).max() {
+                self.process_util_seen.insert(i, newest);
+            }
             let processes = get!(d.running_compute_processes())
                 .unwrap_or_default()
                 .into_iter()
@@ -237,7 +253,7 @@ impl Backend for Nvml {
                         UsedGpuMemory::Used(bytes) => Some(bytes / MIB),
                         UsedGpuMemory::Unavailable => None,
                     },
-                    sm_util_pct: None,
+                    sm_util_pct: sm_of.get(&p.pid).map(|(_, u)| *u),
                     gi_id: p.gpu_instance_id,
                     ci_id: p.compute_instance_id,
                 })
