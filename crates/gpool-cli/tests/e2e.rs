@@ -475,8 +475,11 @@ fn logs_show_both_streams_unless_one_is_asked_for() {
     assert!(out.contains("Traceback to-err") && !out.contains("to-out") && !err.contains("=="), "{out}{err}");
     let (_, out, _) = d.cli(&["logs", &id_s, "--stdout"]);
     assert_eq!(out.trim(), "to-out");
-    let (ok, out, err) = d.cli(&["logs", &id_s, "-f"]);
-    assert!(ok && out.contains("to-out") && err.contains("Traceback to-err"), "{out}{err}");
+    // Following ends with the job's status: it failed with exit code 1.
+    let (code, out, err) = d.cli_code(&["logs", &id_s, "-f"]);
+    assert!(out.contains("to-out") && err.contains("Traceback to-err"), "{out}{err}");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(&format!("job {id} failed")), "{err}");
     // A job that wrote nothing to standard error shows no header.
     let quiet = d.submit(json!({"command": "echo only-out"}));
     d.wait_ended(&[quiet], Duration::from_secs(60));
@@ -605,4 +608,28 @@ fn the_cli_reads_its_server_and_token_from_a_config_file() {
     let (code, _, err) = gpool(&["whoami"], &[("GPOOL_CONFIG", "/nonexistent/gpool.toml")]);
     assert_eq!(code, Some(1));
     assert!(err.contains("/nonexistent/gpool.toml"), "{err}");
+}
+
+/// Issue 18: `gpool logs -f` of a pending job waits for it, prints its
+/// output, and exits with its status.
+#[test]
+fn logs_follow_waits_for_a_pending_job_and_exits_with_its_status() {
+    let scratch = Scratch::new("logs-follow-status");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let blocker = d.submit(json!({"command": "sleep 600", "resources": {"nvidia.com/gpu": 1}}));
+    d.until(&format!("/api/v1/jobs/{blocker}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let id = d.submit(json!({"command": "echo from-the-job; exit 4", "resources": {"nvidia.com/gpu": 1}}));
+    assert_eq!(d.job(id)["state"], "pending");
+    let follower = {
+        let url = d.url.clone();
+        let token = d.token.clone();
+        std::thread::spawn(move || {
+            gpool(&["logs", "-f", &id.to_string()], &[("GPOOL_SERVER", url.as_str()), ("GPOOL_TOKEN", token.as_str())])
+        })
+    };
+    let (ok, _, err) = d.cli(&["cancel", &blocker.to_string()]);
+    assert!(ok, "{err}");
+    let (code, out, err) = follower.join().expect("follower");
+    assert!(out.contains("from-the-job"), "{out}{err}");
+    assert_eq!(code, Some(4), "the job's exit code: {err}");
 }

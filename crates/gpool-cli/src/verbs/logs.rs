@@ -21,7 +21,8 @@ pub(crate) struct LogsArgs {
     /// Only standard error.
     #[arg(long)]
     stderr: bool,
-    /// Keep printing new output until the job ends.
+    /// Keep printing new output until the job ends (waiting for it to start
+    /// if it is pending), then exit with its status as submit --wait does.
     #[arg(long, short = 'f')]
     follow: bool,
     #[command(flatten)]
@@ -72,5 +73,15 @@ pub(crate) fn run(a: LogsArgs) -> anyhow::Result<()> {
         let outs = client.stream(&path(&a, "stdout"), &mut std::io::stdout().lock());
         let errs = errs.join().unwrap_or_else(|_| Err(anyhow::anyhow!("following standard error failed")));
         outs.and(errs)
-    })
+    })?;
+    exit_status(&client, a.id)
+}
+
+/// After following a job to its end: its status as the command's.
+fn exit_status(client: &Client, id: u64) -> anyhow::Result<()> {
+    let job: gpool_api::JobView = client.get(&format!("/jobs/{id}"))?;
+    match crate::verbs::wait::status_of(&job).filter(|_| job.state.is_terminal()) {
+        Some(status) => Err(status.into()),
+        None => Ok(()),
+    }
 }
