@@ -633,3 +633,44 @@ fn logs_follow_waits_for_a_pending_job_and_exits_with_its_status() {
     assert!(out.contains("from-the-job"), "{out}{err}");
     assert_eq!(code, Some(4), "the job's exit code: {err}");
 }
+
+/// Issue 18: a dependency that can never succeed is refused at submission,
+/// or fails its dependants at once when it fails later; another user's job
+/// is "not found" to a dependency as it is everywhere else.
+#[test]
+fn dependencies_that_can_never_succeed_are_refused_or_fail_their_dependants() {
+    let scratch = Scratch::new("dead-dependencies");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let failed = d.submit(json!({"command": "exit 1"}));
+    d.wait_ended(&[failed], Duration::from_secs(60));
+    let (s, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&json!({"command": "true", "dependsOn": [failed]})));
+    assert_eq!(s, 400, "{v}");
+    assert!(v.to_string().contains(&format!("job {failed} failed, so this job could never start")), "{v}");
+    // Bob cannot tell another user's job from one that does not exist.
+    let bob = d.token_for("bob");
+    let (s1, theirs) = d.req("POST", "/api/v1/jobs", &bob, Some(&json!({"command": "true", "dependsOn": [failed]})));
+    let (s2, none) = d.req("POST", "/api/v1/jobs", &bob, Some(&json!({"command": "true", "dependsOn": [99_999]})));
+    assert_eq!((s1, s2), (400, 400));
+    assert_eq!(
+        theirs.to_string().replace(&failed.to_string(), "N"),
+        none.to_string().replace("99999", "N"),
+        "the same answer for another user's job and for none"
+    );
+    // A chain whose head fails later: its dependants fail at once, not wait forever.
+    let head = d.submit(json!({"command": "sleep 0.3; exit 1"}));
+    let (s, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&json!({"command": "true", "dependsOn": [head]})));
+    assert_eq!(s, 201, "{v}");
+    let middle = v["ids"][0].as_u64().expect("id");
+    let (s, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&json!({"command": "true", "dependsOn": [middle]})));
+    assert_eq!(s, 201, "{v}");
+    let tail = v["ids"][0].as_u64().expect("id");
+    d.wait_ended(&[head, middle, tail], Duration::from_secs(60));
+    for (id, on) in [(middle, head), (tail, middle)] {
+        let j = d.job(id);
+        assert_eq!(j["state"], "failed", "{j}");
+        assert!(
+            j["reason"].as_str().is_some_and(|r| r.contains(&format!("job {on} it depends on did not succeed"))),
+            "{j}"
+        );
+    }
+}

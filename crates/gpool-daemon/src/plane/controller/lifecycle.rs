@@ -227,4 +227,24 @@ impl Controller {
         self.event(now, Some(id), "requeued", format!("job {id} requeued: {why}"));
         self.dirty = true;
     }
+
+    /// Pending jobs the pass found can never start (a job they depend on
+    /// did not succeed) fail at once, saying which, instead of waiting
+    /// forever; their own dependants follow in the next pass.
+    pub(super) fn fail_never_startable(&mut self, plan: &gpool_core::Plan, now: i64) {
+        let never: Vec<(u64, String)> = plan
+            .waiting
+            .iter()
+            .filter_map(|&(job, r)| match plan.reason_table.get(r as usize) {
+                Some(reason @ gpool_core::PendingReason::DependencyFailed { .. }) => Some((job.0, reason.to_string())),
+                _ => None,
+            })
+            .collect();
+        for (id, why) in never {
+            if self.snap.remove_pending(JobId(id), false).is_ok() {
+                self.finish_terminal(id, api::JobState::Failed, why, now);
+                self.dirty = true;
+            }
+        }
+    }
 }

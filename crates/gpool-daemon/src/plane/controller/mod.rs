@@ -454,6 +454,7 @@ impl Controller {
             self.start(s.job.0, s.placement.clone(), now);
         }
         self.snap.carry_over(&plan);
+        self.fail_never_startable(&plan, now);
         self.plan_mig_layouts(now);
         if let Some(at) = plan.wake_at {
             self.timers.insert((at.as_millis(), Timer::Wake));

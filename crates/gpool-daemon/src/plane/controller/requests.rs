@@ -150,18 +150,25 @@ impl Controller {
                 return Err(ApiError::new(400, at(i, format!("workdir: {dir:?} is not a directory on the node"))));
             }
             for d in &spec.depends_on {
-                let known = self.jobs.contains_key(d)
-                    || *d < self.next_id && {
-                        match self.store.job(*d) {
-                            Ok(Some(row)) => {
-                                self.snap.record_finished(JobId(*d), row.state == "succeeded");
-                                true
-                            }
-                            _ => false,
-                        }
-                    };
-                if !known {
+                // Another user's job is "not found" as everywhere else (admins see every job).
+                let Ok(dep) = self.visible(caller, *d) else {
                     return Err(ApiError::new(400, at(i, format!("dependsOn: job {d} does not exist"))));
+                };
+                if dep.state.is_terminal() {
+                    let ok = dep.state == api::JobState::Succeeded;
+                    self.snap.record_finished(JobId(*d), ok);
+                    if !ok {
+                        return Err(ApiError::new(
+                            400,
+                            at(
+                                i,
+                                format!(
+                                    "dependsOn: job {d} {}, so this job could never start; submit it without the dependency, or depend on a new run of job {d}",
+                                    dep.state.as_str()
+                                ),
+                            ),
+                        ));
+                    }
                 }
             }
             cores.push(core);
