@@ -83,6 +83,17 @@ impl Controller {
         }
     }
 
+    /// A node (re)registered: its inventory is what it says now, so layouts
+    /// ordered before are no longer awaited (an agent that restarted midway
+    /// will never report them), and their GPUs are no longer held.
+    pub(super) fn forget_mig_changes(&mut self, node: NodeId, name: &str) {
+        let gpus: Vec<u32> = self.mig_changing.iter().filter(|(n, _)| n == name).map(|(_, g)| *g).collect();
+        for gpu in gpus {
+            self.mig_changing.remove(&(name.to_string(), gpu));
+            let _ = self.snap.hold_mig_gpu(node, gpu, false);
+        }
+    }
+
     /// A node's agent says how a layout went and what its GPUs now are.
     pub(super) fn on_mig_outcome(&mut self, node: NodeId, o: api::agent::MigOutcome, now: i64) {
         let Some(n) = self.snap.node(node).map(|x| x.name.to_string()) else { return };
