@@ -13,6 +13,8 @@ use gpool_daemon::plane::server::PlaneConfig;
 use gpool_daemon::up::UpConfig;
 
 /// Where the local daemon keeps its state, its address (`URL_FILE`) and its admin token (`TOKEN_FILE`).
+/// The node pools file, which `gpool sim --pools` reads as the daemons do.
+pub(crate) use gpool_daemon::pools_file::read_pools;
 pub(crate) use gpool_daemon::wiring::{SOCKET_FILE, SYSTEM_DATA_DIR, TOKEN_FILE, URL_FILE, default_data_dir};
 
 /// A duration flag (`10s`, `500ms`), more than zero.

@@ -35,6 +35,18 @@ pub(crate) struct SimArgs {
     /// Heterogeneous cluster description (YAML, see docs/simulator.md).
     #[arg(long, conflicts_with_all = ["nodes", "gpus_per_node", "gpu_model"])]
     cluster: Option<PathBuf>,
+    /// Elastic node pools with prices and an autoscaler (the pools file of docs/cost.md); the cluster is then the pools'.
+    #[arg(long, conflicts_with_all = ["cluster", "compare"])]
+    pools: Option<PathBuf>,
+    /// Several pools files side by side (comma-separated), with one policy.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["cluster", "compare", "pools"])]
+    compare_pools: Vec<PathBuf>,
+    /// With pools: from asking for a node to it taking work.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    boot_delay: Duration,
+    /// With pools: how often jobs checkpoint; a reclaimed spot job loses the work since its last checkpoint.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    checkpoint_interval: Duration,
     /// Scheduling policy: default, fifo, fifo-backfill, sjf, srtf, las, fair.
     #[arg(long, default_value = "default", conflicts_with = "compare")]
     policy: String,
@@ -77,6 +89,48 @@ struct Run {
     result: SimResult,
 }
 
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    gpool_api::quantity::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// The elastic set-ups to run: (name, fleet), from --pools or --compare-pools.
+fn fleets(a: &SimArgs) -> anyhow::Result<Vec<(String, gpool_sim::fleet::FleetConfig)>> {
+    let files: Vec<&PathBuf> = a.pools.iter().chain(a.compare_pools.iter()).collect();
+    let prices = gpool_core::pricing::Prices::built_in();
+    files
+        .into_iter()
+        .map(|f| {
+            let spec = crate::daemons::read_pools(f, &prices)?;
+            let availability = spec
+                .spot_traces
+                .iter()
+                .map(|t| {
+                    t.as_ref()
+                        .map(|p| {
+                            let text = std::fs::read_to_string(p)
+                                .with_context(|| format!("cannot read the spot trace {}", p.display()))?;
+                            gpool_sim::spot::Availability::from_json(&text)
+                                .with_context(|| format!("spot trace {}", p.display()))
+                        })
+                        .transpose()
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let name = f.file_stem().map_or_else(|| f.display().to_string(), |s| s.to_string_lossy().into_owned());
+            Ok((
+                name,
+                gpool_sim::fleet::FleetConfig {
+                    pools: spec.pools,
+                    availability,
+                    max_dollars_per_hour: spec.max_dollars_per_hour,
+                    boot_delay: a.boot_delay,
+                    checkpoint_interval: a.checkpoint_interval,
+                    max_waiting: 2000,
+                },
+            ))
+        })
+        .collect()
+}
+
 pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
     if a.gpus_per_node == 0 || a.gpus_per_node > 64 {
         bail!(
@@ -103,7 +157,9 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
     if jobs.is_empty() {
         bail!("no jobs left in {} after the window; check --window", a.trace.display());
     }
+    let fleets = fleets(&a)?;
     let nodes: Vec<Node> = match &a.cluster {
+        _ if !fleets.is_empty() => Vec::new(),
         Some(p) => {
             let t = std::fs::read_to_string(p).with_context(|| format!("cannot read cluster file {}", p.display()))?;
             gpool_sim::cluster::from_yaml(&t)?
@@ -111,9 +167,15 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
         None => gpool_sim::cluster::uniform(a.nodes, a.gpus_per_node, &a.gpu_model),
     };
     let policies: Vec<String> = if a.compare.is_empty() { vec![a.policy.clone()] } else { a.compare.clone() };
+    // One run per policy, or per pools file.
+    let setups: Vec<(String, String, Option<gpool_sim::fleet::FleetConfig>)> = if fleets.is_empty() {
+        policies.iter().map(|p| (p.clone(), p.clone(), None)).collect()
+    } else {
+        fleets.into_iter().map(|(name, f)| (name, a.policy.clone(), Some(f))).collect()
+    };
     let mut runs = Vec::new();
-    for name in &policies {
-        let mut policy = Policy::by_name(name)?;
+    for (label, name, fleet) in setups {
+        let mut policy = Policy::by_name(&name)?;
         if let Some(p) = a.placement {
             policy.placement = p;
         }
@@ -131,26 +193,99 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             preemptible: !a.no_preemption,
             sample: Duration::from_secs(3600),
             mig_planner: false,
+            fleet,
         };
-        let mut bar = Progress::new(&format!("{name:>13}"));
+        let mut bar = Progress::new(&format!("{label:>13}"));
         let result = run(&jobs, &cfg, |d, t| bar.update(d, t))?;
         let summary = summarize(&result);
-        runs.push(Run { policy: name.clone(), summary, result });
+        runs.push(Run { policy: label, summary, result });
     }
     if let Some(dir) = &a.out {
         write_outputs(dir, &runs)?;
     }
     if a.json {
-        let list: Vec<serde_json::Value> = runs.iter().map(|r| summary_json(&r.policy, &r.summary)).collect();
+        let list: Vec<serde_json::Value> = runs
+            .iter()
+            .map(|r| {
+                let mut v = summary_json(&r.policy, &r.summary);
+                if let (Some(f), Some(o)) = (&r.result.fleet, v.as_object_mut()) {
+                    o.insert("fleet".into(), fleet_json(f));
+                }
+                v
+            })
+            .collect();
         let out =
             if list.len() == 1 { list.into_iter().next().unwrap_or_default() } else { serde_json::Value::Array(list) };
         outln!("{out}");
     } else {
         let gpus: u64 = runs.first().map_or(0, |r| r.result.capacity_gpus);
-        outln!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
-        print!("{}", table(&runs));
+        if runs.iter().any(|r| r.result.fleet.is_some()) {
+            outln!("{} jobs from {} on elastic pools, policy {}", jobs.len(), a.trace.display(), a.policy);
+            print!("{}", cost_table(&runs));
+        } else {
+            outln!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
+            print!("{}", table(&runs));
+        }
     }
     Ok(())
+}
+
+/// Cost, lost work and JCT of each pools set-up, then each pool's part.
+fn cost_table(runs: &[Run]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| set-up | jobs | unfinished | avg JCT s | p99 JCT s | avg queue s | cost $ | GPU-h used | lost GPU-h | lost % | peak nodes | reclaimed jobs |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in runs {
+        let (s, Some(f)) = (&r.summary, &r.result.fleet) else { continue };
+        let lost_pct = if f.used_gpu_hours > 0.0 { 100.0 * f.lost_gpu_hours / f.used_gpu_hours } else { 0.0 };
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.2} | {} | {} |",
+            r.policy,
+            s.jobs,
+            s.unfinished,
+            s.avg_jct_s,
+            s.p99_jct_s,
+            s.avg_queue_s,
+            f.total_dollars,
+            f.used_gpu_hours,
+            f.lost_gpu_hours,
+            lost_pct,
+            f.peak_nodes,
+            f.reclaimed_jobs
+        );
+    }
+    let _ = writeln!(t, "\n| set-up | pool | kind | cost $ | node-hours | created | failed | reclaimed |");
+    let _ = writeln!(t, "|---|---|---|---:|---:|---:|---:|---:|");
+    for r in runs {
+        let Some(f) = &r.result.fleet else { continue };
+        for p in &f.pools {
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} |",
+                r.policy, p.name, p.kind, p.dollars, p.node_hours, p.created, p.failed, p.reclaimed
+            );
+        }
+    }
+    t
+}
+
+fn fleet_json(f: &gpool_sim::fleet::FleetReport) -> serde_json::Value {
+    serde_json::json!({
+        "cost_dollars": (f.total_dollars * 100.0).round() / 100.0,
+        "used_gpu_hours": (f.used_gpu_hours * 10.0).round() / 10.0,
+        "lost_gpu_hours": (f.lost_gpu_hours * 10.0).round() / 10.0,
+        "reclaimed_jobs": f.reclaimed_jobs,
+        "peak_nodes": f.peak_nodes,
+        "pools": f.pools.iter().map(|p| serde_json::json!({
+            "pool": p.name, "kind": p.kind, "cost_dollars": (p.dollars * 100.0).round() / 100.0,
+            "node_hours": (p.node_hours * 10.0).round() / 10.0, "created": p.created, "failed": p.failed,
+            "reclaimed": p.reclaimed,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 fn summary_json(policy: &str, s: &Summary) -> serde_json::Value {

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::fragmentation::node_fragmentation;
-use crate::job::{GpuRequest, GpuShare, Job, JobId, JobSpec, Placement, ReplicaPlacement, ReplicaRequest};
-use crate::node::{GpuSharing, NodeId, NodeState};
+use crate::job::{GpuRequest, GpuShare, Job, JobId, JobSpec, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy};
+use crate::node::{GpuSharing, NodeId, NodeState, PoolKind};
 use crate::plan::{Need, PendingReason};
 use crate::policy::PlacementStrategy;
 use crate::resources::{GpuMilli, same_model};
@@ -387,7 +387,7 @@ impl<'s> Capacity<'s> {
         only: Option<usize>,
     ) -> Option<(u32, Fit)> {
         let frag = s == PlacementStrategy::Fragmentation;
-        let scan_all = frag || !job.spec.affinity.preferred.is_empty();
+        let scan_all = frag || job.spec.has_preferences() || self.snap.mixed_pool_kinds();
         let mut best: Option<(Score, u32, Fit)> = None;
         for m in 0..self.snap.models.len() {
             if only.is_some_and(|o| o != m) || !job.model_allows_index(self.snap, m) {
@@ -414,7 +414,7 @@ impl<'s> Capacity<'s> {
                     fit.rank = Some(-self.fragmentation_growth(e, &nf, job, fit.gpus, None));
                 }
                 first_free.get_or_insert(free);
-                let score = Score::new(job, e, &fit, s);
+                let score = Score::new(self.snap, job, e, &fit, s);
                 let perfect = fit.topology == 2;
                 if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
                     best = Some((score, n, fit));
@@ -457,7 +457,7 @@ impl<'s> Capacity<'s> {
             let e = self.entry(n);
             let nf = self.usable(n, ends);
             if let Some(fit) = fit_mig(self.snap, e, &nf, job, profile, count) {
-                let score = Score::new(job, e, &fit, s);
+                let score = Score::new(self.snap, job, e, &fit, s);
                 if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
                     best = Some((score, n, fit));
                 }
@@ -487,7 +487,7 @@ impl<'s> Capacity<'s> {
             }) else {
                 continue;
             };
-            let score = Score::new(job, e, &fit, s);
+            let score = Score::new(self.snap, job, e, &fit, s);
             if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
                 best = Some((score, n, fit));
             }
@@ -537,7 +537,7 @@ impl<'s> Capacity<'s> {
                 share: None,
                 rank,
             };
-            let score = Score::new(job, self.entry(n), &fit, s);
+            let score = Score::new(self.snap, job, self.entry(n), &fit, s);
             if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
                 best = Some((score, n, fit));
             }
@@ -599,6 +599,9 @@ impl<'s> Capacity<'s> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Score {
     preference: u32,
+    /// Where pool kinds differ: capacity paid for anyway (reserved) first,
+    /// then spot (unless the job never runs there), then on-demand.
+    pool: u8,
     topology: u8,
     /// Best fit: fewer usable devices left is better (negated); spread: more.
     /// Or the fit's own rank, where it has one.
@@ -608,7 +611,7 @@ struct Score {
 }
 
 impl Score {
-    fn new(job: &Job, e: &NodeEntry, fit: &Fit, s: PlacementStrategy) -> Score {
+    fn new(snap: &Snapshot, job: &Job, e: &NodeEntry, fit: &Fit, s: PlacementStrategy) -> Score {
         let by_avail = match s {
             PlacementStrategy::BestFit | PlacementStrategy::Fragmentation => -i64::from(fit.avail),
             PlacementStrategy::Spread => i64::from(fit.avail),
@@ -617,8 +620,17 @@ impl Score {
             Some(rank) => (rank, by_avail),
             None => (by_avail, 0),
         };
-        let preference = if job.spec.affinity.preferred.is_empty() { 0 } else { job.spec.node_preference(&e.node) };
-        Score { preference, topology: fit.topology, fit: fit_term, tiebreak }
+        let preference = if job.spec.has_preferences() { job.spec.node_preference(&e.node) } else { 0 };
+        let pool = if snap.mixed_pool_kinds() {
+            match e.node.pool.kind {
+                PoolKind::Reserved => 2,
+                PoolKind::Spot if job.spec.spot != SpotPolicy::Never => 1,
+                _ => 0,
+            }
+        } else {
+            0
+        };
+        Score { preference, pool, topology: fit.topology, fit: fit_term, tiebreak }
     }
 }
 

@@ -168,8 +168,48 @@ pub struct JobSpec {
     pub estimate: Option<Duration>,
     /// Jobs that must finish successfully before this one may start.
     pub dependencies: Vec<JobId>,
+    /// Whether the job may run on spot nodes, which the provider can take back.
+    pub spot: SpotPolicy,
     pub submit_time: Time,
 }
+
+/// Whether a job may run on spot capacity (`spot: never | allowed | preferred`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SpotPolicy {
+    /// Never on a node of a spot pool.
+    Never,
+    /// Anywhere; the autoscaler picks the cheapest pool that fits.
+    #[default]
+    Allowed,
+    /// Spot nodes first, here and in the autoscaler.
+    Preferred,
+}
+
+impl SpotPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpotPolicy::Never => "never",
+            SpotPolicy::Allowed => "allowed",
+            SpotPolicy::Preferred => "preferred",
+        }
+    }
+}
+
+impl std::str::FromStr for SpotPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "never" | "no" | "false" => Ok(SpotPolicy::Never),
+            "allowed" | "yes" | "true" => Ok(SpotPolicy::Allowed),
+            "preferred" | "prefer" => Ok(SpotPolicy::Preferred),
+            other => Err(format!("spot: {other:?} is not one of never, allowed, preferred")),
+        }
+    }
+}
+
+/// The preference weight `spot: preferred` gives a spot node, above any
+/// weight users give in `preferredDuringScheduling` (at most 100 each).
+pub const SPOT_PREFERENCE_WEIGHT: u32 = 1000;
 
 impl JobSpec {
     /// A one-replica, non-preemptible job of `user` in queue `default` with no request.
@@ -190,6 +230,7 @@ impl JobSpec {
             time_limit: None,
             estimate: None,
             dependencies: Vec::new(),
+            spot: SpotPolicy::Allowed,
             submit_time,
         }
     }
@@ -211,11 +252,28 @@ impl JobSpec {
     pub fn node_matches(&self, node: &Node) -> bool {
         self.node_selector.iter().all(|(k, v)| node.label(k) == Some(v.as_str()))
             && self.affinity.required.iter().all(|e| e.matches(node.label(&e.key)))
+            && !(self.spot == SpotPolicy::Never && node.pool.kind == crate::node::PoolKind::Spot)
     }
 
     /// Sum of the preferred-affinity weights this node earns.
     pub fn node_preference(&self, node: &Node) -> u32 {
-        self.affinity.preferred.iter().filter(|(_, e)| e.matches(node.label(&e.key))).map(|(w, _)| *w).sum()
+        let spot = if self.spot == SpotPolicy::Preferred && node.pool.kind == crate::node::PoolKind::Spot {
+            SPOT_PREFERENCE_WEIGHT
+        } else {
+            0
+        };
+        spot + self
+            .affinity
+            .preferred
+            .iter()
+            .filter(|(_, e)| e.matches(node.label(&e.key)))
+            .map(|(w, _)| *w)
+            .sum::<u32>()
+    }
+
+    /// Whether placement ranks nodes by preference at all.
+    pub fn has_preferences(&self) -> bool {
+        !self.affinity.preferred.is_empty() || self.spot == SpotPolicy::Preferred
     }
 
     /// Whether the node has any device this job's model constraint allows.

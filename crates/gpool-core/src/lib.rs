@@ -21,8 +21,10 @@
 
 pub mod advice;
 pub mod alert;
+pub mod autoscale;
 mod backfill;
 mod capacity;
+pub mod cost;
 pub mod fairshare;
 mod feasible;
 pub mod fragmentation;
@@ -36,7 +38,9 @@ mod order;
 mod overload;
 pub mod plan;
 pub mod policy;
+pub mod pools;
 mod preempt;
+pub mod pricing;
 pub mod quota;
 pub mod resources;
 mod running;
@@ -47,7 +51,8 @@ pub mod time;
 
 pub use feasible::Infeasible;
 pub use job::{
-    GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, StopCause,
+    GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy,
+    StopCause,
 };
 pub use node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
 pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};

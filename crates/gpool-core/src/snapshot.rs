@@ -441,6 +441,8 @@ pub struct Snapshot {
     pub(crate) ledger: UsageLedger,
     /// The kinds of request submitted so far (fragmentation-aware placement).
     pub(crate) demand: DemandMix,
+    /// A bit per [`crate::PoolKind`] some node has had: placement ranks pools only when they differ.
+    pool_kinds: u8,
 }
 
 impl Snapshot {
@@ -468,6 +470,7 @@ impl Snapshot {
             nominations: BTreeMap::new(),
             ledger: UsageLedger::default(),
             demand: DemandMix::default(),
+            pool_kinds: 0,
         }
     }
 
@@ -500,6 +503,7 @@ impl Snapshot {
         }
         let id = NodeId(self.nodes.len() as u32);
         self.node_names.insert(node.name.clone(), id);
+        self.pool_kinds |= 1 << node.pool.kind as u8;
         let entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
         self.free.push(entry.full());
         self.nodes.push(entry);
@@ -517,6 +521,7 @@ impl Snapshot {
             self.node_names.remove(&old.node.name);
             self.node_names.insert(node.name.clone(), id);
         }
+        self.pool_kinds |= 1 << node.pool.kind as u8;
         let entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
         self.free[id.index()] = entry.full();
         self.nodes[id.index()] = entry;
@@ -527,6 +532,11 @@ impl Snapshot {
         let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
         e.node.state = state;
         Ok(())
+    }
+
+    /// Whether nodes of more than one pool kind (on-demand, spot, reserved) have been seen.
+    pub(crate) fn mixed_pool_kinds(&self) -> bool {
+        self.pool_kinds.count_ones() > 1
     }
 
     pub fn node(&self, id: NodeId) -> Option<&Node> {

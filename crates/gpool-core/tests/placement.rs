@@ -130,6 +130,48 @@ fn placement_table() {
             want_node: "s",
             want_devices: &[],
         },
+        Case {
+            name: "capacity paid for anyway first, then spot, then on-demand, over best fit",
+            cluster: || {
+                let mut c = Cluster::new("fifo").node("o", 8, "H100-80GB");
+                for (name, kind) in [("s", gpool_core::PoolKind::Spot), ("r", gpool_core::PoolKind::Reserved)] {
+                    let mut n = gpool_core::Node::with_gpus(name, 8, "H100-80GB", 80 * GIB);
+                    n.pool = gpool_core::Pool { name: name.into(), kind };
+                    c = c.node_with(n);
+                }
+                c.run(job("x").gpus(4).selector("kubernetes.io/hostname", "o"), t(0));
+                c
+            },
+            job: || job("u").gpus(2),
+            want_node: "r",
+            want_devices: &[],
+        },
+        Case {
+            name: "spot before on-demand",
+            cluster: || {
+                let mut spot = gpool_core::Node::with_gpus("s", 8, "H100-80GB", 80 * GIB);
+                spot.pool = gpool_core::Pool { name: "spot".into(), kind: gpool_core::PoolKind::Spot };
+                let mut c = Cluster::new("fifo").node("o", 8, "H100-80GB").node_with(spot);
+                c.run(job("x").gpus(4).selector("kubernetes.io/hostname", "o"), t(0));
+                c
+            },
+            job: || job("u").gpus(2),
+            want_node: "s",
+            want_devices: &[],
+        },
+        Case {
+            name: "spot: never keeps a job off spot nodes",
+            cluster: || {
+                let mut spot = gpool_core::Node::with_gpus("s", 8, "H100-80GB", 80 * GIB);
+                spot.pool = gpool_core::Pool { name: "spot".into(), kind: gpool_core::PoolKind::Spot };
+                let mut c = Cluster::new("fifo").node("o", 8, "H100-80GB").node_with(spot);
+                c.run(job("x").gpus(4).selector("kubernetes.io/hostname", "o"), t(0));
+                c
+            },
+            job: || job("u").gpus(2).spot(gpool_core::SpotPolicy::Never),
+            want_node: "o",
+            want_devices: &[],
+        },
     ];
     for case in cases {
         let mut c = (case.cluster)();

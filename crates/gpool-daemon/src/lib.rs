@@ -14,6 +14,7 @@
 pub mod accounts;
 pub mod node;
 pub mod plane;
+pub mod pools_file;
 pub mod protocol;
 pub mod serve;
 pub mod up;

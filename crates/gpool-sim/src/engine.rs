@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use gpool_core::job::{LabelExpr, LabelOp};
 use gpool_core::{GpuRequest, JobId, JobSpec, Node, Policy, Snapshot, StopOutcome, Time, schedule};
 
+use crate::fleet::{Fleet, FleetConfig, FleetReport};
 use crate::trace::TraceJob;
 
 /// Whether jobs carry their true duration as an estimate.
@@ -50,6 +51,8 @@ pub struct SimConfig {
     /// Lay out idle MIG GPUs for the queue's MIG demand before each pass
     /// (`gpool_core::mig_planner`), as a node that lets gpool manage MIG does.
     pub mig_planner: bool,
+    /// Elastic node pools the autoscaler grows and shrinks (`gpool sim --pools`).
+    pub fleet: Option<FleetConfig>,
 }
 
 /// What happened to one job.
@@ -99,6 +102,8 @@ pub struct SimResult {
     pub sched_time: Duration,
     pub sched_max: Duration,
     pub wall: Duration,
+    /// Cost, reclaims and lost work of elastic pools (`SimConfig::fleet`).
+    pub fleet: Option<FleetReport>,
 }
 
 /// Why a simulation could not run.
@@ -112,6 +117,8 @@ pub enum SimError {
     Apply { t: f64, err: gpool_core::SnapshotError },
     #[error("the cluster has no GPUs and no CPUs")]
     EmptyCluster,
+    #[error("pool {pool}: {err}")]
+    Pool { pool: String, err: gpool_core::SnapshotError },
 }
 
 /// Per-job simulation state.
@@ -146,9 +153,27 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             }
         }
     }
-    if cfg.nodes.is_empty() {
+    if cfg.nodes.is_empty() && cfg.fleet.as_ref().is_none_or(|f| f.pools.is_empty()) {
         return Err(SimError::EmptyCluster);
     }
+    // Jobs are checked against the largest cluster the pools can make.
+    let mut largest = snap.clone();
+    if let Some(f) = &cfg.fleet {
+        let (gpus, per) = Fleet::capacity(f);
+        capacity_gpus += gpus;
+        gpus_per_node = gpus_per_node.max(per);
+        for p in &f.pools {
+            for i in 0..p.max {
+                largest
+                    .add_node(p.template(&format!("{}-max-{i}", p.name())))
+                    .map_err(|err| SimError::Pool { pool: p.name().to_string(), err })?;
+            }
+        }
+    }
+    let mut fleet = match &cfg.fleet {
+        Some(f) => Some(Fleet::new(f.clone(), &mut snap).map_err(SimError::Cluster)?),
+        None => None,
+    };
 
     let mut records = Vec::with_capacity(trace.len());
     let mut specs = Vec::with_capacity(trace.len());
@@ -157,7 +182,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
     for j in trace {
         let group = groups.entry(j.group.clone()).or_insert_with(|| Arc::from(j.group.as_str())).clone();
         let spec = job_spec(j, &group, gpus_per_node, cfg);
-        if let Err(why) = snap.check_feasible(&spec) {
+        if let Err(why) = largest.check_feasible(&spec) {
             rejected.push((j.line, why.to_string()));
             continue;
         }
@@ -189,14 +214,49 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
 
     // When the last pass asked for another one (see `Plan::wake_at`).
     let mut wake: Option<i64> = None;
+    let mut used_gpu_ms = 0f64;
+    let mut last_ms = 0i64;
+    // Pending jobs that only pools could still run wait at most this long after the last arrival.
+    let give_up_ms = specs.last().map_or(0, |s| s.submit_time.as_millis()).saturating_add(400 * 86_400_000);
     loop {
         let arrival = specs.get(next_arrival).map(|s| s.submit_time.as_millis());
         let completion = completions.peek().map(|Reverse((t, _, _))| *t);
+        let fleet_next = fleet.as_ref().and_then(Fleet::next_event);
         let now_ms = match (arrival, completion) {
-            (None, None) => break,
-            (a, c) => a.unwrap_or(i64::MAX).min(c.unwrap_or(i64::MAX)).min(wake.unwrap_or(i64::MAX)),
+            (None, None) if snap.pending_count() == 0 || fleet_next.is_none_or(|t| t > give_up_ms) => break,
+            (a, c) => a
+                .unwrap_or(i64::MAX)
+                .min(c.unwrap_or(i64::MAX))
+                .min(wake.unwrap_or(i64::MAX))
+                .min(fleet_next.unwrap_or(i64::MAX)),
         };
         let now = Time::from_millis(now_ms);
+        used_gpu_ms += allocated_gpus as f64 * (now_ms - last_ms).max(0) as f64;
+        last_ms = now_ms;
+        if let Some(f) = fleet.as_mut() {
+            let reclaim = f.advance(now_ms, &mut snap).map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+            for (seq, node) in reclaim {
+                let jobs: Vec<JobId> = snap.jobs_on(node).collect();
+                for id in jobs {
+                    let idx = id.0 as usize;
+                    let gpus = snap.job(id).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
+                    allocated_gpus -= gpus;
+                    snap.stop(id, now, StopOutcome::Requeue { not_before: Time::MIN })
+                        .map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+                    let s = &mut states[idx];
+                    if let Some((start, overhead)) = s.run.take() {
+                        let done_ms = (now_ms - start - overhead).max(0);
+                        let every = f.checkpoint_ms().max(1);
+                        let saved = if every == i64::MAX { 0 } else { done_ms - done_ms % every };
+                        s.left_ms -= saved;
+                        f.lost((done_ms - saved) as f64 * gpus as f64 / 3_600_000.0);
+                    }
+                    s.epoch += 1;
+                    records[idx].preemptions += 1;
+                }
+                f.reclaimed(seq, now_ms, &mut snap).map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+            }
+        }
 
         // Completions at `now` are scheduled before arrivals at `now` join the
         // queue: a job that ends at t ended just before one that arrives at t.
@@ -244,11 +304,15 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
                 .map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
             next_arrival += 1;
         }
-        ctx.schedule(now)?;
+        let plan = ctx.schedule(now)?;
+        if let Some(f) = fleet.as_mut() {
+            f.after_pass(now_ms, &mut snap, &plan).map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+        }
         // The state from now until the next event.
         series.advance(now_ms, allocated_gpus, snap.pending_count(), snap.running_count());
     }
     progress(done, total);
+    let fleet = fleet.map(|f| f.finish(last_ms, used_gpu_ms / 3_600_000.0));
     Ok(SimResult {
         jobs: records,
         rejected,
@@ -260,6 +324,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         sched_time: stats.time,
         sched_max: stats.max,
         wall: wall.elapsed(),
+        fleet,
     })
 }
 
@@ -288,9 +353,10 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Schedules at `now` and applies the plan; re-runs at the same instant
     /// (at most three more times) while preemptions free devices.
-    fn schedule(&mut self, now: Time) -> Result<(), SimError> {
+    fn schedule(&mut self, now: Time) -> Result<gpool_core::Plan, SimError> {
         let now_ms = now.as_millis();
         let apply_err = |err| SimError::Apply { t: now.as_secs_f64(), err };
+        let mut last = gpool_core::Plan::default();
         for _ in 0..4 {
             let t0 = Instant::now();
             if self.mig_planner {
@@ -328,11 +394,13 @@ impl Ctx<'_> {
             }
             self.snap.carry_over(&plan);
             *self.wake = plan.wake_at.map(Time::as_millis).filter(|t| *t > now_ms);
-            if plan.preemptions.is_empty() {
+            let again = !plan.preemptions.is_empty();
+            last = plan;
+            if !again {
                 break;
             }
         }
-        Ok(())
+        Ok(last)
     }
 }
 

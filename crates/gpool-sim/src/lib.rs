@@ -12,10 +12,12 @@
 pub mod bench;
 pub mod cluster;
 pub mod engine;
+pub mod fleet;
 pub mod metrics;
 pub mod mig_bench;
 pub mod plot;
 pub mod rng;
 pub mod sharing_bench;
+pub mod spot;
 pub mod synthetic;
 pub mod trace;

@@ -187,6 +187,7 @@ pub fn compare(b: &MigBench, policy: &Policy) -> Result<Vec<MigRow>, SimError> {
         preemptible: false,
         sample: Duration::from_secs(3600),
         mig_planner: planner,
+        fleet: None,
     };
     let mut rows = Vec::new();
     for layout in static_layouts() {

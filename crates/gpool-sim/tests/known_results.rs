@@ -137,6 +137,7 @@ fn hand_computed_schedules() {
             preemptible: true,
             sample: Duration::from_secs(60),
             mig_planner: false,
+            fleet: None,
         };
         let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
         let mut got: Vec<(usize, f64, f64)> =
@@ -163,6 +164,7 @@ fn utilisation_and_makespan_follow_their_definitions() {
         preemptible: false,
         sample: Duration::from_secs(10),
         mig_planner: false,
+        fleet: None,
     };
     let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
     let s = summarize(&r);
@@ -182,6 +184,7 @@ fn impossible_jobs_are_rejected_not_lost() {
         preemptible: true,
         sample: Duration::from_secs(60),
         mig_planner: false,
+        fleet: None,
     };
     let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
     assert_eq!(r.jobs.len(), 1);

@@ -249,6 +249,10 @@ impl J {
         self.spec.node_selector.insert(k.into(), v.into());
         self
     }
+    pub fn spot(mut self, spot: gpool_core::SpotPolicy) -> J {
+        self.spec.spot = spot;
+        self
+    }
     pub fn prefer(mut self, weight: u32, k: &str, v: &str) -> J {
         self.spec.affinity.preferred.push((weight, LabelExpr { key: k.into(), op: LabelOp::In(vec![v.into()]) }));
         self

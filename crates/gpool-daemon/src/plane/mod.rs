@@ -2,7 +2,7 @@
 //! decides; `http` is the REST API and the plane's side of the agent
 //! protocol; `server` wires a controller thread and the HTTP server; the
 //! rest serve them (telemetry store and alerts, metrics, webhook delivery,
-//! prices, tokens, the OpenAPI document, input checks at the boundary, spec conversion). It speaks to
+//! tokens, the OpenAPI document, input checks at the boundary, spec conversion). It speaks to
 //! nodes only through `crate::protocol` and never imports `crate::node`.
 
 pub mod auth;
@@ -14,7 +14,6 @@ pub mod input;
 pub mod listen;
 pub mod metrics;
 pub mod openapi;
-pub mod prices;
 pub mod server;
 pub mod telemetry;
 pub mod tls;

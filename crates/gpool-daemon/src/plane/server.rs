@@ -16,10 +16,10 @@ use crate::plane::controller::{Config, Controller, Event, LocalNode, Shell, Stor
 use crate::plane::http::{AppState, LocalUsers, router};
 use crate::plane::identity::Identities;
 use crate::plane::listen::{self, Limits};
-use crate::plane::prices::Prices;
 use crate::plane::telemetry::TelemetryConfig;
 use crate::plane::webhook::Webhook;
 use crate::wiring::{SOCKET_FILE, TOKEN_FILE, URL_FILE, raise_open_file_limit, read_alert_rules, read_queues};
+use gpool_core::pricing::Prices;
 
 /// Settings of a control plane (`gpool up`, `gpool serve`).
 #[derive(Clone, Debug)]

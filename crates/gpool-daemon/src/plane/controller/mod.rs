@@ -35,10 +35,10 @@ use gpool_store::{EventRow, Store, StoreError, Write};
 use rustix::process::Signal;
 
 use crate::plane::metrics::Histogram;
-use crate::plane::prices::Prices;
 use crate::plane::telemetry::{Telemetry, TelemetryConfig};
 use crate::plane::webhook::Notice;
 use crate::protocol::{AgentReport, Launch, NodeInfo, ReplicaKey};
+use gpool_core::pricing::Prices;
 
 mod calls;
 mod clock;

@@ -16,9 +16,9 @@ use tokio::sync::broadcast;
 use super::{
     ApiError, Call, Config, Controller, Event, LocalNode, LocalOrder, ManualClock, Reply, Shell, StoreFailed, Turn,
 };
-use crate::plane::prices::Prices;
 use crate::plane::telemetry::TelemetryConfig;
 use crate::protocol::{AgentReport, ExitRecord, Found, Launch, NodeInfo, ReplicaKey};
+use gpool_core::pricing::Prices;
 
 mod calls;
 mod lifecycle;
