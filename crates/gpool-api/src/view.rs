@@ -185,6 +185,38 @@ pub struct DeviceShareView {
     pub memory_mb: u64,
 }
 
+/// An elastic node pool (`gpool pools`, `GET /api/v1/pools`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolView {
+    pub name: String,
+    /// `on-demand`, `spot` or `reserved`.
+    pub kind: String,
+    pub gpus: u32,
+    pub gpu_model: String,
+    pub cpus: u32,
+    pub memory_gb: u64,
+    /// Dollars per node-hour.
+    pub price_per_node_hour: f64,
+    pub min: u32,
+    pub max: u32,
+    /// Nodes the pool has now, in any state.
+    pub nodes: u32,
+    /// Asked for, not registered yet.
+    pub creating: u32,
+    pub deleting: u32,
+    /// Up and running nothing.
+    pub idle: u32,
+    #[serde(default)]
+    pub node_names: Vec<String>,
+    /// Failed creations since a node last came up.
+    pub failures: u32,
+    /// False while the pool is left alone after failing repeatedly.
+    pub available: bool,
+    /// When the pool is tried again, while it backs off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
+}
+
 /// A node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeView {

@@ -97,6 +97,9 @@ pub(crate) struct PlaneArgs {
     /// Who is an admin (Unix users and groups), local callers' teams by group, and token users' Unix accounts (YAML; see docs/security.md).
     #[arg(long)]
     identities: Option<PathBuf>,
+    /// Elastic node pools the autoscaler grows and shrinks, with their prices and providers (YAML; see docs/cost.md).
+    #[arg(long)]
+    pools: Option<PathBuf>,
 }
 
 impl PlaneArgs {
@@ -123,6 +126,7 @@ impl PlaneArgs {
             metrics_auth: self.metrics_auth,
             socket: self.socket,
             identities: self.identities,
+            pools: self.pools,
         }
     }
 }

@@ -22,6 +22,7 @@ mod chaos;
 mod client;
 mod config_file;
 mod daemons;
+mod local_node;
 mod output;
 mod progress;
 mod sim;
@@ -106,6 +107,8 @@ enum Command {
     Nodes(verbs::ListArgs),
     /// Quota queues and their use.
     Queues(verbs::ListArgs),
+    /// Elastic node pools: shape, price, limits, nodes being created, idle or deleted, and health.
+    Pools(verbs::ListArgs),
     /// Follow what happens (submissions, starts, ends, preemptions).
     Events(events::EventsArgs),
     /// Who the token belongs to.
@@ -122,6 +125,9 @@ enum Command {
     /// Supervise one job replica (started by the agent, not by hand).
     #[command(hide = true)]
     Shim { dir: std::path::PathBuf },
+    /// The `local` provider of node pools (run by the control plane, not by hand).
+    #[command(subcommand, hide = true)]
+    LocalNode(local_node::LocalNodeCommand),
     /// Measure gpool's performance.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -160,6 +166,8 @@ fn main() -> ExitCode {
         Command::Logs(a) => logs::run(a),
         Command::Nodes(a) => nodes::run(a),
         Command::Queues(a) => queues::run(a),
+        Command::Pools(a) => verbs::pools::run(a),
+        Command::LocalNode(c) => local_node::run(c),
         Command::Events(a) => events::run(a),
         Command::Whoami(a) => whoami::run(a),
         Command::Advise(a) => advise::run(a),

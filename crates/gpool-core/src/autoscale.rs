@@ -294,6 +294,9 @@ pub fn plan_scaling(
     // Nodes that count as room: booting within their timeout, and idle.
     let mut rooms: Vec<Room> = Vec::new();
     let mut count: Vec<u32> = Vec::with_capacity(pools.len());
+    // Health as it is once this plan's boot time-outs count as failures (the
+    // shell records them with `PoolHealth::failed` as it deletes the nodes).
+    let mut health: Vec<PoolHealth> = pools.iter().map(|p| p.health.clone()).collect();
     for (pi, p) in pools.iter().enumerate() {
         let mut live = 0u32;
         for (ni, n) in p.nodes.iter().enumerate() {
@@ -301,6 +304,7 @@ pub fn plan_scaling(
                 PoolNodeState::Booting { since } => {
                     let deadline = since.plus(p.config.boot_timeout);
                     if now >= deadline {
+                        health[pi].failed(&p.config.retry, now);
                         plan.delete.push(Delete {
                             pool: p.config.pool.name.clone(),
                             node: n.name.clone(),
@@ -357,16 +361,17 @@ pub fn plan_scaling(
             let mut done = false;
             for &pi in &ranked {
                 let p = &pools[pi];
-                if p.health.unavailable_at(now) {
-                    let until = p.health.retry_at.unwrap_or(now);
+                let h = &health[pi];
+                if h.unavailable_at(now) {
+                    let until = h.retry_at.unwrap_or(now);
                     wake.at(until);
                     if why.is_none() {
                         why = Some(Unmet::Unavailable { until });
                     }
                     continue;
                 }
-                if !p.health.can_create(now) {
-                    let until = p.health.retry_at.unwrap_or(now);
+                if !h.can_create(now) {
+                    let until = h.retry_at.unwrap_or(now);
                     wake.at(until);
                     why = Some(Unmet::BackingOff { pool: p.config.pool.name.clone(), until });
                     break;
@@ -422,8 +427,8 @@ pub fn plan_scaling(
     for (pi, p) in pools.iter().enumerate() {
         let have = count[pi] + created[pi].0;
         if have < p.config.min {
-            if !p.health.can_create(now) {
-                wake.at(p.health.retry_at.unwrap_or(now));
+            if !health[pi].can_create(now) {
+                wake.at(health[pi].retry_at.unwrap_or(now));
                 continue;
             }
             let n = p.config.min - have;

@@ -15,6 +15,7 @@ pub(crate) mod drain;
 pub(crate) mod events;
 pub(crate) mod logs;
 pub(crate) mod nodes;
+pub(crate) mod pools;
 pub(crate) mod queue;
 pub(crate) mod queues;
 pub(crate) mod show;

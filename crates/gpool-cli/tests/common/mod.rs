@@ -61,6 +61,13 @@ impl Daemon {
         Daemon::from_command(cmd, data)
     }
 
+    /// Starts `gpool serve ARGS` (a control plane with no node of its own; SQLite in DATA).
+    pub fn serve(data: &Path, args: &[&str]) -> Daemon {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(args);
+        Daemon::from_command(cmd, data)
+    }
+
     /// Starts `gpool up ARGS` with a soft limit of `files` open files, as a
     /// login shell's `ulimit -n` would give it.
     pub fn spawn_with_file_limit(data: &Path, args: &[&str], files: u64) -> Daemon {

@@ -14,6 +14,7 @@ pub mod input;
 pub mod listen;
 pub mod metrics;
 pub mod openapi;
+pub mod provision;
 pub mod server;
 pub mod telemetry;
 pub mod tls;

@@ -65,6 +65,13 @@ pub const DOCUMENT: &str = r##"{
         "gpu_sharing": { "type": "string", "enum": ["off", "time-slicing", "mps"] },
         "free_cpus": { "type": "number" }, "free_memory_mb": { "type": "integer" }, "labels": { "type": "object" }, "source": { "type": "string" },
         "devices": { "type": "array", "items": { "type": "object" } }, "jobs": { "type": "array", "items": { "type": "integer" } } } },
+      "Pool": { "type": "object", "properties": {
+        "name": { "type": "string" }, "kind": { "type": "string", "enum": ["on-demand", "spot", "reserved"] }, "gpus": { "type": "integer" },
+        "gpu_model": { "type": "string" }, "cpus": { "type": "integer" }, "memory_gb": { "type": "integer" },
+        "price_per_node_hour": { "type": "number" }, "min": { "type": "integer" }, "max": { "type": "integer" },
+        "nodes": { "type": "integer" }, "creating": { "type": "integer" }, "deleting": { "type": "integer" }, "idle": { "type": "integer" },
+        "node_names": { "type": "array", "items": { "type": "string" } }, "failures": { "type": "integer" },
+        "available": { "type": "boolean" }, "retry_at": { "type": "string", "format": "date-time" } } },
       "Queue": { "type": "object", "properties": {
         "name": { "type": "string" }, "cohort": { "type": "string" }, "guarantee_gpus": { "type": "number" }, "max_gpus": { "type": "number" },
         "used_gpus": { "type": "number" }, "pending": { "type": "integer" }, "running": { "type": "integer" } } },
@@ -128,6 +135,7 @@ pub const DOCUMENT: &str = r##"{
         { "name": "follow", "in": "query", "schema": { "type": "boolean", "default": false } } ],
       "get": { "summary": "a replica's output; with follow, streamed until the job ends", "responses": { "200": { "description": "text", "content": { "text/plain": {} } }, "404": { "$ref": "#/components/responses/Error" } } }
     },
+    "/api/v1/pools": { "get": { "summary": "elastic node pools: shape, price, limits, nodes and health", "responses": { "200": { "description": "pools", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Pool" } } } } } } } },
     "/api/v1/nodes": { "get": { "summary": "nodes and devices", "responses": { "200": { "description": "nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Node" } } } } } } } },
     "/api/v1/queues": { "get": { "summary": "queues, quotas and use", "responses": { "200": { "description": "queues", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Queue" } } } } } } } },
     "/api/v1/events": { "get": { "summary": "server-sent events; history after 'after', then live", "parameters": [

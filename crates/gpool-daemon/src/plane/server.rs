@@ -12,7 +12,9 @@ use gpool_core::Policy;
 
 use std::sync::mpsc::{Receiver, Sender};
 
-use crate::plane::controller::{Config, Controller, Event, LocalNode, Shell, StoreFailed, Turn, free_local_port};
+use crate::plane::controller::{
+    Config, Controller, ElasticConfig, Event, LocalNode, ProviderPrograms, Shell, StoreFailed, Turn, free_local_port,
+};
 use crate::plane::http::{AppState, LocalUsers, router};
 use crate::plane::identity::Identities;
 use crate::plane::listen::{self, Limits};
@@ -58,6 +60,8 @@ pub struct PlaneConfig {
     pub socket: Option<PathBuf>,
     /// The identity file (`identity.rs`).
     pub identities: Option<PathBuf>,
+    /// Elastic node pools (`pools_file.rs`, docs/cost.md).
+    pub pools: Option<PathBuf>,
 }
 
 /// The controller's settings from a control plane's.
@@ -75,6 +79,10 @@ pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
         None => gpool_core::alert::Rule::defaults(),
     };
     let prices = Prices::built_in().with_overrides(&p.gpu_prices).map_err(anyhow::Error::msg)?;
+    let elastic = match &p.pools {
+        Some(f) => Some(elastic_config(p, f, &prices)?),
+        None => None,
+    };
     if p.lease < std::time::Duration::from_millis(500) {
         bail!("--lease must be at least 500ms, got {:?}", p.lease);
     }
@@ -94,6 +102,47 @@ pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
             Some(f) => Identities::read(f)?,
             None => Identities::default(),
         },
+        elastic,
+    })
+}
+
+/// The pools file as the controller takes it: every pool with a provider,
+/// the `local` provider as `gpool local-node create|delete` (this binary).
+fn elastic_config(p: &PlaneConfig, file: &Path, prices: &Prices) -> anyhow::Result<ElasticConfig> {
+    use crate::pools_file::Provider;
+    let spec = crate::pools_file::read_pools(file, prices)?;
+    let mut providers = Vec::new();
+    for (pool, provider) in spec.pools.iter().zip(&spec.providers) {
+        providers.push(match provider {
+            Some(Provider::Command { create, delete, timeout }) => {
+                ProviderPrograms { create: create.clone(), delete: delete.clone(), timeout: *timeout }
+            }
+            Some(Provider::Local) => {
+                let exe = std::env::current_exe()
+                    .context("the local provider runs this gpool binary, whose path is unknown")?
+                    .display()
+                    .to_string();
+                let words = |op: &str| vec![exe.clone(), "local-node".into(), op.into()];
+                ProviderPrograms { create: words("create"), delete: words("delete"), timeout: Duration::from_secs(60) }
+            }
+            None => bail!(
+                "{}: pool {} has no provider: add `provider: {{local: {{}}}}` or `provider: {{command: {{create: [...], delete: [...]}}}}`",
+                file.display(),
+                pool.name()
+            ),
+        });
+    }
+    let tls = p.tls_dir.is_some() || p.tls_files.is_some();
+    let host = if p.listen.ip().is_unspecified() {
+        crate::wiring::host_name().unwrap_or_else(|| "127.0.0.1".into())
+    } else {
+        p.listen.ip().to_string()
+    };
+    Ok(ElasticConfig {
+        pools: spec.pools,
+        providers,
+        max_dollars_per_hour: spec.max_dollars_per_hour,
+        server_url: format!("{}://{host}:{}", if tls { "https" } else { "http" }, p.listen.port()),
     })
 }
 
@@ -193,7 +242,10 @@ pub fn serve(
         None => None,
     };
     let (events, _) = tokio::sync::broadcast::channel(4096);
-    let shell = Shell { local, events: events.clone(), webhook, renew_every: Some(Duration::from_secs(1)) };
+    let bound_url = crate::plane::provision::BoundUrl::default();
+    let provision: Option<Box<dyn crate::plane::controller::Provision>> =
+        Some(Box::new(crate::plane::provision::Provisioner::new(tx.clone(), &plane.data_dir, bound_url.clone())));
+    let shell = Shell { local, events: events.clone(), webhook, renew_every: Some(Duration::from_secs(1)), provision };
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Result<(), StoreFailed>>();
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
         let _ = ended_tx.send(shell.run(controller, first, rx));
@@ -252,6 +304,7 @@ pub fn serve(
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
         let url = format!("{scheme}://{addr}");
+        bound_url.set(&url);
         std::fs::write(data_dir.join(URL_FILE), format!("{url}\n"))?;
         println!("{}", banner(&url));
         println!("admin token in {}", data_dir.join(TOKEN_FILE).display());

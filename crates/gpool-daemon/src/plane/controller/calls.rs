@@ -143,6 +143,8 @@ calls! {
     Cancel { id: u64, from: String } -> api::JobView, People;
     Logs { id: u64, rank: u32, stream: String } -> LogTarget, Read;
     Nodes {} -> Vec<api::NodeView>, Read;
+    /// Elastic node pools (`elastic.rs`).
+    Pools {} -> Vec<api::PoolView>, Read;
     Queues {} -> Vec<api::QueueView>, Read;
     Events { after: u64, job: Option<u64> } -> Vec<api::EventView>, Read;
     /// Admins only (checked by the call).

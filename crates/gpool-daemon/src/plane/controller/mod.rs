@@ -44,6 +44,7 @@ mod calls;
 mod clock;
 mod conditions;
 mod docs;
+mod elastic;
 mod gpu_shares;
 mod launch;
 mod lifecycle;
@@ -63,9 +64,10 @@ mod tests;
 pub use calls::{Access, Answer, ApiError, Call, EVENTS_PAGE, ListQuery, LogTarget, Open, Reply};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use docs::{JobDoc, ReplicaDoc, RunDoc, Stop};
+pub use elastic::{ElasticConfig, ProviderPrograms, ProvisionOp, ProvisionOrder};
 pub use launch::free_local_port;
 pub use nodes::{NodeDoc, core_node};
-pub use shell::{LocalNode, Shell, StoreFailed};
+pub use shell::{LocalNode, Provision, Shell, StoreFailed};
 
 use nodes::{Link, NodeLink};
 use timers::Timer;
@@ -81,6 +83,12 @@ pub enum Event {
     Open(Open),
     /// What the agent in this process reports.
     Agent(AgentReport),
+    /// A node pool's provider program ended (`elastic.rs`).
+    Provisioned {
+        node: String,
+        op: ProvisionOp,
+        result: Result<(), String>,
+    },
     Shutdown,
 }
 
@@ -129,6 +137,8 @@ pub struct Turn {
     pub local: Vec<LocalOrder>,
     pub published: Vec<api::EventView>,
     pub notices: Vec<Notice>,
+    /// Node pool provider programs to run (`elastic.rs`).
+    pub provision: Vec<ProvisionOrder>,
 }
 
 /// Settings of the controller.
@@ -155,6 +165,8 @@ pub struct Config {
     pub daemon_account: Option<String>,
     /// Local callers' roles and teams, and token users' accounts (`identity.rs`).
     pub identities: crate::plane::identity::Identities,
+    /// Elastic node pools and their providers (`--pools`); `None`: a fixed cluster.
+    pub elastic: Option<ElasticConfig>,
 }
 
 /// The owner of all state. See the module docs.
@@ -187,6 +199,9 @@ pub struct Controller {
     local: Vec<LocalOrder>,
     published: Vec<api::EventView>,
     notices: Vec<Notice>,
+    provision: Vec<ProvisionOrder>,
+    /// Nodes the elastic pools made (`elastic.rs`).
+    fleet: elastic::Fleet,
     dirty: bool,
     /// MIG GPUs (node name, index) whose new layout has been ordered and not yet reported (`mig_layouts.rs`).
     mig_changing: std::collections::BTreeSet<(String, u32)>,
@@ -249,6 +264,8 @@ impl Controller {
             local: Vec::new(),
             published: Vec::new(),
             notices: Vec::new(),
+            provision: Vec::new(),
+            fleet: elastic::Fleet::default(),
             dirty: true,
             mig_changing: std::collections::BTreeSet::new(),
             shutdown: false,
@@ -274,6 +291,7 @@ impl Controller {
             }
             c.install_node(doc, Link::Local, now).map_err(|e| anyhow::anyhow!(e.message))?;
         }
+        c.restore_fleet(now)?;
         c.restore_nodes(now)?;
         c.restore()?;
         let first = c.take_turn();
@@ -346,6 +364,7 @@ impl Controller {
             local: std::mem::take(&mut self.local),
             published: std::mem::take(&mut self.published),
             notices: std::mem::take(&mut self.notices),
+            provision: std::mem::take(&mut self.provision),
         }
     }
 
@@ -357,6 +376,7 @@ impl Controller {
             Event::Agent(AgentReport::StartFailed { key, error }) => self.on_start_failed(key, error, now),
             Event::Agent(AgentReport::Telemetry(r)) => self.on_telemetry(r, now),
             Event::Agent(AgentReport::Running { .. }) => {}
+            Event::Provisioned { node, op, result } => self.on_provisioned(node, op, result, now),
             Event::Open(Open::Metrics { reply }) => {
                 let scrape = self.scrape(now);
                 self.replies.push(Answer::open(reply, scrape));
@@ -456,6 +476,7 @@ impl Controller {
         self.snap.carry_over(&plan);
         self.fail_never_startable(&plan, now);
         self.plan_mig_layouts(now);
+        self.autoscale(&plan, now);
         if let Some(at) = plan.wake_at {
             self.timers.insert((at.as_millis(), Timer::Wake));
         }

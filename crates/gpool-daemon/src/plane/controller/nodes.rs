@@ -199,7 +199,11 @@ fn replica_key(r: wire::ReplicaId) -> ReplicaKey {
 impl Controller {
     /// Adds (or updates) a node in the snapshot and the link table.
     pub(super) fn install_node(&mut self, doc: NodeDoc, link: Link, now: i64) -> Result<NodeId, ApiError> {
-        let node = core_node(&doc);
+        let mut node = core_node(&doc);
+        if let Some(p) = doc.pool.as_deref().and_then(|p| self.configured_pool(p)) {
+            node.pool = p.pool.clone();
+        }
+        self.fleet_registered(&doc.name);
         let id = match self.snap.node_id(&doc.name) {
             Some(id) => {
                 let same = self.snap.node(id).is_some_and(|n| n.devices == node.devices);
@@ -241,7 +245,10 @@ impl Controller {
                 continue;
             }
             let Ok(doc) = serde_json::from_str::<NodeDoc>(&row.doc) else { continue };
-            let node = core_node(&doc);
+            let mut node = core_node(&doc);
+            if let Some(p) = doc.pool.as_deref().and_then(|p| self.configured_pool(p)) {
+                node.pool = p.pool.clone();
+            }
             let id = self.snap.add_node(node)?;
             self.snap.set_node_state(id, NodeState::Down)?;
             self.apply_mig_managed(id, &doc.mig_managed);

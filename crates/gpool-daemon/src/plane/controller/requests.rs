@@ -74,6 +74,10 @@ impl Controller {
                 let r = Ok(self.nodes());
                 self.reply(reply, r);
             }
+            Call::Pools { reply } => {
+                let r = Ok(self.pools_view(now));
+                self.reply(reply, r);
+            }
             Call::Queues { reply } => {
                 let r = Ok(self.queues());
                 self.reply(reply, r);
@@ -141,7 +145,9 @@ impl Controller {
             self.check_queue(spec.queue.as_deref()).map_err(|m| ApiError::new(400, at(i, m)))?;
             let core =
                 to_core(spec, &caller.user, &caller.team, now).map_err(|e| ApiError::new(400, at(i, e.to_string())))?;
-            if let Err(why) = self.snap.check_feasible(&core) {
+            if let Err(why) = self.snap.check_feasible(&core)
+                && !self.pools_could_run(&core)
+            {
                 return Err(ApiError::new(400, at(i, format!("rejected: {why}"))));
             }
             if let Some(dir) = &spec.workdir

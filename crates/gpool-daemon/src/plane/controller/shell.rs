@@ -28,6 +28,12 @@ pub trait LocalNode: Send {
     fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>);
 }
 
+/// Runs node pool provider programs (`plane/provision.rs`); each one's end
+/// comes back as [`Event::Provisioned`].
+pub trait Provision: Send {
+    fn provision(&self, order: super::ProvisionOrder);
+}
+
 /// The store refused a turn's writes: memory is ahead of what is durable, so
 /// the controller stopped; nothing of that turn was answered or carried out.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +48,8 @@ pub struct Shell {
     /// How often to tell the store that this leader lives (`Store::renew`),
     /// when nothing else is committed; `None`: never (tests).
     pub renew_every: Option<Duration>,
+    /// Provider programs of elastic pools; `None`: orders are dropped (no pools, or tests).
+    pub provision: Option<Box<dyn Provision>>,
 }
 
 /// Most events taken into one turn: a burst is answered in slices, so the
@@ -104,6 +112,11 @@ impl Shell {
             let Some(node) = &self.local else { continue };
             if let Some(report) = carry_out_order(node.as_ref(), order) {
                 fed.push(Event::Agent(report));
+            }
+        }
+        for order in turn.provision {
+            if let Some(p) = &self.provision {
+                p.provision(order);
             }
         }
         for e in turn.published {

@@ -216,6 +216,35 @@ impl Controller {
         Ok(view)
     }
 
+    /// A token for a node the fleet creates (`elastic.rs`): role node, bound to that node.
+    pub(super) fn mint_node_token(&mut self, node: &str, now: i64) -> Result<String, String> {
+        let secret = crate::plane::auth::new_secret()?;
+        let hash = hash_token(&secret);
+        let entry = TokenEntry {
+            caller: Caller { user: node.to_string(), team: "nodes".into(), role: Role::Node },
+            created_ms: now,
+            expires_ms: None,
+            last_used_ms: None,
+        };
+        self.writes.push(Write::PutToken(entry.row(&hash)));
+        self.tokens.insert(hash, entry);
+        Ok(secret)
+    }
+
+    /// Forgets the node tokens bound to `node` (a deleted fleet node).
+    pub(super) fn revoke_node_tokens(&mut self, node: &str, _now: i64) {
+        let hashes: Vec<String> = self
+            .tokens
+            .iter()
+            .filter(|(_, e)| e.caller.role == Role::Node && e.caller.user == node)
+            .map(|(h, _)| h.clone())
+            .collect();
+        for h in hashes {
+            self.tokens.remove(&h);
+            self.writes.push(Write::DeleteToken(h));
+        }
+    }
+
     /// A node token acts only as the node it names (its user); `*` as any
     /// node (a fleet-wide token, for machines whose names are not known in
     /// advance: weaker, since any holder may pose as any node).

@@ -76,8 +76,10 @@ impl Controller {
     }
 
     pub(super) fn nodes(&self) -> Vec<api::NodeView> {
+        // A node deleted from its pool stays in the snapshot (ids are stable), down and unlinked.
         self.snap
             .nodes()
+            .filter(|(id, _)| self.links.contains_key(id))
             .map(|(id, n)| {
                 let (free_gpus, free_mig) = self.snap.free_masks(id).unwrap_or_default();
                 let jobs: Vec<u64> = self.snap.jobs_on(id).map(|j| j.0).collect();

@@ -55,6 +55,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/jobs/{id}/cancel"),
     ("get", "/api/v1/jobs/{id}/logs"),
     ("get", "/api/v1/nodes"),
+    ("get", "/api/v1/pools"),
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/events"),
     ("post", "/api/v1/tokens"),
@@ -83,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
         .route("/api/v1/jobs/{id}/logs", get(logs))
         .route("/api/v1/nodes", get(nodes))
+        .route("/api/v1/pools", get(pools))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/events", get(events))
         .route("/api/v1/tokens", post(create_token).get(list_tokens))
@@ -257,6 +259,10 @@ async fn cancel(
 
 async fn nodes(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::NodeView>>> {
     Ok(Json(call(&st, &who, |reply| Call::Nodes { reply }).await?))
+}
+
+async fn pools(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::PoolView>>> {
+    Ok(Json(call(&st, &who, |reply| Call::Pools { reply }).await?))
 }
 
 async fn queues(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::QueueView>>> {

@@ -145,12 +145,19 @@ impl Setup {
             queues: self.queues,
             single_user: self.single_user,
             identities: self.identities,
+            elastic: None,
             ..config(self.policy)
         };
         let (mut ctl, first) = Controller::new(cfg, store, local, Box::new(self.clock.clone())).expect("a controller");
         ctl.ensure_admin_token(ADMIN, "root").expect("admin token");
         let (events, rx) = broadcast::channel(65_536);
-        let shell = Shell { local: Some(Box::new(self.agent.clone())), events, webhook: None, renew_every: None };
+        let shell = Shell {
+            local: Some(Box::new(self.agent.clone())),
+            events,
+            webhook: None,
+            renew_every: None,
+            provision: None,
+        };
         let mut h = Harness { ctl, shell, clock: self.clock, agent: self.agent, published: rx, fed: Vec::new() };
         h.carry_out(first).expect("the first turn commits");
         h
@@ -171,6 +178,7 @@ fn config(policy: Policy) -> Config {
         single_user: None,
         daemon_account: None,
         identities: Default::default(),
+        elastic: None,
     }
 }
 

@@ -86,7 +86,13 @@ fn the_shell_loop_ends_with_the_store_failure_and_leaves_the_caller_unanswered()
             .expect("controller");
     ctl.ensure_admin_token(ADMIN, "root").expect("admin token");
     let (events, _) = broadcast::channel(16);
-    let shell = Shell { local: Some(Box::new(FakeAgent::default())), events, webhook: None, renew_every: None };
+    let shell = Shell {
+        local: Some(Box::new(FakeAgent::default())),
+        events,
+        webhook: None,
+        renew_every: None,
+        provision: None,
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     let spec: api::JobSpec = serde_yaml::from_str("command: [x]\n").expect("spec");
     let (reply, mut answer) = tokio::sync::oneshot::channel();
