@@ -176,6 +176,9 @@ pub(crate) struct NodeArgs {
     /// MIG GPUs whose layout gpool may change to follow the queue's MIG demand: all, or GPU indices (0,2). An idle managed GPU is repartitioned with nvidia-smi mig (as root); a busy one is drained first. See docs/sharing.md.
     #[arg(long, value_name = "all|INDICES")]
     mig_managed: Option<String>,
+    /// A directory on a file system every node mounts: jobs' checkpoints (GPOOL_CHECKPOINT_DIR) go to ROOT/job-ID, so a requeued job resumes on any node.
+    #[arg(long, env = "GPOOL_CHECKPOINT_ROOT")]
+    checkpoint_root: Option<PathBuf>,
 }
 
 impl NodeArgs {
@@ -209,6 +212,7 @@ impl NodeArgs {
             cgroups: gpool_daemon::node::cgroup::Mode::parse(&self.cgroups)
                 .map_err(|e| anyhow::anyhow!("--cgroups: {e}"))?,
             gpu_sharing: self.gpu_sharing,
+            checkpoint_root: self.checkpoint_root,
             mig_managed: match self.mig_managed.as_deref().map(str::trim) {
                 None | Some("none") => None,
                 Some("all") => Some(Vec::new()),

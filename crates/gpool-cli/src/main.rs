@@ -103,8 +103,8 @@ enum Command {
     Cancel(verbs::cancel::CancelArgs),
     /// Print a job's output; -f follows it until the job ends.
     Logs(logs::LogsArgs),
-    /// Nodes and their devices.
-    Nodes(verbs::ListArgs),
+    /// Nodes and their devices; `gpool nodes notice NODE --in 2m` gives one a spot notice.
+    Nodes(NodesArgs),
     /// Quota queues and their use.
     Queues(verbs::ListArgs),
     /// Elastic node pools: shape, price, limits, nodes being created, idle or deleted, and health.
@@ -140,6 +140,21 @@ enum Command {
     },
 }
 
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct NodesArgs {
+    #[command(subcommand)]
+    command: Option<NodesCommand>,
+    #[command(flatten)]
+    list: verbs::ListArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum NodesCommand {
+    /// A spot notice: the provider takes NODE back soon; its jobs checkpoint within the notice and are requeued (admins, or the node's token).
+    Notice(drain::NoticeArgs),
+}
+
 #[derive(Subcommand, Debug)]
 enum TokenCommand {
     /// Create a token for a user (admins only); prints the secret once.
@@ -164,7 +179,8 @@ fn main() -> ExitCode {
         Command::Show(a) => show::run(a),
         Command::Cancel(a) => cancel::run(a),
         Command::Logs(a) => logs::run(a),
-        Command::Nodes(a) => nodes::run(a),
+        Command::Nodes(NodesArgs { command: Some(NodesCommand::Notice(a)), .. }) => drain::notice(a),
+        Command::Nodes(NodesArgs { command: None, list }) => nodes::run(list),
         Command::Queues(a) => queues::run(a),
         Command::Pools(a) => verbs::pools::run(a),
         Command::LocalNode(c) => local_node::run(c),

@@ -140,3 +140,66 @@ fn failing_and_silent_pools_are_retried_then_their_jobs_fall_back_to_the_next_po
     let (ok, out, _) = d.cli(&["pools", "-o", "json"]);
     assert!(ok && serde_json::from_str::<Value>(&out).is_ok_and(|v| v.as_array().map(Vec::len) == Some(3)), "{out}");
 }
+
+#[test]
+fn a_spot_notice_checkpoints_the_job_which_resumes_on_another_node() {
+    let s = Scratch::new("pools-spot");
+    let _agents = Agents(&s.0);
+    let file = s.0.join("pools.yaml");
+    std::fs::write(
+        &file,
+        "pools:\n  - {name: spot, kind: spot, gpus: 1, model: H100-80GB, cpus: 4, memoryGb: 16, min: 2, max: 2, provider: {local: {}}}\n",
+    )
+    .expect("pools file");
+    let ckpt = s.0.join("shared-checkpoints");
+    std::fs::create_dir_all(&ckpt).expect("checkpoint root");
+    let data = s.0.join("data");
+    std::fs::create_dir_all(&data).expect("data");
+    // The agents the local provider starts inherit the shared checkpoint root.
+    let d = {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.env("GPOOL_CHECKPOINT_ROOT", &ckpt);
+        Daemon::serve_with(&data, &["--pools", file.to_str().expect("path")], cmd)
+    };
+    d.until("/api/v1/nodes", Duration::from_secs(60), |v| {
+        v.as_array().is_some_and(|n| n.iter().filter(|x| x["state"] == "up").count() == 2)
+    });
+    let script = r#"c=$(cat "$GPOOL_CHECKPOINT_DIR/count" 2>/dev/null || echo 0); start=$c
+trap 'echo "checkpointed at $c"; exit 143' TERM
+while [ "$c" -lt 60 ]; do c=$((c+1)); echo "$c" > "$GPOOL_CHECKPOINT_DIR/count"; sleep 0.1; done
+echo "done: $c, resumed from $start on $GPOOL_NODE""#;
+    let id = d.submit(json!({"command": ["sh", "-c", script], "resources": {"nvidia.com/gpu": 1}, "preemptible": true}));
+    let running = d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let first = running["replicas"][0]["node"].as_str().expect("its node").to_string();
+    let count = ckpt.join(format!("job-{id}/count"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&count).ok().and_then(|c| c.trim().parse::<u32>().ok()).unwrap_or(0) < 10 {
+        assert!(std::time::Instant::now() < deadline, "the job never checkpointed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, out, err) = d.cli(&["nodes", "notice", &first, "--in", "20s"]);
+    assert!(ok && out.contains("draining"), "{out}{err}");
+
+    d.wait_ended(&[id], Duration::from_secs(60));
+    let job = d.job(id);
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["attempt"], 2, "{job}");
+    let second = job["replicas"][0]["node"].as_str().expect("node").to_string();
+    assert_ne!(second, first, "it resumed on the other node");
+    let (_, logs, _) = d.cli(&["logs", &id.to_string()]);
+    assert!(logs.contains("checkpointed at"), "it stopped by itself within the notice: {logs}");
+    let resumed: u32 = logs
+        .lines()
+        .find_map(|l| l.split("resumed from ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("a line saying where it resumed from");
+    assert!(resumed >= 10, "it resumed from its checkpoint, not from scratch: {logs}");
+    assert!(logs.contains("done: 60"), "{logs}");
+    // A notice from someone who may not give one is refused.
+    let user = d.token_for("alice");
+    let (code, _) = d.req("POST", &format!("/api/v1/nodes/{second}/notice"), &user, Some(&json!({"in": "2m"})));
+    assert_eq!(code, 403);
+    let (code, v) = d.req("POST", &format!("/api/v1/nodes/{second}/notice"), &d.token, Some(&json!({"in": "soon"})));
+    assert!(code == 400 && v.to_string().contains("in:"), "{v}");
+}

@@ -98,6 +98,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         cgroups: cgroups.clone(),
         device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
         sampler: sampler_ctl.clone(),
+        checkpoint_root: cfg.node.checkpoint_root.clone(),
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;

@@ -18,6 +18,31 @@ pub(crate) struct DrainArgs {
     connect: Connect,
 }
 
+/// Arguments of `gpool nodes notice`.
+#[derive(Args, Debug)]
+pub(crate) struct NoticeArgs {
+    /// The node its provider is taking back.
+    node: String,
+    /// When: 2m (AWS spot), 30s (GCP), 90s….
+    #[arg(long = "in", value_name = "DURATION")]
+    within: String,
+    #[arg(long, short = 'o', value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+/// A spot notice: nothing new starts on the node, and its jobs checkpoint
+/// within the notice and are requeued.
+pub(crate) fn notice(a: NoticeArgs) -> anyhow::Result<()> {
+    gpool_api::quantity::parse_duration(&a.within)
+        .map_err(|e| anyhow::anyhow!("--in {:?}: {e}", a.within))?;
+    let v: api::NodeView =
+        a.connect.client()?.post(&format!("/nodes/{}/notice", a.node), &serde_json::json!({"in": a.within}))?;
+    emit(&render(std::slice::from_ref(&v), a.output)?);
+    Ok(())
+}
+
 /// Drains nodes (running jobs finish, nothing new starts there) or resumes them.
 pub(crate) fn run(a: DrainArgs, draining: bool) -> anyhow::Result<()> {
     let client = a.connect.client()?;

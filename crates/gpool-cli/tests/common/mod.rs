@@ -63,7 +63,11 @@ impl Daemon {
 
     /// Starts `gpool serve ARGS` (a control plane with no node of its own; SQLite in DATA).
     pub fn serve(data: &Path, args: &[&str]) -> Daemon {
-        let mut cmd = Command::new(BIN);
+        Daemon::serve_with(data, args, Command::new(BIN))
+    }
+
+    /// `serve`, from a prepared command of the binary (its environment set).
+    pub fn serve_with(data: &Path, args: &[&str], mut cmd: Command) -> Daemon {
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(args);
         Daemon::from_command(cmd, data)
     }

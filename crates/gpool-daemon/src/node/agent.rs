@@ -64,6 +64,8 @@ pub struct AgentConfig {
     /// The sampler thread, which owns the GPU backend: MIG layouts go
     /// through it. `None` on a node with no GPU backend.
     pub sampler: Option<std::sync::mpsc::Sender<crate::node::sampler::SamplerCtl>>,
+    /// Checkpoints under `ROOT/job-<id>` on a shared file system, instead of the job's directory here.
+    pub checkpoint_root: Option<PathBuf>,
 }
 
 /// The node agent.
@@ -125,7 +127,10 @@ impl Agent {
     }
 
     pub fn checkpoint_dir(&self, job: u64) -> PathBuf {
-        self.job_dir(job).join("checkpoint")
+        match &self.cfg.checkpoint_root {
+            Some(root) => root.join(format!("job-{job}")),
+            None => self.job_dir(job).join("checkpoint"),
+        }
     }
 
     /// Starts a replica on `devices` (GPU or MIG UUIDs). Errors are about the

@@ -36,6 +36,9 @@ pub struct NodeConfig {
     /// MIG GPUs whose layout gpool may change: `None` none, `Some([])`
     /// every MIG GPU, else these indices (`--mig-managed`).
     pub mig_managed: Option<Vec<u32>>,
+    /// A directory every node mounts (a shared file system): checkpoints go
+    /// to `ROOT/job-<id>`, so a job resumes on whichever node it lands on.
+    pub checkpoint_root: Option<std::path::PathBuf>,
 }
 
 /// Where this node's jobs' control groups go, if it confines them; says on

@@ -179,6 +179,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             cgroups: cgroups.clone(),
             device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
             sampler: sampler_ctl.clone(),
+            checkpoint_root: cfg.node.checkpoint_root.clone(),
         },
         sink,
         replicas.clone(),

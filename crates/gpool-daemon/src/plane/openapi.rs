@@ -161,6 +161,10 @@ pub const DOCUMENT: &str = r##"{
       "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
       "post": { "summary": "drain a node (admins): running jobs finish, nothing new starts there", "responses": { "200": { "description": "the node", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Node" } } } }, "403": { "$ref": "#/components/responses/Error" }, "404": { "$ref": "#/components/responses/Error" } } }
     },
+    "/api/v1/nodes/{name}/notice": {
+      "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
+      "post": { "summary": "a spot notice (admins, or the node's own token): nothing new starts there, and its jobs checkpoint within the notice and are requeued", "requestBody": { "content": { "application/json": { "schema": { "type": "object", "properties": { "in": { "type": "string", "description": "a duration, e.g. 2m" }, "seconds": { "type": "integer" } } } } } }, "responses": { "200": { "description": "the node", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Node" } } } }, "400": { "$ref": "#/components/responses/Error" }, "403": { "$ref": "#/components/responses/Error" }, "404": { "$ref": "#/components/responses/Error" } } }
+    },
     "/api/v1/nodes/{name}/resume": {
       "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
       "post": { "summary": "let a drained node take new work (admins)", "responses": { "200": { "description": "the node", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Node" } } } }, "403": { "$ref": "#/components/responses/Error" }, "404": { "$ref": "#/components/responses/Error" } } }

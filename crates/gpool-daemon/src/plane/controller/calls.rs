@@ -161,6 +161,8 @@ calls! {
     Alerts {} -> Vec<api::AlertView>, Read;
     /// The Prometheus scrape, when the control plane requires a token for it.
     Metrics {} -> Scrape, Read;
+    /// A spot notice: the node is taken back within `within_ms`; admins or the node itself (checked by the call).
+    Notice { node: String, within_ms: u64, from: String } -> api::NodeView, Anyone;
     /// Drain a node (`draining: true`) or let it take work again; admins only (checked by the call).
     Drain { node: String, draining: bool, from: String } -> api::NodeView, People;
     /// The agent protocol: a node joins or re-joins.

@@ -28,6 +28,11 @@ pub enum Stop {
     },
     /// A replica was lost (its shim vanished).
     Lost,
+    /// Its node is being taken back by its provider (a spot notice) at `at_ms`.
+    Reclaim {
+        node: String,
+        at_ms: i64,
+    },
     /// Its processes used more of a shared GPU's memory than its share.
     GpuMemory {
         gpu: u32,

@@ -25,7 +25,11 @@ impl Controller {
             Stop::Preempt { for_job } => StopCause::Preempted { for_job: JobId(*for_job) },
             _ => StopCause::Cancelled,
         };
-        let grace = self.snap.job(JobId(id)).map_or(crate::plane::convert::DEFAULT_GRACE, |j| j.spec.grace);
+        let mut grace = self.snap.job(JobId(id)).map_or(crate::plane::convert::DEFAULT_GRACE, |j| j.spec.grace);
+        if let Stop::Reclaim { at_ms, .. } = &cause {
+            // A spot notice: the time left is all the grace there is.
+            grace = grace.min(std::time::Duration::from_millis(u64::try_from(*at_ms - now).unwrap_or(0)));
+        }
         let sig = doc.spec.stop_signal.as_deref().and_then(parse_signal).unwrap_or(Signal::TERM);
         let first = run.stop.is_none();
         run.stop = Some(cause);
@@ -124,6 +128,9 @@ impl Controller {
                 ),
             ),
             Some(Stop::Preempt { for_job }) => Next::Requeue(format!("preempted for job {for_job}"), now, false),
+            Some(Stop::Reclaim { node, .. }) => {
+                Next::Requeue(format!("its node {node} was taken back (spot); requeued to resume from its checkpoint"), now, false)
+            }
             Some(Stop::Lost) if doc.spec.on_node_failure == Some(api::spec::NodeFailure::Fail) => Next::Done(
                 api::JobState::Failed,
                 "a replica was lost (its node failed) and the job asked not to be requeued (onNodeFailure: fail)"

@@ -54,6 +54,7 @@ mod observe;
 mod requests;
 mod restore;
 mod shell;
+mod spot;
 mod timers;
 mod tokens;
 mod views;

@@ -22,6 +22,10 @@ impl Controller {
             return self.replies.push(call.refuse(err));
         }
         match call {
+            Call::Notice { node, within_ms, from, reply } => {
+                let r = self.spot_notice(&caller, &node, within_ms, &from, now);
+                self.reply(reply, r);
+            }
             Call::Drain { node, draining, from, reply } => {
                 let r = self.set_draining(&caller, &node, draining, &from, now);
                 self.reply(reply, r);

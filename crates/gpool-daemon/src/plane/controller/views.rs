@@ -28,6 +28,10 @@ impl Controller {
                 Stop::TimeLimit => "time limit reached; waiting for its processes to exit".into(),
                 Stop::GangFailure { rank } => format!("rank {rank} failed; stopping the other replicas"),
                 Stop::Lost => "a replica was lost; stopping the others".into(),
+                Stop::Reclaim { node, at_ms } => format!(
+                    "its node {node} is taken back at {}; checkpointing before it exits",
+                    api::time::rfc3339(*at_ms)
+                ),
                 Stop::GpuMemory { gpu, used_mb, limit_mb } => {
                     format!("used {used_mb} MiB of GPU {gpu}, over its share of {limit_mb} MiB; waiting for its processes to exit")
                 }
