@@ -179,6 +179,9 @@ pub(crate) struct NodeArgs {
     /// A directory on a file system every node mounts: jobs' checkpoints (GPOOL_CHECKPOINT_DIR) go to ROOT/job-ID, so a requeued job resumes on any node.
     #[arg(long, env = "GPOOL_CHECKPOINT_ROOT")]
     checkpoint_root: Option<PathBuf>,
+    /// On a spot machine: watch the provider's notice (aws: IMDS spot/instance-action; gcp: instance/preempted; or aws=URL, gcp=URL) and pass it to the control plane, which checkpoints and requeues the jobs here (gpool agent only).
+    #[arg(long, value_parser = clap::value_parser!(gpool_daemon::node::spot_watch::SpotSource))]
+    spot_notice: Option<gpool_daemon::node::spot_watch::SpotSource>,
 }
 
 impl NodeArgs {
@@ -213,6 +216,7 @@ impl NodeArgs {
                 .map_err(|e| anyhow::anyhow!("--cgroups: {e}"))?,
             gpu_sharing: self.gpu_sharing,
             checkpoint_root: self.checkpoint_root,
+            spot_notice: self.spot_notice,
             mig_managed: match self.mig_managed.as_deref().map(str::trim) {
                 None | Some("none") => None,
                 Some("all") => Some(Vec::new()),
@@ -242,6 +246,11 @@ pub(crate) struct UpArgs {
 }
 
 pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
+    if a.node.spot_notice.is_some() {
+        bail!(
+            "--spot-notice is for `gpool agent` on a spot machine; for gpool up's own node, give the notice with `gpool nodes notice NODE --in 2m`"
+        );
+    }
     gpool_daemon::up::run(UpConfig { plane: a.plane.config(), node: a.node.config()? })
 }
 

@@ -168,7 +168,8 @@ fn a_spot_notice_checkpoints_the_job_which_resumes_on_another_node() {
 trap 'echo "checkpointed at $c"; exit 143' TERM
 while [ "$c" -lt 60 ]; do c=$((c+1)); echo "$c" > "$GPOOL_CHECKPOINT_DIR/count"; sleep 0.1; done
 echo "done: $c, resumed from $start on $GPOOL_NODE""#;
-    let id = d.submit(json!({"command": ["sh", "-c", script], "resources": {"nvidia.com/gpu": 1}, "preemptible": true}));
+    let id =
+        d.submit(json!({"command": ["sh", "-c", script], "resources": {"nvidia.com/gpu": 1}, "preemptible": true}));
     let running = d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(30), |j| j["state"] == "running");
     let first = running["replicas"][0]["node"].as_str().expect("its node").to_string();
     let count = ckpt.join(format!("job-{id}/count"));

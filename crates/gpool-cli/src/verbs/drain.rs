@@ -35,8 +35,7 @@ pub(crate) struct NoticeArgs {
 /// A spot notice: nothing new starts on the node, and its jobs checkpoint
 /// within the notice and are requeued.
 pub(crate) fn notice(a: NoticeArgs) -> anyhow::Result<()> {
-    gpool_api::quantity::parse_duration(&a.within)
-        .map_err(|e| anyhow::anyhow!("--in {:?}: {e}", a.within))?;
+    gpool_api::quantity::parse_duration(&a.within).map_err(|e| anyhow::anyhow!("--in {:?}: {e}", a.within))?;
     let v: api::NodeView =
         a.connect.client()?.post(&format!("/nodes/{}/notice", a.node), &serde_json::json!({"in": a.within}))?;
     emit(&render(std::slice::from_ref(&v), a.output)?);

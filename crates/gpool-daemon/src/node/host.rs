@@ -39,6 +39,8 @@ pub struct NodeConfig {
     /// A directory every node mounts (a shared file system): checkpoints go
     /// to `ROOT/job-<id>`, so a job resumes on whichever node it lands on.
     pub checkpoint_root: Option<std::path::PathBuf>,
+    /// Watch this provider's metadata service for a spot notice (`gpool agent` only).
+    pub spot_notice: Option<crate::node::spot_watch::SpotSource>,
 }
 
 /// Where this node's jobs' control groups go, if it confines them; says on

@@ -14,4 +14,5 @@ pub mod output;
 pub mod remote;
 pub mod sampler;
 pub mod shim;
+pub mod spot_watch;
 pub mod trust;

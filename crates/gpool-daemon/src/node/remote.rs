@@ -187,6 +187,22 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     let agent = Arc::new(agent);
     let current: Current = Arc::default();
     spawn_shipper(cfg.data_dir.clone(), current.clone())?;
+    if let Some(src) = cfg.node.spot_notice.clone() {
+        let (current, node) = (current.clone(), name.clone());
+        crate::node::spot_watch::spawn(src, move |left| {
+            let conn = current.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            let Some((_, conn)) = conn else { return false };
+            let body = serde_json::json!({ "seconds": left.as_secs() });
+            match conn.post::<_, serde_json::Value>(&format!("/api/v1/nodes/{node}/notice"), &body) {
+                Ok(_) => true,
+                Err(End::Unreachable(e)) => {
+                    eprintln!("gpool agent: cannot pass the spot notice on ({e}); trying again");
+                    false
+                }
+                Err(End::Stale) => false,
+            }
+        })?;
+    }
     println!(
         "gpool agent {name} ({} GPUs: {source}; address {addr}; data in {}) joining {}",
         gpus.len(),

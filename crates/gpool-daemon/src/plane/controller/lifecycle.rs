@@ -128,9 +128,11 @@ impl Controller {
                 ),
             ),
             Some(Stop::Preempt { for_job }) => Next::Requeue(format!("preempted for job {for_job}"), now, false),
-            Some(Stop::Reclaim { node, .. }) => {
-                Next::Requeue(format!("its node {node} was taken back (spot); requeued to resume from its checkpoint"), now, false)
-            }
+            Some(Stop::Reclaim { node, .. }) => Next::Requeue(
+                format!("its node {node} was taken back (spot); requeued to resume from its checkpoint"),
+                now,
+                false,
+            ),
             Some(Stop::Lost) if doc.spec.on_node_failure == Some(api::spec::NodeFailure::Fail) => Next::Done(
                 api::JobState::Failed,
                 "a replica was lost (its node failed) and the job asked not to be requeued (onNodeFailure: fail)"
