@@ -185,6 +185,26 @@ pub struct DeviceShareView {
     pub memory_mb: u64,
 }
 
+/// What jobs cost, grouped (`gpool cost`, `GET /api/v1/cost`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostReport {
+    /// job, user, team, queue or pool.
+    pub by: String,
+    pub since: String,
+    pub total_dollars: f64,
+    /// Largest spend first.
+    pub rows: Vec<CostRow>,
+}
+
+/// One group of a [`CostReport`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostRow {
+    pub key: String,
+    pub dollars: f64,
+    pub gpu_hours: f64,
+    pub jobs: u64,
+}
+
 /// An elastic node pool (`gpool pools`, `GET /api/v1/pools`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PoolView {

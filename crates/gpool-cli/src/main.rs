@@ -107,6 +107,8 @@ enum Command {
     Nodes(NodesArgs),
     /// Quota queues and their use.
     Queues(verbs::ListArgs),
+    /// What jobs cost, by team, user, queue, pool or job, over a period (-o table, json or csv).
+    Cost(verbs::cost::CostArgs),
     /// Elastic node pools: shape, price, limits, nodes being created, idle or deleted, and health.
     Pools(verbs::ListArgs),
     /// Follow what happens (submissions, starts, ends, preemptions).
@@ -183,6 +185,7 @@ fn main() -> ExitCode {
         Command::Nodes(NodesArgs { command: None, list }) => nodes::run(list),
         Command::Queues(a) => queues::run(a),
         Command::Pools(a) => verbs::pools::run(a),
+        Command::Cost(a) => verbs::cost::run(a),
         Command::LocalNode(c) => local_node::run(c),
         Command::Events(a) => events::run(a),
         Command::Whoami(a) => whoami::run(a),

@@ -96,6 +96,34 @@ fn a_burst_gets_nodes_a_gang_whole_and_they_go_after_the_idle_time() {
     assert_eq!(nodes.as_array().map_or(0, Vec::len), 0, "deleted nodes are forgotten: {nodes}");
     let (ok, out, _) = d.cli(&["pools"]);
     assert!(ok && out.contains("od") && out.contains("0-4"), "{out}");
+
+    // Each job is charged at the pool's price for the GPU time it held; any grouping adds up to the total.
+    let report = |by: &str| -> Value {
+        let (ok, out, err) = d.cli(&["cost", "--by", by, "--since", "1d", "-o", "json"]);
+        assert!(ok, "{err}");
+        serde_json::from_str(&out).expect("JSON")
+    };
+    let by_job = report("job");
+    let rows = by_job["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{by_job}");
+    let total = by_job["total_dollars"].as_f64().expect("total");
+    assert!(total > 0.0, "{by_job}");
+    let sum: f64 = rows.iter().filter_map(|r| r["dollars"].as_f64()).sum();
+    assert!((sum - total).abs() < 0.001, "{by_job}");
+    for r in rows {
+        let (dollars, hours) = (r["dollars"].as_f64().expect("$"), r["gpu_hours"].as_f64().expect("h"));
+        assert!((dollars - hours * 24.58 / 2.0).abs() < 0.001, "priced at the pool's $12.29 per GPU-hour: {r}");
+    }
+    let by_pool = report("pool");
+    assert_eq!(by_pool["rows"][0]["key"], "od", "{by_pool}");
+    assert!((by_pool["total_dollars"].as_f64().expect("total") - total).abs() < 0.001);
+    let (_, metrics) = d.text("/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gpool_cost_dollars_total{") && l.contains(",queue=\"default\",pool=\"od\"}")),
+        "{metrics}"
+    );
 }
 
 #[test]

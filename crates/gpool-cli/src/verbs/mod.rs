@@ -11,6 +11,7 @@ use crate::output::Output;
 pub(crate) mod advise;
 pub(crate) mod alerts;
 pub(crate) mod cancel;
+pub(crate) mod cost;
 pub(crate) mod drain;
 pub(crate) mod events;
 pub(crate) mod logs;

@@ -98,6 +98,8 @@ pub struct Scrape {
     /// Allocated GPU-hours per (user, team), finished and running.
     pub gpu_hours: BTreeMap<(String, String), f64>,
     pub idle_gpu_seconds: BTreeMap<(String, String), f64>,
+    /// Dollars per (team, user, queue, pool) since the daemon started.
+    pub cost: BTreeMap<(String, String, String, String), f64>,
     /// Nodes: (name, state, 1 if its sampler works).
     pub nodes: Vec<(String, String, bool)>,
     /// Firing alerts per (rule, severity).
@@ -279,6 +281,23 @@ pub fn render(s: &Scrape) -> String {
             value(*v)
         );
     }
+    header(
+        &mut out,
+        "gpool_cost_dollars_total",
+        "counter",
+        "Dollars of GPU time allocated to jobs at their nodes' prices (pool price, or the GPU model's list price), per team, user, queue and pool.",
+    );
+    for ((t, u, q, p), d) in &s.cost {
+        let _ = writeln!(
+            out,
+            "gpool_cost_dollars_total{{team=\"{}\",user=\"{}\",queue=\"{}\",pool=\"{}\"}} {}",
+            escape(t),
+            escape(u),
+            escape(q),
+            escape(p),
+            value(*d)
+        );
+    }
     header(&mut out, "gpool_node_up", "gauge", "1 if the node is up and its telemetry sampler works.");
     for (n, st, ok) in &s.nodes {
         let _ = writeln!(out, "gpool_node_up{{node=\"{}\",state=\"{st}\"}} {}", escape(n), u8::from(*ok && st == "up"));
@@ -348,6 +367,9 @@ mod tests {
             preemptions_total: 0,
             gpu_hours: [(("ana".to_string(), "ml".to_string()), 1.5)].into_iter().collect(),
             idle_gpu_seconds: BTreeMap::new(),
+            cost: [(("ml".to_string(), "ana".to_string(), "default".to_string(), "spot".to_string()), 4.125)]
+                .into_iter()
+                .collect(),
             nodes: vec![("n1".into(), "up".into(), true)],
             alerts: BTreeMap::new(),
         }
@@ -365,6 +387,9 @@ mod tests {
         assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(text.contains("gpool_queue_pending_gpus{queue=\"research\"} 2.5\n"));
         assert!(text.contains("gpool_allocated_gpu_seconds_total{user=\"ana\",team=\"ml\"} 5400\n"));
+        assert!(
+            text.contains("gpool_cost_dollars_total{team=\"ml\",user=\"ana\",queue=\"default\",pool=\"spot\"} 4.125\n")
+        );
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub const DOCUMENT: &str = r##"{
         "gpu_sharing": { "type": "string", "enum": ["off", "time-slicing", "mps"] },
         "free_cpus": { "type": "number" }, "free_memory_mb": { "type": "integer" }, "labels": { "type": "object" }, "source": { "type": "string" },
         "devices": { "type": "array", "items": { "type": "object" } }, "jobs": { "type": "array", "items": { "type": "integer" } } } },
+      "CostReport": { "type": "object", "properties": {
+        "by": { "type": "string" }, "since": { "type": "string", "format": "date-time" }, "total_dollars": { "type": "number" },
+        "rows": { "type": "array", "items": { "type": "object", "properties": { "key": { "type": "string" }, "dollars": { "type": "number" }, "gpu_hours": { "type": "number" }, "jobs": { "type": "integer" } } } } } },
       "Pool": { "type": "object", "properties": {
         "name": { "type": "string" }, "kind": { "type": "string", "enum": ["on-demand", "spot", "reserved"] }, "gpus": { "type": "integer" },
         "gpu_model": { "type": "string" }, "cpus": { "type": "integer" }, "memory_gb": { "type": "integer" },
@@ -135,6 +138,7 @@ pub const DOCUMENT: &str = r##"{
         { "name": "follow", "in": "query", "schema": { "type": "boolean", "default": false } } ],
       "get": { "summary": "a replica's output; with follow, streamed until the job ends", "responses": { "200": { "description": "text", "content": { "text/plain": {} } }, "404": { "$ref": "#/components/responses/Error" } } }
     },
+    "/api/v1/cost": { "get": { "summary": "what jobs that ran in the period cost, grouped (users see their own jobs)", "parameters": [ { "name": "by", "in": "query", "schema": { "type": "string", "enum": ["team", "user", "queue", "pool", "job"], "default": "team" } }, { "name": "since", "in": "query", "schema": { "type": "string", "default": "30d" } } ], "responses": { "200": { "description": "the report", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/CostReport" } } } }, "400": { "$ref": "#/components/responses/Error" } } } },
     "/api/v1/pools": { "get": { "summary": "elastic node pools: shape, price, limits, nodes and health", "responses": { "200": { "description": "pools", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Pool" } } } } } } } },
     "/api/v1/nodes": { "get": { "summary": "nodes and devices", "responses": { "200": { "description": "nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Node" } } } } } } } },
     "/api/v1/queues": { "get": { "summary": "queues, quotas and use", "responses": { "200": { "description": "queues", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Queue" } } } } } } } },

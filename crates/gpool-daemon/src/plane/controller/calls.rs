@@ -143,6 +143,8 @@ calls! {
     Cancel { id: u64, from: String } -> api::JobView, People;
     Logs { id: u64, rank: u32, stream: String } -> LogTarget, Read;
     Nodes {} -> Vec<api::NodeView>, Read;
+    /// What jobs that ran since then cost, grouped by job, user, team, queue or pool (`costs.rs`).
+    Cost { by: String, since: Duration } -> api::CostReport, Read;
     /// Elastic node pools (`elastic.rs`).
     Pools {} -> Vec<api::PoolView>, Read;
     Queues {} -> Vec<api::QueueView>, Read;

@@ -116,9 +116,12 @@ pub struct JobDoc {
     /// When it last joined the queue (submission or requeue).
     #[serde(default)]
     pub queued_ms: Option<i64>,
-    /// Usage of its finished runs.
+    /// Usage of its finished runs (their cost included, `costs.rs`).
     #[serde(default)]
     pub usage: Option<api::UsageSummary>,
+    /// The node pool its last run was charged to.
+    #[serde(default)]
+    pub pool: Option<String>,
 }
 
 /// Adds up the usage of two runs (means weighted by GPU-hours).
@@ -138,7 +141,10 @@ pub(super) fn merge_usage(a: Option<api::UsageSummary>, b: Option<api::UsageSumm
         mean_gpu_util: mean(a.mean_gpu_util, b.mean_gpu_util),
         peak_memory_mb: a.peak_memory_mb.max(b.peak_memory_mb),
         mean_cpu_cores: mean(a.mean_cpu_cores, b.mean_cpu_cores),
-        cost_usd: None,
+        cost_usd: match (a.cost_usd, b.cost_usd) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
+        },
     })
 }
 

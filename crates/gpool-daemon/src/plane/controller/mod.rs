@@ -43,6 +43,7 @@ use gpool_core::pricing::Prices;
 mod calls;
 mod clock;
 mod conditions;
+mod costs;
 mod docs;
 mod elastic;
 mod gpu_shares;
@@ -219,6 +220,8 @@ pub struct Controller {
     preemptions: u64,
     /// GPU-hours of finished runs per (user, team), since the daemon started.
     gpu_hours_done: BTreeMap<(String, String), f64>,
+    /// Dollars of finished runs per (team, user, queue, pool), since the daemon started (`costs.rs`).
+    cost_done: BTreeMap<(String, String, String, String), f64>,
 }
 
 impl Controller {
@@ -278,6 +281,7 @@ impl Controller {
             allocations: 0,
             preemptions: 0,
             gpu_hours_done: BTreeMap::new(),
+            cost_done: BTreeMap::new(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {

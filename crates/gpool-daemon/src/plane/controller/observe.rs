@@ -166,8 +166,16 @@ impl Controller {
             (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
             (s, _) => s,
         };
+        let done = d.usage.as_ref().map(|u| {
+            // Runs recorded before costs were kept per run: at the model's price.
+            u.cost_usd.or_else(|| self.price_of(d).map(|p| p * u.gpu_hours))
+        });
+        let live_cost = self.live_cost(d.id, self.clock.now_ms()).map(|(c, _)| c);
         let mut s = merge_usage(d.usage.clone(), live)?;
-        s.cost_usd = self.price_of(d).map(|p| p * s.gpu_hours);
+        s.cost_usd = match (done.flatten(), live_cost) {
+            (None, None) => self.price_of(d).map(|p| p * s.gpu_hours),
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
         Some(s)
     }
 
@@ -198,14 +206,17 @@ impl Controller {
         transitions.extend(self.telemetry.release_gpus(&held));
         self.publish_alerts(transitions, now);
         let hours = self.allocated_hours(id, now);
+        // Charged from allocation to release: samples start a moment
+        // after the allocation and stop a moment before its end.
+        let mut summary = match (summary, hours) {
+            (Some(s), Some(h)) => Some(api::UsageSummary { gpu_hours: h, ..s }),
+            (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
+            (s, _) => s,
+        };
+        if let Some(h) = hours {
+            self.charge_run(id, h, &mut summary);
+        }
         if let Some(d) = self.jobs.get_mut(&id) {
-            // Charged from allocation to release: samples start a moment
-            // after the allocation and stop a moment before its end.
-            let summary = match (summary, hours) {
-                (Some(s), Some(h)) => Some(api::UsageSummary { gpu_hours: h, ..s }),
-                (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
-                (s, _) => s,
-            };
             if let Some(h) = hours {
                 *self.gpu_hours_done.entry((d.user.clone(), d.team.clone())).or_default() += h;
             }
@@ -394,6 +405,7 @@ impl Controller {
             preemptions_total: self.preemptions,
             gpu_hours,
             idle_gpu_seconds: self.telemetry.counters.idle_allocated_gpu_secs.clone(),
+            cost: self.cost_counters(now),
             nodes: self
                 .snap
                 .nodes()

@@ -78,6 +78,11 @@ impl Controller {
                 let r = Ok(self.nodes());
                 self.reply(reply, r);
             }
+            Call::Cost { by, since, reply } => {
+                let since_ms = now.saturating_sub(i64::try_from(since.as_millis()).unwrap_or(i64::MAX / 2));
+                let r = self.cost_report(&caller, &by, since_ms, now);
+                self.reply(reply, r);
+            }
             Call::Pools { reply } => {
                 let r = Ok(self.pools_view(now));
                 self.reply(reply, r);
@@ -210,6 +215,7 @@ impl Controller {
                 exit: None,
                 queued_ms: Some(now),
                 usage: None,
+                pool: None,
             };
             if let Err(e) = self.snap.submit(JobId(id), core) {
                 return Err(ApiError::new(500, format!("internal error: {e}")));

@@ -56,6 +56,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/jobs/{id}/logs"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/pools"),
+    ("get", "/api/v1/cost"),
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/events"),
     ("post", "/api/v1/tokens"),
@@ -86,6 +87,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/logs", get(logs))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/pools", get(pools))
+        .route("/api/v1/cost", get(cost))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/events", get(events))
         .route("/api/v1/tokens", post(create_token).get(list_tokens))
@@ -261,6 +263,21 @@ async fn cancel(
 
 async fn nodes(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::NodeView>>> {
     Ok(Json(call(&st, &who, |reply| Call::Nodes { reply }).await?))
+}
+
+/// `?by=team|user|queue|pool|job&since=30d`.
+async fn cost(
+    State(st): State<AppState>,
+    who: Who,
+    Query(p): Query<HashMap<String, String>>,
+) -> Result<Json<api::CostReport>> {
+    only(&p, &["by", "since"])?;
+    let by = p.get("by").cloned().unwrap_or_else(|| "team".into());
+    let since = match p.get("since") {
+        None => std::time::Duration::from_secs(30 * 86_400),
+        Some(s) => api::quantity::parse_duration(s).map_err(|e| bad(format!("since: {e} (e.g. 30d, 12h)")))?,
+    };
+    Ok(Json(call(&st, &who, |reply| Call::Cost { by, since, reply }).await?))
 }
 
 async fn pools(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::PoolView>>> {

@@ -1,0 +1,148 @@
+//! What GPU time costs, per job and by any grouping: every run is charged
+//! from its allocation to its release at its node's price — the pool's
+//! price per node-hour (spot at the spot price, reserved at its committed
+//! rate) shared by GPU, or, on a node of no configured pool, the built-in
+//! price of its GPU model (the spot price on a spot node). A run's cost goes
+//! into the job's usage when it ends (`account_run`), so a job reclaimed or
+//! preempted is charged only for what it held. `GET /api/v1/cost` and
+//! `gpool cost` sum it by job, user, team, queue or pool over a period;
+//! `/metrics` carries `gpool_cost_dollars_total`.
+
+use std::collections::BTreeMap;
+
+use gpool_api as api;
+use gpool_core::cost::{ChargeKey, CostGroup, CostLedger};
+use gpool_core::{JobId, PoolKind, Time};
+
+use super::Controller;
+use super::calls::ApiError;
+use super::docs::JobDoc;
+use crate::plane::auth::{Caller, Role};
+
+/// Pages of this many jobs are read from the store for a cost report.
+const PAGE: u32 = 1000;
+
+impl Controller {
+    /// The price per GPU-hour of the node a running job holds, and its pool's name.
+    pub(super) fn run_price(&self, id: u64) -> Option<(f64, String)> {
+        let r = self.snap.job(JobId(id))?.running()?;
+        let node = self.snap.node(r.placement.first()?.node)?;
+        let pool = node.pool.name.to_string();
+        if let Some(p) = self.configured_pool(&pool) {
+            return Some((p.price_per_gpu_hour(), pool));
+        }
+        let model = node.devices.first().map(|d| d.model.to_string())?;
+        let price = match node.pool.kind {
+            PoolKind::Spot => self.cfg.prices.spot_per_gpu_hour(&model),
+            _ => self.cfg.prices.per_gpu_hour(&model),
+        }?;
+        Some((price, pool))
+    }
+
+    /// The current run's cost so far, and its pool.
+    pub(super) fn live_cost(&self, id: u64, now: i64) -> Option<(f64, String)> {
+        let r = self.snap.job(JobId(id))?.running()?;
+        let hours = r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0;
+        let (price, pool) = self.run_price(id)?;
+        Some((price * hours, pool))
+    }
+
+    /// A run ends: its cost into the job's record and the exporter's counter.
+    pub(super) fn charge_run(&mut self, id: u64, hours: f64, summary: &mut Option<api::UsageSummary>) {
+        let Some((price, pool)) = self.run_price(id) else { return };
+        let dollars = price * hours;
+        if let Some(s) = summary.as_mut() {
+            s.cost_usd = Some(dollars);
+        }
+        if let Some(d) = self.jobs.get_mut(&id) {
+            d.pool = Some(pool.clone());
+            *self.cost_done.entry((d.team.clone(), d.user.clone(), d.queue.clone(), pool)).or_default() += dollars;
+        }
+    }
+
+    /// Dollars per (team, user, queue, pool) since this daemon started, running jobs included.
+    pub(super) fn cost_counters(&self, now: i64) -> BTreeMap<(String, String, String, String), f64> {
+        let mut out = self.cost_done.clone();
+        for (id, d) in &self.jobs {
+            if let Some((dollars, pool)) = self.live_cost(*id, now) {
+                *out.entry((d.team.clone(), d.user.clone(), d.queue.clone(), pool)).or_default() += dollars;
+            }
+        }
+        out
+    }
+
+    /// `GET /api/v1/cost?by=team&since=30d`: what jobs that ran in the period
+    /// cost, grouped. Admins and readers see every job, users their own.
+    pub(super) fn cost_report(
+        &mut self,
+        caller: &Caller,
+        by: &str,
+        since_ms: i64,
+        now: i64,
+    ) -> Result<api::CostReport, ApiError> {
+        let group: CostGroup = by.parse().map_err(|e: String| ApiError::new(400, format!("by: {e}")))?;
+        let everyone = matches!(caller.role, Role::Admin | Role::Reader);
+        let mut ledger = CostLedger::default();
+        let mut jobs_per: BTreeMap<String, u64> = BTreeMap::new();
+        let mut after = None;
+        loop {
+            let q = gpool_store::JobQuery {
+                user: (!everyone).then(|| caller.user.clone()),
+                queue: None,
+                states: Vec::new(),
+                after,
+                limit: PAGE,
+            };
+            let rows = self.store.jobs(&q).map_err(|e| ApiError::new(500, e.to_string()))?;
+            let n = rows.len();
+            for row in rows {
+                after = Some(row.id);
+                let Ok(stored) = serde_json::from_str::<JobDoc>(&row.doc) else { continue };
+                // Live jobs: the controller's record is newer than the store's.
+                let d = self.jobs.get(&row.id).cloned().unwrap_or(stored);
+                if d.ended_ms.is_some_and(|e| e < since_ms) || d.started_ms.is_none() {
+                    continue;
+                }
+                let (live, live_pool) = self.live_cost(d.id, now).map_or((0.0, None), |(c, p)| (c, Some(p)));
+                let done = d.usage.as_ref().and_then(|u| u.cost_usd).unwrap_or(0.0);
+                let hours = self.usage_summary(&d).map_or(0.0, |u| u.gpu_hours);
+                let pool = live_pool.or_else(|| d.pool.clone()).unwrap_or_else(|| "-".into());
+                let key = ChargeKey {
+                    job: d.id,
+                    user: d.user.as_str().into(),
+                    team: d.team.as_str().into(),
+                    queue: d.queue.as_str().into(),
+                    pool: pool.as_str().into(),
+                };
+                let name = match group {
+                    CostGroup::Job => d.id.to_string(),
+                    CostGroup::User => d.user.clone(),
+                    CostGroup::Team => d.team.clone(),
+                    CostGroup::Queue => d.queue.clone(),
+                    CostGroup::Pool => pool.clone(),
+                };
+                *jobs_per.entry(name).or_default() += 1;
+                ledger.add(key, done + live, hours);
+            }
+            if n < PAGE as usize {
+                break;
+            }
+        }
+        let rows = ledger
+            .by(group)
+            .into_iter()
+            .map(|(key, dollars, gpu_hours)| api::CostRow {
+                jobs: jobs_per.get(&key).copied().unwrap_or(0),
+                key,
+                dollars: (dollars * 10_000.0).round() / 10_000.0,
+                gpu_hours: (gpu_hours * 10_000.0).round() / 10_000.0,
+            })
+            .collect();
+        Ok(api::CostReport {
+            by: group.as_str().into(),
+            since: api::time::rfc3339(since_ms),
+            total_dollars: (ledger.total() * 10_000.0).round() / 10_000.0,
+            rows,
+        })
+    }
+}
