@@ -237,6 +237,10 @@ pub struct JobSpec {
     /// When a node running it fails (or a replica is lost): `requeue` (default) or `fail`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_node_failure: Option<NodeFailure>,
+    /// Whether it may run on spot nodes, which their provider can take back:
+    /// `never`, `allowed` or `preferred` (default: its queue's, else `allowed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot: Option<String>,
 }
 
 /// What happens to a job when a node it runs on fails.
@@ -274,6 +278,7 @@ impl JobSpec {
             depends_on: Vec::new(),
             retries: 0,
             on_node_failure: None,
+            spot: None,
         }
     }
 }

@@ -19,11 +19,13 @@ pub struct QueueConfig {
     pub guarantee: GpuMilli,
     /// Hard cap on the queue's usage (`None` = no cap).
     pub max: Option<GpuMilli>,
+    /// Whether its jobs may run on spot nodes when they do not say (`None`: allowed).
+    pub spot: Option<crate::job::SpotPolicy>,
 }
 
 impl QueueConfig {
     pub fn new(name: &str) -> QueueConfig {
-        QueueConfig { name: Arc::from(name), cohort: None, guarantee: 0, max: None }
+        QueueConfig { name: Arc::from(name), cohort: None, guarantee: 0, max: None, spot: None }
     }
 }
 
@@ -131,6 +133,7 @@ mod tests {
                     cohort: c.map(Arc::from),
                     guarantee: g * GPU,
                     max: m.map(|m| m * GPU),
+                    spot: None,
                 };
                 (q.name.clone(), q)
             })

@@ -38,6 +38,9 @@ struct QueueFile {
     guarantee_gpus: f64,
     #[serde(default)]
     max_gpus: Option<f64>,
+    /// never, allowed or preferred: whether its jobs run on spot nodes when they do not say.
+    #[serde(default)]
+    spot: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -113,7 +116,12 @@ pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
                     q.guarantee_gpus
                 );
             }
+            let spot = match q.spot.as_deref() {
+                None => None,
+                Some(s) => Some(s.parse().map_err(|e: String| anyhow::anyhow!("{}: queue {}: {e}", path.display(), q.name))?),
+            };
             Ok(QueueConfig {
+                spot,
                 name: Arc::from(q.name.as_str()),
                 cohort: q.cohort.map(|c| Arc::from(c.as_str())),
                 guarantee: (q.guarantee_gpus * 1000.0).round() as u64,
@@ -160,6 +168,21 @@ pub fn this_account() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_sets_its_jobs_spot_default() {
+        let f = std::env::temp_dir().join(format!("gpool-queues-spot-{}.yaml", std::process::id()));
+        std::fs::write(&f, "- {name: batch, spot: preferred}\n- {name: prod, spot: never}\n- {name: any}\n")
+            .expect("file");
+        let qs = read_queues(&f).expect("valid");
+        std::fs::write(&f, "- {name: x, spot: sometimes}\n").expect("file");
+        let e = read_queues(&f).expect_err("bad spot");
+        let _ = std::fs::remove_file(&f);
+        let spots: Vec<_> = qs.iter().map(|q| q.spot).collect();
+        use gpool_core::SpotPolicy::*;
+        assert_eq!(spots, [Some(Preferred), Some(Never), None]);
+        assert!(e.to_string().contains("queue x") && e.to_string().contains("sometimes"), "{e}");
+    }
 
     #[test]
     fn a_queue_promised_more_than_its_maximum_is_refused() {

@@ -52,6 +52,9 @@ pub(crate) struct SubmitArgs {
     /// May be preempted by higher-priority or less-served work (gets the stop signal, then SIGKILL after --grace).
     #[arg(long)]
     preemptible: bool,
+    /// Whether it may run on spot nodes (taken back by their provider): never, allowed, preferred (default: its queue's, else allowed).
+    #[arg(long, value_parser = ["never", "allowed", "preferred"])]
+    spot: Option<String>,
     /// Time between the stop signal and SIGKILL (default 30s).
     #[arg(long)]
     grace: Option<String>,
@@ -150,6 +153,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         }
         if a.preemptible {
             s.preemptible = true;
+        }
+        if let Some(p) = &a.spot {
+            s.spot = Some(p.clone());
         }
         if let Some(r) = a.retries {
             s.retries = r;

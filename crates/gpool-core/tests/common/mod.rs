@@ -98,6 +98,7 @@ impl Cluster {
             cohort: cohort.map(Arc::from),
             guarantee: guarantee_gpus * 1000,
             max: max_gpus.map(|m| m * 1000),
+            spot: None,
         });
         self
     }

@@ -114,6 +114,9 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     }
     core.replicas = spec.replicas;
     core.preemptible = spec.preemptible;
+    if let Some(s) = &spec.spot {
+        core.spot = s.parse().map_err(|e: String| bad("spot", e))?;
+    }
     core.priority = match &spec.priority {
         None => 0,
         Some(Priority::Value(v)) => *v,
@@ -227,6 +230,7 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpool_core::SpotPolicy;
 
     fn spec(yaml: &str) -> gpool_api::JobSpec {
         serde_yaml::from_str(yaml).expect("yaml")
@@ -294,11 +298,23 @@ mod tests {
             ("command: [x]\nstopSignal: SIGFOO\n", "stopSignal"),
             ("command: [x]\ngpuModel: H100\n", "gpuModel"),
             ("command: [x]\naffinity: {required: [{key: a, operator: Near}]}\n", "affinity.required[0].operator"),
+            ("command: [x]\nspot: sometimes\n", "spot"),
         ];
         for (y, field) in cases {
             let e = to_core(&spec(y), "u", "t", 0).expect_err(y);
             assert_eq!(e.field, field, "{y}: {e}");
         }
+    }
+
+    #[test]
+    fn spot_policies_read() {
+        for (y, want) in
+            [("never", SpotPolicy::Never), ("preferred", SpotPolicy::Preferred), ("allowed", SpotPolicy::Allowed)]
+        {
+            let c = to_core(&spec(&format!("command: x\nspot: {y}\n")), "u", "t", 0).expect("ok");
+            assert_eq!(c.spot, want);
+        }
+        assert_eq!(to_core(&spec("command: x\n"), "u", "t", 0).expect("ok").spot, SpotPolicy::Allowed);
     }
 
     #[test]

@@ -36,7 +36,8 @@ pub const DOCUMENT: &str = r##"{
           "labels": { "type": "object", "additionalProperties": { "type": "string" } },
           "antiAffinity": { "type": "array", "items": { "type": "object", "additionalProperties": { "type": "string" } } },
           "dependsOn": { "type": "array", "items": { "type": "integer" } },
-          "retries": { "type": "integer", "minimum": 0, "maximum": 100, "default": 0 }
+          "retries": { "type": "integer", "minimum": 0, "maximum": 100, "default": 0 },
+          "spot": { "type": "string", "enum": ["never", "allowed", "preferred"], "description": "whether it may run on spot nodes (default: its queue's, else allowed)" }
         }
       },
       "MatchExpression": { "type": "object", "required": ["key", "operator"], "properties": {

@@ -152,8 +152,13 @@ impl Controller {
             crate::plane::input::spec(spec)
                 .map_err(|r| ApiError::new(400, at(i, format!("{}: {}", r.field, r.message))))?;
             self.check_queue(spec.queue.as_deref()).map_err(|m| ApiError::new(400, at(i, m)))?;
-            let core =
+            let mut core =
                 to_core(spec, &caller.user, &caller.team, now).map_err(|e| ApiError::new(400, at(i, e.to_string())))?;
+            if spec.spot.is_none()
+                && let Some(p) = self.snap.queues().find(|q| q.name == core.queue).and_then(|q| q.spot)
+            {
+                core.spot = p;
+            }
             if let Err(why) = self.snap.check_feasible(&core)
                 && !self.pools_could_run(&core)
             {

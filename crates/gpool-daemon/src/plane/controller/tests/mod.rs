@@ -107,7 +107,13 @@ impl Setup {
     fn queues(mut self, names: &[&str]) -> Setup {
         self.queues = names
             .iter()
-            .map(|n| gpool_core::QueueConfig { name: (*n).into(), cohort: None, guarantee: 4_000, max: None })
+            .map(|n| gpool_core::QueueConfig {
+                name: (*n).into(),
+                cohort: None,
+                guarantee: 4_000,
+                max: None,
+                spot: None,
+            })
             .collect();
         self
     }
