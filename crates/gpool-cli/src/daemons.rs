@@ -100,6 +100,9 @@ pub(crate) struct PlaneArgs {
     /// Elastic node pools the autoscaler grows and shrinks, with their prices and providers (YAML; see docs/cost.md).
     #[arg(long)]
     pools: Option<PathBuf>,
+    /// Monthly budgets per team or queue (YAML list of {team | queue, dollarsPerMonth, mode: hard|soft, alertAt: [50, 80, 100]}; see docs/cost.md).
+    #[arg(long)]
+    budgets: Option<PathBuf>,
 }
 
 impl PlaneArgs {
@@ -127,6 +130,7 @@ impl PlaneArgs {
             socket: self.socket,
             identities: self.identities,
             pools: self.pools,
+            budgets: self.budgets,
         }
     }
 }

@@ -232,3 +232,49 @@ echo "done: $c, resumed from $start on $GPOOL_NODE""#;
     let (code, v) = d.req("POST", &format!("/api/v1/nodes/{second}/notice"), &d.token, Some(&json!({"in": "soon"})));
     assert!(code == 400 && v.to_string().contains("in:"), "{v}");
 }
+
+#[test]
+fn a_team_over_its_hard_budget_has_its_next_job_held_with_the_reason() {
+    let s = Scratch::new("pools-budget");
+    let budgets = s.0.join("budgets.yaml");
+    std::fs::write(&budgets, "- {team: admin, dollarsPerMonth: 50, mode: hard, alertAt: [50, 100]}\n")
+        .expect("budgets");
+    let data = s.0.join("data");
+    // $100 a GPU-second: one second of one GPU spends the month's $50.
+    let d = Daemon::start(
+        &data,
+        "1xH100-80GB",
+        &["--budgets", budgets.to_str().expect("path"), "--gpu-price", "H100-80GB=360000"],
+    );
+    let first = d.submit(json!({"command": ["sh", "-c", "sleep 1"], "resources": {"nvidia.com/gpu": 1}}));
+    d.wait_ended(&[first], Duration::from_secs(30));
+    let cost = d.job(first);
+    assert_eq!(cost["state"], "succeeded", "{cost}");
+    let second = d.submit(json!({"command": ["true"], "resources": {"nvidia.com/gpu": 1}}));
+    let held = d.until(&format!("/api/v1/jobs/{second}"), Duration::from_secs(10), |j| {
+        j["reason"].as_str().is_some_and(|r| r.contains("over its hard budget"))
+    });
+    assert_eq!(held["state"], "pending", "{held}");
+    let reason = held["reason"].as_str().expect("reason");
+    assert!(reason.contains("team admin") && reason.contains("of $50.00 this month"), "{reason}");
+    let seen = events_until(&d, Duration::from_secs(10), |e| count(e, "budget_hold") == 1);
+    let alerts = messages(&seen, "budget_alert");
+    assert!(alerts.iter().any(|m| m.contains("(100%)") && m.contains("wait until next month")), "{alerts:?}");
+    let (ok, out, _) = d.cli(&["show", &second.to_string()]);
+    assert!(ok && out.contains("over its hard budget"), "{out}");
+    // An invalid budgets file says what is wrong.
+    std::fs::write(&budgets, "- {team: a, queue: b, dollarsPerMonth: 5}\n").expect("budgets");
+    let (code, _, err) = gpool(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            s.0.join("d2").to_str().expect("p"),
+            "--budgets",
+            budgets.to_str().expect("p"),
+        ],
+        &[],
+    );
+    assert!(code != Some(0) && err.contains("give either team or queue"), "{err}");
+}

@@ -13,7 +13,8 @@ use gpool_core::Policy;
 use std::sync::mpsc::{Receiver, Sender};
 
 use crate::plane::controller::{
-    Config, Controller, ElasticConfig, Event, LocalNode, ProviderPrograms, Shell, StoreFailed, Turn, free_local_port,
+    Budget, BudgetMode, BudgetScope, Config, Controller, ElasticConfig, Event, LocalNode, ProviderPrograms, Shell,
+    StoreFailed, Turn, free_local_port,
 };
 use crate::plane::http::{AppState, LocalUsers, router};
 use crate::plane::identity::Identities;
@@ -62,6 +63,8 @@ pub struct PlaneConfig {
     pub identities: Option<PathBuf>,
     /// Elastic node pools (`pools_file.rs`, docs/cost.md).
     pub pools: Option<PathBuf>,
+    /// Monthly budgets per team or queue (docs/cost.md).
+    pub budgets: Option<PathBuf>,
 }
 
 /// The controller's settings from a control plane's.
@@ -103,7 +106,54 @@ pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
             None => Identities::default(),
         },
         elastic,
+        budgets: match &p.budgets {
+            Some(f) => read_budgets(f)?,
+            None => Vec::new(),
+        },
     })
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BudgetFile {
+    team: Option<String>,
+    queue: Option<String>,
+    dollars_per_month: f64,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    alert_at: Option<Vec<u32>>,
+}
+
+/// Reads a budgets file: a list of `{team | queue, dollarsPerMonth, mode: hard|soft, alertAt: [50, 80, 100]}`.
+pub fn read_budgets(path: &Path) -> anyhow::Result<Vec<Budget>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let list: Vec<BudgetFile> = serde_yaml::from_str(&text).with_context(|| {
+        format!("{}: expected a list of {{team or queue, dollarsPerMonth, mode, alertAt}}", path.display())
+    })?;
+    list.into_iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let at = |what: String| anyhow::anyhow!("{}: budget {}: {what}", path.display(), i + 1);
+            let scope = match (b.team, b.queue) {
+                (Some(t), None) => BudgetScope::Team(t),
+                (None, Some(q)) => BudgetScope::Queue(q),
+                _ => return Err(at("give either team or queue".into())),
+            };
+            if !(b.dollars_per_month.is_finite() && b.dollars_per_month > 0.0) {
+                return Err(at(format!("dollarsPerMonth must be a positive number, got {}", b.dollars_per_month)));
+            }
+            let mode = match b.mode.as_deref() {
+                None | Some("hard") => BudgetMode::Hard,
+                Some("soft") => BudgetMode::Soft,
+                Some(m) => return Err(at(format!("mode {m:?} is not hard or soft"))),
+            };
+            let mut alert_at = b.alert_at.unwrap_or_else(|| vec![50, 80, 100]);
+            alert_at.sort_unstable();
+            alert_at.dedup();
+            Ok(Budget { scope, dollars_per_month: b.dollars_per_month, mode, alert_at })
+        })
+        .collect()
 }
 
 /// The pools file as the controller takes it: every pool with a provider,

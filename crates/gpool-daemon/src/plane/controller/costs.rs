@@ -54,10 +54,11 @@ impl Controller {
         if let Some(s) = summary.as_mut() {
             s.cost_usd = Some(dollars);
         }
-        if let Some(d) = self.jobs.get_mut(&id) {
-            d.pool = Some(pool.clone());
-            *self.cost_done.entry((d.team.clone(), d.user.clone(), d.queue.clone(), pool)).or_default() += dollars;
-        }
+        let Some(d) = self.jobs.get_mut(&id) else { return };
+        d.pool = Some(pool.clone());
+        let (team, user, queue) = (d.team.clone(), d.user.clone(), d.queue.clone());
+        *self.cost_done.entry((team.clone(), user, queue.clone(), pool)).or_default() += dollars;
+        self.budget_charge(&team, &queue, dollars);
     }
 
     /// Dollars per (team, user, queue, pool) since this daemon started, running jobs included.

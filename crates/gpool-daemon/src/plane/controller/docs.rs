@@ -122,6 +122,9 @@ pub struct JobDoc {
     /// The node pool its last run was charged to.
     #[serde(default)]
     pub pool: Option<String>,
+    /// Why it is held for its team's or queue's hard budget (`budgets.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_hold: Option<String>,
 }
 
 /// Adds up the usage of two runs (means weighted by GPU-hours).

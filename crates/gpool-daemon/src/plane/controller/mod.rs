@@ -40,6 +40,7 @@ use crate::plane::webhook::Notice;
 use crate::protocol::{AgentReport, Launch, NodeInfo, ReplicaKey};
 use gpool_core::pricing::Prices;
 
+mod budgets;
 mod calls;
 mod clock;
 mod conditions;
@@ -63,6 +64,7 @@ mod views;
 #[cfg(test)]
 mod tests;
 
+pub use budgets::{Budget, BudgetMode, BudgetScope};
 pub use calls::{Access, Answer, ApiError, Call, EVENTS_PAGE, ListQuery, LogTarget, Open, Reply};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use docs::{JobDoc, ReplicaDoc, RunDoc, Stop};
@@ -169,6 +171,8 @@ pub struct Config {
     pub identities: crate::plane::identity::Identities,
     /// Elastic node pools and their providers (`--pools`); `None`: a fixed cluster.
     pub elastic: Option<ElasticConfig>,
+    /// Monthly budgets per team or queue (`--budgets`, `budgets.rs`).
+    pub budgets: Vec<Budget>,
 }
 
 /// The owner of all state. See the module docs.
@@ -222,6 +226,8 @@ pub struct Controller {
     gpu_hours_done: BTreeMap<(String, String), f64>,
     /// Dollars of finished runs per (team, user, queue, pool), since the daemon started (`costs.rs`).
     cost_done: BTreeMap<(String, String, String, String), f64>,
+    /// This month's spend and the alerts sent (`budgets.rs`).
+    budget: budgets::BudgetState,
 }
 
 impl Controller {
@@ -282,6 +288,7 @@ impl Controller {
             preemptions: 0,
             gpu_hours_done: BTreeMap::new(),
             cost_done: BTreeMap::new(),
+            budget: budgets::BudgetState::default(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {
@@ -299,6 +306,7 @@ impl Controller {
         c.restore_fleet(now)?;
         c.restore_nodes(now)?;
         c.restore()?;
+        c.restore_budgets(now)?;
         let first = c.take_turn();
         Ok((c, first))
     }
@@ -459,6 +467,7 @@ impl Controller {
     // ----- scheduling -----
 
     fn schedule(&mut self, now: i64) {
+        self.check_budgets(now);
         self.dirty = false;
         let t0 = self.clock.monotonic();
         let mut plan = gpool_core::schedule(&self.snap, Time::from_millis(now));

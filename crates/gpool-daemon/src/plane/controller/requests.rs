@@ -6,6 +6,7 @@ use gpool_core::JobId;
 use gpool_store::JobQuery;
 
 use super::Controller;
+use super::budgets::BudgetMode;
 use super::calls::{ApiError, Call, ListQuery, LogTarget};
 use super::docs::{JobDoc, Stop, default_name};
 use crate::plane::auth::{Caller, Credential};
@@ -159,6 +160,13 @@ impl Controller {
             {
                 core.spot = p;
             }
+            // Over a soft budget: it runs only as preemptible, at the lowest priority.
+            if let Some((b, _)) = self.exhausted_budget(&caller.team, &core.queue, now)
+                && b.mode == BudgetMode::Soft
+            {
+                core.preemptible = true;
+                core.priority = i32::MIN;
+            }
             if let Err(why) = self.snap.check_feasible(&core)
                 && !self.pools_could_run(&core)
             {
@@ -221,7 +229,10 @@ impl Controller {
                 queued_ms: Some(now),
                 usage: None,
                 pool: None,
+                budget_hold: None,
             };
+            let over_hard =
+                self.exhausted_budget(&caller.team, &core.queue, now).filter(|(b, _)| b.mode == BudgetMode::Hard);
             if let Err(e) = self.snap.submit(JobId(id), core) {
                 return Err(ApiError::new(500, format!("internal error: {e}")));
             }
@@ -230,6 +241,19 @@ impl Controller {
             self.jobs.insert(id, doc);
             self.touched.insert(id);
             ids.push(id);
+            if let Some((b, spent)) = over_hard {
+                let (_, next) = super::budgets::month_bounds(now);
+                let text = Controller::budget_hold_text(&b, spent, next);
+                self.hold_for_budget(id, &text, next);
+                self.event(now, Some(id), "budget_hold", format!("job {id}: {text}"));
+            } else if self.snap.job(JobId(id)).is_some_and(|j| j.spec.priority == i32::MIN) {
+                self.event(
+                    now,
+                    Some(id),
+                    "budget_soft",
+                    format!("job {id}: its team or queue is over its soft budget; it runs preemptible, at the lowest priority"),
+                );
+            }
         }
         self.dirty = true;
         Ok(api::Submitted { ids })

@@ -12,9 +12,10 @@ impl Controller {
 
     pub(super) fn view(&self, d: &JobDoc) -> api::JobView {
         let reason = match d.state {
-            api::JobState::Pending => self
-                .reason(d.id)
-                .map(String::from)
+            api::JobState::Pending => d
+                .budget_hold
+                .clone()
+                .or_else(|| self.reason(d.id).map(String::from))
                 .or_else(|| {
                     d.not_before_ms
                         .filter(|t| *t > self.clock.now_ms())

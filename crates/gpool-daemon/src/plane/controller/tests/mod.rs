@@ -152,6 +152,7 @@ impl Setup {
             single_user: self.single_user,
             identities: self.identities,
             elastic: None,
+            budgets: Vec::new(),
             ..config(self.policy)
         };
         let (mut ctl, first) = Controller::new(cfg, store, local, Box::new(self.clock.clone())).expect("a controller");
@@ -185,6 +186,7 @@ fn config(policy: Policy) -> Config {
         daemon_account: None,
         identities: Default::default(),
         elastic: None,
+        budgets: Vec::new(),
     }
 }
 

@@ -1,0 +1,237 @@
+//! Monthly budgets per team or queue (`--budgets FILE`). Spend is what
+//! `costs.rs` charges: runs that ended this calendar month (UTC) plus what
+//! running jobs have cost so far. At each threshold (`alertAt`, percent) an
+//! alert goes out (the event stream and the alert webhook); at 100% a
+//! `hard` budget holds the team's or queue's pending and new jobs until the
+//! month ends, and a `soft` one lets new jobs run only as preemptible at
+//! the lowest priority. Jobs that end this month are counted by their end:
+//! a run that spans two months counts in the second.
+
+use std::collections::BTreeMap;
+
+use gpool_core::{JobId, Time};
+
+use super::Controller;
+use crate::plane::webhook::Notice;
+
+/// What a budget limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BudgetScope {
+    Team(String),
+    Queue(String),
+}
+
+/// What happens at 100%.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetMode {
+    /// New and pending jobs wait for next month.
+    Hard,
+    /// New jobs run only as preemptible at the lowest priority.
+    Soft,
+}
+
+/// One budget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Budget {
+    pub scope: BudgetScope,
+    pub dollars_per_month: f64,
+    pub mode: BudgetMode,
+    /// Percentages at which an alert goes out, ascending.
+    pub alert_at: Vec<u32>,
+}
+
+impl Budget {
+    fn key(&self) -> String {
+        match &self.scope {
+            BudgetScope::Team(t) => format!("team {t}"),
+            BudgetScope::Queue(q) => format!("queue {q}"),
+        }
+    }
+
+    fn covers(&self, team: &str, queue: &str) -> bool {
+        match &self.scope {
+            BudgetScope::Team(t) => t == team,
+            BudgetScope::Queue(q) => q == queue,
+        }
+    }
+}
+
+/// What the controller keeps of budgets.
+#[derive(Clone, Debug, Default)]
+pub(super) struct BudgetState {
+    /// The month the spend below is of: its first millisecond (UTC).
+    pub month_start_ms: i64,
+    /// Dollars of runs that ended this month, per (team, queue).
+    pub spent: BTreeMap<(String, String), f64>,
+    /// The highest threshold alerted this month, per budget.
+    pub alerted: BTreeMap<String, u32>,
+}
+
+/// The first millisecond of the month `ms` falls in, and of the next one.
+pub(super) fn month_bounds(ms: i64) -> (i64, i64) {
+    let day = ms.div_euclid(86_400_000);
+    let (y, m, _) = gpool_api::time::civil_from_days(day);
+    let start = gpool_api::time::days_from_civil(y, m, 1) * 86_400_000;
+    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    (start, gpool_api::time::days_from_civil(ny, nm, 1) * 86_400_000)
+}
+
+impl Controller {
+    /// This month's spend of finished runs, from the store (once, at start).
+    pub(super) fn restore_budgets(&mut self, now: i64) -> anyhow::Result<()> {
+        let (start, _) = month_bounds(now);
+        self.budget.month_start_ms = start;
+        if self.cfg.budgets.is_empty() {
+            return Ok(());
+        }
+        let mut after = None;
+        loop {
+            let q = gpool_store::JobQuery { user: None, queue: None, states: Vec::new(), after, limit: 1000 };
+            let rows = self.store.jobs(&q)?;
+            let n = rows.len();
+            for row in rows {
+                after = Some(row.id);
+                let Ok(d) = serde_json::from_str::<super::docs::JobDoc>(&row.doc) else { continue };
+                let this_month = d.ended_ms.is_some_and(|e| e >= start) || d.ended_ms.is_none();
+                if let Some(c) = d.usage.as_ref().and_then(|u| u.cost_usd).filter(|_| this_month) {
+                    *self.budget.spent.entry((d.team, d.queue)).or_default() += c;
+                }
+            }
+            if n < 1000 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A run's cost, charged to this month.
+    pub(super) fn budget_charge(&mut self, team: &str, queue: &str, dollars: f64) {
+        *self.budget.spent.entry((team.to_string(), queue.to_string())).or_default() += dollars;
+    }
+
+    /// What a budget's team or queue has spent this month, running jobs included.
+    fn budget_spend(&self, b: &Budget, now: i64) -> f64 {
+        let done: f64 = self.budget.spent.iter().filter(|((t, q), _)| b.covers(t, q)).map(|(_, d)| d).sum();
+        let live: f64 = self
+            .jobs
+            .iter()
+            .filter(|(_, d)| b.covers(&d.team, &d.queue))
+            .filter_map(|(id, _)| self.live_cost(*id, now).map(|(c, _)| c))
+            .sum();
+        done + live
+    }
+
+    /// The budget at or over 100% this job's team or queue is under, if any.
+    pub(super) fn exhausted_budget(&self, team: &str, queue: &str, now: i64) -> Option<(Budget, f64)> {
+        self.cfg
+            .budgets
+            .iter()
+            .filter(|b| b.covers(team, queue))
+            .map(|b| (b.clone(), self.budget_spend(b, now)))
+            .find(|(b, spent)| *spent >= b.dollars_per_month)
+    }
+
+    /// Why a job of an exhausted hard budget waits.
+    pub(super) fn budget_hold_text(b: &Budget, spent: f64, until_ms: i64) -> String {
+        format!(
+            "{} is over its hard budget: ${spent:.2} of ${:.2} this month; held until {} (or until the budget is raised)",
+            b.key(),
+            b.dollars_per_month,
+            gpool_api::time::rfc3339(until_ms)
+        )
+    }
+
+    /// After a pass: month rollover, threshold alerts, holds of hard budgets.
+    pub(super) fn check_budgets(&mut self, now: i64) {
+        if self.cfg.budgets.is_empty() {
+            return;
+        }
+        let (start, next) = month_bounds(now);
+        if start != self.budget.month_start_ms {
+            // A new month: spend starts again and held jobs go back to the queue.
+            self.budget = BudgetState { month_start_ms: start, ..BudgetState::default() };
+            let held: Vec<u64> = self.jobs.iter().filter(|(_, d)| d.budget_hold.is_some()).map(|(id, _)| *id).collect();
+            for id in held {
+                if let Some(d) = self.jobs.get_mut(&id) {
+                    d.budget_hold = None;
+                    d.not_before_ms = None;
+                }
+                let _ = self.snap.set_not_before(JobId(id), Time::MIN);
+                self.touched.insert(id);
+            }
+            self.dirty = true;
+        }
+        self.timers.insert((next, super::timers::Timer::Wake));
+        for b in self.cfg.budgets.clone() {
+            let spent = self.budget_spend(&b, now);
+            let pct = (spent / b.dollars_per_month.max(1e-9) * 100.0).floor() as u32;
+            let key = b.key();
+            let already = self.budget.alerted.get(&key).copied().unwrap_or(0);
+            if let Some(&t) = b.alert_at.iter().rev().find(|t| pct >= **t && **t > already) {
+                self.budget.alerted.insert(key.clone(), t);
+                let summary = format!(
+                    "{key} has spent ${spent:.2} of its ${:.2} monthly budget ({t}%){}",
+                    b.dollars_per_month,
+                    match (t >= 100, b.mode) {
+                        (true, BudgetMode::Hard) => ": its jobs wait until next month",
+                        (true, BudgetMode::Soft) => ": its new jobs run only as preemptible, at the lowest priority",
+                        _ => "",
+                    }
+                );
+                self.event(now, None, "budget_alert", summary.clone());
+                self.notices.push(Notice {
+                    status: "firing".into(),
+                    labels: [
+                        ("alertname".to_string(), "GpoolBudget".to_string()),
+                        ("severity".to_string(), if t >= 100 { "critical" } else { "warning" }.to_string()),
+                        ("subject".to_string(), key.clone()),
+                        ("threshold".to_string(), t.to_string()),
+                    ]
+                    .into_iter()
+                    .collect(),
+                    annotations: [("summary".to_string(), summary)].into_iter().collect(),
+                    starts_at: gpool_api::time::rfc3339(now),
+                    ends_at: "0001-01-01T00:00:00Z".into(),
+                });
+            }
+            if b.mode == BudgetMode::Hard && spent >= b.dollars_per_month {
+                let text = Controller::budget_hold_text(&b, spent, next);
+                let pending: Vec<u64> = self
+                    .jobs
+                    .iter()
+                    .filter(|(_, d)| d.budget_hold.is_none() && b.covers(&d.team, &d.queue))
+                    .filter(|(id, _)| self.snap.job(JobId(**id)).is_some_and(|j| j.running().is_none()))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in pending {
+                    self.hold_for_budget(id, &text, next);
+                }
+            }
+        }
+    }
+
+    /// Holds a pending job until `until_ms` for its budget.
+    pub(super) fn hold_for_budget(&mut self, id: u64, text: &str, until_ms: i64) {
+        let _ = self.snap.set_not_before(JobId(id), Time::from_millis(until_ms));
+        if let Some(d) = self.jobs.get_mut(&id) {
+            d.budget_hold = Some(text.to_string());
+            d.not_before_ms = Some(until_ms);
+        }
+        self.touched.insert(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn months_start_and_end_on_the_first_in_utc() {
+        let at = gpool_api::time::parse_rfc3339("2026-11-25T08:00:00Z").expect("time");
+        let (s, n) = month_bounds(at);
+        assert_eq!(gpool_api::time::rfc3339(s), "2026-11-01T00:00:00.000Z");
+        assert_eq!(gpool_api::time::rfc3339(n), "2026-12-01T00:00:00.000Z");
+        let dec = gpool_api::time::parse_rfc3339("2026-12-31T23:59:59Z").expect("time");
+        assert_eq!(gpool_api::time::rfc3339(month_bounds(dec).1), "2027-01-01T00:00:00.000Z");
+    }
+}
