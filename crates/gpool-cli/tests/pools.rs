@@ -278,3 +278,44 @@ fn a_team_over_its_hard_budget_has_its_next_job_held_with_the_reason() {
     );
     assert!(code != Some(0) && err.contains("give either team or queue"), "{err}");
 }
+
+#[test]
+fn a_job_whose_gpus_stay_idle_is_stopped_where_its_queue_says_so_unless_it_opts_out() {
+    let s = Scratch::new("pools-idle");
+    let rules = s.0.join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "- {name: AllocatedGpuIdle, scope: allocated_gpu, metric: gpu_util, below: 5, for: 300ms, severity: warning}\n",
+    )
+    .expect("rules");
+    let queues = s.0.join("queues.yaml");
+    std::fs::write(&queues, "- {name: default, idle: stop}\n").expect("queues");
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "2xH100-80GB",
+        &[
+            "--sample-interval",
+            "100ms",
+            "--alert-rules",
+            rules.to_str().expect("path"),
+            "--queues",
+            queues.to_str().expect("path"),
+        ],
+    );
+    // Simulated GPUs of jobs that declare no load are idle.
+    let idle = d.submit(json!({"command": "sleep 600", "resources": {"nvidia.com/gpu": 1}}));
+    let kept = d.submit(json!({
+        "command": "sleep 600", "resources": {"nvidia.com/gpu": 1}, "labels": {"gpool.io/idle": "keep"}
+    }));
+    let seen = events_until(&d, Duration::from_secs(30), |e| {
+        e.iter().any(|x| x["kind"] == "cancelled" && x["job"].as_u64() == Some(idle))
+            && e.iter().any(|x| x["kind"] == "idle_warning" && x["job"].as_u64() == Some(kept))
+    });
+    assert!(messages(&seen, "idle_stop").iter().any(|m| m.contains(&format!("job {idle}"))), "{seen:?}");
+    let stopped = d.job(idle);
+    assert_eq!(stopped["state"], "cancelled", "{stopped}");
+    assert!(stopped["reason"].as_str().is_some_and(|r| r.contains("idle policy")), "{stopped}");
+    assert_eq!(d.job(kept)["state"], "running", "it opted out: warned, not stopped");
+    let (ok, _, err) = d.cli(&["cancel", &kept.to_string()]);
+    assert!(ok, "{err}");
+}

@@ -21,11 +21,13 @@ pub struct QueueConfig {
     pub max: Option<GpuMilli>,
     /// Whether its jobs may run on spot nodes when they do not say (`None`: allowed).
     pub spot: Option<crate::job::SpotPolicy>,
+    /// Jobs whose GPUs all stay idle are stopped (the daemon's `idle: stop`), not only warned.
+    pub idle_stop: bool,
 }
 
 impl QueueConfig {
     pub fn new(name: &str) -> QueueConfig {
-        QueueConfig { name: Arc::from(name), cohort: None, guarantee: 0, max: None, spot: None }
+        QueueConfig { name: Arc::from(name), cohort: None, guarantee: 0, max: None, spot: None, idle_stop: false }
     }
 }
 
@@ -134,6 +136,7 @@ mod tests {
                     guarantee: g * GPU,
                     max: m.map(|m| m * GPU),
                     spot: None,
+                    idle_stop: false,
                 };
                 (q.name.clone(), q)
             })

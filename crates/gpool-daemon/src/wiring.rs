@@ -41,6 +41,9 @@ struct QueueFile {
     /// never, allowed or preferred: whether its jobs run on spot nodes when they do not say.
     #[serde(default)]
     spot: Option<String>,
+    /// warn (default) or stop: what happens to a job whose GPUs all stay idle.
+    #[serde(default)]
+    idle: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -120,8 +123,14 @@ pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
                 None => None,
                 Some(s) => Some(s.parse().map_err(|e: String| anyhow::anyhow!("{}: queue {}: {e}", path.display(), q.name))?),
             };
+            let idle_stop = match q.idle.as_deref() {
+                None | Some("warn") => false,
+                Some("stop") => true,
+                Some(other) => bail!("{}: queue {}: idle {other:?} is not warn or stop", path.display(), q.name),
+            };
             Ok(QueueConfig {
                 spot,
+                idle_stop,
                 name: Arc::from(q.name.as_str()),
                 cohort: q.cohort.map(|c| Arc::from(c.as_str())),
                 guarantee: (q.guarantee_gpus * 1000.0).round() as u64,
@@ -172,16 +181,23 @@ mod tests {
     #[test]
     fn a_queue_sets_its_jobs_spot_default() {
         let f = std::env::temp_dir().join(format!("gpool-queues-spot-{}.yaml", std::process::id()));
-        std::fs::write(&f, "- {name: batch, spot: preferred}\n- {name: prod, spot: never}\n- {name: any}\n")
-            .expect("file");
+        std::fs::write(
+            &f,
+            "- {name: batch, spot: preferred, idle: stop}\n- {name: prod, spot: never, idle: warn}\n- {name: any}\n",
+        )
+        .expect("file");
         let qs = read_queues(&f).expect("valid");
         std::fs::write(&f, "- {name: x, spot: sometimes}\n").expect("file");
         let e = read_queues(&f).expect_err("bad spot");
+        std::fs::write(&f, "- {name: y, idle: nap}\n").expect("file");
+        let e2 = read_queues(&f).expect_err("bad idle");
         let _ = std::fs::remove_file(&f);
         let spots: Vec<_> = qs.iter().map(|q| q.spot).collect();
         use gpool_core::SpotPolicy::*;
         assert_eq!(spots, [Some(Preferred), Some(Never), None]);
         assert!(e.to_string().contains("queue x") && e.to_string().contains("sometimes"), "{e}");
+        assert!(e2.to_string().contains("idle \"nap\" is not warn or stop"), "{e2}");
+        assert_eq!(qs.iter().map(|q| q.idle_stop).collect::<Vec<_>>(), [true, false, false]);
     }
 
     #[test]

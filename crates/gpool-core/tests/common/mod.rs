@@ -99,6 +99,7 @@ impl Cluster {
             guarantee: guarantee_gpus * 1000,
             max: max_gpus.map(|m| m * 1000),
             spot: None,
+            idle_stop: false,
         });
         self
     }

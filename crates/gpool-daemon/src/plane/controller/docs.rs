@@ -28,6 +28,10 @@ pub enum Stop {
     },
     /// A replica was lost (its shim vanished).
     Lost,
+    /// All its GPUs stayed idle and its queue stops idle jobs (`idle.rs`).
+    Idle {
+        gpus: u32,
+    },
     /// Its node is being taken back by its provider (a spot notice) at `at_ms`.
     Reclaim {
         node: String,

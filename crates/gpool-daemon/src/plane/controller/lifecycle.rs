@@ -120,6 +120,12 @@ impl Controller {
         let next = match &run.stop {
             Some(Stop::Cancel { by }) => Next::Done(api::JobState::Cancelled, format!("cancelled by {by}")),
             Some(Stop::TimeLimit) => Next::Done(api::JobState::TimedOut, "killed at its time limit".into()),
+            Some(Stop::Idle { gpus }) => Next::Done(
+                api::JobState::Cancelled,
+                format!(
+                    "stopped by its queue's idle policy: its {gpus} GPU(s) stayed idle; label it gpool.io/idle=keep to opt out"
+                ),
+            ),
             Some(Stop::GpuMemory { gpu, used_mb, limit_mb }) => Next::Done(
                 api::JobState::Failed,
                 format!(

@@ -48,6 +48,7 @@ mod costs;
 mod docs;
 mod elastic;
 mod gpu_shares;
+mod idle;
 mod launch;
 mod lifecycle;
 mod mig_layouts;
@@ -228,6 +229,8 @@ pub struct Controller {
     cost_done: BTreeMap<(String, String, String, String), f64>,
     /// This month's spend and the alerts sent (`budgets.rs`).
     budget: budgets::BudgetState,
+    /// GPUs of each job the idle rule fires on (`idle.rs`).
+    idle_gpus: BTreeMap<u64, BTreeSet<String>>,
 }
 
 impl Controller {
@@ -289,6 +292,7 @@ impl Controller {
             gpu_hours_done: BTreeMap::new(),
             cost_done: BTreeMap::new(),
             budget: budgets::BudgetState::default(),
+            idle_gpus: BTreeMap::new(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {

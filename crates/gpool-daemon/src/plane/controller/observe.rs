@@ -111,6 +111,7 @@ impl Controller {
 
     /// Alert transitions become events (`alert_firing`, `alert_resolved`) and webhook notices.
     pub(super) fn publish_alerts(&mut self, transitions: Vec<gpool_core::alert::Transition>, now: i64) {
+        self.idle_policy(&transitions, now);
         for t in transitions {
             let job = t.labels.iter().find(|(k, _)| k == "job_id").and_then(|(_, v)| v.parse().ok());
             let kind = if t.firing { "alert_firing" } else { "alert_resolved" };

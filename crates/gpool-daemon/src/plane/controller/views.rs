@@ -27,6 +27,7 @@ impl Controller {
                 Stop::Cancel { by } => format!("cancelled by {by}; waiting for its processes to exit"),
                 Stop::Preempt { for_job } => format!("preempted for job {for_job}; checkpointing before it exits"),
                 Stop::TimeLimit => "time limit reached; waiting for its processes to exit".into(),
+                Stop::Idle { gpus } => format!("its {gpus} GPU(s) stayed idle; stopping it (its queue's idle policy)"),
                 Stop::GangFailure { rank } => format!("rank {rank} failed; stopping the other replicas"),
                 Stop::Lost => "a replica was lost; stopping the others".into(),
                 Stop::Reclaim { node, at_ms } => format!(

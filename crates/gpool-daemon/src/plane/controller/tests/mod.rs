@@ -113,6 +113,7 @@ impl Setup {
                 guarantee: 4_000,
                 max: None,
                 spot: None,
+                idle_stop: false,
             })
             .collect();
         self
