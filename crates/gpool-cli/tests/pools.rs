@@ -316,6 +316,14 @@ fn a_job_whose_gpus_stay_idle_is_stopped_where_its_queue_says_so_unless_it_opts_
     assert_eq!(stopped["state"], "cancelled", "{stopped}");
     assert!(stopped["reason"].as_str().is_some_and(|r| r.contains("idle policy")), "{stopped}");
     assert_eq!(d.job(kept)["state"], "running", "it opted out: warned, not stopped");
+    // What the idle GPUs cost is counted as paid and wasted.
+    let (_, metrics) = d.text("/metrics");
+    let wasted: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("gpool_idle_allocated_cost_dollars_total{"))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    assert!(wasted > 0.0, "{metrics}");
     let (ok, _, err) = d.cli(&["cancel", &kept.to_string()]);
     assert!(ok, "{err}");
 }

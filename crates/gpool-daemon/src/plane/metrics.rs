@@ -100,6 +100,8 @@ pub struct Scrape {
     pub idle_gpu_seconds: BTreeMap<(String, String), f64>,
     /// Dollars per (team, user, queue, pool) since the daemon started.
     pub cost: BTreeMap<(String, String, String, String), f64>,
+    /// Of those, dollars of allocated GPUs that were idle.
+    pub idle_cost: BTreeMap<(String, String, String, String), f64>,
     /// Nodes: (name, state, 1 if its sampler works).
     pub nodes: Vec<(String, String, bool)>,
     /// Firing alerts per (rule, severity).
@@ -298,6 +300,23 @@ pub fn render(s: &Scrape) -> String {
             value(*d)
         );
     }
+    header(
+        &mut out,
+        "gpool_idle_allocated_cost_dollars_total",
+        "counter",
+        "Of gpool_cost_dollars_total, dollars of allocated GPUs under 5% utilisation: paid and wasted.",
+    );
+    for ((t, u, q, p), d) in &s.idle_cost {
+        let _ = writeln!(
+            out,
+            "gpool_idle_allocated_cost_dollars_total{{team=\"{}\",user=\"{}\",queue=\"{}\",pool=\"{}\"}} {}",
+            escape(t),
+            escape(u),
+            escape(q),
+            escape(p),
+            value(*d)
+        );
+    }
     header(&mut out, "gpool_node_up", "gauge", "1 if the node is up and its telemetry sampler works.");
     for (n, st, ok) in &s.nodes {
         let _ = writeln!(out, "gpool_node_up{{node=\"{}\",state=\"{st}\"}} {}", escape(n), u8::from(*ok && st == "up"));
@@ -370,6 +389,9 @@ mod tests {
             cost: [(("ml".to_string(), "ana".to_string(), "default".to_string(), "spot".to_string()), 4.125)]
                 .into_iter()
                 .collect(),
+            idle_cost: [(("ml".to_string(), "ana".to_string(), "default".to_string(), "spot".to_string()), 1.5)]
+                .into_iter()
+                .collect(),
             nodes: vec![("n1".into(), "up".into(), true)],
             alerts: BTreeMap::new(),
         }
@@ -390,6 +412,9 @@ mod tests {
         assert!(
             text.contains("gpool_cost_dollars_total{team=\"ml\",user=\"ana\",queue=\"default\",pool=\"spot\"} 4.125\n")
         );
+        assert!(text.contains(
+            "gpool_idle_allocated_cost_dollars_total{team=\"ml\",user=\"ana\",queue=\"default\",pool=\"spot\"} 1.5\n"
+        ));
     }
 
     #[test]

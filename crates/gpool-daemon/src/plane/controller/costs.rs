@@ -51,13 +51,16 @@ impl Controller {
     pub(super) fn charge_run(&mut self, id: u64, hours: f64, summary: &mut Option<api::UsageSummary>) {
         let Some((price, pool)) = self.run_price(id) else { return };
         let dollars = price * hours;
+        let idle = summary.as_ref().map_or(0.0, |s| s.idle_gpu_hours * price);
         if let Some(s) = summary.as_mut() {
             s.cost_usd = Some(dollars);
         }
         let Some(d) = self.jobs.get_mut(&id) else { return };
         d.pool = Some(pool.clone());
         let (team, user, queue) = (d.team.clone(), d.user.clone(), d.queue.clone());
-        *self.cost_done.entry((team.clone(), user, queue.clone(), pool)).or_default() += dollars;
+        let key = (team.clone(), user, queue.clone(), pool);
+        *self.waste_done.entry(key.clone()).or_default() += idle;
+        *self.cost_done.entry(key).or_default() += dollars;
         self.budget_charge(&team, &queue, dollars);
     }
 
@@ -67,6 +70,19 @@ impl Controller {
         for (id, d) in &self.jobs {
             if let Some((dollars, pool)) = self.live_cost(*id, now) {
                 *out.entry((d.team.clone(), d.user.clone(), d.queue.clone(), pool)).or_default() += dollars;
+            }
+        }
+        out
+    }
+
+    /// Dollars paid for allocated GPUs while they were idle (under 5%), per
+    /// (team, user, queue, pool) since this daemon started, running jobs included.
+    pub(super) fn waste_counters(&self) -> BTreeMap<(String, String, String, String), f64> {
+        let mut out = self.waste_done.clone();
+        for (id, d) in &self.jobs {
+            let idle = self.telemetry.summary(*id).map_or(0.0, |s| s.idle_gpu_hours);
+            if let Some((price, pool)) = self.run_price(*id).filter(|_| idle > 0.0) {
+                *out.entry((d.team.clone(), d.user.clone(), d.queue.clone(), pool)).or_default() += idle * price;
             }
         }
         out

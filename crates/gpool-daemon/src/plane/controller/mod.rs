@@ -227,6 +227,8 @@ pub struct Controller {
     gpu_hours_done: BTreeMap<(String, String), f64>,
     /// Dollars of finished runs per (team, user, queue, pool), since the daemon started (`costs.rs`).
     cost_done: BTreeMap<(String, String, String, String), f64>,
+    /// Of those, dollars of allocated GPUs that were idle (`costs.rs`).
+    waste_done: BTreeMap<(String, String, String, String), f64>,
     /// This month's spend and the alerts sent (`budgets.rs`).
     budget: budgets::BudgetState,
     /// GPUs of each job the idle rule fires on (`idle.rs`).
@@ -291,6 +293,7 @@ impl Controller {
             preemptions: 0,
             gpu_hours_done: BTreeMap::new(),
             cost_done: BTreeMap::new(),
+            waste_done: BTreeMap::new(),
             budget: budgets::BudgetState::default(),
             idle_gpus: BTreeMap::new(),
         };

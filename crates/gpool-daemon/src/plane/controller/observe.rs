@@ -407,6 +407,7 @@ impl Controller {
             gpu_hours,
             idle_gpu_seconds: self.telemetry.counters.idle_allocated_gpu_secs.clone(),
             cost: self.cost_counters(now),
+            idle_cost: self.waste_counters(),
             nodes: self
                 .snap
                 .nodes()
