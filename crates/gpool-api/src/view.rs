@@ -226,6 +226,10 @@ pub struct PoolView {
     pub deleting: u32,
     /// Up and running nothing.
     pub idle: u32,
+    /// Dollars per hour paid for capacity nothing uses now: idle nodes, and a
+    /// reserved pool's committed nodes that run nothing or do not exist.
+    #[serde(default)]
+    pub unused_per_hour: f64,
     #[serde(default)]
     pub node_names: Vec<String>,
     /// Failed creations since a node last came up.

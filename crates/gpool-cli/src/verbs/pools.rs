@@ -21,8 +21,8 @@ pub(crate) fn render(ps: &[api::PoolView], output: Output) -> anyhow::Result<Str
         return json(ps);
     }
     let mut lines = vec![format!(
-        "{:<14} {:<9} {:<16} {:>9} {:>7} {:>5} {:>8} {:>6} {:>8}  {}",
-        "POOL", "KIND", "SHAPE", "$/NODE-H", "MIN-MAX", "NODES", "CREATING", "IDLE", "DELETING", "HEALTH"
+        "{:<14} {:<9} {:<16} {:>9} {:>7} {:>5} {:>8} {:>6} {:>8} {:>10}  {}",
+        "POOL", "KIND", "SHAPE", "$/NODE-H", "MIN-MAX", "NODES", "CREATING", "IDLE", "DELETING", "UNUSED $/H", "HEALTH"
     )];
     for p in ps {
         let health = match (&p.retry_at, p.available) {
@@ -32,7 +32,7 @@ pub(crate) fn render(ps: &[api::PoolView], output: Output) -> anyhow::Result<Str
             (None, _) => format!("{} failure(s)", p.failures),
         };
         lines.push(format!(
-            "{:<14} {:<9} {:<16} {:>9.2} {:>7} {:>5} {:>8} {:>6} {:>8}  {}",
+            "{:<14} {:<9} {:<16} {:>9.2} {:>7} {:>5} {:>8} {:>6} {:>8} {:>10.2}  {}",
             p.name,
             p.kind,
             format!("{}x{}", p.gpus, p.gpu_model),
@@ -42,6 +42,7 @@ pub(crate) fn render(ps: &[api::PoolView], output: Output) -> anyhow::Result<Str
             p.creating,
             p.idle,
             p.deleting,
+            p.unused_per_hour,
             health
         ));
     }
@@ -68,6 +69,7 @@ mod tests {
             creating: 1,
             deleting: 0,
             idle: 1,
+            unused_per_hour: if kind == "spot" { 2.752 } else { 24.48 },
             node_names: vec![format!("{name}-1"), format!("{name}-2"), format!("{name}-3")],
             failures,
             available,

@@ -368,6 +368,15 @@ impl Controller {
                     self.fleet.nodes.iter().filter(|(_, n)| n.pool == p.name()).collect();
                 let count = |f: &dyn Fn(&FleetNode) -> bool| mine.iter().filter(|(_, n)| f(n)).count() as u32;
                 let health = self.fleet.health.get(p.name()).cloned().unwrap_or_default();
+                let idle = count(&|n| n.registered && !n.deleting && n.idle_since_ms.is_some());
+                let busy = count(&|n| n.registered && !n.deleting && n.idle_since_ms.is_none());
+                let paid = if p.pool.kind == gpool_core::PoolKind::Reserved {
+                    (mine.len() as u32).max(p.min)
+                } else {
+                    mine.len() as u32
+                };
+                let unused =
+                    if p.pool.kind == gpool_core::PoolKind::Reserved { paid.saturating_sub(busy) } else { idle };
                 gpool_api::PoolView {
                     name: p.name().to_string(),
                     kind: p.pool.kind.as_str().into(),
@@ -381,7 +390,8 @@ impl Controller {
                     nodes: mine.len() as u32,
                     creating: count(&|n| !n.registered && !n.deleting),
                     deleting: count(&|n| n.deleting),
-                    idle: count(&|n| n.registered && !n.deleting && n.idle_since_ms.is_some()),
+                    idle,
+                    unused_per_hour: f64::from(unused) * p.price_per_node_hour,
                     node_names: mine.iter().map(|(name, _)| (*name).clone()).collect(),
                     failures: health.failures,
                     available: !health.unavailable_at(t),
