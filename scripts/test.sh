@@ -15,12 +15,23 @@ command -v flock >/dev/null 2>&1 || need+=(util-linux)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v useradd >/dev/null 2>&1 || need+=(passwd)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+# podman and runc run the jobs of the container tests; busybox-static is their image's only program.
+containers=()
+command -v podman >/dev/null 2>&1 || containers+=(podman)
+command -v runc >/dev/null 2>&1 || containers+=(runc)
+command -v busybox >/dev/null 2>&1 || containers+=(busybox-static)
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+if [ ${#need[@]} -gt 0 ] || [ ${#containers[@]} -gt 0 ]; then
+  $sudo apt-get update -qq
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]} (Debian packages) for the tests that start them"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+if [ ${#containers[@]} -gt 0 ]; then
+  echo "== installing ${containers[*]} (Debian packages) for the container tests"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${containers[@]}"
 fi
 
 exec cargo test --workspace "$@"

@@ -120,6 +120,9 @@ pub enum Command {
         cpus_milli: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         memory_mb: Option<u64>,
+        /// The OCI image to run the command in, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image: Option<String>,
     },
     /// Send a signal (by number) to the replica's process group.
     Signal { replica: ReplicaId, signal: i32 },

@@ -241,6 +241,10 @@ pub struct JobSpec {
     /// `never`, `allowed` or `preferred` (default: its queue's, else `allowed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot: Option<String>,
+    /// An OCI image to run the command in (podman or docker on the node),
+    /// e.g. `pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// What happens to a job when a node it runs on fails.
@@ -279,6 +283,7 @@ impl JobSpec {
             retries: 0,
             on_node_failure: None,
             spot: None,
+            image: None,
         }
     }
 }

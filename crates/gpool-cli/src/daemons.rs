@@ -186,6 +186,12 @@ pub(crate) struct NodeArgs {
     /// On a spot machine: watch the provider's notice (aws: IMDS spot/instance-action; gcp: instance/preempted; or aws=URL, gcp=URL) and pass it to the control plane, which checkpoints and requeues the jobs here (gpool agent only).
     #[arg(long, value_parser = clap::value_parser!(gpool_daemon::node::spot_watch::SpotSource))]
     spot_notice: Option<gpool_daemon::node::spot_watch::SpotSource>,
+    /// Runs jobs that name an image: auto (podman, else docker), podman, docker, none, or a path to either.
+    #[arg(long, default_value = "auto")]
+    container_runtime: String,
+    /// A word added to `podman|docker run` for every job's container (repeatable), e.g. --container-arg=--runtime=runc --container-arg=--ulimit=nofile=1024:1024.
+    #[arg(long = "container-arg", allow_hyphen_values = true)]
+    container_args: Vec<String>,
 }
 
 impl NodeArgs {
@@ -221,6 +227,8 @@ impl NodeArgs {
             gpu_sharing: self.gpu_sharing,
             checkpoint_root: self.checkpoint_root,
             spot_notice: self.spot_notice,
+            container_runtime: self.container_runtime,
+            container_args: self.container_args,
             mig_managed: match self.mig_managed.as_deref().map(str::trim) {
                 None | Some("none") => None,
                 Some("all") => Some(Vec::new()),

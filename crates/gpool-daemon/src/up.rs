@@ -60,6 +60,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let mode = crate::node::account::prepare(cfg.node.run_as, &plane.data_dir)?;
     eprintln!("gpool: {mode}");
     let cgroups = crate::node::host::cgroups(&cfg.node);
+    let container = crate::node::host::container_runtime(&cfg.node)?;
     let mut config = controller_config(plane)?;
     if cfg.node.run_as == crate::node::account::RunAs::Daemon {
         // Every job runs as this account: tokens for others would pretend to separate them.
@@ -99,6 +100,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
         sampler: sampler_ctl.clone(),
         checkpoint_root: cfg.node.checkpoint_root.clone(),
+        container: container.clone(),
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;

@@ -55,6 +55,9 @@ pub(crate) struct SubmitArgs {
     /// Whether it may run on spot nodes (taken back by their provider): never, allowed, preferred (default: its queue's, else allowed).
     #[arg(long, value_parser = ["never", "allowed", "preferred"])]
     spot: Option<String>,
+    /// Run the command in this OCI image (podman or docker on the node), e.g. pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime.
+    #[arg(long)]
+    image: Option<String>,
     /// Time between the stop signal and SIGKILL (default 30s).
     #[arg(long)]
     grace: Option<String>,
@@ -108,7 +111,8 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         if !a.command.is_empty() {
             s.command = api::Command::Argv(a.command.clone());
         }
-        if s.workdir.is_none() {
+        // A job in an image starts in the image's working directory, not this machine's.
+        if s.workdir.is_none() && s.image.is_none() && a.image.is_none() {
             s.workdir = cwd.clone();
         }
         let res = &mut s.resources;
@@ -156,6 +160,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         }
         if let Some(p) = &a.spot {
             s.spot = Some(p.clone());
+        }
+        if let Some(i) = &a.image {
+            s.image = Some(i.clone());
         }
         if let Some(r) = a.retries {
             s.retries = r;

@@ -66,6 +66,8 @@ pub struct AgentConfig {
     pub sampler: Option<std::sync::mpsc::Sender<crate::node::sampler::SamplerCtl>>,
     /// Checkpoints under `ROOT/job-<id>` on a shared file system, instead of the job's directory here.
     pub checkpoint_root: Option<PathBuf>,
+    /// Podman or docker, for jobs that name an image (`container.rs`).
+    pub container: Option<crate::node::container::Runtime>,
 }
 
 /// The node agent.
@@ -155,6 +157,34 @@ impl Agent {
                 return Ok(());
             }
         };
+        let container = match (&launch.image, &self.cfg.container) {
+            (None, _) => None,
+            (Some(image), None) => {
+                let now = shim::now_ms();
+                let error = format!(
+                    "it runs in image {image}, and node {} has no container runtime: install podman (or docker) there, \
+                     or submit it without --image",
+                    self.cfg.node
+                );
+                let exit = ExitRecord {
+                    code: Some(127),
+                    signal: None,
+                    started_ms: now,
+                    ended_ms: now,
+                    error: Some(error),
+                    fenced: false,
+                };
+                (self.reports)(AgentReport::Exited { key, exit });
+                return Ok(());
+            }
+            (Some(_), Some(rt)) => Some(rt.clone()),
+        };
+        // In a container the spec's working directory is the image's; the runtime's client runs in the run directory.
+        let image_workdir =
+            (container.is_some() && !launch.cwd.as_os_str().is_empty()).then(|| launch.cwd.display().to_string());
+        if container.is_some() {
+            launch.cwd = dir.clone();
+        }
         // What only the node knows: its basics (unless the job set them), where things are on it.
         let mut env = base_env();
         if let Some(a) = &account {
@@ -190,26 +220,36 @@ impl Agent {
         }
         if let Some(a) = &account {
             self.hand_over(key, a, &launch)?;
-            launch.argv = account::as_account(a, &launch.argv);
+            if container.is_none() {
+                launch.argv = account::as_account(a, &launch.argv);
+            }
+        }
+        if let Some(rt) = &container {
+            let name = format!("gpool-{}-{}-{}-{:08x}", key.job, key.attempt, key.rank, self.dir_hash());
+            let job = crate::node::container::ContainerJob {
+                name: &name,
+                job: key.job,
+                devices: &devices,
+                user: account.as_ref().map(|a| (a.uid, a.gid)),
+                checkpoint: &self.checkpoint_dir(key.job),
+                workdir: image_workdir.as_deref(),
+                simulated: self.cfg.simulated,
+            };
+            launch.argv = rt.wrap(&launch, &job);
+            crate::node::container::remember(&dir, rt, &name)?;
         }
         if let Some(layout) = &self.cfg.cgroups {
             // Every GPU and MIG file of the node that none of the replica's devices opens.
             let deny = self.cfg.device_files.deny_for(&devices);
             // Unique on the machine, which may host several agents (tests, chaos runs): their data directories differ.
-            let dir_hash = self
-                .cfg
-                .data_dir
-                .as_os_str()
-                .as_encoded_bytes()
-                .iter()
-                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+            let dir_hash = self.dir_hash();
             let node: String = self
                 .cfg
                 .node
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
                 .collect();
-            let name = format!("{node}-{:08x}-{}-{}-{}", dir_hash as u32, key.job, key.attempt, key.rank);
+            let name = format!("{node}-{dir_hash:08x}-{}-{}-{}", key.job, key.attempt, key.rank);
             launch.confine = Some(layout.confine(name, launch.cpus_milli, launch.memory_mb, deny));
         }
         let spec = serde_json::to_vec(&launch).map_err(std::io::Error::other)?;
@@ -240,6 +280,16 @@ impl Agent {
             );
         })?;
         Ok(())
+    }
+
+    /// A hash of the data directory: names unique on a machine that hosts several agents (tests, chaos runs).
+    fn dir_hash(&self) -> u32 {
+        self.cfg
+            .data_dir
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)) as u32
     }
 
     /// The account a replica runs as: `None` for the agent's own (single-user
@@ -402,6 +452,7 @@ impl Agent {
 
 /// Reads the exit record of an ended shim and reports it.
 fn report_end(reports: &ReportSink, replicas: &Replicas, key: ReplicaKey, dir: &Path, context: String) {
+    crate::node::container::remove(dir);
     replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
     let report = match read_json::<ExitRecord>(&dir.join(EXIT)) {
         Some(exit) => AgentReport::Exited { key, exit },

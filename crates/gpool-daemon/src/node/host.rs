@@ -41,6 +41,21 @@ pub struct NodeConfig {
     pub checkpoint_root: Option<std::path::PathBuf>,
     /// Watch this provider's metadata service for a spot notice (`gpool agent` only).
     pub spot_notice: Option<crate::node::spot_watch::SpotSource>,
+    /// `auto`, `podman`, `docker`, `none` or a path (`container.rs`).
+    pub container_runtime: String,
+    /// Extra words for `podman|docker run` (`--container-arg`).
+    pub container_args: Vec<String>,
+}
+
+/// The container runtime for jobs in images, said on standard error.
+pub fn container_runtime(cfg: &NodeConfig) -> anyhow::Result<Option<crate::node::container::Runtime>> {
+    let rt = crate::node::container::Runtime::detect(&cfg.container_runtime, cfg.container_args.clone())
+        .map_err(anyhow::Error::msg)?;
+    match &rt {
+        Some(r) => eprintln!("gpool: jobs with an image run in {}", r.describe()),
+        None => eprintln!("gpool: no container runtime (podman or docker): jobs that name an image fail here"),
+    }
+    Ok(rt)
 }
 
 /// Where this node's jobs' control groups go, if it confines them; says on

@@ -7,6 +7,7 @@
 pub mod account;
 pub mod agent;
 pub mod cgroup;
+pub mod container;
 pub mod devices;
 pub mod host;
 pub mod lease;

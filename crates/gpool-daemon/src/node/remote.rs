@@ -143,6 +143,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     let mode = crate::node::account::prepare(cfg.node.run_as, &cfg.data_dir)?;
     eprintln!("gpool agent: {mode}");
     let cgroups = crate::node::host::cgroups(&cfg.node);
+    let container = crate::node::host::container_runtime(&cfg.node)?;
     let name = cfg.node.node_name.clone().unwrap_or_else(host_name);
     let replicas: Replicas = Arc::default();
     let (gpus, backend) = discover(&cfg.node, &name, &replicas)?;
@@ -180,6 +181,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
             sampler: sampler_ctl.clone(),
             checkpoint_root: cfg.node.checkpoint_root.clone(),
+            container: container.clone(),
         },
         sink,
         replicas.clone(),
@@ -401,7 +403,7 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
 
 fn execute(agent: &Agent, command: wire::Command) {
     match command {
-        wire::Command::Start { replica, argv, env, cwd, devices, user, cpus_milli, memory_mb } => {
+        wire::Command::Start { replica, argv, env, cwd, devices, user, cpus_milli, memory_mb, image } => {
             let key: ReplicaKey = replica.into();
             let launch = crate::protocol::Launch {
                 argv,
@@ -415,6 +417,7 @@ fn execute(agent: &Agent, command: wire::Command) {
                 cpus_milli: cpus_milli.unwrap_or(0),
                 memory_mb: memory_mb.unwrap_or(0),
                 confine: None,
+                image,
             };
             if let Err(e) = agent.start(key, launch, devices) {
                 agent.report(AgentReport::StartFailed { key, error: format!("cannot start its shim: {e}") });

@@ -89,6 +89,18 @@ pub fn spec(s: &gpool_api::JobSpec) -> Result<(), Refused> {
     if let Some(m) = &s.gpu_model {
         text("gpuModel", m)?;
     }
+    if let Some(i) = &s.image {
+        let ok = !i.is_empty()
+            && i.len() <= 512
+            && !i.starts_with('-')
+            && i.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:@+".contains(c));
+        if !ok {
+            return Err(refused(
+                "image",
+                format!("{i:?} is not an image reference such as pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"),
+            ));
+        }
+    }
     for (field, map) in [("labels", &s.labels), ("nodeSelector", &s.node_selector)] {
         for (k, v) in map {
             name(&format!("{field} key"), k)?;

@@ -37,7 +37,8 @@ pub const DOCUMENT: &str = r##"{
           "antiAffinity": { "type": "array", "items": { "type": "object", "additionalProperties": { "type": "string" } } },
           "dependsOn": { "type": "array", "items": { "type": "integer" } },
           "retries": { "type": "integer", "minimum": 0, "maximum": 100, "default": 0 },
-          "spot": { "type": "string", "enum": ["never", "allowed", "preferred"], "description": "whether it may run on spot nodes (default: its queue's, else allowed)" }
+          "spot": { "type": "string", "enum": ["never", "allowed", "preferred"], "description": "whether it may run on spot nodes (default: its queue's, else allowed)" },
+          "image": { "type": "string", "description": "an OCI image to run the command in (podman or docker on the node)" }
         }
       },
       "MatchExpression": { "type": "object", "required": ["key", "operator"], "properties": {

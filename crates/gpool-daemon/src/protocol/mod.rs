@@ -93,7 +93,7 @@ pub struct NodeInfo {
 }
 
 /// What to run, sent by the agent as JSON on the shim's standard input.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
@@ -121,6 +121,9 @@ pub struct Launch {
     /// Its control groups, when the node confines jobs (set by the agent).
     #[serde(default)]
     pub confine: Option<Confine>,
+    /// The OCI image the command runs in (`node/container.rs`).
+    #[serde(default)]
+    pub image: Option<String>,
 }
 
 /// What a replica's control groups enforce (`node/cgroup.rs`), set by

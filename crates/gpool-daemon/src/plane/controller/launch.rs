@@ -137,6 +137,7 @@ impl Controller {
                 cpus_milli: r.cpus_milli,
                 memory_mb: r.memory_mb,
                 confine: None,
+                image: doc.spec.image.clone(),
             };
             let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
             starts.push((r.node, Order::Start { key, launch: Box::new(launch), devices: device_uuids }));

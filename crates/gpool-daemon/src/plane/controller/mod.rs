@@ -434,6 +434,7 @@ impl Controller {
                     user: launch.user,
                     cpus_milli: (launch.cpus_milli > 0).then_some(launch.cpus_milli),
                     memory_mb: (launch.memory_mb > 0).then_some(launch.memory_mb),
+                    image: launch.image,
                 }
             }
             Order::Signal { key, signal } => {

@@ -173,6 +173,7 @@ impl Controller {
                 return Err(ApiError::new(400, at(i, format!("rejected: {why}"))));
             }
             if let Some(dir) = &spec.workdir
+                && spec.image.is_none()
                 && !std::path::Path::new(dir).is_dir()
             {
                 return Err(ApiError::new(400, at(i, format!("workdir: {dir:?} is not a directory on the node"))));

@@ -1,0 +1,114 @@
+//! Jobs in OCI images, end to end: `gpool up` runs them with the real
+//! podman (installed by scripts/test.sh) from a small image the test
+//! imports itself (busybox-static in an otherwise empty root file system:
+//! no registry, no internet).
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+/// A local image holding only busybox and a file saying where it is; removed at drop.
+struct Image(String);
+
+impl Image {
+    fn build(s: &Scratch) -> Image {
+        let root = s.0.join("rootfs");
+        std::fs::create_dir_all(root.join("bin")).expect("rootfs");
+        let busybox = ["/usr/bin/busybox", "/bin/busybox"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("busybox-static is installed (scripts/test.sh installs it)");
+        std::fs::copy(busybox, root.join("bin/busybox")).expect("copy busybox");
+        for cmd in ["sh", "cat", "echo", "test", "sleep", "env"] {
+            std::os::unix::fs::symlink("busybox", root.join("bin").join(cmd)).expect("link");
+        }
+        std::fs::write(root.join("IMAGE"), "inside the image\n").expect("marker");
+        let tar = s.0.join("rootfs.tar");
+        assert!(
+            Command::new("tar").arg("-C").arg(&root).arg("-cf").arg(&tar).arg(".").status().expect("tar").success()
+        );
+        let name = format!("localhost/gpool-e2e-{}:1", std::process::id());
+        let out = Command::new("podman")
+            .args(["import", "--change", "ENV PATH=/bin"])
+            .arg(&tar)
+            .arg(&name)
+            .output()
+            .expect("podman is installed (scripts/test.sh installs it)");
+        assert!(out.status.success(), "podman import: {}", String::from_utf8_lossy(&out.stderr));
+        Image(name)
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = Command::new("podman").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+fn containers_of(job: u64) -> Vec<String> {
+    let out = Command::new("podman")
+        .args(["ps", "-a", "--filter", &format!("label=gpool.job={job}"), "--format", "{{.Names}}"])
+        .output()
+        .expect("podman ps");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
+#[test]
+fn jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container() {
+    let s = Scratch::new("containers");
+    let image = Image::build(&s);
+    // These machines refuse podman's default resource limits and crun (docs/containers.md).
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "1xH100-80GB",
+        &[
+            "--container-arg=--runtime=runc",
+            "--container-arg=--ulimit=nofile=1024:1024",
+            "--container-arg=--ulimit=nproc=1024:1024",
+        ],
+    );
+    let script = "cat /IMAGE; test -e /usr && echo host files visible; echo gpus=$CUDA_VISIBLE_DEVICES job=$GPOOL_JOB_ID; exit 3";
+    let (code, out, err) =
+        d.cli_code(&["submit", "--gpus", "1", "--image", &image.0, "--wait", "--", "sh", "-c", script]);
+    assert_eq!(code, Some(3), "the job's exit code is the container's: {out}{err}");
+    let id: u64 = out.lines().next().and_then(|l| l.trim().parse().ok()).expect("the job id");
+    let (_, out, err) = d.cli(&["logs", &id.to_string()]);
+    let logs = format!("{out}{err}");
+    assert!(logs.contains("inside the image"), "it sees the image's files: {logs}");
+    assert!(!logs.contains("host files visible"), "and not the host's: {logs}");
+    assert!(logs.contains(&format!("gpus=0 job={id}")), "its GPU and identity are in its environment: {logs}");
+    assert!(containers_of(id).is_empty(), "{:?}", containers_of(id));
+
+    // Cancelled while running (sh as PID 1 ignores the stop signal): killed after the grace, container removed.
+    let id = d.submit(json!({"command": ["sh", "-c", "sleep 600"], "image": image.0, "gracePeriod": "1s",
+        "resources": {"nvidia.com/gpu": 1}}));
+    d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while containers_of(id).is_empty() {
+        assert!(Instant::now() < deadline, "its container never appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, _, err) = d.cli(&["cancel", &id.to_string()]);
+    assert!(ok, "{err}");
+    d.wait_ended(&[id], Duration::from_secs(30));
+    assert_eq!(d.job(id)["state"], "cancelled");
+    assert!(containers_of(id).is_empty(), "no container with its label is left: {:?}", containers_of(id));
+
+    // A missing image fails its job within seconds, with the runtime's own words in its log.
+    let t0 = Instant::now();
+    let id = d.submit(json!({"command": ["true"], "image": "localhost/gpool-missing-image:1"}));
+    d.wait_ended(&[id], Duration::from_secs(30));
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    let job = d.job(id);
+    assert_eq!(job["state"], "failed", "{job}");
+    let (_, out, err) = d.cli(&["logs", &id.to_string()]);
+    let logs = format!("{out}{err}");
+    assert!(logs.contains("localhost/gpool-missing-image"), "{logs}");
+    // A bad image reference is refused at submission, naming the field.
+    let (code, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&json!({"command": ["true"], "image": "bad image"})));
+    assert!(code == 400 && v.to_string().contains("image"), "{v}");
+}

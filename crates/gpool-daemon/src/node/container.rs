@@ -1,0 +1,217 @@
+//! Jobs in OCI images: a replica whose spec names an `image` runs as
+//! `podman run` (or `docker run`) under its shim, which supervises it like
+//! any command: the stop signal reaches the container (`--sig-proxy`), its
+//! exit code is the replica's, its output goes to the replica's logs. The
+//! container is named `gpool-JOB-ATTEMPT-RANK-DIRHASH` and labelled
+//! `gpool.job=JOB`; when the replica ends (or is found lost after a
+//! restart) the agent removes it by name, so none is left behind after a
+//! SIGKILL of the runtime's client. One trait-like struct per runtime
+//! family; Apptainer or enroot would be another `Kind`.
+//!
+//! Accelerators: by CDI name (`--device nvidia.com/gpu=UUID`, MIG devices
+//! by their `MIG-…` UUID) where a CDI specification of NVIDIA devices
+//! exists (`nvidia-ctk cdi generate`); else `NVIDIA_VISIBLE_DEVICES` for
+//! the NVIDIA container runtime, and the agent says so once. Simulated GPUs
+//! are named in the environment only.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::protocol::Launch;
+
+/// The file of a run directory that names its container: `PROGRAM NAME`.
+pub const NAME_FILE: &str = "container";
+
+/// Which command-line interface the runtime speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Podman,
+    Docker,
+}
+
+/// A container runtime found on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runtime {
+    pub kind: Kind,
+    pub program: PathBuf,
+    /// Extra words for `run` (`--container-arg`), e.g. `--runtime=runc`.
+    pub run_args: Vec<String>,
+    /// A CDI specification of NVIDIA devices exists.
+    pub cdi: bool,
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
+fn nvidia_cdi() -> bool {
+    ["/etc/cdi", "/var/run/cdi"].iter().any(|d| {
+        std::fs::read_dir(d).is_ok_and(|mut r| {
+            r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().to_ascii_lowercase().contains("nvidia")))
+        })
+    })
+}
+
+impl Runtime {
+    /// The runtime `choice` names: `auto` (podman, else docker, else none),
+    /// `podman`, `docker`, `none`, or a path to either program.
+    pub fn detect(choice: &str, run_args: Vec<String>) -> Result<Option<Runtime>, String> {
+        let found = |kind: Kind, name: &str| which(name).map(|program| (kind, program));
+        let pick = match choice.trim() {
+            "none" | "off" => return Ok(None),
+            "auto" => found(Kind::Podman, "podman").or_else(|| found(Kind::Docker, "docker")),
+            "podman" => Some(
+                found(Kind::Podman, "podman")
+                    .ok_or("--container-runtime podman: podman is not on PATH (apt-get install podman)")?,
+            ),
+            "docker" => Some(found(Kind::Docker, "docker").ok_or("--container-runtime docker: docker is not on PATH")?),
+            path if Path::new(path).is_file() => {
+                let kind = if path.contains("docker") { Kind::Docker } else { Kind::Podman };
+                Some((kind, PathBuf::from(path)))
+            }
+            other => {
+                return Err(format!("--container-runtime {other:?}: expected auto, podman, docker, none or a path"));
+            }
+        };
+        Ok(pick.map(|(kind, program)| Runtime { kind, program, run_args, cdi: nvidia_cdi() }))
+    }
+
+    pub fn describe(&self) -> String {
+        let kind = match self.kind {
+            Kind::Podman => "podman",
+            Kind::Docker => "docker",
+        };
+        let devices = if self.cdi {
+            "GPUs by CDI"
+        } else {
+            "GPUs by NVIDIA_VISIBLE_DEVICES (no CDI spec: nvidia-ctk cdi generate)"
+        };
+        format!("{kind} ({}), {devices}", self.program.display())
+    }
+
+    /// The command that runs `launch` in its image: `RUNTIME run … IMAGE ARGV`.
+    pub fn wrap(&self, launch: &Launch, c: &ContainerJob<'_>) -> Vec<String> {
+        let image = launch.image.clone().unwrap_or_default();
+        let mut a: Vec<String> = vec![self.program.display().to_string(), "run".into(), "--rm".into()];
+        let mut push = |w: &[&str]| a.extend(w.iter().map(|s| s.to_string()));
+        push(&["--name", c.name, "--label", &format!("gpool.job={}", c.job), "--network", "host"]);
+        push(&["--sig-proxy=true", "--pull", "missing"]);
+        if let Some((uid, gid)) = c.user {
+            push(&["--user", &format!("{uid}:{gid}")]);
+        }
+        if launch.cpus_milli > 0 {
+            push(&["--cpus", &format!("{:.3}", launch.cpus_milli as f64 / 1000.0)]);
+        }
+        if launch.memory_mb > 0 {
+            push(&["--memory", &format!("{}m", launch.memory_mb)]);
+        }
+        // The checkpoint directory at the same path inside, so GPOOL_CHECKPOINT_DIR holds.
+        push(&["-v", &format!("{0}:{0}", c.checkpoint.display())]);
+        if let Some(w) = c.workdir {
+            push(&["-w", w]);
+        }
+        // The job's environment, but not the host's paths and identity: the image has its own.
+        for (k, v) in &launch.env {
+            if !matches!(
+                k.as_str(),
+                "PATH" | "HOME" | "USER" | "LOGNAME" | "SHELL" | "PWD" | "OLDPWD" | "TERM" | "LD_LIBRARY_PATH"
+            ) {
+                push(&["-e", &format!("{k}={v}")]);
+            }
+        }
+        if !c.simulated && !c.devices.is_empty() {
+            if self.cdi {
+                for d in c.devices {
+                    push(&["--device", &format!("nvidia.com/gpu={d}")]);
+                }
+            } else {
+                push(&["-e", &format!("NVIDIA_VISIBLE_DEVICES={}", c.devices.join(","))]);
+            }
+        }
+        a.extend(self.run_args.iter().cloned());
+        a.push(image);
+        a.extend(launch.argv.iter().cloned());
+        a
+    }
+}
+
+/// What a replica's container needs besides its launch.
+pub struct ContainerJob<'a> {
+    pub name: &'a str,
+    pub job: u64,
+    pub devices: &'a [String],
+    pub user: Option<(u32, u32)>,
+    pub checkpoint: &'a Path,
+    /// The spec's working directory, inside the image.
+    pub workdir: Option<&'a str>,
+    pub simulated: bool,
+}
+
+/// Records which container a run directory's replica runs in.
+pub fn remember(dir: &Path, rt: &Runtime, name: &str) -> std::io::Result<()> {
+    std::fs::write(dir.join(NAME_FILE), format!("{}\n{name}\n", rt.program.display()))
+}
+
+/// Removes the container of an ended replica, if it had one (a runtime
+/// client killed by SIGKILL leaves its container running).
+pub fn remove(dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(dir.join(NAME_FILE)) else { return };
+    let mut lines = text.lines();
+    let (Some(program), Some(name)) = (lines.next(), lines.next()) else { return };
+    let _ = Command::new(program)
+        .args(["rm", "-f", name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_becomes_a_run_in_its_image_with_its_devices_and_limits() {
+        let rt = Runtime {
+            kind: Kind::Podman,
+            program: "/usr/bin/podman".into(),
+            run_args: vec!["--runtime=runc".into()],
+            cdi: true,
+        };
+        let launch = Launch {
+            argv: vec!["python3".into(), "train.py".into()],
+            env: vec![("PATH".into(), "/host/bin".into()), ("CUDA_VISIBLE_DEVICES".into(), "GPU-a".into())],
+            cpus_milli: 4000,
+            memory_mb: 16_384,
+            image: Some("pytorch/pytorch:2.5.1".into()),
+            ..Launch::default()
+        };
+        let devices = vec!["GPU-a".to_string(), "MIG-b".to_string()];
+        let c = ContainerJob {
+            name: "gpool-7-1-0-abcd",
+            job: 7,
+            devices: &devices,
+            user: Some((1000, 1000)),
+            checkpoint: Path::new("/ckpt/job-7"),
+            workdir: Some("/workspace"),
+            simulated: false,
+        };
+        let argv = rt.wrap(&launch, &c).join(" ");
+        for want in [
+            "/usr/bin/podman run --rm --name gpool-7-1-0-abcd --label gpool.job=7",
+            "--user 1000:1000",
+            "--cpus 4.000 --memory 16384m",
+            "-v /ckpt/job-7:/ckpt/job-7 -w /workspace",
+            "-e CUDA_VISIBLE_DEVICES=GPU-a",
+            "--device nvidia.com/gpu=GPU-a --device nvidia.com/gpu=MIG-b",
+            "--runtime=runc pytorch/pytorch:2.5.1 python3 train.py",
+        ] {
+            assert!(argv.contains(want), "{want:?} in {argv}");
+        }
+        assert!(!argv.contains("/host/bin"), "the host's PATH stays outside: {argv}");
+        let no_cdi = Runtime { cdi: false, ..rt };
+        assert!(no_cdi.wrap(&launch, &c).join(" ").contains("-e NVIDIA_VISIBLE_DEVICES=GPU-a,MIG-b"));
+        assert!(Runtime::detect("kubernetes", Vec::new()).is_err_and(|e| e.contains("expected auto")));
+        assert_eq!(Runtime::detect("none", Vec::new()), Ok(None));
+    }
+}
