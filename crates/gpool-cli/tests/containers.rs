@@ -112,3 +112,48 @@ fn jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container() {
     let (code, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&json!({"command": ["true"], "image": "bad image"})));
     assert!(code == 400 && v.to_string().contains("image"), "{v}");
 }
+
+#[test]
+fn after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned() {
+    let s = Scratch::new("containers-restart");
+    let image = Image::build(&s);
+    let data = s.0.join("data");
+    let args = [
+        "--container-arg=--runtime=runc",
+        "--container-arg=--ulimit=nofile=1024:1024",
+        "--container-arg=--ulimit=nproc=1024:1024",
+    ];
+    let mut d = Daemon::start(&data, "5xH100-80GB", &args);
+    let ids: Vec<u64> = (0..5)
+        .map(|_| {
+            d.submit(json!({"command": ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"], "image": image.0,
+                "resources": {"nvidia.com/gpu": 1}, "gracePeriod": "2s"}))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ids.iter().any(|id| containers_of(*id).is_empty()) {
+        assert!(Instant::now() < deadline, "the containers never all appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    d.kill9();
+    let d = Daemon::start(&data, "5xH100-80GB", &args);
+    // Each job goes on (its shim and container were adopted) or is requeued; a container exists only for a running job.
+    for id in &ids {
+        let j = d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(30), |j| {
+            matches!(j["state"].as_str(), Some("running" | "pending"))
+        });
+        let n = containers_of(*id).len();
+        assert!(n <= 1, "job {id}: {n} containers");
+        if j["state"] == "pending" {
+            assert_eq!(n, 0, "a requeued job has no container left: {j}");
+        }
+    }
+    for id in &ids {
+        let (ok, _, err) = d.cli(&["cancel", &id.to_string()]);
+        assert!(ok, "{err}");
+    }
+    d.wait_ended(&ids, Duration::from_secs(60));
+    for id in &ids {
+        assert!(containers_of(*id).is_empty(), "job {id}: {:?}", containers_of(*id));
+    }
+}
