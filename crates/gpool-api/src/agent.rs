@@ -75,6 +75,9 @@ pub struct Register {
     /// (absent from agents older than GPU sharing: `off`).
     #[serde(default = "sharing_off")]
     pub gpu_sharing: String,
+    /// `podman` or `docker`, for jobs in images; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<String>,
     /// Indices of the MIG GPUs whose layout the control plane may change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mig_managed: Vec<u32>,

@@ -248,6 +248,9 @@ pub struct NodeView {
     /// How jobs may share its GPUs: `off`, `time-slicing` or `mps`.
     #[serde(default = "sharing_off")]
     pub gpu_sharing: String,
+    /// `podman` or `docker`, for jobs in images; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<String>,
     pub state: String,
     pub pool: String,
     pub cpus: f64,

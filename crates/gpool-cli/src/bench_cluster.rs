@@ -124,6 +124,7 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
         source: "simulated".into(),
         gpus: gpu_list,
         gpu_sharing: "time-slicing".into(),
+        container_runtime: None,
         mig_managed: Vec::new(),
         running: Vec::new(),
         version: "bench".into(),

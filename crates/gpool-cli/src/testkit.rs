@@ -295,6 +295,7 @@ pub(crate) fn node(name: &str) -> NodeB {
     NodeB(api::NodeView {
         name: name.into(),
         gpu_sharing: "off".into(),
+        container_runtime: None,
         state: "up".into(),
         pool: "on-demand".into(),
         cpus: 96.0,

@@ -57,7 +57,14 @@ fn containers_of(job: u64) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
 }
 
+/// One test, so that the two daemons never run at once: job ids (and so the
+/// `gpool.job` labels the checks look for) repeat between daemons.
 #[test]
+fn container_jobs_end_to_end() {
+    jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container();
+    after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned();
+}
+
 fn jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container() {
     let s = Scratch::new("containers");
     let image = Image::build(&s);
@@ -71,6 +78,8 @@ fn jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container() {
             "--container-arg=--ulimit=nproc=1024:1024",
         ],
     );
+    let (ok, nodes, _) = d.cli(&["nodes"]);
+    assert!(ok && nodes.contains("images by podman"), "the node shows its runtime: {nodes}");
     let script = "cat /IMAGE; test -e /usr && echo host files visible; echo gpus=$CUDA_VISIBLE_DEVICES job=$GPOOL_JOB_ID; exit 3";
     let (code, out, err) =
         d.cli_code(&["submit", "--gpus", "1", "--image", &image.0, "--wait", "--", "sh", "-c", script]);
@@ -113,7 +122,6 @@ fn jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container() {
     assert!(code == 400 && v.to_string().contains("image"), "{v}");
 }
 
-#[test]
 fn after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned() {
     let s = Scratch::new("containers-restart");
     let image = Image::build(&s);
@@ -140,12 +148,12 @@ fn after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned() 
     // Each job goes on (its shim and container were adopted) or is requeued; a container exists only for a running job.
     for id in &ids {
         let j = d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(30), |j| {
-            matches!(j["state"].as_str(), Some("running" | "pending"))
+            matches!(j["state"].as_str(), Some("running" | "pending" | "succeeded"))
         });
         let n = containers_of(*id).len();
         assert!(n <= 1, "job {id}: {n} containers");
-        if j["state"] == "pending" {
-            assert_eq!(n, 0, "a requeued job has no container left: {j}");
+        if j["state"] != "running" {
+            assert_eq!(n, 0, "a job not running has no container left: {j}");
         }
     }
     for id in &ids {

@@ -24,6 +24,10 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
             _ => String::new(),
         };
         let sharing = if n.gpu_sharing == "off" { String::new() } else { format!("  GPU sharing {}", n.gpu_sharing) };
+        let sharing = match &n.container_runtime {
+            Some(rt) => format!("{sharing}  images by {rt}"),
+            None => sharing,
+        };
         lines.push(format!(
             "{}  {}  pool {}  source {}{agent}{sharing}  CPUs {}/{} free  memory {}/{} GiB free  jobs {:?}",
             n.name,

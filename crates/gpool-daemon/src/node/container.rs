@@ -76,11 +76,16 @@ impl Runtime {
         Ok(pick.map(|(kind, program)| Runtime { kind, program, run_args, cdi: nvidia_cdi() }))
     }
 
-    pub fn describe(&self) -> String {
-        let kind = match self.kind {
+    /// `podman` or `docker`.
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
             Kind::Podman => "podman",
             Kind::Docker => "docker",
-        };
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let kind = self.kind_name();
         let devices = if self.cdi {
             "GPUs by CDI"
         } else {

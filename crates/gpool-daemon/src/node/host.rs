@@ -113,6 +113,10 @@ pub fn describe(name: &str, gpus: &[GpuInfo], source: &str, cfg: &NodeConfig, ad
         memory_mb: cfg.memory_gb.map_or(default_mem, |g| g * 1024),
         gpus: crate::protocol::gpus_to_wire(gpus),
         gpu_sharing: cfg.gpu_sharing.as_str().to_string(),
+        container_runtime: crate::node::container::Runtime::detect(&cfg.container_runtime, Vec::new())
+            .ok()
+            .flatten()
+            .map(|r| r.kind_name().to_string()),
         mig_managed: gpus
             .iter()
             .filter(|g| {

@@ -229,6 +229,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             source: source.clone(),
             gpus: doc.gpus.clone(),
             gpu_sharing: doc.gpu_sharing.clone(),
+            container_runtime: doc.container_runtime.clone(),
             mig_managed: doc.mig_managed.clone(),
             running,
             version: env!("CARGO_PKG_VERSION").into(),

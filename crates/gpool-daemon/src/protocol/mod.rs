@@ -88,6 +88,8 @@ pub struct NodeInfo {
     pub gpus: Vec<gpool_api::agent::GpuWire>,
     /// `off`, `time-slicing` or `mps` (`gpool_core::GpuSharing`).
     pub gpu_sharing: String,
+    /// `podman` or `docker` (`node/container.rs`), if any.
+    pub container_runtime: Option<String>,
     /// Indices of the MIG GPUs whose layout the control plane may change.
     pub mig_managed: Vec<u32>,
 }

@@ -80,6 +80,8 @@ pub struct NodeDoc {
     /// `off`, `time-slicing` or `mps` (`gpool_core::GpuSharing`).
     #[serde(default = "sharing_off")]
     pub gpu_sharing: String,
+    #[serde(default)]
+    pub container_runtime: Option<String>,
     /// Indices of the MIG GPUs whose layout gpool may change.
     #[serde(default)]
     pub mig_managed: Vec<u32>,
@@ -104,6 +106,7 @@ impl NodeDoc {
             memory_mb: i.memory_mb,
             gpus: i.gpus,
             gpu_sharing: i.gpu_sharing,
+            container_runtime: i.container_runtime,
             mig_managed: i.mig_managed,
             epoch: 0,
             draining: false,
@@ -300,6 +303,7 @@ impl Controller {
             memory_mb: reg.memory_mb,
             gpus: reg.gpus.clone(),
             gpu_sharing: reg.gpu_sharing.clone(),
+            container_runtime: reg.container_runtime.clone(),
             mig_managed: reg.mig_managed.clone(),
             epoch: epoch + 1,
             draining,

@@ -173,6 +173,7 @@ impl Controller {
                 api::NodeView {
                     name: n.name.to_string(),
                     gpu_sharing: n.sharing.as_str().into(),
+                    container_runtime: self.links.get(&id).and_then(|l| l.doc.container_runtime.clone()),
                     state: n.state.as_str().into(),
                     pool: n.pool.name.to_string(),
                     cpus: n.cpus_milli as f64 / 1000.0,

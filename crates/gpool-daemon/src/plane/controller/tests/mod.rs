@@ -199,6 +199,7 @@ fn node_info(name: &str, gpus: u32) -> NodeInfo {
         cpus: 96.0,
         memory_mb: 1_024_000,
         gpu_sharing: "time-slicing".into(),
+        container_runtime: None,
         mig_managed: Vec::new(),
         gpus: (0..gpus)
             .map(|i| api::agent::GpuWire {
@@ -331,6 +332,7 @@ fn registration(node: &str, gpus: u32, running: Vec<api::agent::ReplicaId>) -> a
         cpus: info.cpus,
         memory_mb: info.memory_mb,
         gpu_sharing: info.gpu_sharing.clone(),
+        container_runtime: info.container_runtime.clone(),
         mig_managed: info.mig_managed.clone(),
         labels: Default::default(),
         pool: None,
