@@ -114,6 +114,10 @@ fn jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container() {
     assert!(t0.elapsed() < Duration::from_secs(30));
     let job = d.job(id);
     assert_eq!(job["state"], "failed", "{job}");
+    assert!(
+        job["reason"].as_str().is_some_and(|r| r.contains("could not run image localhost/gpool-missing-image:1")),
+        "{job}"
+    );
     let (_, out, err) = d.cli(&["logs", &id.to_string()]);
     let logs = format!("{out}{err}");
     assert!(logs.contains("localhost/gpool-missing-image"), "{logs}");

@@ -168,7 +168,15 @@ impl Controller {
                         .and_then(|r| r.exit.as_ref())
                         .and_then(|e| e.error.as_deref())
                         .map_or_else(String::new, |e| format!(": {e}"));
-                    Next::Done(api::JobState::Failed, format!("failed with {}{why}", describe(&exit_view)))
+                    // 125: podman's and docker's own failure (no such image, refused credentials, a runtime error).
+                    let runtime = match (&doc.spec.image, &exit_view) {
+                        (Some(image), Some(api::ExitView { code: Some(125), .. })) => format!(
+                            "; the container runtime could not run image {image}: its message is in `gpool logs {}`",
+                            doc.id
+                        ),
+                        _ => String::new(),
+                    };
+                    Next::Done(api::JobState::Failed, format!("failed with {}{why}{runtime}", describe(&exit_view)))
                 }
             }
         };
