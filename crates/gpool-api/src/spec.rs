@@ -245,6 +245,66 @@ pub struct JobSpec {
     /// e.g. `pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Makes the spec an inference service: replicas behind the proxy,
+    /// scaled on load (`gpool submit -f` applies it to `/api/v1/services`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceSpec>,
+}
+
+/// An inference service's settings: how its replicas are probed and scaled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServiceSpec {
+    /// The HTTP path a replica answers 2xx on once it is ready (default `/`).
+    #[serde(default = "root_path")]
+    pub readiness: String,
+    #[serde(default)]
+    pub replicas: ReplicaRange,
+    /// The load one replica should carry (default `{inFlight: 4}`).
+    #[serde(default)]
+    pub target: ServiceTarget,
+    /// How long the scaler must want more replicas before it adds them (default 0 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up_delay: Option<DurationText>,
+    /// How long it must want fewer before it removes them (default 60 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_down_delay: Option<DurationText>,
+}
+
+fn root_path() -> String {
+    "/".into()
+}
+
+/// The fewest and the most replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaRange {
+    #[serde(default = "one")]
+    pub min: u32,
+    #[serde(default = "one")]
+    pub max: u32,
+}
+
+impl Default for ReplicaRange {
+    fn default() -> ReplicaRange {
+        ReplicaRange { min: 1, max: 1 }
+    }
+}
+
+/// One of: requests in flight per replica, or requests per second per replica.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServiceTarget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rps: Option<f64>,
+}
+
+impl Default for ServiceTarget {
+    fn default() -> ServiceTarget {
+        ServiceTarget { in_flight: Some(4.0), rps: None }
+    }
 }
 
 /// What happens to a job when a node it runs on fails.
@@ -284,6 +344,7 @@ impl JobSpec {
             on_node_failure: None,
             spot: None,
             image: None,
+            service: None,
         }
     }
 }
@@ -323,6 +384,21 @@ mod tests {
         let err =
             serde_json::from_str::<JobSpec>(r#"{"command":["x"],"affinity":{"requird":[]}}"#).expect_err("unknown");
         assert!(err.to_string().contains("requird"), "{err}");
+    }
+
+    #[test]
+    fn a_service_block_reads_like_the_issue_example() {
+        let yaml = "name: llm\ncommand: [python3, server.py]\nresources: {nvidia.com/gpu: 1}\nservice:\n  readiness: /health\n  replicas: {min: 0, max: 6}\n  target: {inFlight: 4}\n  scaleUpDelay: 0s\n  scaleDownDelay: 60s\n";
+        let s: JobSpec = serde_yaml::from_str(yaml).expect("valid");
+        let svc = s.service.expect("a service");
+        assert_eq!(svc.readiness, "/health");
+        assert_eq!(svc.replicas, ReplicaRange { min: 0, max: 6 });
+        assert_eq!(svc.target.in_flight, Some(4.0));
+        let bare: JobSpec = serde_yaml::from_str("command: [x]\nservice: {}\n").expect("defaults");
+        let svc = bare.service.expect("a service");
+        assert_eq!((svc.readiness.as_str(), svc.replicas.min, svc.target.in_flight), ("/", 1, Some(4.0)));
+        let err = serde_yaml::from_str::<JobSpec>("command: [x]\nservice: {target: {qps: 3}}\n").expect_err("unknown");
+        assert!(err.to_string().contains("qps"), "{err}");
     }
 
     #[test]

@@ -365,3 +365,57 @@ pub struct WhoAmI {
 fn sharing_off() -> String {
     "off".into()
 }
+
+/// An inference service (`gpool services`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceView {
+    pub name: String,
+    pub user: String,
+    /// Where the proxy serves it: a path prefix (`/NAME/`) or the `Host` name `NAME.…`.
+    pub endpoint: String,
+    /// The spec generation (1, then one more for each changed spec applied).
+    pub generation: u64,
+    /// Replicas whose readiness probe answers and that take requests.
+    pub ready: u32,
+    /// Replicas the autoscaler wants now.
+    pub desired: u32,
+    pub min: u32,
+    pub max: u32,
+    /// Requests per second through the proxy, over its last sampling period.
+    pub requests_per_second: f64,
+    /// Latency through the proxy (to the response's head) over the last 10 s, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_ms: Option<f64>,
+    /// Requests in flight now, held ones included.
+    pub in_flight: f64,
+    pub requests_total: u64,
+    /// Requests answered 502/503/504 by the proxy (no replica could take them).
+    pub failed_total: u64,
+    pub replicas: Vec<ServiceReplicaView>,
+}
+
+/// One replica of a service: a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceReplicaView {
+    pub job: u64,
+    pub generation: u64,
+    /// The job's state (`pending`, `running`, …).
+    pub state: String,
+    pub ready: bool,
+    pub draining: bool,
+    /// `host:port` the proxy sends its requests to, once it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+/// The answer to applying a service spec.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceApplied {
+    pub name: String,
+    pub generation: u64,
+    /// `created`, `updated` (a rolling update begins) or `unchanged`.
+    pub outcome: String,
+    pub endpoint: String,
+}

@@ -259,6 +259,12 @@ impl Client {
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
+    pub(crate) fn put<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
+        let resp = self.authorized(self.agent.put(self.url(path))).send_json(body).map_err(|e| self.unreachable(e))?;
+        let mut resp = check(resp)?;
+        resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
+    }
+
     pub(crate) fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         let resp = self.authorized(self.agent.delete(self.url(path))).call().map_err(|e| self.unreachable(e))?;
         let mut resp = check(resp)?;

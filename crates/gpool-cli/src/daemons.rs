@@ -18,7 +18,7 @@ pub(crate) use gpool_daemon::pools_file::read_pools;
 pub(crate) use gpool_daemon::wiring::{SOCKET_FILE, SYSTEM_DATA_DIR, TOKEN_FILE, URL_FILE, default_data_dir};
 
 /// A duration flag (`10s`, `500ms`), more than zero.
-fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     let d = gpool_api::quantity::parse_duration(s).map_err(|e| e.to_string())?;
     if d.is_zero() {
         return Err("must be more than zero".into());
@@ -103,6 +103,9 @@ pub(crate) struct PlaneArgs {
     /// Monthly budgets per team or queue (YAML list of {team | queue, dollarsPerMonth, mode: hard|soft, alertAt: [50, 80, 100]}; see docs/cost.md).
     #[arg(long)]
     budgets: Option<PathBuf>,
+    /// Serve inference services here: one HTTP proxy in front of their replicas (e.g. 127.0.0.1:8780; see docs/services.md).
+    #[arg(long, value_name = "ADDR")]
+    proxy_listen: Option<std::net::SocketAddr>,
 }
 
 impl PlaneArgs {
@@ -131,6 +134,7 @@ impl PlaneArgs {
             identities: self.identities,
             pools: self.pools,
             budgets: self.budgets,
+            proxy_listen: self.proxy_listen,
         }
     }
 }

@@ -25,6 +25,7 @@ mod daemons;
 mod local_node;
 mod output;
 mod progress;
+mod replica_demo;
 mod sim;
 #[cfg(test)]
 mod testkit;
@@ -111,6 +112,8 @@ enum Command {
     Cost(verbs::cost::CostArgs),
     /// Elastic node pools: shape, price, limits, nodes being created, idle or deleted, and health.
     Pools(verbs::ListArgs),
+    /// Inference services: endpoint, ready and desired replicas, requests/s, p50/p99; `gpool services delete NAME`.
+    Services(ServicesArgs),
     /// Follow what happens (submissions, starts, ends, preemptions).
     Events(events::EventsArgs),
     /// Who the token belongs to.
@@ -127,6 +130,9 @@ enum Command {
     /// Supervise one job replica (started by the agent, not by hand).
     #[command(hide = true)]
     Shim { dir: std::path::PathBuf },
+    /// A small HTTP server on $PORT to try services with (answers after --delay; /health, /stream).
+    #[command(hide = true)]
+    ReplicaDemo(replica_demo::ReplicaDemoArgs),
     /// The `local` provider of node pools (run by the control plane, not by hand).
     #[command(subcommand, hide = true)]
     LocalNode(local_node::LocalNodeCommand),
@@ -149,6 +155,21 @@ struct NodesArgs {
     command: Option<NodesCommand>,
     #[command(flatten)]
     list: verbs::ListArgs,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct ServicesArgs {
+    #[command(subcommand)]
+    command: Option<ServicesCommand>,
+    #[command(flatten)]
+    list: verbs::ListArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum ServicesCommand {
+    /// Delete a service: its replicas stop, and the proxy answers 404 for it.
+    Delete(verbs::services::DeleteArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -185,8 +206,11 @@ fn main() -> ExitCode {
         Command::Nodes(NodesArgs { command: None, list }) => nodes::run(list),
         Command::Queues(a) => queues::run(a),
         Command::Pools(a) => verbs::pools::run(a),
+        Command::Services(ServicesArgs { command: Some(ServicesCommand::Delete(a)), .. }) => verbs::services::delete(a),
+        Command::Services(ServicesArgs { command: None, list }) => verbs::services::run(list),
         Command::Cost(a) => verbs::cost::run(a),
         Command::LocalNode(c) => local_node::run(c),
+        Command::ReplicaDemo(a) => replica_demo::run(a),
         Command::Events(a) => events::run(a),
         Command::Whoami(a) => whoami::run(a),
         Command::Advise(a) => advise::run(a),

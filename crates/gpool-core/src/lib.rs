@@ -45,6 +45,7 @@ pub mod quota;
 pub mod resources;
 mod running;
 mod schedule;
+pub mod service_rollout;
 pub mod service_scaler;
 mod shares;
 pub mod snapshot;

@@ -174,6 +174,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         }
     }
     let client = a.connect.client()?;
+    if specs.iter().any(|s| s.service.is_some()) {
+        return crate::verbs::services::apply(&client, specs, a.output);
+    }
     let out: api::Submitted = if specs.len() == 1 {
         client.post("/jobs", &specs[0])?
     } else {

@@ -98,6 +98,61 @@ fn expr(field: &str, e: &MatchExpression) -> Result<LabelExpr, FieldError> {
     Ok(LabelExpr { key: e.key.clone(), op })
 }
 
+/// The most replicas a service may ask for.
+pub const MAX_SERVICE_REPLICAS: u32 = 256;
+
+/// Checks a service's name and `service:` block and builds its scaler's settings.
+/// The name is a DNS label (it is a path segment and a `Host` name of the proxy).
+pub fn service_config(spec: &gpool_api::JobSpec) -> Result<gpool_core::service_scaler::ScalerConfig, FieldError> {
+    use gpool_core::service_scaler::{ScalerConfig, Target};
+    let Some(svc) = &spec.service else { return Err(bad("service", "missing: this spec is a job, not a service")) };
+    let name = spec.name.as_deref().unwrap_or("");
+    let label = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !label {
+        return Err(bad(
+            "name",
+            format!("a service needs a name of 1 to 63 lowercase letters, digits and '-' (a DNS label), got {name:?}"),
+        ));
+    }
+    if spec.replicas != 1 {
+        return Err(bad(
+            "replicas",
+            "a service's replicas are set by service.replicas {min, max}; leave replicas at 1",
+        ));
+    }
+    if !spec.depends_on.is_empty() {
+        return Err(bad("dependsOn", "a service cannot depend on jobs"));
+    }
+    if !svc.readiness.starts_with('/') || svc.readiness.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(bad(
+            "service.readiness",
+            format!("must be an HTTP path starting with '/', got {:?}", svc.readiness),
+        ));
+    }
+    let (min, max) = (svc.replicas.min, svc.replicas.max);
+    if max == 0 || min > max || max > MAX_SERVICE_REPLICAS {
+        return Err(bad(
+            "service.replicas",
+            format!("need 0 <= min <= max, 1 <= max <= {MAX_SERVICE_REPLICAS}; got min {min}, max {max}"),
+        ));
+    }
+    let positive = |field: &str, v: f64| {
+        if v.is_finite() && v > 0.0 && v <= 1e6 { Ok(v) } else { Err(bad(field, format!("must be above 0, got {v}"))) }
+    };
+    let target = match (svc.target.in_flight, svc.target.rps) {
+        (Some(n), None) => Target::InFlight(positive("service.target.inFlight", n)?),
+        (None, Some(r)) => Target::Rps(positive("service.target.rps", r)?),
+        _ => return Err(bad("service.target", "give one of inFlight (requests at once per replica) or rps")),
+    };
+    let up = duration("service.scaleUpDelay", &svc.scale_up_delay)?.unwrap_or(Duration::ZERO);
+    let down = duration("service.scaleDownDelay", &svc.scale_down_delay)?.unwrap_or(Duration::from_secs(60));
+    Ok(ScalerConfig::new(min, max, target, up, down))
+}
+
 /// Checks a wire spec and builds the scheduling core's view of it.
 pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64) -> Result<JobSpec, FieldError> {
     if spec.command.is_empty() {
@@ -303,6 +358,27 @@ mod tests {
         for (y, field) in cases {
             let e = to_core(&spec(y), "u", "t", 0).expect_err(y);
             assert_eq!(e.field, field, "{y}: {e}");
+        }
+    }
+
+    #[test]
+    fn service_blocks_are_checked_field_by_field() {
+        let ok = spec(
+            "name: llm\ncommand: [x]\nservice: {replicas: {min: 0, max: 6}, target: {rps: 20}, scaleDownDelay: 2m}\n",
+        );
+        let c = service_config(&ok).expect("valid");
+        assert_eq!((c.min, c.max, c.scale_down_delay), (0, 6, Duration::from_secs(120)));
+        for (yaml, field) in [
+            ("name: LLM\ncommand: [x]\nservice: {}\n", "name"),
+            ("command: [x]\nservice: {}\n", "name"),
+            ("name: a\ncommand: [x]\nreplicas: 2\nservice: {}\n", "replicas"),
+            ("name: a\ncommand: [x]\nservice: {readiness: health}\n", "service.readiness"),
+            ("name: a\ncommand: [x]\nservice: {replicas: {min: 3, max: 2}}\n", "service.replicas"),
+            ("name: a\ncommand: [x]\nservice: {target: {inFlight: 2, rps: 3}}\n", "service.target"),
+            ("name: a\ncommand: [x]\nservice: {target: {inFlight: 0}}\n", "service.target.inFlight"),
+            ("name: a\ncommand: [x]\nservice: {scaleUpDelay: soon}\n", "service.scaleUpDelay"),
+        ] {
+            assert_eq!(service_config(&spec(yaml)).expect_err(yaml).field, field, "{yaml}");
         }
     }
 

@@ -41,6 +41,19 @@ pub struct QueueStat {
     pub used_gpus: f64,
 }
 
+/// A service's series: the proxy's counts, and its replicas.
+#[derive(Clone, Debug)]
+pub struct ServiceSeries {
+    pub name: String,
+    pub requests_total: u64,
+    pub failed_total: u64,
+    pub in_flight: f64,
+    pub ready: u32,
+    pub desired: u32,
+    /// Latency to the response's head, in seconds.
+    pub latency: Histogram,
+}
+
 /// A cumulative histogram.
 #[derive(Clone, Debug)]
 pub struct Histogram {
@@ -64,12 +77,19 @@ impl Histogram {
     }
 
     fn write(&self, out: &mut String, name: &str) {
+        self.write_with(out, name, "");
+    }
+
+    /// With `label` (`key="value"`, escaped) on every line.
+    fn write_with(&self, out: &mut String, name: &str, label: &str) {
+        let sep = if label.is_empty() { "" } else { "," };
         for (b, c) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {c}", value(*b));
+            let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"{}\"}} {c}", value(*b));
         }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", value(self.sum));
-        let _ = writeln!(out, "{name}_count {}", self.count);
+        let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"+Inf\"}} {}", self.count);
+        let braces = if label.is_empty() { String::new() } else { format!("{{{label}}}") };
+        let _ = writeln!(out, "{name}_sum{braces} {}", value(self.sum));
+        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
     }
 
     pub fn observe(&mut self, v: f64) {
@@ -106,6 +126,8 @@ pub struct Scrape {
     pub nodes: Vec<(String, String, bool)>,
     /// Firing alerts per (rule, severity).
     pub alerts: BTreeMap<(String, String), u64>,
+    /// Inference services.
+    pub services: Vec<ServiceSeries>,
 }
 
 fn escape(v: &str) -> String {
@@ -325,7 +347,48 @@ pub fn render(s: &Scrape) -> String {
     for ((rule, sev), n) in &s.alerts {
         let _ = writeln!(out, "gpool_alerts_firing{{alertname=\"{}\",severity=\"{sev}\"}} {n}", escape(rule));
     }
+    services(&mut out, &s.services);
     out
+}
+
+/// The services' families (only when there is a service).
+fn services(out: &mut String, list: &[ServiceSeries]) {
+    if list.is_empty() {
+        return;
+    }
+    type Get = fn(&ServiceSeries) -> f64;
+    let families: [(&str, &str, &str, Get); 5] = [
+        ("gpool_service_requests_total", "counter", "Requests the proxy answered, per service.", |x| {
+            x.requests_total as f64
+        }),
+        (
+            "gpool_service_failed_requests_total",
+            "counter",
+            "Requests the proxy itself failed (502/503/504: no replica could take them), per service.",
+            |x| x.failed_total as f64,
+        ),
+        (
+            "gpool_service_in_flight_requests",
+            "gauge",
+            "Requests in flight through the proxy, held ones included.",
+            |x| x.in_flight,
+        ),
+        ("gpool_service_ready_replicas", "gauge", "Replicas that are ready and take requests.", |x| f64::from(x.ready)),
+        ("gpool_service_desired_replicas", "gauge", "Replicas the service's autoscaler wants.", |x| {
+            f64::from(x.desired)
+        }),
+    ];
+    for (name, kind, help, get) in families {
+        header(out, name, kind, help);
+        for x in list {
+            let _ = writeln!(out, "{name}{{service=\"{}\"}} {}", escape(&x.name), value(get(x)));
+        }
+    }
+    let name = "gpool_service_request_duration_seconds";
+    header(out, name, "histogram", "Latency through the proxy to the response's head, per service.");
+    for x in list {
+        x.latency.write_with(out, name, &format!("service=\"{}\"", escape(&x.name)));
+    }
 }
 
 #[cfg(test)]
@@ -394,6 +457,19 @@ mod tests {
                 .collect(),
             nodes: vec![("n1".into(), "up".into(), true)],
             alerts: BTreeMap::new(),
+            services: vec![ServiceSeries {
+                name: "llm".into(),
+                requests_total: 120,
+                failed_total: 0,
+                in_flight: 3.0,
+                ready: 2,
+                desired: 2,
+                latency: {
+                    let mut h = Histogram::pass_seconds();
+                    h.observe(0.05);
+                    h
+                },
+            }],
         }
     }
 

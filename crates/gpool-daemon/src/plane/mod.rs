@@ -15,6 +15,7 @@ pub mod listen;
 pub mod metrics;
 pub mod openapi;
 pub mod provision;
+pub mod proxy;
 pub mod server;
 pub mod telemetry;
 pub mod tls;

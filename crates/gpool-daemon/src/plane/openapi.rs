@@ -38,9 +38,21 @@ pub const DOCUMENT: &str = r##"{
           "dependsOn": { "type": "array", "items": { "type": "integer" } },
           "retries": { "type": "integer", "minimum": 0, "maximum": 100, "default": 0 },
           "spot": { "type": "string", "enum": ["never", "allowed", "preferred"], "description": "whether it may run on spot nodes (default: its queue's, else allowed)" },
-          "image": { "type": "string", "description": "an OCI image to run the command in (podman or docker on the node)" }
+          "image": { "type": "string", "description": "an OCI image to run the command in (podman or docker on the node)" },
+          "service": { "type": "object", "additionalProperties": false, "description": "makes the spec an inference service (PUT /api/v1/services/{name})", "properties": {
+            "readiness": { "type": "string", "default": "/" },
+            "replicas": { "type": "object", "properties": { "min": { "type": "integer", "default": 1 }, "max": { "type": "integer", "default": 1 } } },
+            "target": { "type": "object", "description": "one of inFlight (requests at once per replica, default 4) or rps", "properties": { "inFlight": { "type": "number" }, "rps": { "type": "number" } } },
+            "scaleUpDelay": { "oneOf": [ { "type": "number" }, { "type": "string" } ], "default": "0s" },
+            "scaleDownDelay": { "oneOf": [ { "type": "number" }, { "type": "string" } ], "default": "60s" } } }
         }
       },
+      "Service": { "type": "object", "properties": {
+        "name": { "type": "string" }, "user": { "type": "string" }, "endpoint": { "type": "string" }, "generation": { "type": "integer" },
+        "ready": { "type": "integer" }, "desired": { "type": "integer" }, "min": { "type": "integer" }, "max": { "type": "integer" },
+        "requests_per_second": { "type": "number" }, "p50_ms": { "type": "number" }, "p99_ms": { "type": "number" }, "in_flight": { "type": "number" },
+        "requests_total": { "type": "integer" }, "failed_total": { "type": "integer" },
+        "replicas": { "type": "array", "items": { "type": "object", "properties": { "job": { "type": "integer" }, "generation": { "type": "integer" }, "state": { "type": "string" }, "ready": { "type": "boolean" }, "draining": { "type": "boolean" }, "address": { "type": "string" } } } } } },
       "MatchExpression": { "type": "object", "required": ["key", "operator"], "properties": {
         "key": { "type": "string" }, "operator": { "type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"] },
         "values": { "type": "array", "items": { "type": "string" } } } },
@@ -141,6 +153,10 @@ pub const DOCUMENT: &str = r##"{
       "get": { "summary": "a replica's output; with follow, streamed until the job ends", "responses": { "200": { "description": "text", "content": { "text/plain": {} } }, "404": { "$ref": "#/components/responses/Error" } } }
     },
     "/api/v1/cost": { "get": { "summary": "what jobs that ran in the period cost, grouped (users see their own jobs)", "parameters": [ { "name": "by", "in": "query", "schema": { "type": "string", "enum": ["team", "user", "queue", "pool", "job"], "default": "team" } }, { "name": "since", "in": "query", "schema": { "type": "string", "default": "30d" } } ], "responses": { "200": { "description": "the report", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/CostReport" } } } }, "400": { "$ref": "#/components/responses/Error" } } } },
+    "/api/v1/services": { "get": { "summary": "inference services: endpoint, ready and desired replicas, requests/s, p50/p99 latency (users see their own)", "responses": { "200": { "description": "services", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Service" } } } } } } } },
+    "/api/v1/services/{name}": { "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
+      "put": { "summary": "create a service, or update it (a rolling update) when its spec changed", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/JobSpec" } }, "application/yaml": {} } }, "responses": { "200": { "description": "updated or unchanged" }, "201": { "description": "created" }, "400": { "$ref": "#/components/responses/Error" }, "403": { "$ref": "#/components/responses/Error" } } },
+      "delete": { "summary": "delete a service; its replicas stop", "responses": { "200": { "description": "the service as it was", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Service" } } } }, "404": { "$ref": "#/components/responses/Error" } } } },
     "/api/v1/pools": { "get": { "summary": "elastic node pools: shape, price, limits, nodes and health", "responses": { "200": { "description": "pools", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Pool" } } } } } } } },
     "/api/v1/nodes": { "get": { "summary": "nodes and devices", "responses": { "200": { "description": "nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Node" } } } } } } } },
     "/api/v1/queues": { "get": { "summary": "queues, quotas and use", "responses": { "200": { "description": "queues", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Queue" } } } } } } } },

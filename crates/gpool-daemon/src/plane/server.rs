@@ -65,6 +65,8 @@ pub struct PlaneConfig {
     pub pools: Option<PathBuf>,
     /// Monthly budgets per team or queue (docs/cost.md).
     pub budgets: Option<PathBuf>,
+    /// Where the inference services' proxy listens (`plane/proxy`); `None`: no proxy, no services.
+    pub proxy_listen: Option<SocketAddr>,
 }
 
 /// The controller's settings from a control plane's.
@@ -295,7 +297,16 @@ pub fn serve(
     let bound_url = crate::plane::provision::BoundUrl::default();
     let provision: Option<Box<dyn crate::plane::controller::Provision>> =
         Some(Box::new(crate::plane::provision::Provisioner::new(tx.clone(), &plane.data_dir, bound_url.clone())));
-    let shell = Shell { local, events: events.clone(), webhook, renew_every: Some(Duration::from_secs(1)), provision };
+    let (routes_tx, routes_rx) =
+        tokio::sync::watch::channel(std::sync::Arc::new(crate::plane::controller::Routes::default()));
+    let shell = Shell {
+        local,
+        events: events.clone(),
+        webhook,
+        renew_every: Some(Duration::from_secs(1)),
+        provision,
+        routes: plane.proxy_listen.map(|_| routes_tx),
+    };
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Result<(), StoreFailed>>();
     let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
         let _ = ended_tx.send(shell.run(controller, first, rx));
@@ -349,6 +360,18 @@ pub fn serve(
     let listen = plane.listen;
     let header_timeout = plane.http_header_timeout;
     let mut stop = process.stop.clone();
+    let proxy = match plane.proxy_listen {
+        Some(addr) => {
+            let l = std::net::TcpListener::bind(addr).with_context(|| {
+                format!("--proxy-listen {addr}: cannot listen there (pick another address or port)")
+            })?;
+            l.set_nonblocking(true)?;
+            Some(l)
+        }
+        None => None,
+    };
+    let proxy_tx = tx.clone();
+    let mut proxy_stop = process.stop.clone();
     let served: anyhow::Result<Ended> = process.rt.block_on(async move {
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
@@ -368,6 +391,14 @@ pub fn serve(
             let _ = stop.wait_for(|s| *s).await;
         };
         let local = tokio::net::UnixListener::from_std(local).context("the Unix socket")?;
+        if let Some(l) = proxy {
+            let l = tokio::net::TcpListener::from_std(l).context("the proxy's socket")?;
+            println!("services: proxy on http://{}", l.local_addr()?);
+            let stopping = async move {
+                let _ = proxy_stop.wait_for(|s| *s).await;
+            };
+            tokio::spawn(crate::plane::proxy::serve(l, routes_rx, proxy_tx, stopping));
+        }
         let server = listen::serve(listener, Some(local), router(state), limits, tls_config, stopping);
         tokio::select! {
             () = server => Ok(Ended::Stopped),

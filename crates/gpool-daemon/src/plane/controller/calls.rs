@@ -136,6 +136,12 @@ macro_rules! calls {
 
 calls! {
     /// Submit a batch of jobs: all are accepted, or none.
+    /// Create a service, or update it (a rolling update) if its spec changed.
+    ApplyService { name: String, spec: api::JobSpec } -> api::ServiceApplied, People;
+    /// Delete a service and stop its replicas.
+    DeleteService { name: String } -> api::ServiceView, People;
+    /// The services the caller may see.
+    Services {} -> Vec<api::ServiceView>, Read;
     Submit { specs: Vec<api::JobSpec> } -> api::Submitted, People;
     Get { id: u64 } -> api::JobView, Read;
     List { query: ListQuery } -> api::JobList, Read;

@@ -86,6 +86,9 @@ pub struct RunDoc {
     /// `MASTER_PORT` of a gang spread over several nodes (reserved on rank 0's node).
     #[serde(default)]
     pub master_port: Option<u16>,
+    /// `PORT` of a service replica (reserved on its node like a `MASTER_PORT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
 }
 
 /// A job as persisted: the store's JSON document.

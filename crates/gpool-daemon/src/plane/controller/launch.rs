@@ -36,13 +36,13 @@ impl Controller {
             // All replicas here: any free port of this host.
             (true, false, Some(m)) if self.links.get(&m).is_some_and(NodeLink::is_local) => (self.cfg.local_port)(),
             // Across nodes (or on a remote node): one from the range not used by another gang on that node.
-            (true, _, Some(m)) => {
-                let port = self.cfg.master_ports.clone().find(|p| !self.master_ports.contains_key(&(m, *p)));
-                if let Some(p) = port {
-                    self.master_ports.insert((m, p), id);
-                }
-                port
-            }
+            (true, _, Some(m)) => self.reserve_remote_port(m, id),
+        };
+        // A service replica listens on `PORT`: any free one here, else one from the range on its node.
+        let service = self.jobs.get(&id).is_some_and(|d| Controller::is_service_replica(&d.spec));
+        let service_port = match (service, master) {
+            (true, Some(m)) => self.reserve_port(m, id),
+            _ => None,
         };
         let node_rank: BTreeMap<NodeId, usize> = {
             let mut seen: Vec<NodeId> = Vec::new();
@@ -93,6 +93,9 @@ impl Controller {
             set("GPOOL_ATTEMPT", attempt.to_string());
             set("GPOOL_RESTART_COUNT", doc.restarts.to_string());
             set("GPOOL_USER", doc.user.clone());
+            if let Some(p) = service_port {
+                set("PORT", p.to_string());
+            }
             if let Some(share) = r.share {
                 let mode = self.snap.node(r.node).map_or(gpool_core::GpuSharing::TimeSlicing, |n| n.sharing);
                 let view = api::GpuShareView { milli: share.milli, memory_mb: share.memory_mb };
@@ -144,8 +147,15 @@ impl Controller {
         }
         let spread_port = master_port
             .filter(|_| master.is_some_and(|m| !self.links.get(&m).is_some_and(NodeLink::is_local) || spread));
-        doc.run =
-            Some(RunDoc { attempt, started_ms: now, replicas, stop: None, kill_at_ms: None, master_port: spread_port });
+        doc.run = Some(RunDoc {
+            attempt,
+            started_ms: now,
+            replicas,
+            stop: None,
+            kill_at_ms: None,
+            master_port: spread_port,
+            port: service_port,
+        });
         if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
             self.timers.insert((now + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt }));
         }
@@ -174,6 +184,24 @@ impl Controller {
             "started",
             format!("job {id} attempt {attempt} started on {devices} (node:CUDA_VISIBLE_DEVICES)"),
         );
+    }
+}
+
+impl Controller {
+    /// A port from the range that no other job uses on `node`, reserved for job `id` until its run ends.
+    fn reserve_remote_port(&mut self, node: NodeId, id: u64) -> Option<u16> {
+        let port = self.cfg.master_ports.clone().find(|p| !self.master_ports.contains_key(&(node, *p)))?;
+        self.master_ports.insert((node, port), id);
+        Some(port)
+    }
+
+    /// A port for a service replica on `node`: any free one on this host's node, else one from the range.
+    fn reserve_port(&mut self, node: NodeId, id: u64) -> Option<u16> {
+        if self.links.get(&node).is_some_and(NodeLink::is_local) {
+            (self.cfg.local_port)()
+        } else {
+            self.reserve_remote_port(node, id)
+        }
     }
 }
 

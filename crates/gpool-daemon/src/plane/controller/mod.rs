@@ -56,6 +56,7 @@ mod nodes;
 mod observe;
 mod requests;
 mod restore;
+mod services;
 mod shell;
 mod spot;
 mod timers;
@@ -72,6 +73,7 @@ pub use docs::{JobDoc, ReplicaDoc, RunDoc, Stop};
 pub use elastic::{ElasticConfig, ProviderPrograms, ProvisionOp, ProvisionOrder};
 pub use launch::free_local_port;
 pub use nodes::{NodeDoc, core_node};
+pub use services::{Backend, LATENCY_BOUNDS, ProxyReport, Route, Routes, SERVICE_LABEL, ServiceLoad};
 pub use shell::{LocalNode, Provision, Shell, StoreFailed};
 
 use nodes::{Link, NodeLink};
@@ -94,6 +96,8 @@ pub enum Event {
         op: ProvisionOp,
         result: Result<(), String>,
     },
+    /// What the service proxy reports (`services.rs`).
+    Proxy(ProxyReport),
     Shutdown,
 }
 
@@ -144,6 +148,8 @@ pub struct Turn {
     pub notices: Vec<Notice>,
     /// Node pool provider programs to run (`elastic.rs`).
     pub provision: Vec<ProvisionOrder>,
+    /// The proxy's new routing table, when it changed (`services.rs`).
+    pub routes: Option<std::sync::Arc<Routes>>,
 }
 
 /// Settings of the controller.
@@ -233,6 +239,8 @@ pub struct Controller {
     budget: budgets::BudgetState,
     /// GPUs of each job the idle rule fires on (`idle.rs`).
     idle_gpus: BTreeMap<u64, BTreeSet<String>>,
+    /// Inference services (`services.rs`).
+    services: services::Services,
 }
 
 impl Controller {
@@ -296,6 +304,7 @@ impl Controller {
             waste_done: BTreeMap::new(),
             budget: budgets::BudgetState::default(),
             idle_gpus: BTreeMap::new(),
+            services: services::Services::default(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {
@@ -314,6 +323,7 @@ impl Controller {
         c.restore_nodes(now)?;
         c.restore()?;
         c.restore_budgets(now)?;
+        c.restore_services()?;
         let first = c.take_turn();
         Ok((c, first))
     }
@@ -328,6 +338,7 @@ impl Controller {
             self.handle(e, now);
         }
         self.fire_timers(now);
+        self.reconcile_services(now);
         if self.dirty {
             // Passes take at most half of the controller's time: after a
             // pass of P ms, the next waits P ms, and the requests and
@@ -373,6 +384,7 @@ impl Controller {
 
     /// Packs what this turn produced.
     fn take_turn(&mut self) -> Turn {
+        let routes = self.take_service_changes();
         for id in std::mem::take(&mut self.touched) {
             if let Some(d) = self.jobs.get(&id) {
                 self.writes.push(docs::put_job(d));
@@ -385,6 +397,7 @@ impl Controller {
             published: std::mem::take(&mut self.published),
             notices: std::mem::take(&mut self.notices),
             provision: std::mem::take(&mut self.provision),
+            routes,
         }
     }
 
@@ -397,6 +410,7 @@ impl Controller {
             Event::Agent(AgentReport::Telemetry(r)) => self.on_telemetry(r, now),
             Event::Agent(AgentReport::Running { .. }) => {}
             Event::Provisioned { node, op, result } => self.on_provisioned(node, op, result, now),
+            Event::Proxy(r) => self.on_proxy(r, now),
             Event::Open(Open::Metrics { reply }) => {
                 let scrape = self.scrape(now);
                 self.replies.push(Answer::open(reply, scrape));

@@ -417,6 +417,7 @@ impl Controller {
                 })
                 .collect(),
             alerts,
+            services: self.service_series(),
         }
     }
 }

@@ -48,6 +48,18 @@ impl Controller {
                 let r = self.submit(&caller, specs, now);
                 self.reply(reply, r);
             }
+            Call::ApplyService { name, spec, reply } => {
+                let r = self.apply_service(&caller, &name, spec, now);
+                self.reply(reply, r);
+            }
+            Call::DeleteService { name, reply } => {
+                let r = self.delete_service(&caller, &name, now);
+                self.reply(reply, r);
+            }
+            Call::Services { reply } => {
+                let r = Ok(self.service_views(&caller));
+                self.reply(reply, r);
+            }
             Call::Get { id, reply } => {
                 let r = self.visible(&caller, id).map(|d| self.view(&d));
                 self.reply(reply, r);
@@ -145,11 +157,28 @@ impl Controller {
             return Err(ApiError::new(400, "jobs: the batch is empty"));
         }
         self.check_room_for_new_work()?;
+        let cores = self.checked(caller, &specs, now)?;
+        self.admit(caller, specs, cores, now)
+    }
+
+    /// Checks a batch of specs as a submission would; their core specs.
+    pub(super) fn checked(
+        &mut self,
+        caller: &Caller,
+        specs: &[api::JobSpec],
+        now: i64,
+    ) -> Result<Vec<gpool_core::JobSpec>, ApiError> {
         let batch = specs.len() > 1;
         let at = |i: usize, msg: String| if batch { format!("jobs[{i}].{msg}") } else { msg };
         // Check everything first: a batch is accepted whole or not at all.
         let mut cores = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
+            if spec.service.is_some() {
+                return Err(ApiError::new(
+                    400,
+                    at(i, "service: a service is applied with PUT /api/v1/services/NAME (`gpool submit -f` does it), not submitted as a job".into()),
+                ));
+            }
             crate::plane::input::spec(spec)
                 .map_err(|r| ApiError::new(400, at(i, format!("{}: {}", r.field, r.message))))?;
             self.check_queue(spec.queue.as_deref()).map_err(|m| ApiError::new(400, at(i, m)))?;
@@ -202,6 +231,17 @@ impl Controller {
             }
             cores.push(core);
         }
+        Ok(cores)
+    }
+
+    /// Takes checked specs into the queue.
+    pub(super) fn admit(
+        &mut self,
+        caller: &Caller,
+        specs: Vec<api::JobSpec>,
+        cores: Vec<gpool_core::JobSpec>,
+        now: i64,
+    ) -> Result<api::Submitted, ApiError> {
         let mut ids = Vec::new();
         for (spec, core) in specs.into_iter().zip(cores) {
             let id = self.next_id;

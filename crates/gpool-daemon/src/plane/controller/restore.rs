@@ -109,10 +109,10 @@ impl Controller {
                     continue;
                 }
             }
-            if let (Some(port), Some(node)) =
-                (run.master_port, run.replicas.first().and_then(|r| self.snap.node_id(&r.node)))
-            {
-                self.master_ports.insert((node, port), id);
+            if let Some(node) = run.replicas.first().and_then(|r| self.snap.node_id(&r.node)) {
+                for port in run.master_port.into_iter().chain(run.port) {
+                    self.master_ports.insert((node, port), id);
+                }
             }
             match &run.stop {
                 Some(Stop::Preempt { for_job }) => {

@@ -50,6 +50,8 @@ pub struct Shell {
     pub renew_every: Option<Duration>,
     /// Provider programs of elastic pools; `None`: orders are dropped (no pools, or tests).
     pub provision: Option<Box<dyn Provision>>,
+    /// The service proxy's routing table (`plane/proxy`); `None`: no proxy runs.
+    pub routes: Option<tokio::sync::watch::Sender<std::sync::Arc<super::Routes>>>,
 }
 
 /// Most events taken into one turn: a burst is answered in slices, so the
@@ -118,6 +120,10 @@ impl Shell {
             if let Some(p) = &self.provision {
                 p.provision(order);
             }
+        }
+        if let (Some(tx), Some(routes)) = (&self.routes, turn.routes) {
+            // The proxy gone (shutting down) is no error.
+            let _ = tx.send(routes);
         }
         for e in turn.published {
             // No subscriber is not an error.

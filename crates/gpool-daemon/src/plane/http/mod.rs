@@ -21,6 +21,7 @@ use tokio::sync::{broadcast, oneshot};
 use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
 
 mod logs;
+mod services;
 mod who;
 use logs::logs;
 pub use who::LocalUsers;
@@ -56,6 +57,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/jobs/{id}/logs"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/pools"),
+    ("get", "/api/v1/services"),
+    ("put", "/api/v1/services/{name}"),
+    ("delete", "/api/v1/services/{name}"),
     ("get", "/api/v1/cost"),
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/events"),
@@ -87,6 +91,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/logs", get(logs))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/pools", get(pools))
+        .route("/api/v1/services", get(services::list))
+        .route("/api/v1/services/{name}", axum::routing::put(services::apply).delete(services::delete))
         .route("/api/v1/cost", get(cost))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/events", get(events))

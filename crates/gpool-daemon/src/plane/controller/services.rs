@@ -1,0 +1,622 @@
+//! Inference services: a spec with a `service:` block, applied by name
+//! (`PUT /api/v1/services/NAME`). Its replicas are ordinary jobs, placed by
+//! the same pass with the service's priority (so a growing service preempts
+//! preemptible batch jobs), each given a `PORT` to listen on and labelled
+//! `gpool.io/service`. This room keeps, per service: the persisted document
+//! (spec, generation, replica jobs, desired count, in `PutMeta("services")`),
+//! the scaler's window (`gpool_core::service_scaler`), and what the proxy
+//! reported (readiness, drains, load). Each turn it asks the rollout planner
+//! (`gpool_core::service_rollout`) which replicas to start and which to
+//! drain, and publishes the routing table the proxy (`plane/proxy`) follows.
+//!
+//! A ready replica is drained before it is stopped: the proxy stops sending
+//! it requests and reports `Drained` once none is in flight (or the drain
+//! times out). A replica that ends by itself is replaced, after a back-off
+//! that doubles with each failure in a row (a crash loop does not spin).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use gpool_api as api;
+use gpool_core::service_rollout::{ReplicaState, plan_replicas};
+use gpool_core::service_scaler::{LoadSample, ScalerConfig, ScalerState};
+use gpool_core::{JobId, Time};
+use gpool_store::Write;
+use serde::{Deserialize, Serialize};
+
+use super::docs::Stop;
+use super::timers::Timer;
+use super::{ApiError, Controller};
+use crate::plane::auth::{Caller, Role};
+use crate::plane::metrics::{Histogram, ServiceSeries};
+
+/// The label that names a replica's service.
+pub const SERVICE_LABEL: &str = "gpool.io/service";
+const GENERATION_LABEL: &str = "gpool.io/service-generation";
+/// A draining replica is stopped after this even if requests are still in flight.
+const DRAIN_TIMEOUT_MS: i64 = 30_000;
+/// A new replica waiting this long means the pool has no room for a surge (`service_rollout.rs`).
+const FULL_AFTER_MS: i64 = 3_000;
+/// The longest back-off between replacements of failing replicas.
+const MAX_BACKOFF_MS: i64 = 60_000;
+/// The proxy's latency buckets, in seconds.
+pub const LATENCY_BOUNDS: [f64; 14] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// What the proxy routes; the controller publishes a new table with each change.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Routes {
+    pub services: Vec<Route>,
+}
+
+/// One service's replicas as the proxy sees them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    pub name: String,
+    /// The readiness probe's path.
+    pub readiness: String,
+    pub backends: Vec<Backend>,
+}
+
+/// A running replica: where to send requests, and whether it is draining.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backend {
+    pub job: u64,
+    /// `host:port`.
+    pub addr: String,
+    pub draining: bool,
+}
+
+/// What the proxy tells the controller.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProxyReport {
+    /// The proxy listens at this URL.
+    Bound { url: String },
+    /// A replica's readiness probe began (or stopped) answering at `addr`.
+    Ready { job: u64, addr: String, ready: bool },
+    /// A draining replica has no request in flight any more.
+    Drained { job: u64 },
+    /// Each service's load over the last sampling period.
+    Load(Vec<ServiceLoad>),
+}
+
+/// One service's load over one sampling period of the proxy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServiceLoad {
+    pub name: String,
+    /// Requests in flight at the end of the period, held ones included.
+    pub in_flight: f64,
+    /// Requests answered in the period, and of them those the proxy failed (502/503/504).
+    pub requests: u64,
+    pub failed: u64,
+    pub period_s: f64,
+    /// Latency to the response's head over the last 10 s.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// Latencies of the period per [`LATENCY_BOUNDS`] bucket (not cumulative; one more for +Inf), and their sum.
+    pub latency_counts: Vec<u64>,
+    pub latency_sum_s: f64,
+}
+
+/// A service as persisted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(super) struct ServiceDoc {
+    pub name: String,
+    pub user: String,
+    pub team: String,
+    pub spec: api::JobSpec,
+    pub generation: u64,
+    pub created_ms: i64,
+    /// Its replica jobs, and the generation each runs.
+    pub replicas: BTreeMap<u64, u64>,
+    /// The replicas the scaler last wanted.
+    pub desired: u32,
+}
+
+/// A service and what this control plane knows of it since it started.
+pub(super) struct ServiceEntry {
+    doc: ServiceDoc,
+    cfg: ScalerConfig,
+    scaler: ScalerState,
+    /// Replicas whose probe answers, at the address they answer on.
+    ready: BTreeMap<u64, String>,
+    /// Replicas draining, and when they are stopped even so.
+    draining: BTreeMap<u64, i64>,
+    /// Replicas this room stopped (their end is no failure).
+    stopping: BTreeSet<u64>,
+    failures: u32,
+    retry_at_ms: i64,
+    /// Ask the scaler again at this time, even with no new sample.
+    scale_at_ms: Option<i64>,
+    load: ServiceLoad,
+    requests_total: u64,
+    failed_total: u64,
+    latency: Histogram,
+}
+
+impl ServiceEntry {
+    fn new(doc: ServiceDoc, cfg: ScalerConfig) -> ServiceEntry {
+        ServiceEntry {
+            doc,
+            cfg,
+            scaler: ScalerState::default(),
+            ready: BTreeMap::new(),
+            draining: BTreeMap::new(),
+            stopping: BTreeSet::new(),
+            failures: 0,
+            retry_at_ms: 0,
+            scale_at_ms: None,
+            load: ServiceLoad::default(),
+            requests_total: 0,
+            failed_total: 0,
+            latency: latency_histogram(),
+        }
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram { bounds: LATENCY_BOUNDS.to_vec(), counts: vec![0; LATENCY_BOUNDS.len()], sum: 0.0, count: 0 }
+}
+
+/// The services of this control plane.
+#[derive(Default)]
+pub(super) struct Services {
+    by_name: BTreeMap<String, ServiceEntry>,
+    /// The proxy's URL; `None`: this plane runs no proxy, and services cannot be applied.
+    proxy_url: Option<String>,
+    /// The documents changed: persist them with this turn.
+    docs_changed: bool,
+    /// The routing table may have changed: publish it with this turn.
+    routes_changed: bool,
+    published: Option<Arc<Routes>>,
+}
+
+/// What to do for one service this turn (gathered first: carrying it out needs the whole controller).
+struct Actions {
+    name: String,
+    stop: Vec<u64>,
+    start: u32,
+}
+
+impl Controller {
+    /// Applies a service spec: creates the service, or starts a rolling update if its spec changed.
+    pub(super) fn apply_service(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+        mut spec: api::JobSpec,
+        now: i64,
+    ) -> Result<api::ServiceApplied, ApiError> {
+        if spec.name.as_deref().is_some_and(|n| n != name) {
+            return Err(ApiError::new(
+                400,
+                format!("name: the spec names {:?} but was applied as {name:?}", spec.name.as_deref().unwrap_or("")),
+            ));
+        }
+        spec.name = Some(name.to_string());
+        let cfg = crate::plane::convert::service_config(&spec).map_err(|e| ApiError::new(400, e.to_string()))?;
+        let Some(proxy) = self.services.proxy_url.clone() else {
+            return Err(ApiError::new(
+                400,
+                "this control plane runs no service proxy: start it with --proxy-listen 127.0.0.1:8780, then apply the service again",
+            ));
+        };
+        // A replica must be a job this caller could submit.
+        let probe = replica_spec(&spec, 1, 0);
+        self.checked(caller, std::slice::from_ref(&probe), now)?;
+        let endpoint = format!("{proxy}/{name}/");
+        if let Some(e) = self.services.by_name.get_mut(name) {
+            if e.doc.user != caller.user && caller.role != Role::Admin {
+                return Err(ApiError::new(403, format!("service {name} belongs to {}; pick another name", e.doc.user)));
+            }
+            if e.doc.spec == spec {
+                let generation = e.doc.generation;
+                return Ok(api::ServiceApplied {
+                    name: name.into(),
+                    generation,
+                    outcome: "unchanged".into(),
+                    endpoint,
+                });
+            }
+            e.doc.generation += 1;
+            e.doc.spec = spec;
+            e.doc.desired = e.doc.desired.clamp(cfg.min, cfg.max);
+            e.cfg = cfg;
+            let generation = e.doc.generation;
+            self.services.docs_changed = true;
+            self.event_of(
+                now,
+                None,
+                Some(caller.user.clone()),
+                "service_updated",
+                format!("service {name}: generation {generation} applied by {}; rolling update", caller.user),
+            );
+            return Ok(api::ServiceApplied { name: name.into(), generation, outcome: "updated".into(), endpoint });
+        }
+        let doc = ServiceDoc {
+            name: name.into(),
+            user: caller.user.clone(),
+            team: caller.team.clone(),
+            spec,
+            generation: 1,
+            created_ms: now,
+            replicas: BTreeMap::new(),
+            desired: cfg.min,
+        };
+        self.services.by_name.insert(name.into(), ServiceEntry::new(doc, cfg));
+        self.services.docs_changed = true;
+        self.event_of(
+            now,
+            None,
+            Some(caller.user.clone()),
+            "service_created",
+            format!("service {name} created by {}", caller.user),
+        );
+        Ok(api::ServiceApplied { name: name.into(), generation: 1, outcome: "created".into(), endpoint })
+    }
+
+    /// Deletes a service: its replicas stop at once (the proxy answers 404 for it from now on).
+    pub(super) fn delete_service(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+        now: i64,
+    ) -> Result<api::ServiceView, ApiError> {
+        let view = self.service_views(caller).into_iter().find(|v| v.name == name);
+        let Some(view) = view else { return Err(ApiError::new(404, format!("no service {name}"))) };
+        if view.user != caller.user && caller.role != Role::Admin {
+            return Err(ApiError::new(403, format!("service {name} belongs to {}", view.user)));
+        }
+        if let Some(e) = self.services.by_name.remove(name) {
+            for job in e.doc.replicas.keys() {
+                self.stop_replica(*job, name, now);
+            }
+        }
+        self.services.docs_changed = true;
+        self.services.routes_changed = true;
+        self.event_of(
+            now,
+            None,
+            Some(caller.user.clone()),
+            "service_deleted",
+            format!("service {name} deleted by {}", caller.user),
+        );
+        Ok(view)
+    }
+
+    /// What `gpool services` shows: every service for admins and readers, one's own for users.
+    pub(super) fn service_views(&self, caller: &Caller) -> Vec<api::ServiceView> {
+        let endpoint = |name: &str| match &self.services.proxy_url {
+            Some(u) => format!("{u}/{name}/"),
+            None => format!("/{name}/"),
+        };
+        self.services
+            .by_name
+            .values()
+            .filter(|e| caller.sees_all() || e.doc.user == caller.user)
+            .map(|e| api::ServiceView {
+                name: e.doc.name.clone(),
+                user: e.doc.user.clone(),
+                endpoint: endpoint(&e.doc.name),
+                generation: e.doc.generation,
+                ready: e.ready.keys().filter(|j| !e.draining.contains_key(j)).count() as u32,
+                desired: e.doc.desired,
+                min: e.cfg.min,
+                max: e.cfg.max,
+                requests_per_second: if e.load.period_s > 0.0 { e.load.requests as f64 / e.load.period_s } else { 0.0 },
+                p50_ms: e.load.p50_ms,
+                p99_ms: e.load.p99_ms,
+                in_flight: e.load.in_flight,
+                requests_total: e.requests_total,
+                failed_total: e.failed_total,
+                replicas: e
+                    .doc
+                    .replicas
+                    .iter()
+                    .map(|(job, generation)| api::ServiceReplicaView {
+                        job: *job,
+                        generation: *generation,
+                        state: self.jobs.get(job).map_or("ended", |d| d.state.as_str()).into(),
+                        ready: e.ready.contains_key(job),
+                        draining: e.draining.contains_key(job),
+                        address: self.replica_addr(*job),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The series `/metrics` shows per service.
+    pub(super) fn service_series(&self) -> Vec<ServiceSeries> {
+        self.services
+            .by_name
+            .values()
+            .map(|e| ServiceSeries {
+                name: e.doc.name.clone(),
+                requests_total: e.requests_total,
+                failed_total: e.failed_total,
+                in_flight: e.load.in_flight,
+                ready: e.ready.keys().filter(|j| !e.draining.contains_key(j)).count() as u32,
+                desired: e.doc.desired,
+                latency: e.latency.clone(),
+            })
+            .collect()
+    }
+
+    pub(super) fn on_proxy(&mut self, report: ProxyReport, now: i64) {
+        match report {
+            ProxyReport::Bound { url } => self.services.proxy_url = Some(url),
+            ProxyReport::Ready { job, addr, ready } => {
+                let current = self.replica_addr(job);
+                let Some(e) = self.services.by_name.values_mut().find(|e| e.doc.replicas.contains_key(&job)) else {
+                    return;
+                };
+                if ready && current.as_deref() == Some(addr.as_str()) {
+                    e.ready.insert(job, addr);
+                    e.failures = 0;
+                } else if !ready {
+                    e.ready.remove(&job);
+                }
+            }
+            ProxyReport::Drained { job } => {
+                let mut name = None;
+                for e in self.services.by_name.values_mut() {
+                    if e.draining.remove(&job).is_some() {
+                        name = Some(e.doc.name.clone());
+                    }
+                }
+                if let Some(name) = name {
+                    self.stop_replica(job, &name, now);
+                    self.services.routes_changed = true;
+                }
+            }
+            ProxyReport::Load(loads) => {
+                for l in loads {
+                    let Some(e) = self.services.by_name.get_mut(&l.name) else { continue };
+                    let rps = if l.period_s > 0.0 { l.requests as f64 / l.period_s } else { 0.0 };
+                    e.scaler.observe(&e.cfg, LoadSample { at: Time::from_millis(now), in_flight: l.in_flight, rps });
+                    e.requests_total += l.requests;
+                    e.failed_total += l.failed;
+                    let mut cumulative = 0;
+                    for (i, c) in l.latency_counts.iter().enumerate() {
+                        cumulative += c;
+                        if let Some(slot) = e.latency.counts.get_mut(i) {
+                            *slot += cumulative;
+                        }
+                    }
+                    e.latency.count += l.latency_counts.iter().sum::<u64>();
+                    e.latency.sum += l.latency_sum_s;
+                    e.load = l;
+                    e.scale_at_ms = Some(now);
+                }
+            }
+        }
+    }
+
+    /// Brings every service's replicas toward what its scaler and rollout want.
+    pub(super) fn reconcile_services(&mut self, now: i64) {
+        let mut actions = Vec::new();
+        let running: BTreeMap<u64, bool> =
+            self.jobs.iter().map(|(id, d)| (*id, d.state == api::JobState::Running)).collect();
+        let queued_since: BTreeMap<u64, i64> = self
+            .jobs
+            .iter()
+            .filter(|(_, d)| d.state == api::JobState::Pending)
+            .map(|(id, d)| (*id, d.queued_ms.unwrap_or(d.submitted_ms)))
+            .collect();
+        for e in self.services.by_name.values_mut() {
+            // Replicas that ended: gone from the table; a failure unless this room stopped them.
+            let ended: Vec<u64> = e.doc.replicas.keys().copied().filter(|j| !running.contains_key(j)).collect();
+            for j in ended {
+                e.doc.replicas.remove(&j);
+                e.ready.remove(&j);
+                e.draining.remove(&j);
+                if !e.stopping.remove(&j) {
+                    e.failures += 1;
+                    let backoff = (1_000i64 << e.failures.min(16)).min(MAX_BACKOFF_MS);
+                    e.retry_at_ms = now + backoff;
+                    self.timers.insert((e.retry_at_ms, Timer::Wake));
+                }
+                self.services.docs_changed = true;
+                self.services.routes_changed = true;
+            }
+            // A replica not running (queued, requeued) is not ready, whatever was probed before.
+            let before = e.ready.len();
+            e.ready.retain(|j, _| running.get(j).copied().unwrap_or(false));
+            self.services.routes_changed |= before != e.ready.len();
+            if e.scale_at_ms.is_some_and(|t| t <= now) {
+                let s = e.scaler.desired(&e.cfg, Time::from_millis(now), e.doc.desired);
+                e.scale_at_ms = s.wake_at.map(Time::as_millis);
+                if let Some(t) = e.scale_at_ms {
+                    self.timers.insert((t, Timer::Wake));
+                }
+                if s.desired != e.doc.desired {
+                    e.doc.desired = s.desired;
+                    self.services.docs_changed = true;
+                }
+            }
+            let states: Vec<ReplicaState> = e
+                .doc
+                .replicas
+                .iter()
+                .map(|(id, generation)| ReplicaState {
+                    id: *id,
+                    generation: *generation,
+                    ready: e.ready.contains_key(id),
+                    draining: e.draining.contains_key(id),
+                })
+                .collect();
+            // The pool is full if a replica of this generation waited FULL_AFTER_MS for room.
+            let full =
+                e.doc.replicas.iter().any(|(j, g)| {
+                    *g == e.doc.generation && queued_since.get(j).is_some_and(|t| now - t >= FULL_AFTER_MS)
+                });
+            let plan = plan_replicas(e.doc.desired, e.doc.generation, &states, full);
+            let mut stop = Vec::new();
+            for id in plan.drain {
+                if e.ready.contains_key(&id) {
+                    e.draining.insert(id, now + DRAIN_TIMEOUT_MS);
+                    self.timers.insert((now + DRAIN_TIMEOUT_MS, Timer::Wake));
+                    self.services.routes_changed = true;
+                } else {
+                    stop.push(id);
+                }
+            }
+            let late: Vec<u64> = e.draining.iter().filter(|(_, t)| **t <= now).map(|(j, _)| *j).collect();
+            for j in late {
+                e.draining.remove(&j);
+                stop.push(j);
+            }
+            let start = if now >= e.retry_at_ms { plan.start } else { 0 };
+            if !stop.is_empty() || start > 0 {
+                actions.push(Actions { name: e.doc.name.clone(), stop, start });
+            }
+        }
+        for a in actions {
+            for j in a.stop {
+                self.stop_replica(j, &a.name, now);
+            }
+            for _ in 0..a.start {
+                self.start_replica(&a.name, now);
+            }
+        }
+    }
+
+    fn start_replica(&mut self, name: &str, now: i64) {
+        let Some(e) = self.services.by_name.get(name) else { return };
+        let generation = e.doc.generation;
+        // Named after the job id it is about to get.
+        let spec = replica_spec(&e.doc.spec, generation, self.next_id);
+        let caller = Caller { user: e.doc.user.clone(), team: e.doc.team.clone(), role: Role::User };
+        match self.checked(&caller, std::slice::from_ref(&spec), now) {
+            Ok(cores) => match self.admit(&caller, vec![spec], cores, now) {
+                Ok(s) => {
+                    self.timers.insert((now + FULL_AFTER_MS, Timer::Wake));
+                    if let Some(e) = self.services.by_name.get_mut(name) {
+                        for id in s.ids {
+                            e.doc.replicas.insert(id, generation);
+                        }
+                    }
+                    self.services.docs_changed = true;
+                }
+                Err(err) => self.replica_refused(name, &err.message, now),
+            },
+            Err(err) => self.replica_refused(name, &err.message, now),
+        }
+    }
+
+    fn replica_refused(&mut self, name: &str, why: &str, now: i64) {
+        let user = self.services.by_name.get_mut(name).map(|e| {
+            e.failures += 1;
+            e.retry_at_ms = now + (1_000i64 << e.failures.min(16)).min(MAX_BACKOFF_MS);
+            self.timers.insert((e.retry_at_ms, Timer::Wake));
+            e.doc.user.clone()
+        });
+        self.event_of(
+            now,
+            None,
+            user,
+            "service_replica_refused",
+            format!("service {name}: a new replica was refused: {why}"),
+        );
+    }
+
+    /// Stops a replica job this room no longer wants (pending: cancelled at once).
+    fn stop_replica(&mut self, job: u64, name: &str, now: i64) {
+        if let Some(e) = self.services.by_name.get_mut(name) {
+            e.stopping.insert(job);
+        }
+        let Some(state) = self.jobs.get(&job).map(|d| d.state) else { return };
+        let by = format!("service {name} (scaled down or updated)");
+        if state == api::JobState::Pending {
+            let _ = self.snap.remove_pending(JobId(job), false);
+            self.finish_terminal(job, api::JobState::Cancelled, format!("cancelled by {by}"), now);
+            self.dirty = true;
+        } else {
+            self.stop_run(job, Stop::Cancel { by }, now);
+        }
+    }
+
+    /// Where a running replica listens (`host:port`).
+    fn replica_addr(&self, job: u64) -> Option<String> {
+        let d = self.jobs.get(&job).filter(|d| d.state == api::JobState::Running)?;
+        let run = d.run.as_ref()?;
+        let port = run.port?;
+        let node = run.replicas.first()?;
+        let link = self.snap.node_id(&node.node).and_then(|id| self.links.get(&id))?;
+        let host = if link.is_local() { "127.0.0.1".to_string() } else { link.doc.addr.clone() };
+        Some(format!("{host}:{port}"))
+    }
+
+    /// The routing table and the services' documents, when they changed this turn.
+    pub(super) fn take_service_changes(&mut self) -> Option<Arc<Routes>> {
+        if std::mem::take(&mut self.services.docs_changed) {
+            let docs: Vec<&ServiceDoc> = self.services.by_name.values().map(|e| &e.doc).collect();
+            if let Ok(text) = serde_json::to_string(&docs) {
+                self.writes.push(Write::PutMeta("services".into(), text));
+            }
+            self.services.routes_changed = true;
+        }
+        if !std::mem::take(&mut self.services.routes_changed) {
+            return None;
+        }
+        let routes = Routes {
+            services: self
+                .services
+                .by_name
+                .values()
+                .map(|e| Route {
+                    name: e.doc.name.clone(),
+                    readiness: e.doc.spec.service.as_ref().map_or_else(|| "/".into(), |s| s.readiness.clone()),
+                    backends: e
+                        .doc
+                        .replicas
+                        .keys()
+                        .filter_map(|j| {
+                            let addr = self.replica_addr(*j)?;
+                            Some(Backend { job: *j, addr, draining: e.draining.contains_key(j) })
+                        })
+                        .collect(),
+                })
+                .collect(),
+        };
+        if self.services.published.as_deref() == Some(&routes) {
+            return None;
+        }
+        let routes = Arc::new(routes);
+        self.services.published = Some(routes.clone());
+        Some(routes)
+    }
+
+    /// Rebuilds the services from the store (their replica jobs are restored with the other jobs).
+    pub(super) fn restore_services(&mut self) -> anyhow::Result<()> {
+        let Some(text) = self.store.meta("services")? else { return Ok(()) };
+        let docs: Vec<ServiceDoc> = serde_json::from_str(&text)?;
+        for doc in docs {
+            match crate::plane::convert::service_config(&doc.spec) {
+                Ok(cfg) => {
+                    self.services.by_name.insert(doc.name.clone(), ServiceEntry::new(doc, cfg));
+                }
+                Err(e) => eprintln!("gpool: service {} not restored: {e}", doc.name),
+            }
+        }
+        self.services.routes_changed = true;
+        Ok(())
+    }
+
+    /// Whether a job is a service replica (it gets a `PORT`).
+    pub(super) fn is_service_replica(spec: &api::JobSpec) -> bool {
+        spec.labels.contains_key(SERVICE_LABEL)
+    }
+}
+
+/// A replica's job spec: the service's, without its `service:` block, labelled and named.
+fn replica_spec(spec: &api::JobSpec, generation: u64, n: u64) -> api::JobSpec {
+    let mut r = spec.clone();
+    r.service = None;
+    let name = spec.name.clone().unwrap_or_default();
+    r.labels.insert(SERVICE_LABEL.into(), name.clone());
+    r.labels.insert(GENERATION_LABEL.into(), generation.to_string());
+    r.name = Some(format!("{name}-g{generation}-{n}"));
+    r
+}
