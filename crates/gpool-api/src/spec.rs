@@ -269,6 +269,10 @@ pub struct ServiceSpec {
     /// How long it must want fewer before it removes them (default 60 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_down_delay: Option<DurationText>,
+    /// The load is averaged over this window (default 60 s, as Knative's);
+    /// a tenth of it is the panic window that reacts to a sudden jump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<DurationText>,
 }
 
 fn root_path() -> String {

@@ -126,6 +126,7 @@ impl Daemon {
         let resp = match (method, body) {
             ("GET", _) => self.agent.get(&url).header("Authorization", &auth).call(),
             ("DELETE", _) => self.agent.delete(&url).header("Authorization", &auth).call(),
+            ("PUT", Some(b)) => self.agent.put(&url).header("Authorization", &auth).send_json(b),
             (_, Some(b)) => self.agent.post(&url).header("Authorization", &auth).send_json(b),
             (_, None) => self.agent.post(&url).header("Authorization", &auth).send_empty(),
         };

@@ -150,7 +150,15 @@ pub fn service_config(spec: &gpool_api::JobSpec) -> Result<gpool_core::service_s
     };
     let up = duration("service.scaleUpDelay", &svc.scale_up_delay)?.unwrap_or(Duration::ZERO);
     let down = duration("service.scaleDownDelay", &svc.scale_down_delay)?.unwrap_or(Duration::from_secs(60));
-    Ok(ScalerConfig::new(min, max, target, up, down))
+    let mut cfg = ScalerConfig::new(min, max, target, up, down);
+    if let Some(w) = duration("service.window", &svc.window)? {
+        if w < Duration::from_secs(2) || w > Duration::from_secs(3600) {
+            return Err(bad("service.window", format!("must be from 2s to 1h, got {w:?}")));
+        }
+        cfg.stable_window = w;
+        cfg.panic_window = w / 10;
+    }
+    Ok(cfg)
 }
 
 /// Checks a wire spec and builds the scheduling core's view of it.

@@ -44,7 +44,8 @@ pub const DOCUMENT: &str = r##"{
             "replicas": { "type": "object", "properties": { "min": { "type": "integer", "default": 1 }, "max": { "type": "integer", "default": 1 } } },
             "target": { "type": "object", "description": "one of inFlight (requests at once per replica, default 4) or rps", "properties": { "inFlight": { "type": "number" }, "rps": { "type": "number" } } },
             "scaleUpDelay": { "oneOf": [ { "type": "number" }, { "type": "string" } ], "default": "0s" },
-            "scaleDownDelay": { "oneOf": [ { "type": "number" }, { "type": "string" } ], "default": "60s" } } }
+            "scaleDownDelay": { "oneOf": [ { "type": "number" }, { "type": "string" } ], "default": "60s" },
+            "window": { "oneOf": [ { "type": "number" }, { "type": "string" } ], "default": "60s", "description": "load is averaged over it; a tenth of it is the panic window" } } }
         }
       },
       "Service": { "type": "object", "properties": {

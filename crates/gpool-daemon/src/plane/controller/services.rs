@@ -557,7 +557,10 @@ impl Controller {
             }
             self.services.routes_changed = true;
         }
-        if !std::mem::take(&mut self.services.routes_changed) {
+        // Replicas start and stop in other rooms (the pass, lifecycle.rs): with any service, the
+        // table is rebuilt each turn and sent only when it differs from the last one sent.
+        let changed = std::mem::take(&mut self.services.routes_changed);
+        if !changed && self.services.by_name.is_empty() {
             return None;
         }
         let routes = Routes {
