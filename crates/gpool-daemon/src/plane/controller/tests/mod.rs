@@ -25,6 +25,7 @@ mod lifecycle;
 mod nodes;
 mod preemption;
 mod restore;
+mod services;
 mod store;
 
 /// The admin token every harness has.
@@ -165,6 +166,7 @@ impl Setup {
             webhook: None,
             renew_every: None,
             provision: None,
+            routes: None,
         };
         let mut h = Harness { ctl, shell, clock: self.clock, agent: self.agent, published: rx, fed: Vec::new() };
         h.carry_out(first).expect("the first turn commits");

@@ -92,6 +92,7 @@ fn the_shell_loop_ends_with_the_store_failure_and_leaves_the_caller_unanswered()
         webhook: None,
         renew_every: None,
         provision: None,
+        routes: None,
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let spec: api::JobSpec = serde_yaml::from_str("command: [x]\n").expect("spec");
