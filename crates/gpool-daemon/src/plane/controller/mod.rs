@@ -54,6 +54,7 @@ mod lifecycle;
 mod mig_layouts;
 mod nodes;
 mod observe;
+mod proxy_wire;
 mod requests;
 mod restore;
 mod services;
@@ -73,7 +74,8 @@ pub use docs::{JobDoc, ReplicaDoc, RunDoc, Stop};
 pub use elastic::{ElasticConfig, ProviderPrograms, ProvisionOp, ProvisionOrder};
 pub use launch::free_local_port;
 pub use nodes::{NodeDoc, core_node};
-pub use services::{Backend, LATENCY_BOUNDS, ProxyReport, Route, Routes, SERVICE_LABEL, ServiceLoad};
+pub use proxy_wire::{Backend, LATENCY_BOUNDS, ProxyReport, Route, Routes, ServiceLoad};
+pub use services::SERVICE_LABEL;
 pub use shell::{LocalNode, Provision, Shell, StoreFailed};
 
 use nodes::{Link, NodeLink};

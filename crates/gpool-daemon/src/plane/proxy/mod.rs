@@ -40,7 +40,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::watch;
 
-use crate::plane::controller::{Event, ProxyReport, Routes};
+use crate::plane::controller::{Event, ProxyReport, Routes, ServiceLoad};
 use table::{Replica, Service, Table};
 
 /// Requests held per service while no replica is ready.
@@ -279,9 +279,19 @@ impl Proxy {
         if let Some(r) = svc.pick(tried) {
             return Some(r);
         }
-        if svc.held.fetch_add(1, Ordering::AcqRel) >= HOLD_LIMIT {
+        let held_before = svc.held.fetch_add(1, Ordering::AcqRel);
+        if held_before >= HOLD_LIMIT {
             svc.held.fetch_sub(1, Ordering::AcqRel);
             return None;
+        }
+        // The first request for a service at zero: tell the scaler now, not at the next sample.
+        if held_before == 0 && svc.replicas.read().is_ok_and(|l| l.is_empty()) {
+            let wake = ServiceLoad {
+                name: svc.name.clone(),
+                in_flight: f64::from(svc.in_flight.load(Ordering::Acquire)),
+                ..ServiceLoad::default()
+            };
+            let _ = self.events.send(Event::Proxy(ProxyReport::Load(vec![wake])));
         }
         let got = loop {
             let woken = svc.ready_changed.notified();
