@@ -138,6 +138,20 @@ impl Agent {
     /// Starts a replica on `devices` (GPU or MIG UUIDs). Errors are about the
     /// agent's own files; a command that cannot run is reported as an exit
     /// with code 127 by the shim.
+    /// Reports a replica that could not start here as ended at once, with `code` and why.
+    fn fail_at_once(&self, key: ReplicaKey, code: i32, error: String) {
+        let now = shim::now_ms();
+        let exit = ExitRecord {
+            code: Some(code),
+            signal: None,
+            started_ms: now,
+            ended_ms: now,
+            error: Some(error),
+            fenced: false,
+        };
+        (self.reports)(AgentReport::Exited { key, exit });
+    }
+
     pub fn start(&self, key: ReplicaKey, mut launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
         let dir = self.run_dir(key);
         if dir.join(shim::STATE).exists() || dir.join(EXIT).exists() {
@@ -160,24 +174,23 @@ impl Agent {
         let container = match (&launch.image, &self.cfg.container) {
             (None, _) => None,
             (Some(image), None) => {
-                let now = shim::now_ms();
                 let error = format!(
                     "it runs in image {image}, and node {} has no container runtime: install podman (or docker) there, \
                      or submit it without --image",
                     self.cfg.node
                 );
-                let exit = ExitRecord {
-                    code: Some(127),
-                    signal: None,
-                    started_ms: now,
-                    ended_ms: now,
-                    error: Some(error),
-                    fenced: false,
-                };
-                (self.reports)(AgentReport::Exited { key, exit });
+                self.fail_at_once(key, 127, error);
                 return Ok(());
             }
-            (Some(_), Some(rt)) => Some(rt.clone()),
+            (Some(image), Some(rt)) => {
+                if let Some(why) = rt.broken() {
+                    let error =
+                        format!("it runs in image {image}, and node {} cannot run containers: {why}", self.cfg.node);
+                    self.fail_at_once(key, 125, error);
+                    return Ok(());
+                }
+                Some(rt.clone())
+            }
         };
         // In a container the spec's working directory is the image's; the runtime's client runs in the run directory.
         let image_workdir =

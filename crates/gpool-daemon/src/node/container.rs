@@ -13,9 +13,18 @@
 //! exists (`nvidia-ctk cdi generate`); else `NVIDIA_VISIBLE_DEVICES` for
 //! the NVIDIA container runtime, and the agent says so once. Simulated GPUs
 //! are named in the environment only.
+//!
+//! At start-up a background thread checks that the runtime can run a
+//! container at all here (`self_test`: a run of an empty local image,
+//! bounded in time); if it cannot, image jobs on this node fail at once
+//! with what went wrong and the flag that fixes it, instead of each one
+//! failing (or hanging) in its own way.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::protocol::Launch;
 
@@ -38,6 +47,46 @@ pub struct Runtime {
     pub run_args: Vec<String>,
     /// A CDI specification of NVIDIA devices exists.
     pub cdi: bool,
+    /// Why it cannot run containers here, once the self-test has found out.
+    pub broken: Broken,
+}
+
+/// Set once, by the self-test, when the runtime cannot run containers here.
+#[derive(Clone, Debug, Default)]
+pub struct Broken(Arc<OnceLock<String>>);
+
+impl PartialEq for Broken {
+    fn eq(&self, other: &Broken) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Eq for Broken {}
+
+/// The empty local image the self-test runs (made by `import` of an empty archive; no registry).
+const PROBE_IMAGE: &str = "localhost/gpool-probe:1";
+/// A program the probe image does not hold: a runtime that works answers 127.
+const PROBE_PROGRAM: &str = "/gpool-probe";
+
+/// What a probe run's exit code and standard error say about the runtime.
+pub fn diagnose(code: Option<i32>, stderr: &str) -> Result<(), String> {
+    if code == Some(127) {
+        return Ok(());
+    }
+    let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let lower = stderr.to_ascii_lowercase();
+    let fix = if lower.contains("rlimit") && lower.contains("not permitted") {
+        "this machine does not let the runtime raise resource limits; pass explicit lower ones: \
+         --container-arg=--ulimit=nofile=1024:1024 --container-arg=--ulimit=nproc=1024:1024"
+    } else if lower.contains("crun") && lower.contains("cgroup") {
+        "crun refuses this machine's cgroup layout; use runc: --container-arg=--runtime=runc (apt-get install runc)"
+    } else if lower.contains("cannot connect") || lower.contains("is the docker daemon running") {
+        "the runtime's service is not running (systemctl start docker, or podman system service)"
+    } else {
+        "see the runtime's message; `--container-arg` passes flags to every `run`"
+    };
+    let code = code.map_or_else(|| "a signal".to_string(), |c| c.to_string());
+    Err(format!("a test container exited with {code}: {last}; {fix}"))
 }
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -73,7 +122,69 @@ impl Runtime {
                 return Err(format!("--container-runtime {other:?}: expected auto, podman, docker, none or a path"));
             }
         };
-        Ok(pick.map(|(kind, program)| Runtime { kind, program, run_args, cdi: nvidia_cdi() }))
+        Ok(pick.map(|(kind, program)| Runtime {
+            kind,
+            program,
+            run_args,
+            cdi: nvidia_cdi(),
+            broken: Broken::default(),
+        }))
+    }
+
+    /// Why it cannot run containers here, if the self-test found it cannot.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.0.get().map(String::as_str)
+    }
+
+    /// Runs [`Runtime::self_test`] in the background; a failure is said on standard error and kept.
+    pub fn spawn_self_test(&self) {
+        let rt = self.clone();
+        let _ = std::thread::Builder::new().name("container-check".into()).spawn(move || {
+            if let Err(why) = rt.self_test(Duration::from_secs(60)) {
+                eprintln!("gpool: {} cannot run containers on this node: {why}; jobs with an image fail here until it is fixed", rt.kind_name());
+                let _ = rt.broken.0.set(why);
+            }
+        });
+    }
+
+    /// Runs the empty probe image with this node's `run` flags, within `limit`.
+    pub fn self_test(&self, limit: Duration) -> Result<(), String> {
+        let exists = Command::new(&self.program)
+            .args(["image", "inspect", PROBE_IMAGE])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !exists {
+            // An empty tar archive: two zero blocks.
+            let mut child = Command::new(&self.program)
+                .args(["import", "-", PROBE_IMAGE])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+            if let Some(mut stdin) = child.stdin.take() {
+                let _ = stdin.write_all(&[0u8; 1024]);
+            }
+            let (code, err) = wait_within(child, limit)?;
+            if code != Some(0) {
+                return Err(format!("cannot make the probe image ({PROBE_IMAGE}): {}", err.trim()));
+            }
+        }
+        let mut argv: Vec<String> = vec!["run".into(), "--rm".into(), "--network".into(), "none".into()];
+        argv.extend(self.run_args.iter().cloned());
+        argv.extend([PROBE_IMAGE.to_string(), PROBE_PROGRAM.to_string()]);
+        let child = Command::new(&self.program)
+            .args(&argv)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        let (code, err) = wait_within(child, limit)?;
+        diagnose(code, &err)
     }
 
     /// `podman` or `docker`.
@@ -140,6 +251,34 @@ impl Runtime {
     }
 }
 
+/// Waits for `child` at most `limit` (then kills it); its exit code and standard error.
+fn wait_within(mut child: std::process::Child, limit: Duration) -> Result<(Option<i32>, String), String> {
+    let err = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut e) = err {
+            let _ = std::io::Read::read_to_string(&mut e, &mut text);
+        }
+        text
+    });
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok((status.code(), reader.join().unwrap_or_default())),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the runtime did not answer within {}s (is it configured? try `podman info`)",
+                    limit.as_secs()
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 /// What a replica's container needs besides its launch.
 pub struct ContainerJob<'a> {
     pub name: &'a str,
@@ -182,6 +321,7 @@ mod tests {
             program: "/usr/bin/podman".into(),
             run_args: vec!["--runtime=runc".into()],
             cdi: true,
+            broken: Broken::default(),
         };
         let launch = Launch {
             argv: vec!["python3".into(), "train.py".into()],
@@ -218,5 +358,20 @@ mod tests {
         assert!(no_cdi.wrap(&launch, &c).join(" ").contains("-e NVIDIA_VISIBLE_DEVICES=GPU-a,MIG-b"));
         assert!(Runtime::detect("kubernetes", Vec::new()).is_err_and(|e| e.contains("expected auto")));
         assert_eq!(Runtime::detect("none", Vec::new()), Ok(None));
+    }
+
+    /// Standard error of podman 4.3 with runc on these development machines (recorded).
+    const RLIMIT: &str = "Error: runc: runc create failed: unable to start container process: error during container init: error setting rlimits for ready process: error setting rlimit type 7: operation not permitted: OCI permission denied\n";
+    const WORKS: &str = "Error: runc: runc create failed: unable to start container process: exec: \"/gpool-probe\": stat /gpool-probe: no such file or directory: OCI runtime attempted to invoke a command that was not found\n";
+
+    #[test]
+    fn a_probe_run_names_what_is_wrong_and_the_flag_that_fixes_it() {
+        assert_eq!(diagnose(Some(127), WORKS), Ok(()), "the program is missing, so the runtime works");
+        let e = diagnose(Some(126), RLIMIT).expect_err("refused");
+        assert!(e.contains("exited with 126") && e.contains("--ulimit=nofile=1024:1024"), "{e}");
+        let crun = "Error: crun: cannot set cgroup: the cgroup layout is hybrid: OCI runtime error";
+        assert!(diagnose(Some(126), crun).expect_err("crun").contains("--runtime=runc"));
+        let other = diagnose(Some(125), "Error: short-name resolution\n").expect_err("other");
+        assert!(other.contains("short-name resolution"), "{other}");
     }
 }

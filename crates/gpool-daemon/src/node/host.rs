@@ -52,7 +52,10 @@ pub fn container_runtime(cfg: &NodeConfig) -> anyhow::Result<Option<crate::node:
     let rt = crate::node::container::Runtime::detect(&cfg.container_runtime, cfg.container_args.clone())
         .map_err(anyhow::Error::msg)?;
     match &rt {
-        Some(r) => eprintln!("gpool: jobs with an image run in {}", r.describe()),
+        Some(r) => {
+            eprintln!("gpool: jobs with an image run in {}", r.describe());
+            r.spawn_self_test();
+        }
         None => eprintln!("gpool: no container runtime (podman or docker): jobs that name an image fail here"),
     }
     Ok(rt)
