@@ -32,7 +32,7 @@ wait_for() { for _ in $(seq 1200); do [ "$(field "$1" "$2")" = "$3" ] && return 
 p() { awk '/^ +50%/{p50=$2} /^ +99%/{p99=$2} /Requests\/sec/{rps=$2} /Non-2xx|Socket errors/{err=err" "$0} END{printf "p50 %s  p99 %s  %s req/s%s\n", p50, p99, rps, (err==""?"  0 errors":err)}'; }
 
 echo "== 1. proxy cost (replica answers at once)"
-svc fast 1 1 0ms 60s 60s
+svc fast 1 1 0 60s 60s
 wait_for fast "s['ready']" 1
 ADDR=$(field fast "s['replicas'][0]['address']")
 wrk -t1 -c1 -d3s "http://$ADDR/x" >/dev/null
@@ -61,7 +61,7 @@ echo "back to 1 replica $(echo "$(date +%s.%N) - $T1" | bc | cut -c1-5) s after 
 echo "failed through the proxy: $(field step "s['failed_total']") of $(field step "s['requests_total']")"
 
 echo "== 3. cold start from zero"
-svc cold 0 1 0ms 2s 2s
+svc cold 0 1 0 2s 2s
 wait_for cold "len(s['replicas'])" 0
 for i in 1 2 3; do
   echo "first request after scale-to-zero: $(curl -s -o /dev/null -w '%{http_code} in %{time_total} s' "http://$PROXY/cold/x")"

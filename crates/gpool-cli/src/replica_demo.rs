@@ -13,8 +13,8 @@ use anyhow::Context;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct ReplicaDemoArgs {
-    /// Time to answer each request (not /health), e.g. 50ms.
-    #[arg(long, default_value = "50ms", value_parser = crate::daemons::parse_duration_arg)]
+    /// Time to answer each request (not /health), e.g. 50ms, or 0.
+    #[arg(long, default_value = "50ms", value_parser = |s: &str| gpool_api::quantity::parse_duration(s).map_err(|e| e.to_string()))]
     delay: Duration,
     /// Port to listen on (default: $PORT, which gpool gives each replica).
     #[arg(long, env = "PORT")]
