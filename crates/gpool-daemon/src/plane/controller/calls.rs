@@ -137,7 +137,7 @@ macro_rules! calls {
 calls! {
     /// Submit a batch of jobs: all are accepted, or none.
     /// Create a service, or update it (a rolling update) if its spec changed.
-    ApplyService { name: String, spec: api::JobSpec } -> api::ServiceApplied, People;
+    ApplyService { name: String, spec: Box<api::JobSpec> } -> api::ServiceApplied, People;
     /// Delete a service and stop its replicas.
     DeleteService { name: String } -> api::ServiceView, People;
     /// The services the caller may see.

@@ -49,7 +49,7 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::ApplyService { name, spec, reply } => {
-                let r = self.apply_service(&caller, &name, spec, now);
+                let r = self.apply_service(&caller, &name, *spec, now);
                 self.reply(reply, r);
             }
             Call::DeleteService { name, reply } => {

@@ -21,7 +21,7 @@ pub(super) async fn apply(
 ) -> Result<Response> {
     let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"));
     let spec: api::JobSpec = parse(&body, yaml).map_err(bad)?;
-    let out = call(&st, &who, |reply| Call::ApplyService { name, spec, reply }).await?;
+    let out = call(&st, &who, |reply| Call::ApplyService { name, spec: Box::new(spec), reply }).await?;
     let status = if out.outcome == "created" { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(out)).into_response())
 }

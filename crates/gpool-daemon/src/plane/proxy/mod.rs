@@ -163,8 +163,8 @@ const HOP: [&str; 8] = [
 ];
 
 impl Proxy {
-    /// The service a request is for, and the path to forward.
-    fn route(&self, req: &Request<Incoming>) -> Result<(Arc<Service>, String), Response<Body>> {
+    /// The service a request is for, and the path to forward; else the name it asked for.
+    fn route(&self, req: &Request<Incoming>) -> Result<(Arc<Service>, String), String> {
         let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
         let label = host.split(['.', ':']).next().unwrap_or("");
@@ -182,12 +182,7 @@ impl Proxy {
                 let tail = if tail.starts_with('/') { tail.to_string() } else { format!("/{tail}") };
                 Ok((svc, tail))
             }
-            None => Err(text(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "no service {name:?} here: send requests to /NAME/… or Host: NAME.…; `gpool services` lists them"
-                ),
-            )),
+            None => Err(name.to_string()),
         }
     }
 
@@ -195,7 +190,14 @@ impl Proxy {
         let t0 = Instant::now();
         let (svc, path) = match self.route(&req) {
             Ok(x) => x,
-            Err(resp) => return resp,
+            Err(name) => {
+                return text(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "no service {name:?} here: send requests to /NAME/… or Host: NAME.…; `gpool services` lists them"
+                    ),
+                );
+            }
         };
         svc.in_flight.fetch_add(1, Ordering::AcqRel);
         let mut held = Held(svc.clone(), None);

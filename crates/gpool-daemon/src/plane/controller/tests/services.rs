@@ -10,7 +10,7 @@ const SVC: &str = "name: llm\ncommand: [serve]\nresources: {nvidia.com/gpu: 1}\n
 
 fn apply(h: &mut Harness, yaml: &str) -> Result<api::ServiceApplied, ApiError> {
     let spec: api::JobSpec = serde_yaml::from_str(yaml).expect("a valid spec");
-    h.call(ADMIN, |reply| Call::ApplyService { name: "llm".into(), spec, reply })
+    h.call(ADMIN, |reply| Call::ApplyService { name: "llm".into(), spec: Box::new(spec), reply })
 }
 
 fn view(h: &mut Harness) -> api::ServiceView {
