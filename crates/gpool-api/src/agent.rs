@@ -108,6 +108,9 @@ pub enum Command {
     /// Start a replica (idempotent: a replica already started is not started again).
     Start {
         replica: ReplicaId,
+        /// The job owner's login to its image's registry (an auth file); only in this order, never shown.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        registry_auth: Option<String>,
         argv: Vec<String>,
         env: Vec<(String, String)>,
         /// Working directory on the node; absent: the agent's own.

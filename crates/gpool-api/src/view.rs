@@ -419,3 +419,18 @@ pub struct ServiceApplied {
     pub outcome: String,
     pub endpoint: String,
 }
+
+/// A login to an image registry, as listed: never its password.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryView {
+    pub registry: String,
+    pub username: String,
+}
+
+/// `PUT /api/v1/registries/{registry}`: a login for the caller's jobs in images from that registry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryLogin {
+    pub username: String,
+    pub password: String,
+}

@@ -196,6 +196,9 @@ pub(crate) struct NodeArgs {
     /// A word added to `podman|docker run` for every job's container (repeatable), e.g. --container-arg=--runtime=runc --container-arg=--ulimit=nofile=1024:1024.
     #[arg(long = "container-arg", allow_hyphen_values = true)]
     container_args: Vec<String>,
+    /// Most the images gpool runs may take on this node (e.g. 50Gi): past it, the least recently used image no job needs is removed.
+    #[arg(long, value_name = "SIZE", value_parser = |s: &str| gpool_api::quantity::parse_bytes(s).map_err(|e| e.to_string()))]
+    image_cache_size: Option<u64>,
 }
 
 impl NodeArgs {
@@ -233,6 +236,7 @@ impl NodeArgs {
             spot_notice: self.spot_notice,
             container_runtime: self.container_runtime,
             container_args: self.container_args,
+            image_cache_size: self.image_cache_size,
             mig_managed: match self.mig_managed.as_deref().map(str::trim) {
                 None | Some("none") => None,
                 Some("all") => Some(Vec::new()),

@@ -127,6 +127,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Your logins to image registries, used only for your jobs' images (login, list, logout).
+    #[command(subcommand)]
+    Registry(RegistryCommand),
     /// Supervise one job replica (started by the agent, not by hand).
     #[command(hide = true)]
     Shim { dir: std::path::PathBuf },
@@ -179,6 +182,16 @@ enum NodesCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum RegistryCommand {
+    /// Store a login: echo "$TOKEN" | gpool registry login ghcr.io -u me --password-stdin.
+    Login(verbs::registry::LoginArgs),
+    /// Your logins: registry and user name (never the password).
+    List(verbs::ListArgs),
+    /// Forget your login to a registry.
+    Logout(verbs::registry::LogoutArgs),
+}
+
+#[derive(Subcommand, Debug)]
 enum TokenCommand {
     /// Create a token for a user (admins only); prints the secret once.
     Create(token::TokenArgs),
@@ -216,6 +229,9 @@ fn main() -> ExitCode {
         Command::Advise(a) => advise::run(a),
         Command::Alerts(a) => alerts::run(a),
         Command::Top(a) => top::run(a),
+        Command::Registry(RegistryCommand::Login(a)) => verbs::registry::login(a),
+        Command::Registry(RegistryCommand::List(a)) => verbs::registry::list(a),
+        Command::Registry(RegistryCommand::Logout(a)) => verbs::registry::logout(a),
         Command::Token(TokenCommand::Create(a)) => token::create(a),
         Command::Token(TokenCommand::List(a)) => token::list(a),
         Command::Token(TokenCommand::Revoke(a)) => token::revoke(a),

@@ -16,7 +16,12 @@ struct Image(String);
 
 impl Image {
     fn build(s: &Scratch) -> Image {
-        let root = s.0.join("rootfs");
+        Image::build_with(s, "1", 0)
+    }
+
+    /// An image tagged `tag`, holding `padding` more bytes of random data (a layer of its own size).
+    fn build_with(s: &Scratch, tag: &str, padding: usize) -> Image {
+        let root = s.0.join(format!("rootfs-{tag}"));
         std::fs::create_dir_all(root.join("bin")).expect("rootfs");
         let busybox = ["/usr/bin/busybox", "/bin/busybox"]
             .into_iter()
@@ -27,11 +32,17 @@ impl Image {
             std::os::unix::fs::symlink("busybox", root.join("bin").join(cmd)).expect("link");
         }
         std::fs::write(root.join("IMAGE"), "inside the image\n").expect("marker");
-        let tar = s.0.join("rootfs.tar");
+        if padding > 0 {
+            let mut data = vec![0u8; padding];
+            std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("urandom"), &mut data)
+                .expect("random");
+            std::fs::write(root.join("PADDING"), data).expect("padding");
+        }
+        let tar = s.0.join(format!("rootfs-{tag}.tar"));
         assert!(
             Command::new("tar").arg("-C").arg(&root).arg("-cf").arg(&tar).arg(".").status().expect("tar").success()
         );
-        let name = format!("localhost/gpool-e2e-{}:1", std::process::id());
+        let name = format!("localhost/gpool-e2e-{}:{tag}", std::process::id());
         let out = Command::new("podman")
             .args(["import", "--change", "ENV PATH=/bin"])
             .arg(&tar)
@@ -63,6 +74,40 @@ fn containers_of(job: u64) -> Vec<String> {
 fn container_jobs_end_to_end() {
     jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container();
     after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned();
+    the_image_cache_keeps_to_its_size_by_removing_the_least_recently_used_image();
+}
+
+fn image_exists(name: &str) -> bool {
+    Command::new("podman").args(["image", "exists", name]).status().expect("podman").success()
+}
+
+fn the_image_cache_keeps_to_its_size_by_removing_the_least_recently_used_image() {
+    let s = Scratch::new("containers-cache");
+    // Three images of about 4.5 MiB each (busybox and 3 MiB of random data); room for two.
+    let images: Vec<Image> = ["c1", "c2", "c3"].iter().map(|t| Image::build_with(&s, t, 3 << 20)).collect();
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "1xH100-80GB",
+        &[
+            "--container-arg=--runtime=runc",
+            "--container-arg=--ulimit=nofile=1024:1024",
+            "--container-arg=--ulimit=nproc=1024:1024",
+            "--image-cache-size",
+            "10Mi",
+        ],
+    );
+    for image in &images {
+        let (code, out, err) =
+            d.cli_code(&["submit", "--gpus", "1", "--image", &image.0, "--wait", "--", "sh", "-c", "exit 0"]);
+        assert_eq!(code, Some(0), "{out}{err}");
+    }
+    // The first, least recently used, goes; the latest two stay.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while image_exists(&images[0].0) {
+        assert!(Instant::now() < deadline, "the least recently used image was never removed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(image_exists(&images[1].0) && image_exists(&images[2].0), "the two most recent images stay");
 }
 
 fn jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container() {

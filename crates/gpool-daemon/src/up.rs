@@ -100,6 +100,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
         sampler: sampler_ctl.clone(),
         checkpoint_root: cfg.node.checkpoint_root.clone(),
+        image_cache: crate::node::host::image_cache(&cfg.node, &plane.data_dir, container.as_ref()),
         container: container.clone(),
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());

@@ -19,6 +19,7 @@ pub(crate) mod nodes;
 pub(crate) mod pools;
 pub(crate) mod queue;
 pub(crate) mod queues;
+pub(crate) mod registry;
 pub(crate) mod services;
 pub(crate) mod show;
 pub(crate) mod submit;

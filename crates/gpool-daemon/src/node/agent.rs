@@ -68,6 +68,8 @@ pub struct AgentConfig {
     pub checkpoint_root: Option<PathBuf>,
     /// Podman or docker, for jobs that name an image (`container.rs`).
     pub container: Option<crate::node::container::Runtime>,
+    /// The limit on images kept here (`image_cache.rs`), if there is one.
+    pub image_cache: Option<std::sync::Arc<crate::node::image_cache::ImageCache>>,
 }
 
 /// The node agent.
@@ -138,6 +140,18 @@ impl Agent {
     /// Starts a replica on `devices` (GPU or MIG UUIDs). Errors are about the
     /// agent's own files; a command that cannot run is reported as an exit
     /// with code 127 by the shim.
+    /// Records a use of `image` and, in the background, trims the cache to its limit,
+    /// keeping every image a live replica (this one included) runs.
+    fn keep_cache(&self, cache: std::sync::Arc<crate::node::image_cache::ImageCache>, image: String) {
+        cache.used(&image, shim::now_ms());
+        let keys: Vec<ReplicaKey> =
+            self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().copied().collect();
+        let mut in_use: std::collections::BTreeSet<String> =
+            keys.into_iter().filter_map(|k| crate::node::container::image_of(&self.run_dir(k))).collect();
+        in_use.insert(image);
+        let _ = std::thread::Builder::new().name("image-cache".into()).spawn(move || cache.evict(&in_use));
+    }
+
     /// Reports a replica that could not start here as ended at once, with `code` and why.
     fn fail_at_once(&self, key: ReplicaKey, code: i32, error: String) {
         let now = shim::now_ms();
@@ -239,6 +253,10 @@ impl Agent {
         }
         if let Some(rt) = &container {
             let name = format!("gpool-{}-{}-{}-{:08x}", key.job, key.attempt, key.rank, self.dir_hash());
+            let auth_dir = match &launch.registry_auth {
+                Some(secret) => Some(crate::node::container::write_auth(&dir, &secret.0)?),
+                None => None,
+            };
             let job = crate::node::container::ContainerJob {
                 name: &name,
                 job: key.job,
@@ -247,9 +265,13 @@ impl Agent {
                 checkpoint: &self.checkpoint_dir(key.job),
                 workdir: image_workdir.as_deref(),
                 simulated: self.cfg.simulated,
+                auth_dir: auth_dir.as_deref(),
             };
             launch.argv = rt.wrap(&launch, &job);
-            crate::node::container::remember(&dir, rt, &name)?;
+            crate::node::container::remember(&dir, rt, &name, launch.image.as_deref().unwrap_or(""))?;
+            if let (Some(cache), Some(image)) = (&self.cfg.image_cache, &launch.image) {
+                self.keep_cache(cache.clone(), image.clone());
+            }
         }
         if let Some(layout) = &self.cfg.cgroups {
             // Every GPU and MIG file of the node that none of the replica's devices opens.

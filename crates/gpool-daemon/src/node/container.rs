@@ -208,7 +208,15 @@ impl Runtime {
     /// The command that runs `launch` in its image: `RUNTIME run … IMAGE ARGV`.
     pub fn wrap(&self, launch: &Launch, c: &ContainerJob<'_>) -> Vec<String> {
         let image = launch.image.clone().unwrap_or_default();
-        let mut a: Vec<String> = vec![self.program.display().to_string(), "run".into(), "--rm".into()];
+        let mut a: Vec<String> = vec![self.program.display().to_string()];
+        // The owner's registry login: docker reads a configuration directory, podman an auth file.
+        if let (Some(d), Kind::Docker) = (c.auth_dir, self.kind) {
+            a.extend(["--config".to_string(), d.display().to_string()]);
+        }
+        a.extend(["run".to_string(), "--rm".to_string()]);
+        if let (Some(d), Kind::Podman) = (c.auth_dir, self.kind) {
+            a.extend(["--authfile".to_string(), d.join(AUTH_FILE).display().to_string()]);
+        }
         let mut push = |w: &[&str]| a.extend(w.iter().map(|s| s.to_string()));
         push(&["--name", c.name, "--label", &format!("gpool.job={}", c.job), "--network", "host"]);
         push(&["--sig-proxy=true", "--pull", "missing"]);
@@ -289,16 +297,40 @@ pub struct ContainerJob<'a> {
     /// The spec's working directory, inside the image.
     pub workdir: Option<&'a str>,
     pub simulated: bool,
+    /// Where the owner's registry login is (`AUTH_DIR` of the run directory), if it has one.
+    pub auth_dir: Option<&'a Path>,
 }
 
-/// Records which container a run directory's replica runs in.
-pub fn remember(dir: &Path, rt: &Runtime, name: &str) -> std::io::Result<()> {
-    std::fs::write(dir.join(NAME_FILE), format!("{}\n{name}\n", rt.program.display()))
+/// The directory of a run directory holding the registry login (root only, 0700), and its file.
+pub const AUTH_DIR: &str = "registry-auth";
+pub const AUTH_FILE: &str = "config.json";
+
+/// Writes the registry login where only root reads it; its directory.
+pub fn write_auth(dir: &Path, auth: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let d = dir.join(AUTH_DIR);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::DirBuilder::new().mode(0o700).create(&d)?;
+    let mut f = std::fs::OpenOptions::new().create_new(true).write(true).mode(0o600).open(d.join(AUTH_FILE))?;
+    f.write_all(auth.as_bytes())?;
+    Ok(d)
+}
+
+/// Records which container a run directory's replica runs in, and its image.
+pub fn remember(dir: &Path, rt: &Runtime, name: &str, image: &str) -> std::io::Result<()> {
+    std::fs::write(dir.join(NAME_FILE), format!("{}\n{name}\n{image}\n", rt.program.display()))
+}
+
+/// The image a run directory's replica runs in, if it runs in one.
+pub fn image_of(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(NAME_FILE)).ok()?;
+    text.lines().nth(2).filter(|l| !l.is_empty()).map(str::to_string)
 }
 
 /// Removes the container of an ended replica, if it had one (a runtime
 /// client killed by SIGKILL leaves its container running).
 pub fn remove(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir.join(AUTH_DIR));
     let Ok(text) = std::fs::read_to_string(dir.join(NAME_FILE)) else { return };
     let mut lines = text.lines();
     let (Some(program), Some(name)) = (lines.next(), lines.next()) else { return };
@@ -340,20 +372,29 @@ mod tests {
             checkpoint: Path::new("/ckpt/job-7"),
             workdir: Some("/workspace"),
             simulated: false,
+            auth_dir: Some(Path::new("/run/job-7/registry-auth")),
         };
         let argv = rt.wrap(&launch, &c).join(" ");
         for want in [
-            "/usr/bin/podman run --rm --name gpool-7-1-0-abcd --label gpool.job=7",
+            "--name gpool-7-1-0-abcd --label gpool.job=7",
             "--user 1000:1000",
             "--cpus 4.000 --memory 16384m",
             "-v /ckpt/job-7:/ckpt/job-7 -w /workspace",
             "-e CUDA_VISIBLE_DEVICES=GPU-a",
             "--device nvidia.com/gpu=GPU-a --device nvidia.com/gpu=MIG-b",
             "--runtime=runc pytorch/pytorch:2.5.1 python3 train.py",
+            "/usr/bin/podman run --rm --authfile /run/job-7/registry-auth/config.json --name",
         ] {
             assert!(argv.contains(want), "{want:?} in {argv}");
         }
         assert!(!argv.contains("/host/bin"), "the host's PATH stays outside: {argv}");
+        let docker = Runtime { kind: Kind::Docker, program: "/usr/bin/docker".into(), ..rt.clone() };
+        assert!(
+            docker
+                .wrap(&launch, &c)
+                .join(" ")
+                .starts_with("/usr/bin/docker --config /run/job-7/registry-auth run --rm")
+        );
         let no_cdi = Runtime { cdi: false, ..rt };
         assert!(no_cdi.wrap(&launch, &c).join(" ").contains("-e NVIDIA_VISIBLE_DEVICES=GPU-a,MIG-b"));
         assert!(Runtime::detect("kubernetes", Vec::new()).is_err_and(|e| e.contains("expected auto")));

@@ -45,6 +45,18 @@ pub struct NodeConfig {
     pub container_runtime: String,
     /// Extra words for `podman|docker run` (`--container-arg`).
     pub container_args: Vec<String>,
+    /// Bytes the images gpool runs may take here (`image_cache.rs`); `None`: no limit.
+    pub image_cache_size: Option<u64>,
+}
+
+/// The node's image cache, when it has a limit and a runtime.
+pub fn image_cache(
+    cfg: &NodeConfig,
+    data_dir: &std::path::Path,
+    rt: Option<&crate::node::container::Runtime>,
+) -> Option<std::sync::Arc<crate::node::image_cache::ImageCache>> {
+    let (limit, rt) = (cfg.image_cache_size?, rt?);
+    Some(std::sync::Arc::new(crate::node::image_cache::ImageCache::new(data_dir, limit, rt.clone())))
 }
 
 /// The container runtime for jobs in images, said on standard error.

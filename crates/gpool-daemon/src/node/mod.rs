@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod container;
 pub mod devices;
 pub mod host;
+pub mod image_cache;
 pub mod lease;
 pub mod output;
 pub mod remote;

@@ -181,6 +181,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
             sampler: sampler_ctl.clone(),
             checkpoint_root: cfg.node.checkpoint_root.clone(),
+            image_cache: crate::node::host::image_cache(&cfg.node, &cfg.data_dir, container.as_ref()),
             container: container.clone(),
         },
         sink,
@@ -404,7 +405,18 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
 
 fn execute(agent: &Agent, command: wire::Command) {
     match command {
-        wire::Command::Start { replica, argv, env, cwd, devices, user, cpus_milli, memory_mb, image } => {
+        wire::Command::Start {
+            replica,
+            registry_auth,
+            argv,
+            env,
+            cwd,
+            devices,
+            user,
+            cpus_milli,
+            memory_mb,
+            image,
+        } => {
             let key: ReplicaKey = replica.into();
             let launch = crate::protocol::Launch {
                 argv,
@@ -419,6 +431,7 @@ fn execute(agent: &Agent, command: wire::Command) {
                 memory_mb: memory_mb.unwrap_or(0),
                 confine: None,
                 image,
+                registry_auth: registry_auth.map(crate::protocol::Secret),
             };
             if let Err(e) = agent.start(key, launch, devices) {
                 agent.report(AgentReport::StartFailed { key, error: format!("cannot start its shim: {e}") });

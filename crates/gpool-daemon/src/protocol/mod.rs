@@ -126,6 +126,20 @@ pub struct Launch {
     /// The OCI image the command runs in (`node/container.rs`).
     #[serde(default)]
     pub image: Option<String>,
+    /// The job owner's login to the image's registry (an auth file), if any.
+    /// Never serialised: the shim's copy of the launch holds no secret.
+    #[serde(skip)]
+    pub registry_auth: Option<Secret>,
+}
+
+/// A secret that `Debug` does not print.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
 }
 
 /// What a replica's control groups enforce (`node/cgroup.rs`), set by

@@ -136,6 +136,12 @@ macro_rules! calls {
 
 calls! {
     /// Submit a batch of jobs: all are accepted, or none.
+    /// Store a login to an image registry for the caller's jobs.
+    RegistryLogin { registry: String, req: api::RegistryLogin } -> api::RegistryView, People;
+    /// Forget the caller's login to a registry.
+    RegistryLogout { registry: String } -> api::RegistryView, People;
+    /// The caller's registry logins (never their passwords).
+    Registries {} -> Vec<api::RegistryView>, People;
     /// Create a service, or update it (a rolling update) if its spec changed.
     ApplyService { name: String, spec: Box<api::JobSpec> } -> api::ServiceApplied, People;
     /// Delete a service and stop its replicas.

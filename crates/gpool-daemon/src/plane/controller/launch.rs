@@ -53,6 +53,12 @@ impl Controller {
             }
             seen.into_iter().enumerate().map(|(i, n)| (n, i)).collect()
         };
+        // The owner's login to the image's registry, for this start order only.
+        let registry_auth = self
+            .jobs
+            .get(&id)
+            .and_then(|d| d.spec.image.as_deref().and_then(|i| self.registry_auth(&d.user, i)))
+            .map(crate::protocol::Secret);
         let Some(doc) = self.jobs.get_mut(&id) else { return };
         self.allocations += 1;
         self.wait.observe((now - doc.queued_ms.unwrap_or(doc.submitted_ms)).max(0) as f64 / 1000.0);
@@ -141,6 +147,7 @@ impl Controller {
                 memory_mb: r.memory_mb,
                 confine: None,
                 image: doc.spec.image.clone(),
+                registry_auth: registry_auth.clone(),
             };
             let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
             starts.push((r.node, Order::Start { key, launch: Box::new(launch), devices: device_uuids }));

@@ -55,6 +55,7 @@ mod mig_layouts;
 mod nodes;
 mod observe;
 mod proxy_wire;
+mod registries;
 mod requests;
 mod restore;
 mod services;
@@ -243,6 +244,8 @@ pub struct Controller {
     idle_gpus: BTreeMap<u64, BTreeSet<String>>,
     /// Inference services (`services.rs`).
     services: services::Services,
+    /// Users' logins to image registries (`registries.rs`).
+    registries: registries::Logins,
 }
 
 impl Controller {
@@ -307,6 +310,7 @@ impl Controller {
             budget: budgets::BudgetState::default(),
             idle_gpus: BTreeMap::new(),
             services: services::Services::default(),
+            registries: registries::Logins::new(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {
@@ -326,6 +330,7 @@ impl Controller {
         c.restore()?;
         c.restore_budgets(now)?;
         c.restore_services()?;
+        c.restore_registries()?;
         let first = c.take_turn();
         Ok((c, first))
     }
@@ -443,6 +448,7 @@ impl Controller {
                 let cwd = (!launch.cwd.as_os_str().is_empty()).then(|| launch.cwd.display().to_string());
                 api::agent::Command::Start {
                     replica: key.into(),
+                    registry_auth: launch.registry_auth.map(|s| s.0),
                     argv: launch.argv,
                     env: launch.env,
                     cwd,

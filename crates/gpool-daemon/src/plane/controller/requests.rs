@@ -48,6 +48,18 @@ impl Controller {
                 let r = self.submit(&caller, specs, now);
                 self.reply(reply, r);
             }
+            Call::RegistryLogin { registry, req, reply } => {
+                let r = self.registry_login(&caller, &registry, req, now);
+                self.reply(reply, r);
+            }
+            Call::RegistryLogout { registry, reply } => {
+                let r = self.registry_logout(&caller, &registry);
+                self.reply(reply, r);
+            }
+            Call::Registries { reply } => {
+                let r = Ok(self.registry_views(&caller));
+                self.reply(reply, r);
+            }
             Call::ApplyService { name, spec, reply } => {
                 let r = self.apply_service(&caller, &name, *spec, now);
                 self.reply(reply, r);

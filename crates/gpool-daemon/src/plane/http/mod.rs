@@ -21,6 +21,7 @@ use tokio::sync::{broadcast, oneshot};
 use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
 
 mod logs;
+mod registries;
 mod services;
 mod who;
 use logs::logs;
@@ -57,6 +58,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/jobs/{id}/logs"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/pools"),
+    ("get", "/api/v1/registries"),
+    ("put", "/api/v1/registries/{registry}"),
+    ("delete", "/api/v1/registries/{registry}"),
     ("get", "/api/v1/services"),
     ("put", "/api/v1/services/{name}"),
     ("delete", "/api/v1/services/{name}"),
@@ -91,6 +95,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/logs", get(logs))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/pools", get(pools))
+        .route("/api/v1/registries", get(registries::list))
+        .route("/api/v1/registries/{registry}", axum::routing::put(registries::login).delete(registries::logout))
         .route("/api/v1/services", get(services::list))
         .route("/api/v1/services/{name}", axum::routing::put(services::apply).delete(services::delete))
         .route("/api/v1/cost", get(cost))

@@ -24,6 +24,7 @@ mod calls;
 mod lifecycle;
 mod nodes;
 mod preemption;
+mod registries;
 mod restore;
 mod services;
 mod store;

@@ -1,0 +1,77 @@
+//! Registry logins are per user: a job in an image from a registry its
+//! owner logged in to starts with that login; another user's job, or an
+//! image from another registry, starts without; listings, events and job
+//! views never show a password.
+
+use super::*;
+
+fn user(h: &mut Harness, name: &str) -> String {
+    let req = api::TokenRequest { user: name.into(), team: None, role: None, ttl: None };
+    h.call(ADMIN, |reply| Call::CreateToken { req, from: "test".into(), reply }).expect("a token").token
+}
+
+fn login(
+    h: &mut Harness,
+    who: &str,
+    registry: &str,
+    user: &str,
+    password: &str,
+) -> Result<api::RegistryView, ApiError> {
+    let req = api::RegistryLogin { username: user.into(), password: password.into() };
+    h.call(who, |reply| Call::RegistryLogin { registry: registry.into(), req, reply })
+}
+
+/// The registry login of each start order since the last call.
+fn auths(h: &mut Harness) -> Vec<Option<String>> {
+    h.orders()
+        .into_iter()
+        .filter_map(|o| match o {
+            LocalOrder::Start { launch, .. } => Some(launch.registry_auth.map(|s| s.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_login_reaches_only_its_owners_jobs_from_that_registry_and_is_never_shown() {
+    let mut h = Setup::new().local_gpus(4).build();
+    let ana = user(&mut h, "ana");
+    let bob = user(&mut h, "bob");
+    let v = login(&mut h, &ana, "https://ghcr.io/", "ana", "s3cret").expect("stored");
+    assert_eq!((v.registry.as_str(), v.username.as_str()), ("ghcr.io", "ana"));
+    assert!(login(&mut h, &ana, "ghcr.io/org", "ana", "x").is_err_and(|e| e.status == 400));
+    let listed = h.call(ana.as_str(), |reply| Call::Registries { reply }).expect("list");
+    assert_eq!(listed, [api::RegistryView { registry: "ghcr.io".into(), username: "ana".into() }]);
+    assert!(
+        h.call(bob.as_str(), |reply| Call::Registries { reply }).expect("list").is_empty(),
+        "bob sees none of ana's"
+    );
+
+    let spec = |image: &str| -> api::JobSpec {
+        serde_yaml::from_str(&format!("command: [serve]\nimage: {image}\n")).expect("spec")
+    };
+    h.call(ana.as_str(), |reply| Call::Submit { specs: vec![spec("ghcr.io/ana/model:1")], reply }).expect("ana's job");
+    let got = auths(&mut h);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].as_deref().is_some_and(|a| a.contains("ghcr.io") && a.contains("YW5hOnMzY3JldA==")), "{got:?}");
+    h.call(ana.as_str(), |reply| Call::Submit { specs: vec![spec("docker.io/library/ubuntu")], reply })
+        .expect("other registry");
+    h.call(bob.as_str(), |reply| Call::Submit { specs: vec![spec("ghcr.io/ana/model:1")], reply }).expect("bob's job");
+    assert_eq!(auths(&mut h), [None, None], "another registry, another user: no login");
+    let events = format!("{:?}", h.event_messages("registry_login"));
+    assert!(!events.contains("s3cret"), "{events}");
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    h.step(vec![Event::Api {
+        who: ADMIN.into(),
+        call: Call::List { query: super::super::ListQuery { limit: 100, ..Default::default() }, reply: tx },
+    }]);
+    let jobs = serde_json::to_string(&rx.try_recv().expect("answered").expect("jobs")).expect("json");
+    assert!(!jobs.contains("s3cret") && !jobs.contains("YW5hOnMzY3JldA"), "no view carries it");
+
+    let out = h.call(ana.as_str(), |reply| Call::RegistryLogout { registry: "ghcr.io".into(), reply }).expect("logout");
+    assert_eq!(out.registry, "ghcr.io");
+    assert!(
+        h.call(ana.as_str(), |reply| Call::RegistryLogout { registry: "ghcr.io".into(), reply })
+            .is_err_and(|e| e.status == 404)
+    );
+}
