@@ -313,6 +313,9 @@ pub struct TelemetryWire {
     /// Why the node should take no new work now (its disk under the reserve).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<String>,
+    /// Replicas still pulling their image, and how far along.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pulling: Vec<(ReplicaId, String)>,
 }
 
 /// `POST /agent/v1/report`.

@@ -75,6 +75,43 @@ fn container_jobs_end_to_end() {
     jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container();
     after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned();
     the_image_cache_keeps_to_its_size_by_removing_the_least_recently_used_image();
+    an_image_not_here_is_pulled_before_the_command_and_a_failed_pull_fails_the_job();
+}
+
+fn an_image_not_here_is_pulled_before_the_command_and_a_failed_pull_fails_the_job() {
+    let s = Scratch::new("containers-pull");
+    let image = Image::build_with(&s, "pull", 0);
+    // A registry-free source: an archive of the image (`podman save`), pulled through the docker-archive transport.
+    let archive = s.0.join("image.tar");
+    let out = Command::new("podman").args(["save", "-o"]).arg(&archive).arg(&image.0).output().expect("podman save");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "1xH100-80GB",
+        &[
+            "--container-arg=--runtime=runc",
+            "--container-arg=--ulimit=nofile=1024:1024",
+            "--container-arg=--ulimit=nproc=1024:1024",
+        ],
+    );
+    let source = format!("docker-archive:{}", archive.display());
+    let (code, out, err) = d.cli_code(&["submit", "--image", &source, "--wait", "--", "cat", "/IMAGE"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let id = out.lines().next().unwrap_or("").trim().to_string();
+    let (_, out, err) = d.cli(&["logs", &id]);
+    let logs = format!("{out}{err}");
+    assert!(logs.contains(&format!("== gpool: pulling {source}")) && logs.contains("Copying blob"), "{logs}");
+    assert!(logs.contains("inside the image"), "then the command ran in it: {logs}");
+    // A source that is not there: the job fails within seconds with the runtime's words.
+    let t0 = Instant::now();
+    let id = d.submit(json!({"command": ["true"], "image": format!("docker-archive:{}/missing.tar", s.0.display())}));
+    d.wait_ended(&[id], Duration::from_secs(30));
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    let job = d.job(id);
+    assert_eq!(job["state"], "failed", "{job}");
+    let (_, out, err) = d.cli(&["logs", &id.to_string()]);
+    let text = format!("{job} {out}{err}");
+    assert!(text.contains("missing.tar"), "the runtime's own message: {text}");
 }
 
 fn image_exists(name: &str) -> bool {

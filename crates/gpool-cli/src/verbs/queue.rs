@@ -95,7 +95,13 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
         let devices: Vec<String> = j.replicas.iter().map(|r| r.cuda_visible_devices.clone()).collect();
         let reason = match j.state {
             JobState::Running => {
-                format!("on {} [{}]", j.replicas.first().map_or("-", |r| r.node.as_str()), devices.join(" | "))
+                let on =
+                    format!("on {} [{}]", j.replicas.first().map_or("-", |r| r.node.as_str()), devices.join(" | "));
+                // Still pulling its image (the only reason a running job has).
+                match j.reason.as_deref().filter(|r| r.starts_with("pulling ")) {
+                    Some(p) => format!("{on} {p}"),
+                    None => on,
+                }
             }
             _ => j.reason.clone().unwrap_or_default(),
         };

@@ -267,6 +267,7 @@ impl Agent {
                 simulated: self.cfg.simulated,
                 auth_dir: auth_dir.as_deref(),
             };
+            launch.pull = rt.pull_steps(&launch, auth_dir.as_deref());
             launch.argv = rt.wrap(&launch, &job);
             crate::node::container::remember(&dir, rt, &name, launch.image.as_deref().unwrap_or(""))?;
             if let (Some(cache), Some(image)) = (&self.cfg.image_cache, &launch.image) {

@@ -205,6 +205,23 @@ impl Runtime {
         format!("{kind} ({}), {devices}", self.program.display())
     }
 
+    /// How the shim checks for `launch`'s image and pulls it (with the owner's login, if any).
+    pub fn pull_steps(&self, launch: &Launch, auth_dir: Option<&Path>) -> Option<crate::protocol::PullSteps> {
+        let image = launch.image.clone()?;
+        let program = self.program.display().to_string();
+        let exists = vec![program.clone(), "image".into(), "inspect".into(), image.clone()];
+        let mut pull = vec![program];
+        match (auth_dir, self.kind) {
+            (Some(d), Kind::Docker) => pull.extend(["--config".to_string(), d.display().to_string(), "pull".into()]),
+            (Some(d), Kind::Podman) => {
+                pull.extend(["pull".to_string(), "--authfile".into(), d.join(AUTH_FILE).display().to_string()])
+            }
+            (None, _) => pull.push("pull".into()),
+        }
+        pull.push(image.clone());
+        Some(crate::protocol::PullSteps { image, exists, pull })
+    }
+
     /// The command that runs `launch` in its image: `RUNTIME run … IMAGE ARGV`.
     pub fn wrap(&self, launch: &Launch, c: &ContainerJob<'_>) -> Vec<String> {
         let image = launch.image.clone().unwrap_or_default();

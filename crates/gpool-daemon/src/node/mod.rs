@@ -13,6 +13,7 @@ pub mod host;
 pub mod image_cache;
 pub mod lease;
 pub mod output;
+pub mod pull;
 pub mod remote;
 pub mod sampler;
 pub mod shim;

@@ -432,6 +432,7 @@ fn execute(agent: &Agent, command: wire::Command) {
                 confine: None,
                 image,
                 registry_auth: registry_auth.map(crate::protocol::Secret),
+                pull: None,
             };
             if let Err(e) = agent.start(key, launch, devices) {
                 agent.report(AgentReport::StartFailed { key, error: format!("cannot start its shim: {e}") });

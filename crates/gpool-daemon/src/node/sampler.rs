@@ -213,7 +213,19 @@ impl Sampler {
         self.prev = ticks.into_iter().map(|(k, t)| (k, (now, t))).collect();
         let conditions =
             self.disk.as_ref().and_then(|(dir, reserve)| disk_condition(dir, *reserve)).into_iter().collect();
-        NodeReport { node: self.node.clone(), at_ms, gpus, replicas: usage, pid_jobs, error, conditions, mig: None }
+        let pulling =
+            replicas.iter().filter_map(|(k, dir)| crate::node::pull::progress(dir, at_ms).map(|p| (*k, p))).collect();
+        NodeReport {
+            node: self.node.clone(),
+            at_ms,
+            gpus,
+            replicas: usage,
+            pid_jobs,
+            error,
+            conditions,
+            mig: None,
+            pulling,
+        }
     }
 
     /// Lays a MIG GPU out, then reads the GPUs again: the outcome travels

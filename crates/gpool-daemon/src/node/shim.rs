@@ -126,6 +126,23 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let started_ms = now_ms();
     let open_log = |p: &Path| OpenOptions::new().create(true).append(true).open(p);
+    // A job in an image that is not here: pulled first, as the replica (signals reach the pull).
+    if let Some(steps) = &launch.pull {
+        let shim_pid = getpid().as_raw_nonzero().get();
+        let set_pid = |job_pid| {
+            let _ = write_atomic(dir, STATE, &ShimState { shim_pid, job_pid });
+        };
+        let end = match crate::node::pull::run(dir, steps, &launch.stderr, set_pid) {
+            Ok(()) => None,
+            Err(crate::node::pull::PullEnd::Failed(msg)) => Some((Some(125), None, Some(msg))),
+            Err(crate::node::pull::PullEnd::Signalled(sig)) => Some((None, Some(sig), None)),
+        };
+        if let Some((code, signal, error)) = end {
+            let rec = ExitRecord { code, signal, started_ms, ended_ms: now_ms(), error, fenced: false };
+            write_exit(dir, &rec).context("write exit.json")?;
+            return Ok(());
+        }
+    }
     // The kernel enforces the allocation (`cgroup.rs`): the job joins its groups before it runs.
     let groups = match launch.confine.as_ref().map(crate::protocol::Confine::create).transpose() {
         Ok(g) => g,

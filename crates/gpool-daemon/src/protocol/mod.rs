@@ -130,6 +130,19 @@ pub struct Launch {
     /// Never serialised: the shim's copy of the launch holds no secret.
     #[serde(skip)]
     pub registry_auth: Option<Secret>,
+    /// For a job in an image: how the shim finds the image and pulls it when
+    /// it is missing, before the command runs (`node/pull.rs`).
+    #[serde(default)]
+    pub pull: Option<PullSteps>,
+}
+
+/// The runtime's commands that check for an image and pull it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullSteps {
+    pub image: String,
+    /// Succeeds when the image is here.
+    pub exists: Vec<String>,
+    pub pull: Vec<String>,
 }
 
 /// A secret that `Debug` does not print.

@@ -23,6 +23,8 @@ pub struct NodeReport {
     pub conditions: Vec<String>,
     /// A MIG layout order's outcome, with the GPUs as they are after it.
     pub mig: Option<gpool_api::agent::MigOutcome>,
+    /// Replicas still pulling their image (`node/pull.rs`), and how far along.
+    pub pulling: Vec<(ReplicaKey, String)>,
 }
 
 /// A node's telemetry for the agent protocol.
@@ -84,6 +86,7 @@ pub fn telemetry_to_wire(r: &NodeReport) -> gpool_api::agent::TelemetryWire {
         error: r.error.clone(),
         conditions: r.conditions.clone(),
         mig: r.mig.clone(),
+        pulling: r.pulling.iter().map(|(k, p)| ((*k).into(), p.clone())).collect(),
     }
 }
 
@@ -147,6 +150,7 @@ pub fn telemetry_from_wire(node: &str, t: gpool_api::agent::TelemetryWire) -> No
         error: t.error,
         conditions: t.conditions,
         mig: t.mig,
+        pulling: t.pulling.into_iter().map(|(k, p)| (k.into(), p)).collect(),
     }
 }
 
@@ -183,6 +187,7 @@ mod tests {
             error: None,
             conditions: vec!["disk: 1 MiB free".into()],
             mig: None,
+            pulling: vec![(ReplicaKey { job: 1, attempt: 2, rank: 0 }, "pulling m:1 for 3s".into())],
         };
         let json = serde_json::to_string(&telemetry_to_wire(&report)).expect("json");
         assert!(!json.contains("gpu_util_pct"), "absent values are left out: {json}");
@@ -192,5 +197,6 @@ mod tests {
         assert_eq!(back.pid_jobs, report.pid_jobs);
         assert_eq!(back.at_ms, 42);
         assert_eq!(back.conditions, report.conditions);
+        assert_eq!(back.pulling, report.pulling);
     }
 }

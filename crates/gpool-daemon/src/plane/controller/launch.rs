@@ -148,6 +148,7 @@ impl Controller {
                 confine: None,
                 image: doc.spec.image.clone(),
                 registry_auth: registry_auth.clone(),
+                pull: None,
             };
             let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
             starts.push((r.node, Order::Start { key, launch: Box::new(launch), devices: device_uuids }));

@@ -246,6 +246,8 @@ pub struct Controller {
     services: services::Services,
     /// Users' logins to image registries (`registries.rs`).
     registries: registries::Logins,
+    /// Jobs pulling their image, by node, as the nodes last reported (`observe.rs`).
+    pulling: BTreeMap<u64, (String, String)>,
 }
 
 impl Controller {
@@ -311,6 +313,7 @@ impl Controller {
             idle_gpus: BTreeMap::new(),
             services: services::Services::default(),
             registries: registries::Logins::new(),
+            pulling: BTreeMap::new(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {

@@ -49,6 +49,9 @@ impl Controller {
         let node_cpus = self.snap.node(node).map_or(0.0, |n| n.cpus_milli as f64 / 1000.0);
         for j in self.snap.jobs_on(node) {
             let (Some(job), Some(doc)) = (self.snap.job(j), self.jobs.get(&j.0)) else { continue };
+            if self.pulling.contains_key(&j.0) {
+                continue;
+            }
             let Some(run) = job.running() else { continue };
             let here: Vec<&gpool_core::ReplicaPlacement> = run.placement.iter().filter(|p| p.node == node).collect();
             let requested: u64 = here.iter().map(|p| p.cpus_milli).sum();
@@ -94,6 +97,11 @@ impl Controller {
         self.enforce_gpu_shares(&r, now);
         if let Some(outcome) = r.mig.clone() {
             self.on_mig_outcome(node, outcome, now);
+        }
+        // Replicas pulling their image: shown as such, and their GPUs are not theirs to idle yet.
+        self.pulling.retain(|_, (n, _)| *n != r.node);
+        for (key, text) in &r.pulling {
+            self.pulling.insert(key.job, (r.node.clone(), text.clone()));
         }
         let holders = self.holders(node);
         if let Some(e) = &r.error

@@ -38,6 +38,9 @@ impl Controller {
                     format!("used {used_mb} MiB of GPU {gpu}, over its share of {limit_mb} MiB; waiting for its processes to exit")
                 }
             }),
+            api::JobState::Running => {
+                self.pulling.get(&d.id).map(|(_, text)| text.clone()).or_else(|| d.end_reason.clone())
+            }
             _ => d.end_reason.clone(),
         };
         let live = !d.state.is_terminal() && d.state != api::JobState::Pending;

@@ -75,3 +75,24 @@ fn a_login_reaches_only_its_owners_jobs_from_that_registry_and_is_never_shown() 
             .is_err_and(|e| e.status == 404)
     );
 }
+
+/// A replica its node reports pulling its image says so in its view, until the pull is over.
+#[test]
+fn a_job_pulling_its_image_says_so_until_its_node_reports_the_pull_over() {
+    let mut h = Setup::new().build();
+    let id = h.submit("command: [serve]\nimage: ghcr.io/org/model:1\nresources: {nvidia.com/gpu: 1}\n");
+    assert_eq!(h.starts().len(), 1);
+    let report = |pulling: Vec<(ReplicaKey, String)>| {
+        Event::Agent(AgentReport::Telemetry(crate::protocol::NodeReport {
+            node: "n1".into(),
+            at_ms: T0,
+            pulling,
+            ..Default::default()
+        }))
+    };
+    let text = "pulling ghcr.io/org/model:1 for 12s: 2 of 5 layers copied".to_string();
+    h.step(vec![report(vec![(key(id, 1, 0), text.clone())])]);
+    assert_eq!(h.job(id).reason.as_deref(), Some(text.as_str()));
+    h.step(vec![report(Vec::new())]);
+    assert_eq!(h.job(id).reason, None, "pulled: running, no reason");
+}
