@@ -140,6 +140,12 @@ pub enum Command {
     /// Lay MIG GPU `gpu` out as `layout` (no job uses it); the agent says
     /// how it went, and what the GPU then really has, in its next telemetry.
     MigLayout { gpu: u32, layout: Vec<MigSlotWire> },
+    /// Pull an image now: a job will run in it here once the GPUs it waits for are free.
+    Prefetch {
+        image: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        registry_auth: Option<String>,
+    },
 }
 
 /// One GPU instance to create: a profile at a start (memory slices).

@@ -76,6 +76,41 @@ fn container_jobs_end_to_end() {
     after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned();
     the_image_cache_keeps_to_its_size_by_removing_the_least_recently_used_image();
     an_image_not_here_is_pulled_before_the_command_and_a_failed_pull_fails_the_job();
+    a_preemptor_s_image_is_pulled_while_its_victim_checkpoints();
+}
+
+fn a_preemptor_s_image_is_pulled_while_its_victim_checkpoints() {
+    let s = Scratch::new("containers-ahead");
+    let image = Image::build_with(&s, "ahead", 0);
+    let archive = s.0.join("image.tar");
+    let out = Command::new("podman").args(["save", "-o"]).arg(&archive).arg(&image.0).output().expect("podman save");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(Command::new("podman").args(["rmi", &image.0]).output().expect("rmi").status.success());
+    assert!(!image_exists(&image.0));
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "1xH100-80GB",
+        &[
+            "--container-arg=--runtime=runc",
+            "--container-arg=--ulimit=nofile=1024:1024",
+            "--container-arg=--ulimit=nproc=1024:1024",
+        ],
+    );
+    // A preemptible job that takes 8 s to checkpoint once told to stop.
+    let low = d.submit(json!({"command": ["sh", "-c", "trap 'sleep 8; exit 0' TERM; sleep 600 & wait"],
+        "resources": {"nvidia.com/gpu": 1}, "preemptible": true, "priority": "low", "gracePeriod": "30s"}));
+    d.until(&format!("/api/v1/jobs/{low}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let high = d.submit(json!({"command": ["cat", "/IMAGE"], "image": format!("docker-archive:{}", archive.display()),
+        "resources": {"nvidia.com/gpu": 1}, "priority": "high"}));
+    // The image arrives on the node while the victim checkpoints and the job still waits for its GPU.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !image_exists(&image.0) {
+        assert!(Instant::now() < deadline, "the image was never pulled ahead");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(d.job(high)["state"], "pending", "pulled while it waited for its GPU");
+    d.wait_ended(&[high], Duration::from_secs(60));
+    assert_eq!(d.job(high)["state"], "succeeded", "{}", d.job(high));
 }
 
 fn an_image_not_here_is_pulled_before_the_command_and_a_failed_pull_fails_the_job() {

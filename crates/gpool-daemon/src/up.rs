@@ -41,6 +41,10 @@ impl LocalNode for Agent {
     fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>) {
         Agent::mig_layout(self, gpu, layout);
     }
+
+    fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>) {
+        Agent::prefetch(self, image, registry_auth);
+    }
 }
 
 /// Runs `gpool up` until SIGINT/SIGTERM. Jobs keep running when the daemon stops;

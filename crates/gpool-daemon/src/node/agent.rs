@@ -80,11 +80,13 @@ pub struct Agent {
     replicas: Replicas,
     /// Unix accounts of recent jobs' users.
     accounts: account::Accounts,
+    /// Images being pulled ahead (`prefetch`).
+    prefetching: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
 }
 
 impl Agent {
     pub fn new(cfg: AgentConfig, reports: ReportSink, replicas: Replicas) -> Agent {
-        Agent { cfg, reports, replicas, accounts: account::Accounts::default() }
+        Agent { cfg, reports, replicas, accounts: account::Accounts::default(), prefetching: Arc::default() }
     }
 
     /// Reports something on the agent's behalf (a start that failed before its shim ran).
@@ -150,6 +152,34 @@ impl Agent {
             keys.into_iter().filter_map(|k| crate::node::container::image_of(&self.run_dir(k))).collect();
         in_use.insert(image);
         let _ = std::thread::Builder::new().name("image-cache".into()).spawn(move || cache.evict(&in_use));
+    }
+
+    /// Pulls `image` in the background for a job that will start here once
+    /// its GPUs are free (one pull per image at a time; an image already here
+    /// is left alone). The shim finds it here when the job starts.
+    pub fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>) {
+        let Some(rt) = self.cfg.container.clone().filter(|rt| rt.broken().is_none()) else { return };
+        if !self.prefetching.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(image.clone()) {
+            return;
+        }
+        let name: String = image.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+        let dir = self.cfg.data_dir.join("prefetch").join(name);
+        let inflight = self.prefetching.clone();
+        let _ = std::thread::Builder::new().name("prefetch".into()).spawn(move || {
+            if std::fs::create_dir_all(&dir).is_ok() {
+                let auth = registry_auth.and_then(|a| crate::node::container::write_auth(&dir, &a.0).ok());
+                let launch = Launch { image: Some(image.clone()), ..Launch::default() };
+                if let Some(steps) = rt.pull_steps(&launch, auth.as_deref()) {
+                    match crate::node::pull::run(&dir, &steps, &dir.join("output.log"), |_| {}) {
+                        Ok(()) => eprintln!("gpool: pulled {image} ahead of the job that waits for it"),
+                        Err(crate::node::pull::PullEnd::Failed(why)) => eprintln!("gpool: pulling ahead: {why}"),
+                        Err(crate::node::pull::PullEnd::Signalled(_)) => {}
+                    }
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            inflight.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&image);
+        });
     }
 
     /// Reports a replica that could not start here as ended at once, with `code` and why.

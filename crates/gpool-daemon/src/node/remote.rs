@@ -457,6 +457,9 @@ fn execute(agent: &Agent, command: wire::Command) {
             }
         }
         wire::Command::Kill { replica } => agent.kill(replica.into()),
+        wire::Command::Prefetch { image, registry_auth } => {
+            agent.prefetch(image, registry_auth.map(crate::protocol::Secret));
+        }
         wire::Command::MigLayout { gpu, layout } => agent.mig_layout(
             gpu,
             layout.into_iter().map(|s| gpool_gpu::MigSlot { profile: s.profile, start: s.start }).collect(),

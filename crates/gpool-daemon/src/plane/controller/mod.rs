@@ -54,6 +54,7 @@ mod lifecycle;
 mod mig_layouts;
 mod nodes;
 mod observe;
+mod prefetch;
 mod proxy_wire;
 mod registries;
 mod requests;
@@ -131,6 +132,11 @@ pub enum LocalOrder {
         gpu: u32,
         layout: Vec<gpool_gpu::MigSlot>,
     },
+    /// Pull `image` now, for a job that will run here once its victims are gone (`prefetch.rs`).
+    Prefetch {
+        image: String,
+        registry_auth: Option<crate::protocol::Secret>,
+    },
 }
 
 /// An order to some node: routed to the local agent or a remote outbox.
@@ -139,6 +145,7 @@ pub(crate) enum Order {
     Start { key: ReplicaKey, launch: Box<Launch>, devices: Vec<String> },
     Signal { key: ReplicaKey, signal: Signal },
     MigLayout { gpu: u32, layout: Vec<gpool_gpu::MigSlot> },
+    Prefetch { image: String, registry_auth: Option<crate::protocol::Secret> },
 }
 
 /// What one turn asks of the outside world; see the module docs for the order.
@@ -248,6 +255,8 @@ pub struct Controller {
     registries: registries::Logins,
     /// Jobs pulling their image, by node, as the nodes last reported (`observe.rs`).
     pulling: BTreeMap<u64, (String, String)>,
+    /// (job, node) pairs whose image was ordered pulled ahead (`prefetch.rs`).
+    prefetched: BTreeSet<(u64, NodeId)>,
 }
 
 impl Controller {
@@ -314,6 +323,7 @@ impl Controller {
             services: services::Services::default(),
             registries: registries::Logins::new(),
             pulling: BTreeMap::new(),
+            prefetched: BTreeSet::new(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {
@@ -442,6 +452,7 @@ impl Controller {
                 Order::Start { key, launch, devices } => LocalOrder::Start { key, launch, devices },
                 Order::Signal { key, signal } => LocalOrder::Signal { key, signal },
                 Order::MigLayout { gpu, layout } => LocalOrder::MigLayout { gpu, layout },
+                Order::Prefetch { image, registry_auth } => LocalOrder::Prefetch { image, registry_auth },
             });
             return;
         }
@@ -464,6 +475,9 @@ impl Controller {
             }
             Order::Signal { key, signal } => {
                 api::agent::Command::Signal { replica: key.into(), signal: signal.as_raw() }
+            }
+            Order::Prefetch { image, registry_auth } => {
+                api::agent::Command::Prefetch { image, registry_auth: registry_auth.map(|s| s.0) }
             }
             Order::MigLayout { gpu, layout } => api::agent::Command::MigLayout {
                 gpu,
@@ -521,6 +535,7 @@ impl Controller {
             self.start(s.job.0, s.placement.clone(), now);
         }
         self.snap.carry_over(&plan);
+        self.prefetch_images(&plan);
         self.fail_never_startable(&plan, now);
         self.plan_mig_layouts(now);
         self.autoscale(&plan, now);

@@ -26,6 +26,8 @@ pub trait LocalNode: Send {
     fn reconcile(&self, key: ReplicaKey, devices: Vec<String>) -> Found;
     /// Lays a MIG GPU out; the outcome comes with the node's telemetry.
     fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>);
+    /// Pulls an image in the background (`node/pull.rs`), for a job that will start here.
+    fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>);
 }
 
 /// Runs node pool provider programs (`plane/provision.rs`); each one's end
@@ -155,6 +157,10 @@ pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder) -> Option
         }
         LocalOrder::MigLayout { gpu, layout } => {
             node.mig_layout(gpu, layout);
+            None
+        }
+        LocalOrder::Prefetch { image, registry_auth } => {
+            node.prefetch(image, registry_auth);
             None
         }
     }

@@ -66,6 +66,10 @@ impl LocalNode for FakeAgent {
     fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>) {
         self.orders.lock().expect("lock").push(LocalOrder::MigLayout { gpu, layout });
     }
+
+    fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>) {
+        self.orders.lock().expect("lock").push(LocalOrder::Prefetch { image, registry_auth });
+    }
 }
 
 impl FakeAgent {

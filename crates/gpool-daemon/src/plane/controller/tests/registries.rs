@@ -96,3 +96,33 @@ fn a_job_pulling_its_image_says_so_until_its_node_reports_the_pull_over() {
     h.step(vec![report(Vec::new())]);
     assert_eq!(h.job(id).reason, None, "pulled: running, no reason");
 }
+
+/// A job in an image that preempted others has its image pulled on its node while their grace periods run, once.
+#[test]
+fn a_preemptor_s_image_is_pulled_ahead_on_its_nominated_node_with_its_owner_s_login() {
+    let mut h = Setup::new().policy("fifo").build();
+    let ana = user(&mut h, "ana");
+    login(&mut h, &ana, "ghcr.io", "ana", "s3cret").expect("stored");
+    h.submit("command: [low]\nresources: {nvidia.com/gpu: 8}\npriority: low\npreemptible: true\ngracePeriod: 30s\n");
+    h.orders();
+    let spec: api::JobSpec = serde_yaml::from_str(
+        "command: [serve]\nimage: ghcr.io/ana/model:2\nresources: {nvidia.com/gpu: 8}\npriority: high\n",
+    )
+    .expect("spec");
+    h.call(ana.as_str(), |reply| Call::Submit { specs: vec![spec], reply }).expect("submitted");
+    let prefetches = |orders: Vec<LocalOrder>| -> Vec<(String, Option<String>)> {
+        orders
+            .into_iter()
+            .filter_map(|o| match o {
+                LocalOrder::Prefetch { image, registry_auth } => Some((image, registry_auth.map(|s| s.0))),
+                _ => None,
+            })
+            .collect()
+    };
+    let got = prefetches(h.orders());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, "ghcr.io/ana/model:2");
+    assert!(got[0].1.as_deref().is_some_and(|a| a.contains("YW5hOnMzY3JldA==")), "with ana's login");
+    h.advance(Duration::from_secs(5));
+    assert!(prefetches(h.orders()).is_empty(), "ordered once");
+}
