@@ -1,7 +1,8 @@
 //! The node wing: what runs on a GPU node. The agent starts replicas under
 //! shims and reports their ends; the sampler reads the devices; `remote`
-//! is `gpool agent`, the agent's side of the agent protocol; `host` finds
-//! this machine's GPUs and describes it. It speaks to the control plane
+//! is `gpool agent`, the agent's side of the agent protocol (`execute`
+//! carries out its commands); `host` finds this machine's GPUs and
+//! describes it; `container`, `pull` and `image_cache` run jobs in images. It speaks to the control plane
 //! only through `crate::protocol` and never imports `crate::plane`.
 
 pub mod account;
@@ -9,6 +10,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod container;
 pub mod devices;
+pub mod execute;
 pub mod host;
 pub mod image_cache;
 pub mod lease;

@@ -29,7 +29,7 @@ use crate::node::agent::{Agent, AgentConfig, ReportSink};
 use crate::node::host::{NodeConfig, describe, discover, host_name};
 use crate::node::lease;
 use crate::node::sampler::{self, Replicas, Sampler};
-use crate::protocol::{AgentReport, Found, ReplicaKey};
+use crate::protocol::AgentReport;
 use crate::wiring::data_dir;
 
 /// Settings of `gpool agent`.
@@ -397,73 +397,9 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
             if c.seq <= after {
                 continue;
             }
-            execute(agent, c.command);
+            crate::node::execute::execute(agent, c.command);
             after = c.seq;
         }
-    }
-}
-
-fn execute(agent: &Agent, command: wire::Command) {
-    match command {
-        wire::Command::Start {
-            replica,
-            registry_auth,
-            argv,
-            env,
-            cwd,
-            devices,
-            user,
-            cpus_milli,
-            memory_mb,
-            image,
-        } => {
-            let key: ReplicaKey = replica.into();
-            let launch = crate::protocol::Launch {
-                argv,
-                env,
-                cwd: cwd.map(PathBuf::from).unwrap_or_default(),
-                stdout: PathBuf::new(),
-                stderr: PathBuf::new(),
-                lease: None,
-                log_limit: None,
-                user,
-                cpus_milli: cpus_milli.unwrap_or(0),
-                memory_mb: memory_mb.unwrap_or(0),
-                confine: None,
-                image,
-                registry_auth: registry_auth.map(crate::protocol::Secret),
-                pull: None,
-            };
-            if let Err(e) = agent.start(key, launch, devices) {
-                agent.report(AgentReport::StartFailed { key, error: format!("cannot start its shim: {e}") });
-            }
-        }
-        wire::Command::Signal { replica, signal } => {
-            if let Some(sig) = rustix::process::Signal::from_named_raw(signal) {
-                agent.signal(replica.into(), sig);
-            }
-        }
-        wire::Command::Reconcile { replica, devices } => {
-            let key: ReplicaKey = replica.into();
-            match agent.reconcile(key, devices) {
-                Found::Adopted => agent.report(AgentReport::Running { key }),
-                // Its exit record was found and reported.
-                Found::Finished => {}
-                // The control plane must hear it, or the run would wait forever.
-                Found::Lost => agent.report(AgentReport::Lost {
-                    key,
-                    why: "the agent found neither its shim nor an exit record when told to reconcile it".into(),
-                }),
-            }
-        }
-        wire::Command::Kill { replica } => agent.kill(replica.into()),
-        wire::Command::Prefetch { image, registry_auth } => {
-            agent.prefetch(image, registry_auth.map(crate::protocol::Secret));
-        }
-        wire::Command::MigLayout { gpu, layout } => agent.mig_layout(
-            gpu,
-            layout.into_iter().map(|s| gpool_gpu::MigSlot { profile: s.profile, start: s.start }).collect(),
-        ),
     }
 }
 
