@@ -229,8 +229,15 @@ pub struct JobSpec {
     /// Avoid nodes running jobs whose labels match all of one of these maps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub anti_affinity: Vec<BTreeMap<String, String>>,
+    /// Start only after these jobs succeeded (Slurm's `afterok`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<u64>,
+    /// Start only after these jobs ended, however they ended (`afterany`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_any: Vec<u64>,
+    /// Start only after these jobs failed or were cancelled (`afternotok`): clean-up and fallbacks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_not_ok: Vec<u64>,
     /// Retries after a failure (non-zero exit), with exponential back-off.
     #[serde(default)]
     pub retries: u32,
@@ -344,6 +351,8 @@ impl JobSpec {
             labels: BTreeMap::new(),
             anti_affinity: Vec::new(),
             depends_on: Vec::new(),
+            after_any: Vec::new(),
+            after_not_ok: Vec::new(),
             retries: 0,
             on_node_failure: None,
             spot: None,

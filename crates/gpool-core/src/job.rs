@@ -166,8 +166,12 @@ pub struct JobSpec {
     pub time_limit: Option<Duration>,
     /// The user's (or an oracle's) guess of the total run time.
     pub estimate: Option<Duration>,
-    /// Jobs that must finish successfully before this one may start.
+    /// Jobs that must finish successfully before this one may start (Slurm's `afterok`).
     pub dependencies: Vec<JobId>,
+    /// Jobs that must have ended, however, before it may start (`afterany`).
+    pub after_any: Vec<JobId>,
+    /// Jobs that must have failed (or been cancelled) before it may start (`afternotok`).
+    pub after_not_ok: Vec<JobId>,
     /// Whether the job may run on spot nodes, which the provider can take back.
     pub spot: SpotPolicy,
     pub submit_time: Time,
@@ -230,6 +234,8 @@ impl JobSpec {
             time_limit: None,
             estimate: None,
             dependencies: Vec::new(),
+            after_any: Vec::new(),
+            after_not_ok: Vec::new(),
             spot: SpotPolicy::Allowed,
             submit_time,
         }

@@ -97,7 +97,7 @@ pub enum PendingReason {
     /// A dependency has not finished yet.
     Dependency { on: JobId },
     /// A dependency failed or was cancelled: this job can never start.
-    DependencyFailed { on: JobId },
+    DependencyFailed { on: JobId, succeeded: bool },
     /// Held back (retry back-off) until then.
     NotBefore { until: Time },
     /// Its queue's quota does not allow it now.
@@ -130,8 +130,11 @@ impl fmt::Display for PendingReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PendingReason::Dependency { on } => write!(f, "waiting for job {on} to finish"),
-            PendingReason::DependencyFailed { on } => {
+            PendingReason::DependencyFailed { on, succeeded: false } => {
                 write!(f, "job {on} it depends on did not succeed; it can never start")
+            }
+            PendingReason::DependencyFailed { on, succeeded: true } => {
+                write!(f, "job {on} succeeded, and this job runs only if it fails (afternotok); it can never start")
             }
             PendingReason::NotBefore { until } => write!(f, "held until {until} (retry back-off)"),
             PendingReason::Quota(QuotaBlock::AtMax { queue, max, used }) => {

@@ -293,11 +293,17 @@ impl<'s> Pass<'s> {
 
     /// Reasons that need no placement search: dependencies, back-off, quota.
     fn gate(&self, job: &Job) -> Option<PendingReason> {
-        for &d in &job.spec.dependencies {
-            match self.snap.finished(d) {
-                Some(true) => {}
-                Some(false) => return Some(PendingReason::DependencyFailed { on: d }),
-                None => return Some(PendingReason::Dependency { on: d }),
+        // (job, whether it must have succeeded: Some(true) afterok, Some(false) afternotok, None afterany)
+        let deps = (job.spec.dependencies.iter().map(|d| (*d, Some(true))))
+            .chain(job.spec.after_not_ok.iter().map(|d| (*d, Some(false))))
+            .chain(job.spec.after_any.iter().map(|d| (*d, None)));
+        for (d, must) in deps {
+            match (self.snap.finished(d), must) {
+                (None, _) => return Some(PendingReason::Dependency { on: d }),
+                (Some(ok), Some(want)) if ok != want => {
+                    return Some(PendingReason::DependencyFailed { on: d, succeeded: ok });
+                }
+                _ => {}
             }
         }
         if job.not_before > self.now {

@@ -925,7 +925,10 @@ impl Snapshot {
             points: Reverse(self.static_points(job)),
             id,
             shape,
-            simple: spec.dependencies.is_empty() && job.not_before == Time::MIN,
+            simple: spec.dependencies.is_empty()
+                && spec.after_any.is_empty()
+                && spec.after_not_ok.is_empty()
+                && job.not_before == Time::MIN,
             left_ms,
             pkey: crate::running::preemption_key(&self.policy, job, Time::MIN)
                 .unwrap_or(PreemptKey { rank: i64::MAX, submit_ms: i64::MAX }),

@@ -315,6 +315,29 @@ fn dependencies_gate_starts() {
     assert!(matches!(plan.reasons()[&eval], PendingReason::DependencyFailed { .. }));
 }
 
+/// Slurm's dependency types: `afterany` runs after any end, `afternotok` only after a failure.
+#[test]
+fn after_any_and_after_not_ok_follow_how_the_job_ended() {
+    for (ok, any_starts, not_ok_starts) in [(true, true, false), (false, true, true)] {
+        let mut c = Cluster::new("fifo").node("n", 8, "H100-80GB");
+        let first = c.run(job("u").cpus(1), t(0));
+        let any = c.submit(job("u").gpus(1).after_any(first).at(1));
+        let cleanup = c.submit(job("u").gpus(1).after_not_ok(first).at(1));
+        let plan = c.plan(t(2));
+        assert_eq!(c.reason(&plan, any), format!("waiting for job {first} to finish"));
+        assert_eq!(c.reason(&plan, cleanup), format!("waiting for job {first} to finish"));
+        c.snap.stop(first, t(3), StopOutcome::Finished { success: ok }).expect("stop");
+        let plan = c.plan(t(4));
+        let starts = started(&plan);
+        assert_eq!(starts.contains(&any.0), any_starts, "afterany, first ok={ok}");
+        assert_eq!(starts.contains(&cleanup.0), not_ok_starts, "afternotok, first ok={ok}");
+        if ok {
+            assert!(matches!(plan.reasons()[&cleanup], PendingReason::DependencyFailed { succeeded: true, .. }));
+            assert!(c.reason(&plan, cleanup).contains("runs only if it fails"));
+        }
+    }
+}
+
 #[test]
 fn equal_snapshots_give_equal_plans() {
     let mut c = Cluster::new("default")

@@ -64,9 +64,10 @@ pub(crate) struct SubmitArgs {
     /// Retries after a failure.
     #[arg(long)]
     retries: Option<u32>,
-    /// Start only after these jobs succeeded.
-    #[arg(long = "after", value_delimiter = ',')]
-    after: Vec<u64>,
+    /// Start after other jobs, in Slurm's forms: `12` or `afterok:12:13` (they succeeded),
+    /// `afterany:12` (they ended, however), `afternotok:12` (they failed or were cancelled); comma-separated.
+    #[arg(long = "after", visible_alias = "dependency", value_delimiter = ',')]
+    after: Vec<String>,
     /// Wait until the jobs end, then exit with their status (0 if all succeeded, else the first failure's exit code), as sbatch --wait.
     #[arg(long)]
     wait: bool,
@@ -167,7 +168,14 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         if let Some(r) = a.retries {
             s.retries = r;
         }
-        s.depends_on.extend(a.after.iter().copied());
+        for dep in &a.after {
+            let (kind, ids) = parse_after(dep)?;
+            match kind {
+                After::Ok => s.depends_on.extend(ids),
+                After::Any => s.after_any.extend(ids),
+                After::NotOk => s.after_not_ok.extend(ids),
+            }
+        }
         for kv in &a.env {
             let (k, v) = kv.split_once('=').with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))?;
             s.env.insert(k.to_string(), v.to_string());
@@ -189,6 +197,36 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How a job follows another (Slurm's dependency types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum After {
+    Ok,
+    Any,
+    NotOk,
+}
+
+/// `12`, `afterok:12:13`, `afterany:12`, `afternotok:12`.
+pub(crate) fn parse_after(text: &str) -> anyhow::Result<(After, Vec<u64>)> {
+    let mut parts = text.trim().split(':');
+    let first = parts.next().unwrap_or("");
+    let (kind, rest): (After, Vec<&str>) = match first {
+        "afterok" => (After::Ok, parts.collect()),
+        "afterany" => (After::Any, parts.collect()),
+        "afternotok" => (After::NotOk, parts.collect()),
+        id => (After::Ok, std::iter::once(id).chain(parts).collect()),
+    };
+    let ids = rest
+        .iter()
+        .map(|p| p.trim().parse::<u64>())
+        .collect::<Result<Vec<_>, _>>()
+        .ok()
+        .filter(|ids| !ids.is_empty())
+        .with_context(|| {
+            format!("--after {text:?}: expected job ids, as 12, afterok:12:13, afterany:12 or afternotok:12")
+        })?;
+    Ok((kind, ids))
+}
+
 /// The ids of the new jobs, one a line.
 pub(crate) fn render(out: &api::Submitted, output: Output) -> anyhow::Result<String> {
     match output {
@@ -201,6 +239,18 @@ pub(crate) fn render(out: &api::Submitted, output: Output) -> anyhow::Result<Str
 mod tests {
     use super::*;
     use crate::testkit::assert_snapshot;
+
+    #[test]
+    fn after_reads_slurms_dependency_forms() {
+        assert_eq!(parse_after("12").expect("id"), (After::Ok, vec![12]));
+        assert_eq!(parse_after("afterok:12:13").expect("ok"), (After::Ok, vec![12, 13]));
+        assert_eq!(parse_after("afterany:7").expect("any"), (After::Any, vec![7]));
+        assert_eq!(parse_after("afternotok:7").expect("notok"), (After::NotOk, vec![7]));
+        for bad in ["afterok", "afterok:x", "singleton", "afterburst:3", ""] {
+            let e = parse_after(bad).expect_err(bad).to_string();
+            assert!(e.contains("afterany:12"), "{e}");
+        }
+    }
 
     #[test]
     fn submit_prints_the_ids() {

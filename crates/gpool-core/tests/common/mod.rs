@@ -247,6 +247,14 @@ impl J {
         self.spec.dependencies.push(dep);
         self
     }
+    pub fn after_any(mut self, dep: JobId) -> J {
+        self.spec.after_any.push(dep);
+        self
+    }
+    pub fn after_not_ok(mut self, dep: JobId) -> J {
+        self.spec.after_not_ok.push(dep);
+        self
+    }
     pub fn selector(mut self, k: &str, v: &str) -> J {
         self.spec.node_selector.insert(k.into(), v.into());
         self

@@ -282,6 +282,8 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     core.labels = spec.labels.clone();
     core.anti_affinity = spec.anti_affinity.clone();
     core.dependencies = spec.depends_on.iter().map(|d| gpool_core::JobId(*d)).collect();
+    core.after_any = spec.after_any.iter().map(|d| gpool_core::JobId(*d)).collect();
+    core.after_not_ok = spec.after_not_ok.iter().map(|d| gpool_core::JobId(*d)).collect();
     for k in spec.env.keys() {
         if k.is_empty() || k.contains('=') || k.contains('\0') {
             return Err(bad(format!("env.{k}"), "is not a valid variable name"));

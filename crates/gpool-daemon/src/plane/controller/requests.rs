@@ -219,15 +219,19 @@ impl Controller {
             {
                 return Err(ApiError::new(400, at(i, format!("workdir: {dir:?} is not a directory on the node"))));
             }
-            for d in &spec.depends_on {
+            // (job, field, whether it must have succeeded: afterok, afternotok; None: afterany)
+            let deps = (spec.depends_on.iter().map(|d| (*d, "dependsOn", Some(true))))
+                .chain(spec.after_not_ok.iter().map(|d| (*d, "afterNotOk", Some(false))))
+                .chain(spec.after_any.iter().map(|d| (*d, "afterAny", None)));
+            for (d, field, must) in deps {
                 // Another user's job is "not found" as everywhere else (admins see every job).
-                let Ok(dep) = self.visible(caller, *d) else {
-                    return Err(ApiError::new(400, at(i, format!("dependsOn: job {d} does not exist"))));
+                let Ok(dep) = self.visible(caller, d) else {
+                    return Err(ApiError::new(400, at(i, format!("{field}: job {d} does not exist"))));
                 };
                 if dep.state.is_terminal() {
                     let ok = dep.state == api::JobState::Succeeded;
-                    self.snap.record_finished(JobId(*d), ok);
-                    if !ok {
+                    self.snap.record_finished(JobId(d), ok);
+                    if must == Some(true) && !ok {
                         return Err(ApiError::new(
                             400,
                             at(
@@ -235,6 +239,17 @@ impl Controller {
                                 format!(
                                     "dependsOn: job {d} {}, so this job could never start; submit it without the dependency, or depend on a new run of job {d}",
                                     dep.state.as_str()
+                                ),
+                            ),
+                        ));
+                    }
+                    if must == Some(false) && ok {
+                        return Err(ApiError::new(
+                            400,
+                            at(
+                                i,
+                                format!(
+                                    "afterNotOk: job {d} succeeded, so this job (to run only if it fails) could never start; use afterAny to run after it whatever its end"
                                 ),
                             ),
                         ));

@@ -43,7 +43,7 @@ impl Controller {
         let mut deps = BTreeSet::new();
         for row in rows {
             let doc: JobDoc = serde_json::from_str(&row.doc)?;
-            deps.extend(doc.spec.depends_on.iter().copied());
+            deps.extend(doc.spec.depends_on.iter().chain(&doc.spec.after_any).chain(&doc.spec.after_not_ok).copied());
             self.jobs.insert(doc.id, doc);
         }
         for d in deps {

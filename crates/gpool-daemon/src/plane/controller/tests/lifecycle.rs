@@ -219,3 +219,29 @@ fn a_node_reporting_a_full_disk_takes_no_new_work_until_it_recovers() {
     let nodes = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes");
     assert_eq!((nodes[0].state.as_str(), nodes[0].conditions.len()), ("up", 0));
 }
+
+/// Slurm's dependency types through the API: `afterAny` runs after any end,
+/// `afterNotOk` only after a failure; one that can never start is refused at
+/// submission, or fails at once when its job succeeds.
+#[test]
+fn after_any_and_after_not_ok_follow_how_the_job_they_wait_for_ended() {
+    let mut h = Setup::new().policy("fifo").build();
+    let first = h.submit("command: [x]\n");
+    let any = h.submit(&format!("command: [any]\nafterAny: [{first}]\n"));
+    let cleanup = h.submit(&format!("command: [cleanup]\nafterNotOk: [{first}]\n"));
+    assert_eq!(h.starts().len(), 1, "only the first runs");
+    h.exit(key(first, 1, 0), Some(1), None);
+    let started: Vec<u64> = h.starts().iter().map(|(k, _)| k.job).collect();
+    assert_eq!(started, [any, cleanup], "it failed: both follow");
+
+    let ok = h.submit("command: [x]\n");
+    let watcher = h.submit(&format!("command: [cleanup]\nafterNotOk: [{ok}]\n"));
+    h.orders();
+    h.exit(key(ok, 1, 0), Some(0), None);
+    let j = h.job(watcher);
+    assert_eq!(j.state, api::JobState::Failed, "{j:?}");
+    assert!(j.reason.as_deref().is_some_and(|r| r.contains("runs only if it fails")), "{j:?}");
+    let spec: api::JobSpec = serde_yaml::from_str(&format!("command: [late]\nafterNotOk: [{ok}]\n")).expect("spec");
+    let err = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("can never start");
+    assert!(err.message.contains("afterNotOk: job") && err.message.contains("afterAny"), "{}", err.message);
+}
