@@ -72,7 +72,7 @@ impl std::error::Error for ClientError {}
 /// admin token.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct Connect {
-    /// Daemon URL; default: $GPOOL_SERVER, else the local daemon (its Unix socket).
+    /// Daemon URL, or several (leader and standbys, comma-separated: the first that answers is used); default: $GPOOL_SERVER, else the local daemon (its Unix socket).
     #[arg(long, global = true, env = "GPOOL_SERVER")]
     server: Option<String>,
     /// The local daemon's Unix socket; default: DATA_DIR/gpool.sock, else /var/lib/gpool/gpool.sock.
@@ -90,8 +90,11 @@ pub(crate) struct Connect {
 }
 
 pub(crate) struct Client {
-    /// What request URLs start with.
-    base: String,
+    /// What request URLs start with: one per control plane given, tried in
+    /// turn while they refuse connections (a standby does not listen).
+    bases: Vec<String>,
+    /// The one that answered last.
+    current: std::sync::atomic::AtomicUsize,
     /// Where the daemon is, for messages: its URL or its socket.
     place: String,
     /// Sent as a bearer token; `None` over the Unix socket with no token given.
@@ -142,22 +145,31 @@ impl Connect {
             && let Some(socket) = self.local_socket()?
         {
             let agent = crate::unix_socket::agent(socket.clone(), config.build());
-            let base = "http://localhost".to_string();
+            let bases = vec!["http://localhost".to_string()];
             let place = format!("the local daemon's socket {}", socket.display());
-            return Ok(Client { base, place, token: self.token.clone(), agent });
+            return Ok(Client { bases, current: 0.into(), place, token: self.token.clone(), agent });
         }
-        let base = match &self.server {
-            Some(s) => server_url(s)?,
-            None => std::fs::read_to_string(dir.join(URL_FILE)).map(|s| s.trim().to_string()).with_context(|| {
-                ClientError::new(
-                    ErrorKind::Unreachable,
-                    format!(
-                        "no gpool daemon found in {}: start one with `gpool up`, or pass --server URL",
-                        dir.display()
-                    ),
-                )
-            })?,
+        let bases = match &self.server {
+            Some(s) => {
+                s.split(',').filter(|u| !u.trim().is_empty()).map(server_url).collect::<anyhow::Result<Vec<_>>>()?
+            }
+            None => std::fs::read_to_string(dir.join(URL_FILE))
+                .map(|s| s.trim().to_string())
+                .with_context(|| {
+                    ClientError::new(
+                        ErrorKind::Unreachable,
+                        format!(
+                            "no gpool daemon found in {}: start one with `gpool up`, or pass --server URL",
+                            dir.display()
+                        ),
+                    )
+                })
+                .map(|u| vec![u])?,
         };
+        anyhow::ensure!(
+            !bases.is_empty(),
+            ClientError::new(ErrorKind::Unreachable, "--server is empty: give a daemon's URL")
+        );
         let token = match &self.token {
             Some(t) => t.clone(),
             None => std::fs::read_to_string(dir.join(TOKEN_FILE)).map(|s| s.trim().to_string()).with_context(|| {
@@ -179,7 +191,20 @@ impl Connect {
             config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
         }
         let agent: ureq::Agent = config.build().into();
-        Ok(Client { place: base.clone(), base, token: Some(token), agent })
+        Ok(Client { place: bases.join(", "), bases, current: 0.into(), token: Some(token), agent })
+    }
+}
+
+/// Whether a request failed before any control plane could have taken it:
+/// the connection was refused, or the host is unknown.
+fn never_reached(e: &ureq::Error) -> bool {
+    match e {
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound | std::io::ErrorKind::AddrNotAvailable
+        ),
+        _ => false,
     }
 }
 
@@ -216,8 +241,30 @@ impl Client {
         &self.place
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}/api/v1{path}", self.base)
+    /// Sends a request to the current control plane; while one refuses the
+    /// connection (or cannot be found), to the next. A request that reached
+    /// a control plane is never sent again elsewhere (a submission would be
+    /// taken twice).
+    fn send(
+        &self,
+        path: &str,
+        request: impl Fn(String) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
+        let n = self.bases.len();
+        let first = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..n {
+            let at = (first + i) % n;
+            match request(format!("{}/api/v1{path}", self.bases[at])) {
+                Ok(resp) => {
+                    self.current.store(at, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(resp);
+                }
+                Err(e) if n > 1 && never_reached(&e) => last = Some(e),
+                Err(e) => return Err(self.unreachable(e)),
+            }
+        }
+        Err(self.unreachable(last.unwrap_or(ureq::Error::ConnectionFailed)))
     }
 
     /// A request with the bearer token, if there is one.
@@ -234,7 +281,7 @@ impl Client {
     }
 
     pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let resp = self.authorized(self.agent.get(self.url(path))).call().map_err(|e| self.unreachable(e))?;
+        let resp = self.send(path, |u| self.authorized(self.agent.get(u)).call())?;
         let mut resp = check(resp)?;
         resp.body_mut()
             .with_config()
@@ -244,7 +291,7 @@ impl Client {
     }
 
     pub(crate) fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
-        let resp = self.authorized(self.agent.post(self.url(path))).send_json(body).map_err(|e| self.unreachable(e))?;
+        let resp = self.send(path, |u| self.authorized(self.agent.post(u)).send_json(body))?;
         let mut resp = check(resp)?;
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
@@ -254,26 +301,26 @@ impl Client {
     /// connection while a body is still being written: the answer would be
     /// lost to a broken pipe.
     pub(crate) fn post_empty<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let resp = self.authorized(self.agent.post(self.url(path))).send_empty().map_err(|e| self.unreachable(e))?;
+        let resp = self.send(path, |u| self.authorized(self.agent.post(u)).send_empty())?;
         let mut resp = check(resp)?;
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
     pub(crate) fn put<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
-        let resp = self.authorized(self.agent.put(self.url(path))).send_json(body).map_err(|e| self.unreachable(e))?;
+        let resp = self.send(path, |u| self.authorized(self.agent.put(u)).send_json(body))?;
         let mut resp = check(resp)?;
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
     pub(crate) fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let resp = self.authorized(self.agent.delete(self.url(path))).call().map_err(|e| self.unreachable(e))?;
+        let resp = self.send(path, |u| self.authorized(self.agent.delete(u)).call())?;
         let mut resp = check(resp)?;
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
     /// Streams a plain-text body into `out`.
     pub(crate) fn stream(&self, path: &str, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-        let resp = self.authorized(self.agent.get(self.url(path))).call().map_err(|e| self.unreachable(e))?;
+        let resp = self.send(path, |u| self.authorized(self.agent.get(u)).call())?;
         let resp = check(resp)?;
         let mut reader = resp.into_body().into_reader();
         let mut buf = [0u8; 16 * 1024];
@@ -303,5 +350,45 @@ mod tests {
             let e = server_url(bad).expect_err(bad).to_string();
             assert!(e.contains("--server") && e.contains("http://HOST:PORT"), "{bad}: {e}");
         }
+    }
+
+    /// A one-shot HTTP server answering `{"ok": true}`; its port.
+    fn answering_once() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            if let Ok((mut c, _)) = l.accept() {
+                let mut buf = [0u8; 4096];
+                let _ = std::io::Read::read(&mut c, &mut buf);
+                let body = r#"{"ok":true}"#;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = std::io::Write::write_all(&mut c, format!("{head}{body}").as_bytes());
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn with_several_servers_a_request_goes_to_the_first_that_takes_the_connection() {
+        // A port nothing listens on (a standby does not listen), then one that answers.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let open = answering_once();
+        let c = Connect {
+            server: Some(format!("http://127.0.0.1:{closed},http://127.0.0.1:{open}")),
+            socket: None,
+            token: Some("t".into()),
+            data_dir: Some(std::env::temp_dir()),
+            ca_file: None,
+        };
+        let client = c.connect().expect("a client");
+        let v: serde_json::Value = client.get("/whoami").expect("the second answers");
+        assert_eq!(v["ok"], true);
+        assert_eq!(client.current.load(std::sync::atomic::Ordering::Relaxed), 1, "and is used next");
+        let only_closed = Connect { server: Some(format!("http://127.0.0.1:{closed}")), ..c };
+        let e = only_closed.connect().expect("a client").get::<serde_json::Value>("/whoami").expect_err("none answers");
+        assert!(e.to_string().contains("cannot reach"), "{e}");
     }
 }

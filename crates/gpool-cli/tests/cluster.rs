@@ -475,7 +475,7 @@ fn a_drained_node_takes_nothing_new_and_a_failed_node_requeues_or_fails_its_jobs
 /// old leader, once continued, must step down (to a standby) rather than write.
 #[test]
 fn a_stopped_leader_is_replaced_and_running_jobs_survive() {
-    let Pair { s, pg: _pg, ports: _, mut leader, standby, admin, api: _api, _agent, job: id } =
+    let Pair { s, pg: _pg, ports: (pa, pb), mut leader, standby, admin, api: _api, _agent, job: id } =
         pair_with_a_running_job("hung-leader", "10s", "25");
 
     // The leader stops, as a hung or paused process would, keeping its session.
@@ -493,6 +493,12 @@ fn a_stopped_leader_is_replaced_and_running_jobs_survive() {
         std::fs::read_to_string(s.0.join("cp-a.log")).is_ok_and(|l| l.contains("stepping down"))
     });
     assert!(leader.child.try_wait().expect("a").is_none(), "it stays, as a standby");
+    // The CLI given both control planes, the old leader first, moves to the one that answers.
+    let servers = format!("http://127.0.0.1:{pa},http://127.0.0.1:{pb}");
+    let env = [("GPOOL_SERVER", servers.as_str()), ("GPOOL_TOKEN", admin.as_str())];
+    let (code, out, err) = gpool(&["show", &id.to_string(), "-o", "json"], &env);
+    assert_eq!(code, Some(0), "the CLI reaches the new leader: {out}{err}");
+    assert!(out.contains(&format!("\"id\": {id}")), "{out}");
     // The job was never killed: it ends once, as attempt 1.
     until("the job succeeds", Duration::from_secs(60), || {
         b.get(&format!("/api/v1/jobs/{id}")).is_some_and(|j| j["state"] == "succeeded")
