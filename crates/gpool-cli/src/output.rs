@@ -1,4 +1,4 @@
-//! How the CLI prints: the `-o table|json` choice, JSON, and the helpers the
+//! How the CLI prints: the `-o table|json|yaml` choice, JSON and YAML, and the helpers the
 //! tables share. Rendering is pure (API views in, text out) so that it can be
 //! checked against snapshots; [`emit`] is what writes to standard output.
 
@@ -13,6 +13,23 @@ pub(crate) enum Output {
     #[default]
     Table,
     Json,
+    /// The same data as JSON, as YAML (kubectl's `-o yaml`).
+    Yaml,
+}
+
+impl Output {
+    /// Whether it prints the API's data rather than a table.
+    pub(crate) fn is_data(self) -> bool {
+        matches!(self, Output::Json | Output::Yaml)
+    }
+
+    /// `v` as this format prints it (JSON for a table, which has its own rendering).
+    pub(crate) fn data<T: serde::Serialize + ?Sized>(self, v: &T) -> anyhow::Result<String> {
+        match self {
+            Output::Yaml => Ok(serde_yaml::to_string(v)?),
+            Output::Json | Output::Table => json(v),
+        }
+    }
 }
 
 /// `v` as `-o json` prints it: pretty JSON and a newline.

@@ -5,7 +5,7 @@ use clap::Args;
 use gpool_api as api;
 
 use crate::client::Connect;
-use crate::output::{Output, emit, gib, json, money, text};
+use crate::output::{Output, emit, gib, money, text};
 
 #[derive(Args, Debug)]
 pub(crate) struct AdviseArgs {
@@ -32,8 +32,8 @@ pub(crate) fn run(a: AdviseArgs) -> anyhow::Result<()> {
 
 /// A summary line, then each finding with its evidence and suggestions.
 pub(crate) fn render(adv: &api::AdviceView, output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(adv);
+    if output.is_data() {
+        return output.data(adv);
     }
     let s = &adv.summary;
     let util = s.mean_gpu_util.map_or_else(|| "n/a".into(), |m| format!("{m:.0}%"));

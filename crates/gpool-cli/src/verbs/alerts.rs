@@ -4,7 +4,7 @@ use clap::Args;
 use gpool_api as api;
 
 use crate::client::Connect;
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 #[derive(Args, Debug)]
 pub(crate) struct AlertsArgs {
@@ -22,8 +22,8 @@ pub(crate) fn run(a: AlertsArgs) -> anyhow::Result<()> {
 
 /// A line an alert, or a line saying that none fires.
 pub(crate) fn render(list: &[api::AlertView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(list);
+    if output.is_data() {
+        return output.data(list);
     }
     if list.is_empty() {
         return Ok(text(vec!["no alerts firing".into()]));

@@ -4,7 +4,7 @@ use clap::Args;
 use gpool_api as api;
 
 use crate::client::{Client, ClientError, Connect, ErrorKind};
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 #[derive(Args, Debug)]
 pub(crate) struct CancelArgs {
@@ -75,8 +75,8 @@ pub(crate) fn run(a: CancelArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if a.output == Output::Json {
-        emit(&render(&out, Output::Json)?);
+    if a.output.is_data() {
+        emit(&render(&out, a.output)?);
     }
     match failures.first() {
         None => Ok(()),
@@ -90,8 +90,8 @@ pub(crate) fn run(a: CancelArgs) -> anyhow::Result<()> {
 
 /// A line a cancelled job: what happens to it now.
 pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(jobs);
+    if output.is_data() {
+        return output.data(jobs);
     }
     Ok(text(
         jobs.iter()

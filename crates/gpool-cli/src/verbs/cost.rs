@@ -15,8 +15,8 @@ pub(crate) struct CostArgs {
     /// Jobs that ran in this period up to now: 30d, 7d, 12h.
     #[arg(long, default_value = "30d")]
     since: String,
-    /// table, json or csv.
-    #[arg(long, short = 'o', default_value = "table", value_parser = ["table", "json", "csv"])]
+    /// table, json, yaml or csv.
+    #[arg(long, short = 'o', default_value = "table", value_parser = ["table", "json", "yaml", "csv"])]
     output: String,
     #[command(flatten)]
     connect: Connect,
@@ -34,6 +34,7 @@ pub(crate) fn run(a: CostArgs) -> anyhow::Result<()> {
 pub(crate) fn render(r: &api::CostReport, output: &str) -> anyhow::Result<String> {
     match output {
         "json" => return json(r),
+        "yaml" => return Ok(serde_yaml::to_string(r)?),
         "csv" => {
             let mut out = format!("{},dollars,gpu_hours,jobs\n", r.by);
             for row in &r.rows {

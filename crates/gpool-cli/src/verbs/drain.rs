@@ -4,7 +4,7 @@ use clap::Args;
 use gpool_api as api;
 
 use crate::client::Connect;
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 /// Arguments of `gpool drain | resume`.
 #[derive(Args, Debug)]
@@ -57,8 +57,8 @@ pub(crate) fn run(a: DrainArgs, draining: bool) -> anyhow::Result<()> {
 
 /// A line a node: its state now and how many jobs still run there.
 pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(nodes);
+    if output.is_data() {
+        return output.data(nodes);
     }
     Ok(text(nodes.iter().map(|v| format!("node {}: {} ({} jobs running)", v.name, v.state, v.jobs.len())).collect()))
 }

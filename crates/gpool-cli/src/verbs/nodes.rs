@@ -3,7 +3,7 @@
 use gpool_api as api;
 
 use super::ListArgs;
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
     let nodes: Vec<api::NodeView> = a.connect.client()?.get("/nodes")?;
@@ -13,8 +13,8 @@ pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
 
 /// A line a node, then a line a device and a line a MIG instance.
 pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(nodes);
+    if output.is_data() {
+        return output.data(nodes);
     }
     let mut lines = Vec::new();
     for n in nodes {

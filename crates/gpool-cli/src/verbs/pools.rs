@@ -3,11 +3,11 @@
 use gpool_api as api;
 
 use super::ListArgs;
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
     let ps: Vec<api::PoolView> = a.connect.client()?.get("/pools")?;
-    if ps.is_empty() && a.output != Output::Json {
+    if ps.is_empty() && !a.output.is_data() {
         emit("no node pools: start the control plane with --pools FILE (see docs/cost.md)\n");
         return Ok(());
     }
@@ -17,8 +17,8 @@ pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
 
 /// A line a pool: shape, price, limits, nodes by state, health.
 pub(crate) fn render(ps: &[api::PoolView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(ps);
+    if output.is_data() {
+        return output.data(ps);
     }
     let mut lines = vec![format!(
         "{:<14} {:<9} {:<16} {:>9} {:>7} {:>5} {:>8} {:>6} {:>8} {:>10}  {}",

@@ -4,7 +4,7 @@ use clap::Args;
 use gpool_api::{self as api, JobState};
 
 use crate::client::Connect;
-use crate::output::{Output, emit, gpus_of, json, text, truncate};
+use crate::output::{Output, emit, gpus_of, text, truncate};
 
 #[derive(Args, Debug)]
 pub(crate) struct QueueArgs {
@@ -84,8 +84,8 @@ fn started(j: &api::JobView) -> String {
 
 /// One line a job: running ones say where, pending ones why they wait.
 pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(jobs);
+    if output.is_data() {
+        return output.data(jobs);
     }
     let mut lines = vec![format!(
         "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<19} REASON",

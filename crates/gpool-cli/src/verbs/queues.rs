@@ -3,7 +3,7 @@
 use gpool_api as api;
 
 use super::ListArgs;
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
     let qs: Vec<api::QueueView> = a.connect.client()?.get("/queues")?;
@@ -13,8 +13,8 @@ pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
 
 /// A line a queue: its guarantee and cap in GPUs, and what it uses.
 pub(crate) fn render(qs: &[api::QueueView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(qs);
+    if output.is_data() {
+        return output.data(qs);
     }
     let mut lines = vec![format!(
         "{:<16} {:<10} {:>9} {:>7} {:>8} {:>8} {:>8}",

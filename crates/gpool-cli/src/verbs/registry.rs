@@ -9,7 +9,7 @@ use gpool_api as api;
 
 use super::ListArgs;
 use crate::client::Connect;
-use crate::output::{Output, emit, json, text};
+use crate::output::{emit, text};
 
 /// `gpool registry login REGISTRY -u USER --password-stdin`.
 #[derive(clap::Args, Debug)]
@@ -58,8 +58,8 @@ pub(crate) fn logout(a: LogoutArgs) -> anyhow::Result<()> {
 
 pub(crate) fn list(a: ListArgs) -> anyhow::Result<()> {
     let list: Vec<api::RegistryView> = a.connect.client()?.get("/registries")?;
-    if a.output == Output::Json {
-        emit(&json(&list)?);
+    if a.output.is_data() {
+        emit(&a.output.data(&list)?);
         return Ok(());
     }
     if list.is_empty() {

@@ -7,7 +7,7 @@ use gpool_api as api;
 
 use super::ListArgs;
 use crate::client::{Client, Connect};
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 /// `gpool services delete NAME`.
 #[derive(clap::Args, Debug)]
@@ -22,7 +22,7 @@ pub(crate) struct DeleteArgs {
 
 pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
     let list: Vec<api::ServiceView> = a.connect.client()?.get("/services")?;
-    if list.is_empty() && a.output != Output::Json {
+    if list.is_empty() && !a.output.is_data() {
         emit(
             "no services: apply one with gpool submit -f svc.yaml (a spec with a service: block; see docs/services.md)\n",
         );
@@ -35,7 +35,7 @@ pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
 pub(crate) fn delete(a: DeleteArgs) -> anyhow::Result<()> {
     let v: api::ServiceView = a.connect.client()?.delete(&format!("/services/{}", a.name))?;
     match a.output {
-        Output::Json => emit(&json(&v)?),
+        Output::Json | Output::Yaml => emit(&a.output.data(&v)?),
         Output::Table => emit(&format!("service {} deleted; its {} replica(s) stop\n", v.name, v.replicas.len())),
     }
     Ok(())
@@ -57,7 +57,7 @@ pub(crate) fn apply(client: &Client, specs: Vec<api::JobSpec>, output: Output) -
         out.push(applied);
     }
     match output {
-        Output::Json => emit(&json(&out)?),
+        Output::Json | Output::Yaml => emit(&output.data(&out)?),
         Output::Table => emit(&text(
             out.iter()
                 .map(|a| {
@@ -75,8 +75,8 @@ fn ms(v: Option<f64>) -> String {
 
 /// A line a service: endpoint, ready/desired (min-max), load and latency.
 pub(crate) fn render(list: &[api::ServiceView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(list);
+    if output.is_data() {
+        return output.data(list);
     }
     let mut lines = vec![format!(
         "{:<16} {:<10} {:>5}/{:<7} {:>7} {:>8} {:>9} {:>9} {:>8}  {}",
@@ -139,5 +139,9 @@ mod tests {
         let back: Vec<api::ServiceView> =
             serde_json::from_str(&render(&list, Output::Json).expect("json")).expect("parses back");
         assert_eq!(back, list);
+        let yaml = render(&list, Output::Yaml).expect("yaml");
+        assert!(yaml.starts_with("- name: llm\n"), "{yaml}");
+        let back: Vec<api::ServiceView> = serde_yaml::from_str(&yaml).expect("parses back");
+        assert_eq!(back, list, "-o yaml is the same data as -o json");
     }
 }

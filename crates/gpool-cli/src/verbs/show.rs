@@ -3,7 +3,7 @@
 use gpool_api as api;
 
 use super::IdArgs;
-use crate::output::{Output, emit, gpus_of, json, text, usage_lines};
+use crate::output::{Output, emit, gpus_of, text, usage_lines};
 
 /// A job and what `show` prints with it once it has telemetry.
 pub(crate) struct Shown {
@@ -41,9 +41,9 @@ pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
 
 /// Each job in detail; in JSON, the job itself (one id) or a list (several).
 pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
+    if output.is_data() {
         let jobs: Vec<&api::JobView> = shown.iter().map(|s| &s.job).collect();
-        return if jobs.len() == 1 { json(jobs[0]) } else { json(&jobs) };
+        return if jobs.len() == 1 { output.data(jobs[0]) } else { output.data(&jobs) };
     }
     let mut lines = Vec::new();
     for Shown { job: j, curve, advice } in shown {

@@ -8,7 +8,7 @@ use gpool_api::spec::{DurationText, Priority, Quantity};
 use gpool_api::{self as api, JobSpec};
 
 use crate::client::Connect;
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 #[derive(Args, Debug)]
 pub(crate) struct SubmitArgs {
@@ -230,7 +230,7 @@ pub(crate) fn parse_after(text: &str) -> anyhow::Result<(After, Vec<u64>)> {
 /// The ids of the new jobs, one a line.
 pub(crate) fn render(out: &api::Submitted, output: Output) -> anyhow::Result<String> {
     match output {
-        Output::Json => json(out),
+        Output::Json | Output::Yaml => output.data(out),
         Output::Table => Ok(text(out.ids.iter().map(u64::to_string).collect())),
     }
 }

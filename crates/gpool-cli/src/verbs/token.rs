@@ -4,7 +4,7 @@ use clap::Args;
 use gpool_api as api;
 
 use crate::client::Connect;
-use crate::output::{Output, emit, json, text};
+use crate::output::{Output, emit, text};
 
 #[derive(Args, Debug)]
 pub(crate) struct TokenArgs {
@@ -75,7 +75,7 @@ pub(crate) fn list(a: super::ListArgs) -> anyhow::Result<()> {
 pub(crate) fn revoke(a: RevokeArgs) -> anyhow::Result<()> {
     let t: api::TokenView = a.connect.client()?.delete(&format!("/tokens/{}", a.id))?;
     match a.output {
-        Output::Json => emit(&json(&t)?),
+        Output::Json | Output::Yaml => emit(&a.output.data(&t)?),
         Output::Table => emit(&format!("revoked token {} of {} ({})\n", t.id, t.user, t.role)),
     }
     Ok(())
@@ -84,15 +84,15 @@ pub(crate) fn revoke(a: RevokeArgs) -> anyhow::Result<()> {
 /// The secret alone on standard output (the note about it goes to standard error).
 pub(crate) fn render(t: &api::TokenCreated, output: Output) -> anyhow::Result<String> {
     match output {
-        Output::Json => json(t),
+        Output::Json | Output::Yaml => output.data(t),
         Output::Table => Ok(format!("{}\n", t.token)),
     }
 }
 
 /// A line a token: never its secret.
 pub(crate) fn render_list(tokens: &[api::TokenView], output: Output) -> anyhow::Result<String> {
-    if output == Output::Json {
-        return json(tokens);
+    if output.is_data() {
+        return output.data(tokens);
     }
     let time = |ms: Option<i64>, none: &str| {
         ms.map_or_else(|| none.to_string(), |m| api::time::rfc3339(m)[..16].replace('T', " "))

@@ -3,7 +3,7 @@
 use gpool_api as api;
 
 use super::ListArgs;
-use crate::output::{Output, emit, json};
+use crate::output::{Output, emit};
 
 pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
     let w: api::WhoAmI = a.connect.client()?.get("/whoami")?;
@@ -14,7 +14,7 @@ pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
 /// `ana (team ml, user)`.
 pub(crate) fn render(w: &api::WhoAmI, output: Output) -> anyhow::Result<String> {
     match output {
-        Output::Json => json(w),
+        Output::Json | Output::Yaml => output.data(w),
         Output::Table => Ok(format!("{} (team {}, {})\n", w.user, w.team, w.role)),
     }
 }
