@@ -15,6 +15,8 @@ pub(crate) enum Output {
     Json,
     /// The same data as JSON, as YAML (kubectl's `-o yaml`).
     Yaml,
+    /// The table with more columns and nothing cut short, where a listing has more to say (`gpool queue`); else the table.
+    Wide,
 }
 
 impl Output {
@@ -27,7 +29,7 @@ impl Output {
     pub(crate) fn data<T: serde::Serialize + ?Sized>(self, v: &T) -> anyhow::Result<String> {
         match self {
             Output::Yaml => Ok(serde_yaml::to_string(v)?),
-            Output::Json | Output::Table => json(v),
+            Output::Json | Output::Table | Output::Wide => json(v),
         }
     }
 }

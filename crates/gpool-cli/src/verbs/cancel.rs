@@ -64,7 +64,7 @@ pub(crate) fn run(a: CancelArgs) -> anyhow::Result<()> {
     for id in &ids {
         match client.post_empty::<api::JobView>(&format!("/jobs/{id}/cancel")) {
             Ok(j) => {
-                if a.output == Output::Table {
+                if !a.output.is_data() {
                     emit(&render(std::slice::from_ref(&j), Output::Table)?);
                 }
                 out.push(j);

@@ -87,6 +87,9 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
     if output.is_data() {
         return output.data(jobs);
     }
+    if output == Output::Wide {
+        return Ok(wide(jobs));
+    }
     let mut lines = vec![format!(
         "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<19} REASON",
         "ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "STARTED"
@@ -120,10 +123,58 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
     Ok(text(lines))
 }
 
+/// `-o wide`: every name whole, and the team, priority, attempt, submission time and image.
+fn wide(jobs: &[api::JobView]) -> String {
+    let mut lines = vec![format!(
+        "{:>6}  {:<24} {:<12} {:<12} {:<12} {:<9} {:>8} {:>7} {:<14} {:<19} {:<19} {:<28} REASON",
+        "ID", "NAME", "USER", "TEAM", "QUEUE", "STATE", "PRIORITY", "ATTEMPT", "GPUS", "SUBMITTED", "STARTED", "IMAGE"
+    )];
+    let time = |t: &str| t.replace('T', " ").trim_end_matches('Z').split('.').next().unwrap_or("").to_string();
+    for j in jobs {
+        let reason = match j.state {
+            JobState::Running => {
+                let on: Vec<String> =
+                    j.replicas.iter().map(|r| format!("{}[{}]", r.node, r.cuda_visible_devices)).collect();
+                format!("on {}{}", on.join(" "), j.reason.as_deref().map(|r| format!(" {r}")).unwrap_or_default())
+            }
+            _ => j.reason.clone().unwrap_or_default(),
+        };
+        lines.push(format!(
+            "{:>6}  {:<24} {:<12} {:<12} {:<12} {:<9} {:>8} {:>7} {:<14} {:<19} {:<19} {:<28} {}",
+            j.id,
+            j.name,
+            j.user,
+            j.team,
+            j.queue,
+            j.state.as_str(),
+            j.priority,
+            j.attempt,
+            gpus_of(j),
+            time(&j.submitted_at),
+            started(j),
+            j.spec.image.as_deref().unwrap_or("-"),
+            reason
+        ));
+    }
+    text(lines)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testkit::{assert_snapshot, job};
+
+    #[test]
+    fn wide_shows_whole_names_and_more_columns() {
+        let jobs = [job(3).name("a-very-long-sweep-name-that-is-cut").gpus(8).reason("waiting for 8 GPUs").build()];
+        let narrow = render(&jobs, Output::Table).expect("table");
+        let wide = render(&jobs, Output::Wide).expect("wide");
+        assert!(!narrow.contains("a-very-long-sweep-name-that-is-cut"), "{narrow}");
+        assert!(wide.contains("a-very-long-sweep-name-that-is-cut"), "{wide}");
+        for col in ["TEAM", "PRIORITY", "ATTEMPT", "SUBMITTED", "IMAGE"] {
+            assert!(wide.lines().next().is_some_and(|h| h.contains(col)), "{col} in {wide}");
+        }
+    }
 
     #[test]
     fn queue_lists_running_and_pending_jobs() {

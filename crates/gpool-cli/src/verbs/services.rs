@@ -36,7 +36,9 @@ pub(crate) fn delete(a: DeleteArgs) -> anyhow::Result<()> {
     let v: api::ServiceView = a.connect.client()?.delete(&format!("/services/{}", a.name))?;
     match a.output {
         Output::Json | Output::Yaml => emit(&a.output.data(&v)?),
-        Output::Table => emit(&format!("service {} deleted; its {} replica(s) stop\n", v.name, v.replicas.len())),
+        Output::Table | Output::Wide => {
+            emit(&format!("service {} deleted; its {} replica(s) stop\n", v.name, v.replicas.len()))
+        }
     }
     Ok(())
 }
@@ -58,7 +60,7 @@ pub(crate) fn apply(client: &Client, specs: Vec<api::JobSpec>, output: Output) -
     }
     match output {
         Output::Json | Output::Yaml => emit(&output.data(&out)?),
-        Output::Table => emit(&text(
+        Output::Table | Output::Wide => emit(&text(
             out.iter()
                 .map(|a| {
                     format!("service {} {} (generation {}); endpoint {}", a.name, a.outcome, a.generation, a.endpoint)

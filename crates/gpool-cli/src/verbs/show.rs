@@ -25,7 +25,7 @@ pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
         .map(|job| {
             let (mut curve, mut advice) = (Vec::new(), None);
             // Usage and advice are extras: a job without them is still shown.
-            if a.output == Output::Table && job.usage.is_some() {
+            if !a.output.is_data() && job.usage.is_some() {
                 curve = client
                     .get::<api::JobUsageView>(&format!("/jobs/{}/usage", job.id))
                     .map(|v| v.points.iter().filter_map(|p| p.gpu_util).collect())

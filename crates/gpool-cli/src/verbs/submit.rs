@@ -231,7 +231,7 @@ pub(crate) fn parse_after(text: &str) -> anyhow::Result<(After, Vec<u64>)> {
 pub(crate) fn render(out: &api::Submitted, output: Output) -> anyhow::Result<String> {
     match output {
         Output::Json | Output::Yaml => output.data(out),
-        Output::Table => Ok(text(out.ids.iter().map(u64::to_string).collect())),
+        Output::Table | Output::Wide => Ok(text(out.ids.iter().map(u64::to_string).collect())),
     }
 }
 

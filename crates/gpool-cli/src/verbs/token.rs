@@ -55,7 +55,7 @@ pub(crate) fn create(a: TokenArgs) -> anyhow::Result<()> {
     let req = api::TokenRequest { user: a.user, team: a.team, role, ttl: a.ttl };
     let t: api::TokenCreated = a.connect.client()?.post("/tokens", &req)?;
     emit(&render(&t, a.output)?);
-    if a.output == Output::Table {
+    if !a.output.is_data() {
         let until =
             t.expires_ms.map_or_else(|| "until revoked".to_string(), |ms| format!("until {}", api::time::rfc3339(ms)));
         eprintln!(
@@ -76,7 +76,7 @@ pub(crate) fn revoke(a: RevokeArgs) -> anyhow::Result<()> {
     let t: api::TokenView = a.connect.client()?.delete(&format!("/tokens/{}", a.id))?;
     match a.output {
         Output::Json | Output::Yaml => emit(&a.output.data(&t)?),
-        Output::Table => emit(&format!("revoked token {} of {} ({})\n", t.id, t.user, t.role)),
+        Output::Table | Output::Wide => emit(&format!("revoked token {} of {} ({})\n", t.id, t.user, t.role)),
     }
     Ok(())
 }
@@ -85,7 +85,7 @@ pub(crate) fn revoke(a: RevokeArgs) -> anyhow::Result<()> {
 pub(crate) fn render(t: &api::TokenCreated, output: Output) -> anyhow::Result<String> {
     match output {
         Output::Json | Output::Yaml => output.data(t),
-        Output::Table => Ok(format!("{}\n", t.token)),
+        Output::Table | Output::Wide => Ok(format!("{}\n", t.token)),
     }
 }
 

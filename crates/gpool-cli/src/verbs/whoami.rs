@@ -15,7 +15,7 @@ pub(crate) fn run(a: ListArgs) -> anyhow::Result<()> {
 pub(crate) fn render(w: &api::WhoAmI, output: Output) -> anyhow::Result<String> {
     match output {
         Output::Json | Output::Yaml => output.data(w),
-        Output::Table => Ok(format!("{} (team {}, {})\n", w.user, w.team, w.role)),
+        Output::Table | Output::Wide => Ok(format!("{} (team {}, {})\n", w.user, w.team, w.role)),
     }
 }
 
