@@ -96,19 +96,25 @@ fn a_preemptor_s_image_is_pulled_while_its_victim_checkpoints() {
             "--container-arg=--ulimit=nproc=1024:1024",
         ],
     );
-    // A preemptible job that takes 8 s to checkpoint once told to stop.
-    let low = d.submit(json!({"command": ["sh", "-c", "trap 'sleep 8; exit 0' TERM; sleep 600 & wait"],
+    // A preemptible job that takes 20 s to checkpoint once told to stop: the GPU is not free before.
+    let low = d.submit(json!({"command": ["sh", "-c", "trap 'sleep 20; exit 0' TERM; sleep 600 & wait"],
         "resources": {"nvidia.com/gpu": 1}, "preemptible": true, "priority": "low", "gracePeriod": "30s"}));
     d.until(&format!("/api/v1/jobs/{low}"), Duration::from_secs(30), |j| j["state"] == "running");
     let high = d.submit(json!({"command": ["cat", "/IMAGE"], "image": format!("docker-archive:{}", archive.display()),
         "resources": {"nvidia.com/gpu": 1}, "priority": "high"}));
     // The image arrives on the node while the victim checkpoints and the job still waits for its GPU.
+    d.until(&format!("/api/v1/jobs/{low}"), Duration::from_secs(30), |j| j["state"] == "stopping");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !image_exists(&image.0) {
         assert!(Instant::now() < deadline, "the image was never pulled ahead");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(d.job(high)["state"], "pending", "pulled while it waited for its GPU");
+    let (victim, job) = (d.job(low), d.job(high));
+    assert_eq!(
+        (victim["state"].as_str(), job["state"].as_str()),
+        (Some("stopping"), Some("pending")),
+        "pulled while the victim checkpointed and the job waited: {victim} {job}"
+    );
     d.wait_ended(&[high], Duration::from_secs(60));
     assert_eq!(d.job(high)["state"], "succeeded", "{}", d.job(high));
 }
