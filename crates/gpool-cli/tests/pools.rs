@@ -11,16 +11,24 @@ use std::time::Duration;
 use common::*;
 use serde_json::{Value, json};
 
-/// Kills whatever agents the local provider left (a failed test), at drop.
+/// Kills whatever agents the local provider left, at drop (a test ending with nodes up, or failing).
 struct Agents<'a>(&'a Path);
 
 impl Drop for Agents<'_> {
     fn drop(&mut self) {
-        let Ok(dirs) = std::fs::read_dir(self.0.join("pools/nodes")) else { return };
-        for d in dirs.flatten() {
-            if let Ok(pid) = std::fs::read_to_string(d.path().join("pid")) {
-                let _ = std::process::Command::new("kill").args(["-9", &format!("-{}", pid.trim())]).status();
+        // The provider's agents run with their data under SCRATCH/data/pools/nodes. A
+        // `local-node create` the daemon started just before it stopped may spawn one
+        // late: kill every such agent until none has appeared for a second (at most 10 s).
+        let pattern = self.0.join("data/pools/nodes").display().to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut quiet_since = std::time::Instant::now();
+        while std::time::Instant::now() < deadline && quiet_since.elapsed() < Duration::from_secs(1) {
+            let found =
+                std::process::Command::new("pkill").args(["-9", "-f", &pattern]).status().is_ok_and(|s| s.success());
+            if found {
+                quiet_since = std::time::Instant::now();
             }
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }
