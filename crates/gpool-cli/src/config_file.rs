@@ -9,6 +9,7 @@
 //! server = "https://gpool.example.com:7878"
 //! token = "gp_…"
 //! ca_file = "/etc/gpool/ca.pem"
+//! output = "wide"   # table, wide, json or yaml: the default of -o
 //! ```
 
 use std::os::unix::fs::PermissionsExt;
@@ -24,6 +25,7 @@ pub(crate) struct ConfigFile {
     pub(crate) token: Option<String>,
     pub(crate) socket: Option<PathBuf>,
     pub(crate) ca_file: Option<PathBuf>,
+    pub(crate) output: Option<crate::output::Output>,
 }
 
 /// Where the file is looked for.
@@ -55,7 +57,7 @@ impl ConfigFile {
     pub(crate) fn parse(text: &str, path: &Path) -> anyhow::Result<ConfigFile> {
         let cfg: ConfigFile = toml::from_str(text).map_err(|e| {
             anyhow::anyhow!(
-                "{}: {} (keys: server, token, socket, ca_file; see docs/cli.md)",
+                "{}: {} (keys: server, token, socket, ca_file, output; see docs/cli.md)",
                 path.display(),
                 e.to_string().trim_end()
             )
@@ -82,6 +84,10 @@ mod tests {
         assert_eq!(cfg.token.as_deref(), Some("gp_x"));
         let err = ConfigFile::parse("server = \"http://a\"\nsevrer = \"x\"\n", p).unwrap_err().to_string();
         assert!(err.contains("sevrer") && err.contains("line 2") && err.contains("/nonexistent/config.toml"), "{err}");
+        let cfg = ConfigFile::parse("output = \"yaml\"\n", p).unwrap();
+        assert_eq!(cfg.output, Some(crate::output::Output::Yaml));
+        let err = ConfigFile::parse("output = \"xml\"\n", p).unwrap_err().to_string();
+        assert!(err.contains("xml") && err.contains("json"), "{err}");
         let err = ConfigFile::parse("server = 7878\n", p).unwrap_err().to_string();
         assert!(err.contains("server"), "{err}");
     }

@@ -77,6 +77,9 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 #[derive(Parser, Debug)]
 #[command(name = "gpool", version, about, long_about = None, after_help = EXIT_CODES)]
 struct Cli {
+    /// Show times in UTC instead of the local time zone (TZ, else the system's).
+    #[arg(long, global = true)]
+    utc: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -203,6 +206,7 @@ enum TokenCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    output::use_zone(cli.utc);
     let result = match cli.command {
         Command::Shim { dir } => return ExitCode::from(daemons::shim(&dir)),
         Command::Up(a) => daemons::up(*a),

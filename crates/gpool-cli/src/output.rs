@@ -8,7 +8,8 @@ use clap::ValueEnum;
 use gpool_api as api;
 
 /// Output format of listings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum Output {
     #[default]
     Table,
@@ -28,10 +29,49 @@ impl Output {
     /// `v` as this format prints it (JSON for a table, which has its own rendering).
     pub(crate) fn data<T: serde::Serialize + ?Sized>(self, v: &T) -> anyhow::Result<String> {
         match self {
-            Output::Yaml => Ok(serde_yaml::to_string(v)?),
+            Output::Yaml => Ok(serde_yaml_ng::to_string(v)?),
             Output::Json | Output::Table | Output::Wide => json(v),
         }
     }
+}
+
+/// The format when `-o` is not given: `$GPOOL_OUTPUT`, else the config
+/// file's `output`, else a table. A bad value in either is not fatal here:
+/// clap names a bad `$GPOOL_OUTPUT`, and the client a bad file.
+pub(crate) fn default_output() -> Output {
+    if let Ok(v) = std::env::var("GPOOL_OUTPUT") {
+        return Output::from_str(&v, true).unwrap_or_default();
+    }
+    crate::config_file::ConfigFile::load().ok().and_then(|c| c.output).unwrap_or_default()
+}
+
+/// The zone times are shown in: set once by `main` (local, or UTC with
+/// `--utc`); UTC until then, so that rendering tests do not depend on
+/// the machine's zone.
+static ZONE: std::sync::OnceLock<api::time::Zone> = std::sync::OnceLock::new();
+
+/// Shows times in UTC (`--utc`) or in the local zone (`TZ`, else the system's).
+pub(crate) fn use_zone(utc: bool) {
+    let _ = ZONE.set(if utc { api::time::Zone::utc() } else { api::time::Zone::local() });
+}
+
+fn zone() -> &'static api::time::Zone {
+    ZONE.get_or_init(api::time::Zone::utc)
+}
+
+/// An RFC 3339 time from the API as people read it: `2026-11-22 00:00:37 EST`.
+pub(crate) fn when(rfc: &str) -> String {
+    zone().show(rfc)
+}
+
+/// [`when`] of milliseconds since the epoch, to the minute.
+pub(crate) fn when_minute_ms(ms: i64) -> String {
+    zone().show_minute_ms(ms)
+}
+
+/// [`when`] of milliseconds since the epoch.
+pub(crate) fn when_ms(ms: i64) -> String {
+    zone().show_ms(ms)
 }
 
 /// `v` as `-o json` prints it: pretty JSON and a newline.

@@ -601,6 +601,23 @@ fn the_cli_reads_its_server_and_token_from_a_config_file() {
     assert!(!err.contains("warning"), "a private file draws no warning: {err}");
     let (code, _, err) = gpool(&["whoami", "--token", "gp_not_a_token"], &env);
     assert_eq!(code, Some(4), "the flag wins: {err}");
+    // Times in the local zone, named; --utc overrides.
+    let id = d.submit(json!({"command": "true"}));
+    let new_york = [env[0], env[1], ("TZ", "EST5EDT,M3.2.0,M11.1.0")];
+    let (code, out, err) = gpool(&["show", &id.to_string()], &new_york);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(" EST\n") || out.contains(" EDT\n"), "local zone named: {out}");
+    let (_, out, _) = gpool(&["show", "--utc", &id.to_string()], &new_york);
+    assert!(out.contains(" UTC\n") && !out.contains(" EST\n"), "--utc: {out}");
+    // The default output format, from the file, and -o winning over it.
+    let with_output = format!("server = \"{}\"\ntoken = \"{}\"\noutput = \"json\"\n", d.url, d.token);
+    std::fs::write(&file, with_output).expect("write");
+    let (code, out, err) = gpool(&["queue", "-a"], &env);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(serde_json::from_str::<serde_json::Value>(&out).is_ok_and(|v| v.is_array()), "json by default: {out}");
+    let (_, out, _) = gpool(&["queue", "-a", "-o", "table"], &env);
+    assert!(out.starts_with("    ID"), "-o wins: {out}");
+    std::fs::write(&file, format!("server = \"{}\"\ntoken = \"{}\"\n", d.url, d.token)).expect("write");
     std::fs::write(&file, format!("server = \"{}\"\ntokn = \"x\"\n", d.url)).expect("write");
     let (code, _, err) = gpool(&["whoami"], &env);
     assert_eq!(code, Some(1));

@@ -9,12 +9,8 @@ use gpool_core::time::Time;
 
 /// `2020/11/12 13:48:11.412` → milliseconds since the epoch.
 fn millis(ts: &str) -> i64 {
-    let (date, time) = ts.split_once(' ').expect("date and time");
-    let d: Vec<i64> = date.split('/').map(|x| x.parse().expect("date")).collect();
-    let (hms, frac) = time.split_once('.').expect("fraction");
-    let t: Vec<i64> = hms.split(':').map(|x| x.parse().expect("time")).collect();
-    let days = gpool_api::time::days_from_civil(d[0], d[1] as u32, d[2] as u32);
-    ((days * 86_400 + t[0] * 3600 + t[1] * 60 + t[2]) * 1000) + frac.parse::<i64>().expect("ms")
+    let iso = format!("{}Z", ts.replace('/', "-").replacen(' ', "T", 1));
+    gpool_api::time::parse_rfc3339(&iso).expect("timestamp")
 }
 
 fn recorded(name: &str) -> JobUsage {

@@ -29,7 +29,7 @@ use serde::Deserialize;
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("cluster file: {0}")]
-    Yaml(#[from] serde_yaml::Error),
+    Yaml(#[from] serde_yaml_ng::Error),
     #[error("cluster file: node group {group}: {what}")]
     Invalid { group: String, what: String },
 }
@@ -82,7 +82,7 @@ pub fn uniform(nodes: u32, gpus: u32, model: &str) -> Vec<Node> {
 
 /// Nodes from a cluster YAML text.
 pub fn from_yaml(text: &str) -> Result<Vec<Node>, ClusterError> {
-    let file: File = serde_yaml::from_str(text)?;
+    let file: File = serde_yaml_ng::from_str(text)?;
     let mut out = Vec::new();
     for g in file.nodes {
         let bad = |what: String| ClusterError::Invalid { group: g.name.clone(), what };

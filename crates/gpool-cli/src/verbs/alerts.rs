@@ -4,11 +4,11 @@ use clap::Args;
 use gpool_api as api;
 
 use crate::client::Connect;
-use crate::output::{Output, emit, text};
+use crate::output::{Output, emit, text, when};
 
 #[derive(Args, Debug)]
 pub(crate) struct AlertsArgs {
-    #[arg(long, short = 'o', value_enum, default_value_t)]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,
@@ -28,9 +28,9 @@ pub(crate) fn render(list: &[api::AlertView], output: Output) -> anyhow::Result<
     if list.is_empty() {
         return Ok(text(vec!["no alerts firing".into()]));
     }
-    let mut lines = vec![format!("{:<9} {:<22} {:<22} {:<20} SUMMARY", "SEVERITY", "ALERT", "SUBJECT", "SINCE")];
+    let mut lines = vec![format!("{:<9} {:<22} {:<22} {:<23} SUMMARY", "SEVERITY", "ALERT", "SUBJECT", "SINCE")];
     for x in list {
-        lines.push(format!("{:<9} {:<22} {:<22} {:<20} {}", x.severity, x.rule, x.subject, x.since, x.summary));
+        lines.push(format!("{:<9} {:<22} {:<22} {:<23} {}", x.severity, x.rule, x.subject, when(&x.since), x.summary));
     }
     Ok(text(lines))
 }

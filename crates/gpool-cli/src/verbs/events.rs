@@ -4,7 +4,7 @@ use clap::Args;
 use gpool_api as api;
 
 use crate::client::Connect;
-use crate::output::emit;
+use crate::output::{emit, when};
 
 #[derive(Args, Debug)]
 pub(crate) struct EventsArgs {
@@ -33,7 +33,7 @@ pub(crate) fn run(a: EventsArgs) -> anyhow::Result<()> {
 
 /// `time kind message`, a line an event.
 pub(crate) fn render(e: &api::EventView) -> String {
-    format!("{}  {:<10} {}\n", e.at, e.kind, e.message)
+    format!("{}  {:<10} {}\n", when(&e.at), e.kind, e.message)
 }
 
 /// Prints the `data:` lines of a server-sent event stream with [`render`].

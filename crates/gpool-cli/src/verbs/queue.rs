@@ -4,7 +4,7 @@ use clap::Args;
 use gpool_api::{self as api, JobState};
 
 use crate::client::Connect;
-use crate::output::{Output, emit, gpus_of, text, truncate};
+use crate::output::{Output, emit, gpus_of, text, truncate, when};
 
 #[derive(Args, Debug)]
 pub(crate) struct QueueArgs {
@@ -23,7 +23,7 @@ pub(crate) struct QueueArgs {
     /// At most this many jobs (more are fetched a page of 1,000 at a time; a cut is said on standard error).
     #[arg(long, default_value_t = 1000)]
     limit: u32,
-    #[arg(long, short = 'o', value_enum, default_value_t)]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,
@@ -76,10 +76,7 @@ pub(crate) fn run(a: QueueArgs) -> anyhow::Result<()> {
 
 /// When a job started, `2025-03-01 09:00:00`, or `-`.
 fn started(j: &api::JobView) -> String {
-    j.started_at
-        .clone()
-        .map(|s| s.replace('T', " ").trim_end_matches('Z').split('.').next().unwrap_or("").to_string())
-        .unwrap_or_else(|| "-".into())
+    j.started_at.as_deref().map_or_else(|| "-".into(), when)
 }
 
 /// One line a job: running ones say where, pending ones why they wait.
@@ -91,7 +88,7 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
         return Ok(wide(jobs));
     }
     let mut lines = vec![format!(
-        "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<19} REASON",
+        "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<23} REASON",
         "ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "STARTED"
     )];
     for j in jobs {
@@ -109,7 +106,7 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
             _ => j.reason.clone().unwrap_or_default(),
         };
         lines.push(format!(
-            "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<19} {}",
+            "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<23} {}",
             j.id,
             truncate(&j.name, 16),
             truncate(&j.user, 10),
@@ -126,10 +123,9 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
 /// `-o wide`: every name whole, and the team, priority, attempt, submission time and image.
 fn wide(jobs: &[api::JobView]) -> String {
     let mut lines = vec![format!(
-        "{:>6}  {:<24} {:<12} {:<12} {:<12} {:<9} {:>8} {:>7} {:<14} {:<19} {:<19} {:<28} REASON",
+        "{:>6}  {:<24} {:<12} {:<12} {:<12} {:<9} {:>8} {:>7} {:<14} {:<23} {:<23} {:<28} REASON",
         "ID", "NAME", "USER", "TEAM", "QUEUE", "STATE", "PRIORITY", "ATTEMPT", "GPUS", "SUBMITTED", "STARTED", "IMAGE"
     )];
-    let time = |t: &str| t.replace('T', " ").trim_end_matches('Z').split('.').next().unwrap_or("").to_string();
     for j in jobs {
         let reason = match j.state {
             JobState::Running => {
@@ -140,7 +136,7 @@ fn wide(jobs: &[api::JobView]) -> String {
             _ => j.reason.clone().unwrap_or_default(),
         };
         lines.push(format!(
-            "{:>6}  {:<24} {:<12} {:<12} {:<12} {:<9} {:>8} {:>7} {:<14} {:<19} {:<19} {:<28} {}",
+            "{:>6}  {:<24} {:<12} {:<12} {:<12} {:<9} {:>8} {:>7} {:<14} {:<23} {:<23} {:<28} {}",
             j.id,
             j.name,
             j.user,
@@ -150,7 +146,7 @@ fn wide(jobs: &[api::JobView]) -> String {
             j.priority,
             j.attempt,
             gpus_of(j),
-            time(&j.submitted_at),
+            when(&j.submitted_at),
             started(j),
             j.spec.image.as_deref().unwrap_or("-"),
             reason

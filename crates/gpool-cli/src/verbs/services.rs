@@ -14,7 +14,7 @@ use crate::output::{Output, emit, text};
 pub(crate) struct DeleteArgs {
     /// The service's name.
     name: String,
-    #[arg(long, short = 'o', value_enum, default_value_t)]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,
@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(back, list);
         let yaml = render(&list, Output::Yaml).expect("yaml");
         assert!(yaml.starts_with("- name: llm\n"), "{yaml}");
-        let back: Vec<api::ServiceView> = serde_yaml::from_str(&yaml).expect("parses back");
+        let back: Vec<api::ServiceView> = serde_yaml_ng::from_str(&yaml).expect("parses back");
         assert_eq!(back, list, "-o yaml is the same data as -o json");
     }
 }

@@ -3,7 +3,7 @@
 use gpool_api as api;
 
 use super::IdArgs;
-use crate::output::{Output, emit, gpus_of, text, usage_lines};
+use crate::output::{Output, emit, gpus_of, text, usage_lines, when};
 
 /// A job and what `show` prints with it once it has telemetry.
 pub(crate) struct Shown {
@@ -56,12 +56,12 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
         lines.push(format!("  priority         {}", j.priority));
         lines.push(format!("  command          {}", j.spec.command.argv().join(" ")));
         lines.push(format!("  resources        {}", gpus_of(j)));
-        lines.push(format!("  submitted        {}", j.submitted_at));
+        lines.push(format!("  submitted        {}", when(&j.submitted_at)));
         if let Some(s) = &j.started_at {
-            lines.push(format!("  started          {s}"));
+            lines.push(format!("  started          {}", when(s)));
         }
         if let Some(e) = &j.ended_at {
-            lines.push(format!("  ended            {e}"));
+            lines.push(format!("  ended            {}", when(e)));
         }
         lines.push(format!("  attempt/restarts {}/{}", j.attempt, j.restarts));
         for r in &j.replicas {

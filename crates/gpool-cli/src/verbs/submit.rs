@@ -77,7 +77,7 @@ pub(crate) struct SubmitArgs {
     /// Job spec file (YAML or JSON); flags and a command override its fields.
     #[arg(long, short = 'f')]
     file: Option<PathBuf>,
-    #[arg(long, short = 'o', value_enum, default_value_t)]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
     output: Output,
     /// The command (after --).
     #[arg(last = true)]
@@ -90,12 +90,14 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
     let mut specs: Vec<JobSpec> = match &a.file {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let value: serde_yaml::Value =
-                serde_yaml::from_str(&text).with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
+            let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text)
+                .with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
             if value.get("jobs").is_some() {
-                serde_yaml::from_value::<api::spec::Batch>(value).with_context(|| format!("{}", path.display()))?.jobs
+                serde_yaml_ng::from_value::<api::spec::Batch>(value)
+                    .with_context(|| format!("{}", path.display()))?
+                    .jobs
             } else {
-                vec![serde_yaml::from_value::<JobSpec>(value).with_context(|| format!("{}", path.display()))?]
+                vec![serde_yaml_ng::from_value::<JobSpec>(value).with_context(|| format!("{}", path.display()))?]
             }
         }
         None => {

@@ -4,7 +4,7 @@ use clap::Args;
 use gpool_api as api;
 
 use crate::client::Connect;
-use crate::output::{Output, emit, text};
+use crate::output::{Output, emit, text, when_minute_ms, when_ms};
 
 #[derive(Args, Debug)]
 pub(crate) struct TokenArgs {
@@ -29,7 +29,7 @@ pub(crate) struct TokenArgs {
     /// Accepted for this long (90d, 12h); by default until revoked.
     #[arg(long)]
     ttl: Option<String>,
-    #[arg(long, short = 'o', value_enum, default_value_t)]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,
@@ -39,7 +39,7 @@ pub(crate) struct TokenArgs {
 pub(crate) struct RevokeArgs {
     /// The token's id (`gpool token list`), or 6 or more of its first digits.
     id: String,
-    #[arg(long, short = 'o', value_enum, default_value_t)]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,
@@ -56,8 +56,7 @@ pub(crate) fn create(a: TokenArgs) -> anyhow::Result<()> {
     let t: api::TokenCreated = a.connect.client()?.post("/tokens", &req)?;
     emit(&render(&t, a.output)?);
     if !a.output.is_data() {
-        let until =
-            t.expires_ms.map_or_else(|| "until revoked".to_string(), |ms| format!("until {}", api::time::rfc3339(ms)));
+        let until = t.expires_ms.map_or_else(|| "until revoked".to_string(), |ms| format!("until {}", when_ms(ms)));
         eprintln!(
             "token {} for {} (team {}, {}), {until}; it is shown only once: export GPOOL_TOKEN={}",
             t.id, t.user, t.team, t.role, t.token
@@ -94,16 +93,14 @@ pub(crate) fn render_list(tokens: &[api::TokenView], output: Output) -> anyhow::
     if output.is_data() {
         return output.data(tokens);
     }
-    let time = |ms: Option<i64>, none: &str| {
-        ms.map_or_else(|| none.to_string(), |m| api::time::rfc3339(m)[..16].replace('T', " "))
-    };
+    let time = |ms: Option<i64>, none: &str| ms.map_or_else(|| none.to_string(), when_minute_ms);
     let mut lines = vec![format!(
-        "{:<12}  {:<14} {:<10} {:<7} {:<16}  {:<16}  {:<16}",
+        "{:<12}  {:<14} {:<10} {:<7} {:<20}  {:<20}  {:<20}",
         "ID", "USER", "TEAM", "ROLE", "CREATED", "EXPIRES", "LAST USED"
     )];
     for t in tokens {
         lines.push(format!(
-            "{:<12}  {:<14} {:<10} {:<7} {:<16}  {:<16}  {:<16}",
+            "{:<12}  {:<14} {:<10} {:<7} {:<20}  {:<20}  {:<20}",
             t.id,
             t.user,
             t.team,

@@ -298,7 +298,7 @@ mod tests {
     use gpool_core::SpotPolicy;
 
     fn spec(yaml: &str) -> gpool_api::JobSpec {
-        serde_yaml::from_str(yaml).expect("yaml")
+        serde_yaml_ng::from_str(yaml).expect("yaml")
     }
 
     #[test]

@@ -150,7 +150,7 @@ mod tests {
     use super::*;
 
     fn job(yaml: &str) -> gpool_api::JobSpec {
-        serde_yaml::from_str(yaml).expect("a spec")
+        serde_yaml_ng::from_str(yaml).expect("a spec")
     }
 
     #[test]

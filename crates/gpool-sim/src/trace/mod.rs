@@ -299,54 +299,21 @@ fn generic(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
         .collect()
 }
 
-/// Seconds since 1970-01-01 of a naive `YYYY-MM-DD HH:MM:SS` (or `YYYY-MM-DD`).
+/// Seconds since 1970-01-01 of a naive `YYYY-MM-DD HH:MM:SS` (or
+/// `YYYY-MM-DD`, or `YYYY-MM-DD HH:MM`), read as UTC.
 pub fn parse_datetime(s: &str) -> Option<i64> {
     let s = s.trim();
     let (date, time) = match s.split_once([' ', 'T']) {
         Some((d, t)) => (d, Some(t)),
         None => (s, None),
     };
-    let mut d = date.split('-');
-    let (y, m, day): (i64, u32, u32) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
-    if d.next().is_some() || !(1..=12).contains(&m) || day == 0 || day > days_in_month(y, m) {
-        return None;
-    }
-    let secs = match time {
-        None => 0,
-        Some(t) => {
-            let mut p = t.split(':');
-            let (hh, mm): (i64, i64) = (p.next()?.parse().ok()?, p.next()?.parse().ok()?);
-            let ss: i64 = match p.next() {
-                Some(x) => x.parse().ok()?,
-                None => 0,
-            };
-            if p.next().is_some() || !(0..24).contains(&hh) || !(0..60).contains(&mm) || !(0..61).contains(&ss) {
-                return None;
-            }
-            hh * 3600 + mm * 60 + ss
-        }
+    let date: jiff::civil::Date = date.parse().ok()?;
+    let time: jiff::civil::Time = match time {
+        None => jiff::civil::Time::midnight(),
+        Some(t) => t.parse().ok()?,
     };
-    Some(days_from_civil(y, m, day) * 86_400 + secs)
-}
-
-fn days_in_month(y: i64, m: u32) -> u32 {
-    match m {
-        4 | 6 | 9 | 11 => 30,
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let zoned = date.to_datetime(time).to_zoned(jiff::tz::TimeZone::UTC).ok()?;
+    Some(zoned.timestamp().as_second())
 }
 
 /// A time window on the trace's clock, `from` inclusive, `to` inclusive.

@@ -69,11 +69,7 @@ pub(super) struct BudgetState {
 
 /// The first millisecond of the month `ms` falls in, and of the next one.
 pub(super) fn month_bounds(ms: i64) -> (i64, i64) {
-    let day = ms.div_euclid(86_400_000);
-    let (y, m, _) = gpool_api::time::civil_from_days(day);
-    let start = gpool_api::time::days_from_civil(y, m, 1) * 86_400_000;
-    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-    (start, gpool_api::time::days_from_civil(ny, nm, 1) * 86_400_000)
+    gpool_api::time::utc_month_bounds(ms)
 }
 
 impl Controller {

@@ -173,7 +173,7 @@ async fn call<T>(st: &AppState, who: &Who, make: impl FnOnce(Reply<T>) -> Call) 
 /// Parses a body strictly, naming the field path of any error.
 fn parse<T: DeserializeOwned>(body: &[u8], yaml: bool) -> std::result::Result<T, String> {
     if yaml {
-        let de = serde_yaml::Deserializer::from_slice(body);
+        let de = serde_yaml_ng::Deserializer::from_slice(body);
         serde_path_to_error::deserialize(de).map_err(|e| format!("{}: {}", e.path(), e.inner()))
     } else {
         let mut de = serde_json::Deserializer::from_slice(body);
@@ -192,7 +192,7 @@ async fn openapi() -> impl IntoResponse {
 /// JSON or (`yaml`) YAML; the error says what is wrong and where.
 pub fn submission(body: &[u8], yaml: bool) -> std::result::Result<Vec<api::JobSpec>, String> {
     let value: serde_json::Value = if yaml {
-        serde_yaml::from_slice(body).map_err(|e| format!("the body is not valid YAML: {e}"))?
+        serde_yaml_ng::from_slice(body).map_err(|e| format!("the body is not valid YAML: {e}"))?
     } else {
         serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?
     };
