@@ -259,6 +259,9 @@ impl NodeArgs {
 /// Arguments of `gpool up`.
 #[derive(Args, Debug)]
 pub(crate) struct UpArgs {
+    /// A TOML file of this command's flags (`listen = "0.0.0.0:7878"`, `gpu-price = ["H100-80GB=2.5"]`); flags and their environment variables win over it. See docs/daemon.md.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     plane: PlaneArgs,
     #[command(flatten)]
@@ -277,6 +280,9 @@ pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
 /// Arguments of `gpool serve`.
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
+    /// A TOML file of this command's flags (`listen = "0.0.0.0:7878"`, `gpu-price = ["H100-80GB=2.5"]`); flags and their environment variables win over it. See docs/daemon.md.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// The state: postgres://user@host:port/db (several control planes may share it: one leads, the others stand by), or sqlite:///path/state.db (default: in the data directory).
     #[arg(long, env = "GPOOL_DB", hide_env_values = true)]
     db: Option<String>,
@@ -291,6 +297,9 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
 /// Arguments of `gpool agent`.
 #[derive(Args, Debug)]
 pub(crate) struct AgentArgs {
+    /// A TOML file of this command's flags (`listen = "0.0.0.0:7878"`, `gpu-price = ["H100-80GB=2.5"]`); flags and their environment variables win over it. See docs/daemon.md.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// The control plane's URL; several, comma-separated, for a leader and its standbys.
     #[arg(long, env = "GPOOL_SERVER", value_delimiter = ',', required = true)]
     server: Vec<String>,

@@ -21,6 +21,7 @@ mod bench_sharing;
 mod chaos;
 mod client;
 mod config_file;
+mod daemon_config;
 mod daemons;
 mod local_node;
 mod output;
@@ -205,7 +206,14 @@ enum TokenCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv = match daemon_config::expand(&<Cli as clap::CommandFactory>::command(), std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(argv);
     output::use_zone(cli.utc);
     let result = match cli.command {
         Command::Shim { dir } => return ExitCode::from(daemons::shim(&dir)),

@@ -627,6 +627,32 @@ fn the_cli_reads_its_server_and_token_from_a_config_file() {
     assert!(err.contains("/nonexistent/gpool.toml"), "{err}");
 }
 
+/// Issue 18: `gpool up --config FILE` takes every flag from a TOML file;
+/// the command line wins over it, and a misspelt key is named with its line.
+#[test]
+fn the_daemon_reads_its_flags_from_a_config_file() {
+    let scratch = Scratch::new("daemon-config");
+    let file = scratch.0.join("gpool.toml");
+    std::fs::write(&file, "simulate_gpus = \"2xH100-80GB\"\nmetrics-auth = true\ngpu-price = [\"H100-80GB=9.5\"]\n")
+        .expect("write");
+    let cfg = file.to_str().expect("utf-8");
+    let d = Daemon::spawn(&scratch.0.join("data"), &["--config", cfg], None);
+    let nodes = d.get("/api/v1/nodes");
+    assert_eq!(nodes[0]["devices"].as_array().map(Vec::len), Some(2), "simulate-gpus from the file: {nodes}");
+    let (status, _) = d.text("/metrics");
+    assert_eq!(status, 401, "metrics-auth = true from the file");
+    drop(d);
+    // The command line wins over the file.
+    let d = Daemon::spawn(&scratch.0.join("data2"), &["--config", cfg, "--simulate-gpus", "1xA100-80GB"], None);
+    let nodes = d.get("/api/v1/nodes");
+    assert_eq!(nodes[0]["devices"].as_array().map(Vec::len), Some(1), "the flag wins: {nodes}");
+    drop(d);
+    std::fs::write(&file, "listen = \"127.0.0.1:0\"\nsimulate-gpu = \"1xA100-80GB\"\n").expect("write");
+    let (code, _, err) = gpool(&["up", "--config", cfg], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("simulate-gpu") && err.contains("line 2") && err.contains("simulate-gpus"), "{err}");
+}
+
 /// Issue 18: `gpool logs -f` of a pending job waits for it, prints its
 /// output, and exits with its status.
 #[test]
