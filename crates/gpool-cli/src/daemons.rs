@@ -263,12 +263,15 @@ pub(crate) struct UpArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     #[command(flatten)]
+    log: crate::logging::LogArgs,
+    #[command(flatten)]
     plane: PlaneArgs,
     #[command(flatten)]
     node: NodeArgs,
 }
 
 pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
+    a.log.init()?;
     if a.node.spot_notice.is_some() {
         bail!(
             "--spot-notice is for `gpool agent` on a spot machine; for gpool up's own node, give the notice with `gpool nodes notice NODE --in 2m`"
@@ -283,6 +286,8 @@ pub(crate) struct ServeArgs {
     /// A TOML file of this command's flags (`listen = "0.0.0.0:7878"`, `gpu-price = ["H100-80GB=2.5"]`); flags and their environment variables win over it. See docs/daemon.md.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    log: crate::logging::LogArgs,
     /// The state: postgres://user@host:port/db (several control planes may share it: one leads, the others stand by), or sqlite:///path/state.db (default: in the data directory).
     #[arg(long, env = "GPOOL_DB", hide_env_values = true)]
     db: Option<String>,
@@ -291,6 +296,7 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    a.log.init()?;
     gpool_daemon::serve::run(gpool_daemon::serve::ServeConfig { plane: a.plane.config(), db: a.db })
 }
 
@@ -300,6 +306,8 @@ pub(crate) struct AgentArgs {
     /// A TOML file of this command's flags (`listen = "0.0.0.0:7878"`, `gpu-price = ["H100-80GB=2.5"]`); flags and their environment variables win over it. See docs/daemon.md.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    log: crate::logging::LogArgs,
     /// The control plane's URL; several, comma-separated, for a leader and its standbys.
     #[arg(long, env = "GPOOL_SERVER", value_delimiter = ',', required = true)]
     server: Vec<String>,
@@ -349,6 +357,7 @@ fn node_token(file: Option<&Path>) -> anyhow::Result<String> {
 }
 
 pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
+    a.log.init()?;
     let data_dir = a.data_dir.unwrap_or_else(|| default_data_dir().join("agent"));
     gpool_daemon::node::remote::run(gpool_daemon::node::remote::AgentProcessConfig {
         servers: a.server,

@@ -24,6 +24,7 @@ mod config_file;
 mod daemon_config;
 mod daemons;
 mod local_node;
+mod logging;
 mod output;
 mod progress;
 mod replica_demo;

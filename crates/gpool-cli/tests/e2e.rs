@@ -653,6 +653,46 @@ fn the_daemon_reads_its_flags_from_a_config_file() {
     assert!(err.contains("simulate-gpu") && err.contains("line 2") && err.contains("simulate-gpus"), "{err}");
 }
 
+/// Issue 18: `--log-format json` logs JSON lines with levels; every state
+/// change of a job is one line of target `gpool::event`; GPOOL_LOG filters.
+#[test]
+fn the_daemon_logs_json_lines_with_each_job_change_once() {
+    let scratch = Scratch::new("daemon-logs");
+    let log = scratch.0.join("daemon.log");
+    let d = Daemon::spawn_logged(
+        &scratch.0.join("data"),
+        &["--simulate-gpus", "1xH100-80GB", "--log-format", "json"],
+        &log,
+    );
+    let id = d.submit(json!({"command": "true", "resources": {"nvidia.com/gpu": 1}}));
+    d.wait_ended(&[id], Duration::from_secs(30));
+    // The event is committed, then logged: wait for its line rather than sleep.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let lines: Vec<serde_json::Value> = loop {
+        let text = std::fs::read_to_string(&log).expect("log");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+            .collect();
+        let ended = lines.iter().any(|l| l["job"] == id && l["kind"] == "succeeded");
+        if ended || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::yield_now();
+    };
+    assert!(lines.iter().all(|l| l["level"].is_string() && l["timestamp"].is_string()), "{lines:?}");
+    for kind in ["submitted", "started", "succeeded"] {
+        let n = lines.iter().filter(|l| l["target"] == "gpool::event" && l["job"] == id && l["kind"] == kind).count();
+        assert_eq!(n, 1, "{kind} logged once: {lines:?}");
+    }
+    drop(d);
+    // A bad filter is refused, naming the variable.
+    let (code, _, err) =
+        gpool(&["up", "--listen", "127.0.0.1:0", "--simulate-gpus", "1xH100-80GB"], &[("GPOOL_LOG", "gpool=loud")]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("GPOOL_LOG"), "{err}");
+}
+
 /// Issue 18: `gpool logs -f` of a pending job waits for it, prints its
 /// output, and exits with its status.
 #[test]

@@ -68,7 +68,7 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
             Ok(None) => return Ok(()),
             Ok(Some(store)) => store,
             Err(e) if reached => {
-                eprintln!("gpool serve: cannot reach the state in {shown} ({e:#}); retrying in {delay:?}");
+                tracing::warn!("cannot reach the state in {shown} ({e:#}); retrying in {delay:?}");
                 if process.sleep(delay) {
                     return Ok(());
                 }
@@ -82,7 +82,7 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         let (controller, first) = match Controller::new(config.clone(), store, None, Box::new(SystemClock)) {
             Ok(c) => c,
             Err(e) if reached => {
-                eprintln!("gpool serve: cannot load the state from {shown} ({e:#}); retrying");
+                tracing::warn!("cannot load the state from {shown} ({e:#}); retrying");
                 continue;
             }
             Err(e) => return Err(e),
@@ -95,10 +95,10 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         match serve(&process, &plane, ready, banner) {
             Ok(Ended::Stopped) => return Ok(()),
             Ok(Ended::StoreFailed(failed)) => {
-                eprintln!("gpool serve: {failed}; stepping down, running jobs untouched; reconnecting");
+                tracing::warn!("{failed}; stepping down, running jobs untouched; reconnecting");
             }
             Err(e) if e.downcast_ref::<gpool_store::StoreError>().is_some() => {
-                eprintln!("gpool serve: {e:#}; stepping down and reconnecting");
+                tracing::warn!("{e:#}; stepping down and reconnecting");
             }
             Err(e) => return Err(e),
         }
@@ -121,7 +121,7 @@ fn lead(
     if store.lead(false)? {
         return Ok(Some(store));
     }
-    eprintln!("gpool serve: standby: another control plane leads on {shown}; waiting to take over");
+    tracing::info!("standby: another control plane leads on {shown}; waiting to take over");
     let Some((store, led)) = process.interruptible(move || {
         let led = store.lead(true);
         (store, led)
@@ -129,7 +129,7 @@ fn lead(
         return Ok(None);
     };
     led?;
-    eprintln!("gpool serve: the leader is gone; taking over");
+    tracing::info!("the leader is gone; taking over");
     Ok(Some(store))
 }
 

@@ -62,7 +62,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         bail!("another gpool daemon is using {}; stop it first or pass another --data-dir", plane.data_dir.display());
     }
     let mode = crate::node::account::prepare(cfg.node.run_as, &plane.data_dir)?;
-    eprintln!("gpool: {mode}");
+    tracing::info!("{mode}");
     let cgroups = crate::node::host::cgroups(&cfg.node);
     let container = crate::node::host::container_runtime(&cfg.node)?;
     let mut config = controller_config(plane)?;

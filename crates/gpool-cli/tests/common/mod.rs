@@ -61,6 +61,14 @@ impl Daemon {
         Daemon::from_command(cmd, data)
     }
 
+    /// `spawn`, with the daemon's standard error (its log) written to `log`.
+    pub fn spawn_logged(data: &Path, args: &[&str], log: &Path) -> Daemon {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(args);
+        cmd.stderr(std::fs::File::create(log).expect("log file"));
+        Daemon::from_command(cmd, data)
+    }
+
     /// Starts `gpool serve ARGS` (a control plane with no node of its own; SQLite in DATA).
     pub fn serve(data: &Path, args: &[&str]) -> Daemon {
         Daemon::serve_with(data, args, Command::new(BIN))
@@ -87,7 +95,8 @@ impl Daemon {
 
     /// Starts a prepared `gpool up` command and waits for the line saying where it listens.
     fn from_command(mut cmd: Command, data: &Path) -> Daemon {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start gpool up");
+        // Standard error goes where the command says (spawn_logged), else to the test's.
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("start gpool up");
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         out.read_line(&mut line).expect("first line");

@@ -171,8 +171,8 @@ impl Agent {
                 let launch = Launch { image: Some(image.clone()), ..Launch::default() };
                 if let Some(steps) = rt.pull_steps(&launch, auth.as_deref()) {
                     match crate::node::pull::run(&dir, &steps, &dir.join("output.log"), |_| {}) {
-                        Ok(()) => eprintln!("gpool: pulled {image} ahead of the job that waits for it"),
-                        Err(crate::node::pull::PullEnd::Failed(why)) => eprintln!("gpool: pulling ahead: {why}"),
+                        Ok(()) => tracing::info!("pulled {image} ahead of the job that waits for it"),
+                        Err(crate::node::pull::PullEnd::Failed(why)) => tracing::warn!("pulling ahead: {why}"),
                         Err(crate::node::pull::PullEnd::Signalled(_)) => {}
                     }
                 }

@@ -141,7 +141,10 @@ impl Runtime {
         let rt = self.clone();
         let _ = std::thread::Builder::new().name("container-check".into()).spawn(move || {
             if let Err(why) = rt.self_test(Duration::from_secs(60)) {
-                eprintln!("gpool: {} cannot run containers on this node: {why}; jobs with an image fail here until it is fixed", rt.kind_name());
+                tracing::warn!(
+                    "{} cannot run containers on this node: {why}; jobs with an image fail here until it is fixed",
+                    rt.kind_name()
+                );
                 let _ = rt.broken.0.set(why);
             }
         });

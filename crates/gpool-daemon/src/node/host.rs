@@ -65,10 +65,10 @@ pub fn container_runtime(cfg: &NodeConfig) -> anyhow::Result<Option<crate::node:
         .map_err(anyhow::Error::msg)?;
     match &rt {
         Some(r) => {
-            eprintln!("gpool: jobs with an image run in {}", r.describe());
+            tracing::info!("jobs with an image run in {}", r.describe());
             r.spawn_self_test();
         }
-        None => eprintln!("gpool: no container runtime (podman or docker): jobs that name an image fail here"),
+        None => tracing::warn!("no container runtime (podman or docker): jobs that name an image fail here"),
     }
     Ok(rt)
 }
@@ -77,20 +77,20 @@ pub fn container_runtime(cfg: &NodeConfig) -> anyhow::Result<Option<crate::node:
 /// standard error what it found (the daemon's start-up lines).
 pub fn cgroups(cfg: &NodeConfig) -> Option<crate::node::cgroup::Hierarchy> {
     if cfg.cgroups == crate::node::cgroup::Mode::Off {
-        eprintln!("gpool: jobs are not confined by control groups (--cgroups off)");
+        tracing::warn!("jobs are not confined by control groups (--cgroups off)");
         return None;
     }
     if !rustix::process::geteuid().is_root() {
-        eprintln!("gpool: jobs are not confined by control groups (that needs root)");
+        tracing::warn!("jobs are not confined by control groups (that needs root)");
         return None;
     }
     match crate::node::cgroup::detect(cfg.cgroups) {
         Ok(layout) => {
-            eprintln!("gpool: {}", layout.describe());
+            tracing::info!("{}", layout.describe());
             Some(layout)
         }
         Err(why) => {
-            eprintln!("gpool: jobs are not confined by control groups: {why}");
+            tracing::warn!("jobs are not confined by control groups: {why}");
             None
         }
     }
@@ -175,7 +175,7 @@ pub fn discover(
     match found {
         Ok((gpus, b)) => Ok((gpus, Some(b))),
         Err(e @ GpuError::NoDriver(_)) if cfg.gpu_backend == "auto" => {
-            eprintln!("gpool: warning: {e}. Starting with no GPUs: only CPU jobs can run.");
+            tracing::warn!("{e}. Starting with no GPUs: only CPU jobs can run.");
             Ok((Vec::new(), None))
         }
         Err(e) => Err(e.into()),

@@ -114,7 +114,7 @@ impl ImageCache {
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
-                eprintln!("gpool: image cache over {} bytes: removed {image}, the least recently used", self.limit);
+                tracing::info!("image cache over {} bytes: removed {image}, the least recently used", self.limit);
                 uses.remove(&image);
                 removed.push(image);
             }

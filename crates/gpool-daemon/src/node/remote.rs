@@ -141,7 +141,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     }
     let tls = crate::node::trust::resolve(&cfg.trust, &cfg.servers)?;
     let mode = crate::node::account::prepare(cfg.node.run_as, &cfg.data_dir)?;
-    eprintln!("gpool agent: {mode}");
+    tracing::info!("{mode}");
     let cgroups = crate::node::host::cgroups(&cfg.node);
     let container = crate::node::host::container_runtime(&cfg.node)?;
     let name = cfg.node.node_name.clone().unwrap_or_else(host_name);
@@ -199,7 +199,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             match conn.post::<_, serde_json::Value>(&format!("/api/v1/nodes/{node}/notice"), &body) {
                 Ok(_) => true,
                 Err(End::Unreachable(e)) => {
-                    eprintln!("gpool agent: cannot pass the spot notice on ({e}); trying again");
+                    tracing::warn!("cannot pass the spot notice on ({e}); trying again");
                     false
                 }
                 Err(End::Stale) => false,
@@ -251,7 +251,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             }
         }
         let Some((conn, registered, sent)) = session else {
-            eprintln!("gpool agent: cannot register ({}); retrying", failures.join("; "));
+            tracing::warn!("cannot register ({}); retrying", failures.join("; "));
             std::thread::sleep(delay);
             // Retry often: a control plane back within the lease keeps every job running.
             delay = (delay * 2).min(Duration::from_secs(1));
@@ -260,7 +260,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         delay = Duration::from_millis(200);
         lease_ms = registered.lease_ms;
         renew(&lease_path, sent, registered.lease_ms);
-        eprintln!("gpool agent: registered with {} (epoch {})", conn.base, registered.epoch);
+        tracing::info!("registered with {} (epoch {})", conn.base, registered.epoch);
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((registered.epoch, conn.clone()));
         let at = cfg.servers.iter().position(|s| s.trim_end_matches('/') == conn.base).unwrap_or(0);
         let end = run_session(&conn, &name, &registered, &agent, &report_rx, &mut pending, &lease_path);
@@ -268,11 +268,11 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         match end {
             End::Stale => {
                 first = at;
-                eprintln!("gpool agent: the control plane asks to register again");
+                tracing::info!("the control plane asks to register again");
             }
             End::Unreachable(e) => {
                 first = (at + 1) % n_servers(&cfg.servers);
-                eprintln!("gpool agent: lost the control plane ({e}); registering again");
+                tracing::warn!("lost the control plane ({e}); registering again");
             }
         }
     }
@@ -285,7 +285,7 @@ fn n_servers(servers: &[String]) -> usize {
 /// Renews the lease for the shims: it lasts `lease_ms` from when the answered request was sent.
 fn renew(path: &Path, sent_ms: i64, lease_ms: u64) {
     if let Err(e) = lease::write(path, sent_ms + lease_ms as i64) {
-        eprintln!("gpool agent: cannot write the lease file {}: {e}", path.display());
+        tracing::warn!("cannot write the lease file {}: {e}", path.display());
     }
 }
 

@@ -107,14 +107,14 @@ pub fn spawn(src: SpotSource, deliver: impl Fn(Duration) -> bool + Send + 'stati
                 .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0));
             match check(&src, &http, now_ms) {
                 Ok(Some(left)) => {
-                    eprintln!("gpool agent: spot notice: this machine is taken back in {} s", left.as_secs());
+                    tracing::info!("spot notice: this machine is taken back in {} s", left.as_secs());
                     if deliver(left) {
                         return;
                     }
                 }
                 Ok(None) => complained = false,
                 Err(e) if !complained => {
-                    eprintln!("gpool agent: cannot read the spot notice ({e}); trying again every 5 s");
+                    tracing::warn!("cannot read the spot notice ({e}); trying again every 5 s");
                     complained = true;
                 }
                 Err(_) => {}

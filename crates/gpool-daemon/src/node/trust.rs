@@ -72,7 +72,7 @@ pub fn resolve(trust: &Trust, servers: &[String]) -> anyhow::Result<Option<TlsCo
                     }
                     return Ok(Some(config_for(cert)));
                 }
-                eprintln!("gpool agent: no control plane answers for its CA yet; retrying");
+                tracing::warn!("no control plane answers for its CA yet; retrying");
                 std::thread::sleep(Duration::from_secs(1));
             }
         }

@@ -96,7 +96,7 @@ pub async fn serve(
             Err(e) => {
                 // Out of descriptors or a connection reset before accept:
                 // wait a moment rather than spin, and keep serving.
-                eprintln!("gpool: cannot accept a connection: {e}");
+                tracing::warn!("cannot accept a connection: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }

@@ -61,7 +61,7 @@ impl Webhook {
         match self.tx.try_send(notices) {
             Ok(()) | Err(TrySendError::Disconnected(_)) => {}
             Err(TrySendError::Full(n)) => {
-                eprintln!("gpool: alert webhook is not keeping up; {} notification(s) dropped", n.len());
+                tracing::warn!("alert webhook is not keeping up; {} notification(s) dropped", n.len());
             }
         }
     }
@@ -87,8 +87,8 @@ fn deliver(url: &str, external_url: &str, rx: Receiver<Vec<Notice>>) {
         };
         match agent.post(url).send_json(&payload) {
             Ok(r) if r.status().is_success() => {}
-            Ok(r) => eprintln!("gpool: alert webhook {url} answered HTTP {}", r.status().as_u16()),
-            Err(e) => eprintln!("gpool: cannot deliver alerts to {url}: {e}"),
+            Ok(r) => tracing::warn!("alert webhook {url} answered HTTP {}", r.status().as_u16()),
+            Err(e) => tracing::warn!("cannot deliver alerts to {url}: {e}"),
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::protocol::{Launch, ReplicaKey};
 impl Controller {
     pub(super) fn start(&mut self, id: u64, placement: Placement, now: i64) {
         if let Err(e) = self.snap.start(JobId(id), placement.clone(), Time::from_millis(now)) {
-            eprintln!("gpool: internal error: the plan's start of job {id} was refused: {e}");
+            tracing::error!("internal error: the plan's start of job {id} was refused: {e}");
             return;
         }
         let names: Vec<String> =

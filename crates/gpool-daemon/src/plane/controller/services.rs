@@ -547,7 +547,7 @@ impl Controller {
                 Ok(cfg) => {
                     self.services.by_name.insert(doc.name.clone(), ServiceEntry::new(doc, cfg));
                 }
-                Err(e) => eprintln!("gpool: service {} not restored: {e}", doc.name),
+                Err(e) => tracing::warn!("service {} not restored: {e}", doc.name),
             }
         }
         self.services.routes_changed = true;

@@ -128,6 +128,8 @@ impl Shell {
             let _ = tx.send(routes);
         }
         for e in turn.published {
+            // Each state change of a job or node, logged once, when committed.
+            tracing::info!(target: "gpool::event", seq = e.seq, kind = %e.kind, job = e.job, user = e.user.as_deref(), "{}", e.message);
             // No subscriber is not an error.
             let _ = self.events.send(e);
         }
