@@ -75,8 +75,18 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The smallest window `gpool top` draws its panes in: a line of title and
+/// the least rows of its three panes (4 + 4 + 4).
+const MIN_WIDTH: u16 = 60;
+const MIN_HEIGHT: u16 = 13;
+
 fn draw(f: &mut ratatui::Frame<'_>, frame: &Frame, server: &str) {
     let area = f.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let say = format!("gpool top: window {}x{}, needs {MIN_WIDTH}x{MIN_HEIGHT}", area.width, area.height);
+        f.render_widget(Paragraph::new(say).wrap(ratatui::widgets::Wrap { trim: true }), area);
+        return;
+    }
     let gpu_rows: usize =
         frame.nodes.iter().map(|n| n.devices.len() + n.devices.iter().map(|d| d.mig.len()).sum::<usize>()).sum();
     let running: Vec<&api::JobView> = frame.jobs.iter().filter(|j| j.state != api::JobState::Pending).collect();
@@ -250,7 +260,7 @@ pub(crate) fn run(a: TopArgs) -> anyhow::Result<()> {
     let client = a.connect.client()?;
     let server = client.place().to_string();
     if a.once {
-        let mut term = Terminal::new(TestBackend::new(a.width.max(40), a.height.max(10)))?;
+        let mut term = Terminal::new(TestBackend::new(a.width.max(1), a.height.max(1)))?;
         let frame = fetch(&client);
         term.draw(|f| draw(f, &frame, &server))?;
         let text = buffer_text(term.backend());
@@ -260,8 +270,15 @@ pub(crate) fn run(a: TopArgs) -> anyhow::Result<()> {
             None => Ok(()),
         };
     }
+    // SIGTERM (kill, systemd) and SIGHUP (the terminal closed) end the loop,
+    // so that the terminal is restored (raw mode off, main screen back);
+    // Ctrl-C arrives as a key in raw mode.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
     let mut term = ratatui::init();
-    let result = interactive(&mut term, &client, &server, interval);
+    let result = interactive(&mut term, &client, &server, interval, &stop);
     ratatui::restore();
     result
 }
@@ -271,20 +288,85 @@ fn interactive<B: Backend>(
     client: &Client,
     server: &str,
     interval: Duration,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<()> {
     use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-    loop {
+    // How soon a signal is noticed while waiting for a key.
+    const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    while !stopped() {
         let frame = fetch(client);
         term.draw(|f| draw(f, &frame, server))?;
-        // Wait for a key or the next refresh, whichever comes first.
-        if event::poll(interval)?
-            && let Event::Key(k) = event::read()?
-            && k.kind == KeyEventKind::Press
-        {
-            let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
-            if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
-                return Ok(());
+        // Wait for a key, a signal or the next refresh, whichever comes first.
+        let next = std::time::Instant::now() + interval;
+        while !stopped() {
+            let left = next.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if !event::poll(left.min(SIGNAL_CHECK))? {
+                continue;
+            }
+            match event::read()? {
+                Event::Key(k) if k.kind == KeyEventKind::Press => {
+                    let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
+                    if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
+                        return Ok(());
+                    }
+                }
+                // Redraw at the new size at once.
+                Event::Resize(..) => break,
+                _ => {}
             }
         }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{gpu, job, node};
+
+    fn frame() -> Frame {
+        let mut n = node("node-a");
+        for i in 0..8 {
+            n = n.device(gpu(i, "H100-80GB").job(1));
+        }
+        Frame {
+            nodes: vec![n.build()],
+            jobs: vec![
+                job(1).name("train").gpus(8).running_on("node-a", &["0,1,2,3,4,5,6,7"]).build(),
+                job(2).gpus(4).reason("waiting for 4 GPUs").build(),
+            ],
+            error: None,
+        }
+    }
+
+    fn text_at(width: u16, height: u16) -> String {
+        let mut term = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+        term.draw(|f| draw(f, &frame(), "http://127.0.0.1:7878")).expect("draws");
+        buffer_text(term.backend())
+    }
+
+    /// No size of window, down to nothing, makes top fail; below its
+    /// minimum it says what it needs instead of drawing cut panes.
+    #[test]
+    fn every_window_size_draws_and_tiny_ones_say_so() {
+        for width in [0, 1, 5, 20, 40, 59, 60, 61, 80, 200] {
+            for height in [0, 1, 3, 8, 12, 13, 14, 24, 60] {
+                let text = text_at(width, height);
+                let tiny = width < MIN_WIDTH || height < MIN_HEIGHT;
+                if tiny && width >= 20 && height >= 3 {
+                    assert!(text.contains("needs 60x13"), "{width}x{height}: {text}");
+                }
+                if !tiny {
+                    for pane in ["gpool top", " GPUs ", " Running ", " Pending "] {
+                        assert!(text.contains(pane), "{width}x{height}: no {pane:?} in {text}");
+                    }
+                }
+            }
+        }
+        assert!(text_at(120, 30).contains("train"));
     }
 }

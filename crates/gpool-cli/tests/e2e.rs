@@ -693,6 +693,67 @@ fn the_daemon_logs_json_lines_with_each_job_change_once() {
     assert!(err.contains("GPOOL_LOG"), "{err}");
 }
 
+/// Issue 18: `gpool top` in a terminal (a pseudo-terminal from `script`)
+/// gives the terminal back, raw mode off and the main screen restored, when
+/// it is sent SIGTERM or SIGHUP.
+#[test]
+fn top_restores_the_terminal_on_sigterm_and_sighup() {
+    let scratch = Scratch::new("top-signals");
+    let d = Daemon::start(&scratch.0.join("data"), "2xH100-80GB", &[]);
+    for sig in ["TERM", "HUP"] {
+        let typescript = scratch.0.join(format!("top-{sig}.txt"));
+        let pid_file = scratch.0.join(format!("top-{sig}.pid"));
+        let line = format!(
+            "stty cols 120 rows 40; echo $$ > {}; exec {BIN} top --server {} --token {} --interval 1s",
+            pid_file.display(),
+            d.url,
+            d.token
+        );
+        /// Kills what is left of `script` and top if the test fails midway.
+        struct Reap(std::process::Child, std::path::PathBuf);
+        impl Drop for Reap {
+            fn drop(&mut self) {
+                if let Ok(pid) = std::fs::read_to_string(&self.1) {
+                    let _ = std::process::Command::new("kill").args(["-KILL", pid.trim()]).status();
+                }
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let mut script = Reap(
+            std::process::Command::new("script")
+                .args(["-qfec", &line])
+                .arg(&typescript)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("script (util-linux) runs"),
+            pid_file.clone(),
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let drawn = || std::fs::read(&typescript).is_ok_and(|b| String::from_utf8_lossy(&b).contains("allocated,"));
+        while !drawn() {
+            assert!(std::time::Instant::now() < deadline, "top never drew a frame");
+            std::thread::yield_now();
+        }
+        let pid = std::fs::read_to_string(&pid_file).expect("pid").trim().to_string();
+        let killed = std::process::Command::new("kill").args([&format!("-{sig}"), &pid]).status().expect("kill");
+        assert!(killed.success());
+        let status = loop {
+            if let Some(s) = script.0.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(std::time::Instant::now() < deadline, "top did not end on SIG{sig}");
+            std::thread::yield_now();
+        };
+        assert!(status.success(), "SIG{sig}: top exits cleanly, not killed: {status}");
+        let text = String::from_utf8_lossy(&std::fs::read(&typescript).expect("typescript")).to_string();
+        let entered = text.find("\x1b[?1049h").expect("top entered the alternate screen");
+        let left = text.rfind("\x1b[?1049l").unwrap_or_else(|| panic!("SIG{sig}: the main screen is not restored"));
+        assert!(left > entered && text[left..].contains("\x1b[?25h"), "SIG{sig}: cursor shown again after leaving");
+    }
+}
+
 /// Issue 18: `gpool logs -f` of a pending job waits for it, prints its
 /// output, and exits with its status.
 #[test]
