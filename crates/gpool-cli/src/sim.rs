@@ -1,5 +1,6 @@
 //! `gpool sim`: replay a job trace through the scheduling core.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -208,6 +209,15 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             .iter()
             .map(|r| {
                 let mut v = summary_json(&r.policy, &r.summary);
+                if let Some(o) = v.as_object_mut() {
+                    let jobs: Vec<serde_json::Value> = r
+                        .result
+                        .rejected
+                        .iter()
+                        .map(|(line, why)| serde_json::json!({"line": line, "reason": why}))
+                        .collect();
+                    o.insert("rejected_jobs".into(), jobs.into());
+                }
                 if let (Some(f), Some(o)) = (&r.result.fleet, v.as_object_mut()) {
                     o.insert("fleet".into(), fleet_json(f));
                 }
@@ -226,8 +236,39 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             outln!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
             print!("{}", table(&runs));
         }
+        // Which jobs no node could ever run depends on the cluster, not the policy.
+        if let Some(r) = runs.first() {
+            print!("{}", rejected_report(&r.result.rejected));
+        }
     }
     Ok(())
+}
+
+/// How many jobs were left out because no set of nodes could ever run them,
+/// grouped by reason, with the trace lines of the first few of each.
+fn rejected_report(rejected: &[(usize, String)]) -> String {
+    const LINES_SHOWN: usize = 5;
+    if rejected.is_empty() {
+        return String::new();
+    }
+    let mut by_reason: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (line, why) in rejected {
+        by_reason.entry(why.as_str()).or_default().push(*line);
+    }
+    let mut groups: Vec<(&str, Vec<usize>)> = by_reason.into_iter().collect();
+    for (_, lines) in &mut groups {
+        lines.sort_unstable();
+    }
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+    let mut t =
+        format!("\n{} job(s) rejected, left out of the metrics (no node set could ever run them):\n", rejected.len());
+    for (why, lines) in groups {
+        let shown: Vec<String> = lines.iter().take(LINES_SHOWN).map(usize::to_string).collect();
+        let more =
+            if lines.len() > LINES_SHOWN { format!(", … {} more", lines.len() - LINES_SHOWN) } else { String::new() };
+        let _ = writeln!(t, "  {:>6} × {why} (trace line {}{more})", lines.len(), shown.join(", "));
+    }
+    t
 }
 
 /// Cost, lost work and JCT of each pools set-up, then each pool's part.
@@ -402,4 +443,23 @@ fn write_outputs(dir: &Path, runs: &[Run]) -> anyhow::Result<()> {
     )?;
     write("summary.md", &table(runs))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejected_jobs_are_grouped_by_reason_with_their_lines() {
+        assert_eq!(rejected_report(&[]), "");
+        let mut rejected: Vec<(usize, String)> =
+            (2..10).map(|l| (l, "needs 128 GPUs, the cluster has 64".into())).collect();
+        rejected.push((40, "no node has GPU model V100".into()));
+        let text = rejected_report(&rejected);
+        assert!(text.contains("9 job(s) rejected"), "{text}");
+        assert!(text.contains("8 × needs 128 GPUs, the cluster has 64 (trace line 2, 3, 4, 5, 6, … 3 more)"), "{text}");
+        assert!(text.contains("1 × no node has GPU model V100 (trace line 40)"), "{text}");
+        let first = text.find("128 GPUs").unwrap_or(usize::MAX);
+        assert!(first < text.find("V100").unwrap_or(0), "the largest group first: {text}");
+    }
 }

@@ -1,4 +1,8 @@
-//! SVG line charts, written by hand: no plotting dependency.
+//! SVG line charts, written by hand: no plotting dependency (the charts are
+//! three kinds of line; `plotters` would add a font stack for them). The
+//! axes use "nice numbers" (Heckbert, Graphics Gems, 1990): ticks at 1, 2 or
+//! 5 × 10^k that cover the data, labelled with just the decimals their step
+//! needs; log axes tick at each power of ten.
 
 use std::fmt::Write;
 
@@ -28,36 +32,71 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-fn nice(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e6 {
-        format!("{:.1}M", v / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 || v == v.trunc() {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
+/// Ticks at a "nice" step (1, 2 or 5 × 10^k) that cover `[lo, hi]`, about
+/// `target` of them; the first and last tick bound the axis.
+pub fn linear_ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
+    let (lo, hi) = if hi > lo { (lo, hi) } else { (lo, lo + 1.0) };
+    let raw = (hi - lo) / target.max(1) as f64;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * magnitude).find(|s| *s >= raw * (1.0 - 1e-9)).unwrap_or(raw);
+    let first = (lo / step + 1e-9).floor();
+    let last = (hi / step - 1e-9).ceil();
+    // Multiples of the step, so that 0.1 × 3 prints as 0.3.
+    (first as i64..=last as i64).map(|i| i as f64 * step).collect()
+}
+
+/// Powers of ten that cover `[lo, hi]` (both > 0), with 2 and 5 between
+/// them when the data spans less than two decades.
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let (a, b) = (lo.max(1e-9).log10().floor() as i32, hi.max(lo * 10.0).log10().ceil() as i32);
+    let mut ticks = Vec::new();
+    for k in a..=b {
+        let p = 10f64.powi(k);
+        ticks.push(p);
+        if b - a <= 2 && k < b {
+            ticks.extend([2.0 * p, 5.0 * p]);
+        }
     }
+    ticks
+}
+
+/// A tick's label with the decimals its step needs: `0.25`, `1,500` → `1.5k`, `2M`.
+pub fn tick_label(v: f64, step: f64) -> String {
+    let (scaled, unit, step) = match v.abs().max(step.abs()) {
+        a if a >= 1e6 => (v / 1e6, "M", step / 1e6),
+        a if a >= 1e4 => (v / 1e3, "k", step / 1e3),
+        _ => (v, "", step),
+    };
+    let decimals = if step > 0.0 { (-step.log10().floor()).clamp(0.0, 6.0) as usize } else { 0 };
+    // A step of 2.5 × 10^k has one decimal more than its magnitude says.
+    let decimals = if (step * 10f64.powi(decimals as i32)).fract().abs() > 1e-6 { decimals + 1 } else { decimals };
+    let text = format!("{scaled:.decimals$}");
+    if scaled == 0.0 && !unit.is_empty() { "0".to_string() } else { format!("{text}{unit}") }
 }
 
 /// Renders lines into an SVG document.
 pub fn line_chart(c: &Chart<'_>, lines: &[Line<'_>]) -> String {
     let fx = |x: f64| if c.log_x { x.max(1e-9).log10() } else { x };
-    let pts = lines.iter().flat_map(|l| l.points.iter()).filter(|(x, y)| x.is_finite() && y.is_finite());
-    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY);
+    let pts = lines
+        .iter()
+        .flat_map(|l| l.points.iter())
+        .filter(|(x, y)| x.is_finite() && y.is_finite() && (!c.log_x || *x > 0.0));
+    let (mut lo, mut hi, mut y_max) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
     for &(x, y) in pts {
-        x0 = x0.min(fx(x));
-        x1 = x1.max(fx(x));
-        y1 = y1.max(y);
+        lo = lo.min(x);
+        hi = hi.max(x);
+        y_max = y_max.max(y);
     }
-    if !x0.is_finite() {
-        (x0, x1, y1) = (0.0, 1.0, 1.0);
+    if !lo.is_finite() {
+        (lo, hi) = (1.0, 10.0);
     }
-    if x1 <= x0 {
-        x1 = x0 + 1.0;
-    }
-    let y1 = if y1 <= 0.0 { 1.0 } else { y1 * 1.05 };
+    let x_ticks = if c.log_x { log_ticks(lo, hi) } else { linear_ticks(lo, hi, 6) };
+    let y_ticks = linear_ticks(0.0, if y_max > 0.0 { y_max } else { 1.0 }, 5);
+    let x_step = if c.log_x { 1.0 } else { x_ticks.get(1).zip(x_ticks.first()).map_or(1.0, |(b, a)| b - a) };
+    let y_step = y_ticks.get(1).zip(y_ticks.first()).map_or(1.0, |(b, a)| b - a);
+    let x0 = x_ticks.first().map_or(0.0, |&t| fx(t));
+    let x1 = x_ticks.last().map_or(1.0, |&t| fx(t)).max(x0 + 1e-9);
+    let y1 = y_ticks.last().copied().unwrap_or(1.0).max(1e-9);
     let pw = W - LEFT - RIGHT;
     let ph = H - TOP - BOTTOM;
     let sx = |x: f64| LEFT + (fx(x) - x0) / (x1 - x0) * pw;
@@ -74,17 +113,17 @@ pub fn line_chart(c: &Chart<'_>, lines: &[Line<'_>]) -> String {
         LEFT + pw / 2.0,
         esc(c.title)
     );
-    for i in 0..=5 {
-        let y = y1 * f64::from(i) / 5.0;
+    for &y in &y_ticks {
         let py = sy(y);
         let _ =
             writeln!(s, r##"<line x1="{LEFT}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#e5e5e5"/>"##, LEFT + pw);
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#, LEFT - 6.0, py + 4.0, nice(y));
+        let label = tick_label(y, y_step);
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"#, LEFT - 6.0, py + 4.0);
     }
-    for i in 0..=5 {
-        let v = x0 + (x1 - x0) * f64::from(i) / 5.0;
-        let px = LEFT + pw * f64::from(i) / 5.0;
-        let label = if c.log_x { nice(10f64.powf(v)) } else { nice(v) };
+    for &x in &x_ticks {
+        let px = sx(x);
+        let _ = writeln!(s, r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#f0f0f0"/>"##, TOP + ph);
+        let label = tick_label(x, if c.log_x { x } else { x_step });
         let _ = writeln!(s, r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#, TOP + ph + 18.0);
     }
     let _ = writeln!(s, r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>"##);
@@ -151,6 +190,27 @@ mod tests {
         assert_eq!(svg.matches("<path").count(), 2);
         assert!(svg.contains("a&lt;b"));
         assert!(!svg.contains("NaN"));
+    }
+
+    #[test]
+    fn ticks_are_nice_numbers_that_cover_the_data() {
+        let labels = |ticks: &[f64]| {
+            let step = ticks[1] - ticks[0];
+            ticks.iter().map(|&t| tick_label(t, step)).collect::<Vec<_>>().join(" ")
+        };
+        assert_eq!(labels(&linear_ticks(0.0, 0.97, 5)), "0.0 0.2 0.4 0.6 0.8 1.0");
+        assert_eq!(labels(&linear_ticks(0.0, 1234.0, 5)), "0 500 1000 1500");
+        assert_eq!(labels(&linear_ticks(0.0, 71.3, 6)), "0 20 40 60 80");
+        assert_eq!(labels(&linear_ticks(0.0, 3.0e6, 5)), "0 1M 2M 3M");
+        assert_eq!(labels(&linear_ticks(0.0, 45_000.0, 5)), "0 10k 20k 30k 40k 50k");
+        assert_eq!(labels(&linear_ticks(0.3, 0.31, 5)), "0.300 0.302 0.304 0.306 0.308 0.310");
+        let decades: Vec<String> = log_ticks(3.0, 250_000.0).iter().map(|&t| tick_label(t, t)).collect();
+        assert_eq!(decades.join(" "), "1 10 100 1000 10k 100k 1M");
+        assert_eq!(log_ticks(2.0, 40.0), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        for (lo, hi) in [(0.0, 0.0), (5.0, 5.0), (-1.0, 1.0), (0.0, 1e-12)] {
+            let t = linear_ticks(lo, hi, 5);
+            assert!(t.len() >= 2 && t[0] <= lo && *t.last().unwrap_or(&f64::NAN) >= hi, "{lo}..{hi}: {t:?}");
+        }
     }
 
     #[test]
