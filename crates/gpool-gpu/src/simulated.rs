@@ -48,6 +48,14 @@ const SM_CLOCK_BOOST_MHZ: u32 = 1980;
 const MEM_CLOCK_MHZ: u32 = 2619;
 /// GPU slices of a full MIG-capable GPU.
 const MIG_SLICES: f64 = 7.0;
+/// Frame buffer the driver keeps for itself: 528 MiB of an H100's 81,559
+/// in the recorded `nvidia-smi -q` (about 0.65%).
+const RESERVED_FB_FRACTION: f64 = 0.0065;
+/// HBM runs this much warmer than the GPU die under load, and at idle.
+const MEMORY_TEMP_OFFSET_C: f64 = 4.0;
+/// Fan speed at ambient, and its rise per °C above it.
+const FAN_IDLE_PCT: f64 = 30.0;
+const FAN_PCT_PER_C: f64 = 1.5;
 
 /// Memory in MiB the driver reports for a model name (from the `…GB` in the name, else 24 GB).
 fn memory_mb(model: &str) -> u64 {
@@ -69,6 +77,10 @@ pub struct Simulated {
     loads: Option<LoadSource>,
     /// Each GPU's temperature at the last sample (°C), for the lag.
     temps: Vec<f64>,
+    /// Each GPU's energy since the backend started (mJ), and when it was
+    /// last sampled: DCGM's total energy counter grows with the power drawn.
+    energy_mj: Vec<f64>,
+    last_sample: Option<std::time::Instant>,
 }
 
 impl fmt::Debug for Simulated {
@@ -151,7 +163,8 @@ impl Simulated {
             return Err(bad(format!("{} GPUs; at most 64 per node", gpus.len())));
         }
         let temps = vec![AMBIENT_C; gpus.len()];
-        Ok(Simulated { gpus, host: host.to_string(), layouts: 0, loads: None, temps })
+        let energy_mj = vec![0.0; gpus.len()];
+        Ok(Simulated { gpus, host: host.to_string(), layouts: 0, loads: None, temps, energy_mj, last_sample: None })
     }
 
     /// Samples follow what `source` says runs on each device (GPU or MIG
@@ -310,6 +323,9 @@ impl Backend for Simulated {
 
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
         let mut out = Vec::with_capacity(self.gpus.len());
+        let now = std::time::Instant::now();
+        let elapsed_s = self.last_sample.map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+        self.last_sample = Some(now);
         for (i, g) in self.gpus.iter().enumerate() {
             let total = g.memory_mb;
             let mut s = GpuSample {
@@ -355,11 +371,19 @@ impl Backend for Simulated {
                     busy.min(100.0)
                 }
             };
-            s.memory_free_mb = s.memory_used_mb.map(|u| total - u.min(total));
+            // As NVML counts: total = used + free + reserved.
+            let reserved = (total as f64 * RESERVED_FB_FRACTION).round() as u64;
+            s.memory_reserved_mb = Some(reserved);
+            s.memory_free_mb = s.memory_used_mb.map(|u| total.saturating_sub(reserved).saturating_sub(u));
             let limit = power_limit_w(total);
             let idle = limit * IDLE_POWER_FRACTION;
+            let draw = idle + (limit - idle) * busy / 100.0;
             s.power_limit_w = Some(limit);
-            s.power_draw_w = Some(idle + (limit - idle) * busy / 100.0);
+            s.power_draw_w = Some(draw);
+            if let Some(e) = self.energy_mj.get_mut(i) {
+                *e += draw * elapsed_s * 1000.0;
+                s.energy_mj = Some(*e as u64);
+            }
             let target = AMBIENT_C + C_PER_UTIL_PCT * busy;
             let temp = self.temps.get(i).copied().unwrap_or(AMBIENT_C);
             let temp = temp + TEMP_LAG * (target - temp);
@@ -367,6 +391,8 @@ impl Backend for Simulated {
                 *t = temp;
             }
             s.temperature_c = Some(temp);
+            s.memory_temperature_c = Some(temp + MEMORY_TEMP_OFFSET_C);
+            s.fan_pct = Some((FAN_IDLE_PCT + FAN_PCT_PER_C * (temp - AMBIENT_C)).clamp(0.0, 100.0));
             let loaded = busy > 0.0;
             s.sm_clock_mhz = Some(if loaded { SM_CLOCK_BOOST_MHZ } else { SM_CLOCK_IDLE_MHZ });
             s.mem_clock_mhz = Some(MEM_CLOCK_MHZ);
@@ -423,6 +449,41 @@ mod tests {
         }
     }
 
+    /// Every DCGM field docs/telemetry.md lists has a value, and the energy
+    /// counter never goes back.
+    #[test]
+    fn every_documented_dcgm_field_is_reported() {
+        let mut s = Simulated::parse("1xH100-80GB,1xA100-80GB:mig=3g.40gb", "h").expect("valid");
+        let first = s.sample().expect("sample");
+        let second = s.sample().expect("sample");
+        for (a, g) in first.iter().zip(&second) {
+            assert!(g.mem_util_pct.is_some() || !g.mig.is_empty(), "{g:?}");
+            for (name, present) in [
+                ("FB_USED", g.memory_used_mb.is_some()),
+                ("FB_FREE", g.memory_free_mb.is_some()),
+                ("FB_RESERVED", g.memory_reserved_mb.is_some()),
+                ("GPU_TEMP", g.temperature_c.is_some()),
+                ("MEMORY_TEMP", g.memory_temperature_c.is_some()),
+                ("POWER_USAGE", g.power_draw_w.is_some()),
+                ("POWER_MGMT_LIMIT", g.power_limit_w.is_some()),
+                ("TOTAL_ENERGY_CONSUMPTION", g.energy_mj.is_some()),
+                ("SM_CLOCK", g.sm_clock_mhz.is_some()),
+                ("MEM_CLOCK", g.mem_clock_mhz.is_some()),
+                ("FAN_SPEED", g.fan_pct.is_some()),
+                ("XID_ERRORS", g.xid_last.is_some()),
+                ("ECC_SBE_VOL_TOTAL", g.ecc_corrected_volatile.is_some()),
+                ("ECC_DBE_VOL_TOTAL", g.ecc_uncorrected_volatile.is_some()),
+                ("CLOCK_THROTTLE_REASONS", g.throttle_reasons.is_some()),
+            ] {
+                assert!(present, "GPU {}: no DCGM_FI_DEV_{name}", g.index);
+            }
+            assert!(g.energy_mj >= a.energy_mj, "energy only grows");
+            let parts =
+                g.memory_used_mb.unwrap_or(0) + g.memory_free_mb.unwrap_or(0) + g.memory_reserved_mb.unwrap_or(0);
+            assert_eq!(Some(parts), g.memory_total_mb, "used + free + reserved = total");
+        }
+    }
+
     #[test]
     fn without_a_load_source_every_device_idles() {
         let mut s = Simulated::parse("2xH100-80GB", "h").expect("valid");
@@ -431,7 +492,7 @@ mod tests {
             assert_eq!(g.throttle_reasons, Some(vec!["idle".to_string()]));
             assert_eq!((g.power_draw_w, g.power_limit_w), (Some(70.0), Some(700.0)));
             assert_eq!((g.memory_total_mb, g.memory_used_mb), (Some(81_511), Some(81)), "only the driver's reserve");
-            assert_eq!(g.memory_free_mb, Some(81_511 - 81));
+            assert_eq!((g.memory_reserved_mb, g.memory_free_mb), (Some(530), Some(81_511 - 530 - 81)));
             assert_eq!((g.ecc_corrected_volatile, g.ecc_uncorrected_volatile, g.xid_last), (Some(0), Some(0), Some(0)));
             assert_eq!(g.temperature_c, Some(30.0));
             assert!(g.processes.is_empty() && g.mig.is_empty());
