@@ -73,6 +73,12 @@ fn advice_tells_a_starved_an_idle_and_an_oversized_job_apart() {
     assert!(job["usage"]["peak_memory_mb"].as_u64().is_some_and(|m| m < 200), "{job}");
     let usage = d.get(&format!("/api/v1/jobs/{starved}/usage"));
     assert!(usage["summary"]["peak_memory_mb"].as_u64().is_some_and(|m| m >= 71_680), "{usage}");
+    // Advice after the end, with the default span (five minutes) for runs of
+    // seconds: judged on each run's last series, not "not enough telemetry".
+    for (id, want) in cases {
+        let a = d.get(&format!("/api/v1/jobs/{id}/advice"));
+        assert_eq!(kinds(&a), vec![want.to_string()], "job {id}, ended: {a:#}");
+    }
 }
 
 /// A one-shot HTTP server on loopback that hands every request body to `tx`.

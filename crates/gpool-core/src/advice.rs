@@ -60,6 +60,9 @@ pub struct JobUsage {
     pub price_per_gpu_hour: Option<f64>,
     /// MIG profiles the cluster offers, with their memory in MiB.
     pub mig_offered: Vec<(MigProfile, u64)>,
+    /// The job has ended: its series is its whole life, so a run shorter
+    /// than `Thresholds::min_span` is judged on what it has (`min_points`).
+    pub ended: bool,
 }
 
 /// Where the advisor draws its lines.
@@ -245,17 +248,32 @@ pub fn advise(u: &JobUsage, t: &Thresholds) -> Advice {
         points,
     };
     let mut findings = Vec::new();
-    if devs.is_empty() || span < t.min_span || points < t.min_points {
+    if devs.is_empty() || (span < t.min_span && !u.ended) || points < t.min_points {
+        let (said, suggestion) = if u.ended {
+            (
+                format!(
+                    "not enough telemetry to judge: {points} samples over {} (needs {} samples)",
+                    human_duration(span),
+                    t.min_points
+                ),
+                "sample more often (--sample-interval) to judge jobs this short",
+            )
+        } else {
+            (
+                format!(
+                    "not enough telemetry yet to judge: {points} samples over {} (needs {} and {} samples)",
+                    human_duration(span),
+                    human_duration(t.min_span),
+                    t.min_points
+                ),
+                "ask again once the job has run a few minutes",
+            )
+        };
         findings.push(Finding {
             kind: FindingKind::NotEnoughData,
-            summary: format!(
-                "not enough telemetry yet to judge: {points} samples over {} (needs {} and {} samples)",
-                human_duration(span),
-                human_duration(t.min_span),
-                t.min_points
-            ),
+            summary: said,
             evidence: Vec::new(),
-            suggestions: vec!["ask again once the job has run a few minutes".into()],
+            suggestions: vec![suggestion.into()],
             wasted_gpu_hours: 0.0,
             wasted_usd: None,
         });
@@ -506,6 +524,7 @@ mod tests {
                 ("1g.10gb".parse().expect("profile"), 9_984),
                 ("3g.40gb".parse().expect("profile"), 40_448),
             ],
+            ended: false,
         }
     }
 
@@ -569,6 +588,29 @@ mod tests {
             let a = advise(&u, &t);
             assert_eq!(kinds(&a), want, "{name}: {:#?}", a.findings);
         }
+    }
+
+    /// A job that ended after a minute is judged on its whole life; one
+    /// with too few samples is told why in past terms.
+    #[test]
+    fn an_ended_job_shorter_than_the_span_is_judged_on_its_samples() {
+        let t = Thresholds::default();
+        let second = |utils: &[f64]| {
+            let mut s = series("n/gpu0", 81_559, utils, 0);
+            for (i, p) in s.points.iter_mut().enumerate() {
+                p.at = Time::from_secs(i as i64);
+            }
+            s
+        };
+        let mut running = usage(vec![second(&[0.0; 60])], 2.0, 8.0);
+        assert_eq!(kinds(&advise(&running, &t)), vec![FindingKind::NotEnoughData], "a minute of a running job");
+        running.ended = true;
+        assert_eq!(kinds(&advise(&running, &t)), vec![FindingKind::IdleGpu], "the same minute, ended");
+        let mut short = usage(vec![second(&[0.0; 3])], 2.0, 8.0);
+        short.ended = true;
+        let a = advise(&short, &t);
+        assert_eq!(kinds(&a), vec![FindingKind::NotEnoughData]);
+        assert!(a.findings[0].summary.starts_with("not enough telemetry to judge: 3 samples"), "{}", a.findings[0]);
     }
 
     #[test]

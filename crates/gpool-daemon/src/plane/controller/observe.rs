@@ -190,6 +190,12 @@ impl Controller {
 
     /// Closes a run's telemetry: its last rows, its usage into the job's record.
     pub(super) fn account_run(&mut self, id: u64, now: i64) {
+        // The run's last full-resolution series, so that a short job can be
+        // advised after it ends (its minute rows are too few).
+        if let Some(series) = self.telemetry.job_usage(id).filter(|u| u.devices.iter().any(|d| !d.points.is_empty())) {
+            let key = crate::plane::usage_rows::final_series_key(id);
+            self.writes.push(Write::PutMeta(key, crate::plane::usage_rows::encode_final_series(&series)));
+        }
         let (rows, summary, mut transitions) = self.telemetry.end_job(id);
         if !rows.is_empty() {
             self.writes.push(Write::AppendSamples(rows));
@@ -256,8 +262,21 @@ impl Controller {
         let mut usage = match self.telemetry.job_usage(d.id) {
             Some(u) => u,
             None => {
+                use crate::plane::usage_rows::{coverage, decode_final_series, final_series_key, usage_from_rows};
                 let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
-                let mut u = crate::plane::usage_rows::usage_from_rows(&rows);
+                let mut u = usage_from_rows(&rows);
+                // Minute rows judge a long run; a short one, its last series.
+                let wanted = Thresholds::default();
+                let (span, points) = coverage(&u);
+                if span < min_span.unwrap_or(wanted.min_span) || points < wanted.min_points {
+                    let kept = self.store.meta(&final_series_key(d.id)).ok().flatten();
+                    if let Some(last) = kept.as_deref().and_then(decode_final_series)
+                        && coverage(&last).1 > points
+                    {
+                        u = last;
+                    }
+                }
+                u.ended = d.state.is_terminal();
                 let cpus: u64 = d.run.as_ref().map_or(0, |r| r.replicas.iter().map(|x| x.cpus_milli).sum());
                 u.cpus_allocated = (cpus > 0).then_some(cpus as f64 / 1000.0);
                 u
