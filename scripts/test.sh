@@ -34,4 +34,16 @@ if [ ${#containers[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${containers[@]}"
 fi
 
+# openapi-spec-validator (PyPI, not packaged by Debian) checks the API document (tests/openapi.rs).
+if [ ! -x target/pytools/bin/openapi-spec-validator ] && ! command -v openapi-spec-validator >/dev/null 2>&1; then
+  echo "== installing openapi-spec-validator (PyPI) in target/pytools for the OpenAPI test"
+  if ! python3 -m venv target/pytools >/dev/null 2>&1; then
+    rm -rf target/pytools
+    [ -n "${need[*]:-}${containers[*]:-}" ] || $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv
+    python3 -m venv target/pytools
+  fi
+  target/pytools/bin/pip install -q openapi-spec-validator
+fi
+
 exec cargo test --workspace "$@"

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Arguments that YAML reads as numbers or booleans (`--lr 0.1`, `true`) are
 /// taken as the text they were written as.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Command {
     Argv(Vec<String>),
@@ -111,7 +111,7 @@ impl Command {
 }
 
 /// A label match expression (Kubernetes `matchExpressions`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatchExpression {
     pub key: String,
@@ -122,7 +122,7 @@ pub struct MatchExpression {
 }
 
 /// A preferred expression with its weight.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WeightedExpression {
     pub weight: u32,
@@ -132,7 +132,7 @@ pub struct WeightedExpression {
 
 /// Node affinity, simplified from Kubernetes: required expressions must all
 /// hold; preferred ones add their weight to a node's score.
-#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Affinity {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -142,7 +142,7 @@ pub struct Affinity {
 }
 
 /// A priority: a class name or a number.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Priority {
     Value(i32),
@@ -150,7 +150,7 @@ pub enum Priority {
 }
 
 /// A quantity: a number or a string with a unit (`32Gi`, `500m`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Quantity {
     Number(f64),
@@ -168,7 +168,7 @@ impl Quantity {
 }
 
 /// A duration: seconds as a number or text like `2h30m`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum DurationText {
     Seconds(f64),
@@ -189,7 +189,7 @@ fn one() -> u32 {
 }
 
 /// A job as submitted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -259,7 +259,7 @@ pub struct JobSpec {
 }
 
 /// An inference service's settings: how its replicas are probed and scaled.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ServiceSpec {
     /// The HTTP path a replica answers 2xx on once it is ready (default `/`).
@@ -287,7 +287,7 @@ fn root_path() -> String {
 }
 
 /// The fewest and the most replicas.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplicaRange {
     #[serde(default = "one")]
@@ -303,7 +303,7 @@ impl Default for ReplicaRange {
 }
 
 /// One of: requests in flight per replica, or requests per second per replica.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ServiceTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -319,7 +319,7 @@ impl Default for ServiceTarget {
 }
 
 /// What happens to a job when a node it runs on fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeFailure {
     /// Back to the queue (and resume from its checkpoint).
@@ -363,7 +363,7 @@ impl JobSpec {
 }
 
 /// A batch submission: `{"jobs": [spec, …]}`. A single spec is sent bare.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Batch {
     pub jobs: Vec<JobSpec>,

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A process using a GPU.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuProcessView {
     pub pid: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -18,7 +18,7 @@ pub struct GpuProcessView {
 }
 
 /// The latest reading of a GPU (or of a MIG instance: memory only).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceTelemetry {
     /// When it was read (RFC 3339).
     pub at: String,
@@ -56,7 +56,7 @@ pub struct DeviceTelemetry {
 }
 
 /// One point of a job's utilisation curve (one device, one interval).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsagePoint {
     pub at: String,
     pub device: String,
@@ -70,7 +70,7 @@ pub struct UsagePoint {
 }
 
 /// What a job used, so far or in all.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageSummary {
     /// GPU-hours allocated (whole-GPU equivalents: a MIG instance counts its share).
     pub gpu_hours: f64,
@@ -88,7 +88,7 @@ pub struct UsageSummary {
 }
 
 /// A job's telemetry: the curve and the summary.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobUsageView {
     pub job: u64,
     pub summary: UsageSummary,
@@ -96,7 +96,7 @@ pub struct JobUsageView {
 }
 
 /// One finding of the advisor.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FindingView {
     /// `input_bound`, `cpu_bound`, `idle_gpu`, `over_provisioned`, `memory_bound`, `not_enough_data`, `healthy`.
     pub kind: String,
@@ -109,7 +109,7 @@ pub struct FindingView {
 }
 
 /// `gpool advise JOB`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AdviceView {
     pub job: u64,
     pub summary: UsageSummary,
@@ -124,7 +124,7 @@ pub struct AdviceView {
 }
 
 /// An alert firing now.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AlertView {
     pub rule: String,
     pub severity: String,

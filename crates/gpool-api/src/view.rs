@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::JobSpec;
 
 /// Lifecycle states of a job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Waiting for resources, a dependency or its retry back-off.
@@ -57,7 +57,7 @@ impl JobState {
 }
 
 /// Where one replica runs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReplicaView {
     pub rank: u32,
     pub node: String,
@@ -75,14 +75,14 @@ pub struct ReplicaView {
 }
 
 /// A replica's share of a shared GPU: compute in thousandths, memory in MiB.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuShareView {
     pub milli: u16,
     pub memory_mb: u64,
 }
 
 /// How a run ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExitView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<i32>,
@@ -91,7 +91,7 @@ pub struct ExitView {
 }
 
 /// A job as the API shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobView {
     pub id: u64,
     pub name: String,
@@ -122,7 +122,7 @@ pub struct JobView {
 }
 
 /// A page of jobs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobList {
     pub jobs: Vec<JobView>,
     /// Pass as `after` to get the next page; absent on the last page.
@@ -131,13 +131,13 @@ pub struct JobList {
 }
 
 /// The answer to a submission.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Submitted {
     pub ids: Vec<u64>,
 }
 
 /// A MIG instance.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MigView {
     pub profile: String,
     pub uuid: String,
@@ -151,7 +151,7 @@ pub struct MigView {
 }
 
 /// A device on a node.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceView {
     pub index: u32,
     pub uuid: String,
@@ -178,7 +178,7 @@ pub struct DeviceView {
 }
 
 /// One job's share of a shared GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceShareView {
     pub job: u64,
     pub milli: u16,
@@ -186,7 +186,7 @@ pub struct DeviceShareView {
 }
 
 /// What jobs cost, grouped (`gpool cost`, `GET /api/v1/cost`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CostReport {
     /// job, user, team, queue or pool.
     pub by: String,
@@ -197,7 +197,7 @@ pub struct CostReport {
 }
 
 /// One group of a [`CostReport`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CostRow {
     pub key: String,
     pub dollars: f64,
@@ -206,7 +206,7 @@ pub struct CostRow {
 }
 
 /// An elastic node pool (`gpool pools`, `GET /api/v1/pools`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PoolView {
     pub name: String,
     /// `on-demand`, `spot` or `reserved`.
@@ -242,7 +242,7 @@ pub struct PoolView {
 }
 
 /// A node.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeView {
     pub name: String,
     /// How jobs may share its GPUs: `off`, `time-slicing` or `mps`.
@@ -274,7 +274,7 @@ pub struct NodeView {
 }
 
 /// A quota queue and its use.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct QueueView {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,7 +288,7 @@ pub struct QueueView {
 }
 
 /// Something that happened, as sent on the event stream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EventView {
     pub seq: u64,
     pub at: String,
@@ -303,13 +303,13 @@ pub struct EventView {
 }
 
 /// An API error.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorBody {
     pub error: String,
 }
 
 /// A new token (the secret is shown once).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TokenCreated {
     pub token: String,
     /// The token's public id (`gpool token list`, `gpool token revoke ID`).
@@ -324,7 +324,7 @@ pub struct TokenCreated {
 }
 
 /// A token as listed: never its secret.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TokenView {
     /// The first 12 hex digits of the secret's SHA-256: names the token, reveals nothing.
     pub id: String,
@@ -340,7 +340,7 @@ pub struct TokenView {
 }
 
 /// A token request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     pub user: String,
@@ -355,7 +355,7 @@ pub struct TokenRequest {
 }
 
 /// Who the caller is.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WhoAmI {
     pub user: String,
     pub team: String,
@@ -367,7 +367,7 @@ fn sharing_off() -> String {
 }
 
 /// An inference service (`gpool services`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServiceView {
     pub name: String,
     pub user: String,
@@ -397,7 +397,7 @@ pub struct ServiceView {
 }
 
 /// One replica of a service: a job.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServiceReplicaView {
     pub job: u64,
     pub generation: u64,
@@ -411,7 +411,7 @@ pub struct ServiceReplicaView {
 }
 
 /// The answer to applying a service spec.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServiceApplied {
     pub name: String,
     pub generation: u64,
@@ -421,14 +421,14 @@ pub struct ServiceApplied {
 }
 
 /// A login to an image registry, as listed: never its password.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RegistryView {
     pub registry: String,
     pub username: String,
 }
 
 /// `PUT /api/v1/registries/{registry}`: a login for the caller's jobs in images from that registry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryLogin {
     pub username: String,

@@ -101,7 +101,7 @@ fn thinned<T: Copy>(v: &[T], max: usize) -> Vec<T> {
     let stride = v.len().div_ceil(max.max(1)).max(1);
     let mut out: Vec<T> = v.iter().step_by(stride).copied().collect();
     if let Some(last) = v.last()
-        && (v.len() - 1) % stride != 0
+        && !(v.len() - 1).is_multiple_of(stride)
     {
         out.push(*last);
     }

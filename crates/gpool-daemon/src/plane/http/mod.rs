@@ -185,7 +185,7 @@ fn parse<T: DeserializeOwned>(body: &[u8], yaml: bool) -> std::result::Result<T,
 }
 
 async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], crate::plane::openapi::DOCUMENT)
+    ([(header::CONTENT_TYPE, "application/json")], crate::plane::openapi::document_text())
 }
 
 /// The job specs of a submission's body: one spec, or `{jobs: [...]}`, in
