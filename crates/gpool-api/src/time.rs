@@ -43,10 +43,10 @@ impl Zone {
     pub fn utc() -> Self {
         Self(TimeZone::UTC)
     }
-    /// The zone of this machine: `TZ` if set, else `/etc/localtime`; UTC
-    /// when neither can be read.
-    pub fn local() -> Self {
-        Self(TimeZone::try_system().unwrap_or(TimeZone::UTC))
+    /// A zone the caller found (the CLI reads the system's: this crate
+    /// does no I/O).
+    pub fn new(zone: TimeZone) -> Self {
+        Self(zone)
     }
     /// A POSIX TZ string such as `EST5EDT,M3.2.0,M11.1.0` (tests; no
     /// time-zone database needed).

@@ -16,6 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use clap::ValueEnum as _;
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -26,6 +27,16 @@ pub(crate) struct ConfigFile {
     pub(crate) socket: Option<PathBuf>,
     pub(crate) ca_file: Option<PathBuf>,
     pub(crate) output: Option<crate::output::Output>,
+}
+
+/// The format when `-o` is not given: `$GPOOL_OUTPUT`, else the config
+/// file's `output`, else a table. A bad value in either is not fatal here:
+/// clap names a bad `$GPOOL_OUTPUT`, and the client a bad file.
+pub(crate) fn default_output() -> crate::output::Output {
+    if let Ok(v) = std::env::var("GPOOL_OUTPUT") {
+        return crate::output::Output::from_str(&v, true).unwrap_or_default();
+    }
+    ConfigFile::load().ok().and_then(|c| c.output).unwrap_or_default()
 }
 
 /// Where the file is looked for.

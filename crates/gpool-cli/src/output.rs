@@ -35,16 +35,6 @@ impl Output {
     }
 }
 
-/// The format when `-o` is not given: `$GPOOL_OUTPUT`, else the config
-/// file's `output`, else a table. A bad value in either is not fatal here:
-/// clap names a bad `$GPOOL_OUTPUT`, and the client a bad file.
-pub(crate) fn default_output() -> Output {
-    if let Ok(v) = std::env::var("GPOOL_OUTPUT") {
-        return Output::from_str(&v, true).unwrap_or_default();
-    }
-    crate::config_file::ConfigFile::load().ok().and_then(|c| c.output).unwrap_or_default()
-}
-
 /// The zone times are shown in: set once by `main` (local, or UTC with
 /// `--utc`); UTC until then, so that rendering tests do not depend on
 /// the machine's zone.
@@ -52,7 +42,9 @@ static ZONE: std::sync::OnceLock<api::time::Zone> = std::sync::OnceLock::new();
 
 /// Shows times in UTC (`--utc`) or in the local zone (`TZ`, else the system's).
 pub(crate) fn use_zone(utc: bool) {
-    let _ = ZONE.set(if utc { api::time::Zone::utc() } else { api::time::Zone::local() });
+    // TZ if set, else /etc/localtime; UTC when neither can be read.
+    let local = || api::time::Zone::new(jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC));
+    let _ = ZONE.set(if utc { api::time::Zone::utc() } else { local() });
 }
 
 fn zone() -> &'static api::time::Zone {

@@ -480,6 +480,16 @@ fn logs_show_both_streams_unless_one_is_asked_for() {
     assert!(out.contains("to-out") && err.contains("Traceback to-err"), "{out}{err}");
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains(&format!("job {id} failed")), "{err}");
+    // Every rank at once, each line marked with its rank.
+    let gang = d.submit(json!({"command": "echo out-$RANK; echo err-$RANK >&2", "replicas": 2}));
+    d.wait_ended(&[gang], Duration::from_secs(60));
+    let (code, out, err) = d.cli_code(&["logs", &gang.to_string(), "--all-ranks"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("[rank 0] out-0\n") && out.contains("[rank 1] out-1\n"), "{out}");
+    assert!(err.contains("[rank 0] err-0\n") && err.contains("[rank 1] err-1\n") && !out.contains("err-"), "{err}");
+    let (code, out, err) = d.cli_code(&["logs", &gang.to_string(), "-a", "-f", "--stdout"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("[rank 1] out-1\n") && !err.contains("err-"), "{out}{err}");
     // A job that wrote nothing to standard error shows no header.
     let quiet = d.submit(json!({"command": "echo only-out"}));
     d.wait_ended(&[quiet], Duration::from_secs(60));

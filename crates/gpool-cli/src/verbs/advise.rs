@@ -14,7 +14,7 @@ pub(crate) struct AdviseArgs {
     /// Judge on at least this much telemetry (default 5m).
     #[arg(long)]
     min_span: Option<String>,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,

@@ -8,7 +8,7 @@ use crate::output::{Output, emit, text, when};
 
 #[derive(Args, Debug)]
 pub(crate) struct AlertsArgs {
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,

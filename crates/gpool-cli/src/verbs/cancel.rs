@@ -16,7 +16,7 @@ pub(crate) struct CancelArgs {
     /// Only jobs in these states, comma-separated (pending, running, ...); default: every job not ended.
     #[arg(long, conflicts_with = "ids")]
     state: Option<String>,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,

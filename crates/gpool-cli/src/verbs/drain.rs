@@ -12,7 +12,7 @@ pub(crate) struct DrainArgs {
     /// Node names.
     #[arg(required = true)]
     nodes: Vec<String>,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,
@@ -26,7 +26,7 @@ pub(crate) struct NoticeArgs {
     /// When: 2m (AWS spot), 30s (GCP), 90s….
     #[arg(long = "in", value_name = "DURATION")]
     within: String,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,

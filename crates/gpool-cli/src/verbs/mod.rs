@@ -33,7 +33,7 @@ pub(crate) struct IdArgs {
     /// Job id(s).
     #[arg(required = true)]
     ids: Vec<u64>,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,
@@ -42,7 +42,7 @@ pub(crate) struct IdArgs {
 /// Arguments of listings without filters (`nodes`, `queues`, `whoami`).
 #[derive(Args, Debug)]
 pub(crate) struct ListArgs {
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,

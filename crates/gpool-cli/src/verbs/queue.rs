@@ -23,7 +23,7 @@ pub(crate) struct QueueArgs {
     /// At most this many jobs (more are fetched a page of 1,000 at a time; a cut is said on standard error).
     #[arg(long, default_value_t = 1000)]
     limit: u32,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,

@@ -14,7 +14,7 @@ use crate::output::{Output, emit, text};
 pub(crate) struct DeleteArgs {
     /// The service's name.
     name: String,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,

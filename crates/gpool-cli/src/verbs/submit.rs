@@ -77,7 +77,7 @@ pub(crate) struct SubmitArgs {
     /// Job spec file (YAML or JSON); flags and a command override its fields.
     #[arg(long, short = 'f')]
     file: Option<PathBuf>,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     /// The command (after --).
     #[arg(last = true)]

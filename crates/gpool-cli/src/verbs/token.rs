@@ -29,7 +29,7 @@ pub(crate) struct TokenArgs {
     /// Accepted for this long (90d, 12h); by default until revoked.
     #[arg(long)]
     ttl: Option<String>,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,
@@ -39,7 +39,7 @@ pub(crate) struct TokenArgs {
 pub(crate) struct RevokeArgs {
     /// The token's id (`gpool token list`), or 6 or more of its first digits.
     id: String,
-    #[arg(long, short = 'o', value_enum, default_value_t = crate::output::default_output())]
+    #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
     connect: Connect,

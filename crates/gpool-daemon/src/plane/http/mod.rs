@@ -556,6 +556,18 @@ async fn events(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_document_is_json_and_describes_every_route() {
+        let doc: serde_json::Value = serde_json::from_str(crate::plane::openapi::document_text()).expect("valid JSON");
+        for (method, path) in ROUTES {
+            assert!(doc["paths"][path][method].is_object(), "{method} {path} missing from the OpenAPI document");
+        }
+        let described: usize = doc["paths"].as_object().map_or(0, |p| {
+            p.values().map(|v| v.as_object().map_or(0, |m| m.keys().filter(|k| *k != "parameters").count())).sum()
+        });
+        assert_eq!(described, ROUTES.len(), "the document describes routes the router does not have");
+    }
+
     use super::*;
     use tower::ServiceExt;
 
