@@ -338,7 +338,7 @@ fn bad_input_is_refused_with_the_field_named_and_nothing_is_lost() {
     assert_eq!(d.get("/api/v1/jobs")["jobs"].as_array().map(Vec::len), Some(1));
     assert_eq!(d.get("/healthz"), Value::String("ok\n".into()));
     let doc = d.get("/api/v1/openapi.json");
-    assert_eq!(doc["openapi"], "3.0.3");
+    assert_eq!(doc["openapi"], "3.1.0");
 }
 
 #[test]
