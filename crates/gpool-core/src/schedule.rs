@@ -138,11 +138,13 @@ impl<'s> Pass<'s> {
         // The overload as this pass finds it decides whether within-class
         // preemption acts; what the pass leaves waiting is carried over (`run`).
         let capacity = snap.gpu_capacity();
+        // Jobs waiting for others to end are not demand (computed only when a gate needs it).
+        let unready = policy.preemption.overload.as_ref().map_or(0, |_| unready_gpu(snap));
         let overloaded_since = policy
             .preemption
             .overload
             .as_ref()
-            .and_then(|g| g.next(snap.overloaded_since, snap.pending_gpu, capacity, now));
+            .and_then(|g| g.next(snap.overloaded_since, snap.pending_gpu.saturating_sub(unready), capacity, now));
         let within_class_acts = policy.preemption.overload.as_ref().is_none_or(|g| g.acts(overloaded_since, now));
         let promotion =
             snap.promotions.range((Time::from_millis(now.as_millis().saturating_add(1)), JobId(0))..).next();
@@ -223,7 +225,7 @@ impl<'s> Pass<'s> {
         if let Some(gate) = &self.policy.preemption.overload {
             let started: GpuMilli =
                 self.plan.starts.iter().filter_map(|s| self.snap.job(s.job)).map(|j| j.spec.gpu_units()).sum();
-            let waiting = self.snap.pending_gpu.saturating_sub(started);
+            let waiting = self.snap.pending_gpu.saturating_sub(started).saturating_sub(unready_gpu(self.snap));
             let since = gate.next(self.plan.overloaded_since, waiting, self.capacity, self.now);
             self.plan.overloaded_since = since;
             self.plan.wake_at = [self.plan.wake_at, gate.acts_at(since, self.now)].into_iter().flatten().min();
@@ -474,4 +476,22 @@ fn planned_end(job: &Job, started: Time) -> Time {
         Some(p) => started.plus(p.saturating_sub(job.service.prior_runtime)),
         None => Time::NEVER,
     }
+}
+
+/// GPUs (thousandths) of pending jobs that cannot start yet because a job
+/// they depend on has not ended as they need: a pipeline's later stages are
+/// not demand while its first runs (the overload gate, and so preemption,
+/// must not act on them). O(pending jobs with dependencies).
+fn unready_gpu(snap: &Snapshot) -> GpuMilli {
+    let ready = |spec: &crate::JobSpec| {
+        spec.dependencies.iter().all(|d| snap.finished(*d) == Some(true))
+            && spec.after_not_ok.iter().all(|d| snap.finished(*d) == Some(false))
+            && spec.after_any.iter().all(|d| snap.finished(*d).is_some())
+    };
+    snap.pending_with_deps
+        .iter()
+        .filter_map(|id| snap.job(*id))
+        .filter(|j| !ready(&j.spec))
+        .map(|j| j.spec.gpu_units())
+        .sum()
 }

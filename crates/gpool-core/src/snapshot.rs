@@ -427,8 +427,12 @@ pub struct Snapshot {
     pub(crate) shapes: Shapes,
     /// Pending jobs by devices per replica (0 = CPU-only), for early exit.
     pub(crate) pending_by_devices: BTreeMap<u32, u32>,
-    /// GPUs the pending jobs ask for in all, thousandths (the overload gate's demand).
+    /// GPUs the pending jobs ask for in all, thousandths (the overload gate's
+    /// demand, less what waits on other jobs).
     pub(crate) pending_gpu: GpuMilli,
+    /// Pending jobs that name dependencies: whether they are demand yet is
+    /// decided at each pass, as their dependencies end (`schedule::unready_gpu`).
+    pub(crate) pending_with_deps: BTreeSet<JobId>,
     /// When the current overload began, as the last pass saw it (see [`crate::policy::Overload`]).
     pub(crate) overloaded_since: Option<Time>,
     /// Running jobs, compact (see [`crate::running`]).
@@ -462,6 +466,7 @@ impl Snapshot {
             shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
             pending_gpu: 0,
+            pending_with_deps: BTreeSet::new(),
             overloaded_since: None,
             running: RunningJobs::default(),
             queues: BTreeMap::new(),
@@ -487,6 +492,7 @@ impl Snapshot {
         self.promotions.clear();
         self.pending_by_devices.clear();
         self.pending_gpu = 0;
+        self.pending_with_deps.clear();
         self.shapes = Shapes::default();
         for id in pending {
             self.index_pending(id);
@@ -939,6 +945,9 @@ impl Snapshot {
         let group = self.group_of(spec);
         *self.pending_by_devices.entry(device_need(&spec.replica.gpu)).or_default() += 1;
         self.pending_gpu += spec.gpu_units();
+        if !(spec.dependencies.is_empty() && spec.after_any.is_empty() && spec.after_not_ok.is_empty()) {
+            self.pending_with_deps.insert(id);
+        }
         self.pending.entry(group.clone()).or_default().insert(key);
         self.pending_keys.insert(id, (group, key));
     }
@@ -956,6 +965,7 @@ impl Snapshot {
             }
         }
         self.shapes.release(key.shape);
+        self.pending_with_deps.remove(&id);
         if let Some(job) = self.jobs.get(&id) {
             self.pending_gpu = self.pending_gpu.saturating_sub(job.spec.gpu_units());
             let need = device_need(&job.spec.replica.gpu);

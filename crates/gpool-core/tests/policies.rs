@@ -444,6 +444,30 @@ fn the_starvation_guard_promotes_a_long_waiting_preempted_job_and_protects_its_r
     }
 }
 
+/// Issue 15: jobs waiting on a dependency are not pending demand. A
+/// pipeline's later stages, queued behind its running first stage, do not
+/// make the cluster "overloaded" (which would let within-class preemption
+/// act); once the stage they wait for ends, they count.
+#[test]
+fn jobs_waiting_on_dependencies_are_not_pending_demand() {
+    const H: i64 = 3600;
+    let mut c = Cluster::new("default").node("n", 8, "H100-80GB");
+    let first = c.run(job("prepare").gpus(8).preemptible().at(0), t(0));
+    let mut stages = Vec::new();
+    for name in ["train", "eval", "export"] {
+        stages.push(c.submit(job(name).gpus(8).preemptible().after(first).at(H)));
+    }
+    let plan = c.plan(t(H));
+    assert_eq!(plan.overloaded_since, None, "24 GPUs wait on job {first:?}, none of them demand yet: {plan:#?}");
+    c.apply(&plan);
+    // An independent job is demand as before.
+    let other = c.submit(job("other").gpus(8).preemptible().at(2 * H));
+    let plan = c.plan(t(2 * H));
+    assert_eq!(plan.overloaded_since, Some(t(2 * H)), "{plan:#?}");
+    c.apply(&plan);
+    let _ = (stages, other);
+}
+
 #[test]
 fn within_class_preemption_waits_for_a_sustained_overload() {
     const H: i64 = 3600;
