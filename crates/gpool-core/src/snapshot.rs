@@ -653,6 +653,17 @@ impl Snapshot {
     }
 
     /// Outcome of a finished job, if the snapshot remembers it (for dependencies).
+    /// When the current overload began, as the last pass saw it: the shell
+    /// keeps it, so that the gate's count goes on across a restart.
+    pub fn overloaded_since(&self) -> Option<Time> {
+        self.overloaded_since
+    }
+
+    /// The overload state a previous control plane left.
+    pub fn restore_overload(&mut self, since: Option<Time>) {
+        self.overloaded_since = since;
+    }
+
     pub fn finished(&self, id: JobId) -> Option<bool> {
         self.finished.get(&id).copied()
     }

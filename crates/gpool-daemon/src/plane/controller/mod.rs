@@ -83,6 +83,9 @@ pub use shell::{LocalNode, Provision, Shell, StoreFailed};
 use nodes::{Link, NodeLink};
 use timers::Timer;
 
+/// Where the store keeps when the current overload began (ms; empty: none).
+const OVERLOAD_KEY: &str = "overload_since";
+
 /// Everything the controller reacts to.
 #[derive(Debug)]
 pub enum Event {
@@ -344,6 +347,9 @@ impl Controller {
         c.restore_budgets(now)?;
         c.restore_services()?;
         c.restore_registries()?;
+        // The overload gate's count goes on where the last control plane left it.
+        let since = c.store.meta(OVERLOAD_KEY)?.and_then(|t| t.parse().ok()).map(Time::from_millis);
+        c.snap.restore_overload(since);
         let first = c.take_turn();
         Ok((c, first))
     }
@@ -533,6 +539,10 @@ impl Controller {
         }
         for s in &plan.starts {
             self.start(s.job.0, s.placement.clone(), now);
+        }
+        if plan.overloaded_since != self.snap.overloaded_since() {
+            let since = plan.overloaded_since.map_or_else(String::new, |t| t.as_millis().to_string());
+            self.writes.push(Write::PutMeta(OVERLOAD_KEY.into(), since));
         }
         self.snap.carry_over(&plan);
         self.prefetch_images(&plan);

@@ -107,3 +107,26 @@ fn the_shell_loop_ends_with_the_store_failure_and_leaves_the_caller_unanswered()
         "never acknowledged: the caller sees the daemon go away"
     );
 }
+
+/// Issue 15: the overload gate's state outlives the control plane. A
+/// restart an hour into an overload does not start the gate's six-hour
+/// count again.
+#[test]
+fn the_overload_state_survives_a_restart() {
+    let dir = std::env::temp_dir().join(format!("gpool-overload-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch");
+    let path = dir.join("state.db");
+    let open = || Box::new(Sqlite::open(&path, false).expect("store"));
+    let mut h = Setup::new().store(open()).build();
+    let whole = "command: [x]\nresources: {nvidia.com/gpu: 8}\npreemptible: true\n";
+    h.submit(whole);
+    h.submit(whole);
+    let since = h.ctl.snap.overloaded_since();
+    assert_eq!(since, Some(gpool_core::Time::from_millis(T0)), "8 GPUs pending on 8: overloaded from now");
+    drop(h);
+    let later = ManualClock::new(T0 + 3_600_000);
+    let h = Setup::new().store(open()).clock(later).build();
+    assert_eq!(h.ctl.snap.overloaded_since(), since, "the overload began before the restart");
+    let _ = std::fs::remove_dir_all(&dir);
+}
