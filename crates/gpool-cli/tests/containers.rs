@@ -97,9 +97,18 @@ fn a_preemptor_s_image_is_pulled_while_its_victim_checkpoints() {
         ],
     );
     // A preemptible job that takes 20 s to checkpoint once told to stop: the GPU is not free before.
-    let low = d.submit(json!({"command": ["sh", "-c", "trap 'sleep 20; exit 0' TERM; sleep 600 & wait"],
+    // "running" comes before its shell has set the trap: a stop signal then kills it at once (the
+    // flaky failure this phase had), so the preemptor comes only once the trap is set.
+    let trapped = s.0.join("trapped");
+    let line = format!("trap 'sleep 20; exit 0' TERM; touch {}; sleep 600 & wait", trapped.display());
+    let low = d.submit(json!({"command": ["sh", "-c", line],
         "resources": {"nvidia.com/gpu": 1}, "preemptible": true, "priority": "low", "gracePeriod": "30s"}));
     d.until(&format!("/api/v1/jobs/{low}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !trapped.exists() {
+        assert!(Instant::now() < deadline, "the victim never set its trap");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let high = d.submit(json!({"command": ["cat", "/IMAGE"], "image": format!("docker-archive:{}", archive.display()),
         "resources": {"nvidia.com/gpu": 1}, "priority": "high"}));
     // The image arrives on the node while the victim checkpoints and the job still waits for its GPU.
