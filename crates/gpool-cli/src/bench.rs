@@ -27,6 +27,8 @@ pub(crate) enum BenchCommand {
     Mig(MigArgs),
     /// GPU shares placed by each strategy on the openb cluster as requests grow to 130% of its GPUs.
     Sharing(crate::bench_sharing::SharingArgs),
+    /// Every policy on the five job traces at three loads: the default's ratios against the baselines, worst case first.
+    Policies(crate::bench_policies::PoliciesArgs),
 }
 
 #[derive(Args, Debug)]
@@ -97,6 +99,7 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Chaos(a) => crate::chaos::run(a),
         BenchCommand::Mig(a) => mig(a),
         BenchCommand::Sharing(a) => crate::bench_sharing::sharing(a),
+        BenchCommand::Policies(a) => crate::bench_policies::policies(a),
     }
 }
 

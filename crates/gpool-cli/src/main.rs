@@ -17,6 +17,7 @@ macro_rules! outln {
 mod bench;
 mod bench_cluster;
 mod bench_daemon;
+mod bench_policies;
 mod bench_sharing;
 mod chaos;
 mod client;

@@ -57,6 +57,9 @@ pub(crate) struct SimArgs {
     /// Only jobs submitted in this window: 2017-10-01..2017-11-30, or seconds 0..86400.
     #[arg(long)]
     window: Option<Window>,
+    /// Change a knob of the policy (repeatable), e.g. `--set overload.after=4h`; see docs/simulator.md.
+    #[arg(long = "set")]
+    set: Vec<String>,
     /// Divide inter-arrival times by this factor (2 = twice the load).
     #[arg(long, default_value_t = 1.0)]
     load_scale: f64,
@@ -177,6 +180,9 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for (label, name, fleet) in setups {
         let mut policy = Policy::by_name(&name)?;
+        for knob in &a.set {
+            policy.set(knob)?;
+        }
         if let Some(p) = a.placement {
             policy.placement = p;
         }

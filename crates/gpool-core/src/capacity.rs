@@ -9,6 +9,7 @@ use crate::job::{GpuRequest, GpuShare, Job, JobId, JobSpec, Placement, ReplicaPl
 use crate::node::{GpuSharing, NodeId, NodeState, PoolKind};
 use crate::plan::{Need, PendingReason};
 use crate::policy::PlacementStrategy;
+use crate::releasing::{Pieces, Releasing};
 use crate::resources::{GpuMilli, same_model};
 use crate::shares;
 use crate::snapshot::{NodeEntry, NodeFree, Snapshot, bits};
@@ -72,6 +73,16 @@ pub(crate) struct Capacity<'s> {
     placed: Vec<(u32, JobId)>,
     /// Whether any job on the cluster or placed in this pass has anti-affinity terms.
     pub(crate) anti_affinity_in_use: bool,
+    /// What preempted jobs give back once stopped that nobody has claimed:
+    /// not free, but a job may claim it and wait (see [`Capacity::claim`]).
+    pub(crate) releasing: Releasing,
+}
+
+/// What [`Capacity::hold`] took for a nominated job: free resources and releasing ones.
+#[derive(Clone, Debug)]
+pub(crate) struct Held {
+    free: ReplicaPlacement,
+    releasing: Pieces,
 }
 
 impl<'s> Capacity<'s> {
@@ -86,7 +97,17 @@ impl<'s> Capacity<'s> {
             reserved_until: Time::NEVER,
             placed: Vec::new(),
             anti_affinity_in_use: snap.running.with_anti_affinity > 0,
+            releasing: Releasing::default(),
         };
+        for e in snap.running.values().filter(|e| e.stopping) {
+            let preempted = snap
+                .job(e.id)
+                .and_then(|j| j.running())
+                .is_some_and(|r| matches!(r.stopping, Some(crate::job::StopCause::Preempted { .. })));
+            if preempted {
+                c.releasing.add(e.id, &e.placement);
+            }
+        }
         for n in 0..snap.nodes.len() {
             // Held MIG GPUs take nothing new.
             c.free[n].mig &= !snap.nodes[n].mig_held;
@@ -264,10 +285,15 @@ impl<'s> Capacity<'s> {
         }
     }
 
-    /// Takes what is free now of `r`'s resources and leaves the rest (held by
-    /// jobs being preempted for it) alone: the nominated job's claim.
-    pub(crate) fn claim(&mut self, r: &ReplicaPlacement, released_cpus: u64, released_mem: u64, job: JobId) {
+    /// The nominated job's claim: takes `r`'s share of what preempted jobs
+    /// will give back (CPU and memory from them first) and the rest from what
+    /// is free now. Returns the pieces taken from releasing jobs: the job
+    /// waits for those.
+    pub(crate) fn claim(&mut self, r: &ReplicaPlacement, job: JobId) -> Pieces {
         let n = r.node.0;
+        let pieces = self.releasing.take(r);
+        let (released_cpus, released_mem) =
+            pieces.iter().fold((0, 0), |(c, m), (_, p)| (c + p.cpus_milli, m + p.memory_mb));
         self.unindex_node(n);
         let free_now = ReplicaPlacement {
             cpus_milli: r.cpus_milli.saturating_sub(released_cpus),
@@ -287,14 +313,38 @@ impl<'s> Capacity<'s> {
         }
         self.index_node(n);
         self.placed.push((n, job));
+        pieces
+    }
+
+    /// Whether `placement` fits in what is free now, without anything releasing.
+    pub(crate) fn fits_free(&self, placement: &Placement) -> bool {
+        placement.iter().all(|r| {
+            let f = &self.free[r.node.0 as usize];
+            let devices = match r.share {
+                // A share fits on a free GPU, or on a shared one with room for it.
+                Some(sh) => {
+                    let e = self.entry(r.node.0);
+                    let slot = r.gpus.trailing_zeros() as usize;
+                    let device_mb = e.gpu_slots.get(slot).map_or(0, |&di| e.node.devices[di].memory_mb);
+                    f.gpus & r.gpus != 0
+                        || shares::left(&f.shares, slot, device_mb).is_some_and(|room| shares::fits(room, sh))
+                }
+                None => r.gpus & !f.gpus == 0,
+            };
+            devices && r.mig & !f.mig == 0 && r.cpus_milli <= f.cpus && r.memory_mb <= f.mem
+        })
     }
 
     /// Takes what is free of `r` and returns exactly what was taken, so it can be given back.
-    pub(crate) fn hold(&mut self, r: &ReplicaPlacement) -> ReplicaPlacement {
+    pub(crate) fn hold(&mut self, r: &ReplicaPlacement) -> Held {
         let n = r.node.0;
         if n as usize >= self.free.len() {
-            return ReplicaPlacement { gpus: 0, mig: 0, cpus_milli: 0, memory_mb: 0, share: None, ..r.clone() };
+            let none = ReplicaPlacement { gpus: 0, mig: 0, cpus_milli: 0, memory_mb: 0, share: None, ..r.clone() };
+            return Held { free: none, releasing: Vec::new() };
         }
+        // What preempted jobs will give back first, then what is free.
+        let releasing = self.releasing.take(r);
+        let (rel_cpus, rel_mem) = releasing.iter().fold((0, 0), |(c, m), (_, p)| (c + p.cpus_milli, m + p.memory_mb));
         self.unindex_node(n);
         let e = &self.snap.nodes[n as usize];
         let f = &mut self.free[n as usize];
@@ -310,21 +360,22 @@ impl<'s> Capacity<'s> {
             node: r.node,
             gpus: if r.share.is_some() { if share.is_some() { r.gpus } else { 0 } } else { f.gpus & r.gpus },
             mig: f.mig & r.mig,
-            cpus_milli: f.cpus.min(r.cpus_milli),
-            memory_mb: f.mem.min(r.memory_mb),
+            cpus_milli: f.cpus.min(r.cpus_milli.saturating_sub(rel_cpus)),
+            memory_mb: f.mem.min(r.memory_mb.saturating_sub(rel_mem)),
             share,
         };
         f.take(&taken);
         self.index_node(n);
-        taken
+        Held { free: taken, releasing }
     }
 
     /// Gives back what [`Capacity::hold`] took.
-    pub(crate) fn release(&mut self, held: &ReplicaPlacement) {
-        let n = held.node.0;
+    pub(crate) fn release(&mut self, held: &Held) {
+        let n = held.free.node.0;
         self.unindex_node(n);
-        self.free[n as usize].release(held);
+        self.free[n as usize].release(&held.free);
         self.index_node(n);
+        self.releasing.give_back(&held.releasing);
     }
 
     /// The best node and devices for one replica of `job`, given the indexes.

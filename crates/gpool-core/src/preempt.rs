@@ -276,8 +276,13 @@ struct Trial<'a, 's> {
 }
 
 impl<'a, 's> Trial<'a, 's> {
+    /// What the job may use on node `n`: free, or given back by a victim.
     fn get(&self, n: u32) -> NodeFree {
-        self.over.get(&n).cloned().unwrap_or_else(|| self.cap.usable(n, self.ends))
+        self.over.get(&n).cloned().unwrap_or_else(|| {
+            let mut f = self.cap.usable(n, self.ends);
+            self.cap.releasing.overlay(n, &mut f);
+            f
+        })
     }
 
     fn release(&mut self, snap: &Snapshot, id: JobId) {
@@ -341,7 +346,8 @@ impl Search<'_, '_> {
 
     /// Cheap test: could any running job be a victim for this job?
     pub(crate) fn possible(&self) -> bool {
-        if !self.prereleased.is_empty() {
+        // Devices that victims give back and nobody claimed may be claimed.
+        if !self.prereleased.is_empty() || !self.cap.releasing.is_empty() {
             return true;
         }
         // The most preemptible candidate decides for priority and within-class preemption.
@@ -436,10 +442,8 @@ impl Search<'_, '_> {
         grow: bool,
     ) -> Option<Placement> {
         let snap = self.snap();
+        // The jobs already stopping for this one are in `cap.releasing`.
         let mut trial = Trial { cap: self.cap, ends: self.ends, over: BTreeMap::new() };
-        for &id in self.prereleased {
-            trial.release(snap, id);
-        }
         for &(i, _) in chosen.iter() {
             trial.release(snap, self.pool.list[i].id);
         }
@@ -449,7 +453,7 @@ impl Search<'_, '_> {
         // some replicas on free nodes and needs them all.
         let nodes: Vec<u32> = if job.spec.replicas == 1 {
             let mut n: BTreeSet<u32> = self.pool.nodes().iter().copied().collect();
-            n.extend(trial.over.keys().copied());
+            n.extend(self.cap.releasing.nodes());
             n.into_iter().collect()
         } else {
             (0..snap.nodes.len() as u32).collect()
@@ -527,18 +531,5 @@ impl Search<'_, '_> {
             placement.push(r);
         }
         Some(placement)
-    }
-
-    /// CPU and memory the victims (and pre-released jobs) give back on a node,
-    /// so that the nominated job's claim only takes what is free now.
-    pub(crate) fn released_on(&self, victims: &[JobId], node: NodeId) -> (u64, u64) {
-        let snap = self.snap();
-        victims
-            .iter()
-            .chain(self.prereleased)
-            .filter_map(|id| snap.job(*id).and_then(Job::running))
-            .flat_map(|r| r.placement.iter())
-            .filter(|p| p.node == node)
-            .fold((0, 0), |(c, m), p| (c + p.cpus_milli, m + p.memory_mb))
     }
 }

@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::backfill::{Release, reserve};
-use crate::capacity::{Capacity, placement_units};
+use crate::capacity::{Capacity, Held, placement_units};
 use crate::job::StopCause;
-use crate::job::{Job, JobId, Placement, ReplicaPlacement};
+use crate::job::{Job, JobId, Placement};
 use crate::order::Candidates;
 use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
 use crate::policy::{Backfill, Policy, PreemptKey};
@@ -59,7 +59,7 @@ struct Pass<'s> {
     /// Pending jobs not yet examined, by devices per replica.
     remaining: BTreeMap<u32, u32>,
     /// Free devices held for nominated jobs until they are examined.
-    held: BTreeMap<JobId, Vec<ReplicaPlacement>>,
+    held: BTreeMap<JobId, Vec<Held>>,
     preemption_possible: bool,
     /// Within-class preemption may act in this pass (see [`crate::policy::Overload`]).
     within_class_acts: bool,
@@ -134,7 +134,8 @@ impl<'s> Pass<'s> {
                 held.insert(*job, placement.iter().map(|r| cap.hold(r)).collect());
             }
         }
-        let preemption_possible = preemption_possible || !held.is_empty();
+        // A victim's unclaimed devices may be claimed by anyone (and waited for).
+        let preemption_possible = preemption_possible || !held.is_empty() || !cap.releasing.is_empty();
         // The overload as this pass finds it decides whether within-class
         // preemption acts; what the pass leaves waiting is carried over (`run`).
         let capacity = snap.gpu_capacity();
@@ -388,10 +389,7 @@ impl<'s> Pass<'s> {
         }
         self.plan.stats.preemption_searches += 1;
         let Some((victims, placement)) = search.run() else { return false };
-        let victim_ids: Vec<JobId> = victims.iter().map(|(v, _)| *v).collect();
-        let released: Vec<(u64, u64)> = placement.iter().map(|r| search.released_on(&victim_ids, r.node)).collect();
-        let waiting_on = (victims.len() + prereleased.len()) as u32;
-        if waiting_on == 0 {
+        if victims.is_empty() && self.cap.fits_free(&placement) {
             // Fits as is (only reachable when the index and the search disagree): start it.
             for r in &placement {
                 self.cap.commit(r, job.id);
@@ -405,16 +403,24 @@ impl<'s> Pass<'s> {
         }
         // Victims keep their quota until they have stopped: releasing it now
         // would let their queue start more work in this pass and overshoot.
+        let mut waits_for: BTreeSet<JobId> = prereleased.iter().copied().collect();
         for (v, why) in victims {
             self.taken.insert(v);
+            if let Some(e) = self.snap.running.get(&v) {
+                self.cap.releasing.add(v, &e.placement);
+            }
+            waits_for.insert(v);
             self.plan.preemptions.push(Preempt { victim: v, for_job: job.id, why });
         }
-        for (r, (cpus, mem)) in placement.iter().zip(released) {
-            self.cap.claim(r, cpus, mem, job.id);
+        // The claim takes the victims' devices it uses; the rest of them stay
+        // releasing, for the next job of this pass.
+        for r in &placement {
+            waits_for.extend(self.cap.claim(r, job.id).into_iter().map(|(from, _)| from));
         }
         self.quota.add(&self.snap.queues, &job.spec.queue, placement_units(self.snap, &placement));
         self.plan.nominated.push((job.id, placement));
-        self.plan.wait(job.id, PendingReason::WaitingForPreemption { victims: waiting_on });
+        let victims = (waits_for.len() as u32).max(1);
+        self.plan.wait(job.id, PendingReason::WaitingForPreemption { victims });
         true
     }
 

@@ -268,6 +268,41 @@ fn a_nominated_job_waits_for_its_victims_without_preempting_more() {
 }
 
 #[test]
+fn a_victims_leftover_devices_go_to_the_next_job_of_the_pass() {
+    // One 8-GPU victim on each node; two urgent 4-GPU jobs. The first job's
+    // victim frees 8 GPUs: the second job claims the other 4 and waits for
+    // the same victim instead of preempting the job on the other node.
+    let mut c = Cluster::new("fifo-backfill").node("a", 8, "H100-80GB").node("b", 8, "H100-80GB");
+    let v1 = c.run(job("x").gpus(8).preemptible(), t(0));
+    let v2 = c.run(job("x").gpus(8).preemptible(), t(0));
+    let y1 = c.submit(job("y").gpus(4).priority(10).at(1));
+    let y2 = c.submit(job("y").gpus(4).priority(10).at(2));
+    let plan = c.plan(t(10));
+    assert_eq!(plan.preemptions.len(), 1, "{plan:#?}");
+    let victim = plan.preemptions[0].victim;
+    assert!(victim == v1 || victim == v2);
+    assert_eq!(plan.preemptions[0].for_job, y1);
+    let claims: Vec<_> = plan.nominated.iter().map(|(j, p)| (*j, p[0].node, p[0].gpus)).collect();
+    assert_eq!(claims.len(), 2, "both jobs wait on the one victim: {claims:?}");
+    assert_eq!(claims[0].1, claims[1].1, "on the victim's node");
+    assert_eq!(claims[0].2 & claims[1].2, 0, "never the same GPU twice");
+    assert_eq!(c.reason(&plan, y2), "waiting for 1 preempted job(s) to release their devices");
+    // Later passes, while the victim stops: still nothing more preempted, and
+    // neither job takes the other's GPUs.
+    c.snap.request_stop(victim, gpool_core::StopCause::Preempted { for_job: y1 }).expect("stop");
+    c.snap.carry_over(&plan);
+    let plan = c.plan(t(20));
+    assert!(plan.preemptions.is_empty(), "{plan:#?}");
+    assert_eq!(plan.nominated.len(), 2, "{plan:#?}");
+    c.snap.stop(victim, t(25), StopOutcome::Requeue { not_before: t(9_999) }).expect("stopped");
+    c.snap.carry_over(&plan);
+    let plan = c.plan(t(25));
+    let mut s = started(&plan);
+    s.sort();
+    assert_eq!(s, vec![y1.0, y2.0]);
+}
+
+#[test]
 fn las_preempts_the_most_served_job_and_does_not_ping_pong() {
     let mut c = Cluster::new("las").node("n", 1, "H100-80GB");
     let old = c.run(job("x").gpus(1).preemptible(), t(0));

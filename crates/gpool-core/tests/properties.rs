@@ -222,7 +222,8 @@ fn check_plan(snap: &Snapshot, plan: &Plan) -> Result<(), String> {
     }
     for (job, placement) in &plan.nominated {
         let mut avail: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        let victims = plan.preemptions.iter().filter(|p| p.for_job == *job).map(|p| p.victim);
+        // Any victim's devices: its preemptor's, or what it left to the next job of the pass.
+        let victims = plan.preemptions.iter().map(|p| p.victim);
         let stopping =
             snap.running_jobs().filter(|r| r.running().and_then(|x| x.stopping.as_ref()).is_some()).map(|r| r.id);
         for v in victims.chain(stopping) {

@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod metrics;
 pub mod mig_bench;
 pub mod plot;
+pub mod policy_table;
 pub mod rng;
 pub mod sharing_bench;
 pub mod spot;
