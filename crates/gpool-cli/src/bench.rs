@@ -82,6 +82,9 @@ pub(crate) struct ScheduleArgs {
     /// Where jobs are placed: best-fit (default), spread, or fragmentation (FGD: keeps shared GPUs from stranding capacity).
     #[arg(long, value_parser = clap::value_parser!(gpool_core::PlacementStrategy))]
     placement: Option<gpool_core::PlacementStrategy>,
+    /// Change a knob of the policy (repeatable), e.g. `--set overload=off`; see docs/simulator.md.
+    #[arg(long = "set")]
+    set: Vec<String>,
 
     /// Print the result as JSON.
     #[arg(long)]
@@ -214,6 +217,9 @@ fn schedule(a: ScheduleArgs) -> anyhow::Result<()> {
     let mut policy = Policy::by_name(&a.policy)?;
     if let Some(p) = a.placement {
         policy.placement = p;
+    }
+    for knob in &a.set {
+        policy.set(knob)?;
     }
     let cfg = ScheduleBench {
         pending: a.pending,

@@ -26,6 +26,7 @@ struct Head {
     /// Orders groups before points (max-min fairness); 0 otherwise.
     primary: i64,
     points: i64,
+    submit_ms: Reverse<i64>,
     id: Reverse<JobId>,
     group: usize,
     key: PendingKey,
@@ -112,6 +113,7 @@ impl<'s> Candidates<'s> {
                 class: key.class.0,
                 primary: 0,
                 points: points.saturating_add(self.group_points[g]),
+                submit_ms: Reverse(key.submit_ms),
                 id: Reverse(id),
                 group: PROMOTED,
                 key,
@@ -127,6 +129,7 @@ impl<'s> Candidates<'s> {
             class: key.class.0,
             primary,
             points: key.points.0.saturating_add(self.group_points[group]),
+            submit_ms: Reverse(key.submit_ms),
             id: Reverse(key.id),
             group,
             key,

@@ -248,13 +248,14 @@ impl Policy {
     /// Preset names accepted by [`Policy::by_name`].
     pub const NAMES: &'static [&'static str] = &["default", "fifo", "fifo-backfill", "sjf", "srtf", "las", "fair"];
 
-    /// gpool's default: multifactor priority (fair share, age, attained-service
-    /// level), EASY backfill, priority preemption and, for jobs marked
-    /// preemptible, Tiresias-style preemption of jobs that have had much more
-    /// GPU service than a waiting one while the cluster is overloaded (demand
-    /// at least its GPUs for 6 h, until demand falls below a tenth of
-    /// them), with a starvation guard for preempted jobs. Needs no run-time
-    /// estimates.
+    /// gpool's default: Tiresias' discretised two-level least attained
+    /// service (3,200 and 32,000 GPU-seconds) with fair share within a level,
+    /// EASY backfill, priority preemption and, for jobs marked preemptible,
+    /// preemption of jobs a level above a waiting one while the cluster is
+    /// overloaded (demand at least its GPUs for 6 h, until demand falls
+    /// below a tenth of them), with a starvation guard for preempted jobs.
+    /// Needs no run-time estimates. Chosen on the robustness table of
+    /// docs/scheduling.md ("A default that holds").
     pub fn gpool_default() -> Policy {
         Policy {
             name: "default".into(),
@@ -264,21 +265,25 @@ impl Policy {
                 by_priority: true,
                 within_class: true,
                 reclaim: true,
-                min_runtime: Duration::from_secs(300),
+                // Tiresias has no minimum run: the restart delay is the cost.
+                min_runtime: Duration::ZERO,
                 overload: Some(Overload { enter: 1.0, after: Duration::from_secs(6 * 3600), exit: 0.1 }),
             },
             placement: PlacementStrategy::BestFit,
             weights: Weights {
                 fair_share: 1000.0,
-                age_per_hour: 5.0,
+                // Strict levels, first come first served within one: the
+                // starvation guard bounds the wait across levels, the
+                // open-ended reservation a gang's (docs/scheduling.md).
+                age_per_hour: 0.0,
                 service_level: 1000.0,
                 preemption_margin: 1000.0,
-                preemption_age_per_hour: 5.0,
+                preemption_age_per_hour: 0.0,
             },
             fair_share: FairShare::default(),
-            open_reservation_after: Duration::from_secs(96 * 3600),
-            // 1 GPU-hour, 10 GPU-hours, 100 GPU-hours.
-            service_levels: vec![3_600, 36_000, 360_000],
+            open_reservation_after: Duration::from_secs(1000 * 3600),
+            // Tiresias' two thresholds: 3,200 and 32,000 GPU-seconds.
+            service_levels: vec![3_200, 32_000],
             starvation_guard: Some(StarvationGuard {
                 after: Duration::from_secs(60 * 3600),
                 max_runtime: Duration::from_secs(72 * 3600),
@@ -432,7 +437,7 @@ mod tests {
     #[test]
     fn service_levels_follow_the_boundaries() {
         let p = Policy::gpool_default();
-        let cases = [(0, 0), (3_599, 0), (3_600, 1), (35_999, 1), (36_000, 2), (1_000_000, 3)];
+        let cases = [(0, 0), (3_199, 0), (3_200, 1), (31_999, 1), (32_000, 2), (1_000_000, 2)];
         for (secs, level) in cases {
             assert_eq!(p.service_level(secs), level, "{secs} GPU-s");
         }

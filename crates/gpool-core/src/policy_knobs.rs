@@ -35,6 +35,7 @@ pub const KNOBS: &[&str] = &[
     "service_level_weight",
     "service_levels",
     "open_reservation_after",
+    "backfill",
 ];
 
 fn duration(v: &str) -> Result<Duration, String> {
@@ -136,6 +137,14 @@ impl Policy {
                 self.service_levels = levels;
             }
             "open_reservation_after" => self.open_reservation_after = duration(value).map_err(wrap)?,
+            "backfill" => {
+                self.backfill = match value.trim() {
+                    "none" => crate::policy::Backfill::None,
+                    "first-fit" => crate::policy::Backfill::FirstFit,
+                    "easy" => crate::policy::Backfill::Easy,
+                    _ => return Err(wrap("expected none, first-fit or easy".into())),
+                }
+            }
             other => return Err(KnobError::Unknown(other.to_string())),
         }
         Ok(())
@@ -157,6 +166,8 @@ mod tests {
         assert_eq!(p.preemption.overload.as_ref().map(|o| (o.enter, o.exit)), Some((1.0, 0.5)));
         p.set("service_levels=100,1000").unwrap();
         assert_eq!(p.service_levels, vec![100, 1000]);
+        p.set("backfill=first-fit").unwrap();
+        assert_eq!(p.backfill, crate::policy::Backfill::FirstFit);
         p.set("guard=off").unwrap();
         assert_eq!(p.starvation_guard, None);
         assert!(matches!(p.set("nope=1"), Err(KnobError::Unknown(_))));

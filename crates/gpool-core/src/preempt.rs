@@ -346,8 +346,7 @@ impl Search<'_, '_> {
 
     /// Cheap test: could any running job be a victim for this job?
     pub(crate) fn possible(&self) -> bool {
-        // Devices that victims give back and nobody claimed may be claimed.
-        if !self.prereleased.is_empty() || !self.cap.releasing.is_empty() {
+        if !self.prereleased.is_empty() {
             return true;
         }
         // The most preemptible candidate decides for priority and within-class preemption.
@@ -434,6 +433,15 @@ impl Search<'_, '_> {
         Some((chosen.into_iter().map(|(i, why)| (self.pool.list[i].id, why)).collect(), placement))
     }
 
+    /// A placement on free devices and devices that victims give back, with
+    /// no new victim: for a job that may not preempt, or finds nobody to.
+    pub(crate) fn releasing_only(&self) -> Option<Placement> {
+        if self.cap.releasing.is_empty() {
+            return None;
+        }
+        self.place_all(&mut Vec::new(), &mut Vec::new(), false)
+    }
+
     /// Places every replica, adding victims node by node when `grow`.
     fn place_all(
         &self,
@@ -452,8 +460,11 @@ impl Search<'_, '_> {
         // where something can be given back are worth a look; a gang may put
         // some replicas on free nodes and needs them all.
         let nodes: Vec<u32> = if job.spec.replicas == 1 {
-            let mut n: BTreeSet<u32> = self.pool.nodes().iter().copied().collect();
-            n.extend(self.cap.releasing.nodes());
+            let mut n: BTreeSet<u32> = self.cap.releasing.nodes().collect();
+            n.extend(trial.over.keys().copied());
+            if grow {
+                n.extend(self.pool.nodes().iter().copied());
+            }
             n.into_iter().collect()
         } else {
             (0..snap.nodes.len() as u32).collect()

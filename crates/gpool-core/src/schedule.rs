@@ -173,6 +173,21 @@ impl<'s> Pass<'s> {
         }
     }
 
+    /// A preemption key as the shape cache compares it: without age weights
+    /// the submit time decides no preemption, so a failed search stands for
+    /// every job of the shape at that level or above, whenever submitted.
+    fn cache_key(&self, k: PreemptKey) -> PreemptKey {
+        let w = &self.policy.weights;
+        if self.policy.ordering == crate::policy::Ordering::Multifactor
+            && w.age_per_hour == 0.0
+            && w.preemption_age_per_hour == 0.0
+        {
+            PreemptKey { submit_ms: i64::MIN, ..k }
+        } else {
+            k
+        }
+    }
+
     fn can_use_reserved(&self, ends: Time) -> bool {
         self.reservation.is_none_or(|(_, t)| ends <= t && t != Time::NEVER)
     }
@@ -207,7 +222,7 @@ impl<'s> Pass<'s> {
             }
             if key.simple
                 && nominated.is_none()
-                && let Some(reason) = self.dead[slot].covers(host.0, host.1, key.pkey)
+                && let Some(reason) = self.dead[slot].covers(host.0, host.1, self.cache_key(key.pkey))
             {
                 self.plan.stats.cache_hits += 1;
                 self.plan.waiting.push((id, reason));
@@ -288,7 +303,8 @@ impl<'s> Pass<'s> {
                 }
                 let r = self.plan.wait(id, reason);
                 if cacheable && key.simple && !self.nominations.contains_key(&id) {
-                    self.dead[slot].add(cpus, mem, key.pkey, r);
+                    let cached = self.cache_key(key.pkey);
+                    self.dead[slot].add(cpus, mem, cached, r);
                 }
             }
         }
@@ -384,11 +400,14 @@ impl<'s> Pass<'s> {
             prereleased,
             job_q: pool.queue_ix(self.snap, &job.spec.queue),
         };
-        if !search.possible() {
-            return false;
-        }
-        self.plan.stats.preemption_searches += 1;
-        let Some((victims, placement)) = search.run() else { return false };
+        let found = if search.possible() {
+            self.plan.stats.preemption_searches += 1;
+            search.run()
+        } else {
+            // Nobody to preempt, but a victim's leftover devices may do.
+            search.releasing_only().map(|p| (Vec::new(), p))
+        };
+        let Some((victims, placement)) = found else { return false };
         if victims.is_empty() && self.cap.fits_free(&placement) {
             // Fits as is (only reachable when the index and the search disagree): start it.
             for r in &placement {

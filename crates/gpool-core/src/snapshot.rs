@@ -309,6 +309,9 @@ pub(crate) struct PendingKey {
     pub(crate) class: Reverse<i32>,
     /// Policy points that do not change while the job waits (milli-points, higher first).
     pub(crate) points: Reverse<i64>,
+    /// Submit time: among equal points, first come first served (the
+    /// default has no age term to separate them).
+    pub(crate) submit_ms: i64,
     pub(crate) id: JobId,
     /// Interned [`Shape`] of the job.
     pub(crate) shape: u32,
@@ -940,6 +943,7 @@ impl Snapshot {
         let key = PendingKey {
             class: Reverse(spec.priority),
             points: Reverse(self.static_points(job)),
+            submit_ms: spec.submit_time.as_millis(),
             id,
             shape,
             simple: spec.dependencies.is_empty()

@@ -461,7 +461,8 @@ fn the_starvation_guard_promotes_a_long_waiting_preempted_job_and_protects_its_r
         // Fresh work holds the node until 61 h; then one node's worth frees and a fresh job waits too.
         let holder = c.run(job("y").gpus(8).preemptible().at(case.ran_h * H), t(case.ran_h * H));
         c.finish(holder, t(61 * H));
-        let fresh = c.submit(job("z").gpus(8).preemptible().at(61 * H));
+        // The same user, so that fair share does not decide between them.
+        let fresh = c.submit(job("x").gpus(8).preemptible().at(61 * H));
         let plan = c.plan(t(61 * H));
         let want = if case.want_promoted { old } else { fresh };
         assert_eq!(started(&plan), vec![want.0], "{}: {plan:#?}", case.name);

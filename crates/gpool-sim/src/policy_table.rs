@@ -170,10 +170,12 @@ pub fn markdown(rows: &[Row], policies: &[String]) -> String {
         }
         s.push('\n');
     }
-    s.push_str("\n| trace | load | avg ÷ SRTF | p99 ÷ FIFO | avg ÷ LAS | p99 ÷ LAS | FIFO avg ÷ default | misses |\n");
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---|\n");
+    s.push_str(
+        "\n| # | trace | load | avg ÷ SRTF | p99 ÷ FIFO | avg ÷ LAS | p99 ÷ LAS | FIFO avg ÷ default | misses |\n",
+    );
+    s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
     let mut all = Vec::new();
-    for r in rows {
+    for (i, r) in rows.iter().enumerate() {
         let Some(q) = Ratios::of(r) else { continue };
         let misses = q.misses();
         let fifo = format!(
@@ -183,7 +185,8 @@ pub fn markdown(rows: &[Row], policies: &[String]) -> String {
         );
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            i + 1,
             r.trace,
             r.load,
             cell(q.avg_vs_srtf, 3),
@@ -198,7 +201,7 @@ pub fn markdown(rows: &[Row], policies: &[String]) -> String {
     if let Some(w) = worst(&all) {
         let _ = writeln!(
             s,
-            "| **worst** | | **{}** | **{}** | **{}** | **{}** | **{}** | {} of {} rows miss a goal |",
+            "| | **worst** | | **{}** | **{}** | **{}** | **{}** | **{}** | {} of {} rows miss a goal |",
             cell(w.avg_vs_srtf.0, 3),
             cell(w.p99_vs_fifo.0, 3),
             cell(w.avg_vs_las.0, 3),
@@ -257,11 +260,12 @@ pub fn ratio_plot(rows: &[Row]) -> String {
         points: ratios.iter().map(|(x, q)| (*x, f(q))).collect(),
     };
     let bound = |name: &'static str, y: f64| Line { name, points: vec![(1.0, y), (rows.len().max(1) as f64, y)] };
-    let names: Vec<String> = rows.iter().enumerate().map(|(i, r)| format!("{} {}", i + 1, r.label())).collect();
-    let title = format!("default against the baselines, per row ({})", names.join(", "));
+    let first = rows.first().map(Row::label).unwrap_or_default();
+    let last = rows.last().map(Row::label).unwrap_or_default();
+    let x_label = format!("row of the table (1 = {first} … {} = {last})", rows.len());
     let chart = Chart {
-        title: &title,
-        x_label: "row (trace × load)",
+        title: "default against the baselines, per trace × load",
+        x_label: &x_label,
         y_label: "ratio (below 1: default better)",
         log_x: false,
     };
@@ -345,7 +349,7 @@ mod tests {
         assert_eq!(w.avg_vs_srtf, (1.5, "b ×1".to_string()));
         assert!(w.p99_vs_fifo.0.is_nan());
         let md = markdown(&[a, b], &["default".into(), "srtf".into()]);
-        assert!(md.contains("| **worst** | | **1.500**"), "{md}");
+        assert!(md.contains("| | **worst** | | **1.500**"), "{md}");
         assert!(ratio_plot(&[]).starts_with("<svg"));
     }
 }

@@ -95,22 +95,23 @@ const CASES: &[Case] = &[
         restart_delay: 60,
         // Overloaded from 40,000 s, so preemption acts at 61,600 s (a pass
         // the plan asks for: no job arrives or ends then). A has 61,600 GPU-s
-        // (level 2); B is 11.1 h younger: 2 levels (2,000 points) − 11.1 h ×
-        // 5 points/h ≥ the 1,000-point margin. A resumes at 61,700 s, pays
+        // (level 2); B has none: 2 levels (2,000 points) ≥ the 1,000-point
+        // margin (the default has no age term). A resumes at 61,700 s, pays
         // 60 s, and runs its last 38,400 s.
         rows: "0,100000,1,a\n40000,100,1,b",
         want: &[(0.0, 100160.0), (61600.0, 61700.0)],
     },
     Case {
-        name: "default: under overload, a job only one level ahead is not preempted (hysteresis)",
+        name: "default: after 6 h of overload, a job one level ahead is preempted (Tiresias: any lower level)",
         policy: "default",
         gpus: 1,
         restart_delay: 60,
-        // From 27,600 s (6 h of overload) on, A is at level 1 and B at 0:
-        // 1,000 points less B's 1.7 h of youth is short of the 1,000-point
-        // margin. A ends at 35,000 s, before it reaches level 2.
+        // Overloaded from 6,000 s, so preemption acts at 27,600 s. A is at
+        // level 1 (27,600 GPU-s), B at 0: one level is the margin. (The
+        // default before issue 15 let B's 1.7 h of youth count against it,
+        // and A ran on.) A resumes at 27,700 s, pays 60 s, runs its last 7,400 s.
         rows: "0,35000,1,a\n6000,100,1,b",
-        want: &[(0.0, 35000.0), (35000.0, 35100.0)],
+        want: &[(0.0, 35160.0), (27600.0, 27700.0)],
     },
     Case {
         name: "gangs wait for all their GPUs; no node packing on 1-GPU nodes",
