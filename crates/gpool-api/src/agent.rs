@@ -31,7 +31,10 @@ pub struct ReplicaId {
 pub struct MigWire {
     pub profile: String,
     pub uuid: String,
-    pub gi_id: u32,
+    /// Absent where the agent could not read GPU-instance ids (listing them
+    /// may need root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gi_id: Option<u32>,
     pub memory_mb: u64,
 }
 
@@ -70,6 +73,10 @@ pub struct Register {
     pub pool: Option<String>,
     /// `nvml`, `nvidia-smi`, `simulated` or `none`.
     pub source: String,
+    /// What the device layer could not read, and what it used instead
+    /// (`MIG placement unknown: …`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub degraded: Vec<String>,
     pub gpus: Vec<GpuWire>,
     /// How jobs may share its GPUs: `off`, `time-slicing` or `mps`
     /// (absent from agents older than GPU sharing: `off`).

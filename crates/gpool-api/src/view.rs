@@ -141,8 +141,15 @@ pub struct Submitted {
 pub struct MigView {
     pub profile: String,
     pub uuid: String,
-    pub gi_id: u32,
+    /// The GPU-instance id, where the node's agent could read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gi_id: Option<u32>,
     pub memory_mb: u64,
+    /// A compute instance that takes part of its GPU instance
+    /// (`1c.3g.40gb`): `memory_mb` is shared with the instance's other
+    /// compute instances, not this device's alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_memory: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<u64>,
     /// Memory in use, where the device reports it per instance.
@@ -260,6 +267,10 @@ pub struct NodeView {
     pub labels: std::collections::BTreeMap<String, String>,
     /// Where the devices were found: `nvml`, `nvidia-smi` or `simulated`.
     pub source: String,
+    /// What the node's device layer could not read, and what it used
+    /// instead (`MIG placement unknown: \`nvidia-smi mig -lgi\` failed …`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub degraded: Vec<String>,
     /// Where other nodes reach it (a remote agent's address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addr: Option<String>,

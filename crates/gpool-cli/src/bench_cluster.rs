@@ -122,6 +122,7 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
         labels: Default::default(),
         pool: None,
         source: "simulated".into(),
+        degraded: Vec::new(),
         gpus: gpu_list,
         gpu_sharing: "time-slicing".into(),
         container_runtime: None,

@@ -304,6 +304,7 @@ pub(crate) fn node(name: &str) -> NodeB {
         free_memory_mb: 1_048_576,
         labels: BTreeMap::new(),
         source: "simulated".into(),
+        degraded: Vec::new(),
         addr: None,
         agent: None,
         devices: Vec::new(),
@@ -420,8 +421,9 @@ pub(crate) fn mig(profile: &str, gi: u32) -> MigB {
     MigB(api::MigView {
         profile: profile.into(),
         uuid: format!("MIG-{gi:04x}c0de-7a3b-5d1e-8f20-{gi:012x}"),
-        gi_id: gi,
+        gi_id: Some(gi),
         memory_mb: memory_mb * 1024,
+        shared_memory: false,
         job: None,
         memory_used_mb: None,
     })

@@ -150,9 +150,11 @@ fn draw(f: &mut ratatui::Frame<'_>, frame: &Frame, server: &str) {
                     (true, None) => d.job.map_or_else(|| "free".into(), |id| format!("job {id}")),
                 }),
             ]));
-            for m in &d.mig {
+            for (i, m) in d.mig.iter().enumerate() {
+                // By GPU-instance id; by position where the agent could not read ids.
+                let name = m.gi_id.map_or_else(|| format!("  mig#{i}"), |gi| format!("  mig{gi}"));
                 rows.push(Row::new(vec![
-                    Cell::from(format!("  mig{}", m.gi_id)),
+                    Cell::from(name),
                     Cell::from(m.profile.clone()),
                     Cell::from(""),
                     Cell::from(m.memory_used_mb.map_or_else(

@@ -247,6 +247,94 @@ fn gpool_up_reads_recorded_gpus_through_nvidia_smi_into_inventory_metrics_and_to
     assert!(frame.contains("59C") && frame.contains("632W"), "{frame}");
 }
 
+/// Issue 22: the recorded H100 with MIG on, where `mig -lgi` needs root
+/// (exit 4, "Insufficient Permissions") and everything else answers, under
+/// the default backend choice (no NVML here, so nvidia-smi). Before, this
+/// machine started with 0 GPUs and blamed a missing libnvidia-ml.
+#[test]
+fn a_mig_gpu_whose_instances_need_root_to_list_keeps_every_device_and_pins_by_uuid() {
+    let s = Scratch::new("smi-mig-nonroot");
+    let bin = s.0.join("bin");
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/nvidia-smi");
+    let data = data.canonicalize().expect("data/nvidia-smi");
+    let script = format!(
+        "#!/bin/sh\n\
+         d={}\n\
+         case \"$*\" in\n\
+           --query-gpu=*) cat \"$d/h100-80gb-hbm3-mig_query-gpu_load.csv\" ;;\n\
+           --query-compute-apps=*) cat \"$d/h100-80gb-hbm3-mig_query-compute-apps_load.csv\" ;;\n\
+           -L) cat \"$d/h100-80gb-hbm3-mig_nvidia-smi-L.txt\" ;;\n\
+           '-q') cat \"$d/h100-80gb-hbm3-mig_q_load.txt\" ;;\n\
+           'mig -lgi') echo 'Failed to display GPU instances: Insufficient Permissions'; exit 4 ;;\n\
+           *) echo \"stand-in nvidia-smi: no recording for $*\" >&2; exit 2 ;;\n\
+         esac\n",
+        data.display()
+    );
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    std::fs::write(bin.join("nvidia-smi"), script).expect("script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("nvidia-smi"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let log = s.0.join("daemon.log");
+    let d = Daemon::spawn_logged_with_path(&s.0.join("data"), &[], Some(&bin), &log);
+    let nodes = d.get("/api/v1/nodes");
+    let gpu = &nodes[0]["devices"][0];
+    assert_eq!(nodes[0]["devices"].as_array().map(Vec::len), Some(1), "{nodes}");
+    let mig: Vec<(String, String)> = gpu["mig"]
+        .as_array()
+        .unwrap_or_else(|| panic!("MIG devices: {gpu}"))
+        .iter()
+        .map(|m| (m["profile"].as_str().unwrap_or("").into(), m["uuid"].as_str().unwrap_or("").into()))
+        .collect();
+    let want: Vec<(String, String)> = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.to_string(), format!("MIG-0000000{i}-0000-0000-0000-00000000000{i}")))
+        .collect();
+    assert_eq!(mig, want);
+    // The start-up lines say what was refused and what was used instead.
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("1 GPU(s), 4 MIG device(s), from nvidia-smi"), "{text}");
+    let line = text.lines().find(|l| l.contains("MIG placement unknown")).unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains(
+            "`nvidia-smi mig -lgi` failed (exited with 4: Failed to display GPU instances: Insufficient Permissions)"
+        ) && line.contains("GPU instance ids from `nvidia-smi -q`"),
+        "{line}"
+    );
+    assert!(!text.contains("libnvidia-ml"), "an nvidia-smi that answers is not a missing NVML: {text}");
+    // A job on a MIG device is pinned by its MIG UUID.
+    let id =
+        d.submit(json!({"command": "echo visible=$CUDA_VISIBLE_DEVICES", "resources": {"nvidia.com/mig-2g.20gb": 1}}));
+    d.wait_ended(&[id], Duration::from_secs(60));
+    let out = std::fs::read_to_string(s.0.join(format!("data/jobs/{id}/rank0.out"))).unwrap_or_default();
+    assert_eq!(out.trim(), "visible=MIG-00000001-0000-0000-0000-000000000001", "{}", d.job(id));
+}
+
+/// Issue 22: under the default backend choice, an nvidia-smi that is there
+/// and refuses everything is reported as itself, not as a missing NVML, and
+/// the daemon does not start with no GPUs as if the machine had none.
+#[test]
+fn an_nvidia_smi_that_refuses_everything_is_named_not_a_missing_nvml() {
+    let s = Scratch::new("smi-refuses");
+    let bin = s.0.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    let script = "#!/bin/sh\necho 'Unable to query: Insufficient Permissions'; exit 4\n";
+    std::fs::write(bin.join("nvidia-smi"), script).expect("script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("nvidia-smi"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = std::process::Command::new(BIN)
+        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(s.0.join("data"))
+        .env("PATH", path)
+        .output()
+        .expect("gpool up");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("nothing lists the GPUs") && err.contains("Insufficient Permissions"), "{err}");
+    assert!(err.contains("NVML:") && !err.starts_with("no NVIDIA driver found"), "{err}");
+}
+
 /// Issue 18: GPU-hours are charged from allocation to release, not from
 /// samples. With a sampler slower than the job, samples see none of it.
 #[test]

@@ -213,7 +213,7 @@ fn stats(d: &DeviceSeries, t: &Thresholds) -> DevStats {
         gpu_equiv: d
             .mig_profile
             .as_ref()
-            .map_or(1.0, |p| f64::from(p.compute_slices).min(f64::from(MIG_COMPUTE_SLICES)) / 7.0),
+            .map_or(1.0, |p| f64::from(p.compute()).min(f64::from(MIG_COMPUTE_SLICES)) / 7.0),
     }
 }
 
@@ -406,17 +406,17 @@ pub fn advise(u: &JobUsage, t: &Thresholds) -> Advice {
                 && let Some(peak_mb) = peak_busy
             {
                 let cur = &u.devices[busy[0]];
-                let cur_slices = cur.mig_profile.as_ref().map_or(MIG_COMPUTE_SLICES, |p| u32::from(p.compute_slices));
+                let cur_slices = cur.mig_profile.as_ref().map_or(MIG_COMPUTE_SLICES, |p| u32::from(p.compute()));
                 let need_slices = ((p95 / 100.0) * f64::from(MIG_COMPUTE_SLICES)).ceil().max(1.0) as u32;
                 let need_mb = (peak_mb as f64 * t.headroom).ceil() as u64;
                 let fit = u
                     .mig_offered
                     .iter()
-                    .filter(|(p, mem)| *mem >= need_mb && u32::from(p.compute_slices) >= need_slices)
-                    .filter(|(p, _)| u32::from(p.compute_slices) < cur_slices)
-                    .min_by_key(|(p, mem)| (p.compute_slices, *mem));
+                    .filter(|(p, mem)| *mem >= need_mb && u32::from(p.compute()) >= need_slices)
+                    .filter(|(p, _)| u32::from(p.compute()) < cur_slices)
+                    .min_by_key(|(p, mem)| (p.compute(), *mem));
                 if let Some((profile, mem)) = fit {
-                    let frac = f64::from(profile.compute_slices) / 7.0;
+                    let frac = f64::from(profile.compute()) / 7.0;
                     let wasted = hours * (devs[busy[0]].gpu_equiv - frac).max(0.0);
                     findings.push(Finding {
                         kind: FindingKind::OverProvisioned,
@@ -427,7 +427,7 @@ pub fn advise(u: &JobUsage, t: &Thresholds) -> Advice {
                         evidence: vec![
                             format!("peak GPU memory {} of {} on {}", gib(peak_mb), gib(cur.memory_total_mb), cur.name),
                             format!("utilisation p95 {p95:.0}% ≈ {need_slices} of 7 compute slices"),
-                            format!("{profile} offers {} and {} of 7 compute slices", gib(*mem), profile.compute_slices),
+                            format!("{profile} offers {} and {} of 7 compute slices", gib(*mem), profile.compute()),
                         ],
                         suggestions: vec![format!("submit with --mig {profile} (nvidia.com/mig-{profile}: 1)")],
                         wasted_gpu_hours: wasted,

@@ -123,11 +123,8 @@ impl Geometry {
 
     /// The profile of a shape.
     pub fn profile(&self, shape: u8) -> MigProfile {
-        self.shapes[usize::from(shape)].name.parse().unwrap_or(MigProfile {
-            compute_slices: self.shapes[usize::from(shape)].compute,
-            memory_gb: 0,
-            media_extensions: false,
-        })
+        let compute = self.shapes[usize::from(shape)].compute;
+        self.shapes[usize::from(shape)].name.parse().unwrap_or(MigProfile::gpu_instance(compute, 0))
     }
 
     /// The memory slices an instance takes, as a mask.

@@ -92,7 +92,7 @@ impl Repartition {
             .map(|(i, p)| crate::node::MigInstance {
                 profile: p.clone(),
                 uuid: std::sync::Arc::from(uuid(i)),
-                gi_id: i as u32 + 1,
+                gi_id: Some(i as u32 + 1),
                 memory_mb: u64::from(p.memory_gb) * 1000,
             })
             .collect()

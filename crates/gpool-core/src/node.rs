@@ -115,8 +115,9 @@ pub struct MigInstance {
     pub profile: MigProfile,
     /// `MIG-…` UUID, what `CUDA_VISIBLE_DEVICES` takes.
     pub uuid: Arc<str>,
-    /// GPU-instance id assigned by the driver.
-    pub gi_id: u32,
+    /// GPU-instance id assigned by the driver, where the agent could read
+    /// it (listing GPU instances may need root); the UUID is the key.
+    pub gi_id: Option<u32>,
     /// Usable memory in MiB (slightly below the profile's nominal GB).
     pub memory_mb: u64,
 }

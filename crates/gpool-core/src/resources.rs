@@ -41,33 +41,59 @@ impl FromStr for DeviceKind {
     }
 }
 
-/// A GPU-instance profile of NVIDIA Multi-Instance GPU, e.g. `1g.10gb` or `1g.10gb+me`.
+/// A MIG device profile of NVIDIA Multi-Instance GPU, e.g. `1g.10gb`,
+/// `1g.10gb+me`, or `1c.3g.40gb` for a compute instance that takes one of
+/// its GPU instance's three compute slices and shares its memory.
 ///
-/// The name is what `nvidia-smi mig -lgip` prints and what Kubernetes puts
-/// after `nvidia.com/mig-`. Compute slices are out of 7 on A100/H100/H200.
+/// The name is what `nvidia-smi -L` and `mig -lgip` print and what
+/// Kubernetes (NVIDIA's device plugin, mixed strategy) puts after
+/// `nvidia.com/mig-`. Compute slices are out of 7 on A100/H100/H200.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MigProfile {
-    /// Compute slices (the `1` of `1g.10gb`).
+    /// The GPU instance's compute slices (the `1` of `1g.10gb`, the `3` of `1c.3g.40gb`).
     pub compute_slices: u8,
     /// Memory in GB as written in the name (the `10` of `1g.10gb`).
     pub memory_gb: u32,
     /// Media-extension variant (`+me`).
     pub media_extensions: bool,
+    /// The compute instance's slices when it takes only part of its GPU
+    /// instance (the `1` of `1c.3g.40gb`); `None` when it spans it.
+    pub compute_instance_slices: Option<u8>,
 }
 
 /// Number of compute slices of a full MIG-capable GPU.
 pub const MIG_COMPUTE_SLICES: u32 = 7;
 
 impl MigProfile {
+    /// A GPU-instance profile (`3g.40gb`), whose compute instance spans it.
+    pub fn gpu_instance(compute_slices: u8, memory_gb: u32) -> MigProfile {
+        MigProfile { compute_slices, memory_gb, media_extensions: false, compute_instance_slices: None }
+    }
+
+    /// The compute slices a device of this profile runs on: its compute
+    /// instance's (`1c.3g.40gb` → 1), else its GPU instance's.
+    pub fn compute(&self) -> u8 {
+        self.compute_instance_slices.unwrap_or(self.compute_slices)
+    }
+
+    /// Whether devices of this profile share their GPU instance's memory
+    /// with its other compute instances (`1c.3g.40gb`: yes).
+    pub fn shares_memory(&self) -> bool {
+        self.compute_instance_slices.is_some()
+    }
+
     /// The share of a whole GPU this profile is worth in quota accounting,
     /// in thousandths of a GPU (compute slices out of seven).
     pub fn gpu_milli(&self) -> u32 {
-        (u32::from(self.compute_slices) * 1000).div_ceil(MIG_COMPUTE_SLICES).min(1000)
+        (u32::from(self.compute()) * 1000).div_ceil(MIG_COMPUTE_SLICES).min(1000)
     }
 }
 
 impl fmt::Display for MigProfile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(c) = self.compute_instance_slices {
+            write!(f, "{c}c.")?;
+        }
         write!(f, "{}g.{}gb", self.compute_slices, self.memory_gb)?;
         if self.media_extensions {
             f.write_str("+me")?;
@@ -78,7 +104,7 @@ impl fmt::Display for MigProfile {
 
 /// Why a MIG profile name could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid MIG profile {input:?}: {why} (expected a name like 1g.10gb, 3g.40gb or 1g.10gb+me)")]
+#[error("invalid MIG profile {input:?}: {why} (expected a name like 1g.10gb, 3g.40gb, 1g.10gb+me or 1c.3g.40gb)")]
 pub struct MigProfileError {
     pub input: String,
     pub why: &'static str,
@@ -95,6 +121,14 @@ impl FromStr for MigProfile {
             Some(rest) => (rest, true),
             None => (s, false),
         };
+        // `1c.3g.40gb`: a compute instance of part of a `3g.40gb` GPU instance.
+        let (ci, s) = match s.split_once('.') {
+            Some((c, rest)) if c.ends_with('c') => {
+                let c: u8 = c[..c.len() - 1].parse().map_err(|_| err("compute-instance slices are not a number"))?;
+                (Some(c), rest)
+            }
+            _ => (None, s),
+        };
         let (g, mem) = s.split_once('.').ok_or_else(|| err("missing '.' between compute and memory"))?;
         let g = g.strip_suffix('g').ok_or_else(|| err("compute part must end in 'g'"))?;
         let mem = mem.strip_suffix("gb").ok_or_else(|| err("memory part must end in 'gb'"))?;
@@ -106,7 +140,14 @@ impl FromStr for MigProfile {
         if memory_gb == 0 {
             return Err(err("memory must be at least 1 GB"));
         }
-        Ok(MigProfile { compute_slices, memory_gb, media_extensions: me })
+        if let Some(c) = ci
+            && (c == 0 || c > compute_slices)
+        {
+            return Err(err("compute-instance slices must be between 1 and the GPU instance's"));
+        }
+        // `3c.3g.40gb` is the whole GPU instance: the same device as `3g.40gb`.
+        let compute_instance_slices = ci.filter(|c| *c < compute_slices);
+        Ok(MigProfile { compute_slices, memory_gb, media_extensions: me, compute_instance_slices })
     }
 }
 
@@ -140,6 +181,11 @@ mod tests {
             ("nvidia.com/mig-2g.20gb", Ok((2, 20, false))),
             ("nvidia.com/mig-1g.10gb.me", Ok((1, 10, true))),
             ("1G.5GB", Ok((1, 5, false))),
+            ("1c.3g.40gb", Ok((3, 40, false))),
+            ("nvidia.com/mig-2c.3g.71gb", Ok((3, 71, false))),
+            ("0c.3g.40gb", Err("compute-instance slices must be between 1 and the GPU instance's")),
+            ("4c.3g.40gb", Err("compute-instance slices must be between 1 and the GPU instance's")),
+            ("xc.3g.40gb", Err("compute-instance slices are not a number")),
             ("8g.80gb", Err("compute slices must be between 1 and 7")),
             ("0g.10gb", Err("compute slices must be between 1 and 7")),
             ("1g10gb", Err("missing '.' between compute and memory")),
@@ -163,9 +209,20 @@ mod tests {
 
     #[test]
     fn profiles_print_back_to_their_canonical_name() {
-        for name in ["1g.10gb", "3g.40gb", "1g.10gb+me", "7g.141gb"] {
+        for name in ["1g.10gb", "3g.40gb", "1g.10gb+me", "7g.141gb", "1c.3g.71gb", "2c.3g.71gb"] {
             assert_eq!(name.parse::<MigProfile>().map(|p| p.to_string()).as_deref(), Ok(name));
         }
+        // A compute instance that spans its GPU instance is that GPU instance.
+        assert_eq!("3c.3g.40gb".parse::<MigProfile>().map(|p| p.to_string()).as_deref(), Ok("3g.40gb"));
+    }
+
+    #[test]
+    fn a_compute_instance_counts_its_own_slices_and_shares_its_memory() {
+        let whole: MigProfile = "3g.40gb".parse().expect("profile");
+        let part: MigProfile = "1c.3g.40gb".parse().expect("profile");
+        assert_ne!(whole, part, "a job asking for one must not get the other");
+        assert_eq!((whole.compute(), whole.shares_memory(), whole.gpu_milli()), (3, false, 429));
+        assert_eq!((part.compute(), part.shares_memory(), part.gpu_milli()), (1, true, 143));
     }
 
     #[test]

@@ -18,7 +18,7 @@ fn instances(gpu: u32, profiles: &[&str]) -> Vec<MigInstance> {
                 memory_mb: u64::from(profile.memory_gb) * 1000 - 200,
                 profile,
                 uuid: Arc::from(format!("MIG-{gpu}-{i}-{p}")),
-                gi_id: i as u32 + 1,
+                gi_id: Some(i as u32 + 1),
             }
         })
         .collect()

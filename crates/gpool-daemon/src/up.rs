@@ -74,7 +74,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let replicas: Replicas = Arc::default();
     let (gpus, backend) = discover(&cfg.node, &node_name, &replicas)?;
     let source = backend.as_ref().map_or("none", |b| b.name()).to_string();
-    let info = describe(&node_name, &gpus, &source, &cfg.node, "127.0.0.1");
+    let info = describe(&node_name, &gpus, backend.as_deref(), &cfg.node, "127.0.0.1");
     let store = Sqlite::open(&plane.data_dir.join("state.db"), plane.fsync)?.with_reserve(plane.state_reserve);
     let (tx, rx) = std::sync::mpsc::channel::<Event>();
     let exe = std::env::current_exe().context("cannot find the gpool executable for job shims")?;

@@ -33,8 +33,10 @@ pub struct MigInfo {
     /// `MIG-…` UUID (what `CUDA_VISIBLE_DEVICES` takes), or the old
     /// `MIG-GPU-<uuid>/<gi>/<ci>` form of pre-R470 drivers.
     pub uuid: String,
-    /// GPU instance id (driver-assigned).
-    pub gi_id: u32,
+    /// GPU instance id (driver-assigned), where it could be read: `None`
+    /// when neither `mig -lgi` nor the `-q` report answered (both may need
+    /// root). The UUID alone is enough to pin the device.
+    pub gi_id: Option<u32>,
     /// Compute instance id, where known.
     pub ci_id: Option<u32>,
     pub memory_mb: u64,
@@ -131,6 +133,27 @@ pub struct GpuSample {
     pub mig: Vec<MigSample>,
 }
 
+/// A part of the device layer that did not answer, and what gpool did
+/// without it: `MIG placement unknown: \`nvidia-smi mig -lgi\` failed
+/// (exited with 4: Insufficient Permissions); MIG devices from \`nvidia-smi -L\`…`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Degraded {
+    /// What is missing, e.g. `MIG placement unknown`.
+    pub what: String,
+    /// The command or call that failed, e.g. `nvidia-smi mig -lgi`.
+    pub command: String,
+    /// What it said.
+    pub why: String,
+    /// What was used instead, or what follows.
+    pub instead: String,
+}
+
+impl std::fmt::Display for Degraded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: `{}` failed ({}); {}", self.what, self.command, self.why, self.instead)
+    }
+}
+
 /// Why devices could not be discovered or read.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -188,6 +211,12 @@ pub trait Backend: Send {
     fn inventory(&mut self) -> Result<Vec<GpuInfo>, GpuError>;
     /// What every GPU is doing now, in driver index order.
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError>;
+    /// The sub-queries that failed in the last inventory or samples while
+    /// the rest answered, each once: what is missing and what was used
+    /// instead. Empty when everything answered.
+    fn degraded(&self) -> Vec<Degraded> {
+        Vec::new()
+    }
     /// Gives MIG GPU `gpu` exactly the GPU instances of `layout`, each with
     /// one compute instance: nothing to do if it has them already, else its
     /// instances are destroyed and the new ones created. No job may be using

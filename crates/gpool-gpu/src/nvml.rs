@@ -145,7 +145,7 @@ impl Backend for Nvml {
                             uuid: md.uuid().map_err(nvml_err)?,
                             // nvml-wrapper 0.13 has no safe nvmlDeviceGetGpuInstanceId: the
                             // MIG device index stands in (sample() uses the same numbering).
-                            gi_id: m + 1,
+                            gi_id: Some(m + 1),
                             ci_id: None,
                             memory_mb: md.memory_info().map(|m| m.total / MIB).unwrap_or(0),
                             placement: None,

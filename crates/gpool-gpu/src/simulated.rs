@@ -135,7 +135,7 @@ impl Simulated {
                         .map(|(i, p)| MigInfo {
                             profile: p.clone(),
                             uuid: format!("MIG-{}", fake_uuid(&format!("{host}/{index}"), i as u32)),
-                            gi_id: i as u32 + 1,
+                            gi_id: Some(i as u32 + 1),
                             ci_id: Some(0),
                             placement: None,
                             memory_mb: mig_profile_memory_mb(p).unwrap_or(0),
@@ -311,7 +311,7 @@ impl Backend for Simulated {
                 .map(|(i, s)| MigInfo {
                     profile: s.profile.clone(),
                     uuid: format!("MIG-{}", fake_uuid(&format!("{host}/{gpu}/{generation}"), i as u32)),
-                    gi_id: generation * 8 + i as u32,
+                    gi_id: Some(generation * 8 + i as u32),
                     ci_id: Some(0),
                     placement: Some((s.start, 0)),
                     memory_mb: mig_profile_memory_mb(&s.profile).unwrap_or(0),
@@ -359,9 +359,9 @@ impl Backend for Simulated {
                         let used = used_mb(load.as_ref(), m.memory_mb);
                         busy += util * f64::from(mig_gpu_slices(&m.profile).unwrap_or(1)) / MIG_SLICES;
                         used_sum = used_sum.saturating_add(used);
-                        s.processes.extend(processes(load.as_ref(), m.memory_mb, Some(m.gi_id), m.ci_id));
+                        s.processes.extend(processes(load.as_ref(), m.memory_mb, m.gi_id, m.ci_id));
                         s.mig.push(MigSample {
-                            gi_id: m.gi_id,
+                            gi_id: m.gi_id.unwrap_or_default(),
                             ci_id: m.ci_id,
                             memory_used_mb: Some(used),
                             memory_total_mb: Some(m.memory_mb),

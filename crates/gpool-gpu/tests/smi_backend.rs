@@ -135,15 +135,15 @@ fn mig_inventory_from_list_and_lgi_with_extra_columns() {
         ("H100-80GB", 81559, Some("00000000:00:09.0"))
     );
     let mig = g.mig.as_ref().expect("MIG on");
-    let got: Vec<(&str, u32, Option<(u32, u32)>, &str, u64)> =
+    let got: Vec<(&str, Option<u32>, Option<(u32, u32)>, &str, u64)> =
         mig.iter().map(|m| (m.profile.as_str(), m.gi_id, m.placement, m.uuid.as_str(), m.memory_mb)).collect();
     assert_eq!(
         got,
         [
-            ("3g.40gb", 2, Some((4, 4)), "MIG-00000000-0000-0000-0000-000000000000", 39_750),
-            ("2g.20gb", 3, Some((0, 2)), "MIG-00000001-0000-0000-0000-000000000001", 19_750),
-            ("1g.10gb", 9, Some((2, 1)), "MIG-00000002-0000-0000-0000-000000000002", 9_750),
-            ("1g.10gb", 10, Some((3, 1)), "MIG-00000003-0000-0000-0000-000000000003", 9_750),
+            ("3g.40gb", Some(2), Some((4, 4)), "MIG-00000000-0000-0000-0000-000000000000", 39_750),
+            ("2g.20gb", Some(3), Some((0, 2)), "MIG-00000001-0000-0000-0000-000000000001", 19_750),
+            ("1g.10gb", Some(9), Some((2, 1)), "MIG-00000002-0000-0000-0000-000000000002", 9_750),
+            ("1g.10gb", Some(10), Some((3, 1)), "MIG-00000003-0000-0000-0000-000000000003", 9_750),
         ]
     );
     let log = scripts().log("h100-mig");

@@ -94,7 +94,7 @@ fn cluster(b: &MigBench, layout_of: &dyn Fn(usize) -> Vec<MigProfile>) -> Vec<No
                     .map(|(j, p)| MigInstance {
                         profile: p.clone(),
                         uuid: Arc::from(format!("MIG-{name}-{index}-{j}")),
-                        gi_id: j as u32 + 1,
+                        gi_id: Some(j as u32 + 1),
                         memory_mb: u64::from(p.memory_gb) * 1000,
                     })
                     .collect();
@@ -254,10 +254,8 @@ pub fn planner_cost(nodes: u32, gpus_per_node: u32, pending: usize) -> Result<(D
     let day = workload(&MigBench { nodes: 8, gpus_per_node: 8, ..b.clone() });
     for j in day.iter().cycle().take(pending).cloned() {
         let mut spec = gpool_core::JobSpec::new("wait", t0);
-        spec.replica.gpu = gpool_core::GpuRequest::Mig {
-            profile: j.mig.unwrap_or(MigProfile { compute_slices: 7, memory_gb: 80, media_extensions: false }),
-            count: 1,
-        };
+        spec.replica.gpu =
+            gpool_core::GpuRequest::Mig { profile: j.mig.unwrap_or(MigProfile::gpu_instance(7, 80)), count: 1 };
         snap.submit(gpool_core::JobId(id), spec).map_err(|err| SimError::Apply { t: 0.0, err })?;
         id += 1;
     }

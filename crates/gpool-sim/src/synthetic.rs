@@ -36,7 +36,7 @@ fn mig_layout(node: &str, d: &Device) -> Vec<MigInstance> {
             Some(MigInstance {
                 memory_mb: u64::from(profile.memory_gb) * 1000 - 500,
                 uuid: Arc::from(format!("MIG-{node}-{}-{i}", d.index)),
-                gi_id: i as u32 + 1,
+                gi_id: Some(i as u32 + 1),
                 profile,
             })
         })

@@ -43,6 +43,9 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
         for c in &n.conditions {
             lines.push(format!("  condition: {c}"));
         }
+        for d in &n.degraded {
+            lines.push(format!("  degraded: {d}"));
+        }
         for d in &n.devices {
             let who = match (d.job, d.shares.as_slice()) {
                 (Some(j), _) => format!("job {j}"),

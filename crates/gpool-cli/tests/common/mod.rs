@@ -42,6 +42,17 @@ pub struct Daemon {
     agent: ureq::Agent,
 }
 
+/// `gpool up ARGS` on a free port, with `path_first` put in front of `PATH`.
+fn up_command(data: &Path, args: &[&str], path_first: Option<&Path>) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(args);
+    if let Some(dir) = path_first {
+        let path = std::env::var("PATH").unwrap_or_default();
+        cmd.env("PATH", format!("{}:{path}", dir.display()));
+    }
+    cmd
+}
+
 impl Daemon {
     /// Starts a daemon on a simulated inventory and waits for the line saying where it listens.
     pub fn start(data: &Path, gpus: &str, extra: &[&str]) -> Daemon {
@@ -52,19 +63,17 @@ impl Daemon {
 
     /// Starts `gpool up ARGS`, with `path_first` put in front of `PATH` (a stand-in `nvidia-smi`).
     pub fn spawn(data: &Path, args: &[&str], path_first: Option<&Path>) -> Daemon {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(args);
-        if let Some(dir) = path_first {
-            let path = std::env::var("PATH").unwrap_or_default();
-            cmd.env("PATH", format!("{}:{path}", dir.display()));
-        }
-        Daemon::from_command(cmd, data)
+        Daemon::from_command(up_command(data, args, path_first), data)
     }
 
     /// `spawn`, with the daemon's standard error (its log) written to `log`.
     pub fn spawn_logged(data: &Path, args: &[&str], log: &Path) -> Daemon {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["up", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data).args(args);
+        Daemon::spawn_logged_with_path(data, args, None, log)
+    }
+
+    /// `spawn` with `path_first`, and the daemon's log written to `log`.
+    pub fn spawn_logged_with_path(data: &Path, args: &[&str], path_first: Option<&Path>, log: &Path) -> Daemon {
+        let mut cmd = up_command(data, args, path_first);
         cmd.stderr(std::fs::File::create(log).expect("log file"));
         Daemon::from_command(cmd, data)
     }

@@ -74,7 +74,7 @@ impl Cluster {
                     memory_mb: u64::from(profile.memory_gb) * 1000 - 200,
                     profile,
                     uuid: Arc::from(format!("MIG-{name}-{i}")),
-                    gi_id: i as u32 + 1,
+                    gi_id: Some(i as u32 + 1),
                 }
             })
             .collect();

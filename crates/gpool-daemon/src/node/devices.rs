@@ -39,8 +39,9 @@ impl DeviceFiles {
             files.push((g.uuid.clone(), NVIDIA_MAJOR, g.index));
             for m in g.mig.iter().flatten() {
                 files.push((m.uuid.clone(), NVIDIA_MAJOR, g.index));
-                let Some(major) = caps_major else { continue };
-                let gi = proc_root.join(format!("driver/nvidia/capabilities/gpu{}/mig/gi{}", g.index, m.gi_id));
+                // Without a GPU-instance id (not readable without root) its capability files are unknown.
+                let (Some(major), Some(gi_id)) = (caps_major, m.gi_id) else { continue };
+                let gi = proc_root.join(format!("driver/nvidia/capabilities/gpu{}/mig/gi{gi_id}", g.index));
                 let mut access = vec![gi.join("access")];
                 access.extend(m.ci_id.map(|ci| gi.join(format!("ci{ci}")).join("access")));
                 for file in access {
@@ -103,7 +104,7 @@ mod tests {
         MigInfo {
             profile: "3g.40gb".into(),
             uuid: uuid.into(),
-            gi_id: gi,
+            gi_id: Some(gi),
             ci_id: ci,
             memory_mb: 40_000,
             placement: None,

@@ -112,7 +112,7 @@ fn host_memory_mb() -> u64 {
 }
 
 /// This node as it describes itself to the control plane, from discovered devices.
-pub fn describe(name: &str, gpus: &[GpuInfo], source: &str, cfg: &NodeConfig, addr: &str) -> NodeInfo {
+pub fn describe(name: &str, gpus: &[GpuInfo], backend: Option<&dyn Backend>, cfg: &NodeConfig, addr: &str) -> NodeInfo {
     let simulated = cfg.simulate_gpus.is_some();
     let count = gpus.len() as u64;
     let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
@@ -121,7 +121,8 @@ pub fn describe(name: &str, gpus: &[GpuInfo], source: &str, cfg: &NodeConfig, ad
     NodeInfo {
         name: name.to_string(),
         addr: addr.to_string(),
-        source: source.to_string(),
+        source: backend.map_or("none", |b| b.name()).to_string(),
+        degraded: backend.map(|b| b.degraded().iter().map(ToString::to_string).collect()).unwrap_or_default(),
         labels: cfg.labels.clone(),
         pool: cfg.pool.clone(),
         cpus: cfg.cpus.unwrap_or(default_cpus),
@@ -164,16 +165,34 @@ pub fn discover(
     let found = match cfg.gpu_backend.as_str() {
         "nvml" => nvml(),
         "nvidia-smi" => smi(),
+        // NVML first; where it cannot load, nvidia-smi. What is reported is
+        // what failed last: an nvidia-smi that is there and fails is a fault
+        // of its own, not a missing NVML.
         "auto" => nvml().or_else(|e| {
-            smi().map_err(|e2| match e {
-                GpuError::NoDriver(_) => e,
-                _ => GpuError::Nvml(format!("{e}; nvidia-smi: {e2}")),
+            smi().map_err(|e2| match (e, e2) {
+                (GpuError::NoDriver(nvml), GpuError::NoDriver(_)) => GpuError::NoDriver(nvml),
+                (GpuError::NoDriver(nvml), e2) => GpuError::Smi {
+                    args: "(used because NVML cannot load)".into(),
+                    why: format!(
+                        "{}. NVML: {nvml}. Fix what nvidia-smi reports, or pass --simulate-gpus to run without GPUs",
+                        gpool_gpu::smi::inventory::refusal(&e2)
+                    ),
+                },
+                (e, e2) => GpuError::Nvml(format!("{e}; nvidia-smi: {e2}")),
             })
         }),
         other => bail!("--gpu-backend {other:?}: expected auto, nvml or nvidia-smi"),
     };
     match found {
-        Ok((gpus, b)) => Ok((gpus, Some(b))),
+        Ok((gpus, b)) => {
+            let mig: usize = gpus.iter().filter_map(|g| g.mig.as_ref()).map(Vec::len).sum();
+            tracing::info!("{} GPU(s), {mig} MIG device(s), from {}", gpus.len(), b.name());
+            // What did not answer, and what was used instead: on the start-up lines.
+            for d in b.degraded() {
+                tracing::warn!("{d}");
+            }
+            Ok((gpus, Some(b)))
+        }
         Err(e @ GpuError::NoDriver(_)) if cfg.gpu_backend == "auto" => {
             tracing::warn!("{e}. Starting with no GPUs: only CPU jobs can run.");
             Ok((Vec::new(), None))

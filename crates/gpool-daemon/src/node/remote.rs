@@ -150,7 +150,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     let source = backend.as_ref().map_or("none", |b| b.name()).to_string();
     let addr =
         cfg.advertise.clone().or_else(|| local_addr_towards(&cfg.servers[0])).unwrap_or_else(|| "127.0.0.1".into());
-    let doc = describe(&name, &gpus, &source, &cfg.node, &addr);
+    let doc = describe(&name, &gpus, backend.as_deref(), &cfg.node, &addr);
     let lease_path = cfg.data_dir.join("lease");
     let (report_tx, report_rx) = std::sync::mpsc::channel::<AgentReport>();
     let sink_tx = report_tx.clone();
@@ -228,6 +228,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             labels: doc.labels.clone(),
             pool: doc.pool.clone(),
             source: source.clone(),
+            degraded: doc.degraded.clone(),
             gpus: doc.gpus.clone(),
             gpu_sharing: doc.gpu_sharing.clone(),
             container_runtime: doc.container_runtime.clone(),

@@ -129,6 +129,8 @@ pub struct Sampler {
     ticks_per_sec: f64,
     /// The data directory and the free space under which the node takes no new work.
     disk: Option<(PathBuf, u64)>,
+    /// The backend's failed sub-queries already logged (at start-up, or since).
+    degraded: Vec<gpool_gpu::Degraded>,
 }
 
 /// Why a node should take no new work: its data directory's file system
@@ -148,6 +150,7 @@ pub fn disk_condition(dir: &std::path::Path, reserve: u64) -> Option<String> {
 
 impl Sampler {
     pub fn new(node: String, backend: Box<dyn Backend>, interval: Duration, replicas: Replicas) -> Sampler {
+        let backend_degraded = backend.degraded();
         Sampler {
             node,
             backend,
@@ -156,6 +159,7 @@ impl Sampler {
             prev: BTreeMap::new(),
             ticks_per_sec: rustix::param::clock_ticks_per_second() as f64,
             disk: None,
+            degraded: backend_degraded,
         }
     }
 
@@ -172,6 +176,13 @@ impl Sampler {
             Ok(g) => (g, None),
             Err(e) => (Vec::new(), Some(e.to_string())),
         };
+        // A sub-query that stopped answering while the rest do: said once.
+        for d in self.backend.degraded() {
+            if !self.degraded.contains(&d) {
+                tracing::warn!("{d}");
+                self.degraded.push(d);
+            }
+        }
         let replicas: Vec<(ReplicaKey, PathBuf)> =
             lock(&self.replicas).iter().map(|(k, e)| (*k, e.run_dir.clone())).collect();
         // Replicas by the session of their shim.

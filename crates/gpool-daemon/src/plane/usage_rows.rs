@@ -48,7 +48,7 @@ pub fn summary_from_rows(rows: &[SampleRow], resolution: Duration) -> api::Usage
             .device
             .rsplit_once('(')
             .and_then(|(_, p)| p.trim_end_matches(')').parse::<MigProfile>().ok())
-            .map_or(1.0, |p| f64::from(p.compute_slices) / 7.0);
+            .map_or(1.0, |p| f64::from(p.compute()) / 7.0);
         s.gpu_hours += step * equiv / 3600.0;
         if let Some(u) = r.gpu_util {
             util_sum += u;

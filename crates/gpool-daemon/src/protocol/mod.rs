@@ -81,6 +81,8 @@ pub struct NodeInfo {
     pub addr: String,
     /// `nvml`, `nvidia-smi`, `simulated` or `none`.
     pub source: String,
+    /// What the device layer could not read, and what it used instead.
+    pub degraded: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub pool: Option<String>,
     pub cpus: f64,

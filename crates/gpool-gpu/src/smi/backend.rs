@@ -1,16 +1,18 @@
 //! The `nvidia-smi` backend: runs the binary with a timeout and parses what
 //! it prints.
 //!
-//! What it runs (a stand-in script can match on these exact argument lists):
+//! What it runs (the exact argument lists are in [`super::commands`]):
 //!
-//! - [`Backend::inventory`]: [`INVENTORY_ARGS`]; when a GPU has MIG on, also
-//!   [`LIST_ARGS`] (MIG UUIDs) and [`MIG_LGI_ARGS`] (GPU instance ids,
-//!   profiles, placements), and [`XML_ARGS`] only if `-lgi` fails or does not
-//!   account for every MIG device.
+//! - [`Backend::inventory`]: see [`super::inventory`]: `--query-gpu`, and
+//!   only where needed `-L`, `mig -lgi`, `-q -x`, `-q`. Every one of them may
+//!   fail; each GPU is kept as long as one of them lists it.
 //! - [`Backend::sample`]: [`SAMPLE_ARGS`] and [`COMPUTE_APPS_ARGS`]; when a
-//!   GPU has MIG on, also [`XML_ARGS`] (per-instance memory, and the GPU and
-//!   compute instance of each process). If [`SAMPLE_ARGS`] fails (an older
-//!   driver that lacks a field, say), [`XML_ARGS`] alone, then and from then on.
+//!   GPU has MIG on, also [`XML_ARGS`] (else [`TEXT_ARGS`]) for per-instance
+//!   memory and the GPU and compute instance of each process. If
+//!   [`SAMPLE_ARGS`] fails (an older driver that lacks a field, say), the
+//!   report alone, then and from then on. A process list or MIG report that
+//!   fails leaves the sample without them, and says so once
+//!   ([`Backend::degraded`]).
 //!
 //! Extra columns in the CSV answers are fine: columns are read by name.
 
@@ -21,60 +23,16 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use super::commands::{COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS, SAMPLE_ARGS, SAMPLE_FIELDS, TEXT_ARGS, XML_ARGS};
 use super::csv::{QueryGpuRow, parse_compute_apps, parse_query_gpu};
-use super::list::{ListedMig, parse_list};
-use super::mig::{GpuInstance, parse_gpu_instances};
-use super::report::{Report, ReportGpu};
+use super::inventory::{inventory, refusal};
+use super::mig::parse_gpu_instances;
+use super::report::Report;
+use super::text::parse_text;
 use super::value::same_bus_id;
 use super::xml::parse_xml;
-use crate::model::{mig_ci_slices, mig_gi_profile, mig_gpu_slices, mig_profile_memory_mb};
-use crate::{Backend, GpuError, GpuInfo, GpuSample, MigInfo, MigSlot};
-
-/// The fields [`INVENTORY_ARGS`] asks for.
-pub const INVENTORY_FIELDS: &[&str] = &["index", "uuid", "name", "memory.total", "pci.bus_id", "mig.mode.current"];
-/// `nvidia-smi` arguments for the inventory.
-pub const INVENTORY_ARGS: &[&str] =
-    &["--query-gpu=index,uuid,name,memory.total,pci.bus_id,mig.mode.current", "--format=csv"];
-/// `nvidia-smi -L`: MIG device UUIDs.
-pub const LIST_ARGS: &[&str] = &["-L"];
-/// `nvidia-smi mig -lgi`: GPU instances.
-pub const MIG_LGI_ARGS: &[&str] = &["mig", "-lgi"];
-/// The fields [`SAMPLE_ARGS`] asks for: everything [`GpuSample`] maps that
-/// `--query-gpu` has (aliases that drivers from R450 to R590 all accept).
-pub const SAMPLE_FIELDS: &[&str] = &[
-    "index",
-    "uuid",
-    "pci.bus_id",
-    "mig.mode.current",
-    "utilization.gpu",
-    "utilization.memory",
-    "memory.total",
-    "memory.used",
-    "memory.free",
-    "memory.reserved",
-    "temperature.gpu",
-    "temperature.memory",
-    "power.draw",
-    "enforced.power.limit",
-    "clocks.sm",
-    "clocks.mem",
-    "fan.speed",
-    "pstate",
-    "ecc.errors.corrected.volatile.total",
-    "ecc.errors.uncorrected.volatile.total",
-    "clocks_throttle_reasons.active",
-];
-/// `nvidia-smi` arguments for a sample.
-pub const SAMPLE_ARGS: &[&str] = &[
-    "--query-gpu=index,uuid,pci.bus_id,mig.mode.current,utilization.gpu,utilization.memory,memory.total,memory.used,memory.free,memory.reserved,temperature.gpu,temperature.memory,power.draw,enforced.power.limit,clocks.sm,clocks.mem,fan.speed,pstate,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,clocks_throttle_reasons.active",
-    "--format=csv",
-];
-/// The fields [`COMPUTE_APPS_ARGS`] asks for.
-pub const COMPUTE_APPS_FIELDS: &[&str] = &["pid", "process_name", "gpu_uuid", "used_memory"];
-/// `nvidia-smi` arguments for the processes of a sample.
-pub const COMPUTE_APPS_ARGS: &[&str] = &["--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv"];
-/// `nvidia-smi -q -x`: the full report, for MIG details and as the fallback.
-pub const XML_ARGS: &[&str] = &["-q", "-x"];
+use crate::model::mig_gpu_slices;
+use crate::{Backend, Degraded, GpuError, GpuInfo, GpuSample, MigSlot};
 
 /// The most output read from one run (an 8-GPU `-q -x` is about 200 KB).
 const MAX_OUTPUT: u64 = 64 << 20;
@@ -84,8 +42,10 @@ const MAX_OUTPUT: u64 = 64 << 20;
 pub struct NvidiaSmi {
     program: PathBuf,
     timeout: Duration,
-    /// `--query-gpu` failed once and `-q -x` worked: use `-q -x` from now on.
-    xml_only: bool,
+    /// `--query-gpu` failed once and the report worked: use the report from now on.
+    report_only: bool,
+    /// What failed while the rest answered (see [`Backend::degraded`]).
+    degraded: Vec<Degraded>,
 }
 
 /// `name` in the directories of a `PATH`-style list, if there as an executable file.
@@ -119,7 +79,12 @@ impl NvidiaSmi {
 
     /// The `nvidia-smi` at this path (or a stand-in for it).
     pub fn at(program: impl Into<PathBuf>) -> NvidiaSmi {
-        NvidiaSmi { program: program.into(), timeout: NvidiaSmi::DEFAULT_TIMEOUT, xml_only: false }
+        NvidiaSmi {
+            program: program.into(),
+            timeout: NvidiaSmi::DEFAULT_TIMEOUT,
+            report_only: false,
+            degraded: Vec::new(),
+        }
     }
 
     /// Sets how long one run may take.
@@ -200,14 +165,30 @@ impl NvidiaSmi {
         Err(GpuError::Smi {
             args: shown.clone(),
             why: format!(
-                "exited with {status}: {}. Run `nvidia-smi {shown}` by hand to see why",
+                "exited with {}: {}. Run `nvidia-smi {shown}` by hand to see why",
+                status.code().map_or_else(|| status.to_string(), |c| c.to_string()),
                 if message.is_empty() { "no message" } else { &message }
             ),
         })
     }
 
+    /// The `-q -x` report, else the `-q` one (some drivers and containers
+    /// refuse one and not the other).
     fn report(&self) -> Result<Report, GpuError> {
-        parse_xml(&self.run(XML_ARGS)?)
+        match self.run(XML_ARGS).and_then(|t| parse_xml(&t)) {
+            Ok(r) => Ok(r),
+            Err(e @ (GpuError::NoDriver(_) | GpuError::Timeout { .. })) => Err(e),
+            Err(xml_error) => self.run(TEXT_ARGS).and_then(|t| parse_text(&t)).map_err(|text_error| GpuError::Smi {
+                args: XML_ARGS.join(" "),
+                why: format!("{}; `nvidia-smi -q`: {}", refusal(&xml_error), refusal(&text_error)),
+            }),
+        }
+    }
+
+    fn note(&mut self, d: Degraded) {
+        if !self.degraded.iter().any(|x| x.command == d.command && x.what == d.what) {
+            self.degraded.push(d);
+        }
     }
 
     fn sample_from_csv(&self) -> Result<(Vec<QueryGpuRow>, Vec<GpuSample>), GpuError> {
@@ -223,70 +204,6 @@ fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
         let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf);
     }
     buf
-}
-
-/// Fills in the MIG devices of GPU `gpu` from what `-L` listed, with GPU
-/// instance ids, in this order of preference: the old UUID format's own ids;
-/// the `-q -x` report (`report`: MIG device index → ids, and exact memory);
-/// the `mig -lgi` list (`lgi`), matched in order (nvidia-smi numbers MIG
-/// devices by GPU instance id, then compute instance id) by profile. That
-/// match can be off when a GPU instance without a compute instance (so
-/// without a MIG device) comes before one of the same profile; the report
-/// is exact.
-/// Placements come from `lgi`; memory from the report, else the profile name.
-/// `Err` says why the ids cannot be told.
-pub fn mig_inventory(
-    gpu: u32,
-    listed: &[ListedMig],
-    lgi: Option<&[GpuInstance]>,
-    report: Option<&ReportGpu>,
-) -> Result<Vec<MigInfo>, String> {
-    let mut gis: Vec<&GpuInstance> = lgi.unwrap_or(&[]).iter().filter(|g| g.gpu == gpu).collect();
-    gis.sort_by_key(|g| g.gi_id);
-    let mut devices: Vec<&ListedMig> = listed.iter().collect();
-    devices.sort_by_key(|d| d.device);
-    let (mut next_gi, mut used_slices) = (0usize, 0u32);
-    let mut out = Vec::with_capacity(devices.len());
-    for d in devices {
-        let in_report = report.and_then(|r| r.mig_devices.iter().find(|m| m.index == d.device));
-        let (gi_id, ci_id) = if let Some(gi) = d.gi_id {
-            (gi, d.ci_id)
-        } else if let Some(m) = in_report {
-            (m.gi_id, m.ci_id)
-        } else if lgi.is_some() {
-            let want = mig_gi_profile(&d.profile);
-            loop {
-                let Some(gi) = gis.get(next_gi) else {
-                    return Err(format!(
-                        "MIG device {} ({}) has no GPU instance left in `mig -lgi`",
-                        d.device, d.profile
-                    ));
-                };
-                let slices = mig_gpu_slices(&gi.profile).unwrap_or(1);
-                let need = mig_ci_slices(&d.profile).unwrap_or(slices);
-                if mig_gi_profile(&gi.profile) == want && used_slices + need <= slices {
-                    used_slices += need;
-                    break (gi.gi_id, None);
-                }
-                next_gi += 1;
-                used_slices = 0;
-            }
-        } else {
-            return Err(format!("no GPU instance id for MIG device {} ({})", d.device, d.profile));
-        };
-        out.push(MigInfo {
-            profile: d.profile.clone(),
-            uuid: d.uuid.clone(),
-            gi_id,
-            ci_id,
-            memory_mb: in_report
-                .and_then(|m| m.memory_total_mb)
-                .or_else(|| mig_profile_memory_mb(&d.profile))
-                .unwrap_or(0),
-            placement: gis.iter().find(|g| g.gi_id == gi_id).and_then(|g| g.placement),
-        });
-    }
-    Ok(out)
 }
 
 /// Puts each compute app under its GPU: by UUID, else by PCI bus id.
@@ -359,77 +276,73 @@ impl Backend for NvidiaSmi {
     }
 
     fn inventory(&mut self) -> Result<Vec<GpuInfo>, GpuError> {
-        let rows = parse_query_gpu(&self.run(INVENTORY_ARGS)?, Some(INVENTORY_FIELDS))?;
-        let mut gpus = rows.iter().map(QueryGpuRow::to_info).collect::<Result<Vec<_>, _>>()?;
-        if gpus.iter().all(|g| g.mig.is_none()) {
-            return Ok(gpus);
-        }
-        let listed = parse_list(&self.run(LIST_ARGS)?)?;
-        let lgi = self.run(MIG_LGI_ARGS).and_then(|t| parse_gpu_instances(&t));
-        let mut report: Option<Result<Report, GpuError>> = None;
-        for g in gpus.iter_mut().filter(|g| g.mig.is_some()) {
-            let l = listed.iter().find(|l| l.uuid == g.uuid).ok_or_else(|| GpuError::Smi {
-                args: LIST_ARGS.join(" "),
-                why: format!(
-                    "GPU {} ({}) has MIG on but is not listed; is the driver's view changing?",
-                    g.index, g.uuid
-                ),
-            })?;
-            let lgi_list = lgi.as_ref().ok().map(Vec::as_slice);
-            let mig = match mig_inventory(g.index, &l.mig, lgi_list, None) {
-                Ok(m) => m,
-                Err(first) => {
-                    let r = report.get_or_insert_with(|| self.report());
-                    let rg = r.as_ref().ok().and_then(|r| r.gpus.iter().find(|x| x.sample.uuid == g.uuid));
-                    mig_inventory(g.index, &l.mig, lgi_list, rg).map_err(|_| GpuError::Smi {
-                        args: MIG_LGI_ARGS.join(" "),
-                        why: format!(
-                            "cannot tell the GPU instance ids of GPU {}'s MIG devices ({first}; `mig -lgi`: {}; `-q -x`: {}). Listing GPU instances may need root: run gpool as root, or turn MIG off",
-                            g.index,
-                            lgi.as_ref().map_or_else(|e| e.to_string(), |_| "ok".into()),
-                            r.as_ref().map_or_else(|e| e.to_string(), |_| "no such GPU".into()),
-                        ),
-                    })?
-                }
-            };
-            g.mig = Some(mig);
-        }
-        Ok(gpus)
+        let found = inventory(&mut |args| self.run(args))?;
+        self.degraded.retain(|d| d.what.starts_with("sample"));
+        self.degraded.extend(found.degraded);
+        Ok(found.gpus)
+    }
+
+    fn degraded(&self) -> Vec<Degraded> {
+        self.degraded.clone()
     }
 
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
-        if self.xml_only {
+        if self.report_only {
             return Ok(self.report()?.gpus.into_iter().map(|g| g.sample).collect());
         }
         let (rows, mut samples) = match self.sample_from_csv() {
             Ok(x) => x,
             Err(e @ (GpuError::NoDriver(_) | GpuError::Timeout { .. })) => return Err(e),
             Err(csv_error) => {
-                let report = self.report().map_err(|xml_error| GpuError::Smi {
+                let report = self.report().map_err(|report_error| GpuError::Smi {
                     args: SAMPLE_ARGS.join(" "),
-                    why: format!("{csv_error}; the `-q -x` fallback failed too: {xml_error}"),
+                    why: format!("{}; the report fallback failed too: {}", refusal(&csv_error), refusal(&report_error)),
                 })?;
-                self.xml_only = true;
+                self.report_only = true;
+                self.note(Degraded {
+                    what: "samples without `--query-gpu`".into(),
+                    command: format!("nvidia-smi {}", SAMPLE_ARGS.join(" ")),
+                    why: refusal(&csv_error),
+                    instead: "every sample from the `-q` report from now on".into(),
+                });
                 return Ok(report.gpus.into_iter().map(|g| g.sample).collect());
             }
         };
-        let apps = parse_compute_apps(&self.run(COMPUTE_APPS_ARGS)?, Some(COMPUTE_APPS_FIELDS))?;
-        attach_processes(&mut samples, &rows, apps);
+        // Without the process list the sample stands: processes are then
+        // unknown, not absent, and nothing is attributed to jobs by pid.
+        match self.run(COMPUTE_APPS_ARGS).and_then(|t| parse_compute_apps(&t, Some(COMPUTE_APPS_FIELDS))) {
+            Ok(apps) => attach_processes(&mut samples, &rows, apps),
+            Err(e @ (GpuError::NoDriver(_) | GpuError::Timeout { .. })) => return Err(e),
+            Err(e) => self.note(Degraded {
+                what: "sample processes unknown".into(),
+                command: format!("nvidia-smi {}", COMPUTE_APPS_ARGS.join(" ")),
+                why: refusal(&e),
+                instead: "GPU processes are not listed or matched to jobs".into(),
+            }),
+        }
         if rows.iter().any(|r| r.mig_mode == Some(true)) {
             // Per-instance memory and the instance of each process are only in the report.
             // Without it the sample stands, with `mig` empty.
-            if let Ok(report) = self.report() {
-                for (s, r) in samples.iter_mut().zip(&rows) {
-                    if r.mig_mode != Some(true) {
-                        continue;
-                    }
-                    if let Some(g) = report.gpus.iter().find(|g| g.sample.uuid == s.uuid) {
-                        s.mig = g.sample.mig.clone();
-                        if !g.sample.processes.is_empty() {
-                            s.processes = g.sample.processes.clone();
+            match self.report() {
+                Ok(report) => {
+                    for (s, r) in samples.iter_mut().zip(&rows) {
+                        if r.mig_mode != Some(true) {
+                            continue;
+                        }
+                        if let Some(g) = report.gpus.iter().find(|g| g.sample.uuid == s.uuid) {
+                            s.mig = g.sample.mig.clone();
+                            if !g.sample.processes.is_empty() {
+                                s.processes = g.sample.processes.clone();
+                            }
                         }
                     }
                 }
+                Err(e) => self.note(Degraded {
+                    what: "sample of MIG devices unknown".into(),
+                    command: format!("nvidia-smi {}", XML_ARGS.join(" ")),
+                    why: refusal(&e),
+                    instead: "no per-MIG-device memory; whole-GPU readings only".into(),
+                }),
             }
         }
         Ok(samples)
@@ -442,6 +355,7 @@ mod tests {
 
     #[test]
     fn argument_lists_match_their_field_lists() {
+        use crate::smi::commands::{INVENTORY_ARGS, INVENTORY_FIELDS};
         assert_eq!(INVENTORY_ARGS[0], format!("--query-gpu={}", INVENTORY_FIELDS.join(",")));
         assert_eq!(SAMPLE_ARGS[0], format!("--query-gpu={}", SAMPLE_FIELDS.join(",")));
         assert_eq!(COMPUTE_APPS_ARGS[0], format!("--query-compute-apps={}", COMPUTE_APPS_FIELDS.join(",")));

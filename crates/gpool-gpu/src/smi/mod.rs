@@ -8,6 +8,7 @@
 //! | `--query-gpu=… --format=csv` | [`csv`] | [`parse_query_gpu`] |
 //! | `--query-compute-apps=… --format=csv` | [`csv`] | [`parse_compute_apps`] |
 //! | `-L` | [`list`] | [`parse_list`] |
+//! | the inventory from whichever of these answer | [`inventory`] | [`inventory::inventory`] |
 //! | `mig -lgi`, `-lci`, `-lgip`, `-lcip`, `-lgipp`, `-cgi` | [`mig`] | [`parse_gpu_instances`], [`parse_compute_instances`], [`parse_gpu_instance_profiles`], [`parse_compute_instance_profiles`], [`parse_placements`], [`parse_create`] |
 //! | `-q -x` | [`xml`] | [`parse_xml`] |
 //! | `-q` | [`text`] | [`parse_text`] |
@@ -24,10 +25,12 @@
 //! [`GpuError::Parse`](crate::GpuError::Parse) naming the line.
 
 pub mod backend;
+pub mod commands;
 pub mod csv;
 pub mod dmon;
 pub mod gres;
 pub mod help;
+pub mod inventory;
 pub mod list;
 pub mod mig;
 pub mod report;
@@ -37,14 +40,16 @@ pub mod value;
 pub mod version;
 pub mod xml;
 
-pub use backend::{
-    COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS, INVENTORY_ARGS, INVENTORY_FIELDS, LIST_ARGS, MIG_LGI_ARGS, NvidiaSmi,
-    SAMPLE_ARGS, SAMPLE_FIELDS, XML_ARGS, find_in_path, mig_inventory,
+pub use backend::{NvidiaSmi, find_in_path};
+pub use commands::{
+    COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS, INVENTORY_ARGS, INVENTORY_FIELDS, LIST_ARGS, MIG_LGI_ARGS, SAMPLE_ARGS,
+    SAMPLE_FIELDS, TEXT_ARGS, XML_ARGS,
 };
 pub use csv::{ComputeApp, CsvTable, Query, QueryGpuRow, parse_compute_apps, parse_query_gpu};
 pub use dmon::{DmonRow, PmonRow, parse_dmon, parse_pmon};
 pub use gres::{Gres, parse_gres};
 pub use help::{QueryField, parse_help_query};
+pub use inventory::{Inventory, mig_inventory};
 pub use list::{ListedGpu, ListedMig, parse_list};
 pub use mig::{
     ComputeInstance, ComputeInstanceProfile, GpuInstance, GpuInstanceProfile, MigCreateError, MigCreateFailure,

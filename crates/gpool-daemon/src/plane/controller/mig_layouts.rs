@@ -117,7 +117,7 @@ impl Controller {
         // What the node now reports is what it has, also after a failure.
         if let (Some(gpus), Some(link)) = (o.gpus, self.links.get_mut(&node)) {
             link.doc.gpus = gpus;
-            let row = super::nodes::node_row(&link.doc, now);
+            let row = super::node_doc::node_row(&link.doc, now);
             self.writes.push(row);
         }
         let _ = self.snap.hold_mig_gpu(node, o.gpu, false);

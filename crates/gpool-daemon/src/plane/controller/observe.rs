@@ -80,11 +80,11 @@ impl Controller {
                         }
                     }
                 }
+                // Telemetry joins MIG readings by GPU-instance id: an instance
+                // whose id the agent could not read has no readings to label.
                 for (d, m) in mig {
-                    out.insert(
-                        DevRef::Mig { gpu: d.index, gi_id: m.gi_id },
-                        holder(Some(m.profile.clone()), m.memory_mb),
-                    );
+                    let Some(gi_id) = m.gi_id else { continue };
+                    out.insert(DevRef::Mig { gpu: d.index, gi_id }, holder(Some(m.profile.clone()), m.memory_mb));
                 }
             }
         }
@@ -368,11 +368,11 @@ impl Controller {
                     ("Hostname", n.name.to_string()),
                 ];
                 for m in d.mig.iter().flatten() {
-                    let sample = track.sample.mig.iter().find(|x| x.gi_id == m.gi_id);
+                    let sample = track.sample.mig.iter().find(|x| Some(x.gi_id) == m.gi_id);
                     let mut l = labels.clone();
                     l.push(("GPU_I_PROFILE", m.profile.to_string()));
-                    l.push(("GPU_I_ID", m.gi_id.to_string()));
-                    if let Some(h) = holders.get(&DevRef::Mig { gpu: d.index, gi_id: m.gi_id }) {
+                    l.push(("GPU_I_ID", m.gi_id.map(|g| g.to_string()).unwrap_or_default()));
+                    if let Some(h) = m.gi_id.and_then(|gi_id| holders.get(&DevRef::Mig { gpu: d.index, gi_id })) {
                         l.extend(job_labels(h));
                     }
                     migs.push(metrics::MigSeries {

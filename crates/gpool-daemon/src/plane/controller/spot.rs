@@ -35,7 +35,7 @@ impl Controller {
         link.doc.draining = true;
         let doc = link.doc.clone();
         self.apply_node_state(id);
-        self.writes.push(super::nodes::node_row(&doc, now));
+        self.writes.push(super::node_doc::node_row(&doc, now));
         let jobs: Vec<u64> = self.snap.jobs_on(id).map(|j| j.0).collect();
         self.event(
             now,

@@ -141,9 +141,10 @@ impl Controller {
                                             uuid: m.uuid.to_string(),
                                             gi_id: m.gi_id,
                                             memory_mb: m.memory_mb,
+                                            shared_memory: m.profile.shares_memory(),
                                             job: if free_mig & bit == 0 { holder(bit, true) } else { None },
                                             memory_used_mb: track.and_then(|t| {
-                                                t.sample.mig.iter().find(|x| x.gi_id == m.gi_id)?.memory_used_mb
+                                                t.sample.mig.iter().find(|x| Some(x.gi_id) == m.gi_id)?.memory_used_mb
                                             }),
                                         }
                                     })
@@ -185,6 +186,7 @@ impl Controller {
                     free_memory_mb: n.memory_mb.saturating_sub(used.1),
                     labels: n.labels.clone(),
                     source: self.links.get(&id).map_or_else(|| "none".into(), |l| l.doc.source.clone()),
+                    degraded: self.links.get(&id).map(|l| l.doc.degraded.clone()).unwrap_or_default(),
                     addr: self.links.get(&id).map(|l| l.doc.addr.clone()).filter(|a| !a.is_empty()),
                     agent: self.links.get(&id).map(|l| match &l.link {
                         super::Link::Local => "local".to_string(),

@@ -292,7 +292,7 @@ impl Telemetry {
                 let dt = dev.last_at_ms.map_or(0.0, |t| ((r.at_ms - t).max(0) as f64) / 1000.0);
                 dev.last_at_ms = Some(r.at_ms);
                 let equiv = match (&h.mig_profile, h.share_milli) {
-                    (Some(p), _) => f64::from(p.compute_slices) / 7.0,
+                    (Some(p), _) => f64::from(p.compute()) / 7.0,
                     (None, Some(m)) => f64::from(m) / 1000.0,
                     (None, None) => 1.0,
                 };

@@ -344,6 +344,7 @@ fn registration(node: &str, gpus: u32, running: Vec<api::agent::ReplicaId>) -> a
         labels: Default::default(),
         pool: None,
         source: info.source,
+        degraded: Vec::new(),
         gpus: info.gpus,
         running,
         version: "test".into(),
