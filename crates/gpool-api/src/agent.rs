@@ -38,9 +38,20 @@ pub struct MigWire {
     pub memory_mb: u64,
 }
 
+fn nvidia_gpu() -> String {
+    "nvidia-gpu".into()
+}
+
+fn is_nvidia_gpu(kind: &str) -> bool {
+    kind == "nvidia-gpu"
+}
+
 /// A GPU as an agent reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuWire {
+    /// `nvidia-gpu` (absent: agents from before other kinds), `amd-gpu` or `tpu`.
+    #[serde(default = "nvidia_gpu", skip_serializing_if = "is_nvidia_gpu")]
+    pub kind: String,
     pub index: u32,
     pub uuid: String,
     pub name: String,
@@ -278,6 +289,9 @@ pub struct GpuSampleWire {
     pub temperature_c: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_temperature_c: Option<f64>,
+    /// The hottest point of the die (AMD's junction or hotspot sensor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub junction_temperature_c: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_draw_w: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -103,6 +103,7 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
     let name = format!("sim{i:04}");
     let gpu_list: Vec<wire::GpuWire> = (0..gpus)
         .map(|g| wire::GpuWire {
+            kind: "nvidia-gpu".into(),
             index: g,
             uuid: format!("GPU-{i:08x}-{g:04x}-0000-0000-000000000000"),
             name: "Simulated H100-80GB".into(),

@@ -602,6 +602,7 @@ impl<'s> Capacity<'s> {
             replicas: job.spec.replicas,
             gpu: job.spec.replica.gpu.clone(),
             model: job.spec.replica.gpu_model.clone(),
+            kind: job.spec.replica.gpu_kind,
         };
         let hosts = (0..self.free.len() as u32).any(|n| {
             let e = self.entry(n);
@@ -891,10 +892,12 @@ pub(crate) fn placement_units(snap: &Snapshot, placement: &Placement) -> GpuMill
 
 impl Job {
     /// Whether GPU model `m` (an index into the snapshot's models) is allowed for this job.
+    /// (And of kind: a model is interned per kind.)
     pub(crate) fn model_allows_index(&self, snap: &Snapshot, m: usize) -> bool {
-        match &self.spec.replica.gpu_model {
-            None => true,
-            Some(want) => same_model(want, &snap.models[m].name),
-        }
+        self.spec.kind_allows(snap.models[m].kind)
+            && match &self.spec.replica.gpu_model {
+                None => true,
+                Some(want) => same_model(want, &snap.models[m].name),
+            }
     }
 }

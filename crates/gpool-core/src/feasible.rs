@@ -65,7 +65,8 @@ impl Snapshot {
             let mut room = 0u32;
             for (di, d) in e.node.devices.iter().enumerate() {
                 let managed = e.mig_range(di).is_some_and(|r| e.mig_managed & r != 0);
-                let model_ok = spec.replica.gpu_model.as_deref().is_none_or(|m| d.model.eq_ignore_ascii_case(m));
+                let model_ok = spec.kind_allows(d.kind)
+                    && spec.replica.gpu_model.as_deref().is_none_or(|m| d.model.eq_ignore_ascii_case(m));
                 let Some(geo) = crate::mig_geometry::geometry(&d.model).filter(|_| managed && model_ok) else {
                     continue;
                 };
@@ -95,8 +96,12 @@ impl Snapshot {
                 return Err(Infeasible::NoSharing);
             }
         }
-        let need =
-            Need { replicas: spec.replicas, gpu: spec.replica.gpu.clone(), model: spec.replica.gpu_model.clone() };
+        let need = Need {
+            replicas: spec.replicas,
+            gpu: spec.replica.gpu.clone(),
+            model: spec.replica.gpu_model.clone(),
+            kind: spec.replica.gpu_kind,
+        };
         let units = spec.gpu_units();
         if let Some(q) = self.queues.get(&spec.queue)
             && let Some(max) = q.max

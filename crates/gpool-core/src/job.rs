@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::node::{Labels, Node, NodeId};
-use crate::resources::{GPU, GpuMilli, MigProfile, same_model};
+use crate::resources::{DeviceKind, GPU, GpuMilli, MigProfile, same_model};
 use crate::time::Time;
 
 /// A job's identity, assigned by whoever submits to the snapshot (the daemon
@@ -97,6 +97,9 @@ pub struct ReplicaRequest {
     pub gpu: GpuRequest,
     /// Only GPUs of this model (case-insensitive, `H100-80GB`).
     pub gpu_model: Option<Arc<str>>,
+    /// Only accelerators of this kind (`nvidia.com/gpu`, `amd.com/gpu`,
+    /// `google.com/tpu`); `None`: any GPU, NVIDIA or AMD, never a TPU.
+    pub gpu_kind: Option<DeviceKind>,
     pub cpus_milli: u64,
     pub memory_mb: u64,
 }
@@ -285,6 +288,14 @@ impl JobSpec {
     /// Whether the node has any device this job's model constraint allows.
     pub fn model_allows(&self, model: &str) -> bool {
         self.replica.gpu_model.as_deref().is_none_or(|m| same_model(m, model))
+    }
+
+    /// Whether a device of this kind may serve the job's GPU request.
+    pub fn kind_allows(&self, kind: DeviceKind) -> bool {
+        match self.replica.gpu_kind {
+            Some(want) => want == kind,
+            None => kind != DeviceKind::Tpu,
+        }
     }
 
     /// Whether `other` (a job's labels) is repelled by this job's anti-affinity.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::job::{GpuRequest, JobId, Placement};
 use crate::node::NodeId;
 use crate::quota::QuotaBlock;
-use crate::resources::GpuMilli;
+use crate::resources::{DeviceKind, GpuMilli};
 use crate::time::Time;
 
 /// Start a job on a placement.
@@ -56,6 +56,7 @@ pub struct Need {
     pub replicas: u32,
     pub gpu: GpuRequest,
     pub model: Option<Arc<str>>,
+    pub kind: Option<DeviceKind>,
 }
 
 impl fmt::Display for Need {
@@ -63,7 +64,12 @@ impl fmt::Display for Need {
         if self.replicas > 1 {
             write!(f, "{} replicas of ", self.replicas)?;
         }
-        let model = self.model.as_deref().unwrap_or("GPU");
+        let model = self.model.as_deref().unwrap_or(match self.kind {
+            None => "GPU",
+            Some(DeviceKind::NvidiaGpu) => "NVIDIA GPU",
+            Some(DeviceKind::AmdGpu) => "AMD GPU",
+            Some(DeviceKind::Tpu) => "TPU chip",
+        });
         match &self.gpu {
             GpuRequest::None => f.write_str("CPU and memory only"),
             GpuRequest::Gpus { count } => write!(f, "{count}×{model}"),
@@ -256,7 +262,8 @@ mod tests {
 
     #[test]
     fn reasons_read_like_the_issue_promised() {
-        let need = Need { replicas: 1, gpu: GpuRequest::Gpus { count: 4 }, model: Some(Arc::from("H100-80GB")) };
+        let need =
+            Need { replicas: 1, gpu: GpuRequest::Gpus { count: 4 }, model: Some(Arc::from("H100-80GB")), kind: None };
         let cases = [
             (PendingReason::NoFit { need, best_free: 2 }, "needs 4×H100-80GB on one node, best node has 2 free"),
             (

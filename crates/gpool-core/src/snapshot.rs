@@ -252,10 +252,10 @@ fn add_mask(masks: &mut Vec<(usize, u64)>, key: usize, bit: u64) {
 }
 
 fn intern_model(models: &mut Vec<ModelInfo>, d: &Device) -> usize {
-    if let Some(i) = models.iter().position(|m| *m.name == *d.model) {
+    if let Some(i) = models.iter().position(|m| *m.name == *d.model && m.kind == d.kind) {
         return i;
     }
-    models.push(ModelInfo { name: d.model.clone(), memory_mb: d.memory_mb });
+    models.push(ModelInfo { name: d.model.clone(), memory_mb: d.memory_mb, kind: d.kind });
     models.len() - 1
 }
 
@@ -275,12 +275,11 @@ pub(crate) fn low_bits(n: usize) -> u64 {
 /// Indices of the set bits, lowest first.
 pub(crate) fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
     std::iter::from_fn(move || {
-        if mask == 0 {
-            return None;
-        }
-        let i = mask.trailing_zeros() as usize;
-        mask &= mask - 1;
-        Some(i)
+        (mask != 0).then(|| {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            i
+        })
     })
 }
 
@@ -289,6 +288,7 @@ pub(crate) fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
 pub(crate) struct ModelInfo {
     pub(crate) name: Arc<str>,
     pub(crate) memory_mb: u64,
+    pub(crate) kind: crate::DeviceKind,
 }
 
 /// A MIG profile present in the cluster.

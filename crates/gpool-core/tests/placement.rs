@@ -309,3 +309,40 @@ fn a_job_only_a_draining_node_could_run_says_so() {
     let other = c.submit(job("w").gpus(1).model("A100-80GB"));
     assert!(c.reason(&c.plan(t(2)), other).contains("no node that is up matches"), "no node could ever");
 }
+
+/// Issue 22: a vendor resource gets only its vendor's devices; "any GPU" gets
+/// an NVIDIA or AMD GPU but never a TPU; a model is matched within its kind.
+#[test]
+fn accelerator_kinds_keep_their_jobs_apart() {
+    use gpool_core::DeviceKind::{AmdGpu, NvidiaGpu, Tpu};
+    let cases: [(Option<gpool_core::DeviceKind>, Option<&str>, &[&str]); 5] = [
+        (Some(AmdGpu), None, &["amd"]),
+        (Some(NvidiaGpu), None, &["nv"]),
+        (Some(Tpu), None, &["tpu"]),
+        (None, None, &["amd", "nv"]),
+        (None, Some("MI300X"), &["amd"]),
+    ];
+    for (kind, model, may) in cases {
+        let mut c = Cluster::new("gpool")
+            .node_of_kind("nv", 4, "H100-80GB", NvidiaGpu)
+            .node_of_kind("amd", 4, "MI300X", AmdGpu)
+            .node_of_kind("tpu", 4, "v5p", Tpu);
+        let mut j = job("u").gpus(4);
+        if let Some(k) = kind {
+            j = j.kind(k);
+        }
+        if let Some(m) = model {
+            j = j.model(m);
+        }
+        let id = c.submit(j);
+        let plan = c.plan(t(0));
+        let on = c.nodes_of(&plan, id);
+        assert!(may.contains(&on[0].as_str()), "{kind:?} {model:?}: on {on:?}, may {may:?}");
+    }
+    // A TPU model asked of "any GPU" is not found, and the reason says so.
+    let mut c = Cluster::new("gpool").node_of_kind("tpu", 4, "v5p", Tpu);
+    let id = c.submit(job("u").gpus(1));
+    let plan = c.plan(t(0));
+    assert!(plan.starts.is_empty(), "{plan:?}");
+    assert!(!c.reason(&plan, id).is_empty());
+}

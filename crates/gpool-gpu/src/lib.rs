@@ -20,10 +20,12 @@
 //! never zero. Nothing depends on a GPU model name: models this crate has
 //! never seen work the same way.
 
+pub mod amd;
 pub mod model;
 pub mod nvml;
 pub mod simulated;
 pub mod smi;
+pub mod tool;
 
 /// One MIG GPU instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,9 +54,32 @@ pub struct MigSlot {
     pub start: u32,
 }
 
-/// One GPU as discovered.
+/// What kind of accelerator a device is, and so how a job is pinned to it
+/// (`CUDA_VISIBLE_DEVICES`, `ROCR_VISIBLE_DEVICES`, `TPU_VISIBLE_CHIPS`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Accelerator {
+    #[default]
+    NvidiaGpu,
+    AmdGpu,
+    Tpu,
+}
+
+impl Accelerator {
+    /// `nvidia-gpu`, `amd-gpu` or `tpu` (what `gpool_core::DeviceKind` reads).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accelerator::NvidiaGpu => "nvidia-gpu",
+            Accelerator::AmdGpu => "amd-gpu",
+            Accelerator::Tpu => "tpu",
+        }
+    }
+}
+
+/// One GPU (or other accelerator) as discovered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuInfo {
+    pub kind: Accelerator,
+    /// Driver index: what the pinning variable of its kind takes.
     pub index: u32,
     pub uuid: String,
     /// The name the driver reports, e.g. `NVIDIA H100 80GB HBM3`.
@@ -110,6 +135,9 @@ pub struct GpuSample {
     pub memory_reserved_mb: Option<u64>,
     pub temperature_c: Option<f64>,
     pub memory_temperature_c: Option<f64>,
+    /// The hottest point of the die (AMD's junction, or hotspot, sensor),
+    /// where the device has one besides its edge temperature.
+    pub junction_temperature_c: Option<f64>,
     pub power_draw_w: Option<f64>,
     pub power_limit_w: Option<f64>,
     /// Total energy since the driver loaded, millijoules.
@@ -158,7 +186,7 @@ impl std::fmt::Display for Degraded {
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     #[error(
-        "no NVIDIA driver found: {0}. Install the driver (nvidia-smi must work), or run with --simulate-gpus 8xH100-80GB to try gpool without GPUs"
+        "no GPU driver found: {0}. Install the driver (nvidia-smi, or amd-smi or rocm-smi for AMD GPUs, must work), or run with --simulate-gpus 8xH100-80GB to try gpool without GPUs"
     )]
     NoDriver(String),
     #[error("NVML error: {0}")]
@@ -167,6 +195,10 @@ pub enum GpuError {
         "invalid --simulate-gpus {spec:?}: {why} (expected e.g. 8xH100-80GB, 4xA100-80GB,4xL4 or 1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb)"
     )]
     Spec { spec: String, why: String },
+    /// A vendor tool other than nvidia-smi (`amd-smi`, `rocm-smi`,
+    /// `tpu-info`) could not be run, or failed.
+    #[error("{tool} {args}: {why}")]
+    Tool { tool: String, args: String, why: String },
     /// `nvidia-smi` could not be run, or failed.
     #[error("nvidia-smi {args}: {why}")]
     Smi { args: String, why: String },

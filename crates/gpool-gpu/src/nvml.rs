@@ -157,6 +157,7 @@ impl Backend for Nvml {
                 None
             };
             gpus.push(GpuInfo {
+                kind: crate::Accelerator::NvidiaGpu,
                 index: i,
                 uuid: d.uuid().map_err(nvml_err)?,
                 model: short_model(&name),
@@ -283,6 +284,7 @@ impl Backend for Nvml {
                 temperature_c: get!(d.temperature(TemperatureSensor::Gpu)).map(f64::from),
                 // NVML has memory temperature only as a field value; not read here.
                 memory_temperature_c: None,
+                junction_temperature_c: None,
                 power_draw_w: get!(d.power_usage()).map(|mw| f64::from(mw) / 1000.0),
                 power_limit_w: get!(d.enforced_power_limit()).map(|mw| f64::from(mw) / 1000.0),
                 energy_mj: get!(d.total_energy_consumption()),
@@ -384,7 +386,7 @@ mod tests {
         match Nvml::load() {
             Err(e @ GpuError::NoDriver(_)) => {
                 let msg = e.to_string();
-                assert!(msg.contains("no NVIDIA driver found") && msg.contains("--simulate-gpus"), "{msg}");
+                assert!(msg.contains("no GPU driver found") && msg.contains("--simulate-gpus"), "{msg}");
             }
             Err(other) => panic!("unexpected error kind: {other}"),
             Ok(mut n) => {

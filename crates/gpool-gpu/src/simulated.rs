@@ -57,6 +57,29 @@ const MEMORY_TEMP_OFFSET_C: f64 = 4.0;
 const FAN_IDLE_PCT: f64 = 30.0;
 const FAN_PCT_PER_C: f64 = 1.5;
 
+/// The vendor of a simulated model, from its name: `MI300X-192GB`, `RX-7900`,
+/// `Radeon…` and `AMD…` are AMD GPUs; `TPU-v5p`, `v4`, `v5e`, `v5p`, `v6e`
+/// are TPU chips; anything else is an NVIDIA GPU.
+pub fn kind_of_model(model: &str) -> crate::Accelerator {
+    let m = model.to_ascii_lowercase();
+    let after = |p: &str| m.strip_prefix(p).and_then(|r| r.chars().next());
+    if after("mi").is_some_and(|c| c.is_ascii_digit()) || ["rx", "radeon", "amd"].iter().any(|p| m.starts_with(p)) {
+        crate::Accelerator::AmdGpu
+    } else if m.starts_with("tpu") || tpu_generation(&m) {
+        crate::Accelerator::Tpu
+    } else {
+        crate::Accelerator::NvidiaGpu
+    }
+}
+
+/// `v4`, `v5e`, `v5p-95gb`, `v6e`: a `v`, one digit, then no other digit (`v100` is NVIDIA's).
+fn tpu_generation(m: &str) -> bool {
+    let mut c = m.chars();
+    c.next() == Some('v')
+        && c.next().is_some_and(|d| d.is_ascii_digit())
+        && !c.next().is_some_and(|d| d.is_ascii_digit())
+}
+
 /// Memory in MiB the driver reports for a model name (from the `…GB` in the name, else 24 GB).
 fn memory_mb(model: &str) -> u64 {
     let gb = model
@@ -110,6 +133,10 @@ impl Simulated {
             if model.is_empty() || count == 0 || count > 64 {
                 return Err(bad(format!("{group:?}: 1 to 64 GPUs of a named model")));
             }
+            let kind = kind_of_model(model);
+            if kind != crate::Accelerator::NvidiaGpu && mig.is_some() {
+                return Err(bad(format!("{group:?}: MIG is NVIDIA's; {model} is a {} model", kind.as_str())));
+            }
             let profiles: Option<Vec<String>> = match mig {
                 None => None,
                 Some(m) => {
@@ -127,7 +154,11 @@ impl Simulated {
             };
             for _ in 0..count {
                 let index = gpus.len() as u32;
-                let uuid = format!("GPU-{}", fake_uuid(host, index));
+                let uuid = match kind {
+                    crate::Accelerator::NvidiaGpu => format!("GPU-{}", fake_uuid(host, index)),
+                    crate::Accelerator::AmdGpu => format!("AMD-{}", fake_uuid(host, index)),
+                    crate::Accelerator::Tpu => format!("TPU-{}", fake_uuid(host, index)),
+                };
                 let mem = memory_mb(model);
                 let mig = profiles.as_ref().map(|ps| {
                     ps.iter()
@@ -143,13 +174,14 @@ impl Simulated {
                         .collect()
                 });
                 gpus.push(GpuInfo {
+                    kind,
                     index,
                     uuid,
                     name: format!("Simulated {model}"),
                     model: model.to_string(),
                     memory_mb: mem,
                     pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index)),
-                    nvlink_group: Some(0),
+                    nvlink_group: (kind == crate::Accelerator::NvidiaGpu).then_some(0),
                     nvlink_peers: Vec::new(),
                     numa_node: Some(0),
                     mig,
@@ -407,6 +439,22 @@ impl Backend for Simulated {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_vendor_follows_the_model_name() {
+        let mut s = Simulated::parse("8xMI300X-192GB,2xH100-80GB,4xv5p-95GB", "h").expect("spec");
+        let inv = s.inventory().expect("inventory");
+        let kinds: Vec<(&str, crate::Accelerator)> = inv.iter().map(|g| (g.model.as_str(), g.kind)).collect();
+        assert_eq!(kinds[0], ("MI300X-192GB", crate::Accelerator::AmdGpu));
+        assert_eq!(kinds[8], ("H100-80GB", crate::Accelerator::NvidiaGpu));
+        assert_eq!(kinds[10], ("v5p-95GB", crate::Accelerator::Tpu));
+        assert!(inv[0].uuid.starts_with("AMD-") && inv[0].nvlink_group.is_none());
+        let e = Simulated::parse("1xMI300X:mig=1g.10gb", "h").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("MIG is NVIDIA's"), "{e}");
+        for (m, k) in [("RX-7900", "amd-gpu"), ("TPU-v4", "tpu"), ("V100-32GB", "nvidia-gpu"), ("L4", "nvidia-gpu")] {
+            assert_eq!(kind_of_model(m).as_str(), k, "{m}");
+        }
+    }
 
     #[test]
     fn specs_expand_to_devices() {

@@ -12,7 +12,8 @@ use crate::output::{Output, emit, text};
 
 #[derive(Args, Debug)]
 pub(crate) struct SubmitArgs {
-    /// Whole GPUs per replica (nvidia.com/gpu).
+    /// Whole GPUs per replica, NVIDIA or AMD (gpool.io/gpu; a spec can ask
+    /// for one vendor's: nvidia.com/gpu, amd.com/gpu).
     #[arg(long, conflicts_with_all = ["mig", "gpu_memory", "gpu_fraction"])]
     gpus: Option<u32>,
     /// One MIG instance of this profile per replica, e.g. 1g.10gb.
@@ -120,7 +121,7 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         }
         let res = &mut s.resources;
         if let Some(g) = a.gpus {
-            res.insert("nvidia.com/gpu".into(), Quantity::Number(f64::from(g)));
+            res.insert("gpool.io/gpu".into(), Quantity::Number(f64::from(g)));
         }
         if let Some(m) = &a.mig {
             res.insert(format!("nvidia.com/mig-{}", m.trim_start_matches("nvidia.com/mig-")), Quantity::Number(1.0));

@@ -291,3 +291,23 @@ pub fn count<K: Ord>(items: impl IntoIterator<Item = K>) -> BTreeMap<K, usize> {
     }
     m
 }
+
+impl Cluster {
+    /// `count` accelerators of `kind` and `model` on one node.
+    pub fn node_of_kind(mut self, name: &str, count: u32, model: &str, kind: DeviceKind) -> Cluster {
+        let mut n = Node::with_gpus(name, count, model, model_memory(model));
+        for d in &mut n.devices {
+            d.kind = kind;
+        }
+        self.snap.add_node(n).expect("node");
+        self
+    }
+}
+
+impl J {
+    /// Only accelerators of this kind (`amd.com/gpu` is `DeviceKind::AmdGpu`).
+    pub fn kind(mut self, k: DeviceKind) -> J {
+        self.spec.replica.gpu_kind = Some(k);
+        self
+    }
+}

@@ -87,6 +87,7 @@ mod tests {
 
     fn gpu(index: u32, mig: Option<Vec<MigInfo>>) -> GpuInfo {
         GpuInfo {
+            kind: gpool_gpu::Accelerator::NvidiaGpu,
             index,
             uuid: format!("GPU-{index}"),
             name: "NVIDIA H100 80GB HBM3".into(),

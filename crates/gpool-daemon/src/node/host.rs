@@ -162,14 +162,20 @@ pub fn discover(
         let mut s = gpool_gpu::smi::NvidiaSmi::on_path()?;
         Ok((s.inventory()?, Box::new(s)))
     };
+    let amd = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {
+        let mut a = gpool_gpu::amd::Amd::on_path()?;
+        Ok((a.inventory()?, Box::new(a)))
+    };
     let found = match cfg.gpu_backend.as_str() {
         "nvml" => nvml(),
         "nvidia-smi" => smi(),
+        "amd" => amd(),
         // NVML first; where it cannot load, nvidia-smi. What is reported is
         // what failed last: an nvidia-smi that is there and fails is a fault
         // of its own, not a missing NVML.
-        "auto" => nvml().or_else(|e| {
-            smi().map_err(|e2| match (e, e2) {
+        "auto" => nvml()
+            .or_else(|e| {
+                smi().map_err(|e2| match (e, e2) {
                 (GpuError::NoDriver(nvml), GpuError::NoDriver(_)) => GpuError::NoDriver(nvml),
                 (GpuError::NoDriver(nvml), e2) => GpuError::Smi {
                     args: "(used because NVML cannot load)".into(),
@@ -180,8 +186,16 @@ pub fn discover(
                 },
                 (e, e2) => GpuError::Nvml(format!("{e}; nvidia-smi: {e2}")),
             })
-        }),
-        other => bail!("--gpu-backend {other:?}: expected auto, nvml or nvidia-smi"),
+            })
+            // No NVIDIA driver at all: AMD's tools (one kind of GPU per node).
+            .or_else(|e| match e {
+                GpuError::NoDriver(nvidia) => amd().map_err(|e2| match e2 {
+                    GpuError::NoDriver(amd) => GpuError::NoDriver(format!("{nvidia}; {amd}")),
+                    e2 => e2,
+                }),
+                e => Err(e),
+            }),
+        other => bail!("--gpu-backend {other:?}: expected auto, nvml, nvidia-smi or amd"),
     };
     match found {
         Ok((gpus, b)) => {

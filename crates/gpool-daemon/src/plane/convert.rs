@@ -6,7 +6,7 @@ use std::time::Duration;
 use gpool_api::quantity::{parse_bytes, parse_cpu_milli, parse_duration};
 use gpool_api::spec::{DurationText, MatchExpression, Priority, Quantity};
 use gpool_core::job::{LabelExpr, LabelOp, NodeAffinity};
-use gpool_core::{GpuRequest, JobSpec, MigProfile, Time};
+use gpool_core::{DeviceKind, GpuRequest, JobSpec, MigProfile, Time};
 
 /// A field of a submitted spec that is wrong, and how.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -208,7 +208,7 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
         if gpu.replace(g).is_some() {
             return Err(bad(
                 format!("resources.{field}"),
-                "a job asks for one kind of GPU resource: nvidia.com/gpu, one nvidia.com/mig-<profile>, gpool.io/gpu-memory, or a share (gpool.io/gpu-fraction, with or without gpool.io/gpu-memory)",
+                "a job asks for one kind of accelerator resource: nvidia.com/gpu, amd.com/gpu, google.com/tpu, gpool.io/gpu (any GPU), one nvidia.com/mig-<profile>, gpool.io/gpu-memory, or a share (gpool.io/gpu-fraction, with or without gpool.io/gpu-memory)",
             ));
         }
         Ok(())
@@ -216,7 +216,16 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     for (key, q) in &spec.resources {
         let field = format!("resources.{key}");
         match key.as_str() {
-            "nvidia.com/gpu" => set_gpu(key, GpuRequest::Gpus { count: whole(&field, q)? })?,
+            // Whole devices of one vendor, or any GPU (NVIDIA or AMD) for portable jobs.
+            "nvidia.com/gpu" | "amd.com/gpu" | "google.com/tpu" | "gpool.io/gpu" => {
+                core.replica.gpu_kind = match key.as_str() {
+                    "nvidia.com/gpu" => Some(DeviceKind::NvidiaGpu),
+                    "amd.com/gpu" => Some(DeviceKind::AmdGpu),
+                    "google.com/tpu" => Some(DeviceKind::Tpu),
+                    _ => None,
+                };
+                set_gpu(key, GpuRequest::Gpus { count: whole(&field, q)? })?
+            }
             "cpu" => {
                 core.replica.cpus_milli = parse_cpu_milli(&q.text()).map_err(|e| bad(&field, e.to_string()))?;
                 if core.replica.cpus_milli == 0 {
@@ -238,12 +247,13 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
             k if k.starts_with("nvidia.com/mig-") => {
                 let profile: MigProfile =
                     k.parse().map_err(|e: gpool_core::resources::MigProfileError| bad(&field, e.to_string()))?;
+                core.replica.gpu_kind = Some(DeviceKind::NvidiaGpu);
                 set_gpu(key, GpuRequest::Mig { profile, count: whole(&field, q)? })?
             }
             _ => {
                 return Err(bad(
                     &field,
-                    "unknown resource; use nvidia.com/gpu, nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb), gpool.io/gpu-fraction, gpool.io/gpu-memory, cpu or memory",
+                    "unknown resource; use nvidia.com/gpu, amd.com/gpu, google.com/tpu, gpool.io/gpu (any GPU), nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb), gpool.io/gpu-fraction, gpool.io/gpu-memory, cpu or memory",
                 ));
             }
         }

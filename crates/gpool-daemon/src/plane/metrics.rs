@@ -106,7 +106,10 @@ impl Histogram {
 /// Everything one scrape shows.
 #[derive(Clone, Debug)]
 pub struct Scrape {
+    /// NVIDIA GPUs, under DCGM exporter names.
     pub gpus: Vec<GpuSeries>,
+    /// AMD GPUs, under AMD device-metrics-exporter names.
+    pub amd: Vec<GpuSeries>,
     pub migs: Vec<MigSeries>,
     pub queues: Vec<QueueStat>,
     pub jobs_by_state: BTreeMap<String, u64>,
@@ -240,6 +243,19 @@ pub fn render(s: &Scrape) -> String {
         .map(|x| (num(free(x.sample.memory_total_mb, x.sample.memory_used_mb, x.sample.memory_free_mb)), &x.labels));
     let mig_free = s.migs.iter().map(|x| (num(free(x.memory_total_mb, x.memory_used_mb, None)), &x.labels));
     family(&mut out, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", gpu_free.chain(mig_free));
+    // AMD GPUs under the names of AMD's device-metrics exporter, so that its dashboards work.
+    let mut amd = |name: &str, help: &str, get: &dyn Fn(&GpuSample) -> Option<f64>| {
+        family(&mut out, name, "gauge", help, s.amd.iter().map(|x| (get(&x.sample), &x.labels)));
+    };
+    amd("gpu_gfx_activity", "Graphics engine usage (in %).", &|x| x.gpu_util_pct);
+    amd("gpu_umc_activity", "Memory controller usage (in %).", &|x| x.mem_util_pct);
+    amd("gpu_used_vram", "VRAM in use (in MB).", &|x| num(x.memory_used_mb));
+    amd("gpu_total_vram", "VRAM (in MB).", &|x| num(x.memory_total_mb));
+    amd("gpu_free_vram", "VRAM free (in MB).", &|x| num(free(x.memory_total_mb, x.memory_used_mb, x.memory_free_mb)));
+    amd("gpu_power_usage", "Power draw (in W).", &|x| x.power_draw_w);
+    amd("gpu_edge_temperature", "Edge temperature (in C).", &|x| x.temperature_c);
+    amd("gpu_junction_temperature", "Junction (hotspot) temperature (in C).", &|x| x.junction_temperature_c);
+    amd("gpu_memory_temperature", "Memory temperature (in C).", &|x| x.memory_temperature_c);
 
     header(&mut out, "gpool_queue_pending_jobs", "gauge", "Jobs waiting in the queue.");
     for q in &s.queues {
@@ -425,6 +441,16 @@ mod tests {
                     sample: GpuSample { gpu_util_pct: None, memory_used_mb: Some(0), ..GpuSample::default() },
                 },
             ],
+            amd: vec![GpuSeries {
+                labels: vec![("gpu_id", "0".into()), ("card_model", "AMD Instinct MI300X".into())],
+                sample: GpuSample {
+                    gpu_util_pct: Some(87.0),
+                    memory_used_mb: Some(150_000),
+                    memory_total_mb: Some(196_592),
+                    junction_temperature_c: Some(71.0),
+                    ..GpuSample::default()
+                },
+            }],
             migs: vec![MigSeries {
                 labels: vec![("gpu", "1".into()), ("GPU_I_PROFILE", "1g.10gb".into()), ("GPU_I_ID", "9".into())],
                 memory_used_mb: Some(13),
@@ -481,6 +507,14 @@ mod tests {
         assert!(text.contains("DCGM_FI_DEV_FB_FREE{gpu=\"0\""), "free is derived from total and used");
         assert!(text.contains("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"0\"") && text.contains("} 4\n"));
         assert!(text.contains("DCGM_FI_DEV_FB_USED{gpu=\"1\",GPU_I_PROFILE=\"1g.10gb\",GPU_I_ID=\"9\"} 13"));
+        // AMD GPUs under AMD's exporter names, never as DCGM series.
+        let amd = "{gpu_id=\"0\",card_model=\"AMD Instinct MI300X\"}";
+        for want in ["gpu_gfx_activity", "gpu_used_vram", "gpu_free_vram", "gpu_junction_temperature"] {
+            assert!(text.contains(&format!("{want}{amd} ")), "{want}: {text}");
+        }
+        assert!(text.contains(&format!("gpu_free_vram{amd} 46592\n")), "{text}");
+        assert!(!text.contains("gpu_edge_temperature"), "an absent value is no series");
+        assert!(!text.lines().any(|l| l.starts_with("DCGM") && l.contains("MI300X")), "{text}");
         assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"5\"} 1\n"));
         assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(text.contains("gpool_queue_pending_gpus{queue=\"research\"} 2.5\n"));
@@ -507,6 +541,7 @@ mod tests {
             memory_reserved_mb: Some(1),
             temperature_c: Some(1.0),
             memory_temperature_c: Some(1.0),
+            junction_temperature_c: None,
             power_draw_w: Some(1.0),
             power_limit_w: Some(1.0),
             energy_mj: Some(1),

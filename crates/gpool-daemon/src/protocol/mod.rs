@@ -221,6 +221,7 @@ pub fn parse_signal(s: &str) -> Option<Signal> {
 pub fn gpus_to_wire(gpus: &[gpool_gpu::GpuInfo]) -> Vec<gpool_api::agent::GpuWire> {
     gpus.iter()
         .map(|g| gpool_api::agent::GpuWire {
+            kind: g.kind.as_str().to_string(),
             index: g.index,
             uuid: g.uuid.clone(),
             name: g.name.clone(),

@@ -16,11 +16,7 @@
 //!
 //! Extra columns in the CSV answers are fine: columns are read by name.
 
-use std::ffi::OsStr;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use super::commands::{COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS, SAMPLE_ARGS, SAMPLE_FIELDS, TEXT_ARGS, XML_ARGS};
@@ -32,10 +28,8 @@ use super::text::parse_text;
 use super::value::same_bus_id;
 use super::xml::parse_xml;
 use crate::model::mig_gpu_slices;
+use crate::tool::{self, ToolFailure, find_in_path};
 use crate::{Backend, Degraded, GpuError, GpuInfo, GpuSample, MigSlot};
-
-/// The most output read from one run (an 8-GPU `-q -x` is about 200 KB).
-const MAX_OUTPUT: u64 = 64 << 20;
 
 /// `nvidia-smi`, run as a child process with a timeout.
 #[derive(Clone, Debug)]
@@ -46,23 +40,6 @@ pub struct NvidiaSmi {
     report_only: bool,
     /// What failed while the rest answered (see [`Backend::degraded`]).
     degraded: Vec<Degraded>,
-}
-
-/// `name` in the directories of a `PATH`-style list, if there as an executable file.
-pub fn find_in_path(name: &str, path: &OsStr) -> Option<PathBuf> {
-    std::env::split_paths(path).map(|dir| dir.join(name)).find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        p.is_file()
-    }
 }
 
 impl NvidiaSmi {
@@ -97,78 +74,35 @@ impl NvidiaSmi {
         &self.program
     }
 
-    /// Runs `nvidia-smi args…` and returns what it printed on stdout. The
-    /// child is killed when it takes longer than the timeout: a thread reads
-    /// its output while this one waits on a channel with a deadline.
+    /// Runs `nvidia-smi args…` and returns what it printed on stdout,
+    /// killing it after the timeout.
     pub fn run(&self, args: &[&str]) -> Result<String, GpuError> {
         let shown = args.join(" ");
-        let mut child = Command::new(&self.program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => GpuError::NoDriver(format!(
-                    "{} not found: install the NVIDIA driver or pass --simulate-gpus",
-                    self.program.display()
-                )),
-                _ => GpuError::Smi {
+        tool::run(&self.program, args, self.timeout).map_err(|f| match f {
+            ToolFailure::NotFound => GpuError::NoDriver(format!(
+                "{} not found: install the NVIDIA driver or pass --simulate-gpus",
+                self.program.display()
+            )),
+            ToolFailure::Spawn(e) => GpuError::Smi {
+                args: shown.clone(),
+                why: format!("cannot run {}: {e}; check that it is an executable file", self.program.display()),
+            },
+            ToolFailure::Timeout => GpuError::Timeout { args: shown.clone(), secs: self.timeout.as_secs().max(1) },
+            ToolFailure::Failed { code, status, message } => {
+                let lower = message.to_ascii_lowercase();
+                if lower.contains("couldn't communicate with the nvidia driver")
+                    || lower.contains("driver is not loaded")
+                {
+                    return GpuError::NoDriver(message);
+                }
+                GpuError::Smi {
                     args: shown.clone(),
-                    why: format!("cannot run {}: {e}; check that it is an executable file", self.program.display()),
-                },
-            })?;
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            // stderr in its own thread, so that a child filling one pipe never blocks on the other.
-            let err = std::thread::spawn(move || read_all(stderr));
-            let out = read_all(stdout);
-            let err = err.join().unwrap_or_default();
-            let _ = tx.send((out, err));
-        });
-        let (out, err) = match rx.recv_timeout(self.timeout) {
-            Ok(output) => output,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(GpuError::Timeout { args: shown, secs: self.timeout.as_secs().max(1) });
+                    why: format!(
+                        "{}. Run `nvidia-smi {shown}` by hand to see why",
+                        ToolFailure::exit_text(code, &status, &message)
+                    ),
+                }
             }
-        };
-        // Both pipes are closed: the child is exiting.
-        let status =
-            child.wait().map_err(|e| GpuError::Smi { args: shown.clone(), why: format!("cannot wait for it: {e}") })?;
-        let out = String::from_utf8_lossy(&out).into_owned();
-        if status.success() {
-            return Ok(out);
-        }
-        let err = String::from_utf8_lossy(&err);
-        // The line that says what went wrong: a refusal among success lines
-        // (`mig -cgi` that created some instances, then failed), else stderr,
-        // else the first thing it said.
-        let refusal = |l: &&str| {
-            let l = l.to_ascii_lowercase();
-            l.starts_with("unable") || l.starts_with("failed") || l.starts_with("error")
-        };
-        let lines = || out.lines().chain(err.lines()).map(str::trim).filter(|l| !l.is_empty());
-        let message = lines()
-            .find(refusal)
-            .or_else(|| err.lines().map(str::trim).find(|l| !l.is_empty()))
-            .or_else(|| lines().next())
-            .unwrap_or("")
-            .to_string();
-        let lower = message.to_ascii_lowercase();
-        if lower.contains("couldn't communicate with the nvidia driver") || lower.contains("driver is not loaded") {
-            return Err(GpuError::NoDriver(message));
-        }
-        Err(GpuError::Smi {
-            args: shown.clone(),
-            why: format!(
-                "exited with {}: {}. Run `nvidia-smi {shown}` by hand to see why",
-                status.code().map_or_else(|| status.to_string(), |c| c.to_string()),
-                if message.is_empty() { "no message" } else { &message }
-            ),
         })
     }
 
@@ -196,14 +130,6 @@ impl NvidiaSmi {
         let samples = rows.iter().map(|r| r.sample.clone()).collect();
         Ok((rows, samples))
     }
-}
-
-fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
-    let mut buf = Vec::new();
-    if let Some(p) = pipe {
-        let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf);
-    }
-    buf
 }
 
 /// Puts each compute app under its GPU: by UUID, else by PCI bus id.
@@ -359,12 +285,5 @@ mod tests {
         assert_eq!(INVENTORY_ARGS[0], format!("--query-gpu={}", INVENTORY_FIELDS.join(",")));
         assert_eq!(SAMPLE_ARGS[0], format!("--query-gpu={}", SAMPLE_FIELDS.join(",")));
         assert_eq!(COMPUTE_APPS_ARGS[0], format!("--query-compute-apps={}", COMPUTE_APPS_FIELDS.join(",")));
-    }
-
-    #[test]
-    fn finds_programs_on_a_path_list() {
-        let path = std::env::join_paths(["/nonexistent", "/bin", "/usr/bin"]).expect("path");
-        assert!(find_in_path("sh", &path).is_some());
-        assert_eq!(find_in_path("no-such-program-gpool", &path), None);
     }
 }

@@ -295,6 +295,7 @@ pub fn parse_query_gpu(text: &str, fields: Option<&[&str]>) -> Result<Vec<QueryG
             memory_reserved_mb: t.with_unit(row, "memory.reserved", value::mib),
             temperature_c: t.with_unit(row, "temperature.gpu", value::celsius),
             memory_temperature_c: t.with_unit(row, "temperature.memory", value::celsius),
+            junction_temperature_c: None,
             power_draw_w: first(&["power.draw", "power.draw.average", "power.draw.instant"], value::watts),
             power_limit_w: first(&["enforced.power.limit", "power.limit"], value::watts),
             energy_mj: None,
@@ -336,6 +337,7 @@ impl QueryGpuRow {
         }
         let name = self.name.clone().ok_or_else(|| missing("name"))?;
         Ok(GpuInfo {
+            kind: crate::Accelerator::NvidiaGpu,
             index: self.sample.index,
             uuid: self.sample.uuid.clone(),
             model: short_model(&name),

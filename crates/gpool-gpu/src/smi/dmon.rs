@@ -65,6 +65,7 @@ impl DmonRow {
             power_draw_w: f("pwr"),
             temperature_c: f("gtemp"),
             memory_temperature_c: f("mtemp"),
+            junction_temperature_c: None,
             gpu_util_pct: f("sm"),
             mem_util_pct: f("mem"),
             mem_clock_mhz: clock("mclk"),

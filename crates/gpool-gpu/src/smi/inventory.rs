@@ -138,6 +138,7 @@ fn gpus_from_report(r: &Report) -> Vec<GpuInfo> {
         .map(|(i, g)| {
             let name = g.name.clone().unwrap_or_else(|| "NVIDIA GPU".into());
             GpuInfo {
+                kind: crate::Accelerator::NvidiaGpu,
                 index: u32::try_from(i).unwrap_or(u32::MAX),
                 uuid: g.sample.uuid.clone(),
                 model: short_model(&name),
@@ -158,6 +159,7 @@ fn gpus_from_report(r: &Report) -> Vec<GpuInfo> {
 fn gpus_from_list(l: &[ListedGpu]) -> Vec<GpuInfo> {
     l.iter()
         .map(|g| GpuInfo {
+            kind: crate::Accelerator::NvidiaGpu,
             index: g.index,
             uuid: g.uuid.clone(),
             model: short_model(&g.name),

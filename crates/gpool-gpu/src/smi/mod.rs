@@ -40,7 +40,8 @@ pub mod value;
 pub mod version;
 pub mod xml;
 
-pub use backend::{NvidiaSmi, find_in_path};
+pub use crate::tool::find_in_path;
+pub use backend::NvidiaSmi;
 pub use commands::{
     COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS, INVENTORY_ARGS, INVENTORY_FIELDS, LIST_ARGS, MIG_LGI_ARGS, SAMPLE_ARGS,
     SAMPLE_FIELDS, TEXT_ARGS, XML_ARGS,

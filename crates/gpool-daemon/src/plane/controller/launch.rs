@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use gpool_api as api;
-use gpool_core::{JobId, NodeId, Placement, Time};
+use gpool_core::{DeviceKind, JobId, NodeId, Placement, Time};
 
 use super::docs::{ReplicaDoc, RunDoc};
 use super::nodes::NodeLink;
@@ -78,11 +78,11 @@ impl Controller {
             let mig_uuids: Vec<String> = mig.iter().map(|(_, m)| m.uuid.to_string()).collect();
             let device_uuids: Vec<String> =
                 gpus.iter().map(|d| d.uuid.to_string()).chain(mig_uuids.iter().cloned()).collect();
-            let visible = if mig_uuids.is_empty() {
-                gpu_idx.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
-            } else {
-                mig_uuids.join(",")
-            };
+            let of_kind =
+                |k: DeviceKind| gpus.iter().filter(|d| d.kind == k).map(|d| d.index.to_string()).collect::<Vec<_>>();
+            let visible =
+                if mig_uuids.is_empty() { of_kind(DeviceKind::NvidiaGpu).join(",") } else { mig_uuids.join(",") };
+            let (amd, tpu) = (of_kind(DeviceKind::AmdGpu), of_kind(DeviceKind::Tpu));
             let local_rank = {
                 let c = per_node.entry(r.node).or_default();
                 *c += 1;
@@ -92,8 +92,20 @@ impl Controller {
             let mut set = |k: &str, v: String| {
                 env.insert(k.to_string(), v);
             };
-            set("CUDA_VISIBLE_DEVICES", visible.clone());
             set("NVIDIA_VISIBLE_DEVICES", if visible.is_empty() { "void".into() } else { visible.clone() });
+            if amd.is_empty() {
+                set("CUDA_VISIBLE_DEVICES", visible.clone());
+            } else {
+                // ROCr sees the job's GPUs by driver index; HIP (which also reads
+                // CUDA_VISIBLE_DEVICES) numbers what ROCr shows it from 0.
+                let local: Vec<String> = (0..amd.len()).map(|i| i.to_string()).collect();
+                set("ROCR_VISIBLE_DEVICES", amd.join(","));
+                set("HIP_VISIBLE_DEVICES", local.join(","));
+                set("CUDA_VISIBLE_DEVICES", local.join(","));
+            }
+            for (k, v) in tpu_env(&tpu) {
+                set(k, v);
+            }
             set("GPOOL_JOB_ID", id.to_string());
             set("GPOOL_JOB_NAME", doc.name.clone());
             set("GPOOL_ATTEMPT", attempt.to_string());
@@ -216,4 +228,26 @@ impl Controller {
 /// A TCP port free right now, for `MASTER_PORT`.
 pub fn free_local_port() -> Option<u16> {
     std::net::TcpListener::bind(("127.0.0.1", 0)).ok().and_then(|l| l.local_addr().ok()).map(|a| a.port())
+}
+
+/// What pins one process to some of a TPU VM's chips (libtpu's variables):
+/// the chips, the process as a single-host slice of them, and its bounds
+/// (`1,1,1` one chip, `1,2,1` two, `2,2,1` four, `2,2,2` eight). Nothing for
+/// a replica without TPU chips.
+pub(crate) fn tpu_env(chips: &[String]) -> Vec<(&'static str, String)> {
+    if chips.is_empty() {
+        return Vec::new();
+    }
+    let bounds = match chips.len() {
+        1 => "1,1,1",
+        2 => "1,2,1",
+        4 => "2,2,1",
+        8 => "2,2,2",
+        _ => "",
+    };
+    let mut env = vec![("TPU_VISIBLE_CHIPS", chips.join(",")), ("TPU_PROCESS_BOUNDS", "1,1,1".to_string())];
+    if !bounds.is_empty() {
+        env.push(("TPU_CHIPS_PER_PROCESS_BOUNDS", bounds.to_string()));
+    }
+    env
 }

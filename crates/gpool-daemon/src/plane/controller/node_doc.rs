@@ -87,13 +87,15 @@ pub fn core_node(d: &NodeDoc) -> Node {
     node.state = if d.draining { NodeState::Draining } else { NodeState::Up };
     // An unknown mode (a newer agent's) shares nothing rather than guess.
     node.sharing = d.gpu_sharing.parse().unwrap_or(GpuSharing::Off);
+    // A device of a kind this control plane does not know (a newer agent's) is not given out.
     node.devices = d
         .gpus
         .iter()
-        .map(|g| Device {
+        .filter_map(|g| Some((g, g.kind.parse::<DeviceKind>().ok()?)))
+        .map(|(g, kind)| Device {
             index: g.index,
             uuid: Arc::from(g.uuid.as_str()),
-            kind: DeviceKind::NvidiaGpu,
+            kind,
             model: Arc::from(g.model.as_str()),
             memory_mb: g.memory_mb,
             nvlink_group: g.nvlink_group,

@@ -343,8 +343,7 @@ impl Controller {
 
     /// Everything `/metrics` shows, read from the controller's state.
     pub(super) fn scrape(&self, now: i64) -> Scrape {
-        let mut gpus = Vec::new();
-        let mut migs = Vec::new();
+        let (mut gpus, mut amd, mut migs) = (Vec::new(), Vec::new(), Vec::new());
         for (id, n) in self.snap.nodes() {
             let holders = self.holders(id);
             let job_labels = |h: &Holder| -> metrics::Labels {
@@ -359,6 +358,18 @@ impl Controller {
             for d in &n.devices {
                 let Some(track) = self.telemetry.gpu(&n.name, d.index) else { continue };
                 let meta = self.gpu_meta(id, d.index);
+                if d.kind == gpool_core::DeviceKind::AmdGpu {
+                    // The labels of AMD's exporter.
+                    let mut labels: metrics::Labels = vec![
+                        ("gpu_id", d.index.to_string()),
+                        ("serial_number", d.uuid.to_string()),
+                        ("card_model", meta.map_or_else(|| d.model.to_string(), |m| m.name.clone())),
+                        ("hostname", n.name.to_string()),
+                    ];
+                    labels.extend(holders.get(&DevRef::Gpu(d.index)).map(job_labels).unwrap_or_default());
+                    amd.push(metrics::GpuSeries { labels, sample: track.sample.clone() });
+                    continue;
+                }
                 let mut labels: metrics::Labels = vec![
                     ("gpu", d.index.to_string()),
                     ("UUID", d.uuid.to_string()),
@@ -424,6 +435,7 @@ impl Controller {
         }
         Scrape {
             gpus,
+            amd,
             migs,
             queues: queues.into_values().collect(),
             jobs_by_state,

@@ -210,6 +210,7 @@ fn node_info(name: &str, gpus: u32) -> NodeInfo {
         mig_managed: Vec::new(),
         gpus: (0..gpus)
             .map(|i| api::agent::GpuWire {
+                kind: "nvidia-gpu".into(),
                 index: i,
                 uuid: format!("GPU-{name}-{i}"),
                 name: "NVIDIA H100 80GB HBM3".into(),

@@ -1,0 +1,132 @@
+//! Running a vendor's command-line tool (`nvidia-smi`, `amd-smi`,
+//! `rocm-smi`, `tpu-info`) with a timeout, and finding it on `PATH`.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The most output read from one run (an 8-GPU `nvidia-smi -q -x` is about 200 KB).
+const MAX_OUTPUT: u64 = 64 << 20;
+
+/// How a run failed.
+#[derive(Debug)]
+pub enum ToolFailure {
+    /// There is no such program.
+    NotFound,
+    /// It could not be started.
+    Spawn(std::io::Error),
+    /// It did not answer in time and was killed.
+    Timeout,
+    /// It exited with a failure: its exit code (`None`: killed by a signal,
+    /// shown in `status`) and the line that says what went wrong.
+    Failed { code: Option<i32>, status: String, message: String },
+}
+
+impl ToolFailure {
+    /// `exited with 4: Insufficient Permissions`, for a failed run.
+    pub fn exit_text(code: Option<i32>, status: &str, message: &str) -> String {
+        format!(
+            "exited with {}: {}",
+            code.map_or_else(|| status.to_string(), |c| c.to_string()),
+            if message.is_empty() { "no message" } else { message }
+        )
+    }
+}
+
+/// `name` in the directories of a `PATH`-style list, if there as an executable file.
+pub fn find_in_path(name: &str, path: &OsStr) -> Option<PathBuf> {
+    std::env::split_paths(path).map(|dir| dir.join(name)).find(|p| is_executable(p))
+}
+
+/// `name` on this process's `PATH`.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    find_in_path(name, &std::env::var_os("PATH").unwrap_or_default())
+}
+
+fn is_executable(p: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        p.is_file()
+    }
+}
+
+/// Runs `program args…` and returns what it printed on stdout. The child is
+/// killed when it takes longer than `timeout`: a thread reads its output
+/// while this one waits on a channel with a deadline.
+pub fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<String, ToolFailure> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ToolFailure::NotFound,
+            _ => ToolFailure::Spawn(e),
+        })?;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // stderr in its own thread, so that a child filling one pipe never blocks on the other.
+        let err = std::thread::spawn(move || read_all(stderr));
+        let out = read_all(stdout);
+        let err = err.join().unwrap_or_default();
+        let _ = tx.send((out, err));
+    });
+    let Ok((out, err)) = rx.recv_timeout(timeout) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(ToolFailure::Timeout);
+    };
+    // Both pipes are closed: the child is exiting.
+    let status = child.wait().map_err(ToolFailure::Spawn)?;
+    let out = String::from_utf8_lossy(&out).into_owned();
+    if status.success() {
+        return Ok(out);
+    }
+    let err = String::from_utf8_lossy(&err);
+    // The line that says what went wrong: a refusal among success lines
+    // (`mig -cgi` that created some instances, then failed), else stderr,
+    // else the first thing it said.
+    let refusal = |l: &&str| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("unable") || l.starts_with("failed") || l.starts_with("error")
+    };
+    let lines = || out.lines().chain(err.lines()).map(str::trim).filter(|l| !l.is_empty());
+    let message = lines()
+        .find(refusal)
+        .or_else(|| err.lines().map(str::trim).find(|l| !l.is_empty()))
+        .or_else(|| lines().next())
+        .unwrap_or("")
+        .to_string();
+    Err(ToolFailure::Failed { code: status.code(), status: status.to_string(), message })
+}
+
+fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    if let Some(p) = pipe {
+        let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf);
+    }
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_programs_on_a_path_list() {
+        let path = std::env::join_paths(["/nonexistent", "/bin", "/usr/bin"]).expect("path");
+        assert!(find_in_path("sh", &path).is_some());
+        assert_eq!(find_in_path("no-such-program-gpool", &path), None);
+    }
+}
