@@ -145,8 +145,8 @@ pub(crate) struct NodeArgs {
     /// Run on a simulated inventory instead of discovering GPUs: 8xH100-80GB, 4xA100-80GB,4xL4, 1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2.
     #[arg(long)]
     simulate_gpus: Option<String>,
-    /// Where real GPUs are read from: auto (NVML, else nvidia-smi, else amd-smi or rocm-smi),
-    /// nvml, nvidia-smi, amd (amd-smi, else rocm-smi).
+    /// Where real GPUs are read from: auto (NVML, else nvidia-smi, else amd-smi or rocm-smi, else TPU chips),
+    /// nvml, nvidia-smi, amd (amd-smi, else rocm-smi), tpu (device files and tpu-info).
     #[arg(long, default_value = "auto")]
     gpu_backend: String,
     /// How often GPUs and job processes are sampled (e.g. 5s, 1s, 500ms).

@@ -115,3 +115,45 @@ fn gpool_up_on_a_recorded_mi210_through_amd_smi() {
     assert_eq!(code, 400, "{v}");
     assert!(v["error"].as_str().is_some_and(|e| e.contains("1×NVIDIA GPU") && e.contains("MI210")), "{v}");
 }
+
+/// A TPU VM: a stand-in `tpu-info` printing the recorded v5p-8 under load.
+/// Its four chips are listed with their HBM; a job asking for two gets two
+/// chips and libtpu's bounds; "any GPU" is never given a TPU chip.
+#[test]
+fn gpool_up_on_a_recorded_tpu_v5p_through_tpu_info() {
+    let s = Scratch::new("tpu-info");
+    let bin = s.0.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/tpu/v5p-8.tpu-info_load_libtpu-0.0.39.txt");
+    std::fs::write(bin.join("tpu-info"), format!("#!/bin/sh\ncat '{}'\n", file.display())).expect("script");
+    std::fs::set_permissions(bin.join("tpu-info"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let d = Daemon::spawn(&s.0.join("data"), &["--sample-interval", "200ms"], Some(&bin));
+    let nodes = d.until("/api/v1/nodes", Duration::from_secs(30), |v| !v[0]["devices"][0]["telemetry"].is_null());
+    let node = &nodes[0];
+    assert_eq!(node["source"], "tpu", "{node}");
+    let chips = node["devices"].as_array().expect("devices");
+    assert_eq!(chips.len(), 4, "{node}");
+    let c = &chips[0];
+    assert_eq!(
+        (c["kind"].as_str(), c["model"].as_str(), c["memory_mb"].as_u64()),
+        (Some("tpu"), Some("TPU-v5p"), Some(98_038))
+    );
+    let t = &c["telemetry"];
+    assert_eq!((t["gpu_util"].as_f64(), t["memory_used_mb"].as_u64()), (Some(71.11), Some(1_290)), "{t}");
+    let id = d.submit(serde_json::json!({
+        "command": "echo chips=$TPU_VISIBLE_CHIPS bounds=$TPU_CHIPS_PER_PROCESS_BOUNDS process=$TPU_PROCESS_BOUNDS",
+        "resources": {"google.com/tpu": 2}
+    }));
+    d.wait_ended(&[id], Duration::from_secs(60));
+    let out = std::fs::read_to_string(d.data.join(format!("jobs/{id}/rank0.out"))).unwrap_or_default();
+    assert_eq!(out.trim(), "chips=0,1 bounds=1,2,1 process=1,1,1", "{}", d.job(id));
+    let (_, metrics) = d.text("/metrics");
+    assert!(!metrics.contains("DCGM_FI_DEV_GPU_UTIL{"), "a TPU chip is no DCGM series: {metrics}");
+    let (code, v) = d.req(
+        "POST",
+        "/api/v1/jobs",
+        &d.token,
+        Some(&serde_json::json!({"command": "true", "resources": {"gpool.io/gpu": 1}})),
+    );
+    assert_eq!(code, 400, "any GPU is not a TPU chip: {v}");
+}

@@ -26,6 +26,7 @@ pub mod nvml;
 pub mod simulated;
 pub mod smi;
 pub mod tool;
+pub mod tpu;
 
 /// One MIG GPU instance.
 #[derive(Clone, Debug, PartialEq, Eq)]

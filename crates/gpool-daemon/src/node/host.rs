@@ -143,6 +143,19 @@ pub fn describe(name: &str, gpus: &[GpuInfo], backend: Option<&dyn Backend>, cfg
     }
 }
 
+type Found = Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError>;
+
+/// After `before` found no driver, `next`; its failure, else both reasons.
+fn next_kind(before: GpuError, next: impl FnOnce() -> Found) -> Found {
+    match before {
+        GpuError::NoDriver(first) => next().map_err(|e| match e {
+            GpuError::NoDriver(second) => GpuError::NoDriver(format!("{first}; {second}")),
+            e => e,
+        }),
+        e => Err(e),
+    }
+}
+
 /// Finds the node's GPUs and the backend that will sample them.
 pub fn discover(
     cfg: &NodeConfig,
@@ -166,10 +179,15 @@ pub fn discover(
         let mut a = gpool_gpu::amd::Amd::on_path()?;
         Ok((a.inventory()?, Box::new(a)))
     };
+    let tpu = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {
+        let mut t = gpool_gpu::tpu::Tpu::on_host()?;
+        Ok((t.inventory()?, Box::new(t)))
+    };
     let found = match cfg.gpu_backend.as_str() {
         "nvml" => nvml(),
         "nvidia-smi" => smi(),
         "amd" => amd(),
+        "tpu" => tpu(),
         // NVML first; where it cannot load, nvidia-smi. What is reported is
         // what failed last: an nvidia-smi that is there and fails is a fault
         // of its own, not a missing NVML.
@@ -187,15 +205,10 @@ pub fn discover(
                 (e, e2) => GpuError::Nvml(format!("{e}; nvidia-smi: {e2}")),
             })
             })
-            // No NVIDIA driver at all: AMD's tools (one kind of GPU per node).
-            .or_else(|e| match e {
-                GpuError::NoDriver(nvidia) => amd().map_err(|e2| match e2 {
-                    GpuError::NoDriver(amd) => GpuError::NoDriver(format!("{nvidia}; {amd}")),
-                    e2 => e2,
-                }),
-                e => Err(e),
-            }),
-        other => bail!("--gpu-backend {other:?}: expected auto, nvml, nvidia-smi or amd"),
+            // No NVIDIA driver at all: AMD's tools, then TPU chips (one kind per node).
+            .or_else(|e| next_kind(e, amd))
+            .or_else(|e| next_kind(e, tpu)),
+        other => bail!("--gpu-backend {other:?}: expected auto, nvml, nvidia-smi, amd or tpu"),
     };
     match found {
         Ok((gpus, b)) => {

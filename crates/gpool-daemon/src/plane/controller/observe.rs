@@ -358,6 +358,10 @@ impl Controller {
             for d in &n.devices {
                 let Some(track) = self.telemetry.gpu(&n.name, d.index) else { continue };
                 let meta = self.gpu_meta(id, d.index);
+                // TPU chips have no exporter whose names gpool could borrow: not under DCGM's.
+                if d.kind == gpool_core::DeviceKind::Tpu {
+                    continue;
+                }
                 if d.kind == gpool_core::DeviceKind::AmdGpu {
                     // The labels of AMD's exporter.
                     let mut labels: metrics::Labels = vec![
