@@ -199,11 +199,17 @@ pub struct JobSpec {
     pub workdir: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// `nvidia.com/gpu`, `nvidia.com/mig-<profile>`, `gpool.io/gpu-memory`, `cpu`, `memory`.
+    /// `nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`, `gpool.io/gpu`,
+    /// `nvidia.com/mig-<profile>`, `gpool.io/gpu-memory`, `cpu`, `memory`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resources: BTreeMap<String, Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_model: Option<String>,
+    /// A multi-host TPU slice of this topology (`2x2x2`): one replica per
+    /// host, all on hosts of one slice (nodes labelled
+    /// `gpool.io/tpu-slice`) whose `gpool.io/tpu-topology` is this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpu_topology: Option<String>,
     #[serde(default = "one")]
     pub replicas: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,6 +344,7 @@ impl JobSpec {
             env: BTreeMap::new(),
             resources: BTreeMap::new(),
             gpu_model: None,
+            tpu_topology: None,
             replicas: 1,
             queue: None,
             priority: None,

@@ -76,6 +76,8 @@ pub(crate) struct Capacity<'s> {
     /// What preempted jobs give back once stopped that nobody has claimed:
     /// not free, but a job may claim it and wait (see [`Capacity::claim`]).
     pub(crate) releasing: Releasing,
+    /// While a `same_label` gang is tried on one value: (label, value).
+    only: Option<(std::sync::Arc<str>, String)>,
 }
 
 /// What [`Capacity::hold`] took for a nominated job: free resources and releasing ones.
@@ -98,6 +100,7 @@ impl<'s> Capacity<'s> {
             placed: Vec::new(),
             anti_affinity_in_use: snap.running.with_anti_affinity > 0,
             releasing: Releasing::default(),
+            only: None,
         };
         for e in snap.running.values().filter(|e| e.stopping) {
             let preempted = snap
@@ -229,6 +232,12 @@ impl<'s> Capacity<'s> {
         if e.node.state != NodeState::Up || !job.spec.node_matches(&e.node) {
             return false;
         }
+        if let Some(key) = &job.spec.same_label {
+            let value = e.node.labels.get(&**key);
+            if value.is_none() || self.only.as_ref().is_some_and(|(_, v)| Some(v) != value) {
+                return false;
+            }
+        }
         if !self.anti_affinity_in_use && job.spec.anti_affinity.is_empty() {
             return true;
         }
@@ -244,7 +253,26 @@ impl<'s> Capacity<'s> {
     }
 
     /// Places all replicas of `job` or none. On success the resources are taken.
+    /// A job whose replicas must share a label's value (a TPU slice) is tried
+    /// on each value in turn, lowest first, until one holds the whole gang.
     pub(crate) fn place_job(&mut self, job: &Job, ends: Time, strategy: PlacementStrategy) -> Result<Placement, ()> {
+        let Some(key) = job.spec.same_label.clone() else { return self.place_gang(job, ends, strategy) };
+        let values: BTreeSet<String> = (0..self.free.len() as u32)
+            .filter(|n| self.eligible(*n, job))
+            .filter_map(|n| self.entry(n).node.labels.get(&*key).cloned())
+            .collect();
+        for v in values {
+            self.only = Some((key.clone(), v));
+            let placed = self.place_gang(job, ends, strategy);
+            self.only = None;
+            if placed.is_ok() {
+                return placed;
+            }
+        }
+        Err(())
+    }
+
+    fn place_gang(&mut self, job: &Job, ends: Time, strategy: PlacementStrategy) -> Result<Placement, ()> {
         let mut placement = Vec::with_capacity(job.spec.replicas as usize);
         for _ in 0..job.spec.replicas {
             match self.place_replica(job, ends, strategy) {

@@ -155,6 +155,9 @@ pub struct JobSpec {
     pub replicas: u32,
     /// Labels the node must have, exactly.
     pub node_selector: Labels,
+    /// Every replica on nodes that share this label's value (e.g.
+    /// `gpool.io/tpu-slice`: the hosts of one multi-host TPU slice).
+    pub same_label: Option<Arc<str>>,
     pub affinity: NodeAffinity,
     /// The job's own labels, for other jobs' anti-affinity.
     pub labels: Labels,
@@ -229,6 +232,7 @@ impl JobSpec {
             replica: ReplicaRequest::default(),
             replicas: 1,
             node_selector: Labels::new(),
+            same_label: None,
             affinity: NodeAffinity::default(),
             labels: Labels::new(),
             anti_affinity: Vec::new(),

@@ -49,6 +49,7 @@ mod running;
 mod schedule;
 pub mod service_rollout;
 pub mod service_scaler;
+mod shapes;
 mod shares;
 pub mod snapshot;
 pub mod time;

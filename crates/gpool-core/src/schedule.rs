@@ -381,7 +381,9 @@ impl<'s> Pass<'s> {
     /// Looks for victims; on success records the preemptions and the job's claim.
     fn try_preempt(&mut self, job: &'s Job, ends: Time, candidates: &mut Candidates<'_>) -> bool {
         let prereleased: &[JobId] = self.nominations.get(&job.id).map_or(&[], Vec::as_slice);
-        if !self.policy.preemption.any() && prereleased.is_empty() {
+        // The victim search does not keep a gang on one value of a label: a
+        // job that needs that (a TPU slice) waits rather than preempt.
+        if !self.policy.preemption.any() && prereleased.is_empty() || job.spec.same_label.is_some() {
             return false;
         }
         // Without a key, nothing is preempted within the class.

@@ -17,15 +17,13 @@ use std::time::Duration;
 
 use crate::fairshare::UsageLedger;
 use crate::fragmentation::DemandMix;
-use crate::intern::Interner;
-use crate::job::{
-    GpuRequest, Job, JobId, JobSpec, JobState, NodeAffinity, Placement, ReplicaPlacement, Running, Service, StopCause,
-};
-use crate::node::{Device, Labels, MigInstance, Node, NodeError, NodeId, NodeState};
+use crate::job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, Running, Service, StopCause};
+use crate::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
 use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::quota::QueueConfig;
 use crate::resources::{GPU, GpuMilli, MigProfile, same_model};
 use crate::running::RunningJobs;
+use crate::shapes::{BaseShape, Shapes};
 use crate::shares::{self, SlotShare};
 use crate::time::Time;
 
@@ -323,62 +321,6 @@ pub(crate) struct PendingKey {
     pub(crate) pkey: PreemptKey,
 }
 
-/// Everything except CPU, memory and the preemption key that decides whether
-/// a pending job can be placed or can preempt (dependencies and back-off
-/// aside). Jobs of one base shape that need at least as much CPU and memory
-/// as one that failed, and are no more deserving of preemption, fail too, so
-/// a pass tries few jobs per failing base shape.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct BaseShape {
-    pub(crate) gpu: GpuRequest,
-    pub(crate) gpu_model: Option<Arc<str>>,
-    pub(crate) replicas: u32,
-    pub(crate) node_selector: Labels,
-    pub(crate) affinity: NodeAffinity,
-    pub(crate) anti_affinity: Vec<Labels>,
-    pub(crate) has_labels: bool,
-    pub(crate) priority: i32,
-    pub(crate) queue: Arc<str>,
-}
-
-/// A base shape plus the host resources of one replica.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Shape {
-    pub(crate) base: u32,
-    pub(crate) cpus_milli: u64,
-    pub(crate) memory_mb: u64,
-}
-
-/// The shapes of the pending jobs, two levels deep.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Shapes {
-    pub(crate) bases: Interner<BaseShape>,
-    pub(crate) shapes: Interner<Shape>,
-}
-
-impl Shapes {
-    fn acquire(&mut self, base: BaseShape, cpus_milli: u64, memory_mb: u64) -> u32 {
-        // A base is referenced once per distinct shape built on it.
-        let base = self.bases.acquire(base);
-        let id = self.shapes.acquire(Shape { base, cpus_milli, memory_mb });
-        if self.shapes.refs(id) > 1 {
-            self.bases.release(base);
-        }
-        id
-    }
-
-    fn release(&mut self, id: u32) {
-        if let Some(shape) = self.shapes.release(id) {
-            self.bases.release(shape.base);
-        }
-    }
-
-    pub(crate) fn get(&self, id: u32) -> Option<(&Shape, &BaseShape)> {
-        let s = self.shapes.get(id)?;
-        Some((s, self.bases.get(s.base)?))
-    }
-}
-
 /// What went wrong applying an event to the snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
@@ -392,6 +334,8 @@ pub enum SnapshotError {
     NotPending(JobId),
     #[error("job {0} is not running")]
     NotRunning(JobId),
+    #[error("job {job}: its replicas must all be on nodes with one value of label {label}")]
+    SplitGang { job: JobId, label: String },
     #[error("job {job}: placement has {got} replicas, the job has {want}")]
     ReplicaCount { job: JobId, got: usize, want: u32 },
     #[error("no node {0}")]
@@ -775,6 +719,13 @@ impl Snapshot {
         if placement.len() != job.spec.replicas as usize {
             return Err(SnapshotError::ReplicaCount { job: id, got: placement.len(), want: job.spec.replicas });
         }
+        if let Some(key) = &job.spec.same_label {
+            let value = |r: &ReplicaPlacement| self.node(r.node).and_then(|n| n.labels.get(&**key).cloned());
+            let first = placement.first().and_then(value);
+            if first.is_none() || placement.iter().any(|r| value(r) != first) {
+                return Err(SnapshotError::SplitGang { job: id, label: key.to_string() });
+            }
+        }
         // Check everything before changing anything: a refused start changes
         // nothing. Each replica is taken from a trial copy of its node's free
         // resources, so replicas that share a node are checked together.
@@ -928,6 +879,8 @@ impl Snapshot {
             BaseShape {
                 gpu: spec.replica.gpu.clone(),
                 gpu_model: spec.replica.gpu_model.clone(),
+                gpu_kind: spec.replica.gpu_kind,
+                same_label: spec.same_label.clone(),
                 replicas: spec.replicas,
                 node_selector: spec.node_selector.clone(),
                 affinity: spec.affinity.clone(),

@@ -346,3 +346,32 @@ fn accelerator_kinds_keep_their_jobs_apart() {
     assert!(plan.starts.is_empty(), "{plan:?}");
     assert!(!c.reason(&plan, id).is_empty());
 }
+
+/// Issue 22: a multi-host TPU slice is one gang on the hosts of one slice.
+/// With a chip busy on slice a, the two-host job goes to slice b whole,
+/// never to one free host of each slice; with no whole slice free it waits.
+#[test]
+fn a_tpu_slice_gang_stays_on_one_slice() {
+    use gpool_core::DeviceKind::Tpu;
+    let slice = |c: Cluster, host: &str, s: &str| {
+        c.node_of_kind(host, 4, "TPU-v5p", Tpu).labels(host, &[("gpool.io/tpu-slice", s)])
+    };
+    let mut c = Cluster::new("gpool");
+    c = slice(c, "a1", "a");
+    c = slice(c, "a2", "a");
+    c = slice(c, "b1", "b");
+    c = slice(c, "b2", "b");
+    c.run(job("busy").kind(Tpu).gpus(1).selector("gpool.io/tpu-slice", "a"), t(0));
+    let mut gang = job("u").kind(Tpu).gpus(4).replicas(2);
+    gang.spec.same_label = Some("gpool.io/tpu-slice".into());
+    let id = c.submit(gang.clone());
+    let plan = c.plan(t(1));
+    let mut on = c.nodes_of(&plan, id);
+    on.sort();
+    assert_eq!(on, ["b1", "b2"], "{plan:?}");
+    c.apply(&plan);
+    // Slice b is taken and slice a has a busy chip: the next one waits.
+    let next = c.submit(gang);
+    let plan = c.plan(t(2));
+    assert!(plan.starts.iter().all(|s| s.job != next), "{plan:?}");
+}

@@ -279,6 +279,9 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
         ));
     }
     core.node_selector = spec.node_selector.clone();
+    if let Some(t) = spec.tpu_topology.as_deref() {
+        tpu_slice(&mut core, t)?;
+    }
     if let Some(a) = &spec.affinity {
         let mut aff = NodeAffinity::default();
         for (i, e) in a.required.iter().enumerate() {
@@ -300,6 +303,42 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
         }
     }
     Ok(core)
+}
+
+/// Label of the nodes of one multi-host TPU slice (the same value on each host).
+pub const TPU_SLICE_LABEL: &str = "gpool.io/tpu-slice";
+/// Label of a slice's hosts that names its topology (`2x2x2`).
+pub const TPU_TOPOLOGY_LABEL: &str = "gpool.io/tpu-topology";
+
+/// `tpuTopology: 2x2x2`: a gang of one replica per host, all on hosts of one
+/// slice of that topology, whose chips add up to the topology's.
+fn tpu_slice(core: &mut JobSpec, topology: &str) -> Result<(), FieldError> {
+    let dims: Option<Vec<u32>> = topology.split('x').map(|d| d.trim().parse::<u32>().ok().filter(|d| *d > 0)).collect();
+    let chips: u32 = match dims {
+        Some(d) if (2..=3).contains(&d.len()) => d.iter().product(),
+        _ => return Err(bad("tpuTopology", format!("{topology:?} is not a TPU topology like 2x2x1, 2x2x2 or 4x4"))),
+    };
+    let per_host = core.replica.gpu.device_count();
+    if core.replica.gpu_kind != Some(DeviceKind::Tpu) || per_host == 0 {
+        return Err(bad(
+            "tpuTopology",
+            "a TPU slice asks for each host's chips: add resources: {google.com/tpu: 4} (4 on v4 and v5p hosts)",
+        ));
+    }
+    if per_host * core.replicas != chips {
+        return Err(bad(
+            "tpuTopology",
+            format!(
+                "{topology} is {chips} chips, but {} replicas × {per_host} chips is {}: set replicas to {} (one per host)",
+                core.replicas,
+                per_host * core.replicas,
+                chips.div_ceil(per_host)
+            ),
+        ));
+    }
+    core.node_selector.insert(TPU_TOPOLOGY_LABEL.into(), topology.trim().to_string());
+    core.same_label = Some(Arc::from(TPU_SLICE_LABEL));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -347,6 +386,27 @@ mod tests {
     }
 
     #[test]
+    fn vendor_resources_and_tpu_slices() {
+        let kinds = [
+            ("nvidia.com/gpu", Some(DeviceKind::NvidiaGpu)),
+            ("amd.com/gpu", Some(DeviceKind::AmdGpu)),
+            ("google.com/tpu", Some(DeviceKind::Tpu)),
+            ("gpool.io/gpu", None),
+            ("nvidia.com/mig-1g.10gb", Some(DeviceKind::NvidiaGpu)),
+        ];
+        for (r, want) in kinds {
+            let core = to_core(&spec(&format!("command: [x]\nresources: {{{r}: 2}}\n")), "u", "t", 0).expect(r);
+            assert_eq!(core.replica.gpu_kind, want, "{r}");
+        }
+        let slice = "command: [x]\nresources: {google.com/tpu: 4}\nreplicas: 2\ntpuTopology: 2x2x2\n";
+        let core = to_core(&spec(slice), "u", "t", 0).expect("slice");
+        assert_eq!(core.node_selector.get(TPU_TOPOLOGY_LABEL).map(String::as_str), Some("2x2x2"));
+        assert_eq!(core.same_label.as_deref(), Some(TPU_SLICE_LABEL));
+        let e = to_core(&spec(&slice.replace("replicas: 2", "replicas: 3")), "u", "t", 0).expect_err("12 chips");
+        assert!(e.to_string().contains("set replicas to 2"), "{e}");
+    }
+
+    #[test]
     fn bad_fields_are_named() {
         let cases = [
             ("command: []\n", "command"),
@@ -368,6 +428,9 @@ mod tests {
                 "resources.gpool.io/gpu-fraction",
             ),
             ("command: [x]\ntimeLimit: soon\n", "timeLimit"),
+            ("command: [x]\nresources: {google.com/tpu: 4}\nreplicas: 2\ntpuTopology: 2x2\n", "tpuTopology"),
+            ("command: [x]\nresources: {google.com/tpu: 4}\ntpuTopology: big\n", "tpuTopology"),
+            ("command: [x]\nresources: {nvidia.com/gpu: 4}\nreplicas: 2\ntpuTopology: 2x2x2\n", "tpuTopology"),
             ("command: [x]\npriority: urgent\n", "priority"),
             ("command: [x]\nreplicas: 0\n", "replicas"),
             ("command: [x]\nstopSignal: SIGFOO\n", "stopSignal"),

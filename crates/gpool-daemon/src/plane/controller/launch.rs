@@ -53,6 +53,17 @@ impl Controller {
             }
             seen.into_iter().enumerate().map(|(i, n)| (n, i)).collect()
         };
+        // Each host's address, in node-rank order (a multi-host TPU slice's workers).
+        let mut hosts: Vec<(usize, String)> = node_rank
+            .iter()
+            .map(|(n, i)| {
+                let addr =
+                    self.links.get(n).map(|l| if l.is_local() { "127.0.0.1".into() } else { l.doc.addr.clone() });
+                (*i, addr.unwrap_or_default())
+            })
+            .collect();
+        hosts.sort();
+        let hosts: Vec<String> = hosts.into_iter().map(|(_, a)| a).collect();
         // The owner's login to the image's registry, for this start order only.
         let registry_auth = self
             .jobs
@@ -105,6 +116,11 @@ impl Controller {
             }
             for (k, v) in tpu_env(&tpu) {
                 set(k, v);
+            }
+            if !tpu.is_empty() && node_rank.len() > 1 {
+                // A multi-host slice: libtpu finds its peers by these (one worker per host).
+                set("TPU_WORKER_ID", node_rank.get(&r.node).copied().unwrap_or(0).to_string());
+                set("TPU_WORKER_HOSTNAMES", hosts.join(","));
             }
             set("GPOOL_JOB_ID", id.to_string());
             set("GPOOL_JOB_NAME", doc.name.clone());

@@ -240,3 +240,37 @@ fn a_node_token_acts_only_as_its_own_node() {
     let reg = registration("c", 1, Vec::new());
     assert!(h.call(&any, |reply| Call::Register { reg, reply }).is_ok(), "a fleet-wide token registers any node");
 }
+
+/// Issue 22: a multi-host TPU slice (`tpuTopology: 2x2x2`, 4 chips a host)
+/// starts one replica on each host of one slice, each told its worker id
+/// and every worker's address, and its chips.
+#[test]
+fn a_tpu_slice_starts_one_worker_per_host_of_one_slice() {
+    let mut h = Setup::new().no_local_node().build();
+    let mut epochs = Vec::new();
+    for (node, slice) in [("t1", "a"), ("t2", "b"), ("t3", "b")] {
+        let mut reg = registration(node, 4, Vec::new());
+        for g in &mut reg.gpus {
+            g.kind = "tpu".into();
+            g.model = "TPU-v5p".into();
+        }
+        reg.labels.insert("gpool.io/tpu-slice".into(), slice.into());
+        reg.labels.insert("gpool.io/tpu-topology".into(), "2x2x2".into());
+        epochs.push(h.call(ADMIN, |reply| Call::Register { reg, reply }).expect("registered").epoch);
+    }
+    let id = h.submit("command: [x]\nresources: {google.com/tpu: 4}\nreplicas: 2\ntpuTopology: 2x2x2\n");
+    assert!(outbox(&mut h, "t1", epochs[0], 0).is_empty(), "slice a has one host: nothing there");
+    let mut workers = Vec::new();
+    for (node, epoch) in [("t2", epochs[1]), ("t3", epochs[2])] {
+        for c in outbox(&mut h, node, epoch, 0) {
+            if let wire::Command::Start { replica, env, .. } = c {
+                let get = |k: &str| env.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone()).unwrap_or_default();
+                assert_eq!(replica.job, id);
+                assert_eq!(get("TPU_VISIBLE_CHIPS"), "0,1,2,3");
+                assert_eq!(get("TPU_WORKER_HOSTNAMES"), "t2.cluster.test,t3.cluster.test");
+                workers.push((node, get("TPU_WORKER_ID")));
+            }
+        }
+    }
+    assert_eq!(workers, [("t2", "0".to_string()), ("t3", "1".to_string())]);
+}
