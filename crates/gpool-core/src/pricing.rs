@@ -97,6 +97,8 @@ mod tests {
             ("A100-80GB", Some(5.121)),
             ("A100-40GB", Some(4.097)),
             ("L4", Some(0.5)),
+            ("MI300X", Some(6.0)),
+            ("MI300X-192GB", Some(6.0)),
             ("RTX-4090", None),
         ];
         for (model, want) in cases {
