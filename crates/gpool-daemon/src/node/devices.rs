@@ -13,12 +13,18 @@
 //!   `CUDA_VISIBLE_DEVICES` says: denying another instance's capabilities
 //!   keeps a job off it even though both share the GPU's file.
 //!
-//! Files every job needs (`/dev/nvidiactl`, `/dev/nvidia-uvm`) are not
-//! listed, so never denied.
+//! - An AMD GPU opens its DRM nodes (`/dev/dri/cardN`, `/dev/dri/renderD…`,
+//!   major 226): the ones listed under its PCI address in
+//!   `/sys/bus/pci/devices/<bdf>/drm/`, with their numbers in
+//!   `/sys/class/drm/<name>/dev`.
+//! - A TPU chip opens `/dev/accelN` or `/dev/vfio/N`: the numbers of that file.
+//!
+//! Files every job needs (`/dev/nvidiactl`, `/dev/nvidia-uvm`, AMD's
+//! `/dev/kfd`) are not listed, so never denied.
 
 use std::path::Path;
 
-use gpool_gpu::GpuInfo;
+use gpool_gpu::{Accelerator, GpuInfo};
 
 /// NVIDIA's character-device major number (`/dev/nvidia0` is 195:0).
 pub const NVIDIA_MAJOR: u32 = 195;
@@ -30,12 +36,27 @@ pub struct DeviceFiles {
 }
 
 impl DeviceFiles {
-    /// The files of `gpus`, their MIG capabilities read under `proc_root`
-    /// (`/proc` on a node).
-    pub fn of(gpus: &[GpuInfo], proc_root: &Path) -> DeviceFiles {
+    /// The files of `gpus` on this machine.
+    pub fn of(gpus: &[GpuInfo]) -> DeviceFiles {
+        DeviceFiles::under(gpus, Path::new("/proc"), Path::new("/sys"), Path::new("/dev"))
+    }
+
+    /// The files of `gpus`, read under these roots (`/proc`, `/sys`, `/dev` on a node).
+    pub fn under(gpus: &[GpuInfo], proc_root: &Path, sys_root: &Path, dev_root: &Path) -> DeviceFiles {
         let caps_major = std::fs::read_to_string(proc_root.join("devices")).ok().and_then(|t| caps_major(&t));
         let mut files = Vec::new();
         for g in gpus {
+            match g.kind {
+                Accelerator::AmdGpu => {
+                    files.extend(amd_files(g, sys_root).into_iter().map(|(a, b)| (g.uuid.clone(), a, b)));
+                    continue;
+                }
+                Accelerator::Tpu => {
+                    files.extend(tpu_file(g, dev_root).map(|(a, b)| (g.uuid.clone(), a, b)));
+                    continue;
+                }
+                Accelerator::NvidiaGpu => {}
+            }
             files.push((g.uuid.clone(), NVIDIA_MAJOR, g.index));
             for m in g.mig.iter().flatten() {
                 files.push((m.uuid.clone(), NVIDIA_MAJOR, g.index));
@@ -65,6 +86,32 @@ impl DeviceFiles {
         deny.dedup();
         deny
     }
+}
+
+/// An AMD GPU's DRM nodes: those under its PCI address in sysfs.
+fn amd_files(g: &GpuInfo, sys_root: &Path) -> Vec<(u32, u32)> {
+    let Some(bdf) = g.pci_bus_id.as_deref().map(str::to_ascii_lowercase) else { return Vec::new() };
+    let dir = sys_root.join("bus/pci/devices").join(&bdf).join("drm");
+    let mut out: Vec<(u32, u32)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let dev = std::fs::read_to_string(sys_root.join("class/drm").join(e.file_name()).join("dev")).ok()?;
+            let (a, b) = dev.trim().split_once(':')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// A TPU chip's device file (`/dev/accelN`, else `/dev/vfio/N`) and its numbers.
+fn tpu_file(g: &GpuInfo, dev_root: &Path) -> Option<(u32, u32)> {
+    [dev_root.join(format!("accel{}", g.index)), dev_root.join("vfio").join(g.index.to_string())]
+        .iter()
+        .find_map(|p| rustix::fs::stat(p).ok())
+        .map(|st| (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)))
 }
 
 /// The major number of `nvidia-caps` in `/proc/devices`.
@@ -133,7 +180,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("gpool-devices-{}", std::process::id()));
         fake_proc(&dir);
         let gpus = [gpu(0, None), gpu(1, Some(vec![mig("MIG-a", 1, Some(0)), mig("MIG-b", 2, Some(0))]))];
-        let files = DeviceFiles::of(&gpus, &dir);
+        let files = DeviceFiles::under(&gpus, &dir, Path::new("/no/sys"), Path::new("/no/dev"));
         let _ = std::fs::remove_dir_all(&dir);
         let cases: [(&[&str], &[(u32, u32)]); 4] = [
             // A whole GPU: not the other GPU, nor any MIG capability.
@@ -152,8 +199,44 @@ mod tests {
     #[test]
     fn without_the_drivers_capability_files_only_gpu_files_are_known() {
         let gpus = [gpu(0, Some(vec![mig("MIG-a", 1, None)])), gpu(1, None)];
-        let files = DeviceFiles::of(&gpus, Path::new("/no/such/proc"));
+        let files = DeviceFiles::under(&gpus, Path::new("/no/such/proc"), Path::new("/no/sys"), Path::new("/no/dev"));
         assert_eq!(files.deny_for(&["MIG-a".to_string()]), [(195, 1)]);
+    }
+
+    /// Issue 22: AMD GPUs by their DRM nodes under sysfs, TPU chips by their
+    /// device files; `/dev/kfd` (every ROCm job needs it) is never denied.
+    #[test]
+    fn amd_gpus_and_tpu_chips_are_kept_off_each_others_files() {
+        let dir = std::env::temp_dir().join(format!("gpool-devices-amd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (sys, dev) = (dir.join("sys"), dir.join("dev"));
+        for (bdf, nodes) in [
+            ("0000:07:00.0", [("card0", 0), ("renderD128", 128)]),
+            ("0000:0b:00.0", [("card1", 1), ("renderD129", 129)]),
+        ] {
+            for (name, minor) in nodes {
+                std::fs::create_dir_all(sys.join("bus/pci/devices").join(bdf).join("drm").join(name)).expect("dir");
+                std::fs::create_dir_all(sys.join("class/drm").join(name)).expect("dir");
+                std::fs::write(sys.join("class/drm").join(name).join("dev"), format!("226:{minor}\n")).expect("dev");
+            }
+        }
+        std::fs::create_dir_all(&dev).expect("dev");
+        // A TPU chip's device file: any character device serves (here /dev/null, 1:3).
+        std::os::unix::fs::symlink("/dev/null", dev.join("accel0")).expect("link");
+        let amd = |i: u32, bdf: &str| GpuInfo {
+            kind: Accelerator::AmdGpu,
+            uuid: format!("AMD-{i}"),
+            pci_bus_id: Some(bdf.to_ascii_uppercase()),
+            mig: None,
+            ..gpu(i, None)
+        };
+        let tpu = GpuInfo { kind: Accelerator::Tpu, uuid: "TPU-v5p-0".into(), pci_bus_id: None, ..gpu(0, None) };
+        let gpus = [amd(0, "0000:07:00.0"), amd(1, "0000:0B:00.0"), tpu];
+        let files = DeviceFiles::under(&gpus, Path::new("/no/proc"), &sys, &dev);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(files.deny_for(&["AMD-0".into()]), [(1, 3), (226, 1), (226, 129)]);
+        assert_eq!(files.deny_for(&["AMD-1".into(), "TPU-v5p-0".into()]), [(226, 0), (226, 128)]);
+        assert!(files.deny_for(&["AMD-0".into(), "AMD-1".into(), "TPU-v5p-0".into()]).is_empty());
     }
 
     #[test]

@@ -178,7 +178,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             log_limit: cfg.node.log_limit,
             run_as: cfg.node.run_as,
             cgroups: cgroups.clone(),
-            device_files: crate::node::devices::DeviceFiles::of(&gpus, std::path::Path::new("/proc")),
+            device_files: crate::node::devices::DeviceFiles::of(&gpus),
             sampler: sampler_ctl.clone(),
             checkpoint_root: cfg.node.checkpoint_root.clone(),
             image_cache: crate::node::host::image_cache(&cfg.node, &cfg.data_dir, container.as_ref()),
