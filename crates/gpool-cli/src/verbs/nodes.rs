@@ -70,8 +70,14 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
                 ),
                 None => format!("{:>4} {:>14} {:>5} {:>6}", "-", "-", "-", "-"),
             };
+            // The device's kind, as its vendor's tools call it.
+            let kind = match d.kind.as_str() {
+                "amd-gpu" => "AMD",
+                "tpu" => "TPU",
+                _ => "GPU",
+            };
             lines.push(format!(
-                "  GPU {:<2} {:<12} {:>6} MiB  {}  {}  {}",
+                "  {kind} {:<2} {:<12} {:>6} MiB  {}  {}  {}",
                 d.index,
                 d.model,
                 d.memory_mb,
@@ -86,6 +92,7 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
                     m.memory_used_mb.map_or_else(|| "-".into(), |u| format!("{u} MiB")),
                     m.uuid,
                     m.job.map_or_else(|| "free".to_string(), |j| format!("job {j}"))
+                        + if m.shared_memory { " (memory shared with its GPU instance)" } else { "" }
                 ));
             }
         }
