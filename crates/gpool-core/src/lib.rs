@@ -42,6 +42,7 @@ pub mod policy_knobs;
 pub mod pools;
 mod preempt;
 pub mod pricing;
+pub mod profile;
 pub mod quota;
 mod releasing;
 pub mod resources;
