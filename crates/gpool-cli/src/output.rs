@@ -133,10 +133,18 @@ pub(crate) fn gpus_of(j: &api::JobView) -> String {
         .spec
         .resources
         .iter()
-        .filter(|(k, _)| k.starts_with("nvidia.com/") || k.starts_with("gpool.io/gpu"))
-        .map(|(k, v)| {
-            let name = k.trim_start_matches("nvidia.com/").trim_start_matches("gpool.io/");
-            format!("{}:{}", name, v.text())
+        .filter_map(|(k, v)| {
+            // `gpu` is any GPU (`--gpus`); a vendor's own resource is named by its vendor.
+            let name = match k.as_str() {
+                "nvidia.com/gpu" => "nvidia",
+                "amd.com/gpu" => "amd",
+                "google.com/tpu" => "tpu",
+                k => k
+                    .strip_prefix("nvidia.com/")
+                    .or_else(|| k.strip_prefix("gpool.io/"))
+                    .filter(|n| n.starts_with("gpu") || n.starts_with("mig-"))?,
+            };
+            Some(format!("{}:{}", name, v.text()))
         })
         .collect();
     let per = if per.is_empty() { "-".to_string() } else { per.join(",") };
@@ -166,6 +174,24 @@ pub(crate) fn usage_lines(u: &api::UsageSummary, curve: &[f64]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpus_name_the_vendor_a_job_asked_for() {
+        use crate::testkit::job;
+        use gpool_api::spec::Quantity;
+        let cases = [
+            ("gpool.io/gpu", "gpu:2"),
+            ("nvidia.com/gpu", "nvidia:2"),
+            ("amd.com/gpu", "amd:2"),
+            ("google.com/tpu", "tpu:2"),
+            ("nvidia.com/mig-1g.10gb", "mig-1g.10gb:2"),
+            ("cpu", "-"),
+        ];
+        for (key, want) in cases {
+            let j = job(1).resource(key, Quantity::Number(2.0)).build();
+            assert_eq!(gpus_of(&j), want, "{key}");
+        }
+    }
 
     #[test]
     fn sparklines_scale_and_bucket() {

@@ -122,7 +122,7 @@ impl JobB {
         self.0.spec.command = api::Command::Shell(line.into());
         self
     }
-    fn resource(mut self, key: &str, q: Quantity) -> JobB {
+    pub(crate) fn resource(mut self, key: &str, q: Quantity) -> JobB {
         self.0.spec.resources.insert(key.into(), q);
         self
     }
