@@ -34,16 +34,22 @@ if [ ${#containers[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${containers[@]}"
 fi
 
-# openapi-spec-validator (PyPI, not packaged by Debian) checks the API document (tests/openapi.rs).
-if [ ! -x target/pytools/bin/openapi-spec-validator ] && ! command -v openapi-spec-validator >/dev/null 2>&1; then
-  echo "== installing openapi-spec-validator (PyPI) in target/pytools for the OpenAPI test"
-  if ! python3 -m venv target/pytools >/dev/null 2>&1; then
+# From PyPI, in target/pytools: openapi-spec-validator checks the API document
+# (tests/openapi.rs); py-spy and NumPy let tests/profile.rs profile real Python jobs.
+pip_need=()
+[ -x target/pytools/bin/openapi-spec-validator ] || command -v openapi-spec-validator >/dev/null 2>&1 \
+  || pip_need+=(openapi-spec-validator)
+[ -x target/pytools/bin/py-spy ] || pip_need+=(py-spy)
+{ [ -x target/pytools/bin/python ] && target/pytools/bin/python -c 'import numpy' 2>/dev/null; } || pip_need+=(numpy)
+if [ ${#pip_need[@]} -gt 0 ]; then
+  echo "== installing ${pip_need[*]} (PyPI) in target/pytools for the tests that use them"
+  if [ ! -x target/pytools/bin/pip ] && ! python3 -m venv target/pytools >/dev/null 2>&1; then
     rm -rf target/pytools
     [ -n "${need[*]:-}${containers[*]:-}" ] || $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv
     python3 -m venv target/pytools
   fi
-  target/pytools/bin/pip install -q openapi-spec-validator
+  target/pytools/bin/pip install -q "${pip_need[@]}"
 fi
 
 exec cargo test --workspace "$@"

@@ -158,6 +158,17 @@ pub enum Command {
     /// Lay MIG GPU `gpu` out as `layout` (no job uses it); the agent says
     /// how it went, and what the GPU then really has, in its next telemetry.
     MigLayout { gpu: u32, layout: Vec<MigSlotWire> },
+    /// Profile a replica for `seconds` (`gpool profile`): its Python
+    /// stacks (py-spy) and its devices at 10 Hz; answered by an
+    /// [`Event::Profiled`] with the same `profile` number.
+    Profile {
+        replica: ReplicaId,
+        profile: u64,
+        seconds: u32,
+        /// Native frames too (C extensions, BLAS, CUDA): py-spy `--native`, which pauses the process per sample.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        native: bool,
+    },
     /// Pull an image now: a job will run in it here once the GPUs it waits for are free.
     Prefetch {
         image: String,
@@ -237,6 +248,41 @@ pub enum Event {
         replica: ReplicaId,
         error: String,
     },
+    /// What a [`Command::Profile`] recorded.
+    Profiled {
+        replica: ReplicaId,
+        profile: u64,
+        capture: ProfileCapture,
+    },
+}
+
+/// One replica's profile, as its node recorded it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileCapture {
+    /// The process py-spy attached to, if one was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// py-spy's collapsed stacks (`record --format raw`): `frame;frame COUNT` lines.
+    #[serde(default)]
+    pub stacks: String,
+    /// The replica's devices, sampled about every 100 ms over the same window.
+    #[serde(default)]
+    pub samples: Vec<DeviceReading>,
+    /// Why the stacks are missing (py-spy not installed, ptrace refused, no Python process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One reading of one device during a profile.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceReading {
+    /// Milliseconds since the profile began.
+    pub t_ms: u64,
+    /// The GPU or MIG UUID.
+    pub device: String,
+    pub util_pct: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_mb: Option<u64>,
 }
 
 /// A process on a GPU.

@@ -9,12 +9,14 @@
 //! keeps its meaning once released.
 
 pub mod agent;
+pub mod profile;
 pub mod quantity;
 pub mod spec;
 pub mod telemetry;
 pub mod time;
 pub mod view;
 
+pub use profile::*;
 pub use spec::{Command, JobSpec};
 pub use telemetry::*;
 pub use view::*;

@@ -121,6 +121,9 @@ pub struct AdviceView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_gpu_hour: Option<f64>,
     pub findings: Vec<FindingView>,
+    /// The job's latest profile (`gpool profile`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::profile::ProfileView>,
 }
 
 /// An alert firing now.

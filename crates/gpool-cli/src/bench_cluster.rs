@@ -188,7 +188,8 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
                         }
                         wire::Command::Reconcile { .. }
                         | wire::Command::MigLayout { .. }
-                        | wire::Command::Prefetch { .. } => {}
+                        | wire::Command::Prefetch { .. }
+                        | wire::Command::Profile { .. } => {}
                     }
                 }
             }

@@ -126,6 +126,8 @@ enum Command {
     Whoami(verbs::ListArgs),
     /// Diagnose a job from its GPU telemetry: bottlenecks, idle or oversized GPUs, and what the waste costs.
     Advise(advise::AdviseArgs),
+    /// Profile a running job for a few seconds: its Python stacks (py-spy) and accelerators, the bottleneck and the fix.
+    Profile(verbs::profile::ProfileArgs),
     /// Alerts firing now (GPU health, idle or saturated GPUs, low utilisation).
     Alerts(alerts::AlertsArgs),
     /// A live view of GPUs, their jobs and the queue (like nvitop, over the API).
@@ -241,6 +243,7 @@ fn main() -> ExitCode {
         Command::Events(a) => events::run(a),
         Command::Whoami(a) => whoami::run(a),
         Command::Advise(a) => advise::run(a),
+        Command::Profile(a) => verbs::profile::run(a),
         Command::Alerts(a) => alerts::run(a),
         Command::Top(a) => top::run(a),
         Command::Registry(RegistryCommand::Login(a)) => verbs::registry::login(a),

@@ -232,7 +232,36 @@ pub(crate) fn advice(job: u64) -> AdviceB {
         p95_gpu_util: None,
         price_per_gpu_hour: None,
         findings: Vec::new(),
+        profile: None,
     })
+}
+
+/// An input-bound profile of a one-replica job.
+pub(crate) fn profile_view(job: u64) -> api::ProfileView {
+    let share = |activity: &str, share: f64| api::ActivityShare { activity: activity.into(), share };
+    api::ProfileView {
+        job,
+        attempt: 1,
+        taken_at: "2026-11-26T03:00:00.000Z".into(),
+        seconds: 5,
+        native: false,
+        bottleneck: "input-bound".into(),
+        why: "88% of main-thread samples in data loading, accelerator busy 9%".into(),
+        fix: "load data ahead of the model: DataLoader(num_workers=N, pin_memory=True)".into(),
+        main_thread_samples: 498,
+        shares: vec![share("data loading", 0.88), share("other Python", 0.1), share("idle", 0.02)],
+        accelerator_busy_pct: Some(9.4),
+        replicas: vec![api::ProfiledReplica {
+            node: "n1".into(),
+            rank: 0,
+            pid: Some(4242),
+            stack_samples: 512,
+            device_readings: 50,
+            error: None,
+        }],
+        flamegraph: format!("/api/v1/jobs/{job}/profile/flamegraph.svg"),
+        timeline: format!("/api/v1/jobs/{job}/profile/timeline.svg"),
+    }
 }
 
 pub(crate) struct AdviceB(api::AdviceView);
@@ -248,6 +277,10 @@ impl AdviceB {
     pub(crate) fn spread(mut self, p5: f64, p95: f64) -> AdviceB {
         self.0.p5_gpu_util = Some(p5);
         self.0.p95_gpu_util = Some(p95);
+        self
+    }
+    pub(crate) fn profile(mut self, p: api::ProfileView) -> AdviceB {
+        self.0.profile = Some(p);
         self
     }
     pub(crate) fn price(mut self, usd: f64) -> AdviceB {

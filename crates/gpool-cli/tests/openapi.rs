@@ -113,6 +113,10 @@ fn live_answers_validate_against_the_openapi_document() {
     call("GET", "/api/v1/jobs/999999", None);
     call("GET", &format!("/api/v1/jobs/{id}/usage"), None);
     call("GET", &format!("/api/v1/jobs/{id}/advice?minSpan=1s"), None);
+    // `sleep` is no Python process: refused with the reason (tests/profile.rs takes real profiles).
+    let (status, _) = call("POST", &format!("/api/v1/jobs/{id}/profile?seconds=1"), None);
+    assert_eq!(status, 422);
+    call("GET", &format!("/api/v1/jobs/{id}/profile"), None);
     call("GET", "/api/v1/nodes", None);
     let node = d.get("/api/v1/nodes")[0]["name"].as_str().unwrap_or_default().to_string();
     call("POST", &format!("/api/v1/nodes/{node}/drain"), None);

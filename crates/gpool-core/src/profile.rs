@@ -124,7 +124,11 @@ pub fn parse_collapsed(text: &str) -> Result<Vec<Stack>, ProfileError> {
 /// Whether a stack is the main thread's: its root is the script's
 /// `<module>` (other threads start in `threading`'s `_bootstrap`).
 pub fn is_main_thread(s: &Stack) -> bool {
-    s.frames.first().is_some_and(|f| f.starts_with("<module>"))
+    // With `--native`, the interpreter's own C frames come first
+    // (`0x7fa0… (libc.so.6)`, `Py_RunMain (python3.11)`): the first Python
+    // frame decides.
+    let python = |f: &&String| f.starts_with("<module>") || f.contains(".py:");
+    s.frames.iter().find(python).is_some_and(|f| f.starts_with("<module>"))
 }
 
 fn any(frames: &[String], needles: &[&str]) -> bool {
@@ -273,6 +277,13 @@ mod tests {
         assert_eq!(s[0].frames, ["<module> (train.py:30)", "step (train.py:12)"]);
         assert_eq!((s[0].count, s[1].count), (7, 3));
         assert!(is_main_thread(&s[0]) && is_main_thread(&s[1]));
+        // py-spy --native puts the interpreter's C frames first.
+        let native = parse_collapsed(
+            "0x7fa052a4524a (libc.so.6);<module> (tput.py:10);work (tput.py:5) 69\n\
+             clone3 (libc.so.6);start_thread (libc.so.6);_bootstrap (threading.py:1002);run (threading.py:982) 5\n",
+        )
+        .expect("parses");
+        assert!(is_main_thread(&native[0]) && !is_main_thread(&native[1]), "{native:?}");
         let huge = format!("<module> (a.py:1) {m}\n<module> (a.py:2) {m}\n", m = u64::MAX);
         assert_eq!(verdict(&stacks(&huge), &[]).samples, u64::MAX, "counts saturate");
         for (bad, line) in [("a;b\n", 1), ("a 1\nb x\n", 2), ("process 1:\"p\" 4\n", 1)] {

@@ -45,6 +45,10 @@ impl LocalNode for Agent {
     fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>) {
         Agent::prefetch(self, image, registry_auth);
     }
+
+    fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder) {
+        Agent::profile(self, key, order);
+    }
 }
 
 /// Runs `gpool up` until SIGINT/SIGTERM. Jobs keep running when the daemon stops;

@@ -61,6 +61,14 @@ pub(crate) fn render(adv: &api::AdviceView, output: Output) -> anyhow::Result<St
             lines.push(format!("    waste so far: {:.3} GPU-hours{}", f.wasted_gpu_hours, money(f.wasted_usd)));
         }
     }
+    if let Some(p) = &adv.profile {
+        lines.push(String::new());
+        lines.push(format!("profiled at {} ({} s): {}: {}", p.taken_at, p.seconds, p.bottleneck, p.why));
+        lines.push(format!("    try: {}", p.fix));
+    } else {
+        lines.push(String::new());
+        lines.push(format!("(no profile yet: `gpool profile {}` shows where a running job's time goes)", adv.job));
+    }
     if adv.price_per_gpu_hour.is_none() && adv.findings.iter().any(|f| f.wasted_gpu_hours > 0.0) {
         lines.push(String::new());
         lines.push("(no price known for this GPU model: start gpool with --gpu-price MODEL=USD to see costs)".into());
@@ -90,6 +98,16 @@ mod tests {
             .build();
         assert_snapshot("advise.txt", &render(&adv, Output::Table).unwrap());
         assert_snapshot("advise.json", &render(&adv, Output::Json).unwrap());
+    }
+
+    #[test]
+    fn advise_repeats_the_latest_profile() {
+        let adv = advice(12)
+            .summary(usage(4.0, 0.25).util(31.4))
+            .finding(finding("input_bound", "input-pipeline bound").evidence("profiled at …: input-bound: 88% …"))
+            .profile(crate::testkit::profile_view(12))
+            .build();
+        assert_snapshot("advise-profiled.txt", &render(&adv, Output::Table).unwrap());
     }
 
     #[test]

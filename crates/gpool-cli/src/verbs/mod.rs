@@ -17,6 +17,7 @@ pub(crate) mod events;
 pub(crate) mod logs;
 pub(crate) mod nodes;
 pub(crate) mod pools;
+pub(crate) mod profile;
 pub(crate) mod queue;
 pub(crate) mod queues;
 pub(crate) mod registry;

@@ -66,6 +66,13 @@ impl Daemon {
         Daemon::from_command(up_command(data, args, path_first), data)
     }
 
+    /// `gpool up ARGS` with these variables set in the daemon's environment.
+    pub fn spawn_with_env(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = up_command(data, args, None);
+        cmd.envs(env.iter().copied());
+        Daemon::from_command(cmd, data)
+    }
+
     /// `spawn`, with the daemon's standard error (its log) written to `log`.
     pub fn spawn_logged(data: &Path, args: &[&str], log: &Path) -> Daemon {
         Daemon::spawn_logged_with_path(data, args, None, log)

@@ -182,6 +182,25 @@ impl Agent {
         });
     }
 
+    /// Profiles a replica for `seconds` in the background (`profiler.rs`);
+    /// what it recorded is reported as [`AgentReport::Profiled`].
+    pub fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder) {
+        let profile = order.profile;
+        let entry = self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned();
+        let (reports, node, sampler) = (self.reports.clone(), self.cfg.node.clone(), self.cfg.sampler.clone());
+        let spawned = std::thread::Builder::new().name("profile".into()).spawn(move || {
+            let capture = crate::node::profiler::capture(&node, entry, order, sampler.as_ref());
+            reports(AgentReport::Profiled { key, profile, capture });
+        });
+        if let Err(e) = spawned {
+            let capture = gpool_api::agent::ProfileCapture {
+                error: Some(format!("cannot start a thread to profile: {e}")),
+                ..Default::default()
+            };
+            (self.reports)(AgentReport::Profiled { key, profile, capture });
+        }
+    }
+
     /// Reports a replica that could not start here as ended at once, with `code` and why.
     fn fail_at_once(&self, key: ReplicaKey, code: i32, error: String) {
         let now = shim::now_ms();
@@ -259,6 +278,8 @@ impl Agent {
         }
         launch.env.push(("GPOOL_NODE".into(), self.cfg.node.clone()));
         launch.env.push(("GPOOL_CHECKPOINT_DIR".into(), self.checkpoint_dir(key.job).display().to_string()));
+        let request = dir.join(crate::node::profiler::REQUEST_FILE);
+        launch.env.push((crate::node::profiler::REQUEST_ENV.into(), request.display().to_string()));
         if self.cfg.simulated {
             launch.env.push(("GPOOL_SIM_LOAD_FILE".into(), dir.join(SIM_LOAD_FILE).display().to_string()));
         }

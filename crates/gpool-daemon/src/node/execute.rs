@@ -62,6 +62,9 @@ pub(crate) fn execute(agent: &Agent, command: wire::Command) {
             }
         }
         wire::Command::Kill { replica } => agent.kill(replica.into()),
+        wire::Command::Profile { replica, profile, seconds, native } => {
+            agent.profile(replica.into(), crate::protocol::ProfileOrder { profile, seconds, native });
+        }
         wire::Command::Prefetch { image, registry_auth } => {
             agent.prefetch(image, registry_auth.map(crate::protocol::Secret));
         }

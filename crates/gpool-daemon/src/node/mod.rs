@@ -15,6 +15,7 @@ pub mod host;
 pub mod image_cache;
 pub mod lease;
 pub mod output;
+pub mod profiler;
 pub mod pull;
 pub mod remote;
 pub mod sampler;

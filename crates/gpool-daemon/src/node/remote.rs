@@ -367,6 +367,9 @@ fn absorb(r: AgentReport, pending: &mut Vec<wire::Event>, telemetry: &mut Option
             },
         }),
         AgentReport::Lost { key, why } => pending.push(wire::Event::Lost { replica: key.into(), why }),
+        AgentReport::Profiled { key, profile, capture } => {
+            pending.push(wire::Event::Profiled { replica: key.into(), profile, capture });
+        }
         AgentReport::StartFailed { key, error } => {
             pending.push(wire::Event::StartFailed { replica: key.into(), error });
         }

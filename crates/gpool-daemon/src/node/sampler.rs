@@ -253,21 +253,115 @@ impl Sampler {
     }
 
     /// Samples every interval and sends each report, and carries out what
-    /// `ctl` asks of the GPUs, until every sender of `ctl` is gone.
+    /// `ctl` asks of the GPUs, until every sender of `ctl` is gone. While a
+    /// profile runs, its devices are also read every [`BURST_EVERY`].
     pub fn run(mut self, send: impl Fn(NodeReport) -> bool, ctl: Receiver<SamplerCtl>) {
         let mut mig = None;
+        let mut bursts: Vec<Burst> = Vec::new();
+        let mut next_full = Instant::now();
         loop {
-            let mut report = self.sample();
-            report.mig = mig.take();
-            if !send(report) {
-                return;
+            let now = Instant::now();
+            if now >= next_full {
+                let mut report = self.sample();
+                report.mig = mig.take();
+                if !send(report) {
+                    return;
+                }
+                next_full = now + self.interval;
             }
-            match ctl.recv_timeout(self.interval) {
+            if bursts.iter().any(|b| now >= b.next) {
+                self.read_bursts(&mut bursts, now);
+            }
+            let wake = bursts.iter().map(|b| b.next).chain([next_full]).min().unwrap_or(next_full);
+            match ctl.recv_timeout(wake.saturating_duration_since(Instant::now())) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(SamplerCtl::MigLayout { gpu, layout }) => mig = Some(self.apply_mig(gpu, &layout)),
+                Ok(SamplerCtl::Burst { devices, seconds, reply }) => {
+                    let inventory = self.backend.inventory().unwrap_or_default();
+                    let targets = devices.into_iter().map(|d| Target::resolve(&inventory, d)).collect();
+                    let now = Instant::now();
+                    bursts.push(Burst {
+                        targets,
+                        began: now,
+                        until: now + seconds,
+                        next: now,
+                        readings: Vec::new(),
+                        reply,
+                    });
+                }
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         }
+    }
+
+    /// Reads the devices of every burst that is due (one backend read for
+    /// all), and hands finished bursts their readings.
+    fn read_bursts(&mut self, bursts: &mut Vec<Burst>, now: Instant) {
+        let gpus = self.backend.sample().unwrap_or_default();
+        for b in bursts.iter_mut().filter(|b| now >= b.next) {
+            let t_ms = now.saturating_duration_since(b.began).as_millis() as u64;
+            b.readings.extend(b.targets.iter().filter_map(|t| t.reading(&gpus, t_ms)));
+            b.next += BURST_EVERY;
+        }
+        for b in bursts.extract_if(.., |b| now >= b.until) {
+            let _ = b.reply.send(b.readings);
+        }
+    }
+}
+
+/// How often a profile reads its devices.
+pub const BURST_EVERY: Duration = Duration::from_millis(100);
+
+/// A profile's fast sampling of some devices.
+struct Burst {
+    targets: Vec<Target>,
+    began: Instant,
+    until: Instant,
+    next: Instant,
+    readings: Vec<gpool_api::agent::DeviceReading>,
+    reply: Sender<Vec<gpool_api::agent::DeviceReading>>,
+}
+
+/// A device a profile reads: a GPU, or a MIG instance of one.
+struct Target {
+    device: String,
+    gpu: String,
+    /// A MIG instance: its (GPU instance, compute instance) where known;
+    /// `Some(None)`: a MIG instance whose ids could not be read.
+    mig: Option<Option<(u32, Option<u32>)>>,
+}
+
+impl Target {
+    fn resolve(gpus: &[gpool_gpu::GpuInfo], device: String) -> Target {
+        for g in gpus {
+            if g.uuid == device {
+                return Target { gpu: g.uuid.clone(), device, mig: None };
+            }
+            if let Some(m) = g.mig.iter().flatten().find(|m| m.uuid == device) {
+                let ids = m.gi_id.map(|gi| (gi, m.ci_id));
+                return Target { gpu: g.uuid.clone(), device, mig: Some(ids) };
+            }
+        }
+        Target { gpu: device.clone(), device, mig: None }
+    }
+
+    /// Its reading: a MIG instance has its GPU's utilisation (all the
+    /// driver reports) and its own memory.
+    fn reading(&self, gpus: &[gpool_gpu::GpuSample], t_ms: u64) -> Option<gpool_api::agent::DeviceReading> {
+        let g = gpus.iter().find(|g| g.uuid == self.gpu)?;
+        let memory_used_mb = match self.mig {
+            None => g.memory_used_mb,
+            Some(None) => None,
+            Some(Some((gi, ci))) => {
+                g.mig.iter().find(|m| m.gi_id == gi && (ci.is_none() || m.ci_id == ci)).and_then(|m| m.memory_used_mb)
+            }
+        };
+        Some(gpool_api::agent::DeviceReading {
+            t_ms,
+            device: self.device.clone(),
+            util_pct: g.gpu_util_pct?,
+            memory_used_mb,
+        })
     }
 }
 
@@ -276,6 +370,8 @@ impl Sampler {
 pub enum SamplerCtl {
     /// Lay MIG GPU `gpu` out as `layout` (`Backend::apply_mig_layout`).
     MigLayout { gpu: u32, layout: Vec<gpool_gpu::MigSlot> },
+    /// Read `devices` every [`BURST_EVERY`] for `seconds`, then send what was read.
+    Burst { devices: Vec<String>, seconds: Duration, reply: Sender<Vec<gpool_api::agent::DeviceReading>> },
 }
 
 /// The job a process belongs to, from its environment.

@@ -14,6 +14,8 @@ pub mod input;
 pub mod listen;
 pub mod metrics;
 pub mod openapi;
+pub mod profile_doc;
+pub mod profile_svg;
 pub mod provision;
 pub mod proxy;
 pub mod server;

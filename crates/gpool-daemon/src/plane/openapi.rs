@@ -50,6 +50,7 @@ pub fn document() -> Value {
     generator.subschema_for::<api::RegistryLogin>();
     generator.subschema_for::<api::telemetry::JobUsageView>();
     generator.subschema_for::<api::telemetry::AdviceView>();
+    generator.subschema_for::<api::ProfileView>();
     generator.subschema_for::<api::telemetry::AlertView>();
     let schemas: serde_json::Map<String, Value> = generator.take_definitions(true);
     if let Some(components) = doc.get_mut("components").and_then(Value::as_object_mut) {

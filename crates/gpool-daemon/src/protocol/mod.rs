@@ -59,6 +59,18 @@ pub enum AgentReport {
     /// The agent could not start the replica (its own files or processes:
     /// a full disk, no file descriptors left): a fault of the node, not of the job.
     StartFailed { key: ReplicaKey, error: String },
+    /// What a profile of the replica recorded (`node/profiler.rs`).
+    Profiled { key: ReplicaKey, profile: u64, capture: gpool_api::agent::ProfileCapture },
+}
+
+/// A profile a node is asked to take of one replica (`node/profiler.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProfileOrder {
+    /// Its number, which the capture carries back.
+    pub profile: u64,
+    pub seconds: u32,
+    /// Native frames too (py-spy `--native`).
+    pub native: bool,
 }
 
 /// What a restarted agent found for a replica it was told is running.

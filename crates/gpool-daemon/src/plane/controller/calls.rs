@@ -173,6 +173,11 @@ calls! {
     /// The advisor's findings for a job; `min_span` overrides how much telemetry it needs.
     Advice { id: u64, min_span: Option<Duration> } -> api::AdviceView, Read;
     Alerts {} -> Vec<api::AlertView>, Read;
+    /// Profile a running job for `seconds`; answered when the nodes have sent
+    /// their captures. Its owner or admins only (checked by the call).
+    Profile { id: u64, seconds: u32, native: bool } -> api::ProfileView, People;
+    /// A job's latest profile, as the verdict (`view`) or as recorded (for its pictures).
+    LatestProfile { id: u64 } -> Box<crate::plane::profile_doc::StoredProfile>, Read;
     /// The Prometheus scrape, when the control plane requires a token for it.
     Metrics {} -> Scrape, Read;
     /// A spot notice: the node is taken back within `within_ms`; admins or the node itself (checked by the call).

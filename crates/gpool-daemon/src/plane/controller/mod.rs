@@ -56,6 +56,7 @@ mod node_doc;
 mod nodes;
 mod observe;
 mod prefetch;
+mod profiles;
 mod proxy_wire;
 mod registries;
 mod requests;
@@ -141,6 +142,11 @@ pub enum LocalOrder {
         image: String,
         registry_auth: Option<crate::protocol::Secret>,
     },
+    /// Profile a replica (`profiles.rs`).
+    Profile {
+        key: ReplicaKey,
+        order: crate::protocol::ProfileOrder,
+    },
 }
 
 /// An order to some node: routed to the local agent or a remote outbox.
@@ -150,6 +156,7 @@ pub(crate) enum Order {
     Signal { key: ReplicaKey, signal: Signal },
     MigLayout { gpu: u32, layout: Vec<gpool_gpu::MigSlot> },
     Prefetch { image: String, registry_auth: Option<crate::protocol::Secret> },
+    Profile { key: ReplicaKey, order: crate::protocol::ProfileOrder },
 }
 
 /// What one turn asks of the outside world; see the module docs for the order.
@@ -261,6 +268,8 @@ pub struct Controller {
     pulling: BTreeMap<u64, (String, String)>,
     /// (job, node) pairs whose image was ordered pulled ahead (`prefetch.rs`).
     prefetched: BTreeSet<(u64, NodeId)>,
+    /// Profiles under way (`profiles.rs`).
+    profiling: profiles::Profiling,
 }
 
 impl Controller {
@@ -328,6 +337,7 @@ impl Controller {
             registries: registries::Logins::new(),
             pulling: BTreeMap::new(),
             prefetched: BTreeSet::new(),
+            profiling: profiles::Profiling::default(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {
@@ -436,6 +446,9 @@ impl Controller {
             Event::Agent(AgentReport::StartFailed { key, error }) => self.on_start_failed(key, error, now),
             Event::Agent(AgentReport::Telemetry(r)) => self.on_telemetry(r, now),
             Event::Agent(AgentReport::Running { .. }) => {}
+            Event::Agent(AgentReport::Profiled { key, profile, capture }) => {
+                self.on_profiled(key, profile, capture, now)
+            }
             Event::Provisioned { node, op, result } => self.on_provisioned(node, op, result, now),
             Event::Proxy(r) => self.on_proxy(r, now),
             Event::Open(Open::Metrics { reply }) => {
@@ -460,6 +473,7 @@ impl Controller {
                 Order::Signal { key, signal } => LocalOrder::Signal { key, signal },
                 Order::MigLayout { gpu, layout } => LocalOrder::MigLayout { gpu, layout },
                 Order::Prefetch { image, registry_auth } => LocalOrder::Prefetch { image, registry_auth },
+                Order::Profile { key, order } => LocalOrder::Profile { key, order },
             });
             return;
         }
@@ -486,6 +500,12 @@ impl Controller {
             Order::Prefetch { image, registry_auth } => {
                 api::agent::Command::Prefetch { image, registry_auth: registry_auth.map(|s| s.0) }
             }
+            Order::Profile { key, order } => api::agent::Command::Profile {
+                replica: key.into(),
+                profile: order.profile,
+                seconds: order.seconds,
+                native: order.native,
+            },
             Order::MigLayout { gpu, layout } => api::agent::Command::MigLayout {
                 gpu,
                 layout: layout

@@ -367,6 +367,9 @@ impl Controller {
                 }
                 wire::Event::Lost { replica, why } => self.on_replica_end(replica_key(replica), None, Some(why), now),
                 wire::Event::StartFailed { replica, error } => self.on_start_failed(replica_key(replica), error, now),
+                wire::Event::Profiled { replica, profile, capture } => {
+                    self.on_profiled(replica_key(replica), profile, capture, now);
+                }
             }
         }
         if let Some(t) = rep.telemetry {

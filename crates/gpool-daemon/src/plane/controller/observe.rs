@@ -300,6 +300,14 @@ impl Controller {
             t.min_span = s;
         }
         let a = advise(&usage, &t);
+        // The latest profile (`gpool profile`) confirms or corrects what utilisation suggests.
+        let profile = self.latest_profile(d.id).ok().flatten().map(|p| p.view());
+        let profiled = |kind: &str| -> Option<String> {
+            let p = profile.as_ref()?;
+            let same =
+                matches!((kind, p.bottleneck.as_str()), ("input_bound", "input-bound") | ("cpu_bound", "CPU-bound"));
+            same.then(|| format!("profiled at {}: {}: {}", p.taken_at, p.bottleneck, p.why))
+        };
         Ok(api::AdviceView {
             job: d.id,
             summary,
@@ -312,12 +320,13 @@ impl Controller {
                 .map(|f| api::FindingView {
                     kind: f.kind.as_str().into(),
                     summary: f.summary,
-                    evidence: f.evidence,
+                    evidence: f.evidence.into_iter().chain(profiled(f.kind.as_str())).collect(),
                     suggestions: f.suggestions,
                     wasted_gpu_hours: f.wasted_gpu_hours,
                     wasted_usd: f.wasted_usd,
                 })
                 .collect(),
+            profile,
         })
     }
 

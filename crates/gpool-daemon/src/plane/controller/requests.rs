@@ -152,6 +152,13 @@ impl Controller {
                 let r = self.visible(&caller, id).and_then(|d| self.advice(&d, min_span));
                 self.reply(reply, r);
             }
+            Call::Profile { id, seconds, native, reply } => {
+                self.start_profile(&caller, id, seconds, native, reply, now)
+            }
+            Call::LatestProfile { id, reply } => {
+                let r = self.stored_profile(&caller, id).map(Box::new);
+                self.reply(reply, r);
+            }
             Call::Alerts { reply } => {
                 let r = Ok(self.alerts(&caller));
                 self.reply(reply, r);

@@ -28,6 +28,8 @@ pub trait LocalNode: Send {
     fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>);
     /// Pulls an image in the background (`node/pull.rs`), for a job that will start here.
     fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>);
+    /// Profiles a replica in the background; the capture comes back as a report.
+    fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder);
 }
 
 /// Runs node pool provider programs (`plane/provision.rs`); each one's end
@@ -163,6 +165,10 @@ pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder) -> Option
         }
         LocalOrder::Prefetch { image, registry_auth } => {
             node.prefetch(image, registry_auth);
+            None
+        }
+        LocalOrder::Profile { key, order } => {
+            node.profile(key, order);
             None
         }
     }

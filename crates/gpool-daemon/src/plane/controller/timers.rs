@@ -35,6 +35,10 @@ pub(super) enum Timer {
     StartHold {
         node: u32,
     },
+    /// A profile's nodes have had their time (`profiles.rs`).
+    ProfileDeadline {
+        profile: u64,
+    },
     /// A parked long poll gets an empty answer.
     PollTimeout {
         node: u32,
@@ -55,6 +59,7 @@ impl Controller {
                 Timer::Lease { node } => self.lease_check(node, now),
                 Timer::StartHold { node } => self.start_hold_check(node, now),
                 Timer::PollTimeout { node, park } => self.poll_timeout(node, park),
+                Timer::ProfileDeadline { profile } => self.profile_deadline(profile, now),
                 Timer::Kill { job, attempt } => {
                     let left: Vec<_> = self
                         .jobs

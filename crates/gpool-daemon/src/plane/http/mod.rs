@@ -21,7 +21,9 @@ use tokio::sync::{broadcast, oneshot};
 use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
 
 mod logs;
+mod profile;
 mod registries;
+mod routes;
 mod services;
 mod who;
 use logs::logs;
@@ -46,44 +48,7 @@ pub struct AppState {
     pub local_users: std::sync::Arc<LocalUsers>,
 }
 
-/// The routes, for the OpenAPI completeness test.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("get", "/healthz"),
-    ("get", "/api/v1/openapi.json"),
-    ("post", "/api/v1/jobs"),
-    ("get", "/api/v1/jobs"),
-    ("get", "/api/v1/jobs/{id}"),
-    ("delete", "/api/v1/jobs/{id}"),
-    ("post", "/api/v1/jobs/{id}/cancel"),
-    ("get", "/api/v1/jobs/{id}/logs"),
-    ("get", "/api/v1/nodes"),
-    ("get", "/api/v1/pools"),
-    ("get", "/api/v1/registries"),
-    ("put", "/api/v1/registries/{registry}"),
-    ("delete", "/api/v1/registries/{registry}"),
-    ("get", "/api/v1/services"),
-    ("put", "/api/v1/services/{name}"),
-    ("delete", "/api/v1/services/{name}"),
-    ("get", "/api/v1/cost"),
-    ("get", "/api/v1/queues"),
-    ("get", "/api/v1/events"),
-    ("post", "/api/v1/tokens"),
-    ("get", "/api/v1/tokens"),
-    ("delete", "/api/v1/tokens/{id}"),
-    ("get", "/api/v1/whoami"),
-    ("get", "/api/v1/jobs/{id}/usage"),
-    ("get", "/api/v1/jobs/{id}/advice"),
-    ("get", "/api/v1/alerts"),
-    ("get", "/metrics"),
-    ("get", "/tls/ca.pem"),
-    ("post", "/api/v1/nodes/{name}/drain"),
-    ("post", "/api/v1/nodes/{name}/resume"),
-    ("post", "/api/v1/nodes/{name}/notice"),
-    ("post", "/agent/v1/register"),
-    ("get", "/agent/v1/commands"),
-    ("post", "/agent/v1/report"),
-    ("post", "/agent/v1/logs"),
-];
+pub use routes::ROUTES;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -107,6 +72,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/jobs/{id}/usage", get(usage))
         .route("/api/v1/jobs/{id}/advice", get(advice))
+        .route("/api/v1/jobs/{id}/profile", post(profile::take).get(profile::latest))
+        .route("/api/v1/jobs/{id}/profile/flamegraph.svg", get(profile::flamegraph))
+        .route("/api/v1/jobs/{id}/profile/timeline.svg", get(profile::timeline))
         .route("/api/v1/alerts", get(alerts))
         .route("/metrics", get(metrics))
         .route("/tls/ca.pem", get(ca_pem))

@@ -24,6 +24,7 @@ mod calls;
 mod lifecycle;
 mod nodes;
 mod preemption;
+mod profiles;
 mod registries;
 mod restore;
 mod services;
@@ -69,6 +70,10 @@ impl LocalNode for FakeAgent {
 
     fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>) {
         self.orders.lock().expect("lock").push(LocalOrder::Prefetch { image, registry_auth });
+    }
+
+    fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder) {
+        self.orders.lock().expect("lock").push(LocalOrder::Profile { key, order });
     }
 }
 
