@@ -232,7 +232,9 @@ pub fn verdict(stacks: &[Stack], accelerator_util: &[f64]) -> Verdict {
             format!("{} of main-thread samples in data loading, {busy_text}", pct(share(Activity::DataLoading))),
             "load data ahead of the model: DataLoader(num_workers=N, pin_memory=True, prefetch_factor=4, persistent_workers=True); decode images on the GPU (DALI, torchvision.io.decode_jpeg(device='cuda')); keep the dataset on local NVMe".to_string(),
         )
-    } else if share(Activity::Sync) >= 0.3 {
+    } else if share(Activity::Sync) >= 0.3 && busy.is_none_or(|b| b < 80.0) {
+        // (A host that waits on an accelerator busy ≥ 80% waits for real
+        // work: that is accelerator-bound, below.)
         (
             Bottleneck::SyncBound,
             format!("{} of main-thread samples waiting on the device (.item(), .cpu(), synchronize), {busy_text}", pct(share(Activity::Sync))),
@@ -345,6 +347,8 @@ mod tests {
         assert_eq!(verdict(&stacks(cpu), &[]).bottleneck, Bottleneck::CpuBound, "no accelerator: still the CPU");
         let sync = "<module> (t.py:1);step (t.py:9);synchronize (torch/cuda/__init__.py:792) 200\n<module> (t.py:1);step (t.py:8) 300\n";
         assert_eq!(verdict(&stacks(sync), &[40.0]).bottleneck, Bottleneck::SyncBound);
+        // Waiting on an accelerator that is busy is waiting for real work.
+        assert_eq!(verdict(&stacks(sync), &[97.0]).bottleneck, Bottleneck::AcceleratorBound);
         let few = "<module> (t.py:1) 10\n";
         assert_eq!(verdict(&stacks(few), &[0.0]).bottleneck, Bottleneck::Unclear);
         let idle = "<module> (t.py:1);main (t.py:9);wait (threading.py:320) 500\n";
