@@ -93,7 +93,8 @@ pub struct ProfileError {
 
 /// Parses collapsed stacks (`a;b;c 12` per line). `process …` and
 /// `thread (0x…)` root frames that py-spy adds with `--subprocesses` or
-/// `--threads` are dropped. Blank lines are skipped.
+/// `--threads` are dropped; a stack with nothing else (a thread that ran no
+/// Python, which `--idle` records) is skipped, as are blank lines.
 pub fn parse_collapsed(text: &str) -> Result<Vec<Stack>, ProfileError> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
@@ -105,6 +106,10 @@ pub fn parse_collapsed(text: &str) -> Result<Vec<Stack>, ProfileError> {
             line: i + 1,
             why: format!("{why}: {:?}", line.chars().take(80).collect::<String>()),
         };
+        // A bare count: a thread with no frame at all (py-spy's `--idle` writes ` 198`).
+        if line.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
         let (stack, count) = line.rsplit_once(' ').ok_or_else(|| err("no sample count after the stack"))?;
         let count: u64 = count.parse().map_err(|_| err("the sample count is not a number"))?;
         let frames: Vec<String> = stack
@@ -113,10 +118,9 @@ pub fn parse_collapsed(text: &str) -> Result<Vec<Stack>, ProfileError> {
             .filter(|f| !f.is_empty() && !f.starts_with("process ") && !f.starts_with("thread ("))
             .map(str::to_string)
             .collect();
-        if frames.is_empty() {
-            return Err(err("an empty stack"));
+        if !frames.is_empty() {
+            out.push(Stack { frames, count });
         }
-        out.push(Stack { frames, count });
     }
     Ok(out)
 }
@@ -153,8 +157,9 @@ pub fn classify(frames: &[String]) -> Activity {
         "torchvision/io",
         "cv2",
     ];
-    const SYNC: &[&str] = &["synchronize", "_local_scalar_dense", "item (", "tolist (", "cudaStreamSynchronize"];
-    const COPY: &[&str] = &["copy_", "_to_copy", "pin_memory", "cudaMemcpy", "hipMemcpy"];
+    // `Synchronize`: cudaStreamSynchronize, cuCtxSynchronize, hipDeviceSynchronize… (native frames).
+    const SYNC: &[&str] = &["synchronize", "Synchronize", "_local_scalar_dense", "item (", "tolist ("];
+    const COPY: &[&str] = &["copy_", "_to_copy", "pin_memory", "cudaMemcpy", "cuMemcpy", "hipMemcpy"];
     const OPTIM: &[&str] = &["torch/optim", "/optim/", "optimizer", "zero_grad"];
     const ARRAY: &[&str] = &["numpy/", "numpy.", "cblas", "dgemm", "sgemm", "openblas", "mkl_", "(scipy/"];
     const PARKED: &[&str] = &["sleep", "wait (", "select (", "poll (", "acquire", "recv", "accept (", "futex"];
@@ -247,10 +252,23 @@ pub fn verdict(stacks: &[Stack], accelerator_util: &[f64]) -> Verdict {
             "the accelerator is the limit: bf16 mixed precision, a larger batch, torch.compile, fused kernels (FlashAttention); or more accelerators".to_string(),
         )
     } else if cpu >= 0.5 && busy.is_none_or(|b| b < 50.0) {
+        // Mostly NumPy, or no accelerator at work: the computing is on the
+        // CPU. Otherwise the host's own overhead (Python, kernel launches, a
+        // scalar read back each step) leaves a working accelerator waiting.
+        let arrays = share(Activity::CpuCompute) >= 0.25 || busy.is_none_or(|b| b < 10.0);
+        let fix = if arrays {
+            "move the work to the accelerator (torch tensors on the device instead of NumPy arrays), or give the job more CPU cores"
+        } else {
+            "the host cannot keep the accelerator fed between small steps: do more per step (a larger batch), cut launch overhead with torch.compile or CUDA graphs, read scalars (.item()) every N steps; `gpool profile --native` shows the C++ frames"
+        };
         (
             Bottleneck::CpuBound,
-            format!("{} of main-thread samples computing on the CPU ({} NumPy), {busy_text}", pct(cpu), pct(share(Activity::CpuCompute))),
-            "move the work to the accelerator (torch tensors on the device instead of NumPy arrays), or give the job more CPU cores".to_string(),
+            format!(
+                "{} of main-thread samples computing on the CPU ({} NumPy), {busy_text}",
+                pct(cpu),
+                pct(share(Activity::CpuCompute))
+            ),
+            fix.to_string(),
         )
     } else {
         (
@@ -286,11 +304,16 @@ mod tests {
         )
         .expect("parses");
         assert!(is_main_thread(&native[0]) && !is_main_thread(&native[1]), "{native:?}");
+        // A thread with no frame at all is a bare count (py-spy --idle, seen on a real H200).
+        assert_eq!(parse_collapsed(" 198\n<module> (t.py:1) 3\n").expect("parses").len(), 1);
+        assert!(classify(&["<module> (t.py:1)".into(), "cuStreamSynchronize (libcuda.so.1)".into()]) == Activity::Sync);
         let huge = format!("<module> (a.py:1) {m}\n<module> (a.py:2) {m}\n", m = u64::MAX);
         assert_eq!(verdict(&stacks(&huge), &[]).samples, u64::MAX, "counts saturate");
-        for (bad, line) in [("a;b\n", 1), ("a 1\nb x\n", 2), ("process 1:\"p\" 4\n", 1)] {
+        for (bad, line) in [("a;b\n", 1), ("a 1\nb x\n", 2), ("a;b 4.5\n", 1)] {
             assert_eq!(parse_collapsed(bad).map_err(|e| e.line), Err(line), "{bad:?}");
         }
+        // A thread that ran no Python has no frame left once py-spy's own roots are dropped.
+        assert!(parse_collapsed("process 1:\"p\" 4\n").expect("parses").is_empty());
     }
 
     #[test]
@@ -345,6 +368,13 @@ mod tests {
         let cpu = "<module> (m.py:8) 480\n<module> (m.py:9);dot (numpy/core/multiarray.py:741) 20\n";
         assert_eq!(verdict(&stacks(cpu), &[0.0]).bottleneck, Bottleneck::CpuBound);
         assert_eq!(verdict(&stacks(cpu), &[]).bottleneck, Bottleneck::CpuBound, "no accelerator: still the CPU");
+        assert!(verdict(&stacks(cpu), &[0.0]).fix.contains("NumPy arrays"));
+        // A loop of small kernels with a scalar read back each step, as a real H200 showed it
+        // without native frames: one module-level line, the GPU 48% busy. The host is the limit.
+        let launches = "<module> (sync.py:5) 498\n<module> (sync.py:6) 1\n";
+        let v = verdict(&stacks(launches), &[48.0]);
+        assert_eq!(v.bottleneck, Bottleneck::CpuBound, "{v:?}");
+        assert!(v.fix.contains("torch.compile") && !v.fix.contains("NumPy arrays"), "{v:?}");
         let sync = "<module> (t.py:1);step (t.py:9);synchronize (torch/cuda/__init__.py:792) 200\n<module> (t.py:1);step (t.py:8) 300\n";
         assert_eq!(verdict(&stacks(sync), &[40.0]).bottleneck, Bottleneck::SyncBound);
         // Waiting on an accelerator that is busy is waiting for real work.

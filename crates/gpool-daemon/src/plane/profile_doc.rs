@@ -14,6 +14,11 @@ pub fn key(job: u64) -> String {
     format!("profile/{job}")
 }
 
+/// A replica's stacks, line by line: one line that does not parse must not hide the rest.
+fn replica_stacks(c: &ProfileCapture) -> Vec<profile::Stack> {
+    c.stacks.lines().filter_map(|l| profile::parse_collapsed(l).ok()).flatten().collect()
+}
+
 /// One replica's part.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReplicaCapture {
@@ -40,12 +45,7 @@ impl StoredProfile {
     /// Every replica's stacks, in py-spy's collapsed form (lines that do not
     /// parse are left out: one bad line must not hide the rest).
     pub fn stacks(&self) -> Vec<profile::Stack> {
-        self.replicas
-            .iter()
-            .flat_map(|r| r.capture.stacks.lines())
-            .filter_map(|l| profile::parse_collapsed(l).ok())
-            .flatten()
-            .collect()
+        self.replicas.iter().flat_map(|r| replica_stacks(&r.capture)).collect()
     }
 
     /// Whether any replica recorded stacks.
@@ -95,9 +95,7 @@ impl StoredProfile {
                     node: r.node.clone(),
                     rank: r.rank,
                     pid: r.capture.pid,
-                    stack_samples: profile::parse_collapsed(&r.capture.stacks)
-                        .map(|s| s.iter().fold(0u64, |a, s| a.saturating_add(s.count)))
-                        .unwrap_or(0),
+                    stack_samples: replica_stacks(&r.capture).iter().fold(0u64, |a, s| a.saturating_add(s.count)),
                     device_readings: r.capture.samples.len() as u64,
                     error: r.capture.error.clone(),
                 })
@@ -159,6 +157,7 @@ mod tests {
     fn a_bad_line_does_not_hide_the_others() {
         let p = stored("<module> (t.py:1);__getitem__ (t.py:5) 400\nnot a stack line\n", 0.0);
         assert_eq!(p.view().main_thread_samples, 400);
+        assert_eq!(p.view().replicas[0].stack_samples, 400);
     }
 
     #[test]
