@@ -149,6 +149,13 @@ fn gpool_up_on_a_recorded_tpu_v5p_through_tpu_info() {
     assert_eq!(out.trim(), "chips=0,1 bounds=1,2,1 process=1,1,1", "{}", d.job(id));
     let (_, metrics) = d.text("/metrics");
     assert!(!metrics.contains("DCGM_FI_DEV_GPU_UTIL{"), "a TPU chip is no DCGM series: {metrics}");
+    // Under the names and labels of GKE's TPU device plugin, with the recorded readings.
+    let chip0 = "{make=\"cloud-tpu\",model=\"TPU-v5p\",accelerator_id=\"0\",hostname=";
+    let line = |name: &str| metrics.lines().find(|l| l.starts_with(&format!("{name}{chip0}"))).map(str::to_string);
+    let value = |name: &str| line(name).and_then(|l| l.rsplit(' ').next().map(str::to_string)).unwrap_or_default();
+    assert_eq!(value("duty_cycle"), "71.11", "{metrics}");
+    assert_eq!(value("memory_used"), (1_290u64 << 20).to_string(), "HBM in bytes, as GKE's: {metrics}");
+    assert!(line("memory_total").is_some(), "{metrics}");
     let (code, v) = d.req(
         "POST",
         "/api/v1/jobs",

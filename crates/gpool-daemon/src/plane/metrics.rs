@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 
 use gpool_gpu::GpuSample;
 
+mod vendors;
+
 /// Labels of one series, in order.
 pub type Labels = Vec<(&'static str, String)>;
 
@@ -110,6 +112,8 @@ pub struct Scrape {
     pub gpus: Vec<GpuSeries>,
     /// AMD GPUs, under AMD device-metrics-exporter names.
     pub amd: Vec<GpuSeries>,
+    /// Cloud TPU chips, under the names of GKE's TPU device plugin.
+    pub tpu: Vec<GpuSeries>,
     pub migs: Vec<MigSeries>,
     pub queues: Vec<QueueStat>,
     pub jobs_by_state: BTreeMap<String, u64>,
@@ -243,19 +247,8 @@ pub fn render(s: &Scrape) -> String {
         .map(|x| (num(free(x.sample.memory_total_mb, x.sample.memory_used_mb, x.sample.memory_free_mb)), &x.labels));
     let mig_free = s.migs.iter().map(|x| (num(free(x.memory_total_mb, x.memory_used_mb, None)), &x.labels));
     family(&mut out, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", gpu_free.chain(mig_free));
-    // AMD GPUs under the names of AMD's device-metrics exporter, so that its dashboards work.
-    let mut amd = |name: &str, help: &str, get: &dyn Fn(&GpuSample) -> Option<f64>| {
-        family(&mut out, name, "gauge", help, s.amd.iter().map(|x| (get(&x.sample), &x.labels)));
-    };
-    amd("gpu_gfx_activity", "Graphics engine usage (in %).", &|x| x.gpu_util_pct);
-    amd("gpu_umc_activity", "Memory controller usage (in %).", &|x| x.mem_util_pct);
-    amd("gpu_used_vram", "VRAM in use (in MB).", &|x| num(x.memory_used_mb));
-    amd("gpu_total_vram", "VRAM (in MB).", &|x| num(x.memory_total_mb));
-    amd("gpu_free_vram", "VRAM free (in MB).", &|x| num(free(x.memory_total_mb, x.memory_used_mb, x.memory_free_mb)));
-    amd("gpu_power_usage", "Power draw (in W).", &|x| x.power_draw_w);
-    amd("gpu_edge_temperature", "Edge temperature (in C).", &|x| x.temperature_c);
-    amd("gpu_junction_temperature", "Junction (hotspot) temperature (in C).", &|x| x.junction_temperature_c);
-    amd("gpu_memory_temperature", "Memory temperature (in C).", &|x| x.memory_temperature_c);
+    // AMD GPUs and TPU chips under their vendors' exporter names.
+    vendors::render(&mut out, &s.amd, &s.tpu);
 
     header(&mut out, "gpool_queue_pending_jobs", "gauge", "Jobs waiting in the queue.");
     for q in &s.queues {
@@ -452,6 +445,7 @@ mod tests {
                     ..GpuSample::default()
                 },
             }],
+            tpu: Vec::new(),
             migs: vec![MigSeries {
                 labels: vec![("gpu", "1".into()), ("GPU_I_PROFILE", "1g.10gb".into()), ("GPU_I_ID", "9".into())],
                 memory_used_mb: Some(13),
@@ -508,13 +502,7 @@ mod tests {
         assert!(text.contains("DCGM_FI_DEV_FB_FREE{gpu=\"0\""), "free is derived from total and used");
         assert!(text.contains("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"0\"") && text.contains("} 4\n"));
         assert!(text.contains("DCGM_FI_DEV_FB_USED{gpu=\"1\",GPU_I_PROFILE=\"1g.10gb\",GPU_I_ID=\"9\"} 13"));
-        // AMD GPUs under AMD's exporter names, never as DCGM series.
-        let amd = "{gpu_id=\"0\",card_model=\"AMD Instinct MI300X\"}";
-        for want in ["gpu_gfx_activity", "gpu_used_vram", "gpu_free_vram", "gpu_junction_temperature"] {
-            assert!(text.contains(&format!("{want}{amd} ")), "{want}: {text}");
-        }
-        assert!(text.contains(&format!("gpu_free_vram{amd} 46592\n")), "{text}");
-        assert!(!text.contains("gpu_edge_temperature"), "an absent value is no series");
+        // AMD GPUs under AMD's exporter names (metrics/vendors.rs), never as DCGM series.
         assert!(!text.lines().any(|l| l.starts_with("DCGM") && l.contains("MI300X")), "{text}");
         assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"5\"} 1\n"));
         assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
@@ -555,6 +543,15 @@ mod tests {
             throttle_reasons: Some(vec![]),
             ..GpuSample::default()
         };
+        s.tpu = vec![GpuSeries {
+            labels: vec![("make", "cloud-tpu".into()), ("accelerator_id", "0".into())],
+            sample: GpuSample {
+                gpu_util_pct: Some(1.0),
+                memory_used_mb: Some(1),
+                memory_total_mb: Some(2),
+                ..GpuSample::default()
+            },
+        }];
         s.alerts.insert(("AllocatedGpuIdle".into(), "warning".into()), 0);
         s.idle_gpu_seconds.insert(("ana".into(), "ml".into()), 1.0);
         let text = render(&s);
@@ -568,7 +565,9 @@ mod tests {
         assert!(exprs.len() >= 15, "{exprs:?}");
         for e in exprs {
             for word in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if word.starts_with("DCGM_") || word.starts_with("gpool_") {
+                // DCGM's, gpool's, AMD's exporter's and GKE's TPU device plugin's names.
+                let vendor = word.starts_with("gpu_") || ["duty_cycle", "memory_used", "memory_total"].contains(&word);
+                if word.starts_with("DCGM_") || word.starts_with("gpool_") || vendor {
                     assert!(
                         text.contains(&format!("\n{word}{{")) || text.contains(&format!("\n{word} ")),
                         "the dashboard queries {word}, which /metrics does not have"

@@ -352,7 +352,7 @@ impl Controller {
 
     /// Everything `/metrics` shows, read from the controller's state.
     pub(super) fn scrape(&self, now: i64) -> Scrape {
-        let (mut gpus, mut amd, mut migs) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut gpus, mut amd, mut tpu, mut migs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (id, n) in self.snap.nodes() {
             let holders = self.holders(id);
             let job_labels = |h: &Holder| -> metrics::Labels {
@@ -367,8 +367,19 @@ impl Controller {
             for d in &n.devices {
                 let Some(track) = self.telemetry.gpu(&n.name, d.index) else { continue };
                 let meta = self.gpu_meta(id, d.index);
-                // TPU chips have no exporter whose names gpool could borrow: not under DCGM's.
                 if d.kind == gpool_core::DeviceKind::Tpu {
+                    // The labels of GKE's TPU device plugin.
+                    let mut labels: metrics::Labels = vec![
+                        ("make", "cloud-tpu".to_string()),
+                        ("model", d.model.to_string()),
+                        ("accelerator_id", d.index.to_string()),
+                        ("hostname", n.name.to_string()),
+                    ];
+                    if let Some(topology) = n.labels.get(crate::plane::convert::TPU_TOPOLOGY_LABEL) {
+                        labels.push(("tpu_topology", topology.to_string()));
+                    }
+                    labels.extend(holders.get(&DevRef::Gpu(d.index)).map(job_labels).unwrap_or_default());
+                    tpu.push(metrics::GpuSeries { labels, sample: track.sample.clone() });
                     continue;
                 }
                 if d.kind == gpool_core::DeviceKind::AmdGpu {
@@ -449,6 +460,7 @@ impl Controller {
         Scrape {
             gpus,
             amd,
+            tpu,
             migs,
             queues: queues.into_values().collect(),
             jobs_by_state,
