@@ -386,6 +386,8 @@ pub struct Snapshot {
     pub(crate) running: RunningJobs,
     pub(crate) queues: BTreeMap<Arc<str>, QueueConfig>,
     pub(crate) queue_usage: BTreeMap<Arc<str>, GpuMilli>,
+    /// The same per accelerator kind (queues' per-kind maximums).
+    pub(crate) queue_kind_usage: BTreeMap<Arc<str>, crate::resources::KindUnits>,
     finished: HashMap<JobId, bool, IdHash>,
     /// Placements promised to pending jobs that preempted others, until they start.
     pub(crate) nominations: BTreeMap<JobId, Placement>,
@@ -418,6 +420,7 @@ impl Snapshot {
             running: RunningJobs::default(),
             queues: BTreeMap::new(),
             queue_usage: BTreeMap::new(),
+            queue_kind_usage: BTreeMap::new(),
             finished: HashMap::default(),
             nominations: BTreeMap::new(),
             ledger: UsageLedger::default(),
@@ -566,6 +569,30 @@ impl Snapshot {
         self.queue_usage.get(queue).copied().unwrap_or(0)
     }
 
+    /// A placement's GPU units per accelerator kind: each whole GPU (or
+    /// share of one) counts for its device's kind; MIG instances are NVIDIA's.
+    pub(crate) fn units_by_kind(&self, placement: &Placement) -> crate::resources::KindUnits {
+        use crate::resources::{DeviceKind, GPU};
+        let mut out = crate::resources::KindUnits::default();
+        for r in placement {
+            let Some(e) = self.nodes.get(r.node.index()) else { continue };
+            let kind_of = |slot: usize| {
+                e.gpu_slots.get(slot).and_then(|di| e.node.devices.get(*di)).map_or(DeviceKind::NvidiaGpu, |d| d.kind)
+            };
+            match r.share {
+                Some(s) => out.add(kind_of(r.gpus.trailing_zeros() as usize), GpuMilli::from(s.milli)),
+                None => bits(r.gpus).for_each(|slot| out.add(kind_of(slot), GPU)),
+            }
+            out.add(DeviceKind::NvidiaGpu, e.mig_units(r.mig));
+        }
+        out
+    }
+
+    /// A queue's use per accelerator kind.
+    pub fn queue_kind_usage(&self, queue: &str) -> crate::resources::KindUnits {
+        self.queue_kind_usage.get(queue).copied().unwrap_or_default()
+    }
+
     /// The fair-share usage ledger.
     pub fn usage(&self) -> &UsageLedger {
         &self.ledger
@@ -680,12 +707,11 @@ impl Snapshot {
     /// Also carries the overload state the pass saw (see [`crate::policy::Overload`]).
     pub fn carry_over(&mut self, plan: &crate::Plan) {
         self.overloaded_since = plan.overloaded_since;
-        let held_for = |job: JobId| {
-            plan.preemptions.iter().any(|p| {
-                p.for_job == job
-                    && matches!(p.why, crate::PreemptWhy::Reclaim { .. } | crate::PreemptWhy::HigherPriority)
-            })
-        };
+        // Every preemptor holds what its victims free, whatever the reason: a
+        // within-class preemptor that did not (MoreService) lost the GPUs to a
+        // higher class, which a reclaim then stopped, in a loop of three that
+        // starved it (tests/properties.rs, the kept seed).
+        let held_for = |job: JobId| plan.preemptions.iter().any(|p| p.for_job == job);
         let held: BTreeMap<JobId, Placement> = plan
             .nominated
             .iter()
@@ -766,6 +792,7 @@ impl Snapshot {
         for (node, f) in trial {
             self.free[node.index()] = f;
         }
+        let by_kind = self.units_by_kind(&placement);
         let mut units = 0;
         for r in &placement {
             let e = &mut self.nodes[r.node.index()];
@@ -779,7 +806,8 @@ impl Snapshot {
         let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
         self.ledger.change_rate(&job.spec.team, &job.spec.user, units as i64);
         *self.queue_usage.entry(job.spec.queue.clone()).or_default() += units;
-        job.state = JobState::Running(Running { placement, started: now, gpu_milli: units, stopping: None });
+        self.queue_kind_usage.entry(job.spec.queue.clone()).or_default().add_all(&by_kind);
+        job.state = JobState::Running(Running { placement, started: now, gpu_milli: units, by_kind, stopping: None });
         self.running.insert(job);
         Ok(())
     }
@@ -825,6 +853,9 @@ impl Snapshot {
         self.ledger.change_rate(&spec.team, &spec.user, -(run.gpu_milli as i64));
         if let Some(u) = self.queue_usage.get_mut(&spec.queue) {
             *u = u.saturating_sub(run.gpu_milli);
+        }
+        if let Some(u) = self.queue_kind_usage.get_mut(&spec.queue) {
+            u.sub_all(&run.by_kind);
         }
         match outcome {
             StopOutcome::Requeue { not_before } => {
