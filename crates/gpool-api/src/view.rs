@@ -294,6 +294,12 @@ pub struct QueueView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_gpus: Option<f64>,
     pub used_gpus: f64,
+    /// Maximums per accelerator kind, by resource name (`amd.com/gpu: 4`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub max_per_kind: std::collections::BTreeMap<String, f64>,
+    /// Use per accelerator kind in use, by resource name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub used_per_kind: std::collections::BTreeMap<String, f64>,
     pub pending: u64,
     pub running: u64,
 }

@@ -483,6 +483,8 @@ pub(crate) fn queue(name: &str) -> QueueB {
         guarantee_gpus: 0.0,
         max_gpus: None,
         used_gpus: 0.0,
+        max_per_kind: Default::default(),
+        used_per_kind: Default::default(),
         pending: 0,
         running: 0,
     })
@@ -504,6 +506,16 @@ impl QueueB {
     }
     pub(crate) fn max(mut self, gpus: f64) -> QueueB {
         self.0.max_gpus = Some(gpus);
+        self
+    }
+    /// A kind's maximum and use, by resource name.
+    pub(crate) fn kind(mut self, resource: &str, max: Option<f64>, used: f64) -> QueueB {
+        if let Some(m) = max {
+            self.0.max_per_kind.insert(resource.into(), m);
+        }
+        if used > 0.0 {
+            self.0.used_per_kind.insert(resource.into(), used);
+        }
         self
     }
     pub(crate) fn used(mut self, gpus: f64) -> QueueB {

@@ -368,6 +368,8 @@ pub struct Running {
     pub started: Time,
     /// Thousandths of a GPU the placement holds (MIG instances count by compute slices).
     pub gpu_milli: GpuMilli,
+    /// The same, per accelerator kind (for the queues' per-kind maximums).
+    pub by_kind: crate::resources::KindUnits,
     /// `Some` once a stop was requested (preemption, cancel, time limit): the
     /// job still holds its devices until its processes are gone.
     pub stopping: Option<StopCause>,

@@ -64,7 +64,7 @@ pub use node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, P
 pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
 pub use policy::{Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard};
 pub use quota::QueueConfig;
-pub use resources::{DeviceKind, GpuMilli, MigProfile};
+pub use resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};
 pub use schedule::schedule;
 pub use snapshot::{Snapshot, SnapshotError, StopOutcome};
 pub use time::Time;

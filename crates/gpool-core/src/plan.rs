@@ -124,6 +124,12 @@ pub enum PendingReason {
     Queued,
 }
 
+/// `4 GPUs`, or `4 chips` for TPUs.
+fn devices(kind: crate::resources::DeviceKind, milli: GpuMilli) -> String {
+    let n = gpus(milli);
+    if kind == crate::resources::DeviceKind::Tpu { n.replace("GPUs", "chips") } else { n }
+}
+
 fn gpus(milli: GpuMilli) -> String {
     if milli.is_multiple_of(1000) {
         format!("{} GPUs", milli / 1000)
@@ -146,6 +152,13 @@ impl fmt::Display for PendingReason {
             PendingReason::Quota(QuotaBlock::AtMax { queue, max, used }) => {
                 write!(f, "queue {queue} is at its maximum of {} ({} in use)", gpus(*max), gpus(*used))
             }
+            PendingReason::Quota(QuotaBlock::KindAtMax { queue, kind, max, used }) => write!(
+                f,
+                "queue {queue} is at its {} maximum of {} ({} in use)",
+                kind.resource(),
+                devices(*kind, *max),
+                devices(*kind, *used)
+            ),
             PendingReason::Quota(QuotaBlock::CohortExhausted { queue, cohort, lendable }) => write!(
                 f,
                 "queue {queue} is above its guarantee and cohort {cohort} has only {} unused to lend",

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::resources::GpuMilli;
+use crate::resources::{DeviceKind, GpuMilli, KindUnits};
 
 /// A quota queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,6 +19,9 @@ pub struct QueueConfig {
     pub guarantee: GpuMilli,
     /// Hard cap on the queue's usage (`None` = no cap).
     pub max: Option<GpuMilli>,
+    /// Hard caps per accelerator kind (`maxPerKind`); a kind not named has
+    /// none beyond `max`. Guarantees and borrowing stay across kinds.
+    pub kind_max: std::collections::BTreeMap<DeviceKind, GpuMilli>,
     /// Whether its jobs may run on spot nodes when they do not say (`None`: allowed).
     pub spot: Option<crate::job::SpotPolicy>,
     /// Jobs whose GPUs all stay idle are stopped (the daemon's `idle: stop`), not only warned.
@@ -27,7 +30,15 @@ pub struct QueueConfig {
 
 impl QueueConfig {
     pub fn new(name: &str) -> QueueConfig {
-        QueueConfig { name: Arc::from(name), cohort: None, guarantee: 0, max: None, spot: None, idle_stop: false }
+        QueueConfig {
+            name: Arc::from(name),
+            cohort: None,
+            guarantee: 0,
+            max: None,
+            kind_max: BTreeMap::new(),
+            spot: None,
+            idle_stop: false,
+        }
     }
 }
 
@@ -38,6 +49,8 @@ pub enum QuotaBlock {
     AtMax { queue: Arc<str>, max: GpuMilli, used: GpuMilli },
     /// The queue would borrow more than its cohort has unused.
     CohortExhausted { queue: Arc<str>, cohort: Arc<str>, lendable: GpuMilli },
+    /// The queue would exceed its maximum for one accelerator kind.
+    KindAtMax { queue: Arc<str>, kind: DeviceKind, max: GpuMilli, used: GpuMilli },
 }
 
 /// Usage per queue and cohort during a pass.
@@ -46,6 +59,8 @@ pub(crate) struct QuotaState {
     usage: BTreeMap<Arc<str>, GpuMilli>,
     cohort_usage: BTreeMap<Arc<str>, GpuMilli>,
     cohort_guarantee: BTreeMap<Arc<str>, GpuMilli>,
+    /// Per queue and accelerator kind, for queues with per-kind maximums.
+    kind_usage: BTreeMap<Arc<str>, KindUnits>,
 }
 
 impl QuotaState {
@@ -66,6 +81,39 @@ impl QuotaState {
             }
         }
         s
+    }
+
+    /// Also counts each queue's use per accelerator kind.
+    pub(crate) fn with_kinds<'a>(mut self, usage: impl Iterator<Item = (&'a Arc<str>, KindUnits)>) -> QuotaState {
+        for (queue, used) in usage {
+            self.kind_usage.entry(queue.clone()).or_default().add_all(&used);
+        }
+        self
+    }
+
+    /// Whether `queue` may take `units` more of each kind (its per-kind maximums).
+    pub(crate) fn check_kinds(
+        &self,
+        queues: &BTreeMap<Arc<str>, QueueConfig>,
+        queue: &Arc<str>,
+        units: &KindUnits,
+    ) -> Result<(), QuotaBlock> {
+        let Some(q) = queues.get(queue) else {
+            return Ok(());
+        };
+        let used = self.kind_usage.get(queue).copied().unwrap_or_default();
+        for (kind, want) in units.iter() {
+            if let Some(&max) = q.kind_max.get(&kind)
+                && used.get(kind) + want > max
+            {
+                return Err(QuotaBlock::KindAtMax { queue: queue.clone(), kind, max, used: used.get(kind) });
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn add_kinds(&mut self, queue: &Arc<str>, units: &KindUnits) {
+        self.kind_usage.entry(queue.clone()).or_default().add_all(units);
     }
 
     pub(crate) fn used(&self, queue: &str) -> GpuMilli {
@@ -135,6 +183,7 @@ mod tests {
                     cohort: c.map(Arc::from),
                     guarantee: g * GPU,
                     max: m.map(|m| m * GPU),
+                    kind_max: BTreeMap::new(),
                     spot: None,
                     idle_stop: false,
                 };
@@ -178,6 +227,32 @@ mod tests {
             let s = QuotaState::new(&qs, usage.iter().map(|(n, u)| (n, *u)));
             assert_eq!(s.check(&qs, &q(c.queue), c.want * GPU).is_ok(), c.ok, "{}", c.name);
         }
+    }
+
+    #[test]
+    fn a_kind_maximum_caps_that_kind_only() {
+        let mut qs = queues(&[("ml", None, 0, Some(16))]);
+        if let Some(q) = qs.get_mut("ml") {
+            q.kind_max.insert(DeviceKind::AmdGpu, 4 * GPU);
+        }
+        let ml = Arc::<str>::from("ml");
+        let mut used = KindUnits::default();
+        used.add(DeviceKind::AmdGpu, 3 * GPU);
+        used.add(DeviceKind::NvidiaGpu, 8 * GPU);
+        let s = QuotaState::new(&qs, [(&ml, 11 * GPU)].into_iter()).with_kinds([(&ml, used)].into_iter());
+        let want = |k: DeviceKind, n: u64| {
+            let mut u = KindUnits::default();
+            u.add(k, n * GPU);
+            u
+        };
+        assert!(s.check_kinds(&qs, &ml, &want(DeviceKind::AmdGpu, 1)).is_ok(), "4 of 4");
+        assert_eq!(
+            s.check_kinds(&qs, &ml, &want(DeviceKind::AmdGpu, 2)),
+            Err(QuotaBlock::KindAtMax { queue: ml.clone(), kind: DeviceKind::AmdGpu, max: 4 * GPU, used: 3 * GPU })
+        );
+        assert!(s.check_kinds(&qs, &ml, &want(DeviceKind::NvidiaGpu, 5)).is_ok(), "no NVIDIA maximum of its own");
+        assert!(s.check(&qs, &ml, 6 * GPU).is_err(), "the queue's maximum still holds across kinds");
+        assert!(s.check_kinds(&qs, &Arc::from("other"), &want(DeviceKind::AmdGpu, 99)).is_ok(), "unknown queue");
     }
 
     #[test]

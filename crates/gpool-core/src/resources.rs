@@ -14,12 +14,63 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    pub const ALL: [DeviceKind; 3] = [DeviceKind::NvidiaGpu, DeviceKind::AmdGpu, DeviceKind::Tpu];
+
+    /// Its position in [`DeviceKind::ALL`] (and in a [`KindUnits`]).
+    pub fn index(self) -> usize {
+        match self {
+            DeviceKind::NvidiaGpu => 0,
+            DeviceKind::AmdGpu => 1,
+            DeviceKind::Tpu => 2,
+        }
+    }
+
+    /// The resource a spec names it by (`nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`).
+    pub fn resource(self) -> &'static str {
+        match self {
+            DeviceKind::NvidiaGpu => "nvidia.com/gpu",
+            DeviceKind::AmdGpu => "amd.com/gpu",
+            DeviceKind::Tpu => "google.com/tpu",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceKind::NvidiaGpu => "nvidia-gpu",
             DeviceKind::AmdGpu => "amd-gpu",
             DeviceKind::Tpu => "tpu",
         }
+    }
+}
+
+/// Thousandths of a device per accelerator kind (a queue's use, a placement's units).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindUnits(pub [GpuMilli; 3]);
+
+impl KindUnits {
+    pub fn get(&self, k: DeviceKind) -> GpuMilli {
+        self.0[k.index()]
+    }
+
+    pub fn add(&mut self, k: DeviceKind, units: GpuMilli) {
+        self.0[k.index()] = self.0[k.index()].saturating_add(units);
+    }
+
+    pub fn add_all(&mut self, other: &KindUnits) {
+        for k in DeviceKind::ALL {
+            self.add(k, other.get(k));
+        }
+    }
+
+    pub fn sub_all(&mut self, other: &KindUnits) {
+        for k in DeviceKind::ALL {
+            self.0[k.index()] = self.0[k.index()].saturating_sub(other.get(k));
+        }
+    }
+
+    /// The kinds with any units, and theirs.
+    pub fn iter(&self) -> impl Iterator<Item = (DeviceKind, GpuMilli)> + '_ {
+        DeviceKind::ALL.into_iter().map(|k| (k, self.get(k))).filter(|(_, u)| *u > 0)
     }
 }
 

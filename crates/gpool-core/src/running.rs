@@ -243,6 +243,7 @@ mod tests {
                 placement,
                 started: Time::from_secs(100),
                 gpu_milli: 1000,
+                by_kind: crate::resources::KindUnits([1000, 0, 0]),
                 stopping: None,
             }),
             service: Service::default(),

@@ -124,7 +124,8 @@ impl<'s> Pass<'s> {
                 nominations.entry(*for_job).or_default().push(j.id);
             }
         }
-        let quota = QuotaState::new(&snap.queues, snap.queue_usage.iter().map(|(q, u)| (q, *u)));
+        let quota = QuotaState::new(&snap.queues, snap.queue_usage.iter().map(|(q, u)| (q, *u)))
+            .with_kinds(snap.queue_kind_usage.iter().map(|(q, u)| (q, *u)));
         let preemption_possible = !nominations.is_empty() || (policy.preemption.any() && snap.running_count() > 0);
         let slots = snap.shapes.bases.len() * 2;
         let mut cap = Capacity::new(snap);
@@ -273,7 +274,12 @@ impl<'s> Pass<'s> {
         match self.try_place(job, slot, (cpus, mem), cacheable) {
             Ok(placement) => {
                 let units = placement_units(self.snap, &placement);
-                if let Err(block) = self.quota.check(&self.snap.queues, &job.spec.queue, units) {
+                let by_kind = self.snap.units_by_kind(&placement);
+                let checked = self
+                    .quota
+                    .check(&self.snap.queues, &job.spec.queue, units)
+                    .and_then(|()| self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind));
+                if let Err(block) = checked {
                     for r in &placement {
                         self.cap.uncommit(r, id);
                     }
@@ -281,6 +287,7 @@ impl<'s> Pass<'s> {
                     return;
                 }
                 self.quota.add(&self.snap.queues, &job.spec.queue, units);
+                self.quota.add_kinds(&job.spec.queue, &by_kind);
                 candidates.started(units);
                 self.plan.starts.push(Start { job: id, placement, backfilled: self.first_blocked.is_some() });
                 self.started_ends.push(ends);
@@ -329,7 +336,15 @@ impl<'s> Pass<'s> {
             return Some(PendingReason::NotBefore { until: job.not_before });
         }
         let units = job.spec.gpu_units();
-        self.quota.check(&self.snap.queues, &job.spec.queue, units).err().map(PendingReason::Quota)
+        if let Err(block) = self.quota.check(&self.snap.queues, &job.spec.queue, units) {
+            return Some(PendingReason::Quota(block));
+        }
+        // A job that names its kind is held by that kind's maximum before any search;
+        // one that takes any GPU is checked once placed, on the kinds it got.
+        let kind = job.spec.replica.gpu_kind?;
+        let mut by_kind = crate::resources::KindUnits::default();
+        by_kind.add(kind, units);
+        self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind).err().map(PendingReason::Quota)
     }
 
     /// Whether jobs of this shape fail alike (anti-affinity makes placement depend on the job itself).
@@ -410,6 +425,11 @@ impl<'s> Pass<'s> {
             search.releasing_only().map(|p| (Vec::new(), p))
         };
         let Some((victims, placement)) = found else { return false };
+        // Preempting others must not take the queue over a per-kind maximum either.
+        let by_kind = self.snap.units_by_kind(&placement);
+        if self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind).is_err() {
+            return false;
+        }
         if victims.is_empty() && self.cap.fits_free(&placement) {
             // Fits as is (only reachable when the index and the search disagree): start it.
             for r in &placement {
@@ -417,6 +437,7 @@ impl<'s> Pass<'s> {
             }
             let units = placement_units(self.snap, &placement);
             self.quota.add(&self.snap.queues, &job.spec.queue, units);
+            self.quota.add_kinds(&job.spec.queue, &by_kind);
             candidates.started(units);
             self.plan.starts.push(Start { job: job.id, placement, backfilled: self.first_blocked.is_some() });
             self.started_ends.push(ends);
@@ -439,6 +460,7 @@ impl<'s> Pass<'s> {
             waits_for.extend(self.cap.claim(r, job.id).into_iter().map(|(from, _)| from));
         }
         self.quota.add(&self.snap.queues, &job.spec.queue, placement_units(self.snap, &placement));
+        self.quota.add_kinds(&job.spec.queue, &by_kind);
         self.plan.nominated.push((job.id, placement));
         let victims = (waits_for.len() as u32).max(1);
         self.plan.wait(job.id, PendingReason::WaitingForPreemption { victims });

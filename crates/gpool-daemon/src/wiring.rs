@@ -38,6 +38,9 @@ struct QueueFile {
     guarantee_gpus: f64,
     #[serde(default)]
     max_gpus: Option<f64>,
+    /// Caps per accelerator kind, by resource name: `{amd.com/gpu: 4, google.com/tpu: 16}`.
+    #[serde(default)]
+    max_per_kind: std::collections::BTreeMap<String, f64>,
     /// never, allowed or preferred: whether its jobs run on spot nodes when they do not say.
     #[serde(default)]
     spot: Option<String>,
@@ -100,7 +103,7 @@ pub fn read_alert_rules(path: &Path) -> anyhow::Result<Vec<gpool_core::alert::Ru
         .collect()
 }
 
-/// Reads a queues YAML file: a list of `{name, cohort, guaranteeGpus, maxGpus}`.
+/// Reads a queues YAML file: a list of `{name, cohort, guaranteeGpus, maxGpus, maxPerKind}`.
 pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let list: Vec<QueueFile> =
@@ -119,6 +122,20 @@ pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
                     q.guarantee_gpus
                 );
             }
+            let mut kind_max = std::collections::BTreeMap::new();
+            for (resource, n) in &q.max_per_kind {
+                let kind = gpool_core::DeviceKind::ALL.into_iter().find(|k| k.resource() == resource).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{}: queue {}: maxPerKind names {resource:?}; the kinds are nvidia.com/gpu, amd.com/gpu and google.com/tpu",
+                        path.display(),
+                        q.name
+                    )
+                })?;
+                if !valid(*n) {
+                    bail!("{}: queue {}: maxPerKind {resource}: {n} is not a number of devices ≥ 0", path.display(), q.name);
+                }
+                kind_max.insert(kind, (n * 1000.0).round() as u64);
+            }
             let spot = match q.spot.as_deref() {
                 None => None,
                 Some(s) => Some(s.parse().map_err(|e: String| anyhow::anyhow!("{}: queue {}: {e}", path.display(), q.name))?),
@@ -135,6 +152,7 @@ pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
                 cohort: q.cohort.map(|c| Arc::from(c.as_str())),
                 guarantee: (q.guarantee_gpus * 1000.0).round() as u64,
                 max: q.max_gpus.map(|m| (m * 1000.0).round() as u64),
+                kind_max,
             })
         })
         .collect()
@@ -210,6 +228,27 @@ mod tests {
         let _ = std::fs::remove_file(&f);
         assert!(e.to_string().contains("guaranteeGpus 8 is more than maxGpus 4"), "{e}");
         assert_eq!(ok.expect("fine").len(), 1);
+    }
+
+    #[test]
+    fn per_kind_maximums_are_read_by_resource_name_and_bad_ones_named() {
+        let f = std::env::temp_dir().join(format!("gpool-queues-kinds-{}.yaml", std::process::id()));
+        let read = |text: &str| {
+            std::fs::write(&f, text).expect("file");
+            read_queues(&f)
+        };
+        let ok = read("- {name: ml, maxPerKind: {amd.com/gpu: 4, google.com/tpu: 16, nvidia.com/gpu: 0.5}}\n");
+        let unknown = read("- {name: ml, maxPerKind: {intel.com/gpu: 2}}\n");
+        let negative = read("- {name: ml, maxPerKind: {amd.com/gpu: -1}}\n");
+        let _ = std::fs::remove_file(&f);
+        let q = &ok.expect("valid")[0];
+        use gpool_core::DeviceKind::*;
+        let got: Vec<_> = q.kind_max.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(got, [(NvidiaGpu, 500), (AmdGpu, 4000), (Tpu, 16_000)]);
+        let e = unknown.expect_err("unknown kind").to_string();
+        assert!(e.contains("intel.com/gpu") && e.contains("amd.com/gpu"), "{e}");
+        let e = negative.expect_err("negative").to_string();
+        assert!(e.contains("maxPerKind amd.com/gpu: -1"), "{e}");
     }
 
     #[test]

@@ -98,9 +98,19 @@ impl Cluster {
             cohort: cohort.map(Arc::from),
             guarantee: guarantee_gpus * 1000,
             max: max_gpus.map(|m| m * 1000),
+            kind_max: Default::default(),
             spot: None,
             idle_stop: false,
         });
+        self
+    }
+
+    /// A queue with a maximum per accelerator kind (GPUs or chips).
+    pub fn kind_queue(mut self, name: &str, max_gpus: Option<u64>, kinds: &[(DeviceKind, u64)]) -> Cluster {
+        let mut q = QueueConfig::new(name);
+        q.max = max_gpus.map(|m| m * 1000);
+        q.kind_max = kinds.iter().map(|(k, n)| (*k, n * 1000)).collect();
+        self.snap.set_queue(q);
         self
     }
 

@@ -217,6 +217,17 @@ impl Controller {
                     guarantee_gpus: cfg.map_or(0.0, |c| c.guarantee as f64 / 1000.0),
                     max_gpus: cfg.and_then(|c| c.max.map(|m| m as f64 / 1000.0)),
                     used_gpus: self.snap.queue_usage(&name) as f64 / 1000.0,
+                    max_per_kind: cfg
+                        .map(|c| {
+                            c.kind_max.iter().map(|(k, m)| (k.resource().to_string(), *m as f64 / 1000.0)).collect()
+                        })
+                        .unwrap_or_default(),
+                    used_per_kind: self
+                        .snap
+                        .queue_kind_usage(&name)
+                        .iter()
+                        .map(|(k, u)| (k.resource().to_string(), u as f64 / 1000.0))
+                        .collect(),
                     pending,
                     running,
                     name,

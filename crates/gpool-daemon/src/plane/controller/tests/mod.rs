@@ -123,6 +123,7 @@ impl Setup {
                 cohort: None,
                 guarantee: 4_000,
                 max: None,
+                kind_max: Default::default(),
                 spot: None,
                 idle_stop: false,
             })
