@@ -690,8 +690,8 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Takes a plan's nominations: pending jobs that preempted others by
-    /// *reclaim* or *priority* and will take a placement once their victims
+    /// Takes a plan's nominations: pending jobs that preempted others and
+    /// will take a placement once their victims
     /// are gone. The next pass holds the free part of each such placement
     /// until it examines the job, so that a job the order puts first cannot
     /// take what was freed. For reclaim, that job would be another queue's,
@@ -700,17 +700,13 @@ impl Snapshot {
     /// space, the freed job reclaimed it, the preemptor preempted it again:
     /// a loop of three (found by the property tests). A nomination lives
     /// until the job is examined again; it is renewed only while the job
-    /// still waits for its victims. Nominations for within-class preemption
-    /// are not held: there the order and preemption agree, and a job ranked
-    /// above the preemptor may use what was freed.
+    /// still waits for its victims. Within-class preemptors are held too: a
+    /// higher class took what one freed, a reclaim stopped it, and the
+    /// preemptor preempted again, the same loop (docs/scheduling.md).
     ///
     /// Also carries the overload state the pass saw (see [`crate::policy::Overload`]).
     pub fn carry_over(&mut self, plan: &crate::Plan) {
         self.overloaded_since = plan.overloaded_since;
-        // Every preemptor holds what its victims free, whatever the reason: a
-        // within-class preemptor that did not (MoreService) lost the GPUs to a
-        // higher class, which a reclaim then stopped, in a loop of three that
-        // starved it (tests/properties.rs, the kept seed).
         let held_for = |job: JobId| plan.preemptions.iter().any(|p| p.for_job == job);
         let held: BTreeMap<JobId, Placement> = plan
             .nominated

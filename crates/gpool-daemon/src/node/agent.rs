@@ -422,10 +422,12 @@ impl Agent {
             chown(log, Some(a.uid), Some(a.gid))?;
             set(log, 0o600)?;
         }
+        // The shim's directory is traversable (0711) but not listable: the job
+        // reads its profile request there by name (profiler.rs), and writes
+        // its simulated load.
+        let run = self.run_dir(key);
+        set(&run, 0o711)?;
         if self.cfg.simulated {
-            // The simulated GPU load the job declares: its own file in the shim's directory (0711).
-            let run = self.run_dir(key);
-            set(&run, 0o711)?;
             let load = run.join(SIM_LOAD_FILE);
             OpenOptions::new().create(true).truncate(false).write(true).open(&load)?;
             chown(&load, Some(a.uid), Some(a.gid))?;

@@ -18,6 +18,12 @@ use crate::node::shim::{STATE, ShimState, read_json};
 /// py-spy's sampling rate (its default): 500 samples in a 5 s window.
 pub const RATE_HZ: u32 = 100;
 
+/// What one capture may carry, so that it fits one report of the agent
+/// protocol (4 MiB) with room to spare: the heaviest stacks up to 1 MiB,
+/// and at most 2,000 device readings (evenly thinned).
+pub const MAX_STACK_BYTES: usize = 1 << 20;
+pub const MAX_READINGS: usize = 2_000;
+
 /// The file that exists while a profile of the replica runs (in its run
 /// directory), holding `seconds=N`: a job that wants kernel-level detail
 /// checks it and runs the PyTorch profiler meanwhile (docs/profiling.md).
@@ -67,7 +73,30 @@ pub fn capture(
         capture.samples = rx.recv_timeout(window + Duration::from_secs(10)).unwrap_or_default();
     }
     drop(request);
+    bound(&mut capture);
     capture
+}
+
+/// Keeps a capture within [`MAX_STACK_BYTES`] and [`MAX_READINGS`].
+fn bound(c: &mut ProfileCapture) {
+    if c.samples.len() > MAX_READINGS {
+        let every = c.samples.len().div_ceil(MAX_READINGS);
+        c.samples = c.samples.iter().step_by(every).cloned().collect();
+    }
+    if c.stacks.len() > MAX_STACK_BYTES {
+        let count = |l: &str| l.rsplit(' ').next().and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or(0);
+        let mut lines: Vec<&str> = c.stacks.lines().collect();
+        lines.sort_by_key(|l| std::cmp::Reverse(count(l)));
+        let mut kept = String::new();
+        for l in lines {
+            if kept.len() + l.len() + 1 > MAX_STACK_BYTES {
+                break;
+            }
+            kept.push_str(l);
+            kept.push('\n');
+        }
+        c.stacks = kept;
+    }
 }
 
 /// The request file of a profile under way; removed when dropped.
@@ -75,8 +104,12 @@ struct Request(PathBuf);
 
 impl Request {
     fn post(run_dir: &Path, seconds: u32) -> Option<Request> {
+        use std::os::unix::fs::PermissionsExt;
         let path = run_dir.join(REQUEST_FILE);
-        std::fs::write(&path, format!("seconds={seconds}\n")).ok().map(|()| Request(path))
+        std::fs::write(&path, format!("seconds={seconds}\n")).ok()?;
+        // A job running as its user reads it (the agent's umask is 077).
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
+        Some(Request(path))
     }
 }
 
@@ -178,7 +211,9 @@ fn record(node: &str, pid: u32, order: crate::protocol::ProfileOrder, dir: &Path
     let args = ["record", "--pid", &pid_s, "--duration", &secs, "--rate", &rate, "--format", "raw", "--idle"];
     let mode = if order.native { "--native" } else { "--nonblocking" };
     let args: Vec<&str> = args.into_iter().chain(["--output", out_s.as_str(), mode]).collect();
-    let ran = gpool_gpu::tool::run(&bin, &args, Duration::from_secs(u64::from(seconds) + 30));
+    // Well within the control plane's grace period (profiles.rs), so that a
+    // hung py-spy is reported as such, not as a silent node.
+    let ran = gpool_gpu::tool::run(&bin, &args, Duration::from_secs(u64::from(seconds) + 15));
     let stacks = std::fs::read_to_string(&out);
     let _ = std::fs::remove_file(&out);
     match ran {
@@ -245,6 +280,31 @@ mod tests {
         for (what, procs, want) in cases {
             assert_eq!(pick_python(&procs), want, "{what}");
         }
+    }
+
+    #[test]
+    fn a_capture_is_bounded_to_fit_one_report() {
+        let samples = (0..6_000)
+            .map(|i| gpool_api::agent::DeviceReading {
+                t_ms: i,
+                device: "GPU-0".into(),
+                util_pct: 1.0,
+                memory_used_mb: None,
+            })
+            .collect();
+        let heavy = "<module> (t.py:1);hot (t.py:2) 999999\n";
+        let filler: String = (0..40_000).map(|i| format!("<module> (t.py:1);f{i} (t.py:{i}) 1\n")).collect();
+        let mut c = ProfileCapture { stacks: format!("{filler}{heavy}"), samples, ..Default::default() };
+        bound(&mut c);
+        assert_eq!(c.samples.len(), 2_000);
+        assert_eq!((c.samples[0].t_ms, c.samples[1].t_ms), (0, 3), "evenly thinned");
+        assert!(
+            c.stacks.len() <= MAX_STACK_BYTES && c.stacks.starts_with("<module> (t.py:1);hot"),
+            "the heaviest first"
+        );
+        let mut small = ProfileCapture { stacks: heavy.into(), ..Default::default() };
+        bound(&mut small);
+        assert_eq!(small.stacks, heavy, "a small capture is left alone");
     }
 
     #[test]

@@ -38,6 +38,8 @@ struct Pending {
     profile: StoredProfile,
     /// Ranks still to answer, with their nodes.
     waiting: BTreeMap<u32, String>,
+    /// Ranks whose node never answered.
+    silent: usize,
     reply: Reply<api::ProfileView>,
 }
 
@@ -69,7 +71,7 @@ impl Controller {
                 }
                 let waiting = targets.into_iter().map(|(rank, (node, _))| (rank, node)).collect();
                 let stored = StoredProfile { job: id, attempt, taken_ms: now, seconds, native, replicas: Vec::new() };
-                self.profiling.pending.insert(profile, Pending { profile: stored, waiting, reply });
+                self.profiling.pending.insert(profile, Pending { profile: stored, waiting, silent: 0, reply });
                 let deadline = now + i64::from(seconds) * 1000 + GRACE_MS;
                 self.timers.insert((deadline, Timer::ProfileDeadline { profile }));
             }
@@ -98,6 +100,13 @@ impl Controller {
                     "only {} (the job's owner) or an admin may profile job {id}: a profile reads its memory",
                     doc.user
                 ),
+            ));
+        }
+        if self.profiling.pending.values().any(|p| p.profile.job == id) {
+            // One at a time: two py-spy runs on one process pause it twice as often.
+            return Err(ApiError::new(
+                409,
+                format!("job {id} is being profiled already; `gpool profile {id} --latest` shows it once done"),
             ));
         }
         let run = match (&doc.state, &doc.run) {
@@ -144,6 +153,7 @@ impl Controller {
     pub(super) fn profile_deadline(&mut self, profile: u64, now: i64) {
         let Some(p) = self.profiling.pending.get_mut(&profile) else { return };
         for (rank, node) in std::mem::take(&mut p.waiting) {
+            p.silent += 1;
             let error = Some(format!(
                 "node {node} sent no profile within {} s of the window's end (is its agent up?)",
                 GRACE_MS / 1000
@@ -163,7 +173,9 @@ impl Controller {
         let job = p.profile.job;
         if !p.profile.has_stacks() {
             let why = format!("job {job}: no stacks were recorded: {}", p.profile.errors());
-            return self.reply(p.reply, Err(ApiError::new(422, why)));
+            // No node answered: a gateway timeout; else the nodes said why (no py-spy, no Python).
+            let status = if p.silent == p.profile.replicas.len() { 504 } else { 422 };
+            return self.reply(p.reply, Err(ApiError::new(status, why)));
         }
         let view = p.profile.view();
         match serde_json::to_string(&p.profile) {
