@@ -168,3 +168,54 @@ fn the_cli_identifies_a_local_user_over_the_unix_socket_with_no_token() {
     assert!(out.contains("admin"), "the daemon's own account is its admin: {out}");
     drop(d);
 }
+
+/// py-spy: `GPOOL_PY_SPY`, else scripts/test.sh's in target/pytools.
+fn py_spy() -> String {
+    std::env::var("GPOOL_PY_SPY").unwrap_or_else(|_| {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pytools/bin/py-spy");
+        assert!(p.exists(), "no py-spy at {}: scripts/test.sh installs it, or set GPOOL_PY_SPY", p.display());
+        p.display().to_string()
+    })
+}
+
+/// A job running as its user can read the request file a profile posts
+/// (docs/profiling.md's opt-in), though the daemon's files are private.
+#[test]
+fn a_job_running_as_its_user_sees_its_profile_request() {
+    let scratch = Scratch::new("multiuser-profile");
+    let user = User::create(&format!("gpp{}", std::process::id() % 100_000));
+    let spy = py_spy();
+    let d = Daemon::spawn_with_env(
+        &scratch.0.join("data"),
+        &["--simulate-gpus", "1xH100-80GB", "--run-as", "user"],
+        &[("GPOOL_PY_SPY", &spy)],
+    );
+    let (s, v) = d.req("POST", "/api/v1/tokens", &d.token, Some(&json!({"user": user.name, "team": "t"})));
+    assert_eq!(s, 201, "{v}");
+    let token = v["token"].as_str().expect("secret").to_string();
+    let script = "import os, time\nr = os.environ['GPOOL_PROFILE_REQUEST']\nprint('ready', flush=True)\n\
+                  while not os.path.exists(r): time.sleep(0.01)\nprint('request:', open(r).read().strip(), flush=True)\n\
+                  time.sleep(600)\n";
+    let (s, v) = d.req(
+        "POST",
+        "/api/v1/jobs",
+        &token,
+        // The system's Python: one under root's home (pyenv) is not the user's to run.
+        Some(&json!({"command": ["/usr/bin/python3", "-c", script], "resources": {"nvidia.com/gpu": 1}})),
+    );
+    assert_eq!(s, 201, "{v}");
+    let id = v["ids"][0].as_u64().expect("id");
+    let log = |d: &Daemon| {
+        d.req("GET", &format!("/api/v1/jobs/{id}/logs"), &d.token, None).1.as_str().unwrap_or("").to_string()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !log(&d).contains("ready") {
+        assert!(std::time::Instant::now() < deadline, "never ready: {} {}", log(&d), d.job(id));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (s, v) = d.req("POST", &format!("/api/v1/jobs/{id}/profile?seconds=2"), &token, None);
+    assert!(s == 200 || s == 422, "{s} {v}");
+    assert!(log(&d).contains("request: seconds=2"), "the job, running as {}, read its request: {}", user.name, log(&d));
+    d.req("POST", &format!("/api/v1/jobs/{id}/cancel"), &d.token, None);
+    d.wait_ended(&[id], Duration::from_secs(60));
+}
