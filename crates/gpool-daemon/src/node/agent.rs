@@ -23,6 +23,7 @@ use rustix::fs::{FlockOperation, flock};
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process, kill_process_group, pidfd_open};
 
 use crate::node::account::{self, Account, RunAs};
+use crate::node::claim::Claim;
 use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
 use crate::node::shim::{self, EXIT, LOCK, STATE, ShimState, read_json};
 use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey, log_path};
@@ -217,7 +218,19 @@ impl Agent {
 
     pub fn start(&self, key: ReplicaKey, mut launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
         let dir = self.run_dir(key);
-        if dir.join(shim::STATE).exists() || dir.join(EXIT).exists() {
+        // One start per replica: the same start can arrive twice (from an old
+        // session's poll and as the new session's resend) while the first
+        // shim has not taken its lock yet; a second shim would run it twice.
+        let Some(mut claim) = Claim::new(
+            &self.replicas,
+            key,
+            ReplicaEntry { run_dir: dir.clone(), devices: devices.clone(), declared_load: None },
+        ) else {
+            (self.reports)(AgentReport::Running { key });
+            return Ok(());
+        };
+        if dir.join(shim::STATE).exists() || dir.join(EXIT).exists() || shim::alive(&dir) {
+            claim.release();
             // Started before (a command delivered twice): say what became of it instead.
             return match self.reconcile(key, devices) {
                 Found::Adopted => {
@@ -353,6 +366,7 @@ impl Agent {
             let _ = stdin.write_all(&spec);
         }
         self.register(key, devices, declared);
+        claim.keep();
         (self.reports)(AgentReport::Running { key });
         let reports = self.reports.clone();
         let replicas = self.replicas.clone();
@@ -438,6 +452,12 @@ impl Agent {
     /// Kills a replica that must not run (an old allocation): its process group
     /// and anything else carrying its identity.
     pub fn kill(&self, key: ReplicaKey) {
+        // A shim that has not started its job yet finds the mark and does not
+        // start it (it looks again once the job runs, so one of the two sees the other).
+        let dir = self.run_dir(key);
+        if dir.is_dir() && !dir.join(EXIT).exists() {
+            let _ = std::fs::write(dir.join(shim::ABANDONED), b"killed by the control plane\n");
+        }
         self.signal(key, Signal::KILL);
         kill_strays(key);
     }
@@ -457,19 +477,15 @@ impl Agent {
                     continue;
                 };
                 let (Ok(attempt), Ok(rank)) = (a.parse::<u32>(), r.parse::<u32>()) else { continue };
-                if run.path().join(EXIT).exists() {
-                    continue;
-                }
-                let alive = OpenOptions::new()
-                    .write(true)
-                    .open(run.path().join(LOCK))
-                    .is_ok_and(|f| flock(&f, FlockOperation::NonBlockingLockExclusive).is_err());
-                if alive {
+                if !run.path().join(EXIT).exists() && shim::alive(&run.path()) {
                     out.push(ReplicaKey { job: id, attempt, rank });
                 }
             }
         }
+        // And those being started, whose shims may not hold their locks yet.
+        out.extend(self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().copied());
         out.sort();
+        out.dedup();
         out
     }
 

@@ -8,6 +8,7 @@
 pub mod account;
 pub mod agent;
 pub mod cgroup;
+pub(crate) mod claim;
 pub mod container;
 pub mod devices;
 pub mod execute;

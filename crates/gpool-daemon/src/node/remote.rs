@@ -264,7 +264,9 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         tracing::info!("registered with {} (epoch {})", conn.base, registered.epoch);
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((registered.epoch, conn.clone()));
         let at = cfg.servers.iter().position(|s| s.trim_end_matches('/') == conn.base).unwrap_or(0);
-        let end = run_session(&conn, &name, &registered, &agent, &report_rx, &mut pending, &lease_path);
+        let session =
+            Session { conn: &conn, node: &name, reg: &registered, lease_path: &lease_path, current: &current };
+        let end = run_session(&session, &agent, &report_rx, &mut pending);
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         match end {
             End::Stale => {
@@ -290,22 +292,29 @@ fn renew(path: &Path, sent_ms: i64, lease_ms: u64) {
     }
 }
 
+/// A session with a control plane: what its two threads share.
+struct Session<'a> {
+    conn: &'a Conn,
+    node: &'a str,
+    reg: &'a wire::Registered,
+    lease_path: &'a Path,
+    current: &'a Current,
+}
+
 fn run_session(
-    conn: &Conn,
-    node: &str,
-    reg: &wire::Registered,
+    session: &Session<'_>,
     agent: &Arc<Agent>,
     reports: &Receiver<AgentReport>,
     pending: &mut Vec<wire::Event>,
-    lease_path: &Path,
 ) -> End {
+    let Session { conn, node, reg, lease_path, current } = *session;
     let (end_tx, end_rx) = std::sync::mpsc::channel::<End>();
     let poller = {
         let conn = Conn::new(&conn.base, &conn.token, Duration::from_secs(60), conn.tls.clone());
         let (node, epoch, agent, end_tx) = (node.to_string(), reg.epoch, agent.clone(), end_tx.clone());
-        let after = reg.next_seq.saturating_sub(1);
+        let (after, current) = (reg.next_seq.saturating_sub(1), current.clone());
         std::thread::Builder::new().name("poller".into()).spawn(move || {
-            let _ = end_tx.send(poll_commands(&conn, &node, epoch, after, &agent));
+            let _ = end_tx.send(poll_commands(&conn, &node, epoch, after, &agent, &current));
         })
     };
     if let Err(e) = poller {
@@ -379,7 +388,13 @@ fn absorb(r: AgentReport, pending: &mut Vec<wire::Event>, telemetry: &mut Option
 }
 
 /// Long-polls for commands and carries them out until the session ends.
-fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Agent) -> End {
+///
+/// A command is carried out only while its session is the current one, and
+/// the session stays current until it has been: an answer that arrives after
+/// the session ended (the control plane may have declared the node down and
+/// run its jobs elsewhere) is dropped, and a replica started just before the
+/// session ended is in the next registration's list of what runs here.
+fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Agent, current: &Current) -> End {
     loop {
         let r = conn
             .http
@@ -401,7 +416,12 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
             if c.seq <= after {
                 continue;
             }
+            let session = current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if session.as_ref().map(|(e, _)| *e) != Some(epoch) {
+                return End::Stale;
+            }
             crate::node::execute::execute(agent, c.command);
+            drop(session);
             after = c.seq;
         }
     }

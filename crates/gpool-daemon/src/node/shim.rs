@@ -94,6 +94,30 @@ pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> 
     std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
 }
 
+/// Whether a shim holds the replica's lock in `dir` (it does for its whole life).
+pub fn alive(dir: &Path) -> bool {
+    OpenOptions::new()
+        .write(true)
+        .open(dir.join(LOCK))
+        .is_ok_and(|f| flock(&f, FlockOperation::NonBlockingLockExclusive).is_err())
+}
+
+/// Why a replica must not start now, at the last moment before it would: it
+/// was killed while its shim got ready, or (on a remote node) the node's
+/// lease ran out meanwhile, so the control plane may already run it elsewhere.
+fn too_late(dir: &Path, launch: &Launch) -> Option<String> {
+    if dir.join(ABANDONED).exists() {
+        return Some("not started: the control plane killed this replica before it could start".into());
+    }
+    let lease = launch.lease.as_deref()?;
+    let left = crate::node::lease::read(lease).map_or(0, |d| d - crate::node::lease::monotonic_ms());
+    (left <= 0).then(|| {
+        "not started: this node's lease with the control plane ran out before the job could start (the agent was \
+         cut off or stalled), so it may run elsewhere"
+            .into()
+    })
+}
+
 /// Runs the shim in `dir`; returns the process exit code.
 pub fn main(dir: &Path) -> i32 {
     match run(dir) {
@@ -166,6 +190,18 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     if let Some(g) = &groups {
         launch.argv = g.wrap(&launch.argv);
     }
+    if let Some(why) = too_late(dir, &launch) {
+        if let Some(g) = groups {
+            g.kill_all_and_remove();
+        }
+        if let Ok(mut f) = open_log(&launch.stderr) {
+            let _ = writeln!(f, "gpool: {why}");
+        }
+        let rec =
+            ExitRecord { code: None, signal: None, started_ms, ended_ms: now_ms(), error: Some(why), fenced: true };
+        write_exit(dir, &rec).context("write exit.json")?;
+        return Ok(());
+    }
     let spawned = (|| -> std::io::Result<std::process::Child> {
         // With a log limit the shim copies the output (`output.rs`); without,
         // the job writes to its log files itself.
@@ -217,6 +253,12 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     let job_pid = child.id() as i32;
     write_atomic(dir, STATE, &ShimState { shim_pid: getpid().as_raw_nonzero().get(), job_pid })
         .context("write shim.json")?;
+    // Killed while it was being spawned (the kill found no shim.json): it ends now.
+    if dir.join(ABANDONED).exists()
+        && let Some(pgid) = Pid::from_raw(job_pid)
+    {
+        let _ = kill_process_group(pgid, Signal::KILL);
+    }
     let fenced = launch.lease.clone().map(|lease| crate::node::lease::fence(lease, job_pid));
     let status = child.wait().context("wait for the job")?;
     kill_everything(job_pid);
