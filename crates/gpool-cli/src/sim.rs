@@ -73,6 +73,11 @@ pub(crate) struct SimArgs {
     /// duration-based baselines sjf, srtf and fifo-backfill get the oracle), oracle, none.
     #[arg(long, default_value = "auto")]
     estimates: String,
+    /// The accelerator kinds the trace's GPU jobs ask for, by weight (each job
+    /// draws one from a hash of its line), e.g. `nvidia.com/gpu=3,amd.com/gpu=1,any=1`;
+    /// a trace's own `kind` column wins. For clusters whose YAML gives node groups a `kind`.
+    #[arg(long)]
+    job_kinds: Option<gpool_sim::kinds::KindMix>,
     /// Treat trace jobs as not preemptible.
     #[arg(long)]
     no_preemption: bool,
@@ -161,6 +166,9 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
     if jobs.is_empty() {
         bail!("no jobs left in {} after the window; check --window", a.trace.display());
     }
+    if let Some(mix) = &a.job_kinds {
+        mix.assign(&mut jobs);
+    }
     let fleets = fleets(&a)?;
     let nodes: Vec<Node> = match &a.cluster {
         _ if !fleets.is_empty() => Vec::new(),
@@ -241,6 +249,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
         } else {
             outln!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
             print!("{}", table(&runs));
+            print!("{}", kind_table(&runs));
         }
         // Which jobs no node could ever run depends on the cluster, not the policy.
         if let Some(r) = runs.first() {
@@ -355,7 +364,41 @@ fn summary_json(policy: &str, s: &Summary) -> serde_json::Value {
         "sched_us_per_call": (s.sched_us_per_call * 10.0).round() / 10.0,
         "sched_max_ms": (s.sched_max_ms * 100.0).round() / 100.0,
         "wall_s": (s.wall_s * 100.0).round() / 100.0,
+        "by_kind": s.by_kind.iter().map(|k| serde_json::json!({
+            "kind": k.kind,
+            "jobs": k.jobs,
+            "unfinished": k.unfinished,
+            "avg_jct_s": k.avg_jct_s.round(),
+            "p99_jct_s": k.p99_jct_s.round(),
+            "avg_queue_s": k.avg_queue_s.round(),
+            "devices": k.devices,
+            "allocated": (k.allocated * 10_000.0).round() / 10_000.0,
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// Each run's rows per accelerator kind, when there is more than one.
+fn kind_table(runs: &[Run]) -> String {
+    if runs.iter().all(|r| r.summary.by_kind.is_empty()) {
+        return String::new();
+    }
+    let mut t = String::from(
+        "\nper accelerator kind (jobs by the kind they asked for; devices allocated over the makespan):\n\
+         | policy | kind | jobs | unfinished | avg JCT s | p99 JCT s | avg queue s | devices | allocated |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in runs {
+        for k in &r.summary.by_kind {
+            let devices = if k.devices > 0 { k.devices.to_string() } else { "-".into() };
+            let allocated = if k.devices > 0 { format!("{:.3}", k.allocated) } else { "-".into() };
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {devices} | {allocated} |",
+                r.policy, k.kind, k.jobs, k.unfinished, k.avg_jct_s, k.p99_jct_s, k.avg_queue_s
+            );
+        }
+    }
+    t
 }
 
 fn table(runs: &[Run]) -> String {

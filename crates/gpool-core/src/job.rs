@@ -294,6 +294,16 @@ impl JobSpec {
         self.replica.gpu_model.as_deref().is_none_or(|m| same_model(m, model))
     }
 
+    /// The accelerator kinds whose use weighs on this job's fair share: those
+    /// it may run on, or every kind for a job that asks for none.
+    pub fn fair_share_kinds(&self) -> crate::resources::KindMask {
+        use crate::resources::{DeviceKind, KindMask};
+        if self.gpu_units() == 0 {
+            return KindMask::ALL;
+        }
+        KindMask::of(DeviceKind::ALL.into_iter().filter(|k| self.kind_allows(*k)))
+    }
+
     /// Whether a device of this kind may serve the job's GPU request.
     pub fn kind_allows(&self, kind: DeviceKind) -> bool {
         match self.replica.gpu_kind {

@@ -16,7 +16,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::job::JobId;
 use crate::policy::Ordering;
-use crate::resources::GpuMilli;
+use crate::resources::{GpuMilli, KindUnits};
 use crate::snapshot::{GroupKey, PendingKey, Snapshot};
 use crate::time::Time;
 
@@ -63,16 +63,16 @@ impl<'s> Candidates<'s> {
         if policy.ordering == Ordering::Multifactor && policy.weights.fair_share != 0.0 {
             let factors = snap.ledger.factor_table(now, &policy.fair_share);
             for (i, g) in groups.iter().enumerate() {
-                let f = factors.get(g).unwrap_or(1.0);
+                let f = factors.get(&g.user, g.kinds).unwrap_or(1.0);
                 group_points[i] = (f * policy.weights.fair_share * 1000.0) as i64;
             }
         }
         let (mut rates, mut shares) = (vec![0; groups.len()], vec![1.0; groups.len()]);
         if max_min {
-            let held: BTreeMap<&GroupKey, GpuMilli> = snap.ledger.rates().collect();
+            let held: BTreeMap<_, KindUnits> = snap.ledger.rates().collect();
             for (i, g) in groups.iter().enumerate() {
-                rates[i] = held.get(*g).copied().unwrap_or(0);
-                shares[i] = policy.fair_share.team_share(&g.0) * policy.fair_share.user_share(&g.1);
+                rates[i] = held.get(&g.user).map_or(0, |u| g.kinds.sum(u));
+                shares[i] = policy.fair_share.team_share(&g.user.0) * policy.fair_share.user_share(&g.user.1);
             }
         }
         let mut c = Candidates {

@@ -74,6 +74,28 @@ impl KindUnits {
     }
 }
 
+/// A set of accelerator kinds: those a job may run on, whose use its fair
+/// share weighs (a team's TPU hours do not lower its priority for GPUs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KindMask(u8);
+
+impl KindMask {
+    pub const ALL: KindMask = KindMask(0b111);
+
+    pub fn of(kinds: impl IntoIterator<Item = DeviceKind>) -> KindMask {
+        KindMask(kinds.into_iter().fold(0, |m, k| m | 1 << k.index()))
+    }
+
+    pub fn contains(self, k: DeviceKind) -> bool {
+        self.0 & 1 << k.index() != 0
+    }
+
+    /// The sum of `units` over the kinds in the set.
+    pub fn sum(self, units: &KindUnits) -> GpuMilli {
+        DeviceKind::ALL.into_iter().filter(|k| self.contains(*k)).map(|k| units.get(k)).sum()
+    }
+}
+
 impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -84,10 +106,13 @@ impl FromStr for DeviceKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "nvidia-gpu" | "nvidia" | "gpu" => Ok(DeviceKind::NvidiaGpu),
-            "amd-gpu" | "amd" => Ok(DeviceKind::AmdGpu),
-            "tpu" => Ok(DeviceKind::Tpu),
-            other => Err(format!("unknown device kind {other:?}: expected nvidia-gpu, amd-gpu or tpu")),
+            "nvidia-gpu" | "nvidia" | "gpu" | "nvidia.com/gpu" => Ok(DeviceKind::NvidiaGpu),
+            "amd-gpu" | "amd" | "amd.com/gpu" => Ok(DeviceKind::AmdGpu),
+            "tpu" | "google.com/tpu" => Ok(DeviceKind::Tpu),
+            other => Err(format!(
+                "unknown device kind {other:?}: expected nvidia.com/gpu, amd.com/gpu or google.com/tpu \
+                 (or nvidia-gpu, amd-gpu, tpu)"
+            )),
         }
     }
 }

@@ -13,7 +13,6 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::fairshare::UsageLedger;
 use crate::fragmentation::DemandMix;
@@ -21,11 +20,13 @@ use crate::job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPl
 use crate::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
 use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::quota::QueueConfig;
-use crate::resources::{GPU, GpuMilli, MigProfile, same_model};
+use crate::resources::{GPU, GpuMilli, KindMask, KindUnits, MigProfile, same_model};
 use crate::running::RunningJobs;
 use crate::shapes::{BaseShape, Shapes};
 use crate::shares::{self, SlotShare};
 use crate::time::Time;
+
+mod pending;
 
 /// Hashing for maps keyed by job id: ids are already well spread integers,
 /// so a multiply-shift (Fibonacci hashing) is enough and much cheaper than
@@ -296,8 +297,14 @@ pub(crate) struct ProfileInfo {
     pub(crate) memory_mb: u64,
 }
 
-/// Per-user group of the pending index: (team, user), or ("", "") when the policy does not order by user.
-pub(crate) type GroupKey = (Arc<str>, Arc<str>);
+/// Group of the pending index: a user (team, user) and the accelerator kinds
+/// the group's jobs may run on, since fair share weighs each kind's use
+/// apart; a single group ("", "", every kind) when the policy does not order by user.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct GroupKey {
+    pub(crate) user: (Arc<str>, Arc<str>),
+    pub(crate) kinds: KindMask,
+}
 
 /// Sort key of a pending job inside its group: best first. Besides the
 /// order it carries what a pass needs to skip the job without looking it up:
@@ -588,6 +595,15 @@ impl Snapshot {
         out
     }
 
+    /// What every running job holds, per accelerator kind.
+    pub fn kind_usage(&self) -> KindUnits {
+        let mut out = KindUnits::default();
+        for u in self.queue_kind_usage.values() {
+            out.add_all(u);
+        }
+        out
+    }
+
     /// A queue's use per accelerator kind.
     pub fn queue_kind_usage(&self, queue: &str) -> crate::resources::KindUnits {
         self.queue_kind_usage.get(queue).copied().unwrap_or_default()
@@ -672,7 +688,7 @@ impl Snapshot {
         if self.jobs.contains_key(&id) {
             return Err(SnapshotError::DuplicateJob(id));
         }
-        self.ledger.change_rate(&spec.team, &spec.user, 0);
+        self.ledger.change_rate(&spec.team, &spec.user, &KindUnits::default(), true);
         self.demand.record(&spec);
         self.jobs.insert(id, Job { id, spec, state: JobState::Pending, service, not_before: Time::MIN });
         self.index_pending(id);
@@ -800,7 +816,7 @@ impl Snapshot {
         let half_life = self.policy.fair_share.half_life;
         self.ledger.advance(now, half_life);
         let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
-        self.ledger.change_rate(&job.spec.team, &job.spec.user, units as i64);
+        self.ledger.change_rate(&job.spec.team, &job.spec.user, &by_kind, true);
         *self.queue_usage.entry(job.spec.queue.clone()).or_default() += units;
         self.queue_kind_usage.entry(job.spec.queue.clone()).or_default().add_all(&by_kind);
         job.state = JobState::Running(Running { placement, started: now, gpu_milli: units, by_kind, stopping: None });
@@ -846,7 +862,7 @@ impl Snapshot {
         }
         self.running.remove(id);
         self.ledger.advance(now, self.policy.fair_share.half_life);
-        self.ledger.change_rate(&spec.team, &spec.user, -(run.gpu_milli as i64));
+        self.ledger.change_rate(&spec.team, &spec.user, &run.by_kind, false);
         if let Some(u) = self.queue_usage.get_mut(&spec.queue) {
             *u = u.saturating_sub(run.gpu_milli);
         }
@@ -867,110 +883,6 @@ impl Snapshot {
             }
         }
         Ok(())
-    }
-
-    // ----- the pending index -----
-
-    fn group_of(&self, spec: &JobSpec) -> GroupKey {
-        if self.policy.groups_by_user() {
-            (spec.team.clone(), spec.user.clone())
-        } else {
-            (Arc::from(""), Arc::from(""))
-        }
-    }
-
-    /// A pending job's entry in the index: its group and its sort key.
-    pub(crate) fn pending_entry(&self, id: JobId) -> Option<&(GroupKey, PendingKey)> {
-        self.pending_keys.get(&id)
-    }
-
-    /// Points of a pending job that do not change while it waits, in milli-points (higher first).
-    pub(crate) fn static_points(&self, job: &Job) -> i64 {
-        let p = &self.policy;
-        let submit = job.spec.submit_time.as_millis();
-        let level = || i64::from(p.service_level(job.service.prior_gpu_milli_secs / 1000));
-        let ms = |d: Option<Duration>| d.map_or(i64::MAX / 4, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4));
-        match p.ordering {
-            Ordering::Fifo | Ordering::MaxMinFair => -submit,
-            Ordering::ShortestFirst => -ms(job.spec.planned_runtime()),
-            Ordering::ShortestRemaining => -ms(job.remaining(Time::MIN)),
-            Ordering::AttainedService => -(level() * 10_000_000_000_000) - submit,
-            Ordering::Multifactor => p.multifactor_points(submit, level() as u32),
-        }
-    }
-
-    fn index_pending(&mut self, id: JobId) {
-        let Some(job) = self.jobs.get(&id) else { return };
-        let spec = &job.spec;
-        let shape = self.shapes.acquire(
-            BaseShape {
-                gpu: spec.replica.gpu.clone(),
-                gpu_model: spec.replica.gpu_model.clone(),
-                gpu_kind: spec.replica.gpu_kind,
-                same_label: spec.same_label.clone(),
-                replicas: spec.replicas,
-                node_selector: spec.node_selector.clone(),
-                affinity: spec.affinity.clone(),
-                anti_affinity: spec.anti_affinity.clone(),
-                has_labels: !spec.labels.is_empty(),
-                priority: spec.priority,
-                queue: spec.queue.clone(),
-            },
-            spec.replica.cpus_milli,
-            spec.replica.memory_mb,
-        );
-        let left_ms = job.remaining(Time::MIN).map_or(u64::MAX, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let key = PendingKey {
-            class: Reverse(spec.priority),
-            points: Reverse(self.static_points(job)),
-            submit_ms: spec.submit_time.as_millis(),
-            id,
-            shape,
-            simple: spec.dependencies.is_empty()
-                && spec.after_any.is_empty()
-                && spec.after_not_ok.is_empty()
-                && job.not_before == Time::MIN,
-            left_ms,
-            pkey: crate::running::preemption_key(&self.policy, job, Time::MIN)
-                .unwrap_or(PreemptKey { rank: i64::MAX, submit_ms: i64::MAX }),
-        };
-        if let Some(at) = self.policy.promotion_time(spec, &job.service) {
-            self.promotions.insert((at, id));
-        }
-        let group = self.group_of(spec);
-        *self.pending_by_devices.entry(device_need(&spec.replica.gpu)).or_default() += 1;
-        self.pending_gpu += spec.gpu_units();
-        if !(spec.dependencies.is_empty() && spec.after_any.is_empty() && spec.after_not_ok.is_empty()) {
-            self.pending_with_deps.insert(id);
-        }
-        self.pending.entry(group.clone()).or_default().insert(key);
-        self.pending_keys.insert(id, (group, key));
-    }
-
-    fn unindex_pending(&mut self, id: JobId) {
-        let Some((group, key)) = self.pending_keys.remove(&id) else { return };
-        // A pending job's spec and history do not change, so this is the time it was indexed with.
-        if let Some(at) = self.jobs.get(&id).and_then(|j| self.policy.promotion_time(&j.spec, &j.service)) {
-            self.promotions.remove(&(at, id));
-        }
-        if let Some(set) = self.pending.get_mut(&group) {
-            set.remove(&key);
-            if set.is_empty() {
-                self.pending.remove(&group);
-            }
-        }
-        self.shapes.release(key.shape);
-        self.pending_with_deps.remove(&id);
-        if let Some(job) = self.jobs.get(&id) {
-            self.pending_gpu = self.pending_gpu.saturating_sub(job.spec.gpu_units());
-            let need = device_need(&job.spec.replica.gpu);
-            if let Some(c) = self.pending_by_devices.get_mut(&need) {
-                *c -= 1;
-                if *c == 0 {
-                    self.pending_by_devices.remove(&need);
-                }
-            }
-        }
     }
 }
 

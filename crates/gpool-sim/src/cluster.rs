@@ -17,12 +17,17 @@
 //!     count: 20
 //!     gpus: 4
 //!     model: L4-24GB
+//!   - name: mi300x
+//!     count: 4
+//!     gpus: 8
+//!     model: MI300X-192GB
+//!     kind: amd.com/gpu   # nvidia.com/gpu (default), amd.com/gpu or google.com/tpu
 //! ```
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gpool_core::{Node, Pool, PoolKind};
+use gpool_core::{DeviceKind, Node, Pool, PoolKind};
 use serde::Deserialize;
 
 /// Why a cluster description was refused.
@@ -56,6 +61,8 @@ struct Group {
     labels: BTreeMap<String, String>,
     pool: Option<String>,
     pool_kind: Option<String>,
+    /// The accelerator kind of the group's devices.
+    kind: Option<String>,
 }
 
 fn one() -> u32 {
@@ -95,9 +102,16 @@ pub fn from_yaml(text: &str) -> Result<Vec<Node>, ClusterError> {
             Some("reserved") => PoolKind::Reserved,
             Some(other) => return Err(bad(format!("pool_kind {other:?} is not on-demand, spot or reserved"))),
         };
+        let device_kind = match g.kind.as_deref() {
+            None => DeviceKind::NvidiaGpu,
+            Some(k) => k.parse::<DeviceKind>().map_err(bad)?,
+        };
         let memory = g.gpu_memory_gb.map_or_else(|| model_memory_mb(&g.model), |gb| gb * 1024);
         for i in 0..g.count {
             let mut n = Node::with_gpus(&format!("{}-{i}", g.name), g.gpus, &g.model, memory);
+            for d in &mut n.devices {
+                d.kind = device_kind;
+            }
             if let Some(c) = g.cpus {
                 n.cpus_milli = c * 1000;
             }
@@ -126,6 +140,18 @@ mod tests {
         assert_eq!(nodes[0].devices[0].memory_mb, 40 * 1024);
         assert_eq!(nodes[1].labels.get("zone").map(String::as_str), Some("a"));
         assert_eq!((nodes[2].devices.len(), nodes[2].pool.kind), (4, PoolKind::Spot));
+    }
+
+    #[test]
+    fn a_group_names_its_accelerator_kind() {
+        let text = "nodes:\n  - {name: mi, count: 1, gpus: 8, model: MI300X-192GB, kind: amd.com/gpu}\n  - {name: v5p, count: 1, gpus: 4, model: TPU-v5p, kind: google.com/tpu}\n";
+        let nodes = from_yaml(text).expect("valid");
+        assert!(nodes[0].devices.iter().all(|d| d.kind == DeviceKind::AmdGpu));
+        assert!(nodes[1].devices.iter().all(|d| d.kind == DeviceKind::Tpu));
+        assert!(
+            from_yaml("nodes:\n  - {name: x, gpus: 8, kind: fpga}\n")
+                .is_err_and(|e| e.to_string().contains("fpga") && e.to_string().contains("amd.com/gpu"))
+        );
     }
 
     #[test]

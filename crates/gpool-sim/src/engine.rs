@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpool_core::job::{LabelExpr, LabelOp};
-use gpool_core::{GpuRequest, JobId, JobSpec, Node, Policy, Snapshot, StopOutcome, Time, schedule};
+use gpool_core::{
+    DeviceKind, GpuRequest, JobId, JobSpec, KindUnits, Node, Policy, Snapshot, StopOutcome, Time, schedule,
+};
 
 use crate::fleet::{Fleet, FleetConfig, FleetReport};
 use crate::trace::TraceJob;
@@ -66,6 +68,8 @@ pub struct JobRecord {
     pub first_start_s: Option<f64>,
     pub end_s: Option<f64>,
     pub preemptions: u32,
+    /// The accelerator kind it asked for; `None`: any GPU.
+    pub kind: Option<DeviceKind>,
 }
 
 impl JobRecord {
@@ -104,6 +108,17 @@ pub struct SimResult {
     pub wall: Duration,
     /// Cost, reclaims and lost work of elastic pools (`SimConfig::fleet`).
     pub fleet: Option<FleetReport>,
+    /// Devices and their allocated time per accelerator kind (the fixed nodes').
+    pub kinds: KindUse,
+}
+
+/// Devices of each accelerator kind and the time they were allocated.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KindUse {
+    /// Devices (whole GPUs, TPU chips, MIG-mode GPUs) per kind, by [`DeviceKind::index`].
+    pub devices: [u64; 3],
+    /// Allocated device-seconds per kind (a MIG instance counts by its compute slices).
+    pub allocated_s: [f64; 3],
 }
 
 /// Why a simulation could not run.
@@ -137,8 +152,12 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
     let mut snap = Snapshot::new(cfg.policy.clone());
     let mut gpus_per_node = 0u32;
     let mut capacity_gpus = 0u64;
+    let mut kinds = KindUse::default();
     for n in &cfg.nodes {
         let mut n = n.clone();
+        for d in &n.devices {
+            kinds.devices[d.kind.index()] += 1;
+        }
         if let Some(d) = n.devices.first() {
             n.labels.entry("gpool.io/gpu-model".into()).or_insert_with(|| d.model.to_string());
         }
@@ -195,6 +214,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             first_start_s: None,
             end_s: None,
             preemptions: 0,
+            kind: j.kind,
         });
         specs.push(spec);
     }
@@ -215,6 +235,8 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
     // When the last pass asked for another one (see `Plan::wake_at`).
     let mut wake: Option<i64> = None;
     let mut used_gpu_ms = 0f64;
+    // Units held per kind since the last event.
+    let mut held = KindUnits::default();
     let mut last_ms = 0i64;
     // Pending jobs that only pools could still run wait at most this long after the last arrival.
     let give_up_ms = specs.last().map_or(0, |s| s.submit_time.as_millis()).saturating_add(400 * 86_400_000);
@@ -232,6 +254,9 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         };
         let now = Time::from_millis(now_ms);
         used_gpu_ms += allocated_gpus as f64 * (now_ms - last_ms).max(0) as f64;
+        for k in DeviceKind::ALL {
+            kinds.allocated_s[k.index()] += held.get(k) as f64 * (now_ms - last_ms).max(0) as f64 / 1e6;
+        }
         last_ms = now_ms;
         if let Some(f) = fleet.as_mut() {
             let reclaim = f.advance(now_ms, &mut snap).map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
@@ -310,6 +335,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         }
         // The state from now until the next event.
         series.advance(now_ms, allocated_gpus, snap.pending_count(), snap.running_count());
+        held = snap.kind_usage();
     }
     progress(done, total);
     let fleet = fleet.map(|f| f.finish(last_ms, used_gpu_ms / 3_600_000.0));
@@ -325,6 +351,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         sched_max: stats.max,
         wall: wall.elapsed(),
         fleet,
+        kinds,
     })
 }
 
@@ -432,6 +459,7 @@ fn job_spec(j: &TraceJob, group: &Arc<str>, gpus_per_node: u32, cfg: &SimConfig)
     spec.user = group.clone();
     spec.team = group.clone();
     spec.preemptible = cfg.preemptible;
+    spec.replica.gpu_kind = j.kind;
     let (replicas, per) = split_gpus(j.gpus, gpus_per_node.max(1));
     spec.replicas = replicas;
     spec.replica.gpu = match (&j.mig, per) {

@@ -13,6 +13,7 @@ pub mod bench;
 pub mod cluster;
 pub mod engine;
 pub mod fleet;
+pub mod kinds;
 pub mod metrics;
 pub mod mig_bench;
 pub mod plot;

@@ -27,6 +27,55 @@ pub struct Summary {
     pub sched_us_per_call: f64,
     pub sched_max_ms: f64,
     pub wall_s: f64,
+    /// Per accelerator kind, when the cluster or the jobs have more than one (else empty).
+    pub by_kind: Vec<KindSummary>,
+}
+
+/// The jobs that asked for one accelerator kind (or for any GPU), and that kind's devices.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KindSummary {
+    /// `nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`, or `any GPU`.
+    pub kind: String,
+    pub jobs: usize,
+    pub unfinished: usize,
+    pub avg_jct_s: f64,
+    pub p99_jct_s: f64,
+    pub avg_queue_s: f64,
+    /// Devices of the kind (none for `any GPU`).
+    pub devices: u64,
+    /// Their allocated device-seconds over devices × makespan.
+    pub allocated: f64,
+}
+
+/// The per-kind rows: one per kind that has devices or jobs, when there is more than one.
+fn by_kind(r: &SimResult, makespan: f64) -> Vec<KindSummary> {
+    use gpool_core::DeviceKind;
+    let kinds: Vec<Option<DeviceKind>> = DeviceKind::ALL.into_iter().map(Some).chain([None]).collect();
+    let rows: Vec<KindSummary> = kinds
+        .into_iter()
+        .filter_map(|k| {
+            let jobs: Vec<_> = r.jobs.iter().filter(|j| j.kind == k && j.gpus > 0).collect();
+            let devices = k.map_or(0, |k| r.kinds.devices[k.index()]);
+            if jobs.is_empty() && devices == 0 {
+                return None;
+            }
+            let mut jct: Vec<f64> = jobs.iter().filter_map(|j| j.jct_s()).collect();
+            jct.sort_by(f64::total_cmp);
+            let queue: Vec<f64> = jobs.iter().filter(|j| j.end_s.is_some()).filter_map(|j| j.queue_s()).collect();
+            let allocated_s = k.map_or(0.0, |k| r.kinds.allocated_s[k.index()]);
+            Some(KindSummary {
+                kind: k.map_or_else(|| "any GPU".to_string(), |k| k.resource().to_string()),
+                jobs: jct.len(),
+                unfinished: jobs.len() - jct.len(),
+                avg_jct_s: mean(&jct),
+                p99_jct_s: percentile(&jct, 99.0),
+                avg_queue_s: mean(&queue),
+                devices,
+                allocated: if devices > 0 && makespan > 0.0 { allocated_s / (devices as f64 * makespan) } else { 0.0 },
+            })
+        })
+        .collect();
+    if rows.len() > 1 { rows } else { Vec::new() }
 }
 
 /// Slowdown threshold: jobs shorter than this count as this long.
@@ -92,6 +141,7 @@ pub fn summarize(r: &SimResult) -> Summary {
         },
         sched_max_ms: r.sched_max.as_secs_f64() * 1000.0,
         wall_s: r.wall.as_secs_f64(),
+        by_kind: by_kind(r, makespan),
     }
 }
 

@@ -149,6 +149,7 @@ pub fn workload(b: &MigBench) -> Vec<TraceJob> {
             memory_mb: 4096,
             mig: Some(p.clone()),
             gpu_milli: None,
+            kind: None,
         });
     }
     jobs

@@ -305,6 +305,7 @@ mod tests {
             sched_us_per_call: 0.0,
             sched_max_ms: 0.0,
             wall_s: 0.0,
+            by_kind: Vec::new(),
         }
     }
 

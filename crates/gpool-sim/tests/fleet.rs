@@ -45,6 +45,7 @@ fn job(line: usize, submit_s: f64, duration_s: f64, gpus: u32) -> TraceJob {
         memory_mb: 0,
         mig: None,
         gpu_milli: None,
+        kind: None,
     }
 }
 

@@ -30,6 +30,8 @@ pub struct TraceJob {
     pub mig: Option<gpool_core::MigProfile>,
     /// A share of one GPU in thousandths (openb's `gpu_milli` below 1000): the job shares a GPU.
     pub gpu_milli: Option<u16>,
+    /// The accelerator kind the job asks for; `None`: any GPU (`gpool sim --job-kinds` can assign them).
+    pub kind: Option<gpool_core::DeviceKind>,
 }
 
 /// Trace file formats.
@@ -166,6 +168,7 @@ fn job(line: usize, submit_s: f64, duration_s: f64, gpus: u32, group: &str) -> T
         memory_mb: 0,
         mig: None,
         gpu_milli: None,
+        kind: None,
     }
 }
 
@@ -256,11 +259,12 @@ fn openb(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
 
 /// Generic CSV, see docs/simulator.md: `submit` and `duration` in seconds,
 /// `gpus`; optional `user`, `gpu_model`, `cpus`, `memory_mb`, `mig` (a MIG
-/// profile: `gpus` instances of it instead of whole GPUs).
+/// profile: `gpus` instances of it instead of whole GPUs), `kind`
+/// (`nvidia.com/gpu`, `amd.com/gpu`, `google.com/tpu`; empty or `any`: any GPU).
 fn generic(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
     let (sub, dur, gpus) = (h.require("submit")?, h.require("duration")?, h.require("gpus")?);
     let (user, model, cpus, mem) = (h.find("user"), h.find("gpu_model"), h.find("cpus"), h.find("memory_mb"));
-    let mig = h.find("mig");
+    let (mig, kind) = (h.find("mig"), h.find("kind"));
     rows.iter()
         .map(|rec| {
             let r = Row { rec };
@@ -290,6 +294,12 @@ fn generic(h: &Header, rows: &[Record]) -> Result<Vec<TraceJob>, TraceError> {
                     j.mig =
                         Some(text.parse().map_err(|e: gpool_core::resources::MigProfileError| r.err(e.to_string()))?);
                 }
+            }
+            if let Some(k) = kind {
+                j.kind = match r.get(k, "kind")?.trim() {
+                    "" | "any" => None,
+                    text => Some(text.parse().map_err(|e: String| r.err(format!("kind: {e}")))?),
+                };
             }
             if j.gpus == 0 && j.cpus_milli == 0 {
                 return Err(r.err("a job must ask for at least one GPU or some CPU"));
