@@ -118,7 +118,26 @@ pub struct JobView {
     /// GPU-hours, utilisation and peak memory, once telemetry came in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::telemetry::UsageSummary>,
+    /// The run time gpool learned for it from similar jobs, when its spec gave no estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_estimate: Option<LearnedEstimate>,
     pub spec: JobSpec,
+}
+
+/// A run time learned from the jobs like this one that succeeded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LearnedEstimate {
+    /// To the millisecond.
+    pub seconds: f64,
+    /// How many successes it was computed from.
+    pub samples: u32,
+    /// What they had in common with the job: `same` (user, name, GPUs and
+    /// queue), `user-name`, `user-gpus` (and queue) or `queue-gpus`.
+    pub basis: String,
+    /// Whether the scheduler plans with it (policies that order or backfill
+    /// by estimates do; gpool's default only shows it).
+    #[serde(default)]
+    pub planned: bool,
 }
 
 /// A page of jobs.

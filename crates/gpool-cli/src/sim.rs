@@ -70,7 +70,9 @@ pub(crate) struct SimArgs {
     #[arg(long, default_value_t = 60.0)]
     restart_delay: f64,
     /// Whether jobs carry their real duration as an estimate: auto (the
-    /// duration-based baselines sjf, srtf and fifo-backfill get the oracle), oracle, none.
+    /// duration-based baselines sjf, srtf and fifo-backfill get the oracle), oracle, none,
+    /// or learned (from the jobs of the same group and GPU count that ended
+    /// before; `learned:Q` takes quantile Q of their run times, default the median).
     #[arg(long, default_value = "auto")]
     estimates: String,
     /// The accelerator kinds the trace's GPU jobs ask for, by weight (each job
@@ -196,9 +198,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
         }
         let estimates = match a.estimates.as_str() {
             "auto" => Estimates::for_policy(&policy),
-            "oracle" => Estimates::Oracle,
-            "none" => Estimates::None,
-            other => bail!("--estimates must be auto, oracle or none, got {other:?}"),
+            other => Estimates::parse(other).map_err(|e| anyhow::anyhow!("--estimates {e}"))?,
         };
         let cfg = SimConfig {
             policy,
@@ -250,6 +250,17 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             outln!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
             print!("{}", table(&runs));
             print!("{}", kind_table(&runs));
+            for r in &runs {
+                if let Some(l) = &r.summary.learned {
+                    outln!(
+                        "{}: learned estimates for {} jobs, median absolute error {:.0} s, median estimate ÷ duration {:.2}",
+                        r.policy,
+                        l.jobs,
+                        l.median_abs_error_s,
+                        l.median_ratio
+                    );
+                }
+            }
         }
         // Which jobs no node could ever run depends on the cluster, not the policy.
         if let Some(r) = runs.first() {
@@ -364,6 +375,11 @@ fn summary_json(policy: &str, s: &Summary) -> serde_json::Value {
         "sched_us_per_call": (s.sched_us_per_call * 10.0).round() / 10.0,
         "sched_max_ms": (s.sched_max_ms * 100.0).round() / 100.0,
         "wall_s": (s.wall_s * 100.0).round() / 100.0,
+        "learned_estimates": s.learned.as_ref().map(|l| serde_json::json!({
+            "jobs": l.jobs,
+            "median_abs_error_s": l.median_abs_error_s.round(),
+            "median_ratio": (l.median_ratio * 1000.0).round() / 1000.0,
+        })),
         "by_kind": s.by_kind.iter().map(|k| serde_json::json!({
             "kind": k.kind,
             "jobs": k.jobs,

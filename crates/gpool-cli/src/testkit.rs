@@ -89,6 +89,7 @@ pub(crate) fn job(id: u64) -> JobB {
         replicas: Vec::new(),
         exit: None,
         usage: None,
+        learned_estimate: None,
         spec: JobSpec::new(vec!["python".into(), "train.py".into()]),
     })
 }

@@ -172,6 +172,10 @@ pub struct JobSpec {
     pub time_limit: Option<Duration>,
     /// The user's (or an oracle's) guess of the total run time.
     pub estimate: Option<Duration>,
+    /// The estimate was learned from similar jobs (`runtime_history`), not
+    /// given: once a run outlives it, backfill expects the run to go on
+    /// (see `RunEntry::expected_end`) instead of ending any moment.
+    pub estimate_learned: bool,
     /// Jobs that must finish successfully before this one may start (Slurm's `afterok`).
     pub dependencies: Vec<JobId>,
     /// Jobs that must have ended, however, before it may start (`afterany`).
@@ -240,6 +244,7 @@ impl JobSpec {
             grace: Duration::from_secs(30),
             time_limit: None,
             estimate: None,
+            estimate_learned: false,
             dependencies: Vec::new(),
             after_any: Vec::new(),
             after_not_ok: Vec::new(),

@@ -47,6 +47,7 @@ pub mod quota;
 mod releasing;
 pub mod resources;
 mod running;
+pub mod runtime_history;
 mod schedule;
 pub mod service_rollout;
 pub mod service_scaler;

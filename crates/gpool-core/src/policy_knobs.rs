@@ -36,6 +36,7 @@ pub const KNOBS: &[&str] = &[
     "service_levels",
     "open_reservation_after",
     "backfill",
+    "learned_estimates",
 ];
 
 fn duration(v: &str) -> Result<Duration, String> {
@@ -143,6 +144,14 @@ impl Policy {
                     "first-fit" => crate::policy::Backfill::FirstFit,
                     "easy" => crate::policy::Backfill::Easy,
                     _ => return Err(wrap("expected none, first-fit or easy".into())),
+                }
+            }
+            "learned_estimates" => {
+                self.learned_estimates = match value.trim() {
+                    "plan" => Some(true),
+                    "show" => Some(false),
+                    "auto" => None,
+                    _ => return Err(wrap("expected plan, show or auto (plan under shortest-job-first only)".into())),
                 }
             }
             other => return Err(KnobError::Unknown(other.to_string())),

@@ -101,6 +101,10 @@ pub(crate) struct RunEntry {
     pub(crate) placement: Placement,
     pub(crate) grace: Duration,
     pub(crate) anti_affinity: bool,
+    /// Its planned run time is a learned estimate (not a given one or a limit).
+    learned: bool,
+    /// When its time limit stops it, if it has one.
+    limit_end: Option<Time>,
 }
 
 impl RunEntry {
@@ -127,7 +131,28 @@ impl RunEntry {
             placement: r.placement.clone(),
             grace: job.spec.grace,
             anti_affinity: !job.spec.anti_affinity.is_empty(),
+            learned: job.spec.estimate_learned
+                && job.spec.estimate.is_some_and(|e| job.spec.time_limit.is_none_or(|l| e < l)),
+            limit_end: job.spec.time_limit.map(|l| r.started.plus(l.saturating_sub(job.service.prior_runtime))),
         })
+    }
+
+    /// When it is expected to release its resources, seen at `now`: its
+    /// planned end while that is ahead. A given estimate or a limit that ran
+    /// out means any moment (`now`). A learned estimate that ran out means
+    /// the run goes on as long again as it has lasted (at most to its time
+    /// limit): run times are heavy-tailed, so a job that outlived the
+    /// median of its kind is likely to run on. Backfilling on "any moment"
+    /// would keep a reservation at `now` and let nothing use those devices
+    /// until the job ends; Tsafrir, Etsion and Feitelson (2007) extend
+    /// predictions that fail the same way.
+    pub(crate) fn expected_end(&self, now: Time) -> Time {
+        let end = self.planned_end();
+        if end > now || !self.learned {
+            return end.max(now);
+        }
+        let again = now.plus(now.since(self.started));
+        self.limit_end.map_or(again, |l| again.min(l.max(now)))
     }
 
     /// When it is planned to end: start + planned run time left; [`Time::NEVER`] without an estimate or limit.

@@ -478,7 +478,7 @@ impl<'s> Pass<'s> {
                 let at = if e.stopping || self.taken.contains(&e.id) {
                     self.now.plus(e.grace)
                 } else {
-                    e.planned_end().max(self.now)
+                    e.expected_end(self.now)
                 };
                 if open || at != Time::NEVER {
                     releases.push(Release { at, placement: &e.placement });

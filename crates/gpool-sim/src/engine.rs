@@ -17,6 +17,8 @@ use gpool_core::{
     DeviceKind, GpuRequest, JobId, JobSpec, KindUnits, Node, Policy, Snapshot, StopOutcome, Time, schedule,
 };
 
+use gpool_core::runtime_history::{HistoryConfig, RunKey, RuntimeHistory};
+
 use crate::fleet::{Fleet, FleetConfig, FleetReport};
 use crate::trace::TraceJob;
 
@@ -27,6 +29,28 @@ pub enum Estimates {
     Oracle,
     /// No estimates: the scheduler knows nothing about durations.
     None,
+    /// Learned from the jobs like it that ended before it was submitted
+    /// (`gpool_core::runtime_history`), at this quantile in thousandths.
+    Learned { quantile_milli: u16 },
+}
+
+impl Estimates {
+    /// `oracle`, `none`, `learned` (the daemon's default quantile) or `learned:Q` (Q in 0..=1).
+    pub fn parse(text: &str) -> Result<Estimates, String> {
+        let default_q = gpool_core::runtime_history::HistoryConfig::default().quantile;
+        match text.split_once(':') {
+            None if text == "oracle" => Ok(Estimates::Oracle),
+            None if text == "none" => Ok(Estimates::None),
+            None if text == "learned" => Ok(Estimates::Learned { quantile_milli: (default_q * 1000.0) as u16 }),
+            Some(("learned", q)) => match q.parse::<f64>() {
+                Ok(q) if (0.0..=1.0).contains(&q) => {
+                    Ok(Estimates::Learned { quantile_milli: (q * 1000.0).round() as u16 })
+                }
+                _ => Err(format!("learned:{q}: the quantile must be a number from 0 to 1, e.g. learned:0.5")),
+            },
+            _ => Err(format!("{text:?}: expected auto, oracle, none, learned or learned:Q (a quantile from 0 to 1)")),
+        }
+    }
 }
 
 impl Estimates {
@@ -108,6 +132,8 @@ pub struct SimResult {
     pub wall: Duration,
     /// Cost, reclaims and lost work of elastic pools (`SimConfig::fleet`).
     pub fleet: Option<FleetReport>,
+    /// With learned estimates: (estimate, true duration) in seconds of each job that got one.
+    pub learned: Vec<(f64, f64)>,
     /// Devices and their allocated time per accelerator kind (the fixed nodes').
     pub kinds: KindUse,
 }
@@ -235,6 +261,14 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
     // When the last pass asked for another one (see `Plan::wake_at`).
     let mut wake: Option<i64> = None;
     let mut used_gpu_ms = 0f64;
+    let mut history = match cfg.estimates {
+        Estimates::Learned { quantile_milli } => Some(RuntimeHistory::new(HistoryConfig {
+            quantile: f64::from(quantile_milli) / 1000.0,
+            ..HistoryConfig::default()
+        })),
+        _ => None,
+    };
+    let mut learned = Vec::new();
     // Units held per kind since the last event.
     let mut held = KindUnits::default();
     let mut last_ms = 0i64;
@@ -300,6 +334,9 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
                 .map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
             states[idx].run = None;
             records[idx].end_s = Some(now.as_secs_f64());
+            if let Some(h) = history.as_mut() {
+                h.record(&run_key(&specs[idx], &records[idx]), Duration::from_secs_f64(records[idx].duration_s));
+            }
             finished_any = true;
             done += 1;
             if done.is_multiple_of(1024) {
@@ -324,8 +361,18 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             if spec.submit_time.as_millis() > now_ms {
                 break;
             }
+            let mut spec = spec.clone();
+            if let Some(h) = &history
+                && let Some(e) = h.estimate(&run_key(&spec, &ctx.records[next_arrival]))
+            {
+                if cfg.policy.plans_with_learned_estimates() {
+                    spec.estimate = Some(e.estimate);
+                    spec.estimate_learned = true;
+                }
+                learned.push((e.estimate.as_secs_f64(), ctx.records[next_arrival].duration_s));
+            }
             ctx.snap
-                .submit(JobId(next_arrival as u64), spec.clone())
+                .submit(JobId(next_arrival as u64), spec)
                 .map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
             next_arrival += 1;
         }
@@ -351,6 +398,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         sched_max: stats.max,
         wall: wall.elapsed(),
         fleet,
+        learned,
         kinds,
     })
 }
@@ -451,6 +499,12 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+}
+
+/// What a trace job is compared by for learned estimates: its group (user),
+/// GPU count and queue; traces name no jobs.
+fn run_key(spec: &JobSpec, r: &JobRecord) -> RunKey {
+    RunKey { user: r.group.clone(), name: Arc::from(""), gpus: r.gpus, queue: spec.queue.clone() }
 }
 
 /// The core's view of a trace job.

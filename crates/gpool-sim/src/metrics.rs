@@ -29,6 +29,32 @@ pub struct Summary {
     pub wall_s: f64,
     /// Per accelerator kind, when the cluster or the jobs have more than one (else empty).
     pub by_kind: Vec<KindSummary>,
+    /// With learned estimates: how many jobs got one, and their median
+    /// absolute error and median ratio (estimate ÷ true duration).
+    pub learned: Option<LearnedSummary>,
+}
+
+/// How good learned estimates were.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LearnedSummary {
+    pub jobs: usize,
+    pub median_abs_error_s: f64,
+    pub median_ratio: f64,
+}
+
+fn learned(r: &SimResult) -> Option<LearnedSummary> {
+    if r.learned.is_empty() {
+        return None;
+    }
+    let mut err: Vec<f64> = r.learned.iter().map(|(e, d)| (e - d).abs()).collect();
+    let mut ratio: Vec<f64> = r.learned.iter().map(|(e, d)| e / d.max(1.0)).collect();
+    err.sort_by(f64::total_cmp);
+    ratio.sort_by(f64::total_cmp);
+    Some(LearnedSummary {
+        jobs: r.learned.len(),
+        median_abs_error_s: percentile(&err, 50.0),
+        median_ratio: percentile(&ratio, 50.0),
+    })
 }
 
 /// The jobs that asked for one accelerator kind (or for any GPU), and that kind's devices.
@@ -47,7 +73,8 @@ pub struct KindSummary {
     pub allocated: f64,
 }
 
-/// The per-kind rows: one per kind that has devices or jobs, when there is more than one.
+/// The per-kind rows: one per kind that has devices or jobs, when the fleet
+/// has several kinds or jobs name one.
 fn by_kind(r: &SimResult, makespan: f64) -> Vec<KindSummary> {
     use gpool_core::DeviceKind;
     let kinds: Vec<Option<DeviceKind>> = DeviceKind::ALL.into_iter().map(Some).chain([None]).collect();
@@ -75,7 +102,10 @@ fn by_kind(r: &SimResult, makespan: f64) -> Vec<KindSummary> {
             })
         })
         .collect();
-    if rows.len() > 1 { rows } else { Vec::new() }
+    // One kind of device and jobs that name none: the summary says it all.
+    let device_kinds = r.kinds.devices.iter().filter(|d| **d > 0).count();
+    let named = r.jobs.iter().any(|j| j.kind.is_some());
+    if device_kinds > 1 || named { rows } else { Vec::new() }
 }
 
 /// Slowdown threshold: jobs shorter than this count as this long.
@@ -142,6 +172,7 @@ pub fn summarize(r: &SimResult) -> Summary {
         sched_max_ms: r.sched_max.as_secs_f64() * 1000.0,
         wall_s: r.wall.as_secs_f64(),
         by_kind: by_kind(r, makespan),
+        learned: learned(r),
     }
 }
 

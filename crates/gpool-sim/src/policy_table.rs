@@ -306,6 +306,7 @@ mod tests {
             sched_max_ms: 0.0,
             wall_s: 0.0,
             by_kind: Vec::new(),
+            learned: None,
         }
     }
 

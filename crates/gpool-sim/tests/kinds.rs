@@ -66,3 +66,44 @@ fn a_tpu_job_runs_on_chips_and_a_job_too_big_for_its_kind_is_rejected() {
     assert_eq!((tpu.jobs, tpu.devices), (1, 4));
     assert_eq!(s.rejected, 1, "16 AMD GPUs: the fleet has 8");
 }
+
+#[test]
+fn one_kind_of_device_and_jobs_that_name_none_need_no_rows_per_kind() {
+    let trace = parse("submit,duration,gpus\n0,100,8\n0,100,8\n", Format::Csv).expect("trace");
+    let cfg = SimConfig {
+        policy: Policy::by_name("default").expect("policy"),
+        nodes: cluster::uniform(1, 8, "H100-80GB"),
+        estimates: Estimates::None,
+        restart_delay: Duration::ZERO,
+        preemptible: false,
+        sample: Duration::from_secs(3600),
+        mig_planner: false,
+        fleet: None,
+    };
+    let s = summarize(&run(&trace, &cfg, |_, _| {}).expect("sim"));
+    assert!(s.by_kind.is_empty(), "{:?}", s.by_kind);
+}
+
+#[test]
+fn learned_estimates_come_from_the_jobs_that_ended_before() {
+    // Five 100 s jobs one after another on one GPU, then a sixth.
+    let rows: String = (0..6).map(|i| format!("{},100,1,a\n", i * 1000)).collect();
+    let trace = parse(&format!("submit,duration,gpus,user\n{rows}"), Format::Csv).expect("trace");
+    let cfg = SimConfig {
+        policy: Policy::by_name("sjf").expect("policy"),
+        nodes: cluster::uniform(1, 1, "H100-80GB"),
+        estimates: Estimates::parse("learned").expect("mode"),
+        restart_delay: Duration::ZERO,
+        preemptible: false,
+        sample: Duration::from_secs(3600),
+        mig_planner: false,
+        fleet: None,
+    };
+    let r = run(&trace, &cfg, |_, _| {}).expect("sim");
+    // Jobs 3 to 6 had two or more successes before them; each learned 100 s exactly.
+    assert_eq!(r.learned, vec![(100.0, 100.0); 4]);
+    let l = summarize(&r).learned.expect("learned summary");
+    assert_eq!((l.jobs, l.median_abs_error_s, l.median_ratio), (4, 0.0, 1.0));
+    assert!(Estimates::parse("learned:2").is_err_and(|e| e.contains("0 to 1")));
+    assert!(Estimates::parse("guess").is_err_and(|e| e.contains("learned")));
+}

@@ -1,6 +1,7 @@
 //! `gpool show`: jobs in detail, with their usage and the advisor's verdicts.
 
 use gpool_api as api;
+use gpool_api::quantity::format_duration;
 
 use super::IdArgs;
 use crate::output::{Output, emit, gpus_of, text, usage_lines, when};
@@ -56,6 +57,21 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
         lines.push(format!("  priority         {}", j.priority));
         lines.push(format!("  command          {}", j.spec.command.argv().join(" ")));
         lines.push(format!("  resources        {}", gpus_of(j)));
+        if let Some(l) = &j.learned_estimate {
+            lines.push(format!(
+                "  estimate         {}, learned from {} similar jobs ({}){}",
+                if l.seconds < 10.0 {
+                    format!("{:.1}s", l.seconds.max(0.0))
+                } else {
+                    format_duration(std::time::Duration::from_secs_f64(l.seconds))
+                },
+                l.samples,
+                basis_text(&l.basis),
+                if l.planned { "" } else { "; shown, not planned with (see docs/scheduling.md)" }
+            ));
+        } else if let Some(e) = &j.spec.estimate {
+            lines.push(format!("  estimate         {} (given)", e.text()));
+        }
         lines.push(format!("  submitted        {}", when(&j.submitted_at)));
         if let Some(s) = &j.started_at {
             lines.push(format!("  started          {}", when(s)));
@@ -79,6 +95,17 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
         }
     }
     Ok(text(lines))
+}
+
+/// What the similar jobs of a learned estimate had in common with it.
+fn basis_text(basis: &str) -> &str {
+    match basis {
+        "same" => "same user, name, GPUs and queue",
+        "user-name" => "same user and name",
+        "user-gpus" => "same user, GPUs and queue",
+        "queue-gpus" => "same queue and GPUs",
+        other => other,
+    }
 }
 
 /// How a process ended, as a shell would say it: `code 0`, `killed by
@@ -115,6 +142,26 @@ mod tests {
 
     fn shown(job: api::JobView) -> Shown {
         Shown { job, curve: Vec::new(), advice: None }
+    }
+
+    #[test]
+    fn show_says_where_a_learned_estimate_comes_from() {
+        let mut j = job(4).gpus(1).build();
+        j.learned_estimate =
+            Some(api::LearnedEstimate { seconds: 7800.0, samples: 14, basis: "same".into(), planned: true });
+        let text = render(&[shown(j)], Output::Table).unwrap();
+        assert!(
+            text.contains("  estimate         2h10m, learned from 14 similar jobs (same user, name, GPUs and queue)\n"),
+            "{text}"
+        );
+        let mut j = job(5).build();
+        j.learned_estimate =
+            Some(api::LearnedEstimate { seconds: 0.54, samples: 2, basis: "queue-gpus".into(), planned: false });
+        let text = render(&[shown(j)], Output::Table).unwrap();
+        assert!(
+            text.contains("0.5s, learned from 2 similar jobs (same queue and GPUs); shown, not planned with"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -132,6 +132,9 @@ pub struct JobDoc {
     /// Why it is held for its team's or queue's hard budget (`budgets.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_hold: Option<String>,
+    /// The run time learned for it at submission, when its spec gave none (`history.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_estimate: Option<api::LearnedEstimate>,
 }
 
 /// Adds up the usage of two runs (means weighted by GPU-hours).

@@ -182,6 +182,9 @@ impl Controller {
         };
         match next {
             Next::Done(state, reason) => {
+                if state == api::JobState::Succeeded {
+                    self.learn_success(id, now);
+                }
                 let _ = self.snap.stop(
                     JobId(id),
                     Time::from_millis(now),

@@ -48,6 +48,7 @@ mod costs;
 mod docs;
 mod elastic;
 mod gpu_shares;
+mod history;
 mod idle;
 mod launch;
 mod lifecycle;
@@ -270,6 +271,8 @@ pub struct Controller {
     prefetched: BTreeSet<(u64, NodeId)>,
     /// Profiles under way (`profiles.rs`).
     profiling: profiles::Profiling,
+    /// Run times of recent successes, for jobs submitted without an estimate (`history.rs`).
+    history: gpool_core::runtime_history::RuntimeHistory,
 }
 
 impl Controller {
@@ -338,6 +341,7 @@ impl Controller {
             pulling: BTreeMap::new(),
             prefetched: BTreeSet::new(),
             profiling: profiles::Profiling::default(),
+            history: gpool_core::runtime_history::RuntimeHistory::new(Default::default()),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {

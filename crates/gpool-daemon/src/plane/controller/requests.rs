@@ -277,10 +277,10 @@ impl Controller {
         now: i64,
     ) -> Result<api::Submitted, ApiError> {
         let mut ids = Vec::new();
-        for (spec, core) in specs.into_iter().zip(cores) {
+        for (spec, mut core) in specs.into_iter().zip(cores) {
             let id = self.next_id;
             self.next_id += 1;
-            let doc = JobDoc {
+            let mut doc = JobDoc {
                 id,
                 name: spec.name.clone().unwrap_or_else(|| default_name(&spec)),
                 user: caller.user.clone(),
@@ -305,7 +305,9 @@ impl Controller {
                 usage: None,
                 pool: None,
                 budget_hold: None,
+                learned_estimate: None,
             };
+            self.learned_estimate(&mut doc, &mut core);
             let over_hard =
                 self.exhausted_budget(&caller.team, &core.queue, now).filter(|(b, _)| b.mode == BudgetMode::Hard);
             if let Err(e) = self.snap.submit(JobId(id), core) {

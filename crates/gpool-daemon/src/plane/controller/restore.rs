@@ -39,6 +39,7 @@ impl Controller {
 
     /// Loads unfinished jobs into the snapshot and reconciles running replicas with the agent.
     pub(super) fn restore(&mut self) -> anyhow::Result<()> {
+        self.learn_from_store()?;
         let rows = self.store.jobs_in_states(&ACTIVE)?;
         let mut deps = BTreeSet::new();
         for row in rows {
@@ -57,7 +58,7 @@ impl Controller {
         let ids: Vec<u64> = self.jobs.keys().copied().collect();
         for id in ids {
             let Some(doc) = self.jobs.get(&id).cloned() else { continue };
-            let Ok(core) = to_core(&doc.spec, &doc.user, &doc.team, doc.submitted_ms) else {
+            let Ok(mut core) = to_core(&doc.spec, &doc.user, &doc.team, doc.submitted_ms) else {
                 self.finish_terminal(
                     id,
                     api::JobState::Failed,
@@ -66,6 +67,10 @@ impl Controller {
                 );
                 continue;
             };
+            if let Some(l) = doc.learned_estimate.as_ref().filter(|l| l.planned) {
+                core.estimate = Some(Duration::from_secs_f64(l.seconds.max(0.0)));
+                core.estimate_learned = true;
+            }
             let service = Service {
                 prior_runtime: Duration::from_millis(doc.prior_runtime_ms),
                 prior_gpu_milli_secs: doc.prior_gpu_milli_secs,

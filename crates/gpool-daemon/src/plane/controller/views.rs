@@ -80,6 +80,7 @@ impl Controller {
             replicas,
             exit: d.exit.clone(),
             usage: self.usage_summary(d),
+            learned_estimate: d.learned_estimate.clone(),
             spec: d.spec.clone(),
         }
     }

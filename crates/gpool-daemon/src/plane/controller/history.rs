@@ -1,0 +1,88 @@
+//! Run times learned from history (`gpool_core::runtime_history`): a job
+//! submitted without an estimate gets one from the successes of jobs like
+//! it, which backfill then plans with; every success is recorded.
+//!
+//! The history lives in memory. A controller that starts (or takes over)
+//! rebuilds it from the successes among the last [`REBUILD_JOBS`] jobs of
+//! the store, so the start-up cost is bounded however long the store's history.
+
+use gpool_api as api;
+use gpool_core::runtime_history::{Learned, RunKey};
+use gpool_core::{JobId, JobSpec, Time};
+use gpool_store::JobQuery;
+
+use super::Controller;
+use super::docs::JobDoc;
+
+/// How many of the latest jobs a starting controller learns from.
+pub(super) const REBUILD_JOBS: u64 = 20_000;
+
+/// What a job is compared by: its user, name, devices over all replicas and queue.
+fn run_key(doc: &JobDoc, core: &JobSpec) -> RunKey {
+    RunKey {
+        user: core.user.clone(),
+        name: doc.name.as_str().into(),
+        gpus: core.replica.gpu.device_count() * core.replicas,
+        queue: core.queue.clone(),
+    }
+}
+
+pub(super) fn view(l: &Learned, planned: bool) -> api::LearnedEstimate {
+    api::LearnedEstimate {
+        seconds: l.estimate.as_millis() as f64 / 1000.0,
+        samples: l.samples,
+        basis: l.basis.as_str().into(),
+        planned,
+    }
+}
+
+impl Controller {
+    /// Gives a job that came with no estimate the one its history suggests.
+    pub(super) fn learned_estimate(&self, doc: &mut JobDoc, core: &mut JobSpec) {
+        if core.estimate.is_some() {
+            return;
+        }
+        if let Some(l) = self.history.estimate(&run_key(doc, core)) {
+            let planned = self.snap.policy().plans_with_learned_estimates();
+            if planned {
+                core.estimate = Some(l.estimate);
+                core.estimate_learned = true;
+            }
+            doc.learned_estimate = Some(view(&l, planned));
+        }
+    }
+
+    /// A job succeeded at `now`: its total run time (every attempt) joins the history.
+    /// Call before the snapshot forgets the job.
+    pub(super) fn learn_success(&mut self, id: u64, now: i64) {
+        let (Some(doc), Some(job)) = (self.jobs.get(&id), self.snap.job(JobId(id))) else { return };
+        let ran = job.runtime(Time::from_millis(now));
+        let key = run_key(doc, &job.spec);
+        self.history.record(&key, ran);
+    }
+
+    /// Rebuilds the history from the store's latest jobs.
+    pub(super) fn learn_from_store(&mut self) -> anyhow::Result<()> {
+        let last = self.store.max_job_id()?;
+        let mut after = last.saturating_sub(REBUILD_JOBS);
+        loop {
+            let q =
+                JobQuery { states: vec!["succeeded".into()], after: Some(after), limit: 1000, ..JobQuery::default() };
+            let rows = self.store.jobs(&q)?;
+            let Some(end) = rows.last().map(|r| r.id) else { break };
+            for row in rows {
+                let Ok(doc) = serde_json::from_str::<JobDoc>(&row.doc) else { continue };
+                // The last run's start (`started_ms` is the first's); earlier runs are in `prior_runtime_ms`.
+                let started = doc.run.as_ref().map(|r| r.started_ms).or(doc.started_ms);
+                let (Some(started), Some(ended)) = (started, doc.ended_ms) else { continue };
+                let Ok(core) = crate::plane::convert::to_core(&doc.spec, &doc.user, &doc.team, doc.submitted_ms) else {
+                    continue;
+                };
+                let ran = doc.prior_runtime_ms + u64::try_from(ended - started).unwrap_or(0);
+                self.history.record(&run_key(&doc, &core), std::time::Duration::from_millis(ran));
+            }
+            after = end;
+        }
+        Ok(())
+    }
+}
