@@ -235,6 +235,11 @@ pub struct JobSpec {
     /// Avoid nodes running jobs whose labels match all of one of these maps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub anti_affinity: Vec<BTreeMap<String, String>>,
+    /// Not to start before this time: RFC 3339 with its zone
+    /// (`2026-12-01T02:00:00+01:00`, `2026-12-01T01:00:00Z`); Slurm's `--begin`.
+    /// `gpool submit --begin` also takes a local time or `now+2h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin_at: Option<String>,
     /// Start only after these jobs succeeded (Slurm's `afterok`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<u64>,
@@ -359,6 +364,7 @@ impl JobSpec {
             anti_affinity: Vec::new(),
             depends_on: Vec::new(),
             after_any: Vec::new(),
+            begin_at: None,
             after_not_ok: Vec::new(),
             retries: 0,
             on_node_failure: None,

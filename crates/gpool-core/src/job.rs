@@ -176,6 +176,8 @@ pub struct JobSpec {
     /// given: once a run outlives it, backfill expects the run to go on
     /// (see `RunEntry::expected_end`) instead of ending any moment.
     pub estimate_learned: bool,
+    /// Not to start before this time (`--begin`, `beginAt`).
+    pub begin: Option<Time>,
     /// Jobs that must finish successfully before this one may start (Slurm's `afterok`).
     pub dependencies: Vec<JobId>,
     /// Jobs that must have ended, however, before it may start (`afterany`).
@@ -245,6 +247,7 @@ impl JobSpec {
             time_limit: None,
             estimate: None,
             estimate_learned: false,
+            begin: None,
             dependencies: Vec::new(),
             after_any: Vec::new(),
             after_not_ok: Vec::new(),

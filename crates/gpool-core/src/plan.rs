@@ -106,6 +106,8 @@ pub enum PendingReason {
     DependencyFailed { on: JobId, succeeded: bool },
     /// Held back (retry back-off) until then.
     NotBefore { until: Time },
+    /// Its begin time (`beginAt`) has not come.
+    Begin { at: Time },
     /// Its queue's quota does not allow it now.
     Quota(QuotaBlock),
     /// No node has room now. `best_free` = most free matching devices on any one node.
@@ -149,6 +151,7 @@ impl fmt::Display for PendingReason {
                 write!(f, "job {on} succeeded, and this job runs only if it fails (afternotok); it can never start")
             }
             PendingReason::NotBefore { until } => write!(f, "held until {until} (retry back-off)"),
+            PendingReason::Begin { at } => write!(f, "waiting for its begin time, {at}"),
             PendingReason::Quota(QuotaBlock::AtMax { queue, max, used }) => {
                 write!(f, "queue {queue} is at its maximum of {} ({} in use)", gpus(*max), gpus(*used))
             }

@@ -141,22 +141,24 @@ impl<'s> Pass<'s> {
         // preemption acts; what the pass leaves waiting is carried over (`run`).
         let capacity = snap.gpu_capacity();
         // Jobs waiting for others to end are not demand (computed only when a gate needs it).
-        let unready = policy.preemption.overload.as_ref().map_or(0, |_| unready_gpu(snap));
+        let unready = policy.preemption.overload.as_ref().map_or(0, |_| unready_gpu(snap, now));
         let overloaded_since = policy
             .preemption
             .overload
             .as_ref()
             .and_then(|g| g.next(snap.overloaded_since, snap.pending_gpu.saturating_sub(unready), capacity, now));
         let within_class_acts = policy.preemption.overload.as_ref().is_none_or(|g| g.acts(overloaded_since, now));
-        let promotion =
-            snap.promotions.range((Time::from_millis(now.as_millis().saturating_add(1)), JobId(0))..).next();
+        let after_now = (Time::from_millis(now.as_millis().saturating_add(1)), JobId(0));
+        let promotion = snap.promotions.range(after_now..).next().map(|(t, _)| *t);
+        // The next begin time: the pass after it may start that job.
+        let begin = snap.begins.range(after_now..).next().map(|(t, _)| *t);
         Pass {
             snap,
             policy,
             now,
             cap,
             quota,
-            plan: Plan { now, overloaded_since, wake_at: promotion.map(|(t, _)| *t), ..Plan::default() },
+            plan: Plan { now, overloaded_since, wake_at: promotion.into_iter().chain(begin).min(), ..Plan::default() },
             nominations,
             taken: BTreeSet::new(),
             pool: None,
@@ -242,7 +244,8 @@ impl<'s> Pass<'s> {
         if let Some(gate) = &self.policy.preemption.overload {
             let started: GpuMilli =
                 self.plan.starts.iter().filter_map(|s| self.snap.job(s.job)).map(|j| j.spec.gpu_units()).sum();
-            let waiting = self.snap.pending_gpu.saturating_sub(started).saturating_sub(unready_gpu(self.snap));
+            let waiting =
+                self.snap.pending_gpu.saturating_sub(started).saturating_sub(unready_gpu(self.snap, self.now));
             let since = gate.next(self.plan.overloaded_since, waiting, self.capacity, self.now);
             self.plan.overloaded_since = since;
             self.plan.wake_at = [self.plan.wake_at, gate.acts_at(since, self.now)].into_iter().flatten().min();
@@ -331,6 +334,9 @@ impl<'s> Pass<'s> {
                 }
                 _ => {}
             }
+        }
+        if let Some(at) = job.spec.begin.filter(|at| *at > self.now) {
+            return Some(PendingReason::Begin { at });
         }
         if job.not_before > self.now {
             return Some(PendingReason::NotBefore { until: job.not_before });
@@ -527,20 +533,25 @@ fn planned_end(job: &Job, started: Time) -> Time {
     }
 }
 
-/// GPUs (thousandths) of pending jobs that cannot start yet because a job
-/// they depend on has not ended as they need: a pipeline's later stages are
-/// not demand while its first runs (the overload gate, and so preemption,
-/// must not act on them). O(pending jobs with dependencies).
-fn unready_gpu(snap: &Snapshot) -> GpuMilli {
+/// GPUs (thousandths) of pending jobs that cannot start yet: a job they
+/// depend on has not ended as they need, or their begin time has not come.
+/// A pipeline's later stages, or tonight's batch, are not demand now (the
+/// overload gate, and so preemption, must not act on them). O(pending jobs
+/// with dependencies or begin times).
+fn unready_gpu(snap: &Snapshot, now: Time) -> GpuMilli {
     let ready = |spec: &crate::JobSpec| {
         spec.dependencies.iter().all(|d| snap.finished(*d) == Some(true))
             && spec.after_not_ok.iter().all(|d| snap.finished(*d) == Some(false))
             && spec.after_any.iter().all(|d| snap.finished(*d).is_some())
     };
-    snap.pending_with_deps
+    let later =
+        snap.begins.range((Time::from_millis(now.as_millis().saturating_add(1)), JobId(0))..).map(|(_, id)| *id);
+    let unready: BTreeSet<JobId> = snap
+        .pending_with_deps
         .iter()
-        .filter_map(|id| snap.job(*id))
-        .filter(|j| !ready(&j.spec))
-        .map(|j| j.spec.gpu_units())
-        .sum()
+        .copied()
+        .filter(|id| snap.job(*id).is_some_and(|j| !ready(&j.spec)))
+        .chain(later)
+        .collect();
+    unready.iter().filter_map(|id| snap.job(*id)).map(|j| j.spec.gpu_units()).sum()
 }

@@ -378,6 +378,8 @@ pub struct Snapshot {
     pending_keys: HashMap<JobId, (GroupKey, PendingKey), IdHash>,
     /// Pending jobs the starvation guard promotes, by when (see [`Policy::promotion_time`]).
     pub(crate) promotions: BTreeSet<(Time, JobId)>,
+    /// Pending jobs with a begin time, by it: a pass wakes at the next one.
+    pub(crate) begins: BTreeSet<(Time, JobId)>,
     pub(crate) shapes: Shapes,
     /// Pending jobs by devices per replica (0 = CPU-only), for early exit.
     pub(crate) pending_by_devices: BTreeMap<u32, u32>,
@@ -419,6 +421,7 @@ impl Snapshot {
             pending: BTreeMap::new(),
             pending_keys: HashMap::default(),
             promotions: BTreeSet::new(),
+            begins: BTreeSet::new(),
             shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
             pending_gpu: 0,
@@ -447,6 +450,7 @@ impl Snapshot {
         self.pending.clear();
         self.pending_keys.clear();
         self.promotions.clear();
+        self.begins.clear();
         self.pending_by_devices.clear();
         self.pending_gpu = 0;
         self.pending_with_deps.clear();

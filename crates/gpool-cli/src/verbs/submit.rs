@@ -69,6 +69,10 @@ pub(crate) struct SubmitArgs {
     /// `afterany:12` (they ended, however), `afternotok:12` (they failed or were cancelled); comma-separated.
     #[arg(long = "after", visible_alias = "dependency", value_delimiter = ',')]
     after: Vec<String>,
+    /// Do not start before this time, as Slurm's --begin: 2026-12-01T02:00 (your time zone: TZ, else the
+    /// system's), 2026-12-01T02:00+01:00, or now+2h (s, m, h, d).
+    #[arg(long)]
+    begin: Option<String>,
     /// Wait until the jobs end, then exit with their status (0 if all succeeded, else the first failure's exit code), as sbatch --wait.
     #[arg(long)]
     wait: bool,
@@ -171,6 +175,15 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         if let Some(r) = a.retries {
             s.retries = r;
         }
+        if let Some(b) = &a.begin {
+            s.begin_at = Some(b.clone());
+        }
+        // A spec file's local time, or --begin: an absolute time for the control plane.
+        if let Some(b) = &s.begin_at {
+            let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
+            s.begin_at =
+                Some(begin_time(b, &zone, jiff::Timestamp::now()).map_err(|e| anyhow::anyhow!("--begin {e}"))?);
+        }
         for dep in &a.after {
             let (kind, ids) = parse_after(dep)?;
             match kind {
@@ -238,8 +251,59 @@ pub(crate) fn render(out: &api::Submitted, output: Output) -> anyhow::Result<Str
     }
 }
 
+/// A begin time as the control plane takes it (RFC 3339, UTC) from what a
+/// user writes: `now+2h`, a time with its zone, or a local time in `zone`.
+fn begin_time(text: &str, zone: &jiff::tz::TimeZone, now: jiff::Timestamp) -> Result<String, String> {
+    let t = text.trim();
+    let at = if let Some(rest) = t.strip_prefix("now") {
+        let after = match rest.trim() {
+            "" => std::time::Duration::ZERO,
+            r => {
+                let d = r.strip_prefix('+').ok_or_else(|| format!("{text:?}: write now+2h, now+30m or now+90s"))?;
+                gpool_api::quantity::parse_duration(d).map_err(|e| format!("{text:?}: {e}"))?
+            }
+        };
+        let ms = i64::try_from(after.as_millis()).map_err(|_| format!("{text:?}: too far ahead"))?;
+        now.as_millisecond().saturating_add(ms)
+    } else if let Some(ms) = gpool_api::time::parse_rfc3339(t) {
+        ms
+    } else {
+        let civil = t
+            .replacen(' ', "T", 1)
+            .parse::<jiff::civil::DateTime>()
+            .or_else(|_| t.parse::<jiff::civil::Date>().map(|d| d.to_datetime(jiff::civil::Time::midnight())))
+            .map_err(|_| {
+                format!(
+                    "{text:?}: expected a time such as 2026-12-01T02:00 (your time zone), \
+                     2026-12-01T02:00+01:00, or now+2h"
+                )
+            })?;
+        let zoned = civil.to_zoned(zone.clone()).map_err(|e| format!("{text:?}: {e}"))?;
+        zoned.timestamp().as_millisecond()
+    };
+    Ok(gpool_api::time::rfc3339(at))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn begin_times_read_as_slurm_users_write_them() {
+        let zone = jiff::tz::TimeZone::posix("CET-1CEST,M3.5.0,M10.5.0/3").expect("zone");
+        let now: jiff::Timestamp = "2026-11-26T10:00:00Z".parse().expect("now");
+        let at = |t: &str| super::begin_time(t, &zone, now);
+        assert_eq!(at("now+2h").as_deref(), Ok("2026-11-26T12:00:00.000Z"));
+        assert_eq!(at("now").as_deref(), Ok("2026-11-26T10:00:00.000Z"));
+        // A local time is the user's zone's: 02:00 in Paris in winter is 01:00 UTC.
+        assert_eq!(at("2026-12-01T02:00").as_deref(), Ok("2026-12-01T01:00:00.000Z"));
+        assert_eq!(at("2026-12-01 02:00:30").as_deref(), Ok("2026-12-01T01:00:30.000Z"));
+        assert_eq!(at("2026-07-01").as_deref(), Ok("2026-06-30T22:00:00.000Z"), "summer time");
+        assert_eq!(at("2026-12-01T02:00+05:00").as_deref(), Ok("2026-11-30T21:00:00.000Z"));
+        for bad in ["tomorrow", "now-1h", "now+soon", "2026-13-01T00:00"] {
+            let e = at(bad).expect_err(bad);
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
+
     use super::*;
     use crate::testkit::assert_snapshot;
 

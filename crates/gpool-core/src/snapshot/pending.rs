@@ -66,13 +66,17 @@ impl Snapshot {
             simple: spec.dependencies.is_empty()
                 && spec.after_any.is_empty()
                 && spec.after_not_ok.is_empty()
-                && job.not_before == Time::MIN,
+                && job.not_before == Time::MIN
+                && spec.begin.is_none(),
             left_ms,
             pkey: crate::running::preemption_key(&self.policy, job, Time::MIN)
                 .unwrap_or(PreemptKey { rank: i64::MAX, submit_ms: i64::MAX }),
         };
         if let Some(at) = self.policy.promotion_time(spec, &job.service) {
             self.promotions.insert((at, id));
+        }
+        if let Some(at) = spec.begin {
+            self.begins.insert((at, id));
         }
         let group = self.group_of(spec);
         *self.pending_by_devices.entry(device_need(&spec.replica.gpu)).or_default() += 1;
@@ -89,6 +93,9 @@ impl Snapshot {
         // A pending job's spec and history do not change, so this is the time it was indexed with.
         if let Some(at) = self.jobs.get(&id).and_then(|j| self.policy.promotion_time(&j.spec, &j.service)) {
             self.promotions.remove(&(at, id));
+        }
+        if let Some(at) = self.jobs.get(&id).and_then(|j| j.spec.begin) {
+            self.begins.remove(&(at, id));
         }
         if let Some(set) = self.pending.get_mut(&group) {
             set.remove(&key);

@@ -245,6 +245,10 @@ impl J {
         self.spec.submit_time = Time::from_secs(secs);
         self
     }
+    pub fn begin(mut self, at: Time) -> J {
+        self.spec.begin = Some(at);
+        self
+    }
     pub fn estimate(mut self, secs: u64) -> J {
         self.spec.estimate = Some(Duration::from_secs(secs));
         self

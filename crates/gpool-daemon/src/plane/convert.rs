@@ -192,6 +192,18 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     core.grace = duration("gracePeriod", &spec.grace_period)?.unwrap_or(DEFAULT_GRACE);
     core.time_limit = duration("timeLimit", &spec.time_limit)?;
     core.estimate = duration("estimate", &spec.estimate)?;
+    if let Some(text) = &spec.begin_at {
+        let ms = gpool_api::time::parse_rfc3339(text).ok_or_else(|| {
+            bad(
+                "beginAt",
+                format!(
+                    "{text:?} is not a time with its zone: write it as 2026-12-01T02:00:00+01:00 or \
+                     2026-12-01T01:00:00Z (gpool submit --begin also takes a local time or now+2h)"
+                ),
+            )
+        })?;
+        core.begin = Some(Time::from_millis(ms));
+    }
     if core.time_limit.is_some_and(|d| d.is_zero()) {
         return Err(bad("timeLimit", "must be longer than zero"));
     }

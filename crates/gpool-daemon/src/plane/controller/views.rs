@@ -15,6 +15,11 @@ impl Controller {
             api::JobState::Pending => d
                 .budget_hold
                 .clone()
+                .or_else(|| {
+                    let at = d.spec.begin_at.as_deref().and_then(api::time::parse_rfc3339)?;
+                    (at > self.clock.now_ms())
+                        .then(|| format!("waiting for its begin time, {}", api::time::rfc3339(at)))
+                })
                 .or_else(|| self.reason(d.id).map(String::from))
                 .or_else(|| {
                     d.not_before_ms
