@@ -22,8 +22,8 @@ use crate::order::Candidates;
 use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
 use crate::policy::{Backfill, Policy, PreemptKey};
 use crate::preempt::{Search, VictimPool};
-use crate::quota::QuotaState;
-use crate::resources::GpuMilli;
+use crate::quota::{QuotaBlock, QuotaState};
+use crate::resources::{DeviceKind, GpuMilli, KindUnits};
 use crate::running::preemption_key;
 use crate::snapshot::{PendingKey, Snapshot, device_need};
 use crate::time::Time;
@@ -282,13 +282,26 @@ impl<'s> Pass<'s> {
                     .quota
                     .check(&self.snap.queues, &job.spec.queue, units)
                     .and_then(|()| self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind));
-                if let Err(block) = checked {
-                    for r in &placement {
-                        self.cap.uncommit(r, id);
+                let (placement, units, by_kind) = match checked {
+                    Ok(()) => (placement, units, by_kind),
+                    Err(block) => {
+                        for r in &placement {
+                            self.cap.uncommit(r, id);
+                        }
+                        // An any-GPU job placed on a kind at its queue's maximum tries the other kinds.
+                        let QuotaBlock::KindAtMax { kind: full, .. } = &block else {
+                            self.plan.wait(id, PendingReason::Quota(block));
+                            return;
+                        };
+                        match self.steer_from(job, *full) {
+                            Some(found) => found,
+                            None => {
+                                self.plan.wait(id, PendingReason::Quota(block));
+                                return;
+                            }
+                        }
                     }
-                    self.plan.wait(id, PendingReason::Quota(block));
-                    return;
-                }
+                };
                 self.quota.add(&self.snap.queues, &job.spec.queue, units);
                 self.quota.add_kinds(&job.spec.queue, &by_kind);
                 candidates.started(units);
@@ -318,6 +331,35 @@ impl<'s> Pass<'s> {
                 }
             }
         }
+    }
+
+    /// An any-GPU job whose placement fell on `full`, a kind at its queue's
+    /// maximum: a placement on another kind it may use whose maximum has room,
+    /// committed, with its units. `None` for a job that named its kind.
+    fn steer_from(&mut self, job: &Job, full: DeviceKind) -> Option<(Placement, GpuMilli, KindUnits)> {
+        if job.spec.replica.gpu_kind.is_some() {
+            return None;
+        }
+        let ends = planned_end(job, self.now);
+        for kind in DeviceKind::ALL.into_iter().filter(|k| *k != full && job.spec.kind_allows(*k)) {
+            let mut spec = (*job.spec).clone();
+            spec.replica.gpu_kind = Some(kind);
+            let on_kind = Job { spec: std::sync::Arc::new(spec), ..job.clone() };
+            let Ok(placement) = self.cap.place_job(&on_kind, ends, self.policy.placement) else { continue };
+            let units = placement_units(self.snap, &placement);
+            let by_kind = self.snap.units_by_kind(&placement);
+            let fits = self
+                .quota
+                .check(&self.snap.queues, &job.spec.queue, units)
+                .and_then(|()| self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind));
+            if fits.is_ok() {
+                return Some((placement, units, by_kind));
+            }
+            for r in &placement {
+                self.cap.uncommit(r, job.id);
+            }
+        }
+        None
     }
 
     /// Reasons that need no placement search: dependencies, back-off, quota.

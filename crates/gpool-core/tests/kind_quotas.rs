@@ -1,6 +1,7 @@
 //! Issue 22: a queue's maximum per accelerator kind (`maxPerKind`). A job
 //! that names its kind waits at that kind's maximum while other kinds run;
-//! any-GPU jobs count against the kind they were placed on; and, over random
+//! any-GPU jobs count against the kind they were placed on, and go to
+//! another kind when the one they fit first is at its maximum; and, over random
 //! fleets, jobs and ends, no queue ever holds more of a kind than its maximum,
 //! and the use the snapshot keeps per kind is what its running jobs hold.
 
@@ -58,6 +59,21 @@ fn an_any_gpu_job_counts_against_the_kind_it_was_placed_on() {
     // Finished, its use is given back.
     c.finish(id, t(1));
     assert_eq!(c.snap.queue_kind_usage("ml"), gpool_core::KindUnits::default());
+}
+
+#[test]
+fn an_any_gpu_job_turned_away_by_one_kinds_maximum_runs_on_another() {
+    let mut c = fleet().kind_queue("ml", None, &[(NvidiaGpu, 2)]);
+    c.run(job("u").queue("ml").kind(NvidiaGpu).gpus(2), t(0));
+    // Best fit would put it beside the NVIDIA job, over NVIDIA's maximum: it goes to the AMD GPUs.
+    let id = c.submit(job("u").queue("ml").gpus(2));
+    let plan = c.plan(t(1));
+    assert_eq!(c.nodes_of(&plan, id), vec!["amd".to_string()], "{plan:#?}");
+    c.apply(&plan);
+    assert_eq!(c.snap.queue_kind_usage("ml").get(AmdGpu), 2000);
+    // A job that names NVIDIA still waits at the maximum.
+    let named = c.submit(job("u").queue("ml").kind(NvidiaGpu).gpus(1));
+    assert!(c.reason(&c.plan(t(2)), named).contains("nvidia.com/gpu maximum of 2"));
 }
 
 #[derive(Clone, Debug)]
