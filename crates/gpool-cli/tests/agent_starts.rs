@@ -1,6 +1,8 @@
 //! A node agent's starts under the faults the chaos suite found: a start
 //! delivered twice, a start that arrives after the node's lease ran out, a
-//! replica killed before its shim started it. The agent runs real shims
+//! replica killed before its shim started it; and a kill that must spare
+//! another agent's job of the same id (the e2e suite's daemons share one
+//! machine, and a sweep by job id killed a neighbour's job). The agent runs real shims
 //! (the `gpool` binary); the control plane is this test, calling the agent
 //! as the agent protocol's commands do.
 
@@ -124,4 +126,53 @@ fn a_replica_killed_before_its_shim_started_it_never_runs() {
     let seen = until_end(&n.reports);
     assert!(!seen.is_empty(), "the replica ended");
     assert_eq!(runs(&n.dir), 0, "the job never ran: {seen:?}");
+}
+
+/// Waits (a minute at most) until `file` exists.
+fn wait_for(file: &Path) {
+    for _ in 0..1200 {
+        if file.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{} never appeared", file.display());
+}
+
+#[test]
+fn killing_a_replica_spares_another_agents_job_of_the_same_id() {
+    // Two agents on one machine (two daemons, a test suite, a chaos run):
+    // their control planes both number jobs from 1, so job ids and attempts repeat.
+    let (sa, sb) = (Scratch::new("agent-same-id-a"), Scratch::new("agent-same-id-b"));
+    let (a, b) = (node(&sa), node(&sb));
+    for n in [&a, &b] {
+        lease::write(&n.lease, lease::monotonic_ms() + 60_000).expect("lease");
+    }
+    let job = |n: &Node, script: &str| Launch {
+        argv: vec!["bash".into(), "-c".into(), script.into()],
+        env: vec![
+            ("GPOOL_JOB_ID".into(), KEY.job.to_string()),
+            ("GPOOL_ATTEMPT".into(), KEY.attempt.to_string()),
+            ("PATH".into(), "/usr/bin:/bin".into()),
+        ],
+        cwd: n.dir.clone(),
+        ..Launch::default()
+    };
+    a.agent.start(KEY, job(&a, "touch started; sleep 1; echo finished > finished"), Vec::new()).expect("start on a");
+    b.agent.start(KEY, job(&b, "touch started; sleep 1000"), Vec::new()).expect("start on b");
+    wait_for(&a.dir.join("started"));
+    wait_for(&b.dir.join("started"));
+    // b's control plane kills its replica (an old allocation); a's job is not b's.
+    b.agent.kill(KEY);
+    let seen = until_end(&a.reports);
+    assert!(
+        matches!(seen.last(), Some(AgentReport::Exited { exit, .. }) if exit.code == Some(0)),
+        "a's job ran to its end: {seen:?}"
+    );
+    assert!(a.dir.join("finished").exists(), "a's job finished");
+    let seen = until_end(&b.reports);
+    assert!(
+        matches!(seen.last(), Some(AgentReport::Exited { exit, .. }) if exit.signal == Some(9)),
+        "b's job was killed: {seen:?}"
+    );
 }

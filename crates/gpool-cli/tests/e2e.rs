@@ -128,7 +128,8 @@ fn a_job_that_forks_into_the_background_leaves_no_process_behind() {
         "resources": {"nvidia.com/gpu": 1}
     }));
     d.wait_ended(&[id], Duration::from_secs(60));
-    assert_eq!(d.job(id)["state"], "succeeded");
+    let job = d.job(id);
+    assert_eq!(job["state"], "succeeded", "{job}");
     assert_eq!(processes_of(&d.data, Some(id)), Vec::<i32>::new(), "processes of job {id} survived it");
     // And its GPU is free again at once.
     let nodes = d.get("/api/v1/nodes");

@@ -290,6 +290,7 @@ impl Agent {
             launch.cwd = account.as_ref().map_or_else(|| self.cfg.data_dir.clone(), |a| a.home.clone());
         }
         launch.env.push(("GPOOL_NODE".into(), self.cfg.node.clone()));
+        launch.env.push((REPLICA_ENV.into(), self.replica_mark(key)));
         launch.env.push(("GPOOL_CHECKPOINT_DIR".into(), self.checkpoint_dir(key.job).display().to_string()));
         let request = dir.join(crate::node::profiler::REQUEST_FILE);
         launch.env.push((crate::node::profiler::REQUEST_ENV.into(), request.display().to_string()));
@@ -349,7 +350,7 @@ impl Agent {
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
                 .collect();
-            let name = format!("{node}-{dir_hash:08x}-{}-{}-{}", key.job, key.attempt, key.rank);
+            let name = format!("{node}-{}", replica_mark(dir_hash, key));
             launch.confine = Some(layout.confine(name, launch.cpus_milli, launch.memory_mb, deny));
         }
         let spec = serde_json::to_vec(&launch).map_err(std::io::Error::other)?;
@@ -370,6 +371,7 @@ impl Agent {
         (self.reports)(AgentReport::Running { key });
         let reports = self.reports.clone();
         let replicas = self.replicas.clone();
+        let mark = self.replica_mark(key);
         std::thread::Builder::new().name(format!("wait-{}-{}", key.job, key.rank)).spawn(move || {
             let status = child.wait();
             report_end(
@@ -377,10 +379,18 @@ impl Agent {
                 &replicas,
                 key,
                 &dir,
+                &mark,
                 status.map(|s| format!("shim ended with {s}")).unwrap_or_else(|e| e.to_string()),
             );
         })?;
         Ok(())
+    }
+
+    /// What marks a replica's processes as its own, in their environment
+    /// ([`REPLICA_ENV`]): unique on the machine, which may host several
+    /// agents (tests, chaos runs, two daemons) whose job ids repeat.
+    fn replica_mark(&self, key: ReplicaKey) -> String {
+        replica_mark(self.dir_hash(), key)
     }
 
     /// A hash of the data directory: names unique on a machine that hosts several agents (tests, chaos runs).
@@ -459,7 +469,7 @@ impl Agent {
             let _ = std::fs::write(dir.join(shim::ABANDONED), b"killed by the control plane\n");
         }
         self.signal(key, Signal::KILL);
-        kill_strays(key);
+        kill_strays(&self.replica_mark(key));
     }
 
     /// Replicas whose shims are alive in this agent's data directory (a shim
@@ -503,8 +513,9 @@ impl Agent {
     /// says runs on `devices`.
     pub fn reconcile(&self, key: ReplicaKey, devices: Vec<String>) -> Found {
         let dir = self.run_dir(key);
+        let mark = self.replica_mark(key);
         if dir.join(EXIT).exists() {
-            report_end(&self.reports, &self.replicas, key, &dir, String::new());
+            report_end(&self.reports, &self.replicas, key, &dir, &mark, String::new());
             return Found::Finished;
         }
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK));
@@ -521,11 +532,12 @@ impl Agent {
             let reports = self.reports.clone();
             let replicas = self.replicas.clone();
             let watched = dir.clone();
+            let mark = mark.clone();
             let spawned =
                 std::thread::Builder::new().name(format!("adopt-{}-{}", key.job, key.rank)).spawn(move || {
                     let mut fds = [PollFd::new(&fd, PollFlags::IN)];
                     while poll(&mut fds, None).is_err() {}
-                    report_end(&reports, &replicas, key, &watched, "shim ended".into());
+                    report_end(&reports, &replicas, key, &watched, &mark, "shim ended".into());
                 });
             if spawned.is_ok() {
                 return Found::Adopted;
@@ -538,7 +550,7 @@ impl Agent {
             if lock.is_ok() {
                 let _ = std::fs::write(dir.join(shim::ABANDONED), b"requeued by a restarted daemon\n");
             }
-            kill_strays(key);
+            kill_strays(&mark);
             return Found::Lost;
         }
         // The lock is held but the shim cannot be watched: wait for the lock in a thread.
@@ -549,36 +561,39 @@ impl Agent {
             if let Ok(f) = lock {
                 let _ = flock(&f, FlockOperation::LockExclusive);
             }
-            report_end(&reports, &replicas, key, &dir, "shim ended".into());
+            report_end(&reports, &replicas, key, &dir, &mark, "shim ended".into());
         });
         Found::Adopted
     }
 }
 
 /// Reads the exit record of an ended shim and reports it.
-fn report_end(reports: &ReportSink, replicas: &Replicas, key: ReplicaKey, dir: &Path, context: String) {
+fn report_end(reports: &ReportSink, replicas: &Replicas, key: ReplicaKey, dir: &Path, mark: &str, context: String) {
     crate::node::container::remove(dir);
     replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
     let report = match read_json::<ExitRecord>(&dir.join(EXIT)) {
         Some(exit) => AgentReport::Exited { key, exit },
         None => {
-            kill_strays(key);
+            kill_strays(mark);
             AgentReport::Lost { key, why: format!("the shim left no exit record ({context})") }
         }
     };
     reports(report);
 }
 
-/// Kills processes whose environment marks them as this replica's.
-fn kill_strays(key: ReplicaKey) {
-    let job = key.job.to_string();
-    let attempt = key.attempt.to_string();
-    for pid in shim::pids_with_env("GPOOL_JOB_ID", &job) {
-        let same_attempt = std::fs::read(format!("/proc/{pid}/environ"))
-            .map(|e| e.split(|b| *b == 0).any(|kv| kv == format!("GPOOL_ATTEMPT={attempt}").as_bytes()))
-            .unwrap_or(false);
-        if same_attempt && let Some(p) = Pid::from_raw(pid) {
+/// Kills processes whose environment marks them as this replica's (those that left its process
+/// group and outlived its shim); never by job id alone: other agents here may run the same ids.
+fn kill_strays(mark: &str) {
+    for pid in shim::pids_with_env(REPLICA_ENV, mark) {
+        if let Some(p) = Pid::from_raw(pid) {
             let _ = kill_process(p, Signal::KILL);
         }
     }
+}
+
+/// The environment variable that carries a replica's [`replica_mark`].
+pub const REPLICA_ENV: &str = "GPOOL_REPLICA";
+
+fn replica_mark(dir_hash: u32, key: ReplicaKey) -> String {
+    format!("{dir_hash:08x}-{}-{}-{}", key.job, key.attempt, key.rank)
 }
