@@ -9,8 +9,10 @@
 //! keeps its meaning once released.
 
 pub mod agent;
+pub mod pipeline;
 pub mod profile;
 pub mod quantity;
+pub mod schedule;
 pub mod spec;
 pub mod telemetry;
 pub mod time;

@@ -101,6 +101,12 @@ enum Command {
     Resume(drain::DrainArgs),
     /// Submit a job; prints its id.
     Submit(Box<submit::SubmitArgs>),
+    /// Pipelines: stages that need each other, fan out over a matrix and pass files on (run, status, list, cancel).
+    #[command(subcommand)]
+    Pipeline(PipelineCommand),
+    /// Recurring jobs and pipelines on a cron schedule in a stated time zone (apply, list, delete).
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// List jobs (active ones by default), with why each pending job waits.
     #[command(alias = "ls")]
     Queue(queue::QueueArgs),
@@ -190,6 +196,28 @@ enum NodesCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum PipelineCommand {
+    /// Start a run of a pipeline file; prints the run's id.
+    Run(verbs::pipeline::RunArgs),
+    /// A run's stages as a tree: each one's job, state and why it waits or how it ended.
+    Status(verbs::pipeline::RunIdArgs),
+    /// The latest runs: name, state, stages done.
+    List(verbs::pipeline::ListArgs),
+    /// Cancel every job of a run that has not ended.
+    Cancel(verbs::pipeline::RunIdArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum ScheduleCommand {
+    /// Create or change a schedule: --cron "0 2 * * *" --tz Europe/Paris with --job FILE or --pipeline FILE, or -f FILE.
+    Apply(Box<verbs::schedule::ApplyArgs>),
+    /// Every schedule: cron, zone, next run, runs and passed occurrences.
+    List(verbs::ListArgs),
+    /// Delete a schedule; what it submitted goes on.
+    Delete(verbs::schedule::DeleteArgs),
+}
+
+#[derive(Subcommand, Debug)]
 enum RegistryCommand {
     /// Store a login: echo "$TOKEN" | gpool registry login ghcr.io -u me --password-stdin.
     Login(verbs::registry::LoginArgs),
@@ -227,6 +255,13 @@ fn main() -> ExitCode {
         Command::Drain(a) => drain::run(a, true),
         Command::Resume(a) => drain::run(a, false),
         Command::Submit(a) => submit::run(*a),
+        Command::Pipeline(PipelineCommand::Run(a)) => verbs::pipeline::run(a),
+        Command::Pipeline(PipelineCommand::Status(a)) => verbs::pipeline::status(a),
+        Command::Pipeline(PipelineCommand::List(a)) => verbs::pipeline::list(a),
+        Command::Pipeline(PipelineCommand::Cancel(a)) => verbs::pipeline::cancel(a),
+        Command::Schedule(ScheduleCommand::Apply(a)) => verbs::schedule::apply(*a),
+        Command::Schedule(ScheduleCommand::List(a)) => verbs::schedule::list(a),
+        Command::Schedule(ScheduleCommand::Delete(a)) => verbs::schedule::delete(a),
         Command::Queue(a) => queue::run(a),
         Command::Show(a) => show::run(a),
         Command::Cancel(a) => cancel::run(a),

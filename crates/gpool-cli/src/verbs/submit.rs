@@ -97,6 +97,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
             let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text)
                 .with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
+            if value.get("stages").is_some() {
+                bail!("{} is a pipeline (it has stages:): run it with gpool pipeline run {0}", path.display());
+            }
             if value.get("jobs").is_some() {
                 serde_yaml_ng::from_value::<api::spec::Batch>(value)
                     .with_context(|| format!("{}", path.display()))?

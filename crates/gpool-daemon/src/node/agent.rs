@@ -24,6 +24,7 @@ use rustix::process::{Pid, PidfdFlags, Signal, kill_process, kill_process_group,
 
 use crate::node::account::{self, Account, RunAs};
 use crate::node::claim::Claim;
+use crate::node::pipeline_dir;
 use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
 use crate::node::shim::{self, EXIT, LOCK, STATE, ShimState, read_json};
 use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey, log_path};
@@ -204,16 +205,7 @@ impl Agent {
 
     /// Reports a replica that could not start here as ended at once, with `code` and why.
     fn fail_at_once(&self, key: ReplicaKey, code: i32, error: String) {
-        let now = shim::now_ms();
-        let exit = ExitRecord {
-            code: Some(code),
-            signal: None,
-            started_ms: now,
-            ended_ms: now,
-            error: Some(error),
-            fenced: false,
-        };
-        (self.reports)(AgentReport::Exited { key, exit });
+        (self.reports)(ended_at_once(key, code, error));
     }
 
     pub fn start(&self, key: ReplicaKey, mut launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
@@ -292,6 +284,11 @@ impl Agent {
         launch.env.push(("GPOOL_NODE".into(), self.cfg.node.clone()));
         launch.env.push((REPLICA_ENV.into(), self.replica_mark(key)));
         launch.env.push(("GPOOL_CHECKPOINT_DIR".into(), self.checkpoint_dir(key.job).display().to_string()));
+        let shared = pipeline_dir::of(&launch.env, &self.cfg.data_dir, self.cfg.checkpoint_root.as_deref());
+        if let Some(d) = &shared {
+            std::fs::create_dir_all(d)?;
+            launch.env.push((pipeline_dir::DIR_ENV.into(), d.display().to_string()));
+        }
         let request = dir.join(crate::node::profiler::REQUEST_FILE);
         launch.env.push((crate::node::profiler::REQUEST_ENV.into(), request.display().to_string()));
         if self.cfg.simulated {
@@ -311,7 +308,7 @@ impl Agent {
             }
         }
         if let Some(a) = &account {
-            self.hand_over(key, a, &launch)?;
+            self.hand_over(key, a, &launch, shared.as_deref())?;
             if container.is_none() {
                 launch.argv = account::as_account(a, &launch.argv);
             }
@@ -328,6 +325,7 @@ impl Agent {
                 devices: &devices,
                 user: account.as_ref().map(|a| (a.uid, a.gid)),
                 checkpoint: &self.checkpoint_dir(key.job),
+                shared: shared.as_deref(),
                 workdir: image_workdir.as_deref(),
                 simulated: self.cfg.simulated,
                 auth_dir: auth_dir.as_deref(),
@@ -408,18 +406,7 @@ impl Agent {
     /// user has no account here.
     fn account_for(&self, key: ReplicaKey, launch: &Launch) -> Result<Option<Account>, Box<AgentReport>> {
         let (RunAs::User, Some(name)) = (self.cfg.run_as, launch.user.as_deref()) else { return Ok(None) };
-        let fail = |error: String| {
-            let now = shim::now_ms();
-            let exit = ExitRecord {
-                code: Some(127),
-                signal: None,
-                started_ms: now,
-                ended_ms: now,
-                error: Some(error),
-                fenced: false,
-            };
-            Box::new(AgentReport::Exited { key, exit })
-        };
+        let fail = |error: String| Box::new(ended_at_once(key, 127, error));
         match self.accounts.lookup(name) {
             Ok(Some(a)) => Ok(Some(a)),
             Ok(None) => Err(fail(format!(
@@ -435,13 +422,15 @@ impl Agent {
     /// directory become its own (0600, 0700); the job's directory stays
     /// root's, 0711, so that it can reach them and plant nothing beside the
     /// shim's records.
-    fn hand_over(&self, key: ReplicaKey, a: &Account, launch: &Launch) -> std::io::Result<()> {
+    fn hand_over(&self, key: ReplicaKey, a: &Account, launch: &Launch, shared: Option<&Path>) -> std::io::Result<()> {
         use std::os::unix::fs::{PermissionsExt, chown};
         let set = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
         set(&self.job_dir(key.job), 0o711)?;
-        let ckpt = self.checkpoint_dir(key.job);
-        chown(&ckpt, Some(a.uid), Some(a.gid))?;
-        set(&ckpt, 0o700)?;
+        // Its checkpoints, and its pipeline run's files (every stage of a run is the same user's).
+        for dir in std::iter::once(self.checkpoint_dir(key.job).as_path()).chain(shared) {
+            chown(dir, Some(a.uid), Some(a.gid))?;
+            set(dir, 0o700)?;
+        }
         for log in [&launch.stdout, &launch.stderr] {
             chown(log, Some(a.uid), Some(a.gid))?;
             set(log, 0o600)?;
@@ -589,6 +578,13 @@ fn kill_strays(mark: &str) {
             let _ = kill_process(p, Signal::KILL);
         }
     }
+}
+
+/// A replica that could not start, reported as ended at once with `code` and why.
+fn ended_at_once(key: ReplicaKey, code: i32, error: String) -> AgentReport {
+    let (now, error) = (shim::now_ms(), Some(error));
+    let exit = ExitRecord { code: Some(code), signal: None, started_ms: now, ended_ms: now, error, fenced: false };
+    AgentReport::Exited { key, exit }
 }
 
 /// The environment variable that carries a replica's [`replica_mark`].

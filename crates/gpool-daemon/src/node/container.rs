@@ -251,6 +251,10 @@ impl Runtime {
         }
         // The checkpoint directory at the same path inside, so GPOOL_CHECKPOINT_DIR holds.
         push(&["-v", &format!("{0}:{0}", c.checkpoint.display())]);
+        // And its pipeline run's directory, so GPOOL_PIPELINE_DIR holds too.
+        if let Some(shared) = c.shared {
+            push(&["-v", &format!("{0}:{0}", shared.display())]);
+        }
         if let Some(w) = c.workdir {
             push(&["-w", w]);
         }
@@ -314,6 +318,8 @@ pub struct ContainerJob<'a> {
     pub devices: &'a [String],
     pub user: Option<(u32, u32)>,
     pub checkpoint: &'a Path,
+    /// Its pipeline run's directory, if it is a stage of one.
+    pub shared: Option<&'a Path>,
     /// The spec's working directory, inside the image.
     pub workdir: Option<&'a str>,
     pub simulated: bool,
@@ -390,6 +396,7 @@ mod tests {
             devices: &devices,
             user: Some((1000, 1000)),
             checkpoint: Path::new("/ckpt/job-7"),
+            shared: Some(Path::new("/ckpt/pipeline-5")),
             workdir: Some("/workspace"),
             simulated: false,
             auth_dir: Some(Path::new("/run/job-7/registry-auth")),
@@ -399,7 +406,7 @@ mod tests {
             "--name gpool-7-1-0-abcd --label gpool.job=7",
             "--user 1000:1000",
             "--cpus 4.000 --memory 16384m",
-            "-v /ckpt/job-7:/ckpt/job-7 -w /workspace",
+            "-v /ckpt/job-7:/ckpt/job-7 -v /ckpt/pipeline-5:/ckpt/pipeline-5 -w /workspace",
             "-e CUDA_VISIBLE_DEVICES=GPU-a",
             "--device nvidia.com/gpu=GPU-a --device nvidia.com/gpu=MIG-b",
             "--runtime=runc pytorch/pytorch:2.5.1 python3 train.py",

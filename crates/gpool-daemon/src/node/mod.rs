@@ -16,6 +16,7 @@ pub mod host;
 pub mod image_cache;
 pub mod lease;
 pub mod output;
+pub mod pipeline_dir;
 pub mod profiler;
 pub mod pull;
 pub mod remote;

@@ -44,6 +44,12 @@ pub fn document() -> Value {
     generator.subschema_for::<api::TokenCreated>();
     generator.subschema_for::<api::TokenView>();
     generator.subschema_for::<api::WhoAmI>();
+    generator.subschema_for::<api::pipeline::PipelineSpec>();
+    generator.subschema_for::<api::pipeline::PipelineCreated>();
+    generator.subschema_for::<api::pipeline::PipelineView>();
+    generator.subschema_for::<api::pipeline::PipelineList>();
+    generator.subschema_for::<api::schedule::ScheduleSpec>();
+    generator.subschema_for::<api::schedule::ScheduleView>();
     generator.subschema_for::<api::ServiceView>();
     generator.subschema_for::<api::ServiceApplied>();
     generator.subschema_for::<api::RegistryView>();

@@ -108,6 +108,10 @@ pub struct NodeInfo {
     pub mig_managed: Vec<u32>,
 }
 
+/// Set by the control plane on each job of a pipeline run (only those): the
+/// run's id, from which the node finds the run's directory (`node/pipeline_dir.rs`).
+pub const PIPELINE_RUN_ENV: &str = "GPOOL_PIPELINE_RUN";
+
 /// What to run, sent by the agent as JSON on the shim's standard input.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Launch {

@@ -149,6 +149,20 @@ calls! {
     /// The services the caller may see.
     Services {} -> Vec<api::ServiceView>, Read;
     Submit { specs: Vec<api::JobSpec> } -> api::Submitted, People;
+    /// Submit a pipeline run: every stage instance a job, all accepted or none (`pipelines.rs`).
+    SubmitPipeline { spec: Box<api::pipeline::PipelineSpec> } -> api::pipeline::PipelineCreated, People;
+    /// A run and its stages.
+    Pipeline { run: u64 } -> api::pipeline::PipelineView, Read;
+    /// The latest runs the caller may see, newest first.
+    Pipelines { limit: u32 } -> api::pipeline::PipelineList, Read;
+    /// Cancel every job of a run that has not ended.
+    CancelPipeline { run: u64, from: String } -> api::pipeline::PipelineView, People;
+    /// Create or change a recurring job or pipeline (`schedules.rs`).
+    ApplySchedule { name: String, spec: Box<api::schedule::ScheduleSpec> } -> api::schedule::ScheduleView, People;
+    /// The schedules the caller may see.
+    Schedules {} -> Vec<api::schedule::ScheduleView>, Read;
+    /// Delete a schedule (what it submitted goes on).
+    DeleteSchedule { name: String } -> api::schedule::ScheduleView, People;
     Get { id: u64 } -> api::JobView, Read;
     List { query: ListQuery } -> api::JobList, Read;
     /// `from`: the caller's address, for the audit log.

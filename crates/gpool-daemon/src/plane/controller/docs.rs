@@ -135,6 +135,29 @@ pub struct JobDoc {
     /// The run time learned for it at submission, when its spec gave none (`history.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_estimate: Option<api::LearnedEstimate>,
+    /// The pipeline run it is a stage of (`pipelines.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<PipelineRef>,
+}
+
+/// A job's place in a pipeline run. A run's jobs have consecutive ids from
+/// the run's id (its first job's), so a run is found from any of them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineRef {
+    pub run: u64,
+    /// The pipeline's name.
+    pub name: String,
+    pub stage: String,
+    /// The stage with its matrix values (`train[lr=0.1]`).
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub matrix: std::collections::BTreeMap<String, String>,
+    /// Stages before it on its longest chain of needs.
+    pub depth: u32,
+    /// How many jobs the run has.
+    pub jobs: u32,
 }
 
 /// Adds up the usage of two runs (means weighted by GPU-hours).

@@ -100,6 +100,11 @@ impl Controller {
                 *c - 1
             };
             let mut env: BTreeMap<String, String> = doc.spec.env.clone();
+            // Which run's directory a node gives the job: the control plane's word only.
+            env.remove(crate::protocol::PIPELINE_RUN_ENV);
+            if let Some(p) = &doc.pipeline {
+                env.insert(crate::protocol::PIPELINE_RUN_ENV.into(), p.run.to_string());
+            }
             let mut set = |k: &str, v: String| {
                 env.insert(k.to_string(), v);
             };

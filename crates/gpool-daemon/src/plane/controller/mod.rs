@@ -56,12 +56,14 @@ mod mig_layouts;
 mod node_doc;
 mod nodes;
 mod observe;
+mod pipelines;
 mod prefetch;
 mod profiles;
 mod proxy_wire;
 mod registries;
 mod requests;
 mod restore;
+mod schedules;
 mod services;
 mod shell;
 mod spot;
@@ -265,6 +267,7 @@ pub struct Controller {
     services: services::Services,
     /// Users' logins to image registries (`registries.rs`).
     registries: registries::Logins,
+    schedules: schedules::Schedules,
     /// Jobs pulling their image, by node, as the nodes last reported (`observe.rs`).
     pulling: BTreeMap<u64, (String, String)>,
     /// (job, node) pairs whose image was ordered pulled ahead (`prefetch.rs`).
@@ -338,6 +341,7 @@ impl Controller {
             idle_gpus: BTreeMap::new(),
             services: services::Services::default(),
             registries: registries::Logins::new(),
+            schedules: schedules::Schedules::new(),
             pulling: BTreeMap::new(),
             prefetched: BTreeSet::new(),
             profiling: profiles::Profiling::default(),
@@ -362,6 +366,7 @@ impl Controller {
         c.restore_budgets(now)?;
         c.restore_services()?;
         c.restore_registries()?;
+        c.restore_schedules()?;
         // The overload gate's count goes on where the last control plane left it.
         let since = c.store.meta(OVERLOAD_KEY)?.and_then(|t| t.parse().ok()).map(Time::from_millis);
         c.snap.restore_overload(since);
@@ -379,6 +384,7 @@ impl Controller {
             self.handle(e, now);
         }
         self.fire_timers(now);
+        self.fire_schedules(now);
         self.reconcile_services(now);
         if self.dirty {
             // Passes take at most half of the controller's time: after a

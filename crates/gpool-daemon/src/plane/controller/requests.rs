@@ -48,6 +48,34 @@ impl Controller {
                 let r = self.submit(&caller, specs, now);
                 self.reply(reply, r);
             }
+            Call::SubmitPipeline { spec, reply } => {
+                let r = self.submit_pipeline(&caller, *spec, now);
+                self.reply(reply, r);
+            }
+            Call::Pipeline { run, reply } => {
+                let r = self.pipeline_view(&caller, run);
+                self.reply(reply, r);
+            }
+            Call::Pipelines { limit, reply } => {
+                let r = self.pipelines(&caller, limit);
+                self.reply(reply, r);
+            }
+            Call::ApplySchedule { name, spec, reply } => {
+                let r = self.apply_schedule(&caller, &name, *spec, now);
+                self.reply(reply, r);
+            }
+            Call::Schedules { reply } => {
+                let r = Ok(self.schedule_views(&caller));
+                self.reply(reply, r);
+            }
+            Call::DeleteSchedule { name, reply } => {
+                let r = self.delete_schedule(&caller, &name, now);
+                self.reply(reply, r);
+            }
+            Call::CancelPipeline { run, from, reply } => {
+                let r = self.cancel_pipeline(&caller, run, &from, now);
+                self.reply(reply, r);
+            }
             Call::RegistryLogin { registry, req, reply } => {
                 let r = self.registry_login(&caller, &registry, req, now);
                 self.reply(reply, r);
@@ -188,7 +216,17 @@ impl Controller {
         now: i64,
     ) -> Result<Vec<gpool_core::JobSpec>, ApiError> {
         let batch = specs.len() > 1;
-        let at = |i: usize, msg: String| if batch { format!("jobs[{i}].{msg}") } else { msg };
+        self.checked_as(caller, specs, now, &|i, msg| if batch { format!("jobs[{i}].{msg}") } else { msg })
+    }
+
+    /// [`Self::checked`], with `at` saying which spec of the batch an error is about.
+    pub(super) fn checked_as(
+        &mut self,
+        caller: &Caller,
+        specs: &[api::JobSpec],
+        now: i64,
+        at: &dyn Fn(usize, String) -> String,
+    ) -> Result<Vec<gpool_core::JobSpec>, ApiError> {
         // Check everything first: a batch is accepted whole or not at all.
         let mut cores = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
@@ -306,6 +344,7 @@ impl Controller {
                 pool: None,
                 budget_hold: None,
                 learned_estimate: None,
+                pipeline: None,
             };
             self.learned_estimate(&mut doc, &mut core);
             let over_hard =

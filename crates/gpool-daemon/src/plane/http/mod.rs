@@ -21,9 +21,11 @@ use tokio::sync::{broadcast, oneshot};
 use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
 
 mod logs;
+mod pipelines;
 mod profile;
 mod registries;
 mod routes;
+mod schedules;
 mod services;
 mod who;
 use logs::logs;
@@ -62,6 +64,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/registries", get(registries::list))
         .route("/api/v1/registries/{registry}", axum::routing::put(registries::login).delete(registries::logout))
+        .route("/api/v1/pipelines", post(pipelines::submit).get(pipelines::list))
+        .route("/api/v1/pipelines/{run}", get(pipelines::get_run))
+        .route("/api/v1/pipelines/{run}/cancel", post(pipelines::cancel))
+        .route("/api/v1/schedules", get(schedules::list))
+        .route("/api/v1/schedules/{name}", axum::routing::put(schedules::apply).delete(schedules::delete))
         .route("/api/v1/services", get(services::list))
         .route("/api/v1/services/{name}", axum::routing::put(services::apply).delete(services::delete))
         .route("/api/v1/cost", get(cost))

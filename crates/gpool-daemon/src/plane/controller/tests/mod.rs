@@ -23,10 +23,12 @@ use gpool_core::pricing::Prices;
 mod calls;
 mod lifecycle;
 mod nodes;
+mod pipelines;
 mod preemption;
 mod profiles;
 mod registries;
 mod restore;
+mod schedules;
 mod services;
 mod store;
 

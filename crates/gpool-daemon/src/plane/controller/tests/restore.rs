@@ -4,6 +4,7 @@
 use api::agent as wire;
 
 use super::*;
+use crate::plane::controller::ListQuery;
 
 /// A state database that outlives one controller, removed at the end.
 struct StateFile(PathBuf);
@@ -133,4 +134,60 @@ fn a_restart_reconciles_remote_runs_when_their_agent_registers() {
     let cmds: Vec<wire::Command> =
         rx.try_recv().expect("answered").expect("commands").commands.into_iter().map(|c| c.command).collect();
     assert!(matches!(cmds.as_slice(), [wire::Command::Reconcile { replica, .. }] if *replica == rid), "{cmds:?}");
+}
+
+/// A pipeline run lives in its jobs' documents: after a restart it is
+/// shown whole, and its stages still wait for what they need.
+#[test]
+fn a_pipeline_run_survives_a_restart() {
+    let state = StateFile::new("pipeline");
+    let clock = ManualClock::new(T0);
+    let yaml = "name: p\nstages:\n  - {name: a, command: [a]}\n  - {name: b, command: [b], needs: [a]}\n";
+    let spec: api::pipeline::PipelineSpec = serde_yaml_ng::from_str(yaml).expect("pipeline");
+    let run = {
+        let mut h = restart(&state, &clock, FakeAgent::default());
+        h.call(ADMIN, |reply| Call::SubmitPipeline { spec: Box::new(spec), reply }).expect("accepted").run
+    };
+    let mut h = restart(&state, &clock, FakeAgent::default());
+    h.step(Vec::new());
+    let v = h.call(ADMIN, |reply| Call::Pipeline { run, reply }).expect("the run");
+    assert_eq!(v.stages.iter().map(|s| s.label.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(h.state(run + 1), api::JobState::Pending, "b still waits for a");
+    h.orders();
+    h.exit(key(run, 1, 0), Some(0), None);
+    let started: Vec<u64> = h.starts().into_iter().map(|(k, _)| k.job).collect();
+    assert_eq!(started, [run + 1]);
+}
+
+/// A recurring job across restarts: an occurrence that fell while the
+/// control plane was down fires once when it is back (the latest of several),
+/// and a second restart at the same moment fires nothing again.
+#[test]
+fn a_schedule_fires_once_per_occurrence_across_restarts() {
+    let state = StateFile::new("schedule");
+    let clock = ManualClock::new(T0);
+    let spec: api::schedule::ScheduleSpec =
+        serde_yaml_ng::from_str("schedule: '@hourly'\ntimeZone: UTC\njob: {command: [x]}\n").expect("schedule");
+    {
+        let mut h = restart(&state, &clock, FakeAgent::default());
+        h.call(ADMIN, |reply| Call::ApplySchedule { name: "h".into(), spec: Box::new(spec), reply }).expect("applied");
+    }
+    // Down across three occurrences.
+    let third = T0 - T0 % 3_600_000 + 3 * 3_600_000;
+    clock.set(third + 60_000);
+    let submitted = |h: &mut Harness| {
+        let q = ListQuery { limit: 100, ..Default::default() };
+        h.call(ADMIN, |reply| Call::List { query: q, reply }).expect("list").jobs.len()
+    };
+    {
+        let mut h = restart(&state, &clock, FakeAgent::default());
+        h.step(Vec::new());
+        assert_eq!(submitted(&mut h), 1, "one run for the occurrences missed");
+        let v = h.call(ADMIN, |reply| Call::Schedules { reply }).expect("schedules");
+        assert_eq!((v[0].runs, v[0].skipped), (1, 2));
+        assert_eq!(v[0].last_at.as_deref(), Some(api::time::rfc3339(third).as_str()));
+    }
+    let mut h = restart(&state, &clock, FakeAgent::default());
+    h.step(Vec::new());
+    assert_eq!(submitted(&mut h), 1, "the same occurrence does not fire twice");
 }
