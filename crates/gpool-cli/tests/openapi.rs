@@ -132,6 +132,23 @@ fn live_answers_validate_against_the_openapi_document() {
     call("GET", "/api/v1/tokens", None);
     let token_id = created["id"].as_str().unwrap_or_default().to_string();
     call("DELETE", &format!("/api/v1/tokens/{token_id}"), None);
+    let pipeline = json!({"name": "p", "stages": [
+        {"name": "a", "command": "true"},
+        {"name": "b", "command": "true", "needs": ["a"], "matrix": {"x": [1, 2]}}
+    ]});
+    let (_, run) = call("POST", "/api/v1/pipelines", Some(&pipeline));
+    let run = run["run"].as_u64().unwrap_or_else(|| panic!("a run: {run}"));
+    call("POST", "/api/v1/pipelines", Some(&json!({"stages": [{"name": "a", "command": "x", "needs": ["a"]}]})));
+    call("GET", "/api/v1/pipelines", None);
+    call("GET", &format!("/api/v1/pipelines/{run}"), None);
+    call("GET", "/api/v1/pipelines/999999", None);
+    call("POST", &format!("/api/v1/pipelines/{run}/cancel"), None);
+    let schedule = json!({"schedule": "0 2 * * *", "timeZone": "UTC", "job": {"command": "true"}});
+    call("PUT", "/api/v1/schedules/nightly", Some(&schedule));
+    call("PUT", "/api/v1/schedules/bad", Some(&json!({"schedule": "x", "timeZone": "UTC", "job": {"command": "true"}})));
+    call("GET", "/api/v1/schedules", None);
+    call("DELETE", "/api/v1/schedules/nightly", None);
+    call("DELETE", "/api/v1/schedules/nightly", None);
     call("GET", "/api/v1/services", None);
     call("GET", "/api/v1/registries", None);
     call("PUT", "/api/v1/registries/ghcr.io", Some(&json!({"username": "ana", "password": "secret"})));
