@@ -240,6 +240,10 @@ pub struct JobSpec {
     /// `gpool submit --begin` also takes a local time or `now+2h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begin_at: Option<String>,
+    /// A soft deadline (RFC 3339 with its zone): the job rises in the order
+    /// as it nears, and is reported when it can no longer make it; never enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
     /// Start only after these jobs succeeded (Slurm's `afterok`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<u64>,
@@ -365,6 +369,7 @@ impl JobSpec {
             depends_on: Vec::new(),
             after_any: Vec::new(),
             begin_at: None,
+            deadline: None,
             after_not_ok: Vec::new(),
             retries: 0,
             on_node_failure: None,

@@ -121,6 +121,9 @@ pub struct JobView {
     /// The run time gpool learned for it from similar jobs, when its spec gave no estimate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_estimate: Option<LearnedEstimate>,
+    /// For a job with a deadline that, as of the last pass, will miss it: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<String>,
     pub spec: JobSpec,
 }
 
@@ -321,6 +324,9 @@ pub struct QueueView {
     pub used_per_kind: std::collections::BTreeMap<String, f64>,
     pub pending: u64,
     pub running: u64,
+    /// For a queue with windows: `open until …` or `closed until …` (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
 }
 
 /// Something that happened, as sent on the event stream.

@@ -90,6 +90,7 @@ pub(crate) fn job(id: u64) -> JobB {
         exit: None,
         usage: None,
         learned_estimate: None,
+        late: None,
         spec: JobSpec::new(vec!["python".into(), "train.py".into()]),
     })
 }
@@ -488,6 +489,7 @@ pub(crate) fn queue(name: &str) -> QueueB {
         used_per_kind: Default::default(),
         pending: 0,
         running: 0,
+        window: None,
     })
 }
 

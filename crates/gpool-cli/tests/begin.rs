@@ -39,3 +39,21 @@ fn a_job_waits_for_its_begin_time_then_starts() {
     assert_eq!(code, 400, "{body}");
     assert!(body.to_string().contains("beginAt") && body.to_string().contains("zone"), "{body}");
 }
+
+/// `--deadline`: a job whose time limit cannot fit before its deadline is
+/// shown late by `gpool show`, and runs all the same.
+#[test]
+fn a_job_that_cannot_make_its_deadline_is_shown_late_and_runs() {
+    let s = Scratch::new("deadline");
+    let d = Daemon::start(&s.0.join("data"), "1xH100-80GB", &[]);
+    let (ok, out, err) =
+        d.cli(&["submit", "--deadline", "now+1m", "-t", "2h", "--gpus", "1", "-o", "json", "--", "true"]);
+    assert!(ok, "{err}");
+    let id = serde_json::from_str::<serde_json::Value>(&out).expect("json")["ids"][0].as_u64().expect("id");
+    d.wait_ended(&[id], Duration::from_secs(60));
+    assert_eq!(d.job(id)["state"], "succeeded");
+    let events = d.history(id, Duration::from_secs(30));
+    assert!(events.iter().any(|e| e["kind"] == "deadline_at_risk"), "{events:?}");
+    let (ok, _, err) = d.cli(&["submit", "--deadline", "someday", "--", "true"]);
+    assert!(!ok && err.contains("--deadline"), "{err}");
+}

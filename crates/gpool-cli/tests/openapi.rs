@@ -145,7 +145,11 @@ fn live_answers_validate_against_the_openapi_document() {
     call("POST", &format!("/api/v1/pipelines/{run}/cancel"), None);
     let schedule = json!({"schedule": "0 2 * * *", "timeZone": "UTC", "job": {"command": "true"}});
     call("PUT", "/api/v1/schedules/nightly", Some(&schedule));
-    call("PUT", "/api/v1/schedules/bad", Some(&json!({"schedule": "x", "timeZone": "UTC", "job": {"command": "true"}})));
+    call(
+        "PUT",
+        "/api/v1/schedules/bad",
+        Some(&json!({"schedule": "x", "timeZone": "UTC", "job": {"command": "true"}})),
+    );
     call("GET", "/api/v1/schedules", None);
     call("DELETE", "/api/v1/schedules/nightly", None);
     call("DELETE", "/api/v1/schedules/nightly", None);

@@ -167,6 +167,7 @@ pub fn waiting_for_room<'a>(snap: &'a Snapshot, plan: &Plan) -> Vec<(JobId, &'a 
                     | PendingReason::DependencyFailed { .. }
                     | PendingReason::NotBefore { .. }
                     | PendingReason::Begin { .. }
+                    | PendingReason::Window { .. }
                     | PendingReason::Quota(_)
                     | PendingReason::WaitingForPreemption { .. }
             )

@@ -208,7 +208,7 @@ impl ZoneRules {
 
     /// The instant a local time names: its first occurrence when clocks go
     /// back, the instant the jump lands on when clocks skip it.
-    fn instant_of(&self, local_s: i64) -> i64 {
+    pub(crate) fn instant_of(&self, local_s: i64) -> i64 {
         let mut offsets: Vec<i32> = std::iter::once(self.initial).chain(self.transitions.iter().map(|t| t.1)).collect();
         offsets.sort_unstable();
         offsets.dedup();

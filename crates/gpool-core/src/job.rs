@@ -178,6 +178,8 @@ pub struct JobSpec {
     pub estimate_learned: bool,
     /// Not to start before this time (`--begin`, `beginAt`).
     pub begin: Option<Time>,
+    /// A soft deadline (`--deadline`): it rises in the order as it nears (`deadline.rs`).
+    pub deadline: Option<Time>,
     /// Jobs that must finish successfully before this one may start (Slurm's `afterok`).
     pub dependencies: Vec<JobId>,
     /// Jobs that must have ended, however, before it may start (`afterany`).
@@ -248,6 +250,7 @@ impl JobSpec {
             estimate: None,
             estimate_learned: false,
             begin: None,
+            deadline: None,
             dependencies: Vec::new(),
             after_any: Vec::new(),
             after_not_ok: Vec::new(),

@@ -26,6 +26,7 @@ mod backfill;
 mod capacity;
 pub mod cost;
 pub mod cron;
+pub mod deadline;
 pub mod fairshare;
 mod feasible;
 pub mod fragmentation;
@@ -58,6 +59,7 @@ mod shapes;
 mod shares;
 pub mod snapshot;
 pub mod time;
+pub mod windows;
 
 pub use feasible::Infeasible;
 pub use job::{

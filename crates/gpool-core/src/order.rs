@@ -8,7 +8,8 @@
 //!
 //! Jobs the starvation guard has promoted by `now` (see
 //! [`crate::policy::StarvationGuard`]) enter the heap once more under their
-//! promoted points and are skipped when their group reaches them.
+//! promoted points and are skipped when their group reaches them; so do
+//! jobs whose deadlines made them urgent (`deadline.rs`), first in their class.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -101,7 +102,27 @@ impl<'s> Candidates<'s> {
     fn promote(&mut self, now: Time) {
         let snap = self.snap;
         let policy = snap.policy();
+        // Jobs with deadlines that became urgent: first in their class, earliest deadline first.
+        for &(_, id) in snap.urgent.range(..=(now, JobId(u64::MAX))) {
+            let (Some((group, key)), Some(job)) = (snap.pending_entry(id), snap.job(id)) else { continue };
+            let (Ok(g), Some(deadline)) = (self.groups.binary_search(&group), job.spec.deadline) else { continue };
+            self.heap.push(Head {
+                class: key.class.0,
+                primary: crate::deadline::urgent_rank(deadline),
+                points: key.points.0.saturating_add(self.group_points[g]),
+                submit_ms: Reverse(key.submit_ms),
+                id: Reverse(id),
+                group: PROMOTED,
+                key: *key,
+            });
+            self.promoted.push(id);
+        }
+        self.promoted.sort_unstable();
+        let urgent = self.promoted.len();
         for &(_, id) in snap.promotions.range(..=(now, JobId(u64::MAX))) {
+            if self.promoted[..urgent].binary_search(&id).is_ok() {
+                continue;
+            }
             let (Some((group, key)), Some(job)) = (snap.pending_entry(id), snap.job(id)) else { continue };
             let Ok(g) = self.groups.binary_search(&group) else { continue };
             let points = policy.multifactor_points(job.spec.submit_time.as_millis(), 0);

@@ -108,6 +108,8 @@ pub enum PendingReason {
     NotBefore { until: Time },
     /// Its begin time (`beginAt`) has not come.
     Begin { at: Time },
+    /// Its queue's windows are closed; they open next at `opens`.
+    Window { queue: Arc<str>, opens: Option<Time> },
     /// Its queue's quota does not allow it now.
     Quota(QuotaBlock),
     /// No node has room now. `best_free` = most free matching devices on any one node.
@@ -152,6 +154,12 @@ impl fmt::Display for PendingReason {
             }
             PendingReason::NotBefore { until } => write!(f, "held until {until} (retry back-off)"),
             PendingReason::Begin { at } => write!(f, "waiting for its begin time, {at}"),
+            PendingReason::Window { queue, opens: Some(at) } => {
+                write!(f, "queue {queue} starts jobs only in its windows; the next opens {at}")
+            }
+            PendingReason::Window { queue, opens: None } => {
+                write!(f, "queue {queue} starts jobs only in its windows, and they never open")
+            }
             PendingReason::Quota(QuotaBlock::AtMax { queue, max, used }) => {
                 write!(f, "queue {queue} is at its maximum of {} ({} in use)", gpus(*max), gpus(*used))
             }
@@ -238,6 +246,11 @@ pub struct Plan {
     /// between (a starvation-guard promotion, the overload gate starting to
     /// act): the caller should run a pass then.
     pub wake_at: Option<Time>,
+    /// Running jobs to stop and requeue now: their queue's windows closed,
+    /// and it stops its jobs then (`stopAtEnd`). They start again in its next window.
+    pub window_stops: Vec<JobId>,
+    /// Jobs with deadlines that, as of this pass, will miss them (`deadline.rs`).
+    pub late: Vec<(JobId, crate::deadline::Late)>,
     pub stats: PassStats,
 }
 

@@ -26,6 +26,8 @@ pub struct QueueConfig {
     pub spot: Option<crate::job::SpotPolicy>,
     /// Jobs whose GPUs all stay idle are stopped (the daemon's `idle: stop`), not only warned.
     pub idle_stop: bool,
+    /// When its jobs may start (`windows.rs`); `None`: at any time.
+    pub windows: Option<Arc<crate::windows::QueueWindows>>,
 }
 
 impl QueueConfig {
@@ -38,6 +40,7 @@ impl QueueConfig {
             kind_max: BTreeMap::new(),
             spot: None,
             idle_stop: false,
+            windows: None,
         }
     }
 }
@@ -186,6 +189,7 @@ mod tests {
                     kind_max: BTreeMap::new(),
                     spot: None,
                     idle_stop: false,
+                    windows: None,
                 };
                 (q.name.clone(), q)
             })

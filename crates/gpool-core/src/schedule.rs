@@ -150,15 +150,25 @@ impl<'s> Pass<'s> {
         let within_class_acts = policy.preemption.overload.as_ref().is_none_or(|g| g.acts(overloaded_since, now));
         let after_now = (Time::from_millis(now.as_millis().saturating_add(1)), JobId(0));
         let promotion = snap.promotions.range(after_now..).next().map(|(t, _)| *t);
+        let urgent = snap.urgent.range(after_now..).next().map(|(t, _)| *t);
         // The next begin time: the pass after it may start that job.
         let begin = snap.begins.range(after_now..).next().map(|(t, _)| *t);
+        // The next time a queue's window opens or closes.
+        let window = snap.queues.values().filter_map(|q| q.windows.as_ref()?.next_change(now)).min();
         Pass {
             snap,
             policy,
             now,
             cap,
             quota,
-            plan: Plan { now, overloaded_since, wake_at: promotion.into_iter().chain(begin).min(), ..Plan::default() },
+            plan: Plan {
+                now,
+                overloaded_since,
+                wake_at: promotion.into_iter().chain(begin).chain(window).chain(urgent).min(),
+                window_stops: window_stops(snap, now),
+                late: late_jobs(snap, now),
+                ..Plan::default()
+            },
             nominations,
             taken: BTreeSet::new(),
             pool: None,
@@ -380,6 +390,9 @@ impl<'s> Pass<'s> {
         if let Some(at) = job.spec.begin.filter(|at| *at > self.now) {
             return Some(PendingReason::Begin { at });
         }
+        if let Some(w) = closed_window(self.snap, &job.spec.queue, self.now) {
+            return Some(PendingReason::Window { queue: job.spec.queue.clone(), opens: w.next_change(self.now) });
+        }
         if job.not_before > self.now {
             return Some(PendingReason::NotBefore { until: job.not_before });
         }
@@ -588,12 +601,54 @@ fn unready_gpu(snap: &Snapshot, now: Time) -> GpuMilli {
     };
     let later =
         snap.begins.range((Time::from_millis(now.as_millis().saturating_add(1)), JobId(0))..).map(|(_, id)| *id);
+    // Jobs of queues whose windows are closed wait for them to open.
+    let closed: BTreeSet<&str> = snap
+        .queues
+        .values()
+        .filter(|q| q.windows.as_ref().is_some_and(|w| !w.is_open(now)))
+        .map(|q| &*q.name)
+        .collect();
+    let shut = snap
+        .pending_ids()
+        .filter(|id| !closed.is_empty() && snap.job(*id).is_some_and(|j| closed.contains(&*j.spec.queue)));
     let unready: BTreeSet<JobId> = snap
         .pending_with_deps
         .iter()
         .copied()
         .filter(|id| snap.job(*id).is_some_and(|j| !ready(&j.spec)))
         .chain(later)
+        .chain(shut)
         .collect();
     unready.iter().filter_map(|id| snap.job(*id)).map(|j| j.spec.gpu_units()).sum()
+}
+
+/// The windows of `queue`, if it has some and they are closed at `now`.
+fn closed_window<'a>(snap: &'a Snapshot, queue: &str, now: Time) -> Option<&'a crate::windows::QueueWindows> {
+    snap.queues.get(queue).and_then(|q| q.windows.as_deref()).filter(|w| !w.is_open(now))
+}
+
+/// Running jobs of queues that stop their work when their windows close, and are closed now.
+fn window_stops(snap: &Snapshot, now: Time) -> Vec<JobId> {
+    let stopping: BTreeSet<&str> = snap
+        .queues
+        .values()
+        .filter(|q| q.windows.as_ref().is_some_and(|w| w.stop_at_end && !w.is_open(now)))
+        .map(|q| &*q.name)
+        .collect();
+    if stopping.is_empty() {
+        return Vec::new();
+    }
+    snap.running_jobs().filter(|j| stopping.contains(&*j.spec.queue)).map(|j| j.id).collect()
+}
+
+/// Jobs with deadlines that will miss them: pending ones (all in the
+/// `urgent` index) and running ones.
+fn late_jobs(snap: &Snapshot, now: Time) -> Vec<(JobId, crate::deadline::Late)> {
+    let pending = snap.urgent.iter().filter_map(|(_, id)| snap.job(*id)).map(|j| (j, None));
+    let running =
+        snap.running_jobs().filter(|j| j.spec.deadline.is_some()).map(|j| (j, j.running().map(|r| r.started)));
+    pending
+        .chain(running)
+        .filter_map(|(j, started)| crate::deadline::late(&j.spec, now, started).map(|l| (j.id, l)))
+        .collect()
 }

@@ -378,6 +378,8 @@ pub struct Snapshot {
     pending_keys: HashMap<JobId, (GroupKey, PendingKey), IdHash>,
     /// Pending jobs the starvation guard promotes, by when (see [`Policy::promotion_time`]).
     pub(crate) promotions: BTreeSet<(Time, JobId)>,
+    /// Pending jobs with deadlines, by when they become urgent (`deadline.rs`).
+    pub(crate) urgent: BTreeSet<(Time, JobId)>,
     /// Pending jobs with a begin time, by it: a pass wakes at the next one.
     pub(crate) begins: BTreeSet<(Time, JobId)>,
     pub(crate) shapes: Shapes,
@@ -421,6 +423,7 @@ impl Snapshot {
             pending: BTreeMap::new(),
             pending_keys: HashMap::default(),
             promotions: BTreeSet::new(),
+            urgent: BTreeSet::new(),
             begins: BTreeSet::new(),
             shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
@@ -450,6 +453,7 @@ impl Snapshot {
         self.pending.clear();
         self.pending_keys.clear();
         self.promotions.clear();
+        self.urgent.clear();
         self.begins.clear();
         self.pending_by_devices.clear();
         self.pending_gpu = 0;

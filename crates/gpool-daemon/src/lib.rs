@@ -19,3 +19,4 @@ pub mod protocol;
 pub mod serve;
 pub mod up;
 pub mod wiring;
+pub mod zones;

@@ -47,6 +47,56 @@ struct QueueFile {
     /// warn (default) or stop: what happens to a job whose GPUs all stay idle.
     #[serde(default)]
     idle: Option<String>,
+    /// When its jobs may start: `[{days: mon-fri, from: "20:00", to: "07:00"}]`, in `timeZone`.
+    #[serde(default)]
+    windows: Vec<WindowFile>,
+    /// The IANA time zone of its windows (required with them).
+    #[serde(default)]
+    time_zone: Option<String>,
+    /// Whether its running jobs are stopped and requeued when its windows close (default: they run on).
+    #[serde(default)]
+    stop_at_end: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WindowFile {
+    /// `mon-fri`, `sat,sun`; every day when absent.
+    #[serde(default)]
+    days: Option<String>,
+    from: String,
+    to: String,
+}
+
+/// A queue's windows from its file entry, their zone's offsets from the system's database.
+fn queue_windows(q: &QueueFile, path: &Path) -> anyhow::Result<Option<Arc<gpool_core::windows::QueueWindows>>> {
+    use gpool_core::windows::{QueueWindows, Window, parse_clock, parse_days};
+    let at = |what: String| anyhow::anyhow!("{}: queue {}: {what}", path.display(), q.name);
+    if q.windows.is_empty() {
+        if q.stop_at_end {
+            return Err(at("stopAtEnd needs windows: [{days: mon-fri, from: \"20:00\", to: \"07:00\"}]".into()));
+        }
+        return Ok(None);
+    }
+    let Some(name) = q.time_zone.as_deref() else {
+        return Err(at("windows: say which time zone they are in (timeZone: Europe/Paris, or UTC)".into()));
+    };
+    let zone = crate::zones::load(name).map_err(|e| at(format!("timeZone: {e}")))?;
+    let mut windows = Vec::new();
+    for (i, w) in q.windows.iter().enumerate() {
+        let days = parse_days(w.days.as_deref().unwrap_or("*")).map_err(|e| at(format!("windows[{i}].days: {e}")))?;
+        let from = parse_clock(&w.from).map_err(|e| at(format!("windows[{i}].from: {e}")))?;
+        let to = parse_clock(&w.to).map_err(|e| at(format!("windows[{i}].to: {e}")))?;
+        if from == to {
+            return Err(at(format!(
+                "windows[{i}]: from {} to {} is empty; a whole day is from \"00:00\" to \"24:00\"",
+                w.from, w.to
+            )));
+        }
+        windows.push(Window { days, from, to });
+    }
+    let now = gpool_core::Time::from_millis(jiff::Timestamp::now().as_millisecond());
+    Ok(Some(Arc::new(QueueWindows { windows, zone: crate::zones::rules(&zone, now), stop_at_end: q.stop_at_end })))
 }
 
 #[derive(Deserialize)]
@@ -103,7 +153,8 @@ pub fn read_alert_rules(path: &Path) -> anyhow::Result<Vec<gpool_core::alert::Ru
         .collect()
 }
 
-/// Reads a queues YAML file: a list of `{name, cohort, guaranteeGpus, maxGpus, maxPerKind}`.
+/// Reads a queues YAML file: a list of `{name, cohort, guaranteeGpus, maxGpus, maxPerKind, spot, idle,
+/// windows, timeZone, stopAtEnd}`.
 pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let list: Vec<QueueFile> =
@@ -145,9 +196,11 @@ pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
                 Some("stop") => true,
                 Some(other) => bail!("{}: queue {}: idle {other:?} is not warn or stop", path.display(), q.name),
             };
+            let windows = queue_windows(&q, path)?;
             Ok(QueueConfig {
                 spot,
                 idle_stop,
+                windows,
                 name: Arc::from(q.name.as_str()),
                 cohort: q.cohort.map(|c| Arc::from(c.as_str())),
                 guarantee: (q.guarantee_gpus * 1000.0).round() as u64,
@@ -216,6 +269,32 @@ mod tests {
         assert!(e.to_string().contains("queue x") && e.to_string().contains("sometimes"), "{e}");
         assert!(e2.to_string().contains("idle \"nap\" is not warn or stop"), "{e2}");
         assert_eq!(qs.iter().map(|q| q.idle_stop).collect::<Vec<_>>(), [true, false, false]);
+    }
+
+    #[test]
+    fn queue_windows_are_read_with_their_zone_and_bad_ones_say_why() {
+        let f = std::env::temp_dir().join(format!("gpool-queues-windows-{}.yaml", std::process::id()));
+        let write = |text: &str| std::fs::write(&f, text).expect("file");
+        write(
+            "- {name: night, timeZone: UTC, stopAtEnd: true, windows: [{days: mon-fri, from: '20:00', to: '07:00'}]}\n",
+        );
+        let ok = read_queues(&f).expect("valid");
+        let w = ok[0].windows.as_ref().expect("windows");
+        assert!(w.stop_at_end && w.windows[0].from == 1200 && w.windows[0].to == 420 && w.windows[0].days == 0b0111110);
+        let cases = [
+            ("- {name: n, windows: [{from: '20:00', to: '07:00'}]}\n", "timeZone: Europe/Paris, or UTC"),
+            ("- {name: n, timeZone: Nowhere/Land, windows: [{from: '20:00', to: '07:00'}]}\n", "not a time zone"),
+            ("- {name: n, timeZone: UTC, windows: [{from: '8pm', to: '07:00'}]}\n", "windows[0].from"),
+            ("- {name: n, timeZone: UTC, windows: [{days: someday, from: '20:00', to: '07:00'}]}\n", "windows[0].days"),
+            ("- {name: n, timeZone: UTC, windows: [{from: '20:00', to: '20:00'}]}\n", "is empty"),
+            ("- {name: n, stopAtEnd: true}\n", "stopAtEnd needs windows"),
+        ];
+        for (text, want) in cases {
+            write(text);
+            let e = read_queues(&f).expect_err(want).to_string();
+            assert!(e.contains("queue n") && e.contains(want), "{e:?} should say {want:?}");
+        }
+        let _ = std::fs::remove_file(&f);
     }
 
     #[test]

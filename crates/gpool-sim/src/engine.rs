@@ -442,11 +442,12 @@ impl Ctx<'_> {
             self.stats.calls += 1;
             self.stats.time += took;
             self.stats.max = self.stats.max.max(took);
-            for p in &plan.preemptions {
-                let idx = p.victim.0 as usize;
+            // Jobs stopped at their queue's window's end are requeued as preempted ones are.
+            for victim in plan.preemptions.iter().map(|p| p.victim).chain(plan.window_stops.iter().copied()) {
+                let idx = victim.0 as usize;
                 *self.allocated_gpus -=
-                    self.snap.job(p.victim).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
-                self.snap.stop(p.victim, now, StopOutcome::Requeue { not_before: Time::MIN }).map_err(apply_err)?;
+                    self.snap.job(victim).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
+                self.snap.stop(victim, now, StopOutcome::Requeue { not_before: Time::MIN }).map_err(apply_err)?;
                 let s = &mut self.states[idx];
                 if let Some((start, overhead)) = s.run.take() {
                     s.left_ms -= (now_ms - start - overhead).max(0);
@@ -469,7 +470,7 @@ impl Ctx<'_> {
             }
             self.snap.carry_over(&plan);
             *self.wake = plan.wake_at.map(Time::as_millis).filter(|t| *t > now_ms);
-            let again = !plan.preemptions.is_empty();
+            let again = !plan.preemptions.is_empty() || !plan.window_stops.is_empty();
             last = plan;
             if !again {
                 break;

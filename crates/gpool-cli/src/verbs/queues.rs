@@ -50,6 +50,14 @@ pub(crate) fn render(qs: &[api::QueueView], output: Output) -> anyhow::Result<St
             q.running,
             per_kind(q)
         ));
+        if let Some(w) = &q.window {
+            // "closed until 2026-…Z": the time as people read it.
+            let shown = match w.split_once(" until ") {
+                Some((state, at)) => format!("{state} until {}", crate::output::when(at)),
+                None => w.clone(),
+            };
+            lines.push(format!("  window: {shown}"));
+        }
     }
     Ok(text(lines))
 }

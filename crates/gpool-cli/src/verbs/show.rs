@@ -72,6 +72,10 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
         } else if let Some(e) = &j.spec.estimate {
             lines.push(format!("  estimate         {} (given)", e.text()));
         }
+        if let Some(d) = &j.spec.deadline {
+            let late = j.late.as_deref().map_or_else(String::new, |l| format!(" — late: {l}"));
+            lines.push(format!("  deadline         {}{late}", when(d)));
+        }
         lines.push(format!("  submitted        {}", when(&j.submitted_at)));
         if let Some(s) = &j.started_at {
             lines.push(format!("  started          {}", when(s)));

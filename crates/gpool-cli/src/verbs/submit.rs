@@ -73,6 +73,10 @@ pub(crate) struct SubmitArgs {
     /// system's), 2026-12-01T02:00+01:00, or now+2h (s, m, h, d).
     #[arg(long)]
     begin: Option<String>,
+    /// A soft deadline, in the forms --begin takes: the job rises in the order as it nears, and is
+    /// reported when it can no longer make it (never killed for it).
+    #[arg(long)]
+    deadline: Option<String>,
     /// Wait until the jobs end, then exit with their status (0 if all succeeded, else the first failure's exit code), as sbatch --wait.
     #[arg(long)]
     wait: bool,
@@ -182,10 +186,17 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
             s.begin_at = Some(b.clone());
         }
         // A spec file's local time, or --begin: an absolute time for the control plane.
+        if let Some(d) = &a.deadline {
+            s.deadline = Some(d.clone());
+        }
+        let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
         if let Some(b) = &s.begin_at {
-            let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
             s.begin_at =
                 Some(begin_time(b, &zone, jiff::Timestamp::now()).map_err(|e| anyhow::anyhow!("--begin {e}"))?);
+        }
+        if let Some(d) = &s.deadline {
+            s.deadline =
+                Some(begin_time(d, &zone, jiff::Timestamp::now()).map_err(|e| anyhow::anyhow!("--deadline {e}"))?);
         }
         for dep in &a.after {
             let (kind, ids) = parse_after(dep)?;

@@ -78,6 +78,9 @@ impl Snapshot {
         if let Some(at) = spec.begin {
             self.begins.insert((at, id));
         }
+        if let Some(at) = crate::deadline::urgent_at(spec) {
+            self.urgent.insert((at, id));
+        }
         let group = self.group_of(spec);
         *self.pending_by_devices.entry(device_need(&spec.replica.gpu)).or_default() += 1;
         self.pending_gpu += spec.gpu_units();
@@ -96,6 +99,9 @@ impl Snapshot {
         }
         if let Some(at) = self.jobs.get(&id).and_then(|j| j.spec.begin) {
             self.begins.remove(&(at, id));
+        }
+        if let Some(at) = self.jobs.get(&id).and_then(|j| crate::deadline::urgent_at(&j.spec)) {
+            self.urgent.remove(&(at, id));
         }
         if let Some(set) = self.pending.get_mut(&group) {
             set.remove(&key);

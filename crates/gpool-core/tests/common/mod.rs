@@ -101,7 +101,16 @@ impl Cluster {
             kind_max: Default::default(),
             spot: None,
             idle_stop: false,
+            windows: None,
         });
+        self
+    }
+
+    /// A queue that starts jobs only in these windows.
+    pub fn windowed_queue(mut self, name: &str, windows: gpool_core::windows::QueueWindows) -> Cluster {
+        let mut q = QueueConfig::new(name);
+        q.windows = Some(Arc::new(windows));
+        self.snap.set_queue(q);
         self
     }
 
@@ -322,6 +331,14 @@ impl J {
     /// Only accelerators of this kind (`amd.com/gpu` is `DeviceKind::AmdGpu`).
     pub fn kind(mut self, k: DeviceKind) -> J {
         self.spec.replica.gpu_kind = Some(k);
+        self
+    }
+}
+
+impl J {
+    /// A soft deadline.
+    pub fn deadline(mut self, at: Time) -> J {
+        self.spec.deadline = Some(at);
         self
     }
 }

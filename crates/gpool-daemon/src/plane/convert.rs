@@ -204,6 +204,18 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
         })?;
         core.begin = Some(Time::from_millis(ms));
     }
+    if let Some(text) = &spec.deadline {
+        let ms = gpool_api::time::parse_rfc3339(text).ok_or_else(|| {
+            bad(
+                "deadline",
+                format!(
+                    "{text:?} is not a time with its zone: write it as 2026-12-01T08:00:00+01:00 or \
+                     2026-12-01T07:00:00Z (gpool submit --deadline also takes a local time or now+6h)"
+                ),
+            )
+        })?;
+        core.deadline = Some(Time::from_millis(ms));
+    }
     if core.time_limit.is_some_and(|d| d.is_zero()) {
         return Err(bad("timeLimit", "must be longer than zero"));
     }

@@ -32,6 +32,10 @@ pub enum Stop {
     Idle {
         gpus: u32,
     },
+    /// Its queue's windows closed, and the queue stops its jobs then (`stopAtEnd`).
+    Window {
+        queue: String,
+    },
     /// Its node is being taken back by its provider (a spot notice) at `at_ms`.
     Reclaim {
         node: String,
@@ -135,6 +139,9 @@ pub struct JobDoc {
     /// The run time learned for it at submission, when its spec gave none (`history.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_estimate: Option<api::LearnedEstimate>,
+    /// Why it will miss its deadline, once a pass found it would (reported once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<String>,
     /// The pipeline run it is a stage of (`pipelines.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<PipelineRef>,

@@ -12,6 +12,40 @@ use super::{Controller, Order};
 use crate::protocol::{ExitRecord, ReplicaKey, parse_signal};
 
 impl Controller {
+    /// Says once of each job with a deadline that a pass found will miss it.
+    pub(super) fn report_late(&mut self, late: &[(JobId, gpool_core::deadline::Late)], now: i64) {
+        for (id, why) in late {
+            let Some(doc) = self.jobs.get_mut(&id.0).filter(|d| d.late.is_none()) else { continue };
+            let text = match why {
+                gpool_core::deadline::Late::Passed { deadline } => {
+                    format!("its deadline {} passed", api::time::rfc3339(deadline.as_millis()))
+                }
+                gpool_core::deadline::Late::CannotMake { deadline, expected_end } => format!(
+                    "it cannot make its deadline {}: at its expected run time it would end {}",
+                    api::time::rfc3339(deadline.as_millis()),
+                    api::time::rfc3339(expected_end.as_millis())
+                ),
+            };
+            doc.late = Some(text.clone());
+            self.touched.insert(id.0);
+            self.event(now, Some(id.0), "deadline_at_risk", format!("job {id}: {text}"));
+        }
+    }
+
+    /// Stops the running jobs a pass found past their queue's window (`stopAtEnd`); they are requeued.
+    pub(super) fn stop_for_windows(&mut self, stops: &[JobId], now: i64) {
+        for id in stops {
+            let Some(queue) =
+                self.jobs.get(&id.0).filter(|d| d.state == api::JobState::Running).map(|d| d.queue.clone())
+            else {
+                continue;
+            };
+            self.stop_run(id.0, Stop::Window { queue: queue.clone() }, now);
+            let said = format!("job {id} stopped: queue {queue}'s window closed (stopAtEnd); it resumes in the next");
+            self.event(now, Some(id.0), "window_closed", said);
+        }
+    }
+
     /// Sends the stop signal to every live replica of a running job and arms the SIGKILL timer.
     pub(super) fn stop_run(&mut self, id: u64, cause: Stop, now: i64) {
         let Some(doc) = self.jobs.get_mut(&id) else { return };
@@ -134,6 +168,11 @@ impl Controller {
                 ),
             ),
             Some(Stop::Preempt { for_job }) => Next::Requeue(format!("preempted for job {for_job}"), now, false),
+            Some(Stop::Window { queue }) => Next::Requeue(
+                format!("stopped when queue {queue}'s window closed; requeued for its next window"),
+                now,
+                false,
+            ),
             Some(Stop::Reclaim { node, .. }) => Next::Requeue(
                 format!("its node {node} was taken back (spot); requeued to resume from its checkpoint"),
                 now,

@@ -558,6 +558,8 @@ impl Controller {
         let took = self.clock.monotonic().saturating_sub(t0);
         self.passes.observe(took.as_secs_f64());
         self.next_pass_ms = self.clock.now_ms() + took.as_millis() as i64;
+        self.stop_for_windows(&plan.window_stops, now);
+        self.report_late(&plan.late, now);
         for p in &plan.preemptions {
             self.preemptions += 1;
             self.stop_run(p.victim.0, Stop::Preempt { for_job: p.for_job.0 }, now);
@@ -583,7 +585,7 @@ impl Controller {
         if let Some(at) = plan.wake_at {
             self.timers.insert((at.as_millis(), Timer::Wake));
         }
-        self.reason_texts = plan.reason_table.iter().map(ToString::to_string).collect();
+        self.reason_texts = plan.reason_table.iter().map(views::reason_text).collect();
         self.waiting = std::mem::take(&mut plan.waiting).into_iter().map(|(j, r)| (j.0, r)).collect();
         self.waiting.sort_unstable();
         self.default_reason = plan.others.as_ref().map(ToString::to_string);

@@ -345,6 +345,7 @@ impl Controller {
                 budget_hold: None,
                 learned_estimate: None,
                 pipeline: None,
+                late: None,
             };
             self.learned_estimate(&mut doc, &mut core);
             let over_hard =

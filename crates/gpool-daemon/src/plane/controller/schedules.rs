@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use gpool_api as api;
 use gpool_api::schedule::{ScheduleSpec, ScheduleView};
 use gpool_core::Time;
-use gpool_core::cron::{Cron, ZoneRules};
+use gpool_core::cron::Cron;
 use gpool_core::recurring::{self, Due};
 use gpool_store::Write;
 use serde::{Deserialize, Serialize};
@@ -50,28 +50,8 @@ pub(super) type Schedules = BTreeMap<String, ScheduleDoc>;
 /// A schedule's cron expression and zone, checked.
 fn parsed(spec: &ScheduleSpec) -> Result<(Cron, jiff::tz::TimeZone), String> {
     let cron = Cron::parse(&spec.schedule).map_err(|e| format!("schedule: {e}"))?;
-    let zone = jiff::tz::TimeZone::get(&spec.time_zone).map_err(|e| {
-        format!(
-            "timeZone: {:?} is not a time zone this machine knows ({e}); use an IANA name such as Europe/Paris or UTC (the system's time-zone database, package tzdata)",
-            spec.time_zone
-        )
-    })?;
+    let zone = crate::zones::load(&spec.time_zone).map_err(|e| format!("timeZone: {e}"))?;
     Ok((cron, zone))
-}
-
-/// The zone's offsets over the span a schedule is evaluated in (a day
-/// before `from` to six years after), as the core takes them.
-pub(super) fn zone_rules(zone: &jiff::tz::TimeZone, from: Time) -> ZoneRules {
-    let start = from.as_millis() / 1000 - 86_400;
-    let Ok(ts) = jiff::Timestamp::from_second(start) else { return ZoneRules::fixed(0) };
-    let end = start + 6 * 366 * 86_400;
-    let transitions = zone
-        .following(ts)
-        .take_while(|t| t.timestamp().as_second() <= end)
-        .take(64)
-        .map(|t| (t.timestamp().as_second(), t.offset().seconds()))
-        .collect();
-    ZoneRules { initial: zone.to_offset(ts).seconds(), transitions }
 }
 
 fn concurrency(spec: &ScheduleSpec) -> Result<bool, String> {
@@ -185,7 +165,7 @@ impl Controller {
         let d = self.schedules.get(name)?;
         let next = parsed(&d.spec).ok().and_then(|(cron, zone)| {
             let last = Time::from_millis(d.last_ms);
-            cron.next_after(last, &zone_rules(&zone, last))
+            cron.next_after(last, &crate::zones::rules(&zone, last))
         });
         Some(ScheduleView {
             name: d.name.clone(),
@@ -226,7 +206,7 @@ impl Controller {
             }
             let Ok((cron, zone)) = parsed(&d.spec) else { continue };
             let last = Time::from_millis(d.last_ms);
-            let rules = zone_rules(&zone, last);
+            let rules = crate::zones::rules(&zone, last);
             let running = self.still_running(&d);
             let allow = concurrency(&d.spec) == Ok(true);
             let decision = recurring::due(&cron, &rules, last, Time::from_millis(now), running, allow);

@@ -7,6 +7,17 @@ use gpool_core::JobId;
 
 use super::*;
 
+/// A pass's reason as the API says it: times as RFC 3339, not the core's `t=…s`.
+pub(super) fn reason_text(r: &gpool_core::PendingReason) -> String {
+    match r {
+        gpool_core::PendingReason::Window { queue, opens: Some(at) } => format!(
+            "queue {queue} starts jobs only in its windows; the next opens at {}",
+            api::time::rfc3339(at.as_millis())
+        ),
+        other => other.to_string(),
+    }
+}
+
 impl Controller {
     // ----- views -----
 
@@ -31,6 +42,7 @@ impl Controller {
             api::JobState::Stopping => d.run.as_ref().and_then(|r| r.stop.as_ref()).map(|s| match s {
                 Stop::Cancel { by } => format!("cancelled by {by}; waiting for its processes to exit"),
                 Stop::Preempt { for_job } => format!("preempted for job {for_job}; checkpointing before it exits"),
+                Stop::Window { queue } => format!("queue {queue}'s window closed; checkpointing before it exits"),
                 Stop::TimeLimit => "time limit reached; waiting for its processes to exit".into(),
                 Stop::Idle { gpus } => format!("its {gpus} GPU(s) stayed idle; stopping it (its queue's idle policy)"),
                 Stop::GangFailure { rank } => format!("rank {rank} failed; stopping the other replicas"),
@@ -86,6 +98,7 @@ impl Controller {
             exit: d.exit.clone(),
             usage: self.usage_summary(d),
             learned_estimate: d.learned_estimate.clone(),
+            late: d.late.clone().filter(|_| !d.state.is_terminal()),
             spec: d.spec.clone(),
         }
     }
@@ -236,6 +249,14 @@ impl Controller {
                         .collect(),
                     pending,
                     running,
+                    window: cfg.and_then(|c| c.windows.as_deref()).map(|w| {
+                        let now = gpool_core::Time::from_millis(self.clock.now_ms());
+                        let state = if w.is_open(now) { "open" } else { "closed" };
+                        match w.next_change(now) {
+                            Some(t) => format!("{state} until {}", api::time::rfc3339(t.as_millis())),
+                            None => state.to_string(),
+                        }
+                    }),
                     name,
                 }
             })

@@ -21,6 +21,7 @@ use crate::protocol::{AgentReport, ExitRecord, Found, Launch, NodeInfo, ReplicaK
 use gpool_core::pricing::Prices;
 
 mod calls;
+mod deadlines;
 mod lifecycle;
 mod nodes;
 mod pipelines;
@@ -31,6 +32,7 @@ mod restore;
 mod schedules;
 mod services;
 mod store;
+mod windows;
 
 /// The admin token every harness has.
 const ADMIN: &str = "admin-secret";
@@ -128,8 +130,17 @@ impl Setup {
                 kind_max: Default::default(),
                 spot: None,
                 idle_stop: false,
+                windows: None,
             })
             .collect();
+        self
+    }
+
+    /// A queue with windows, besides those of `queues`.
+    fn windowed_queue(mut self, name: &str, windows: gpool_core::windows::QueueWindows) -> Setup {
+        let mut q = gpool_core::QueueConfig::new(name);
+        q.windows = Some(std::sync::Arc::new(windows));
+        self.queues.push(q);
         self
     }
 
