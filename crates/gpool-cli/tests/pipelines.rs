@@ -1,8 +1,9 @@
 //! Issue 17: a three-stage pipeline through the real daemon and CLI. Data
 //! preparation (CPU only) writes a file to `$GPOOL_PIPELINE_DIR`; training
-//! fans out over two learning rates on GPUs and reads it; evaluation reads
-//! both models. Then a pipeline whose training fails: evaluation never
-//! runs and the run fails; and one cancelled while it runs.
+//! (two replicas on GPUs) fans out over two learning rates and reads it;
+//! evaluation reads every model. Then a pipeline whose training fails:
+//! evaluation never runs and the run fails; one cancelled while it runs;
+//! and a cron-scheduled job whose occurrence falls while the daemon is down.
 
 mod common;
 
@@ -19,7 +20,8 @@ stages:
   - name: train
     needs: [prep]
     matrix: {lr: [0.1, 0.01]}
-    command: cat "$GPOOL_PIPELINE_DIR/data.txt" > "$GPOOL_PIPELINE_DIR/model-{{matrix.lr}}.txt" && echo "gpu=$CUDA_VISIBLE_DEVICES lr=$GPOOL_MATRIX_LR" >> "$GPOOL_PIPELINE_DIR/model-{{matrix.lr}}.txt"
+    replicas: 2
+    command: cat "$GPOOL_PIPELINE_DIR/data.txt" > "$GPOOL_PIPELINE_DIR/model-{{matrix.lr}}-rank$RANK.txt" && echo "gpu=$CUDA_VISIBLE_DEVICES lr=$GPOOL_MATRIX_LR world=$WORLD_SIZE" >> "$GPOOL_PIPELINE_DIR/model-{{matrix.lr}}-rank$RANK.txt"
     resources: {nvidia.com/gpu: 1}
   - name: eval
     needs: [train]
@@ -64,8 +66,11 @@ fn three_stages_pass_files_on_and_run_in_the_order_they_need() {
     let eval = stages[3]["job"].as_u64().expect("eval's job");
     let (ok, out, err) = d.cli(&["logs", &eval.to_string(), "--stdout"]);
     assert!(ok, "{err}");
-    assert_eq!(out.matches("rows=3").count(), 2, "{out}");
-    assert!(out.contains("lr=0.1") && out.contains("lr=0.01") && out.contains("gpu="), "{out}");
+    assert_eq!(out.matches("rows=3").count(), 4, "two ranks of two trainings: {out}");
+    assert!(
+        out.contains("lr=0.1") && out.contains("lr=0.01") && out.contains("gpu=") && out.contains("world=2"),
+        "{out}"
+    );
     // The tree, as people read it.
     let (ok, tree, _) = d.cli(&["pipeline", "status", &run.to_string()]);
     assert!(
@@ -137,4 +142,51 @@ fn a_schedule_is_applied_listed_and_deleted_through_the_cli() {
     assert!(ok && out.contains("deleted"), "{out}");
     let (ok, out, _) = d.cli(&["schedule", "list"]);
     assert!(ok && out.contains("no schedules"), "{out}");
+}
+
+/// An every-minute schedule whose occurrence falls while the daemon is
+/// down fires once when it is back, and a second restart at the same
+/// moment fires nothing again.
+#[test]
+fn a_cron_job_whose_time_falls_while_the_daemon_is_down_fires_once_when_it_is_back() {
+    let s = Scratch::new("schedule-restart");
+    let data = s.0.join("data");
+    let mut d = Daemon::start(&data, "1xH100-80GB", &[]);
+    let spec = serde_json::json!({"schedule": "* * * * *", "timeZone": "UTC", "job": {"command": "true"}});
+    let (code, v) = d.req("PUT", "/api/v1/schedules/every-minute", &d.token, Some(&spec));
+    assert_eq!(code, 200, "{v}");
+    d.kill9();
+    // Down across the next minute's occurrence (a wait on the wall clock, not a timing assertion).
+    let next = gpool_api::time::parse_rfc3339(v["next_at"].as_str().expect("next")).expect("time");
+    let wait = next + 1_000 - jiff::Timestamp::now().as_millisecond();
+    std::thread::sleep(Duration::from_millis(u64::try_from(wait).unwrap_or(0)));
+    let scheduled = |d: &Daemon| -> Vec<Value> {
+        let jobs = d.get("/api/v1/jobs?limit=1000");
+        jobs["jobs"].as_array().cloned().unwrap_or_default()
+    };
+    let d = Daemon::start(&data, "1xH100-80GB", &[]);
+    let jobs = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let jobs = scheduled(&d);
+            if !jobs.is_empty() || std::time::Instant::now() > deadline {
+                break jobs;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let view = d.get("/api/v1/schedules");
+    let runs = view[0]["runs"].as_u64().expect("runs");
+    assert!(!jobs.is_empty(), "the missed occurrence fired: {view}");
+    assert_eq!(jobs.len() as u64, runs, "one job per run: {view}");
+    assert!(jobs.iter().all(|j| j["spec"]["labels"]["gpool.io/schedule"] == "every-minute"));
+    let last = view[0]["last_at"].as_str().expect("last").to_string();
+    assert!(gpool_api::time::parse_rfc3339(&last) >= Some(next), "{view}");
+    drop(d);
+    // Restarted again within the same minute: the occurrence is not run twice.
+    let d = Daemon::start(&data, "1xH100-80GB", &[]);
+    let view = d.get("/api/v1/schedules");
+    if view[0]["last_at"].as_str() == Some(last.as_str()) {
+        assert_eq!(scheduled(&d).len() as u64, runs, "no duplicate run: {view}");
+    }
 }
