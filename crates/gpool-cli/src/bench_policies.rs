@@ -126,6 +126,7 @@ pub(crate) fn policies(a: PoliciesArgs) -> anyhow::Result<()> {
                         preemptible: true,
                         sample: Duration::from_secs(3600),
                         mig_planner: false,
+                        power_budgets: Vec::new(),
                         fleet: None,
                     };
                     match run(task.jobs, &cfg, |_, _| {}) {

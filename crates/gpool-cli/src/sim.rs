@@ -80,6 +80,10 @@ pub(crate) struct SimArgs {
     /// a trace's own `kind` column wins. For clusters whose YAML gives node groups a `kind`.
     #[arg(long)]
     job_kinds: Option<gpool_sim::kinds::KindMix>,
+    /// A power budget per node, as a fraction of its GPUs' nameplate power (0.8 or 80%).
+    /// Assumed: a GPU at work draws its nameplate power, an idle one a tenth of it (docs/simulator.md).
+    #[arg(long, value_parser = parse_fraction)]
+    power_budget: Option<f64>,
     /// Treat trace jobs as not preemptible.
     #[arg(long)]
     no_preemption: bool,
@@ -180,6 +184,10 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
         }
         None => gpool_sim::cluster::uniform(a.nodes, a.gpus_per_node, &a.gpu_model),
     };
+    let (nodes, power_budgets) = match a.power_budget {
+        Some(f) => gpool_sim::cluster::with_power_budgets(nodes, f),
+        None => (nodes, Vec::new()),
+    };
     let policies: Vec<String> = if a.compare.is_empty() { vec![a.policy.clone()] } else { a.compare.clone() };
     // One run per policy, or per pools file.
     let setups: Vec<(String, String, Option<gpool_sim::fleet::FleetConfig>)> = if fleets.is_empty() {
@@ -208,6 +216,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             preemptible: !a.no_preemption,
             sample: Duration::from_secs(3600),
             mig_planner: false,
+            power_budgets: power_budgets.clone(),
             fleet,
         };
         let mut bar = Progress::new(&format!("{label:>13}"));
@@ -510,9 +519,30 @@ fn write_outputs(dir: &Path, runs: &[Run]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `0.8` or `80%`, between 0 (excluded) and 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let v = match s.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("{s:?} is not a fraction like 0.8 or 80%"))?;
+    if !(v > 0.0 && v <= 1.0) {
+        return Err(format!("{s:?}: a budget is more than 0% and at most 100% of the nameplate power"));
+    }
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_power_budget_is_a_fraction() {
+        assert_eq!(parse_fraction("0.8"), Ok(0.8));
+        assert_eq!(parse_fraction("60%"), Ok(0.6));
+        assert!(parse_fraction("1.5").expect_err("over").contains("at most 100%"));
+        assert!(parse_fraction("lots").expect_err("text").contains("not a fraction"));
+    }
 
     #[test]
     fn rejected_jobs_are_grouped_by_reason_with_their_lines() {

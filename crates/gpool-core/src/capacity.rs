@@ -78,6 +78,8 @@ pub(crate) struct Capacity<'s> {
     pub(crate) releasing: Releasing,
     /// While a `same_label` gang is tried on one value: (label, value).
     only: Option<(std::sync::Arc<str>, String)>,
+    /// Power budgets and their use (`power.rs`), when any is set.
+    power: Option<crate::power::PowerState>,
 }
 
 /// What [`Capacity::hold`] took for a nominated job: free resources and releasing ones.
@@ -101,6 +103,7 @@ impl<'s> Capacity<'s> {
             anti_affinity_in_use: snap.running.with_anti_affinity > 0,
             releasing: Releasing::default(),
             only: None,
+            power: crate::power::PowerState::new(snap),
         };
         for e in snap.running.values().filter(|e| e.stopping) {
             let preempted = snap
@@ -232,6 +235,11 @@ impl<'s> Capacity<'s> {
         if e.node.state != NodeState::Up || !job.spec.node_matches(&e.node) {
             return false;
         }
+        if let Some(p) = &self.power
+            && !p.fits(n, self.replica_watts(n, job))
+        {
+            return false;
+        }
         if let Some(key) = &job.spec.same_label {
             let value = e.node.labels.get(&**key);
             if value.is_none() || self.only.as_ref().is_some_and(|(_, v)| Some(v) != value) {
@@ -291,9 +299,17 @@ impl<'s> Capacity<'s> {
         Ok(placement)
     }
 
+    /// Watts one replica of `job` would add on node `n` (`power.rs`).
+    fn replica_watts(&self, n: u32, job: &Job) -> u64 {
+        let Some(power) = self.entry(n).node.power else { return 0 };
+        let units = job.spec.gpu_units() / GpuMilli::from(job.spec.replicas.max(1));
+        crate::power::replica_watts(job, &power, units)
+    }
+
     /// Takes a replica's resources.
     pub(crate) fn commit(&mut self, r: &ReplicaPlacement, job: JobId) {
         let n = r.node.0;
+        self.power_delta(r, job, true);
         self.unindex_node(n);
         self.free[n as usize].take(r);
         self.index_node(n);
@@ -303,7 +319,18 @@ impl<'s> Capacity<'s> {
         }
     }
 
+    /// A replica's watts added to (or taken from) the budgets over its node.
+    fn power_delta(&mut self, r: &ReplicaPlacement, job: JobId, add: bool) {
+        let (Some(power), Some(j)) = (self.entry(r.node.0).node.power, self.snap.jobs.get(&job)) else { return };
+        let units = r.gpu_units() + self.entry(r.node.0).mig_units(r.mig);
+        let watts = crate::power::replica_watts(j, &power, units);
+        if let Some(p) = &mut self.power {
+            if add { p.add(r.node.0, watts) } else { p.remove(r.node.0, watts) }
+        }
+    }
+
     pub(crate) fn uncommit(&mut self, r: &ReplicaPlacement, job: JobId) {
+        self.power_delta(r, job, false);
         let n = r.node.0;
         self.unindex_node(n);
         self.free[n as usize].release(r);
@@ -651,6 +678,16 @@ impl<'s> Capacity<'s> {
                 return PendingReason::NodesUnavailable { need, draining, down };
             }
             return PendingReason::NoMatchingNode { need };
+        }
+        // Room on a node, but not in a budget over it.
+        if let Some(p) = &self.power {
+            let blocked = (0..self.free.len() as u32)
+                .filter(|&n| self.is_up(n) && job.spec.node_matches(&self.entry(n).node))
+                .filter(|&n| fit_on(self.snap, self.entry(n), &self.free[n as usize], job).is_some())
+                .find_map(|n| p.blocking(n, self.replica_watts(n, job)));
+            if let Some((b, used)) = blocked {
+                return PendingReason::Power { budget: b.scope.to_string().into(), used_watts: used, watts: b.watts };
+            }
         }
         let best_free = match &job.spec.replica.gpu {
             GpuRequest::None => 0,

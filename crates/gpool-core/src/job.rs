@@ -180,6 +180,9 @@ pub struct JobSpec {
     pub begin: Option<Time>,
     /// A soft deadline (`--deadline`): it rises in the order as it nears (`deadline.rs`).
     pub deadline: Option<Time>,
+    /// What each of its GPUs is expected to draw, learned from its history (`power.rs`);
+    /// `None`: the GPU's power limit.
+    pub watts_per_gpu: Option<u32>,
     /// Jobs that must finish successfully before this one may start (Slurm's `afterok`).
     pub dependencies: Vec<JobId>,
     /// Jobs that must have ended, however, before it may start (`afterany`).
@@ -251,6 +254,7 @@ impl JobSpec {
             estimate_learned: false,
             begin: None,
             deadline: None,
+            watts_per_gpu: None,
             dependencies: Vec::new(),
             after_any: Vec::new(),
             after_not_ok: Vec::new(),

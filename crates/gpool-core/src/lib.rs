@@ -43,6 +43,8 @@ pub mod plan;
 pub mod policy;
 pub mod policy_knobs;
 pub mod pools;
+pub mod power;
+mod power_budget;
 mod preempt;
 pub mod pricing;
 pub mod profile;

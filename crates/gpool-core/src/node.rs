@@ -139,6 +139,14 @@ pub struct Device {
     pub mig: Option<Vec<MigInstance>>,
 }
 
+/// A node's GPUs' draw, idle and at their power limit, for power budgets
+/// (`power.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodePower {
+    pub idle_watts: u32,
+    pub max_watts: u32,
+}
+
 /// A machine with CPUs, memory and accelerators.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
@@ -151,6 +159,8 @@ pub struct Node {
     pub devices: Vec<Device>,
     /// Whether and how jobs may share this node's whole GPUs.
     pub sharing: GpuSharing,
+    /// Its GPUs' draw, idle and at their limit, for power budgets (`power.rs`); `None`: not counted.
+    pub power: Option<NodePower>,
 }
 
 /// At most this many whole GPUs, and this many MIG instances, on one node.
@@ -183,6 +193,7 @@ impl Node {
             memory_mb,
             devices: Vec::new(),
             sharing: GpuSharing::default(),
+            power: None,
         }
     }
 

@@ -108,6 +108,8 @@ pub enum PendingReason {
     NotBefore { until: Time },
     /// Its begin time (`beginAt`) has not come.
     Begin { at: Time },
+    /// A node has room, but a power budget over it does not (`power.rs`).
+    Power { budget: Arc<str>, used_watts: u64, watts: u32 },
     /// Its queue's windows are closed; they open next at `opens`.
     Window { queue: Arc<str>, opens: Option<Time> },
     /// Its queue's quota does not allow it now.
@@ -156,6 +158,9 @@ impl fmt::Display for PendingReason {
             PendingReason::Begin { at } => write!(f, "waiting for its begin time, {at}"),
             PendingReason::Window { queue, opens: Some(at) } => {
                 write!(f, "queue {queue} starts jobs only in its windows; the next opens {at}")
+            }
+            PendingReason::Power { budget, used_watts, watts } => {
+                write!(f, "power budget of {budget}: {used_watts} W of {watts} W in use")
             }
             PendingReason::Window { queue, opens: None } => {
                 write!(f, "queue {queue} starts jobs only in its windows, and they never open")

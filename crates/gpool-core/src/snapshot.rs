@@ -378,6 +378,8 @@ pub struct Snapshot {
     pending_keys: HashMap<JobId, (GroupKey, PendingKey), IdHash>,
     /// Pending jobs the starvation guard promotes, by when (see [`Policy::promotion_time`]).
     pub(crate) promotions: BTreeSet<(Time, JobId)>,
+    /// Power budgets the pass keeps (`power.rs`).
+    pub(crate) power_budgets: Vec<crate::power_budget::PowerBudget>,
     /// Pending jobs with deadlines, by when they become urgent (`deadline.rs`).
     pub(crate) urgent: BTreeSet<(Time, JobId)>,
     /// Pending jobs with a begin time, by it: a pass wakes at the next one.
@@ -424,6 +426,7 @@ impl Snapshot {
             pending_keys: HashMap::default(),
             promotions: BTreeSet::new(),
             urgent: BTreeSet::new(),
+            power_budgets: Vec::new(),
             begins: BTreeSet::new(),
             shapes: Shapes::default(),
             pending_by_devices: BTreeMap::new(),
@@ -573,6 +576,15 @@ impl Snapshot {
 
     pub fn set_queue(&mut self, q: QueueConfig) {
         self.queues.insert(q.name.clone(), q);
+    }
+
+    /// The power budgets passes keep from now on (`power.rs`); set live, lowered or raised.
+    pub fn set_power_budgets(&mut self, budgets: Vec<crate::power_budget::PowerBudget>) {
+        self.power_budgets = budgets;
+    }
+
+    pub fn power_budgets(&self) -> &[crate::power_budget::PowerBudget] {
+        &self.power_budgets
     }
 
     pub fn queues(&self) -> impl Iterator<Item = &QueueConfig> {

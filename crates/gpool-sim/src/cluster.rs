@@ -82,6 +82,42 @@ pub fn model_memory_mb(model: &str) -> u64 {
     gb * 1024
 }
 
+/// A GPU model's nameplate power (board power limit) in watts, from its
+/// vendor's data sheet; 400 W for a model not listed.
+pub fn nameplate_watts(model: &str) -> u32 {
+    let m = model.to_ascii_uppercase();
+    let table: [(&str, u32); 12] = [
+        ("H200", 700),
+        ("H100", 700),
+        ("B200", 1000),
+        ("A100", 400),
+        ("V100", 300),
+        ("P100", 250),
+        ("A10", 150),
+        ("L40", 300),
+        ("L4", 72),
+        ("T4", 70),
+        ("MI300", 750),
+        ("MI250", 560),
+    ];
+    table.iter().find(|(k, _)| m.starts_with(k)).map_or(400, |(_, w)| *w)
+}
+
+/// Gives every node its GPUs' draw (idle a tenth of nameplate, at work the
+/// nameplate) and a budget of `fraction` of its GPUs' nameplate power.
+pub fn with_power_budgets(mut nodes: Vec<Node>, fraction: f64) -> (Vec<Node>, Vec<gpool_core::power::PowerBudget>) {
+    use gpool_core::power::{NodePower, PowerBudget, PowerScope};
+    let mut budgets = Vec::with_capacity(nodes.len());
+    for n in &mut nodes {
+        let Some(model) = n.devices.first().map(|d| d.model.to_string()) else { continue };
+        let max = nameplate_watts(&model);
+        n.power = Some(NodePower { idle_watts: max / 10, max_watts: max });
+        let watts = (fraction * f64::from(max) * n.devices.len() as f64).floor() as u32;
+        budgets.push(PowerBudget { scope: PowerScope::Node(n.name.clone()), watts });
+    }
+    (nodes, budgets)
+}
+
 /// `nodes` identical nodes of `gpus` GPUs of `model`.
 pub fn uniform(nodes: u32, gpus: u32, model: &str) -> Vec<Node> {
     (0..nodes).map(|i| Node::with_gpus(&format!("node-{i:04}"), gpus, model, model_memory_mb(model))).collect()
@@ -131,6 +167,19 @@ pub fn from_yaml(text: &str) -> Result<Vec<Node>, ClusterError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn power_budgets_are_a_fraction_of_the_nameplate_power() {
+        assert_eq!(
+            (nameplate_watts("H100-80GB"), nameplate_watts("a100-40gb"), nameplate_watts("X1")),
+            (700, 400, 400)
+        );
+        let (nodes, budgets) = with_power_budgets(uniform(2, 8, "H100-80GB"), 0.8);
+        let p = nodes[0].power.expect("power");
+        assert_eq!((p.idle_watts, p.max_watts), (70, 700));
+        assert_eq!(budgets.iter().map(|b| b.watts).collect::<Vec<_>>(), [4480, 4480]);
+        assert_eq!(budgets[1].scope.to_string(), "node node-0001");
+    }
 
     #[test]
     fn yaml_groups_expand_to_nodes() {

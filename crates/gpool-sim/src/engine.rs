@@ -79,6 +79,8 @@ pub struct SimConfig {
     pub mig_planner: bool,
     /// Elastic node pools the autoscaler grows and shrinks (`gpool sim --pools`).
     pub fleet: Option<FleetConfig>,
+    /// Power budgets the scheduler keeps (`gpool sim --power-budget`; nodes need `power`).
+    pub power_budgets: Vec<gpool_core::power::PowerBudget>,
 }
 
 /// What happened to one job.
@@ -176,6 +178,7 @@ struct State {
 pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u64)) -> Result<SimResult, SimError> {
     let wall = Instant::now();
     let mut snap = Snapshot::new(cfg.policy.clone());
+    snap.set_power_budgets(cfg.power_budgets.clone());
     let mut gpus_per_node = 0u32;
     let mut capacity_gpus = 0u64;
     let mut kinds = KindUse::default();

@@ -188,6 +188,7 @@ pub fn compare(b: &MigBench, policy: &Policy) -> Result<Vec<MigRow>, SimError> {
         preemptible: false,
         sample: Duration::from_secs(3600),
         mig_planner: planner,
+        power_budgets: Vec::new(),
         fleet: None,
     };
     let mut rows = Vec::new();

@@ -58,6 +58,7 @@ fn sim(jobs: &[TraceJob], fleet: FleetConfig) -> SimResult {
         preemptible: true,
         sample: Duration::from_secs(3600),
         mig_planner: false,
+        power_budgets: Vec::new(),
         fleet: Some(fleet),
     };
     run(jobs, &cfg, |_, _| {}).expect("simulation")

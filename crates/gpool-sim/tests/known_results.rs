@@ -138,6 +138,7 @@ fn hand_computed_schedules() {
             preemptible: true,
             sample: Duration::from_secs(60),
             mig_planner: false,
+            power_budgets: Vec::new(),
             fleet: None,
         };
         let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
@@ -165,6 +166,7 @@ fn utilisation_and_makespan_follow_their_definitions() {
         preemptible: false,
         sample: Duration::from_secs(10),
         mig_planner: false,
+        power_budgets: Vec::new(),
         fleet: None,
     };
     let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
@@ -185,6 +187,7 @@ fn impossible_jobs_are_rejected_not_lost() {
         preemptible: true,
         sample: Duration::from_secs(60),
         mig_planner: false,
+        power_budgets: Vec::new(),
         fleet: None,
     };
     let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");

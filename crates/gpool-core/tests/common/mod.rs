@@ -342,3 +342,21 @@ impl J {
         self
     }
 }
+
+impl Cluster {
+    /// A node whose GPUs idle at `idle` W and draw up to `max` W each.
+    pub fn powered(mut self, name: &str, count: u32, idle: u32, max: u32) -> Cluster {
+        let mut n = Node::with_gpus(name, count, "H100-80GB", 80 * GIB);
+        n.power = Some(gpool_core::power::NodePower { idle_watts: idle, max_watts: max });
+        self.snap.add_node(n).expect("node");
+        self
+    }
+}
+
+impl J {
+    /// What each of its GPUs is expected to draw.
+    pub fn watts(mut self, w: u32) -> J {
+        self.spec.watts_per_gpu = Some(w);
+        self
+    }
+}
