@@ -80,7 +80,7 @@ pub(crate) struct SimArgs {
     /// a trace's own `kind` column wins. For clusters whose YAML gives node groups a `kind`.
     #[arg(long)]
     job_kinds: Option<gpool_sim::kinds::KindMix>,
-    /// A power budget per node, as a fraction of its GPUs' nameplate power (0.8 or 80%).
+    /// A power budget per node pool (the whole cluster, for a uniform one), as a fraction of its GPUs' nameplate power (0.8 or 80%).
     /// Assumed: a GPU at work draws its nameplate power, an idle one a tenth of it (docs/simulator.md).
     #[arg(long, value_parser = parse_fraction)]
     power_budget: Option<f64>,

@@ -231,13 +231,14 @@ impl<'s> Capacity<'s> {
 
     /// Whether `job` may go on node `n` at all (state, selector, affinity, anti-affinity).
     pub(crate) fn eligible(&self, n: u32, job: &Job) -> bool {
+        let power_ok = self.power.as_ref().is_none_or(|p| p.fits(n, self.replica_watts(n, job)));
+        power_ok && self.eligible_ignoring_power(n, job)
+    }
+
+    /// [`Self::eligible`] without power budgets (preemption: the victims give back their watts).
+    pub(crate) fn eligible_ignoring_power(&self, n: u32, job: &Job) -> bool {
         let e = self.entry(n);
         if e.node.state != NodeState::Up || !job.spec.node_matches(&e.node) {
-            return false;
-        }
-        if let Some(p) = &self.power
-            && !p.fits(n, self.replica_watts(n, job))
-        {
             return false;
         }
         if let Some(key) = &job.spec.same_label {

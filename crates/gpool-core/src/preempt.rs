@@ -474,7 +474,8 @@ impl Search<'_, '_> {
             // (new victims, their GPU units, node) → fewest victims, least GPU work lost, lowest node.
             let mut best: Option<NodeChoice> = None;
             for &n in &nodes {
-                if !self.cap.eligible(n, job) {
+                // Power budgets are left to the start: the victims give back their watts too.
+                if !self.cap.eligible_ignoring_power(n, job) {
                     continue;
                 }
                 let e = &snap.nodes[n as usize];

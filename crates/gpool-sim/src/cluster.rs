@@ -104,17 +104,22 @@ pub fn nameplate_watts(model: &str) -> u32 {
 }
 
 /// Gives every node its GPUs' draw (idle a tenth of nameplate, at work the
-/// nameplate) and a budget of `fraction` of its GPUs' nameplate power.
+/// nameplate) and every pool a budget of `fraction` of its GPUs' nameplate
+/// power (a cluster cap, as EAR's beside Slurm: any node may run at full
+/// power while the pool as a whole stays within it).
 pub fn with_power_budgets(mut nodes: Vec<Node>, fraction: f64) -> (Vec<Node>, Vec<gpool_core::power::PowerBudget>) {
     use gpool_core::power::{NodePower, PowerBudget, PowerScope};
-    let mut budgets = Vec::with_capacity(nodes.len());
+    let mut per_pool: std::collections::BTreeMap<std::sync::Arc<str>, f64> = std::collections::BTreeMap::new();
     for n in &mut nodes {
         let Some(model) = n.devices.first().map(|d| d.model.to_string()) else { continue };
         let max = nameplate_watts(&model);
         n.power = Some(NodePower { idle_watts: max / 10, max_watts: max });
-        let watts = (fraction * f64::from(max) * n.devices.len() as f64).floor() as u32;
-        budgets.push(PowerBudget { scope: PowerScope::Node(n.name.clone()), watts });
+        *per_pool.entry(n.pool.name.clone()).or_default() += f64::from(max) * n.devices.len() as f64;
     }
+    let budgets = per_pool
+        .into_iter()
+        .map(|(pool, watts)| PowerBudget { scope: PowerScope::Pool(pool), watts: (fraction * watts).floor() as u32 })
+        .collect();
     (nodes, budgets)
 }
 
@@ -177,8 +182,8 @@ mod tests {
         let (nodes, budgets) = with_power_budgets(uniform(2, 8, "H100-80GB"), 0.8);
         let p = nodes[0].power.expect("power");
         assert_eq!((p.idle_watts, p.max_watts), (70, 700));
-        assert_eq!(budgets.iter().map(|b| b.watts).collect::<Vec<_>>(), [4480, 4480]);
-        assert_eq!(budgets[1].scope.to_string(), "node node-0001");
+        assert_eq!(budgets.iter().map(|b| b.watts).collect::<Vec<_>>(), [8960], "one budget for the pool");
+        assert_eq!(budgets[0].scope.to_string(), "pool default");
     }
 
     #[test]
