@@ -476,3 +476,30 @@ pub struct RegistryLogin {
     pub username: String,
     pub password: String,
 }
+
+/// `PUT /api/v1/power`: a budget set live (admins).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PowerSet {
+    /// `node`, `label` or `pool`.
+    pub scope: String,
+    /// The node's or pool's name, or the label as `key=value`.
+    pub target: String,
+    pub watts: u32,
+}
+
+/// A power budget and its use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PowerView {
+    /// `node n1`, `rack=r12`, `pool spot`.
+    pub scope: String,
+    pub watts: u32,
+    /// What the scheduler counts against it: idle GPUs, and each running job at its expected draw.
+    pub counted_watts: u64,
+    /// What its GPUs drew at their latest readings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_watts: Option<u64>,
+    pub nodes: Vec<String>,
+    /// Pending jobs the last pass held back for it.
+    pub held_back: u64,
+}

@@ -27,6 +27,19 @@ fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// A size flag (`64Mi`, `1Gi`, `0`).
+/// `3000W`, `3000 W`, `2.5kW`, `3000`: watts.
+pub(crate) fn parse_watts(s: &str) -> Result<u32, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, scale) = match t.strip_suffix("kw") {
+        Some(n) => (n, 1000.0),
+        None => (t.strip_suffix('w').unwrap_or(&t), 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= f64::from(u32::MAX) => Ok((v * scale).round() as u32),
+        _ => Err(format!("{s:?} is not a power like 3000W or 2.5kW")),
+    }
+}
+
 fn parse_bytes_arg(s: &str) -> Result<u64, String> {
     gpool_api::quantity::parse_bytes(s.trim()).map_err(|e| format!("{e} (a size such as 64Mi or 1Gi, or 0)"))
 }
@@ -155,6 +168,9 @@ pub(crate) struct NodeArgs {
     /// Node name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
+    /// This node's power budget (3000W, 2.5kW): the scheduler starts nothing that would take it over (docs/daemon.md).
+    #[arg(long, value_parser = parse_watts)]
+    power_budget: Option<u32>,
     /// CPUs this node offers (default: the host's; 12 per GPU when simulated).
     #[arg(long)]
     cpus: Option<f64>,
@@ -217,6 +233,7 @@ impl NodeArgs {
             gpu_backend: self.gpu_backend,
             sample_interval: self.sample_interval,
             node_name: self.node_name,
+            power_budget_w: self.power_budget,
             cpus: self.cpus,
             memory_gb: self.memory_gb,
             labels,
@@ -359,6 +376,12 @@ fn node_token(file: Option<&Path>) -> anyhow::Result<String> {
 
 pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
     a.log.init()?;
+    if let Some(w) = a.node.power_budget {
+        bail!(
+            "--power-budget on gpool agent is not supported yet: set it on the control plane, \
+             gpool power set --node NODE {w}W (it is kept across restarts)"
+        );
+    }
     let data_dir = a.data_dir.unwrap_or_else(|| default_data_dir().join("agent"));
     gpool_daemon::node::remote::run(gpool_daemon::node::remote::AgentProcessConfig {
         servers: a.server,

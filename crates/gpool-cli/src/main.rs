@@ -104,6 +104,8 @@ enum Command {
     /// Pipelines: stages that need each other, fan out over a matrix and pass files on (run, status, list, cancel).
     #[command(subcommand)]
     Pipeline(PipelineCommand),
+    /// Power budgets: watts, what the scheduler counts, what the GPUs drew, jobs held back; `gpool power set` (admins).
+    Power(PowerArgs),
     /// Recurring jobs and pipelines on a cron schedule in a stated time zone (apply, list, delete).
     #[command(subcommand)]
     Schedule(ScheduleCommand),
@@ -195,6 +197,21 @@ enum NodesCommand {
     Notice(drain::NoticeArgs),
 }
 
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct PowerArgs {
+    #[command(subcommand)]
+    command: Option<PowerCommand>,
+    #[command(flatten)]
+    list: verbs::ListArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum PowerCommand {
+    /// Set a budget live: gpool power set --node NODE 1900W (or --label rack=r12, --pool P).
+    Set(verbs::power::SetArgs),
+}
+
 #[derive(Subcommand, Debug)]
 enum PipelineCommand {
     /// Start a run of a pipeline file; prints the run's id.
@@ -259,6 +276,8 @@ fn main() -> ExitCode {
         Command::Pipeline(PipelineCommand::Status(a)) => verbs::pipeline::status(a),
         Command::Pipeline(PipelineCommand::List(a)) => verbs::pipeline::list(a),
         Command::Pipeline(PipelineCommand::Cancel(a)) => verbs::pipeline::cancel(a),
+        Command::Power(PowerArgs { command: Some(PowerCommand::Set(a)), .. }) => verbs::power::set(a),
+        Command::Power(PowerArgs { command: None, list }) => verbs::power::run(list),
         Command::Schedule(ScheduleCommand::Apply(a)) => verbs::schedule::apply(*a),
         Command::Schedule(ScheduleCommand::List(a)) => verbs::schedule::list(a),
         Command::Schedule(ScheduleCommand::Delete(a)) => verbs::schedule::delete(a),

@@ -122,6 +122,9 @@ fn live_answers_validate_against_the_openapi_document() {
     call("POST", &format!("/api/v1/nodes/{node}/drain"), None);
     call("POST", &format!("/api/v1/nodes/{node}/resume"), None);
     call("POST", "/api/v1/nodes/no-such-node/drain", None);
+    call("PUT", "/api/v1/power", Some(&json!({"scope": "node", "target": node, "watts": 100_000})));
+    call("PUT", "/api/v1/power", Some(&json!({"scope": "room", "target": "x", "watts": 1})));
+    call("GET", "/api/v1/power", None);
     call("GET", "/api/v1/queues", None);
     call("GET", "/api/v1/pools", None);
     call("GET", "/api/v1/cost?by=user&since=1d", None);

@@ -254,6 +254,9 @@ pub struct Plan {
     /// Running jobs to stop and requeue now: their queue's windows closed,
     /// and it stops its jobs then (`stopAtEnd`). They start again in its next window.
     pub window_stops: Vec<JobId>,
+    /// Running jobs to stop and requeue now: a power budget over them is
+    /// over its watts (lowered live), lowest-priority preemptible work first (`power.rs`).
+    pub power_stops: Vec<JobId>,
     /// Jobs with deadlines that, as of this pass, will miss them (`deadline.rs`).
     pub late: Vec<(JobId, crate::deadline::Late)>,
     pub stats: PassStats,

@@ -106,3 +106,58 @@ pub(crate) fn node_draw(snap: &Snapshot, n: usize) -> u64 {
 pub fn budget_use(snap: &Snapshot) -> Vec<(PowerBudget, u64)> {
     PowerState::new(snap).map(|s| s.usage().map(|(b, u)| (b.clone(), u)).collect()).unwrap_or_default()
 }
+
+/// Running jobs to stop (with their grace period, then requeue) because a
+/// budget is over its watts, as after it was lowered live: over each such
+/// budget, preemptible jobs first, then the lowest priority, then the
+/// latest started (the least work lost), until what stays is within the
+/// budget. Jobs already stopping count as gone, and are not listed again.
+pub(crate) fn over_budget_stops(snap: &Snapshot) -> Vec<crate::job::JobId> {
+    let Some(state) = PowerState::new(snap) else { return Vec::new() };
+    let mut chosen: Vec<crate::job::JobId> = Vec::new();
+    // A job's counted watts on the nodes of budget `b`.
+    let watts_in = |job: &Job, b: &PowerBudget| -> u64 {
+        let Some(run) = job.running() else { return 0 };
+        run.placement
+            .iter()
+            .filter(|r| b.scope.covers(&snap.nodes[r.node.index()].node))
+            .filter_map(|r| {
+                let e = &snap.nodes[r.node.index()];
+                e.node.power.map(|p| replica_watts(job, &p, r.gpu_units() + e.mig_units(r.mig)))
+            })
+            .sum()
+    };
+    for (b, used) in state.usage() {
+        if used <= u64::from(b.watts) {
+            continue;
+        }
+        let mut jobs: Vec<&Job> = snap
+            .running_jobs()
+            .filter(|j| {
+                j.running()
+                    .is_some_and(|r| r.placement.iter().any(|p| b.scope.covers(&snap.nodes[p.node.index()].node)))
+            })
+            .collect();
+        // Already going, or chosen for another budget: their watts leave.
+        let mut left = used;
+        jobs.retain(|j| {
+            let going = j.running().is_some_and(|r| r.stopping.is_some()) || chosen.contains(&j.id);
+            if going {
+                left = left.saturating_sub(watts_in(j, b));
+            }
+            !going
+        });
+        jobs.sort_by_key(|j| {
+            let started = j.running().map_or(0, |r| r.started.as_millis());
+            (!j.spec.preemptible, j.spec.priority, std::cmp::Reverse(started), std::cmp::Reverse(j.id))
+        });
+        for j in jobs {
+            if left <= u64::from(b.watts) {
+                break;
+            }
+            left = left.saturating_sub(watts_in(j, b));
+            chosen.push(j.id);
+        }
+    }
+    chosen
+}

@@ -166,6 +166,7 @@ impl<'s> Pass<'s> {
                 overloaded_since,
                 wake_at: promotion.into_iter().chain(begin).chain(window).chain(urgent).min(),
                 window_stops: window_stops(snap, now),
+                power_stops: crate::power::over_budget_stops(snap),
                 late: late_jobs(snap, now),
                 ..Plan::default()
             },

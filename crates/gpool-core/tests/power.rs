@@ -123,3 +123,29 @@ fn a_power_reason_is_a_reason() {
     let r = PendingReason::Power { budget: "pool spot".into(), used_watts: 10, watts: 5 };
     assert_eq!(r.to_string(), "power budget of pool spot: 10 W of 5 W in use");
 }
+
+#[test]
+fn a_budget_lowered_live_stops_the_lowest_priority_preemptible_work_first_and_no_more() {
+    let mut c = Cluster::new("fifo").powered("n", 8, 70, 700);
+    // Eight full jobs: 560 W idle + 8 × 630 W = 5,600 W.
+    let important = c.run(job("u").gpus(1).priority(10), t(0));
+    let normal = c.run(job("u").gpus(1).priority(5), t(1));
+    let cheap: Vec<JobId> = (2..8).map(|i| c.run(job("u").gpus(1).priority(5).preemptible(), t(i))).collect();
+    // A cooling unit fails: 1,900 W. 560 + 2 × 630 = 1,820 W: two jobs may stay.
+    c.snap.set_power_budgets(vec![node_budget("n", 1900)]);
+    let plan = c.plan(t(100));
+    let mut stops = plan.power_stops.clone();
+    stops.sort();
+    let mut want: Vec<JobId> = cheap.clone();
+    want.sort();
+    assert_eq!(stops, want, "the six preemptible jobs go; {important:?} and {normal:?} stay");
+    assert!(plan.starts.is_empty());
+    // While they stop, they are not chosen again, and nothing more is.
+    for id in &cheap {
+        c.snap.request_stop(*id, gpool_core::job::StopCause::Cancelled).expect("stopping");
+    }
+    assert!(c.plan(t(101)).power_stops.is_empty());
+    // Lower still: the lower priority of the two goes next.
+    c.snap.set_power_budgets(vec![node_budget("n", 1300)]);
+    assert_eq!(c.plan(t(102)).power_stops, [normal]);
+}

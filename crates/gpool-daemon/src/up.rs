@@ -75,6 +75,10 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         config.single_user = crate::wiring::this_account();
     }
     let node_name = cfg.node.node_name.clone().unwrap_or_else(host_name);
+    if let Some(watts) = cfg.node.power_budget_w {
+        let scope = gpool_core::power::PowerScope::Node(node_name.as_str().into());
+        config.power_budgets.push(gpool_core::power::PowerBudget { scope, watts });
+    }
     let replicas: Replicas = Arc::default();
     let (gpus, backend) = discover(&cfg.node, &node_name, &replicas)?;
     let source = backend.as_ref().map_or("none", |b| b.name()).to_string();

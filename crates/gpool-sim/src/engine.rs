@@ -445,8 +445,9 @@ impl Ctx<'_> {
             self.stats.calls += 1;
             self.stats.time += took;
             self.stats.max = self.stats.max.max(took);
-            // Jobs stopped at their queue's window's end are requeued as preempted ones are.
-            for victim in plan.preemptions.iter().map(|p| p.victim).chain(plan.window_stops.iter().copied()) {
+            // Jobs stopped at their queue's window's end, or for a power budget, are requeued as preempted ones are.
+            let stops = plan.window_stops.iter().chain(&plan.power_stops).copied();
+            for victim in plan.preemptions.iter().map(|p| p.victim).chain(stops) {
                 let idx = victim.0 as usize;
                 *self.allocated_gpus -=
                     self.snap.job(victim).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
@@ -473,7 +474,7 @@ impl Ctx<'_> {
             }
             self.snap.carry_over(&plan);
             *self.wake = plan.wake_at.map(Time::as_millis).filter(|t| *t > now_ms);
-            let again = !plan.preemptions.is_empty() || !plan.window_stops.is_empty();
+            let again = !plan.preemptions.is_empty() || !plan.window_stops.is_empty() || !plan.power_stops.is_empty();
             last = plan;
             if !again {
                 break;

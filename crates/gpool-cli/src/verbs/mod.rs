@@ -18,6 +18,7 @@ pub(crate) mod logs;
 pub(crate) mod nodes;
 pub(crate) mod pipeline;
 pub(crate) mod pools;
+pub(crate) mod power;
 pub(crate) mod profile;
 pub(crate) mod queue;
 pub(crate) mod queues;

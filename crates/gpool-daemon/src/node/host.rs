@@ -47,6 +47,8 @@ pub struct NodeConfig {
     pub container_args: Vec<String>,
     /// Bytes the images gpool runs may take here (`image_cache.rs`); `None`: no limit.
     pub image_cache_size: Option<u64>,
+    /// This node's power budget in watts (`--power-budget 3000W`): the scheduler starts nothing that would take it over.
+    pub power_budget_w: Option<u32>,
 }
 
 /// The node's image cache, when it has a limit and a runtime.

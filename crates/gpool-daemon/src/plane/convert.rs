@@ -16,6 +16,21 @@ pub struct FieldError {
     pub message: String,
 }
 
+/// A time of the spec (`beginAt`, `deadline`): RFC 3339 with its zone.
+fn instant(field: &str, flag: &str, text: &Option<String>) -> Result<Option<Time>, FieldError> {
+    let Some(text) = text else { return Ok(None) };
+    let ms = gpool_api::time::parse_rfc3339(text).ok_or_else(|| {
+        bad(
+            field,
+            format!(
+                "{text:?} is not a time with its zone: write it as 2026-12-01T02:00:00+01:00 or \
+                 2026-12-01T01:00:00Z (gpool submit {flag} also takes a local time or now+2h)"
+            ),
+        )
+    })?;
+    Ok(Some(Time::from_millis(ms)))
+}
+
 fn bad(field: impl Into<String>, message: impl Into<String>) -> FieldError {
     FieldError { field: field.into(), message: message.into() }
 }
@@ -192,30 +207,8 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     core.grace = duration("gracePeriod", &spec.grace_period)?.unwrap_or(DEFAULT_GRACE);
     core.time_limit = duration("timeLimit", &spec.time_limit)?;
     core.estimate = duration("estimate", &spec.estimate)?;
-    if let Some(text) = &spec.begin_at {
-        let ms = gpool_api::time::parse_rfc3339(text).ok_or_else(|| {
-            bad(
-                "beginAt",
-                format!(
-                    "{text:?} is not a time with its zone: write it as 2026-12-01T02:00:00+01:00 or \
-                     2026-12-01T01:00:00Z (gpool submit --begin also takes a local time or now+2h)"
-                ),
-            )
-        })?;
-        core.begin = Some(Time::from_millis(ms));
-    }
-    if let Some(text) = &spec.deadline {
-        let ms = gpool_api::time::parse_rfc3339(text).ok_or_else(|| {
-            bad(
-                "deadline",
-                format!(
-                    "{text:?} is not a time with its zone: write it as 2026-12-01T08:00:00+01:00 or \
-                     2026-12-01T07:00:00Z (gpool submit --deadline also takes a local time or now+6h)"
-                ),
-            )
-        })?;
-        core.deadline = Some(Time::from_millis(ms));
-    }
+    core.begin = instant("beginAt", "--begin", &spec.begin_at)?;
+    core.deadline = instant("deadline", "--deadline", &spec.deadline)?;
     if core.time_limit.is_some_and(|d| d.is_zero()) {
         return Err(bad("timeLimit", "must be longer than zero"));
     }

@@ -95,6 +95,7 @@ pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
         data_dir: p.data_dir.clone(),
         policy,
         queues,
+        power_budgets: Vec::new(),
         retry_backoff: std::time::Duration::from_secs(10),
         telemetry: TelemetryConfig { rules, ..TelemetryConfig::default() },
         prices,

@@ -157,6 +157,10 @@ calls! {
     Pipelines { limit: u32 } -> api::pipeline::PipelineList, Read;
     /// Cancel every job of a run that has not ended.
     CancelPipeline { run: u64, from: String } -> api::pipeline::PipelineView, People;
+    /// Power budgets and their use (`power.rs`).
+    Power {} -> Vec<api::PowerView>, Read;
+    /// Set a power budget live; admins only (checked by the call).
+    SetPower { req: api::PowerSet, from: String } -> Vec<api::PowerView>, People;
     /// Create or change a recurring job or pipeline (`schedules.rs`).
     ApplySchedule { name: String, spec: Box<api::schedule::ScheduleSpec> } -> api::schedule::ScheduleView, People;
     /// The schedules the caller may see.

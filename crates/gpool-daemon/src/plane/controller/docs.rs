@@ -32,6 +32,8 @@ pub enum Stop {
     Idle {
         gpus: u32,
     },
+    /// A power budget over its nodes is over its watts (lowered live), and it was the lowest-priority work there.
+    Power,
     /// Its queue's windows closed, and the queue stops its jobs then (`stopAtEnd`).
     Window {
         queue: String,

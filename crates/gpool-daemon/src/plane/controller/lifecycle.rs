@@ -32,9 +32,19 @@ impl Controller {
         }
     }
 
-    /// Stops the running jobs a pass found past their queue's window (`stopAtEnd`); they are requeued.
-    pub(super) fn stop_for_windows(&mut self, stops: &[JobId], now: i64) {
-        for id in stops {
+    /// Stops the running jobs a pass found past their queue's window
+    /// (`stopAtEnd`) or over a power budget; they are requeued.
+    pub(super) fn stop_for_plan(&mut self, plan: &gpool_core::Plan, now: i64) {
+        for id in &plan.power_stops {
+            if self.jobs.get(&id.0).is_some_and(|d| d.state == api::JobState::Running) {
+                self.stop_run(id.0, Stop::Power, now);
+                let said = format!(
+                    "job {id} stopped: a power budget over its nodes is below what runs there, and it is the lowest-priority work"
+                );
+                self.event(now, Some(id.0), "power_stop", said);
+            }
+        }
+        for id in &plan.window_stops {
             let Some(queue) =
                 self.jobs.get(&id.0).filter(|d| d.state == api::JobState::Running).map(|d| d.queue.clone())
             else {
@@ -168,6 +178,9 @@ impl Controller {
                 ),
             ),
             Some(Stop::Preempt { for_job }) => Next::Requeue(format!("preempted for job {for_job}"), now, false),
+            Some(Stop::Power) => {
+                Next::Requeue("stopped for a power budget lowered below what ran; requeued".into(), now, false)
+            }
             Some(Stop::Window { queue }) => Next::Requeue(
                 format!("stopped when queue {queue}'s window closed; requeued for its next window"),
                 now,

@@ -57,6 +57,7 @@ mod node_doc;
 mod nodes;
 mod observe;
 mod pipelines;
+mod power;
 mod prefetch;
 mod profiles;
 mod proxy_wire;
@@ -183,6 +184,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub policy: Policy,
     pub queues: Vec<QueueConfig>,
+    /// Power budgets from the configuration (`--power-budget`); `gpool power set` overrides them (`power.rs`).
+    pub power_budgets: Vec<gpool_core::power::PowerBudget>,
     /// First retry back-off; doubles with each failure, at most ten minutes.
     pub retry_backoff: Duration,
     pub telemetry: TelemetryConfig,
@@ -218,9 +221,8 @@ pub struct Controller {
     master_ports: BTreeMap<(NodeId, u16), u64>,
     /// Jobs not yet finished.
     jobs: BTreeMap<u64, JobDoc>,
-    /// Why each job the last pass examined waits: (job, index into
-    /// `reason_texts`), sorted by job. The pass gives a reason per job shape,
-    /// so a pass over 100,000 jobs formats a few hundred texts, not 100,000.
+    /// Why each job the last pass examined waits: (job, index into `reason_texts`), sorted by job.
+    /// One reason per job shape: a pass over 100,000 jobs formats a few hundred texts, not 100,000.
     waiting: Vec<(u64, u32)>,
     reason_texts: Vec<String>,
     default_reason: Option<String>,
@@ -267,6 +269,7 @@ pub struct Controller {
     services: services::Services,
     /// Users' logins to image registries (`registries.rs`).
     registries: registries::Logins,
+    power_live: power::Live,
     schedules: schedules::Schedules,
     /// Jobs pulling their image, by node, as the nodes last reported (`observe.rs`).
     pulling: BTreeMap<u64, (String, String)>,
@@ -284,9 +287,8 @@ impl Controller {
         self.cfg.single_user.as_deref()
     }
 
-    /// Builds the controller from the store: its nodes (with `local`, the
-    /// node of this process's own agent), then its jobs. The returned turn
-    /// re-adopts or requeues what was running; the shell carries it out first.
+    /// Builds the controller from the store: its nodes (with `local`, the node of this process's own agent),
+    /// then its jobs. The returned turn re-adopts or requeues what was running; the shell carries it out first.
     pub fn new(
         cfg: Config,
         mut store: Box<dyn Store>,
@@ -294,9 +296,7 @@ impl Controller {
         clock: Box<dyn Clock>,
     ) -> anyhow::Result<(Controller, Turn)> {
         let mut snap = Snapshot::new(cfg.policy.clone());
-        for q in &cfg.queues {
-            snap.set_queue(q.clone());
-        }
+        cfg.queues.iter().for_each(|q| snap.set_queue(q.clone()));
         let tokens = store.tokens()?.into_iter().filter_map(tokens::TokenEntry::from_row).collect();
         let next_id = store.max_job_id()? + 1;
         let next_seq = store.max_event_seq()? + 1;
@@ -341,6 +341,7 @@ impl Controller {
             idle_gpus: BTreeMap::new(),
             services: services::Services::default(),
             registries: registries::Logins::new(),
+            power_live: Vec::new(),
             schedules: schedules::Schedules::new(),
             pulling: BTreeMap::new(),
             prefetched: BTreeSet::new(),
@@ -367,6 +368,7 @@ impl Controller {
         c.restore_services()?;
         c.restore_registries()?;
         c.restore_schedules()?;
+        c.restore_power()?;
         // The overload gate's count goes on where the last control plane left it.
         let since = c.store.meta(OVERLOAD_KEY)?.and_then(|t| t.parse().ok()).map(Time::from_millis);
         c.snap.restore_overload(since);
@@ -374,9 +376,8 @@ impl Controller {
         Ok((c, first))
     }
 
-    /// Handles a batch of events at one reading of the clock, fires the
-    /// timers due by then, runs a scheduling pass if needed, and returns
-    /// what the shell must carry out.
+    /// Handles a batch of events at one reading of the clock, fires the timers due by then,
+    /// runs a scheduling pass if needed, and returns what the shell must carry out.
     pub fn turn(&mut self, events: impl IntoIterator<Item = Event>) -> Turn {
         let now = self.clock.now_ms();
         self.check_state_disk(now);
@@ -400,8 +401,7 @@ impl Controller {
         self.take_turn()
     }
 
-    /// When the next timer is due (ms since the epoch): the shell wakes the
-    /// controller then even if no event comes.
+    /// When the next timer is due (ms since the epoch): the shell wakes the controller then even if no event comes.
     pub fn next_timer(&self) -> Option<i64> {
         self.timers.first().map(|(t, _)| *t)
     }
@@ -558,7 +558,7 @@ impl Controller {
         let took = self.clock.monotonic().saturating_sub(t0);
         self.passes.observe(took.as_secs_f64());
         self.next_pass_ms = self.clock.now_ms() + took.as_millis() as i64;
-        self.stop_for_windows(&plan.window_stops, now);
+        self.stop_for_plan(&plan, now);
         self.report_late(&plan.late, now);
         for p in &plan.preemptions {
             self.preemptions += 1;

@@ -104,6 +104,13 @@ impl Controller {
             self.pulling.insert(key.job, (r.node.clone(), text.clone()));
         }
         let holders = self.holders(node);
+        let busy: Vec<u32> = holders
+            .keys()
+            .map(|d| match d {
+                DevRef::Gpu(i) | DevRef::Mig { gpu: i, .. } | DevRef::Share { gpu: i, .. } => *i,
+            })
+            .collect();
+        self.learn_node_power(&r.node, &r.gpus, &busy);
         if let Some(e) = &r.error
             && self.telemetry.node_error(&r.node) != Some(e.as_str())
         {

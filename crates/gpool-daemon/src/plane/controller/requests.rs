@@ -60,6 +60,14 @@ impl Controller {
                 let r = self.pipelines(&caller, limit);
                 self.reply(reply, r);
             }
+            Call::Power { reply } => {
+                let r = Ok(self.power_views());
+                self.reply(reply, r);
+            }
+            Call::SetPower { req, from, reply } => {
+                let r = self.set_power_budget(&caller, req, &from, now);
+                self.reply(reply, r);
+            }
             Call::ApplySchedule { name, spec, reply } => {
                 let r = self.apply_schedule(&caller, &name, *spec, now);
                 self.reply(reply, r);

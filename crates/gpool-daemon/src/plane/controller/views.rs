@@ -43,6 +43,7 @@ impl Controller {
                 Stop::Cancel { by } => format!("cancelled by {by}; waiting for its processes to exit"),
                 Stop::Preempt { for_job } => format!("preempted for job {for_job}; checkpointing before it exits"),
                 Stop::Window { queue } => format!("queue {queue}'s window closed; checkpointing before it exits"),
+                Stop::Power => "a power budget was lowered below what runs; checkpointing before it exits".into(),
                 Stop::TimeLimit => "time limit reached; waiting for its processes to exit".into(),
                 Stop::Idle { gpus } => format!("its {gpus} GPU(s) stayed idle; stopping it (its queue's idle policy)"),
                 Stop::GangFailure { rank } => format!("rank {rank} failed; stopping the other replicas"),

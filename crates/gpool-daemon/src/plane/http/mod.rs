@@ -67,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/pipelines", post(pipelines::submit).get(pipelines::list))
         .route("/api/v1/pipelines/{run}", get(pipelines::get_run))
         .route("/api/v1/pipelines/{run}/cancel", post(pipelines::cancel))
+        .route("/api/v1/power", get(schedules::power).put(schedules::set_power))
         .route("/api/v1/schedules", get(schedules::list))
         .route("/api/v1/schedules/{name}", axum::routing::put(schedules::apply).delete(schedules::delete))
         .route("/api/v1/services", get(services::list))
@@ -146,6 +147,16 @@ async fn call<T>(st: &AppState, who: &Who, make: impl FnOnce(Reply<T>) -> Call) 
 }
 
 /// Parses a body strictly, naming the field path of any error.
+/// Whether a request's body is YAML (its `Content-Type` says so), else JSON.
+fn is_yaml(headers: &HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"))
+}
+
+/// A request's body as `T`, JSON or YAML by its `Content-Type`; a 400 saying where it is wrong.
+fn body_as<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T> {
+    parse(body, is_yaml(headers)).map_err(bad)
+}
+
 fn parse<T: DeserializeOwned>(body: &[u8], yaml: bool) -> std::result::Result<T, String> {
     if yaml {
         let de = serde_yaml_ng::Deserializer::from_slice(body);
@@ -179,8 +190,7 @@ pub fn submission(body: &[u8], yaml: bool) -> std::result::Result<Vec<api::JobSp
 }
 
 async fn submit(State(st): State<AppState>, who: Who, headers: HeaderMap, body: Bytes) -> Result<Response> {
-    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"));
-    let specs = submission(&body, yaml).map_err(bad)?;
+    let specs = submission(&body, is_yaml(&headers)).map_err(bad)?;
     let out = call(&st, &who, |reply| Call::Submit { specs, reply }).await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())
 }

@@ -6,17 +6,16 @@ use std::collections::HashMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gpool_api::pipeline::{PipelineList, PipelineSpec, PipelineView};
 
 use super::who::{Peer, Who};
-use super::{AppState, Result, bad, call, number, only, parse};
+use super::{AppState, Result, bad, body_as, call, number, only};
 use crate::plane::controller::Call;
 
 pub(super) async fn submit(State(st): State<AppState>, who: Who, headers: HeaderMap, body: Bytes) -> Result<Response> {
-    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"));
-    let spec: PipelineSpec = parse(&body, yaml).map_err(bad)?;
+    let spec: PipelineSpec = body_as(&headers, &body)?;
     let out = call(&st, &who, |reply| Call::SubmitPipeline { spec: Box::new(spec), reply }).await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())
 }

@@ -20,6 +20,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/pipelines"),
     ("get", "/api/v1/pipelines/{run}"),
     ("post", "/api/v1/pipelines/{run}/cancel"),
+    ("get", "/api/v1/power"),
+    ("put", "/api/v1/power"),
     ("get", "/api/v1/schedules"),
     ("put", "/api/v1/schedules/{name}"),
     ("delete", "/api/v1/schedules/{name}"),

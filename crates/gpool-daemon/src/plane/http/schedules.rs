@@ -1,14 +1,15 @@
 //! `/api/v1/schedules`: recurring jobs and pipelines. Apply one by name
-//! (JSON or YAML), list them, delete one.
+//! (JSON or YAML), list them, delete one. And `/api/v1/power`: the power
+//! budgets, read and set live (the other settings that change over time).
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use gpool_api::schedule::{ScheduleSpec, ScheduleView};
 
 use super::who::Who;
-use super::{AppState, Result, bad, call, parse};
+use super::{AppState, Result, body_as, call};
 use crate::plane::controller::Call;
 
 pub(super) async fn apply(
@@ -18,8 +19,7 @@ pub(super) async fn apply(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<ScheduleView>> {
-    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"));
-    let spec: ScheduleSpec = parse(&body, yaml).map_err(bad)?;
+    let spec: ScheduleSpec = body_as(&headers, &body)?;
     Ok(Json(call(&st, &who, |reply| Call::ApplySchedule { name, spec: Box::new(spec), reply }).await?))
 }
 
@@ -33,4 +33,22 @@ pub(super) async fn delete(
     Path(name): Path<String>,
 ) -> Result<Json<ScheduleView>> {
     Ok(Json(call(&st, &who, |reply| Call::DeleteSchedule { name, reply }).await?))
+}
+
+/// `GET /api/v1/power`: every power budget and its use.
+pub(super) async fn power(State(st): State<AppState>, who: Who) -> Result<Json<Vec<gpool_api::PowerView>>> {
+    Ok(Json(call(&st, &who, |reply| Call::Power { reply }).await?))
+}
+
+/// `PUT /api/v1/power`: set a budget live (admins).
+pub(super) async fn set_power(
+    State(st): State<AppState>,
+    from: super::who::Peer,
+    who: Who,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Vec<gpool_api::PowerView>>> {
+    let req: gpool_api::PowerSet = body_as(&headers, &body)?;
+    let from = from.0;
+    Ok(Json(call(&st, &who, |reply| Call::SetPower { req, from, reply }).await?))
 }

@@ -4,11 +4,11 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gpool_api as api;
 
-use super::{AppState, Result, Who, bad, call, parse};
+use super::{AppState, Result, Who, body_as, call};
 use crate::plane::controller::Call;
 
 /// `PUT /api/v1/services/{name}`: the spec (JSON or YAML) with its `service:` block.
@@ -19,8 +19,7 @@ pub(super) async fn apply(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let yaml = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"));
-    let spec: api::JobSpec = parse(&body, yaml).map_err(bad)?;
+    let spec: api::JobSpec = body_as(&headers, &body)?;
     let out = call(&st, &who, |reply| Call::ApplyService { name, spec: Box::new(spec), reply }).await?;
     let status = if out.outcome == "created" { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(out)).into_response())

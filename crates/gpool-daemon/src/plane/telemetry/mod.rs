@@ -430,6 +430,12 @@ impl Telemetry {
         self.gpus.get(&(node.to_string(), index))
     }
 
+    /// What a node's GPUs drew at their latest readings, in watts (`None`: none reported power).
+    pub fn power_draw(&self, node: &str) -> Option<f64> {
+        let draws = self.gpus.iter().filter(|((n, _), _)| n == node).filter_map(|(_, t)| t.sample.power_draw_w);
+        draws.fold(None, |sum, w| Some(sum.unwrap_or(0.0) + w))
+    }
+
     /// The job a GPU process belongs to.
     pub fn job_of_pid(&self, node: &str, pid: u32) -> Option<u64> {
         self.pid_jobs.get(node).and_then(|m| m.get(&pid)).copied()

@@ -25,6 +25,7 @@ mod deadlines;
 mod lifecycle;
 mod nodes;
 mod pipelines;
+mod power;
 mod preemption;
 mod profiles;
 mod registries;
@@ -93,6 +94,7 @@ struct Setup {
     single_user: Option<String>,
     identities: crate::plane::identity::Identities,
     queues: Vec<gpool_core::QueueConfig>,
+    power_budgets: Vec<gpool_core::power::PowerBudget>,
     local_gpus: Option<u32>,
     store: Option<Box<dyn Store>>,
     agent: FakeAgent,
@@ -106,6 +108,7 @@ impl Setup {
             single_user: None,
             identities: Default::default(),
             queues: Vec::new(),
+            power_budgets: Vec::new(),
             local_gpus: Some(8),
             store: None,
             agent: FakeAgent::default(),
@@ -133,6 +136,12 @@ impl Setup {
                 windows: None,
             })
             .collect();
+        self
+    }
+
+    /// Power budgets from the configuration.
+    fn power_budgets(mut self, budgets: Vec<gpool_core::power::PowerBudget>) -> Setup {
+        self.power_budgets = budgets;
         self
     }
 
@@ -175,6 +184,7 @@ impl Setup {
         let local = self.local_gpus.map(|n| node_info("n1", n));
         let cfg = Config {
             queues: self.queues,
+            power_budgets: self.power_budgets,
             single_user: self.single_user,
             identities: self.identities,
             elastic: None,
@@ -203,6 +213,7 @@ fn config(policy: Policy) -> Config {
         data_dir: PathBuf::from("/nonexistent/gpool-controller-tests"),
         policy,
         queues: Vec::new(),
+        power_budgets: Vec::new(),
         retry_backoff: Duration::from_secs(10),
         telemetry: TelemetryConfig::default(),
         prices: Prices::built_in(),

@@ -1,0 +1,148 @@
+//! Power budgets in the daemon (issue 24): the budgets the core keeps
+//! (`gpool_core::power`), from the configuration (`--power-budget`) and
+//! from `gpool power set`, which overrides them live and is kept in the
+//! store (`PutMeta("power")`); each node's GPU draw (idle, and at its power
+//! limit) learned from its first telemetry with power readings; and what
+//! `gpool power` shows: each budget, what the scheduler counts against it
+//! and what the GPUs under it measured last.
+
+use gpool_api as api;
+use gpool_core::power::{NodePower, PowerBudget, PowerScope};
+use gpool_gpu::GpuSample;
+use gpool_store::Write;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, Controller};
+use crate::plane::auth::{Caller, Role};
+
+const META_KEY: &str = "power";
+
+/// A budget set live, as kept in the store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct LiveBudget {
+    /// `node`, `label` or `pool`.
+    scope: String,
+    /// The node or pool name, or `key=value`.
+    target: String,
+    watts: u32,
+}
+
+fn scope_of(kind: &str, target: &str) -> Result<PowerScope, String> {
+    match kind {
+        "node" => Ok(PowerScope::Node(target.into())),
+        "pool" => Ok(PowerScope::Pool(target.into())),
+        "label" => match target.split_once('=') {
+            Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok(PowerScope::Label(k.into(), v.into())),
+            _ => Err(format!("label: {target:?} is not KEY=VALUE (rack=r12)")),
+        },
+        other => Err(format!("scope {other:?} is not node, label or pool")),
+    }
+}
+
+impl Controller {
+    /// Learns a node's GPU draw from a report with power readings: the
+    /// highest power limit, and the lowest draw of a GPU no job holds (a
+    /// tenth of the limit until one is seen).
+    pub(super) fn learn_node_power(&mut self, node: &str, gpus: &[GpuSample], busy: &[u32]) {
+        let Some(id) = self.snap.node_id(node) else { return };
+        let Some(limit) =
+            gpus.iter().filter_map(|g| g.power_limit_w).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        else {
+            return;
+        };
+        let idle = gpus
+            .iter()
+            .filter(|g| !busy.contains(&g.index))
+            .filter_map(|g| g.power_draw_w)
+            .fold(limit / 10.0, f64::min);
+        let learned = NodePower { idle_watts: idle.round() as u32, max_watts: limit.round() as u32 };
+        let Some(mut n) = self.snap.node(id).cloned() else { return };
+        // Once, and again only when a lower idle draw or another limit is seen.
+        let keep = n.power.is_some_and(|p| p.max_watts == learned.max_watts && p.idle_watts <= learned.idle_watts);
+        if keep {
+            return;
+        }
+        n.power = Some(learned);
+        if self.snap.replace_node(id, n).is_ok() {
+            self.dirty = true;
+        }
+    }
+
+    /// The budgets in force: the configuration's, with those set live in their place.
+    fn budgets_in_force(&self) -> Vec<PowerBudget> {
+        let mut out: Vec<PowerBudget> = self.cfg.power_budgets.clone();
+        for live in &self.power_live {
+            let Ok(scope) = scope_of(&live.scope, &live.target) else { continue };
+            out.retain(|b| b.scope != scope);
+            out.push(PowerBudget { scope, watts: live.watts });
+        }
+        out
+    }
+
+    /// `gpool power set`: admins only.
+    pub(super) fn set_power_budget(
+        &mut self,
+        caller: &Caller,
+        req: api::PowerSet,
+        from: &str,
+        now: i64,
+    ) -> Result<Vec<api::PowerView>, ApiError> {
+        if caller.role != Role::Admin {
+            return Err(ApiError::new(403, "only admins set power budgets"));
+        }
+        let scope = scope_of(&req.scope, &req.target).map_err(|e| ApiError::new(400, e))?;
+        if let PowerScope::Node(n) = &scope
+            && self.snap.node_id(n).is_none()
+        {
+            return Err(ApiError::new(404, format!("node {n} not found")));
+        }
+        self.power_live.retain(|l| scope_of(&l.scope, &l.target).ok().as_ref() != Some(&scope));
+        self.power_live.push(LiveBudget { scope: req.scope.clone(), target: req.target.clone(), watts: req.watts });
+        self.snap.set_power_budgets(self.budgets_in_force());
+        if let Ok(text) = serde_json::to_string(&self.power_live) {
+            self.writes.push(Write::PutMeta(META_KEY.into(), text));
+        }
+        self.dirty = true;
+        self.audit(caller, from, &format!("set the power budget of {scope} to {} W", req.watts), now);
+        Ok(self.power_views())
+    }
+
+    /// Each budget: its watts, what the scheduler counts against it, and
+    /// what its GPUs measured last.
+    pub(super) fn power_views(&self) -> Vec<api::PowerView> {
+        gpool_core::power::budget_use(&self.snap)
+            .into_iter()
+            .map(|(b, counted)| {
+                let nodes: Vec<String> =
+                    self.snap.nodes().filter(|(_, n)| b.scope.covers(n)).map(|(_, n)| n.name.to_string()).collect();
+                let measured = nodes.iter().filter_map(|n| self.telemetry.power_draw(n)).reduce(|a, b| a + b);
+                let held_back = self
+                    .reason_texts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.starts_with(&format!("power budget of {}:", b.scope)))
+                    .map(|(i, _)| self.waiting.iter().filter(|(_, r)| *r as usize == i).count() as u64)
+                    .sum();
+                api::PowerView {
+                    scope: b.scope.to_string(),
+                    watts: b.watts,
+                    counted_watts: counted,
+                    measured_watts: measured.map(|m| m.round() as u64),
+                    nodes,
+                    held_back,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn restore_power(&mut self) -> anyhow::Result<()> {
+        if let Some(text) = self.store.meta(META_KEY)? {
+            self.power_live = serde_json::from_str(&text)?;
+        }
+        self.snap.set_power_budgets(self.budgets_in_force());
+        Ok(())
+    }
+}
+
+/// Budgets set live (`gpool power set`), kept in the store.
+pub(super) type Live = Vec<LiveBudget>;
