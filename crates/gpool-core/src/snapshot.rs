@@ -485,6 +485,14 @@ impl Snapshot {
     }
 
     /// Replaces a node's inventory (e.g. after a MIG re-partition). Refused while jobs run there.
+    /// Sets a node's GPU draw for power budgets (`power.rs`); nothing else
+    /// of the node changes, whatever runs on it.
+    pub fn set_node_power(&mut self, id: NodeId, power: Option<crate::node::NodePower>) -> Result<(), SnapshotError> {
+        let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
+        e.node.power = power;
+        Ok(())
+    }
+
     pub fn replace_node(&mut self, id: NodeId, node: Node) -> Result<(), SnapshotError> {
         node.validate()?;
         let old = self.nodes.get(id.index()).ok_or(SnapshotError::UnknownNode(id))?;

@@ -56,14 +56,12 @@ impl Controller {
             .filter_map(|g| g.power_draw_w)
             .fold(limit / 10.0, f64::min);
         let learned = NodePower { idle_watts: idle.round() as u32, max_watts: limit.round() as u32 };
-        let Some(mut n) = self.snap.node(id).cloned() else { return };
+        let Some(known) = self.snap.node(id).map(|n| n.power) else { return };
         // Once, and again only when a lower idle draw or another limit is seen.
-        let keep = n.power.is_some_and(|p| p.max_watts == learned.max_watts && p.idle_watts <= learned.idle_watts);
-        if keep {
+        if known.is_some_and(|p| p.max_watts == learned.max_watts && p.idle_watts <= learned.idle_watts) {
             return;
         }
-        n.power = Some(learned);
-        if self.snap.replace_node(id, n).is_ok() {
+        if self.snap.set_node_power(id, Some(learned)).is_ok() {
             self.dirty = true;
         }
     }
