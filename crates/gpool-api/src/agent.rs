@@ -338,6 +338,9 @@ pub struct GpuSampleWire {
     /// The hottest point of the die (AMD's junction or hotspot sensor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub junction_temperature_c: Option<f64>,
+    /// Where the GPU starts slowing its clocks for heat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowdown_temperature_c: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_draw_w: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -19,25 +19,7 @@ use std::time::Duration;
 use crate::resources::{MIG_COMPUTE_SLICES, MigProfile};
 use crate::time::{Time, human_duration};
 
-/// One sample of one device.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct DevicePoint {
-    pub at: Time,
-    /// Percent; `None` where the device does not report it (MIG instances).
-    pub util: Option<f64>,
-    pub memory_used_mb: Option<u64>,
-}
-
-/// The series of one device a job holds: a whole GPU or a MIG instance.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct DeviceSeries {
-    /// How people name it: `node1/gpu3`, `node1/gpu0 (1g.10gb)`.
-    pub name: String,
-    pub memory_total_mb: u64,
-    /// `Some` for a MIG instance.
-    pub mig_profile: Option<MigProfile>,
-    pub points: Vec<DevicePoint>,
-}
+pub use crate::series::{DevicePoint, DeviceSeries};
 
 /// CPU cores the job's processes used, summed over its replicas.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -111,6 +93,7 @@ impl Default for Thresholds {
 /// What kind of problem a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum FindingKind {
+    Straggler,
     InputBound,
     CpuBound,
     IdleGpu,
@@ -123,6 +106,7 @@ pub enum FindingKind {
 impl FindingKind {
     pub fn as_str(self) -> &'static str {
         match self {
+            FindingKind::Straggler => "straggler",
             FindingKind::InputBound => "input_bound",
             FindingKind::CpuBound => "cpu_bound",
             FindingKind::IdleGpu => "idle_gpu",
@@ -217,6 +201,38 @@ fn stats(d: &DeviceSeries, t: &Thresholds) -> DevStats {
     }
 }
 
+/// The straggler of a running gang (several devices); none for a job that ended.
+fn straggler_of(u: &JobUsage, now: Time) -> Option<crate::straggler::Straggler> {
+    if u.ended || u.devices.len() < 2 {
+        return None;
+    }
+    crate::straggler::find_straggler(&u.devices, now, crate::straggler::WINDOW)
+}
+
+/// A straggler as a finding, with what to do about it.
+pub fn straggler_finding(s: &crate::straggler::Straggler) -> Finding {
+    use crate::straggler::StragglerReason as R;
+    let fix = match &s.reason {
+        R::Thermal { .. } => "the GPU is marked degraded and new gangs avoid it; check its cooling (fans, air path, a blocked filter)",
+        R::PowerCap { .. } => "check the GPU's power limit (nvidia-smi -q -d POWER) and the node's power budget (gpool power)",
+        R::SlowerModel { .. } => "ask for one GPU model (--gpu-model, nvidia.com/gpu.product) so every replica gets the same",
+        R::BusyNeighbour { .. } => "ask for whole GPUs instead of shares for gang work",
+        R::AcrossNuma { .. } => "ask for fewer GPUs per replica, or nodes whose GPUs share a NUMA node",
+        R::SlowClock => "check the GPU's clocks (nvidia-smi -q -d CLOCK,PERFORMANCE) and its application clocks",
+    };
+    Finding {
+        kind: FindingKind::Straggler,
+        summary: s.to_string(),
+        evidence: s.evidence.clone(),
+        suggestions: vec![
+            fix.to_string(),
+            "with onStraggler: requeue in the spec, gpool stops the gang with its grace period and places it again away from the slow GPU".into(),
+        ],
+        wasted_gpu_hours: 0.0,
+        wasted_usd: None,
+    }
+}
+
 /// Diagnoses a job from its telemetry.
 pub fn advise(u: &JobUsage, t: &Thresholds) -> Advice {
     let devs: Vec<DevStats> = u.devices.iter().map(|d| stats(d, t)).collect();
@@ -248,6 +264,11 @@ pub fn advise(u: &JobUsage, t: &Thresholds) -> Advice {
         points,
     };
     let mut findings = Vec::new();
+    // A straggler is judged over the last seconds, not the job's whole life:
+    // it is said even while there is too little data for the rest.
+    if let Some(s) = times.iter().max().and_then(|now| straggler_of(u, *now)) {
+        findings.push(straggler_finding(&s));
+    }
     if devs.is_empty() || (span < t.min_span && !u.ended) || points < t.min_points {
         let (said, suggestion) = if u.ended {
             (
@@ -507,8 +528,10 @@ mod tests {
                     at: Time::from_secs(i as i64 * 60),
                     util: Some(*u),
                     memory_used_mb: Some(mem_mb),
+                    ..DevicePoint::default()
                 })
                 .collect(),
+            ..DeviceSeries::default()
         }
     }
 

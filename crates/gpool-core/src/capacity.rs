@@ -41,6 +41,8 @@ pub(crate) struct Fit {
     /// How the strategy ranks this fit against other nodes' when `avail`
     /// alone does not say (shares, fragmentation); greater is better.
     pub(crate) rank: Option<i64>,
+    /// No device of it is one the job should avoid (`snapshot/health.rs`).
+    pub(crate) healthy: bool,
 }
 
 impl Fit {
@@ -494,7 +496,8 @@ impl<'s> Capacity<'s> {
         only: Option<usize>,
     ) -> Option<(u32, Fit)> {
         let frag = s == PlacementStrategy::Fragmentation;
-        let scan_all = frag || job.spec.has_preferences() || self.snap.mixed_pool_kinds();
+        let scan_all =
+            frag || job.spec.has_preferences() || self.snap.mixed_pool_kinds() || self.snap.health_in_use();
         let mut best: Option<(Score, u32, Fit)> = None;
         for m in 0..self.snap.models.len() {
             if only.is_some_and(|o| o != m) || !job.model_allows_index(self.snap, m) {
@@ -522,7 +525,7 @@ impl<'s> Capacity<'s> {
                 }
                 first_free.get_or_insert(free);
                 let score = Score::new(self.snap, job, e, &fit, s);
-                let perfect = fit.topology == 2;
+                let perfect = fit.topology == 2 && fit.healthy;
                 if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
                     best = Some((score, n, fit));
                 }
@@ -643,6 +646,7 @@ impl<'s> Capacity<'s> {
                 avail: nf.gpus.count_ones() + nf.mig.count_ones(),
                 share: None,
                 rank,
+                healthy: true,
             };
             let score = Score::new(self.snap, job, self.entry(n), &fit, s);
             if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
@@ -716,6 +720,8 @@ impl<'s> Capacity<'s> {
 /// Ranks candidate nodes for one replica; greater is better.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Score {
+    /// A fit without GPUs to avoid first, while there is one.
+    healthy: bool,
     preference: u32,
     /// Where pool kinds differ: capacity paid for anyway (reserved) first,
     /// then spot (unless the job never runs there), then on-demand.
@@ -748,7 +754,7 @@ impl Score {
         } else {
             0
         };
-        Score { preference, pool, topology: fit.topology, fit: fit_term, tiebreak }
+        Score { healthy: fit.healthy, preference, pool, topology: fit.topology, fit: fit_term, tiebreak }
     }
 }
 
@@ -775,11 +781,17 @@ pub(crate) fn fit_gpus(e: &NodeEntry, nf: &NodeFree, job: &Job, count: u32, m: O
         if avail.count_ones() < count {
             continue;
         }
-        let fit = choose_devices(e, avail, count);
-        if best
-            .as_ref()
-            .is_none_or(|b| (fit.topology, std::cmp::Reverse(fit.avail)) > (b.topology, std::cmp::Reverse(b.avail)))
-        {
+        // GPUs to avoid only when there is no fit without them.
+        let healthy = avail & !e.avoided_slots(job.id);
+        let fit = if healthy.count_ones() >= count {
+            choose_devices(e, healthy, count)
+        } else {
+            // As few of them as it takes.
+            let fill = lowest(avail & !healthy, count - healthy.count_ones());
+            Fit { healthy: false, avail: avail.count_ones(), ..choose_devices(e, healthy | fill, count) }
+        };
+        let key = |f: &Fit| (f.healthy, f.topology, std::cmp::Reverse(f.avail));
+        if best.as_ref().is_none_or(|b| key(&fit) > key(b)) {
             best = Some(fit);
         }
     }
@@ -788,7 +800,7 @@ pub(crate) fn fit_gpus(e: &NodeEntry, nf: &NodeFree, job: &Job, count: u32, m: O
 
 fn choose_devices(e: &NodeEntry, avail: u64, count: u32) -> Fit {
     let total = avail.count_ones();
-    let fit = |gpus, topology| Fit { gpus, mig: 0, topology, avail: total, share: None, rank: None };
+    let fit = |gpus, topology| Fit { gpus, mig: 0, topology, avail: total, share: None, rank: None, healthy: true };
     if count <= 1 || e.nvlink_groups.is_empty() && e.numa_groups.is_empty() {
         return fit(lowest(avail, count), 2);
     }
@@ -828,6 +840,7 @@ pub(crate) fn fit_mig(
         avail: avail.count_ones(),
         share: None,
         rank: None,
+        healthy: true,
     })
 }
 
@@ -897,7 +910,7 @@ pub(crate) fn fit_share(
             PlacementStrategy::Fragmentation => -growth(bit, share.milli),
         };
         if best.as_ref().is_none_or(|b| b.rank < Some(rank)) {
-            best = Some(Fit { gpus: bit, mig: 0, topology: 2, avail: free_gpus, share: Some(share), rank: Some(rank) });
+            best = Some(Fit { gpus: bit, mig: 0, topology: 2, avail: free_gpus, share: Some(share), rank: Some(rank), healthy: true });
         }
     }
     best
@@ -907,7 +920,7 @@ pub(crate) fn fit_share(
 pub(crate) fn fit_on(snap: &Snapshot, e: &NodeEntry, nf: &NodeFree, job: &Job) -> Option<Fit> {
     match &job.spec.replica.gpu {
         GpuRequest::None => {
-            fits_host(nf, job).then_some(Fit { gpus: 0, mig: 0, topology: 2, avail: 0, share: None, rank: None })
+            fits_host(nf, job).then_some(Fit { gpus: 0, mig: 0, topology: 2, avail: 0, share: None, rank: None, healthy: true })
         }
         GpuRequest::Share { milli, memory_mb } => {
             fit_share(snap, e, nf, job, (*milli, *memory_mb), PlacementStrategy::BestFit, |_, _| 0)

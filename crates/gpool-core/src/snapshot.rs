@@ -26,6 +26,7 @@ use crate::shapes::{BaseShape, Shapes};
 use crate::shares::{self, SlotShare};
 use crate::time::Time;
 
+mod health;
 mod pending;
 
 /// Hashing for maps keyed by job id: ids are already well spread integers,
@@ -131,6 +132,9 @@ pub(crate) struct NodeEntry {
     pub(crate) mig_milli: Vec<u16>,
     /// Jobs holding resources here.
     pub(crate) jobs: BTreeSet<JobId>,
+    /// Whole-GPU slots that are degraded, and slots one job is to avoid (`health.rs`).
+    pub(crate) degraded: u64,
+    pub(crate) avoided_by: Vec<(JobId, u64)>,
 }
 
 impl NodeEntry {
@@ -149,6 +153,8 @@ impl NodeEntry {
             numa_groups: Vec::new(),
             mig_milli: Vec::new(),
             jobs: BTreeSet::new(),
+            degraded: 0,
+            avoided_by: Vec::new(),
             node,
         };
         let mut nvlink: BTreeMap<u32, u64> = BTreeMap::new();
@@ -409,6 +415,9 @@ pub struct Snapshot {
     pub(crate) demand: DemandMix,
     /// A bit per [`crate::PoolKind`] some node has had: placement ranks pools only when they differ.
     pool_kinds: u8,
+    /// Jobs with GPUs to avoid, and on which nodes; whether any GPU is to be avoided (`health.rs`).
+    avoiding: BTreeMap<JobId, Vec<NodeId>>,
+    health_in_use: bool,
 }
 
 impl Snapshot {
@@ -442,6 +451,8 @@ impl Snapshot {
             ledger: UsageLedger::default(),
             demand: DemandMix::default(),
             pool_kinds: 0,
+            avoiding: BTreeMap::new(),
+            health_in_use: false,
         }
     }
 
@@ -773,6 +784,7 @@ impl Snapshot {
         self.jobs.remove(&id);
         self.nominations.remove(&id);
         self.finished.insert(id, success);
+        self.clear_avoid(id);
         Ok(())
     }
 
@@ -849,6 +861,7 @@ impl Snapshot {
         self.queue_kind_usage.entry(job.spec.queue.clone()).or_default().add_all(&by_kind);
         job.state = JobState::Running(Running { placement, started: now, gpu_milli: units, by_kind, stopping: None });
         self.running.insert(job);
+        self.clear_avoid(id);
         Ok(())
     }
 
@@ -908,6 +921,7 @@ impl Snapshot {
             StopOutcome::Finished { success } => {
                 self.jobs.remove(&id);
                 self.finished.insert(id, success);
+                self.clear_avoid(id);
             }
         }
         Ok(())

@@ -43,6 +43,12 @@ impl Time {
         Time(self.0.saturating_add(ms))
     }
 
+    /// This time moved back by `d`, saturating at [`Time::MIN`].
+    pub fn minus(self, d: Duration) -> Time {
+        let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        Time(self.0.saturating_sub(ms))
+    }
+
     /// The time elapsed since `earlier`, zero if `earlier` is later.
     pub fn since(self, earlier: Time) -> Duration {
         let ms = self.0.saturating_sub(earlier.0);

@@ -23,6 +23,7 @@ fn recorded(name: &str) -> JobUsage {
             at: Time::from_millis(millis(r.timestamp.as_deref().expect("timestamp"))),
             util: r.sample.gpu_util_pct,
             memory_used_mb: r.sample.memory_used_mb,
+            ..DevicePoint::default()
         })
         .collect();
     let first = points.first().map_or(Time::from_millis(0), |p| p.at);

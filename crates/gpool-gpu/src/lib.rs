@@ -139,6 +139,9 @@ pub struct GpuSample {
     /// The hottest point of the die (AMD's junction, or hotspot, sensor),
     /// where the device has one besides its edge temperature.
     pub junction_temperature_c: Option<f64>,
+    /// The temperature at which the GPU starts slowing its clocks
+    /// (NVML's `NVML_TEMPERATURE_THRESHOLD_SLOWDOWN`, `GPU Slowdown Temp`).
+    pub slowdown_temperature_c: Option<f64>,
     pub power_draw_w: Option<f64>,
     pub power_limit_w: Option<f64>,
     /// Total energy since the driver loaded, millijoules.

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use nvml_wrapper::Nvml as Lib;
-use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, PerformanceState, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, PerformanceState, TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
@@ -285,6 +285,7 @@ impl Backend for Nvml {
                 // NVML has memory temperature only as a field value; not read here.
                 memory_temperature_c: None,
                 junction_temperature_c: None,
+                slowdown_temperature_c: get!(d.temperature_threshold(TemperatureThreshold::Slowdown)).map(f64::from),
                 power_draw_w: get!(d.power_usage()).map(|mw| f64::from(mw) / 1000.0),
                 power_limit_w: get!(d.enforced_power_limit()).map(|mw| f64::from(mw) / 1000.0),
                 energy_mj: get!(d.total_energy_consumption()),

@@ -1,5 +1,6 @@
 //! A simulated inventory for machines without GPUs: `8xH100-80GB`,
-//! `4xA100-80GB,4xL4`, or with MIG: `1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb`.
+//! `4xA100-80GB,4xL4`, or with MIG: `1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb`,
+//! or with GPUs that run hot: `4xH100-80GB:hot=2` (indices within the group).
 //! UUIDs are stable for a given spec and host name, so a restarted daemon
 //! sees the same devices.
 //!
@@ -9,7 +10,11 @@
 //! reserve; power from idle (a tenth of the limit) up to the limit with
 //! utilisation; temperature approaching 30 + 0.5 × util °C with a first-order
 //! lag from one sample to the next; SM clock and pstate high under load, low
-//! when idle; throttle reason `idle` when nothing runs. On a MIG-enabled GPU
+//! when idle; throttle reason `idle` when nothing runs. A hot GPU settles
+//! [`HOT_EXTRA_C`] warmer: under load it reaches its slowdown temperature
+//! ([`SLOWDOWN_C`]), and then holds there with its SM clock cut to
+//! [`THROTTLED_CLOCK_FRACTION`] and `hw_thermal_slowdown` reported, as a GPU
+//! with a failing fan or a blocked air path does. On a MIG-enabled GPU
 //! the GPU-level utilisation is `None` (real hardware says `[N/A]`) and each
 //! instance has a [`MigSample`].
 
@@ -53,6 +58,13 @@ const MIG_SLICES: f64 = 7.0;
 const RESERVED_FB_FRACTION: f64 = 0.0065;
 /// HBM runs this much warmer than the GPU die under load, and at idle.
 const MEMORY_TEMP_OFFSET_C: f64 = 4.0;
+/// Where a simulated GPU starts slowing its clocks for heat (an H100 SXM's
+/// `GPU Slowdown Temp` is 87–90 °C, depending on the board).
+pub const SLOWDOWN_C: f64 = 90.0;
+/// How much warmer a GPU marked `hot=` settles than a healthy one.
+pub const HOT_EXTRA_C: f64 = 45.0;
+/// A thermally throttled GPU's SM clock, as a share of its boost clock.
+pub const THROTTLED_CLOCK_FRACTION: f64 = 0.6;
 /// Fan speed at ambient, and its rise per °C above it.
 const FAN_IDLE_PCT: f64 = 30.0;
 const FAN_PCT_PER_C: f64 = 1.5;
@@ -100,6 +112,8 @@ pub struct Simulated {
     loads: Option<LoadSource>,
     /// Each GPU's temperature at the last sample (°C), for the lag.
     temps: Vec<f64>,
+    /// The GPUs marked `hot=`.
+    hot: Vec<bool>,
     /// Each GPU's energy since the backend started (mJ), and when it was
     /// last sampled: DCGM's total energy counter grows with the power drawn.
     energy_mj: Vec<f64>,
@@ -121,11 +135,18 @@ impl Simulated {
     pub fn parse(spec: &str, host: &str) -> Result<Simulated, GpuError> {
         let bad = |why: String| GpuError::Spec { spec: spec.to_string(), why };
         let mut gpus = Vec::new();
+        let mut hot = Vec::new();
         for group in spec.split(',').map(str::trim).filter(|g| !g.is_empty()) {
-            let (count_model, mig) = match group.split_once(":mig=") {
-                Some((cm, m)) => (cm, Some(m)),
-                None => (group, None),
-            };
+            let mut options = group.split(':');
+            let count_model = options.next().unwrap_or_default();
+            let (mut mig, mut hot_list) = (None, None);
+            for option in options {
+                match option.split_once('=') {
+                    Some(("mig", m)) => mig = Some(m),
+                    Some(("hot", h)) => hot_list = Some(h),
+                    _ => return Err(bad(format!("{group:?}: unknown option {option:?} (mig=… or hot=N+M)"))),
+                }
+            }
             let (count, model) =
                 count_model.split_once(['x', 'X']).ok_or_else(|| bad(format!("{group:?} has no NxMODEL")))?;
             let count: u32 = count.trim().parse().map_err(|_| bad(format!("{count:?} is not a count")))?;
@@ -152,6 +173,14 @@ impl Simulated {
                     Some(list)
                 }
             };
+            let mut hot_here = vec![false; count as usize];
+            for h in hot_list.map(|h| h.split('+').collect::<Vec<_>>()).unwrap_or_default() {
+                match h.trim().parse::<usize>() {
+                    Ok(i) if i < count as usize => hot_here[i] = true,
+                    _ => return Err(bad(format!("{group:?}: hot={h:?} is not a GPU index below {count}"))),
+                }
+            }
+            hot.extend(hot_here);
             for _ in 0..count {
                 let index = gpus.len() as u32;
                 let uuid = match kind {
@@ -196,7 +225,7 @@ impl Simulated {
         }
         let temps = vec![AMBIENT_C; gpus.len()];
         let energy_mj = vec![0.0; gpus.len()];
-        Ok(Simulated { gpus, host: host.to_string(), layouts: 0, loads: None, temps, energy_mj, last_sample: None })
+        Ok(Simulated { gpus, host: host.to_string(), layouts: 0, loads: None, temps, hot, energy_mj, last_sample: None })
     }
 
     /// Samples follow what `source` says runs on each device (GPU or MIG
@@ -407,29 +436,43 @@ impl Backend for Simulated {
             let reserved = (total as f64 * RESERVED_FB_FRACTION).round() as u64;
             s.memory_reserved_mb = Some(reserved);
             s.memory_free_mb = s.memory_used_mb.map(|u| total.saturating_sub(reserved).saturating_sub(u));
+            let hot = self.hot.get(i).copied().unwrap_or(false);
+            let extra = if hot { HOT_EXTRA_C } else { 0.0 };
+            let target = AMBIENT_C + C_PER_UTIL_PCT * busy + extra;
+            let temp = self.temps.get(i).copied().unwrap_or(AMBIENT_C);
+            // A GPU at its slowdown temperature slows down instead of getting hotter.
+            let temp = (temp + TEMP_LAG * (target - temp)).min(SLOWDOWN_C + 1.0);
+            if let Some(t) = self.temps.get_mut(i) {
+                *t = temp;
+            }
+            let loaded = busy > 0.0;
+            let throttled = loaded && temp >= SLOWDOWN_C;
             let limit = power_limit_w(total);
             let idle = limit * IDLE_POWER_FRACTION;
-            let draw = idle + (limit - idle) * busy / 100.0;
+            let busy_share = if throttled { busy / 100.0 * THROTTLED_CLOCK_FRACTION } else { busy / 100.0 };
+            let draw = idle + (limit - idle) * busy_share;
             s.power_limit_w = Some(limit);
             s.power_draw_w = Some(draw);
             if let Some(e) = self.energy_mj.get_mut(i) {
                 *e += draw * elapsed_s * 1000.0;
                 s.energy_mj = Some(*e as u64);
             }
-            let target = AMBIENT_C + C_PER_UTIL_PCT * busy;
-            let temp = self.temps.get(i).copied().unwrap_or(AMBIENT_C);
-            let temp = temp + TEMP_LAG * (target - temp);
-            if let Some(t) = self.temps.get_mut(i) {
-                *t = temp;
-            }
             s.temperature_c = Some(temp);
+            s.slowdown_temperature_c = Some(SLOWDOWN_C);
             s.memory_temperature_c = Some(temp + MEMORY_TEMP_OFFSET_C);
             s.fan_pct = Some((FAN_IDLE_PCT + FAN_PCT_PER_C * (temp - AMBIENT_C)).clamp(0.0, 100.0));
-            let loaded = busy > 0.0;
-            s.sm_clock_mhz = Some(if loaded { SM_CLOCK_BOOST_MHZ } else { SM_CLOCK_IDLE_MHZ });
+            s.sm_clock_mhz = Some(match (loaded, throttled) {
+                (false, _) => SM_CLOCK_IDLE_MHZ,
+                (true, false) => SM_CLOCK_BOOST_MHZ,
+                (true, true) => (f64::from(SM_CLOCK_BOOST_MHZ) * THROTTLED_CLOCK_FRACTION) as u32,
+            });
             s.mem_clock_mhz = Some(MEM_CLOCK_MHZ);
             s.pstate = Some(if loaded { "P0" } else { "P8" }.to_string());
-            s.throttle_reasons = Some(if loaded { Vec::new() } else { vec!["idle".to_string()] });
+            s.throttle_reasons = Some(match (loaded, throttled) {
+                (false, _) => vec!["idle".to_string()],
+                (true, false) => Vec::new(),
+                (true, true) => vec!["hw_thermal_slowdown".to_string()],
+            });
             out.push(s);
         }
         Ok(out)
@@ -639,6 +682,32 @@ mod tests {
     }
 
     #[test]
+    fn a_hot_gpu_slows_down_at_its_slowdown_temperature_under_load_and_the_others_do_not() {
+        let (loads, source) = shared_loads();
+        let mut s = Simulated::parse("4xH100-80GB:hot=2", "h").expect("spec").with_loads(source);
+        let uuids: Vec<String> = s.inventory().expect("inv").into_iter().map(|g| g.uuid).collect();
+        let idle = s.sample().expect("sample");
+        assert!(idle.iter().all(|g| g.throttle_reasons == Some(vec!["idle".to_string()])), "idle first");
+        for u in &uuids {
+            loads.lock().expect("lock").insert(u.clone(), load(100.0, 1000, &[1]));
+        }
+        let mut last = Vec::new();
+        for _ in 0..6 {
+            last = s.sample().expect("sample");
+        }
+        let hot = &last[2];
+        assert_eq!(hot.throttle_reasons, Some(vec!["hw_thermal_slowdown".to_string()]));
+        assert!(hot.temperature_c.expect("t") >= SLOWDOWN_C, "{:?}", hot.temperature_c);
+        assert_eq!(hot.sm_clock_mhz, Some(1188));
+        assert!(hot.power_draw_w.expect("w") < 700.0);
+        for g in [&last[0], &last[1], &last[3]] {
+            assert_eq!((g.throttle_reasons.as_deref(), g.sm_clock_mhz), (Some(&[][..]), Some(SM_CLOCK_BOOST_MHZ)));
+            assert!(g.temperature_c.expect("t") < 81.0);
+            assert_eq!(g.slowdown_temperature_c, Some(SLOWDOWN_C));
+        }
+    }
+
+    #[test]
     fn bad_specs_say_what_is_wrong() {
         for (spec, why) in [
             ("eight", "NxMODEL"),
@@ -646,6 +715,8 @@ mod tests {
             ("65xH100", "1 to 64"),
             ("1xH100:mig=7g.80gb+1g.10gb", "8 compute slices"),
             ("", "no GPUs"),
+            ("4xH100:hot=4", "hot=\"4\""),
+            ("4xH100:cold=1", "unknown option"),
         ] {
             let e = Simulated::parse(spec, "h").expect_err(spec).to_string();
             assert!(e.contains(why), "{spec}: {e}");

@@ -441,6 +441,7 @@ mod tests {
                     memory_used_mb: Some(150_000),
                     memory_total_mb: Some(196_592),
                     junction_temperature_c: Some(71.0),
+                    slowdown_temperature_c: None,
                     power_draw_w: Some(612.0),
                     ..GpuSample::default()
                 },
@@ -531,6 +532,7 @@ mod tests {
             temperature_c: Some(1.0),
             memory_temperature_c: Some(1.0),
             junction_temperature_c: None,
+            slowdown_temperature_c: None,
             power_draw_w: Some(1.0),
             power_limit_w: Some(1.0),
             energy_mj: Some(1),

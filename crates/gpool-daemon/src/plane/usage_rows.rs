@@ -26,7 +26,7 @@ pub fn usage_from_rows(rows: &[SampleRow]) -> JobUsage {
             mig_profile: r.device.rsplit_once('(').and_then(|(_, p)| p.trim_end_matches(')').parse().ok()),
             points: Vec::new(),
         });
-        d.points.push(DevicePoint { at: Time::from_millis(r.at_ms), util: r.gpu_util, memory_used_mb: r.memory_mb });
+        d.points.push(DevicePoint { at: Time::from_millis(r.at_ms), util: r.gpu_util, memory_used_mb: r.memory_mb, ..DevicePoint::default() });
         if let Some(c) = r.cpu_cores {
             cpu.insert(r.at_ms, c);
         }
@@ -140,7 +140,7 @@ pub fn decode_final_series(text: &str) -> Option<JobUsage> {
                 points: d
                     .points
                     .into_iter()
-                    .map(|(at, util, mem)| DevicePoint { at: Time::from_millis(at), util, memory_used_mb: mem })
+                    .map(|(at, util, mem)| DevicePoint { at: Time::from_millis(at), util, memory_used_mb: mem, ..DevicePoint::default() })
                     .collect(),
             })
             .collect(),
@@ -171,6 +171,7 @@ mod tests {
                 at: Time::from_millis(i * 1000),
                 util: Some(i as f64 % 100.0),
                 memory_used_mb: Some(7),
+                ..DevicePoint::default()
             })
             .collect();
         let u = JobUsage {

@@ -40,6 +40,9 @@ pub struct NvidiaSmi {
     report_only: bool,
     /// What failed while the rest answered (see [`Backend::degraded`]).
     degraded: Vec<Degraded>,
+    /// Each GPU's slowdown temperature by UUID, read once from the report
+    /// (`--query-gpu` has no field for it); `None` until first asked.
+    slowdown_c: Option<std::collections::HashMap<String, f64>>,
 }
 
 impl NvidiaSmi {
@@ -60,6 +63,7 @@ impl NvidiaSmi {
             program: program.into(),
             timeout: NvidiaSmi::DEFAULT_TIMEOUT,
             report_only: false,
+            slowdown_c: None,
             degraded: Vec::new(),
         }
     }
@@ -245,6 +249,20 @@ impl Backend for NvidiaSmi {
                 why: refusal(&e),
                 instead: "GPU processes are not listed or matched to jobs".into(),
             }),
+        }
+        // Thresholds do not change while the driver runs: read them once, and
+        // a report that does not answer leaves them unknown (no heat check
+        // by threshold, throttle reasons still count).
+        if self.slowdown_c.is_none() {
+            let found = self.report().map(|r| {
+                r.gpus.iter().filter_map(|g| Some((g.sample.uuid.clone(), g.sample.slowdown_temperature_c?))).collect()
+            });
+            self.slowdown_c = Some(found.unwrap_or_default());
+        }
+        if let Some(known) = &self.slowdown_c {
+            for s in samples.iter_mut() {
+                s.slowdown_temperature_c = known.get(&s.uuid).copied();
+            }
         }
         if rows.iter().any(|r| r.mig_mode == Some(true)) {
             // Per-instance memory and the instance of each process are only in the report.

@@ -296,6 +296,7 @@ pub fn parse_query_gpu(text: &str, fields: Option<&[&str]>) -> Result<Vec<QueryG
             temperature_c: t.with_unit(row, "temperature.gpu", value::celsius),
             memory_temperature_c: t.with_unit(row, "temperature.memory", value::celsius),
             junction_temperature_c: None,
+            slowdown_temperature_c: None,
             power_draw_w: first(&["power.draw", "power.draw.average", "power.draw.instant"], value::watts),
             power_limit_w: first(&["enforced.power.limit", "power.limit"], value::watts),
             energy_mj: None,

@@ -66,6 +66,7 @@ impl DmonRow {
             temperature_c: f("gtemp"),
             memory_temperature_c: f("mtemp"),
             junction_temperature_c: None,
+            slowdown_temperature_c: None,
             gpu_util_pct: f("sm"),
             mem_util_pct: f("mem"),
             mem_clock_mhz: clock("mclk"),

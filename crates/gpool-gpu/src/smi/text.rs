@@ -186,6 +186,7 @@ fn gpu(t: &Tree, g: usize, index: u32) -> Result<ReportGpu, GpuError> {
         temperature_c: t.value(g, &["Temperature", "GPU Current Temp"]).and_then(|v| value::celsius(v, None)),
         memory_temperature_c: t.value(g, &["Temperature", "Memory Current Temp"]).and_then(|v| value::celsius(v, None)),
         junction_temperature_c: None,
+        slowdown_temperature_c: t.value(g, &["Temperature", "GPU Slowdown Temp"]).and_then(|v| value::celsius(v, None)),
         power_draw_w: power(&["Power Draw", "Average Power Draw", "Instantaneous Power Draw"]),
         power_limit_w: power(&["Current Power Limit", "Enforced Power Limit", "Power Limit"]),
         energy_mj: None,

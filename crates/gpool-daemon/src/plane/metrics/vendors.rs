@@ -57,6 +57,7 @@ mod tests {
                 memory_used_mb: Some(150_000),
                 memory_total_mb: Some(196_592),
                 junction_temperature_c: Some(71.0),
+                slowdown_temperature_c: None,
                 power_draw_w: Some(612.0),
                 ..GpuSample::default()
             },
