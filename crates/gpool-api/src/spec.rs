@@ -259,6 +259,11 @@ pub struct JobSpec {
     /// When a node running it fails (or a replica is lost): `requeue` (default) or `fail`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_node_failure: Option<NodeFailure>,
+    /// When a replica of its gang holds the others back (a GPU slowing down
+    /// for heat, say): `requeue` stops the gang with its grace period and
+    /// places it again away from that GPU; `none` (default) names it only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_straggler: Option<OnStraggler>,
     /// Whether it may run on spot nodes, which their provider can take back:
     /// `never`, `allowed` or `preferred` (default: its queue's, else `allowed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -333,6 +338,16 @@ impl Default for ServiceTarget {
     }
 }
 
+/// What gpool does about a straggler in a job's gang.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStraggler {
+    /// Name it in `gpool advise`, an alert and an event.
+    None,
+    /// Also stop the gang (grace period, checkpoint) and place it again away from the slow GPU.
+    Requeue,
+}
+
 /// What happens to a job when a node it runs on fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -373,6 +388,7 @@ impl JobSpec {
             after_not_ok: Vec::new(),
             retries: 0,
             on_node_failure: None,
+            on_straggler: None,
             spot: None,
             image: None,
             service: None,

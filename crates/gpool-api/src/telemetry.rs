@@ -82,6 +82,10 @@ pub struct UsageSummary {
     pub peak_memory_mb: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_cpu_cores: Option<f64>,
+    /// Energy its GPUs drew, watt-hours, from their power samples (a MIG
+    /// instance or a GPU share counts its part of the GPU's draw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_wh: Option<f64>,
     /// What the GPU-hours cost at the configured price, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,

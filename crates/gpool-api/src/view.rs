@@ -204,6 +204,10 @@ pub struct DeviceView {
     /// The latest reading, once the node's sampler has sent one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<crate::telemetry::DeviceTelemetry>,
+    /// Why the GPU is degraded (slowing down for heat), while it is: new
+    /// gangs avoid it while another fit exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 /// One job's share of a shared GPU.
@@ -232,6 +236,9 @@ pub struct CostRow {
     pub dollars: f64,
     pub gpu_hours: f64,
     pub jobs: u64,
+    /// Energy the GPUs drew for these jobs, watt-hours (where power was sampled).
+    #[serde(default)]
+    pub energy_wh: f64,
 }
 
 /// An elastic node pool (`gpool pools`, `GET /api/v1/pools`).

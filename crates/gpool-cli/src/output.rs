@@ -152,6 +152,11 @@ pub(crate) fn gpus_of(j: &api::JobView) -> String {
 }
 
 /// Lines describing a job's usage, for `gpool show`.
+/// `850 Wh`, `12.4 kWh`.
+pub(crate) fn energy(wh: f64) -> String {
+    if wh >= 1000.0 { format!("{:.1} kWh", wh / 1000.0) } else { format!("{wh:.0} Wh") }
+}
+
 pub(crate) fn usage_lines(u: &api::UsageSummary, curve: &[f64]) -> Vec<String> {
     let mut out = vec![format!(
         "  GPU-hours        {:.3}{}, of which idle {:.3}",
@@ -167,6 +172,9 @@ pub(crate) fn usage_lines(u: &api::UsageSummary, curve: &[f64]) -> Vec<String> {
     }
     if let Some(c) = u.mean_cpu_cores {
         out.push(format!("  CPU              {c:.1} cores on average"));
+    }
+    if let Some(wh) = u.energy_wh {
+        out.push(format!("  GPU energy       {}", energy(wh)));
     }
     out
 }

@@ -211,6 +211,10 @@ impl UsageB {
         self.0.mean_gpu_util = Some(mean);
         self
     }
+    pub(crate) fn energy_wh(mut self, wh: f64) -> UsageB {
+        self.0.energy_wh = Some(wh);
+        self
+    }
     pub(crate) fn peak_memory_mb(mut self, mb: u64) -> UsageB {
         self.0.peak_memory_mb = Some(mb);
         self
@@ -402,6 +406,7 @@ pub(crate) fn gpu(index: u32, model: &str) -> GpuB {
         name: Some(format!("NVIDIA {model}")),
         pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index)),
         telemetry: None,
+        degraded: None,
     })
 }
 
@@ -414,6 +419,10 @@ impl GpuB {
     }
     pub(crate) fn telemetry(mut self, r: ReadingB) -> GpuB {
         self.0.telemetry = Some(r.0);
+        self
+    }
+    pub(crate) fn degraded(mut self, why: &str) -> GpuB {
+        self.0.degraded = Some(why.into());
         self
     }
     pub(crate) fn mig(mut self, m: MigB) -> GpuB {

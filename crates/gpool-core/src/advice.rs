@@ -213,9 +213,15 @@ fn straggler_of(u: &JobUsage, now: Time) -> Option<crate::straggler::Straggler> 
 pub fn straggler_finding(s: &crate::straggler::Straggler) -> Finding {
     use crate::straggler::StragglerReason as R;
     let fix = match &s.reason {
-        R::Thermal { .. } => "the GPU is marked degraded and new gangs avoid it; check its cooling (fans, air path, a blocked filter)",
-        R::PowerCap { .. } => "check the GPU's power limit (nvidia-smi -q -d POWER) and the node's power budget (gpool power)",
-        R::SlowerModel { .. } => "ask for one GPU model (--gpu-model, nvidia.com/gpu.product) so every replica gets the same",
+        R::Thermal { .. } => {
+            "the GPU is marked degraded and new gangs avoid it; check its cooling (fans, air path, a blocked filter)"
+        }
+        R::PowerCap { .. } => {
+            "check the GPU's power limit (nvidia-smi -q -d POWER) and the node's power budget (gpool power)"
+        }
+        R::SlowerModel { .. } => {
+            "ask for one GPU model (--gpu-model, nvidia.com/gpu.product) so every replica gets the same"
+        }
         R::BusyNeighbour { .. } => "ask for whole GPUs instead of shares for gang work",
         R::AcrossNuma { .. } => "ask for fewer GPUs per replica, or nodes whose GPUs share a NUMA node",
         R::SlowClock => "check the GPU's clocks (nvidia-smi -q -d CLOCK,PERFORMANCE) and its application clocks",

@@ -27,16 +27,25 @@ pub enum Metric {
     EccUncorrected,
     /// The last XID error (0 = none).
     Xid,
+    /// 1 while the GPU is degraded for heat (`heat.rs`), else 0.
+    ThermalSlowdown,
+    /// 1 while a replica of the job's gang holds the others back (`straggler.rs`), else 0.
+    Straggler,
+    /// Measured draw under a power budget, percent of the budget.
+    PowerBudgetUse,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 6] = [
+    pub const ALL: [Metric; 9] = [
         Metric::GpuUtil,
         Metric::MemoryUsedPct,
         Metric::Temperature,
         Metric::PowerDraw,
         Metric::EccUncorrected,
         Metric::Xid,
+        Metric::ThermalSlowdown,
+        Metric::Straggler,
+        Metric::PowerBudgetUse,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -47,6 +56,9 @@ impl Metric {
             Metric::PowerDraw => "power_draw",
             Metric::EccUncorrected => "ecc_uncorrected",
             Metric::Xid => "xid",
+            Metric::ThermalSlowdown => "thermal_slowdown",
+            Metric::Straggler => "straggler",
+            Metric::PowerBudgetUse => "power_budget_use",
         }
     }
 
@@ -56,10 +68,10 @@ impl Metric {
 
     fn unit(self) -> &'static str {
         match self {
-            Metric::GpuUtil | Metric::MemoryUsedPct => "%",
+            Metric::GpuUtil | Metric::MemoryUsedPct | Metric::PowerBudgetUse => "%",
             Metric::Temperature => " °C",
             Metric::PowerDraw => " W",
-            Metric::EccUncorrected | Metric::Xid => "",
+            Metric::EccUncorrected | Metric::Xid | Metric::ThermalSlowdown | Metric::Straggler => "",
         }
     }
 }
@@ -74,6 +86,8 @@ pub enum Scope {
     /// A running job: the mean over its GPUs (for utilisation) or the worst
     /// of them (for the other metrics).
     Job,
+    /// A power budget (a node's, a label's, a pool's).
+    PowerBudget,
 }
 
 impl Scope {
@@ -82,11 +96,12 @@ impl Scope {
             Scope::Gpu => "gpu",
             Scope::AllocatedGpu => "allocated_gpu",
             Scope::Job => "job",
+            Scope::PowerBudget => "power_budget",
         }
     }
 
     pub fn parse(s: &str) -> Option<Scope> {
-        [Scope::Gpu, Scope::AllocatedGpu, Scope::Job].into_iter().find(|x| x.as_str() == s)
+        [Scope::Gpu, Scope::AllocatedGpu, Scope::Job, Scope::PowerBudget].into_iter().find(|x| x.as_str() == s)
     }
 }
 
@@ -167,6 +182,17 @@ impl Rule {
             rule("GpuTemperatureHigh", Scope::Gpu, Metric::Temperature, Above, 85.0, 10, Severity::Critical),
             rule("GpuEccUncorrectable", Scope::Gpu, Metric::EccUncorrected, Above, 0.0, 0, Severity::Critical),
             rule("GpuXidError", Scope::Gpu, Metric::Xid, Above, 0.0, 0, Severity::Critical),
+            rule("GpuThermalSlowdown", Scope::Gpu, Metric::ThermalSlowdown, Above, 0.0, 0, Severity::Warning),
+            rule("GangStraggler", Scope::Job, Metric::Straggler, Above, 0.0, 0, Severity::Warning),
+            rule(
+                "PowerBudgetExceeded",
+                Scope::PowerBudget,
+                Metric::PowerBudgetUse,
+                Above,
+                100.0,
+                2,
+                Severity::Critical,
+            ),
         ]
     }
 }
@@ -180,6 +206,9 @@ pub struct Reading {
     pub power_draw: Option<f64>,
     pub ecc_uncorrected: Option<f64>,
     pub xid: Option<f64>,
+    pub thermal_slowdown: Option<f64>,
+    pub straggler: Option<f64>,
+    pub power_budget_use: Option<f64>,
 }
 
 impl Reading {
@@ -191,6 +220,9 @@ impl Reading {
             Metric::PowerDraw => self.power_draw,
             Metric::EccUncorrected => self.ecc_uncorrected,
             Metric::Xid => self.xid,
+            Metric::ThermalSlowdown => self.thermal_slowdown,
+            Metric::Straggler => self.straggler,
+            Metric::PowerBudgetUse => self.power_budget_use,
         }
         .filter(|v| v.is_finite())
     }
@@ -204,6 +236,7 @@ pub enum Kind {
         allocated: bool,
     },
     Job,
+    PowerBudget,
 }
 
 /// One subject's reading.
@@ -213,7 +246,8 @@ pub struct Observation {
     pub subject: String,
     pub kind: Kind,
     pub reading: Reading,
-    /// Labels carried into the alert (node, gpu, uuid, job, user, …).
+    /// Labels carried into the alert (node, gpu, uuid, job, user, …); a
+    /// `detail` label is said at the end of the alert's summary.
     pub labels: Vec<(String, String)>,
 }
 
@@ -272,7 +306,7 @@ impl Engine {
 
     fn applies(rule: &Rule, kind: Kind) -> bool {
         match (rule.scope, kind) {
-            (Scope::Gpu, Kind::Gpu { .. }) | (Scope::Job, Kind::Job) => true,
+            (Scope::Gpu, Kind::Gpu { .. }) | (Scope::Job, Kind::Job) | (Scope::PowerBudget, Kind::PowerBudget) => true,
             (Scope::AllocatedGpu, Kind::Gpu { allocated }) => allocated,
             _ => false,
         }
@@ -282,8 +316,9 @@ impl Engine {
         let job = labels.iter().find(|(k, _)| k == "job_id").map(|(_, v)| format!(" (job {v})")).unwrap_or_default();
         let unit = rule.metric.unit();
         if firing {
+            let detail = labels.iter().find(|(k, _)| k == "detail").map(|(_, v)| format!(": {v}")).unwrap_or_default();
             format!(
-                "{} on {subject}{job}: {} is {value:.0}{unit}, {}",
+                "{} on {subject}{job}: {} is {value:.0}{unit}, {}{detail}",
                 rule.name,
                 rule.metric.as_str(),
                 rule.condition()

@@ -496,8 +496,7 @@ impl<'s> Capacity<'s> {
         only: Option<usize>,
     ) -> Option<(u32, Fit)> {
         let frag = s == PlacementStrategy::Fragmentation;
-        let scan_all =
-            frag || job.spec.has_preferences() || self.snap.mixed_pool_kinds() || self.snap.health_in_use();
+        let scan_all = frag || job.spec.has_preferences() || self.snap.mixed_pool_kinds() || self.snap.health_in_use();
         let mut best: Option<(Score, u32, Fit)> = None;
         for m in 0..self.snap.models.len() {
             if only.is_some_and(|o| o != m) || !job.model_allows_index(self.snap, m) {
@@ -910,7 +909,15 @@ pub(crate) fn fit_share(
             PlacementStrategy::Fragmentation => -growth(bit, share.milli),
         };
         if best.as_ref().is_none_or(|b| b.rank < Some(rank)) {
-            best = Some(Fit { gpus: bit, mig: 0, topology: 2, avail: free_gpus, share: Some(share), rank: Some(rank), healthy: true });
+            best = Some(Fit {
+                gpus: bit,
+                mig: 0,
+                topology: 2,
+                avail: free_gpus,
+                share: Some(share),
+                rank: Some(rank),
+                healthy: true,
+            });
         }
     }
     best
@@ -919,9 +926,15 @@ pub(crate) fn fit_share(
 /// Whether one replica of `job` fits node `e` given free resources `nf`, and where.
 pub(crate) fn fit_on(snap: &Snapshot, e: &NodeEntry, nf: &NodeFree, job: &Job) -> Option<Fit> {
     match &job.spec.replica.gpu {
-        GpuRequest::None => {
-            fits_host(nf, job).then_some(Fit { gpus: 0, mig: 0, topology: 2, avail: 0, share: None, rank: None, healthy: true })
-        }
+        GpuRequest::None => fits_host(nf, job).then_some(Fit {
+            gpus: 0,
+            mig: 0,
+            topology: 2,
+            avail: 0,
+            share: None,
+            rank: None,
+            healthy: true,
+        }),
         GpuRequest::Share { milli, memory_mb } => {
             fit_share(snap, e, nf, job, (*milli, *memory_mb), PlacementStrategy::BestFit, |_, _| 0)
         }

@@ -77,9 +77,9 @@ pub fn hot_reason(s: &HeatSample) -> Option<String> {
         return Some(format!("{}{at}", throttle::names(thermal).join(", ")));
     }
     match (s.temperature_c, s.slowdown_c) {
-        (Some(t), Some(limit)) if t.is_finite() && limit > 0.0 && t >= limit - NEAR_SLOWDOWN_C => Some(format!(
-            "{t:.0} °C, within {NEAR_SLOWDOWN_C:.0} °C of its slowdown temperature {limit:.0} °C"
-        )),
+        (Some(t), Some(limit)) if t.is_finite() && limit > 0.0 && t >= limit - NEAR_SLOWDOWN_C => {
+            Some(format!("{t:.0} °C, within {NEAR_SLOWDOWN_C:.0} °C of its slowdown temperature {limit:.0} °C"))
+        }
         _ => None,
     }
 }

@@ -56,13 +56,13 @@ pub mod resources;
 mod running;
 pub mod runtime_history;
 mod schedule;
-pub mod service_rollout;
 pub mod series;
+pub mod service_rollout;
 pub mod service_scaler;
-pub mod straggler;
 mod shapes;
 mod shares;
 pub mod snapshot;
+pub mod straggler;
 pub mod time;
 pub mod windows;
 

@@ -29,10 +29,12 @@ pub struct DeviceSeries {
     /// `Some` for a MIG instance.
     pub mig_profile: Option<MigProfile>,
     pub points: Vec<DevicePoint>,
-    /// The node it is on, the rank of the replica that holds it, its GPU
+    /// The node it is on, its GPU, the rank of the replica that holds it, its GPU
     /// model, NUMA node, and whether it is a share of a GPU: what
     /// [`crate::straggler`] compares. Empty or `None` where unknown.
     pub node: String,
+    /// The index of its GPU on the node.
+    pub gpu: Option<u32>,
     pub rank: Option<u32>,
     pub model: Option<String>,
     pub numa_node: Option<u32>,

@@ -26,8 +26,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::series::DeviceSeries;
 use crate::heat::throttle;
+use crate::series::DeviceSeries;
 use crate::time::{Time, human_duration};
 
 /// How far back the comparison looks.
@@ -75,7 +75,9 @@ impl fmt::Display for StragglerReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StragglerReason::Thermal { reasons } => write!(f, "its GPU slows down for heat ({})", reasons.join(", ")),
-            StragglerReason::PowerCap { reasons } => write!(f, "its GPU is held at a power cap ({})", reasons.join(", ")),
+            StragglerReason::PowerCap { reasons } => {
+                write!(f, "its GPU is held at a power cap ({})", reasons.join(", "))
+            }
             StragglerReason::SlowerModel { model, others } => write!(f, "its GPU is a {model} among {others}"),
             StragglerReason::BusyNeighbour { gpu_util } => {
                 write!(f, "it shares its GPU with a busy neighbour (the GPU is {gpu_util:.0}% busy)")
@@ -92,8 +94,10 @@ impl fmt::Display for StragglerReason {
 /// The replica that holds its gang back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Straggler {
-    /// The device's name (`node1/gpu2`).
+    /// The device's name (`node1/gpu2`), node and GPU index.
     pub device: String,
+    pub node: String,
+    pub gpu: Option<u32>,
     /// Its replica's rank, where known.
     pub rank: Option<u32>,
     pub reason: StragglerReason,
@@ -195,8 +199,7 @@ fn numa_spread(w: &Window, all: &[Window]) -> Option<Vec<u32>> {
 /// too few samples.
 pub fn find_straggler(devices: &[DeviceSeries], now: Time, span: Duration) -> Option<Straggler> {
     let from = now.minus(span);
-    let all: Vec<Window> =
-        devices.iter().map(|d| window(d, from)).filter(|w| w.points >= MIN_POINTS).collect();
+    let all: Vec<Window> = devices.iter().map(|d| window(d, from)).filter(|w| w.points >= MIN_POINTS).collect();
     if all.len() < 2 {
         return None;
     }
@@ -230,12 +233,18 @@ pub fn find_straggler(devices: &[DeviceSeries], now: Time, span: Duration) -> Op
                     w.points
                 ));
             }
-            return Some(Straggler { device: w.series.name.clone(), rank: w.series.rank, reason, evidence });
+            return Some(Straggler {
+                device: w.series.name.clone(),
+                node: w.series.node.clone(),
+                gpu: w.series.gpu,
+                rank: w.series.rank,
+                reason,
+                evidence,
+            });
         }
     }
     // By utilisation, when something explains it.
-    let (i, low) =
-        all.iter().enumerate().filter_map(|(i, w)| Some((i, w.util?))).min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let (i, low) = all.iter().enumerate().filter_map(|(i, w)| Some((i, w.util?))).min_by(|a, b| a.1.total_cmp(&b.1))?;
     let others: Vec<&Window> = all.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, w)| w).collect();
     let reference = median(others.iter().filter_map(|w| w.util).collect())?;
     if low >= reference - UTIL_GAP {
@@ -254,5 +263,12 @@ pub fn find_straggler(devices: &[DeviceSeries], now: Time, span: Duration) -> Op
         w.series.name,
         others.len()
     )];
-    Some(Straggler { device: w.series.name.clone(), rank: w.series.rank, reason, evidence })
+    Some(Straggler {
+        device: w.series.name.clone(),
+        node: w.series.node.clone(),
+        gpu: w.series.gpu,
+        rank: w.series.rank,
+        reason,
+        evidence,
+    })
 }

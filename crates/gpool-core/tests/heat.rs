@@ -135,7 +135,11 @@ fn the_straggler_of_a_gang_is_named_with_its_reason() {
             gang(device("n1/gpu2", 2, 1188, 100.0, &["hw_thermal_slowdown"])),
             Some(("n1/gpu2", Some(2), "thermal")),
         ),
-        ("power cap", gang(device("n1/gpu2", 2, 1400, 100.0, &["sw_power_cap"])), Some(("n1/gpu2", Some(2), "power_cap"))),
+        (
+            "power cap",
+            gang(device("n1/gpu2", 2, 1400, 100.0, &["sw_power_cap"])),
+            Some(("n1/gpu2", Some(2), "power_cap")),
+        ),
         ("slower model", gang(slower), Some(("n1/gpu2", Some(2), "slower_model"))),
         ("slow clock", gang(device("n1/gpu2", 2, 1500, 100.0, &[])), Some(("n1/gpu2", Some(2), "slow_clock"))),
         ("a few percent is level", gang(device("n1/gpu2", 2, 1850, 100.0, &[])), None),
@@ -186,7 +190,11 @@ fn the_advisor_names_the_straggler_before_it_has_enough_data_for_the_rest() {
         f.summary,
         "replica 2 on n1/gpu2 holds the gang back: its GPU slows down for heat (hw_thermal_slowdown)"
     );
-    assert!(f.evidence[0].contains("SM clock 1188 MHz on n1/gpu2 against a median of 1980 MHz on the other 3"), "{:?}", f.evidence);
+    assert!(
+        f.evidence[0].contains("SM clock 1188 MHz on n1/gpu2 against a median of 1980 MHz on the other 3"),
+        "{:?}",
+        f.evidence
+    );
     let ended = advise(&JobUsage { ended: true, ..u }, &Thresholds::default());
     assert!(ended.findings.iter().all(|f| f.kind != FindingKind::Straggler), "no straggler of an ended job");
 }

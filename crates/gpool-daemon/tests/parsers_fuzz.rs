@@ -35,6 +35,7 @@ fn spec_like() -> impl Strategy<Value = String> {
         "workdir",
         "preemptible",
         "onNodeFailure",
+        "onStraggler",
         "gpuModel",
         "required",
         "key",

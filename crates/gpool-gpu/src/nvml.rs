@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use nvml_wrapper::Nvml as Lib;
-use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, PerformanceState, TemperatureSensor, TemperatureThreshold};
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PerformanceState, TemperatureSensor, TemperatureThreshold,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 

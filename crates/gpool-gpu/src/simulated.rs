@@ -225,7 +225,16 @@ impl Simulated {
         }
         let temps = vec![AMBIENT_C; gpus.len()];
         let energy_mj = vec![0.0; gpus.len()];
-        Ok(Simulated { gpus, host: host.to_string(), layouts: 0, loads: None, temps, hot, energy_mj, last_sample: None })
+        Ok(Simulated {
+            gpus,
+            host: host.to_string(),
+            layouts: 0,
+            loads: None,
+            temps,
+            hot,
+            energy_mj,
+            last_sample: None,
+        })
     }
 
     /// Samples follow what `source` says runs on each device (GPU or MIG

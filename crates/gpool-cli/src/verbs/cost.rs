@@ -36,22 +36,42 @@ pub(crate) fn render(r: &api::CostReport, output: &str) -> anyhow::Result<String
         "json" => return json(r),
         "yaml" => return Ok(serde_yaml_ng::to_string(r)?),
         "csv" => {
-            let mut out = format!("{},dollars,gpu_hours,jobs\n", r.by);
+            let mut out = format!("{},dollars,gpu_hours,jobs,energy_kwh\n", r.by);
             for row in &r.rows {
                 let key = if row.key.contains([',', '"']) {
                     format!("\"{}\"", row.key.replace('"', "\"\""))
                 } else {
                     row.key.clone()
                 };
-                out.push_str(&format!("{key},{:.2},{:.2},{}\n", row.dollars, row.gpu_hours, row.jobs));
+                out.push_str(&format!(
+                    "{key},{:.2},{:.2},{},{:.3}\n",
+                    row.dollars,
+                    row.gpu_hours,
+                    row.jobs,
+                    row.energy_wh / 1000.0
+                ));
             }
             return Ok(out);
         }
         _ => {}
     }
-    let mut lines = vec![format!("{:<20} {:>12} {:>10} {:>6}", r.by.to_uppercase(), "DOLLARS", "GPU-HOURS", "JOBS")];
+    let mut lines = vec![format!(
+        "{:<20} {:>12} {:>10} {:>6} {:>10}",
+        r.by.to_uppercase(),
+        "DOLLARS",
+        "GPU-HOURS",
+        "JOBS",
+        "ENERGY-KWH"
+    )];
     for row in &r.rows {
-        lines.push(format!("{:<20} {:>12.2} {:>10.2} {:>6}", row.key, row.dollars, row.gpu_hours, row.jobs));
+        lines.push(format!(
+            "{:<20} {:>12.2} {:>10.2} {:>6} {:>10.3}",
+            row.key,
+            row.dollars,
+            row.gpu_hours,
+            row.jobs,
+            row.energy_wh / 1000.0
+        ));
     }
     lines.push(format!("{:<20} {:>12.2}   (jobs that ran since {})", "TOTAL", r.total_dollars, r.since));
     Ok(text(lines))
@@ -69,6 +89,7 @@ mod tests {
             dollars,
             gpu_hours,
             jobs,
+            energy_wh: gpu_hours * 550.0,
         };
         let r = api::CostReport {
             by: "team".into(),

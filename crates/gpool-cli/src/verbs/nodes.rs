@@ -85,6 +85,9 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
                 d.uuid,
                 if d.mig.is_empty() { who } else { "MIG".into() }
             ));
+            if let Some(why) = &d.degraded {
+                lines.push(format!("    degraded: {why} (new gangs avoid it)"));
+            }
             for m in &d.mig {
                 lines.push(format!(
                     "    MIG {:<10} {:>10}  {}  {}",
@@ -115,7 +118,7 @@ mod tests {
                         .telemetry(reading().util(97.0).memory(70_000, 81_559).temp(64.0).power(612.4)),
                 )
                 .device(gpu(1, "H100-80GB").telemetry(reading().util(0.0).memory(0, 81_559).temp(31.0).power(71.0)))
-                .device(gpu(2, "H100-80GB").telemetry(reading()))
+                .device(gpu(2, "H100-80GB").telemetry(reading()).degraded("hw_thermal_slowdown at 91 °C"))
                 .device(gpu(3, "H100-80GB").mig(mig("3g.40gb", 1).job(2).used(12_000)).mig(mig("1g.10gb", 2)))
                 .jobs(&[1, 2])
                 .free(40.5, 262_144)

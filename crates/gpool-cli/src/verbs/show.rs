@@ -187,7 +187,7 @@ mod tests {
             .ended("2025-03-01T10:30:00Z")
             .exit(Some(1), None)
             .attempt(2, 1)
-            .usage(usage(3.25, 1.5).util(41.6).peak_memory_mb(61_440).cpu(7.25).cost(13.0))
+            .usage(usage(3.25, 1.5).util(41.6).peak_memory_mb(61_440).cpu(7.25).cost(13.0).energy_wh(1_862.0))
             .build();
         let curve: Vec<f64> = (0..120).map(|i| f64::from(i % 40) * 2.5).collect();
         let adv = advice(7)

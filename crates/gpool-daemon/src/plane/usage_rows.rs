@@ -25,8 +25,14 @@ pub fn usage_from_rows(rows: &[SampleRow]) -> JobUsage {
             memory_total_mb: r.memory_total_mb,
             mig_profile: r.device.rsplit_once('(').and_then(|(_, p)| p.trim_end_matches(')').parse().ok()),
             points: Vec::new(),
+            ..DeviceSeries::default()
         });
-        d.points.push(DevicePoint { at: Time::from_millis(r.at_ms), util: r.gpu_util, memory_used_mb: r.memory_mb, ..DevicePoint::default() });
+        d.points.push(DevicePoint {
+            at: Time::from_millis(r.at_ms),
+            util: r.gpu_util,
+            memory_used_mb: r.memory_mb,
+            ..DevicePoint::default()
+        });
         if let Some(c) = r.cpu_cores {
             cpu.insert(r.at_ms, c);
         }
@@ -140,8 +146,14 @@ pub fn decode_final_series(text: &str) -> Option<JobUsage> {
                 points: d
                     .points
                     .into_iter()
-                    .map(|(at, util, mem)| DevicePoint { at: Time::from_millis(at), util, memory_used_mb: mem, ..DevicePoint::default() })
+                    .map(|(at, util, mem)| DevicePoint {
+                        at: Time::from_millis(at),
+                        util,
+                        memory_used_mb: mem,
+                        ..DevicePoint::default()
+                    })
                     .collect(),
+                ..DeviceSeries::default()
             })
             .collect(),
         cpu: f.cpu.into_iter().map(|(at, cores)| CpuPoint { at: Time::from_millis(at), cores }).collect(),
@@ -180,6 +192,7 @@ mod tests {
                 memory_total_mb: 9_984,
                 mig_profile: None,
                 points,
+                ..DeviceSeries::default()
             }],
             ..JobUsage::default()
         };

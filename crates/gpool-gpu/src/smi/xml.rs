@@ -119,7 +119,8 @@ fn gpu(doc: &Document<'_>, g: Node<'_, '_>, index: u32) -> Result<ReportGpu, Gpu
         temperature_c: text(g, &["temperature", "gpu_temp"]).and_then(|v| value::celsius(v, None)),
         memory_temperature_c: text(g, &["temperature", "memory_temp"]).and_then(|v| value::celsius(v, None)),
         junction_temperature_c: None,
-        slowdown_temperature_c: text(g, &["temperature", "gpu_temp_slow_threshold"]).and_then(|v| value::celsius(v, None)),
+        slowdown_temperature_c: text(g, &["temperature", "gpu_temp_slow_threshold"])
+            .and_then(|v| value::celsius(v, None)),
         power_draw_w: power_of(&["power_draw", "average_power_draw", "instant_power_draw"]),
         power_limit_w: power_of(&["enforced_power_limit", "current_power_limit", "power_limit"]),
         // The report has no energy counter.

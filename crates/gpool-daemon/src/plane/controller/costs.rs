@@ -101,6 +101,7 @@ impl Controller {
         let everyone = matches!(caller.role, Role::Admin | Role::Reader);
         let mut ledger = CostLedger::default();
         let mut jobs_per: BTreeMap<String, u64> = BTreeMap::new();
+        let mut energy_per: BTreeMap<String, f64> = BTreeMap::new();
         let mut after = None;
         loop {
             let q = gpool_store::JobQuery {
@@ -122,7 +123,8 @@ impl Controller {
                 }
                 let (live, live_pool) = self.live_cost(d.id, now).map_or((0.0, None), |(c, p)| (c, Some(p)));
                 let done = d.usage.as_ref().and_then(|u| u.cost_usd).unwrap_or(0.0);
-                let hours = self.usage_summary(&d).map_or(0.0, |u| u.gpu_hours);
+                let usage = self.usage_summary(&d);
+                let hours = usage.as_ref().map_or(0.0, |u| u.gpu_hours);
                 let pool = live_pool.or_else(|| d.pool.clone()).unwrap_or_else(|| "-".into());
                 let key = ChargeKey {
                     job: d.id,
@@ -138,6 +140,7 @@ impl Controller {
                     CostGroup::Queue => d.queue.clone(),
                     CostGroup::Pool => pool.clone(),
                 };
+                *energy_per.entry(name.clone()).or_default() += usage.and_then(|u| u.energy_wh).unwrap_or(0.0);
                 *jobs_per.entry(name).or_default() += 1;
                 ledger.add(key, done + live, hours);
             }
@@ -150,6 +153,7 @@ impl Controller {
             .into_iter()
             .map(|(key, dollars, gpu_hours)| api::CostRow {
                 jobs: jobs_per.get(&key).copied().unwrap_or(0),
+                energy_wh: (energy_per.get(&key).copied().unwrap_or(0.0) * 100.0).round() / 100.0,
                 key,
                 dollars: (dollars * 10_000.0).round() / 10_000.0,
                 gpu_hours: (gpu_hours * 10_000.0).round() / 10_000.0,

@@ -34,6 +34,11 @@ pub enum Stop {
     },
     /// A power budget over its nodes is over its watts (lowered live), and it was the lowest-priority work there.
     Power,
+    /// A replica of its gang held the others back (`straggler.rs`) and it
+    /// asked to be placed again (`onStraggler: requeue`).
+    Straggler {
+        device: String,
+    },
     /// Its queue's windows closed, and the queue stops its jobs then (`stopAtEnd`).
     Window {
         queue: String,
@@ -186,6 +191,10 @@ pub(super) fn merge_usage(a: Option<api::UsageSummary>, b: Option<api::UsageSumm
         mean_gpu_util: mean(a.mean_gpu_util, b.mean_gpu_util),
         peak_memory_mb: a.peak_memory_mb.max(b.peak_memory_mb),
         mean_cpu_cores: mean(a.mean_cpu_cores, b.mean_cpu_cores),
+        energy_wh: match (a.energy_wh, b.energy_wh) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
+        },
         cost_usd: match (a.cost_usd, b.cost_usd) {
             (None, None) => None,
             (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),

@@ -181,6 +181,11 @@ impl Controller {
             Some(Stop::Power) => {
                 Next::Requeue("stopped for a power budget lowered below what ran; requeued".into(), now, false)
             }
+            Some(Stop::Straggler { device }) => Next::Requeue(
+                format!("its replica on {device} held the gang back (onStraggler: requeue); requeued away from it"),
+                now,
+                false,
+            ),
             Some(Stop::Window { queue }) => Next::Requeue(
                 format!("stopped when queue {queue}'s window closed; requeued for its next window"),
                 now,

@@ -48,6 +48,7 @@ mod costs;
 mod docs;
 mod elastic;
 mod gpu_shares;
+mod health;
 mod history;
 mod idle;
 mod launch;

@@ -53,8 +53,9 @@ impl Controller {
                 continue;
             }
             let Some(run) = job.running() else { continue };
-            let here: Vec<&gpool_core::ReplicaPlacement> = run.placement.iter().filter(|p| p.node == node).collect();
-            let requested: u64 = here.iter().map(|p| p.cpus_milli).sum();
+            let here: Vec<(usize, &gpool_core::ReplicaPlacement)> =
+                run.placement.iter().enumerate().filter(|(_, p)| p.node == node).collect();
+            let requested: u64 = here.iter().map(|(_, p)| p.cpus_milli).sum();
             let cpus = Some(if requested > 0 { requested as f64 / 1000.0 } else { node_cpus });
             let holder = |mig_profile: Option<gpool_core::MigProfile>, memory_total_mb: u64| Holder {
                 job: j.0,
@@ -66,17 +67,26 @@ impl Controller {
                 mig_profile,
                 memory_total_mb,
                 share_milli: None,
+                rank: None,
+                model: None,
+                numa_node: None,
             };
-            for p in here {
+            for (rank, p) in here {
                 let (gpus, mig) = self.snap.replica_devices(p);
+                let on = |d: &gpool_core::Device, h: Holder| Holder {
+                    rank: Some(rank as u32),
+                    model: Some(d.model.to_string()),
+                    numa_node: d.numa_node,
+                    ..h
+                };
                 for d in gpus {
                     match p.share {
                         Some(s) => {
                             let h = Holder { share_milli: Some(s.milli), ..holder(None, s.memory_mb) };
-                            out.insert(DevRef::Share { gpu: d.index, job: j.0 }, h);
+                            out.insert(DevRef::Share { gpu: d.index, job: j.0 }, on(d, h));
                         }
                         None => {
-                            out.insert(DevRef::Gpu(d.index), holder(None, d.memory_mb));
+                            out.insert(DevRef::Gpu(d.index), on(d, holder(None, d.memory_mb)));
                         }
                     }
                 }
@@ -84,7 +94,10 @@ impl Controller {
                 // whose id the agent could not read has no readings to label.
                 for (d, m) in mig {
                     let Some(gi_id) = m.gi_id else { continue };
-                    out.insert(DevRef::Mig { gpu: d.index, gi_id }, holder(Some(m.profile.clone()), m.memory_mb));
+                    out.insert(
+                        DevRef::Mig { gpu: d.index, gi_id },
+                        on(d, holder(Some(m.profile.clone()), m.memory_mb)),
+                    );
                 }
             }
         }
@@ -116,7 +129,10 @@ impl Controller {
         {
             self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
         }
+        let name = r.node.clone();
         let out = self.telemetry.on_report(r, &holders);
+        self.on_heat(node, &name, &out.heat, now);
+        self.on_stragglers(&out.stragglers, now);
         // A full state disk keeps the readings in memory only (conditions.rs).
         if !out.rows.is_empty() && !self.state_disk_full {
             self.writes.push(Write::AppendSamples(out.rows));
@@ -477,6 +493,15 @@ impl Controller {
             preemptions_total: self.preemptions,
             gpu_hours,
             idle_gpu_seconds: self.telemetry.counters.idle_allocated_gpu_secs.clone(),
+            energy_joules: self.telemetry.counters.energy_joules.clone(),
+            job_energy: self
+                .snap
+                .running_jobs()
+                .filter_map(|j| {
+                    let wh = self.telemetry.summary(j.id.0)?.energy_wh?;
+                    Some((j.id.0, self.jobs.get(&j.id.0)?.user.clone(), wh * 3600.0))
+                })
+                .collect(),
             cost: self.cost_counters(now),
             idle_cost: self.waste_counters(),
             nodes: self

@@ -44,6 +44,9 @@ impl Controller {
                 Stop::Preempt { for_job } => format!("preempted for job {for_job}; checkpointing before it exits"),
                 Stop::Window { queue } => format!("queue {queue}'s window closed; checkpointing before it exits"),
                 Stop::Power => "a power budget was lowered below what runs; checkpointing before it exits".into(),
+                Stop::Straggler { device } => {
+                    format!("its replica on {device} holds the gang back; checkpointing to be placed again away from it")
+                }
                 Stop::TimeLimit => "time limit reached; waiting for its processes to exit".into(),
                 Stop::Idle { gpus } => format!("its {gpus} GPU(s) stayed idle; stopping it (its queue's idle policy)"),
                 Stop::GangFailure { rank } => format!("rank {rank} failed; stopping the other replicas"),
@@ -186,6 +189,7 @@ impl Controller {
                             telemetry: track.map(|t| {
                                 crate::plane::telemetry::device_view(t, |pid| self.telemetry.job_of_pid(&n.name, pid))
                             }),
+                            degraded: self.telemetry.degraded(&n.name, d.index).map(str::to_string),
                         }
                     })
                     .collect();

@@ -14,6 +14,8 @@ use gpool_api as api;
 use gpool_core::MigProfile;
 use gpool_core::advice::{CpuPoint, DevicePoint, DeviceSeries, JobUsage};
 use gpool_core::alert::{self, Engine, Kind, Observation, Reading, Transition};
+use gpool_core::heat::{HeatChange, HeatWatch};
+use gpool_core::straggler::Straggler;
 use gpool_core::time::Time;
 use gpool_gpu::GpuSample;
 use gpool_store::SampleRow;
@@ -57,6 +59,10 @@ pub struct Holder {
     pub memory_total_mb: u64,
     /// Its compute share (thousandths) of a shared GPU.
     pub share_milli: Option<u16>,
+    /// The rank of the replica that holds it, the GPU's model and NUMA node.
+    pub rank: Option<u32>,
+    pub model: Option<String>,
+    pub numa_node: Option<u32>,
 }
 
 /// The latest state of one GPU.
@@ -79,10 +85,11 @@ struct Bucket {
 struct DevTrack {
     name: String,
     total_mb: u64,
-    mig_profile: Option<MigProfile>,
     recent: VecDeque<DevicePoint>,
     bucket: Bucket,
     last_at_ms: Option<i64>,
+    /// What the straggler check compares: node, rank, model, NUMA node, shared (no points).
+    meta: DeviceSeries,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -101,6 +108,8 @@ struct JobTrack {
     peak_mb: Option<u64>,
     cpu_sum: f64,
     cpu_n: u64,
+    /// Energy its devices drew, joules (a MIG instance or share: its part of the GPU's).
+    energy_j: f64,
 }
 
 /// Cumulative figures for the exporter, since the daemon started.
@@ -108,6 +117,8 @@ struct JobTrack {
 pub struct Counters {
     /// Allocated GPU-seconds with the device idle, per (user, team).
     pub idle_allocated_gpu_secs: BTreeMap<(String, String), f64>,
+    /// Energy jobs' GPUs drew, joules, per (user, team).
+    pub energy_joules: BTreeMap<(String, String), f64>,
 }
 
 /// Settings.
@@ -129,6 +140,10 @@ impl Default for TelemetryConfig {
 pub struct Outcome {
     pub rows: Vec<SampleRow>,
     pub transitions: Vec<Transition>,
+    /// GPUs of the node whose heat changed state (`heat.rs`), by index.
+    pub heat: Vec<(u32, HeatChange)>,
+    /// Running gangs with a replica holding the others back now.
+    pub stragglers: Vec<(u64, Straggler)>,
 }
 
 /// All telemetry state. See the module docs.
@@ -139,6 +154,7 @@ pub struct Telemetry {
     pid_jobs: BTreeMap<String, BTreeMap<u32, u64>>,
     jobs: HashMap<u64, JobTrack>,
     alerts: Engine,
+    heat: HeatWatch<(String, u32)>,
     pub counters: Counters,
 }
 
@@ -199,6 +215,7 @@ impl Telemetry {
             pid_jobs: BTreeMap::new(),
             jobs: HashMap::new(),
             alerts: Engine::new(cfg.rules),
+            heat: HeatWatch::default(),
             counters: Counters::default(),
         }
     }
@@ -232,6 +249,11 @@ impl Telemetry {
             });
             track.at_ms = r.at_ms;
             track.sample = s.clone();
+            let key = (r.node.clone(), s.index);
+            if let Some(change) = self.heat.observe(&key, at, &health::heat_sample(s)) {
+                out.heat.push((s.index, change));
+            }
+            let degraded = self.heat.degraded(&key);
             if let Some(u) = s.gpu_util_pct {
                 if track.util_history.len() == GPU_HISTORY {
                     track.util_history.pop_front();
@@ -258,6 +280,9 @@ impl Telemetry {
                 labels.push(("job_id".into(), h.job.to_string()));
                 labels.push(("user".into(), h.user.clone()));
             }
+            if let Some(why) = degraded {
+                labels.push(("detail".into(), format!("degraded: {why}")));
+            }
             let allocated = whole.is_some() || devs.iter().any(|(d, _, _)| holders.contains_key(d));
             obs.push(Observation {
                 subject: format!("{}/gpu{}", r.node, s.index),
@@ -269,6 +294,8 @@ impl Telemetry {
                     power_draw: s.power_draw_w,
                     ecc_uncorrected: s.ecc_uncorrected_volatile.map(|v| v as f64),
                     xid: s.xid_last.map(|v| v as f64),
+                    thermal_slowdown: Some(if degraded.is_some() { 1.0 } else { 0.0 }),
+                    ..Reading::default()
                 },
                 labels,
             });
@@ -283,10 +310,10 @@ impl Telemetry {
                 let dev = job.devices.entry(name.clone()).or_insert_with(|| DevTrack {
                     name: name.clone(),
                     total_mb: h.memory_total_mb,
-                    mig_profile: h.mig_profile.clone(),
                     recent: VecDeque::new(),
                     bucket: Bucket { start_ms: r.at_ms, ..Bucket::default() },
                     last_at_ms: None,
+                    meta: health::device_meta(&r.node, &d, h),
                 });
                 // Time since this device's previous sample, for GPU-second accounting.
                 let dt = dev.last_at_ms.map_or(0.0, |t| ((r.at_ms - t).max(0) as f64) / 1000.0);
@@ -297,6 +324,9 @@ impl Telemetry {
                     (None, None) => 1.0,
                 };
                 job.gpu_secs += dt * equiv;
+                let joules = dt * equiv * s.power_draw_w.filter(|w| w.is_finite() && *w > 0.0).unwrap_or(0.0);
+                job.energy_j += joules;
+                *self.counters.energy_joules.entry((h.user.clone(), h.team.clone())).or_default() += joules;
                 if let Some(u) = util {
                     job.util_sum += u;
                     job.util_n += 1;
@@ -312,7 +342,14 @@ impl Telemetry {
                 if dev.recent.len() == JOB_RECENT {
                     dev.recent.pop_front();
                 }
-                dev.recent.push_back(DevicePoint { at, util, memory_used_mb: mem });
+                dev.recent.push_back(DevicePoint {
+                    at,
+                    util,
+                    memory_used_mb: mem,
+                    sm_clock_mhz: s.sm_clock_mhz,
+                    throttle: gpool_core::heat::throttle::bits(s.throttle_reasons.as_deref().unwrap_or_default()),
+                    gpu_util: matches!(d, DevRef::Share { .. }).then_some(s.gpu_util_pct).flatten(),
+                });
                 // Downsample: a row per device per interval.
                 if r.at_ms - dev.bucket.start_ms >= self.resolution_ms {
                     let b = std::mem::replace(&mut dev.bucket, Bucket { start_ms: r.at_ms, ..Bucket::default() });
@@ -361,15 +398,22 @@ impl Telemetry {
                 .values()
                 .filter_map(|d| d.recent.back().and_then(|p| pct(p.memory_used_mb, Some(d.total_mb))))
                 .reduce(f64::max);
+            let straggler = health::straggler(t.devices.values(), at);
+            let mut labels = vec![("job_id".into(), job.to_string()), ("user".into(), t.user.clone())];
+            if let Some(s) = &straggler {
+                labels.push(("detail".into(), s.to_string()));
+                out.stragglers.push((job, s.clone()));
+            }
             obs.push(Observation {
                 subject: format!("job/{job}"),
                 kind: Kind::Job,
                 reading: Reading {
                     gpu_util: (!utils.is_empty()).then(|| utils.iter().sum::<f64>() / utils.len() as f64),
                     memory_used_pct: mem_pct,
+                    straggler: Some(if straggler.is_some() { 1.0 } else { 0.0 }),
                     ..Reading::default()
                 },
-                labels: vec![("job_id".into(), job.to_string()), ("user".into(), t.user.clone())],
+                labels,
             });
         }
         out.transitions = self.alerts.observe(at, &obs);
@@ -401,6 +445,7 @@ impl Telemetry {
             mean_gpu_util: (t.util_n > 0).then(|| t.util_sum / t.util_n as f64),
             peak_memory_mb: t.peak_mb,
             mean_cpu_cores: (t.cpu_n > 0).then(|| t.cpu_sum / t.cpu_n as f64),
+            energy_wh: (t.energy_j > 0.0).then(|| t.energy_j / 3600.0),
             cost_usd: None,
         })
     }
@@ -412,17 +457,22 @@ impl Telemetry {
             devices: t
                 .devices
                 .values()
-                .map(|d| DeviceSeries {
-                    name: d.name.clone(),
-                    memory_total_mb: d.total_mb,
-                    mig_profile: d.mig_profile.clone(),
-                    points: d.recent.iter().copied().collect(),
-                })
+                .map(|d| DeviceSeries { points: d.recent.iter().copied().collect(), ..d.meta.clone() })
                 .collect(),
             cpu: t.cpu_recent.iter().copied().collect(),
             cpus_allocated: t.cpus,
             ..JobUsage::default()
         })
+    }
+
+    /// Why a GPU is degraded for heat, if it is.
+    pub fn degraded(&self, node: &str, index: u32) -> Option<&str> {
+        self.heat.degraded(&(node.to_string(), index))
+    }
+
+    /// The indices of a node's degraded GPUs.
+    pub fn degraded_on(&self, node: &str) -> Vec<u32> {
+        self.heat.all_degraded().filter(|((n, _), _)| n == node).map(|((_, i), _)| *i).collect()
     }
 
     /// The latest reading of a GPU.
@@ -455,6 +505,7 @@ impl Telemetry {
     pub fn forget_node(&mut self, node: &str) -> Vec<Transition> {
         let keys: Vec<(String, u32)> = self.gpus.keys().filter(|(n, _)| n == node).cloned().collect();
         let mut out = Vec::new();
+        self.heat.forget(|(n, _)| n == node);
         for k in keys {
             self.gpus.remove(&k);
             out.extend(self.alerts.forget(&format!("{}/gpu{}", k.0, k.1)));
@@ -515,5 +566,6 @@ pub fn device_view(t: &GpuTrack, pid_job: impl Fn(u32) -> Option<u64>) -> api::D
     }
 }
 
+mod health;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,9 @@ fn holder(job: u64) -> Holder {
         mig_profile: None,
         memory_total_mb: 81_559,
         share_milli: None,
+        rank: None,
+        model: None,
+        numa_node: None,
     }
 }
 
@@ -127,4 +130,67 @@ fn a_shared_gpu_is_accounted_per_job() {
         assert!((hours(1) - 0.25 * 20.0 / 3600.0).abs() < 1e-9, "{}", hours(1));
         assert!((hours(2) - 0.75 * 20.0 / 3600.0).abs() < 1e-9, "{}", hours(2));
     }
+}
+
+/// Issue 24: a GPU slowing down for heat in a two-GPU gang is marked
+/// degraded (an alert with the reason), its replica is named the straggler
+/// (an alert naming it), and the energy of the job's samples is counted.
+#[test]
+fn a_hot_gpu_of_a_gang_is_degraded_its_replica_named_and_energy_counted() {
+    let mut t = Telemetry::new(TelemetryConfig::default());
+    let holders: HashMap<DevRef, Holder> = [
+        (DevRef::Gpu(0), Holder { rank: Some(0), model: Some("H100-80GB".into()), ..holder(7) }),
+        (DevRef::Gpu(1), Holder { rank: Some(1), model: Some("H100-80GB".into()), ..holder(7) }),
+    ]
+    .into_iter()
+    .collect();
+    let mut heat = Vec::new();
+    let mut stragglers = Vec::new();
+    let mut fired = Vec::new();
+    for i in 0..=15 {
+        let mut r = report(i, [100.0, 100.0]);
+        for g in &mut r.gpus {
+            let hot = g.index == 1;
+            g.power_draw_w = Some(if hot { 500.0 } else { 700.0 });
+            g.temperature_c = Some(if hot { 91.0 } else { 75.0 });
+            g.slowdown_temperature_c = Some(90.0);
+            g.sm_clock_mhz = Some(if hot { 1188 } else { 1980 });
+            g.throttle_reasons = Some(if hot { vec!["hw_thermal_slowdown".into()] } else { Vec::new() });
+        }
+        let out = t.on_report(r, &holders);
+        heat.extend(out.heat);
+        stragglers.extend(out.stragglers.into_iter().map(|(job, s)| (i, job, s)));
+        fired.extend(out.transitions.into_iter().filter(|x| x.firing).map(|x| (i, x.rule, x.summary)));
+    }
+    assert_eq!(heat, [(1, HeatChange::Degraded("hw_thermal_slowdown at 91 °C".into()))], "after 10 s hot");
+    assert_eq!(t.degraded("n1", 1), Some("hw_thermal_slowdown at 91 °C"));
+    assert_eq!(t.degraded_on("n1"), [1]);
+    let (first, job, s) = stragglers.first().expect("a straggler");
+    assert_eq!(
+        (*first, *job, s.device.as_str(), s.node.as_str(), s.gpu, s.rank),
+        (2, 7, "n1/gpu1", "n1", Some(1), Some(1))
+    );
+    assert_eq!(
+        s.to_string(),
+        "replica 1 on n1/gpu1 holds the gang back: its GPU slows down for heat (hw_thermal_slowdown)"
+    );
+    let rules: Vec<(i64, &str)> = fired.iter().map(|(i, r, _)| (*i, r.as_str())).collect();
+    assert_eq!(rules, [(2, "GangStraggler"), (10, "GpuThermalSlowdown")]);
+    assert!(
+        fired[0]
+            .2
+            .ends_with("replica 1 on n1/gpu1 holds the gang back: its GPU slows down for heat (hw_thermal_slowdown)"),
+        "{}",
+        fired[0].2
+    );
+    assert!(fired[1].2.ends_with("degraded: hw_thermal_slowdown at 91 °C"), "{}", fired[1].2);
+    // 15 s of 700 W + 500 W.
+    let wh = t.summary(7).and_then(|s| s.energy_wh).expect("energy");
+    assert!((wh - 15.0 * 1200.0 / 3600.0).abs() < 1e-9, "{wh}");
+    assert_eq!(t.counters.energy_joules.get(&("ana".into(), "ml".into())).copied(), Some(15.0 * 1200.0));
+    // The job's advice names the straggler too.
+    let usage = t.job_usage(7).expect("usage");
+    assert!(usage.devices.iter().all(|d| d.node == "n1" && d.model.as_deref() == Some("H100-80GB")));
+    let advice = gpool_core::advice::advise(&usage, &gpool_core::advice::Thresholds::default());
+    assert_eq!(advice.findings[0].kind, gpool_core::advice::FindingKind::Straggler);
 }
