@@ -5,9 +5,9 @@
 //! of the gang is compared with the others:
 //! - **by clock**: a device whose mean SM clock is more than [`CLOCK_GAP`]
 //!   below the median of the others' is the straggler. Its reason is a
-//!   thermal slowdown or a power cap when its clock-event reasons say so in
-//!   at least half of its samples, else a different (slower) GPU model than
-//!   the others', else just its lower clock.
+//!   thermal slowdown or a power cap when its clock-event reasons said so in
+//!   the window (the more often of the two), else a different (slower) GPU
+//!   model than the others', else just its lower clock.
 //! - **by utilisation**, when the clocks are level: a device whose mean
 //!   utilisation is more than [`UTIL_GAP`] points below the median of the
 //!   others' is the straggler when something explains it: it shares its GPU
@@ -212,10 +212,11 @@ pub fn find_straggler(devices: &[DeviceSeries], now: Time, span: Duration) -> Op
         let reference = median(others.iter().filter_map(|w| w.clock).collect());
         if let Some(reference) = reference.filter(|r| low < r * (1.0 - CLOCK_GAP)) {
             let w = &all[i];
-            let half = w.points.div_ceil(2);
-            let reason = if w.thermal >= half {
+            // Any slowdown it reported while its clock lagged explains it
+            // (the window starts before the slowdown did).
+            let reason = if w.thermal > 0 && w.thermal >= w.power {
                 StragglerReason::Thermal { reasons: throttle::names(w.bits & throttle::THERMAL) }
-            } else if w.power >= half {
+            } else if w.power > 0 {
                 StragglerReason::PowerCap { reasons: throttle::names(w.bits & throttle::POWER) }
             } else {
                 other_model(w, &others).unwrap_or(StragglerReason::SlowClock)

@@ -115,6 +115,16 @@ fn gang(hot: DeviceSeries) -> Vec<DeviceSeries> {
     v
 }
 
+/// GPU 2 at full clock for the first 20 s of the window, then slowing down for heat.
+fn warming() -> DeviceSeries {
+    let mut d = device("n1/gpu2", 2, 1980, 100.0, &[]);
+    for p in d.points.iter_mut().filter(|p| p.at >= Time::from_secs(90)) {
+        p.sm_clock_mhz = Some(900);
+        p.throttle = throttle::HW_THERMAL;
+    }
+    d
+}
+
 #[test]
 fn the_straggler_of_a_gang_is_named_with_its_reason() {
     let now = Time::from_secs(100);

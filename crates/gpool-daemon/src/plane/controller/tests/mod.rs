@@ -22,6 +22,7 @@ use gpool_core::pricing::Prices;
 
 mod calls;
 mod deadlines;
+mod health;
 mod lifecycle;
 mod nodes;
 mod pipelines;
