@@ -103,6 +103,9 @@ pub struct Register {
     #[serde(default)]
     pub running: Vec<ReplicaId>,
     pub version: String,
+    /// The node's power budget in watts (`gpool agent --power-budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_budget_w: Option<u32>,
 }
 
 /// The answer to a registration.

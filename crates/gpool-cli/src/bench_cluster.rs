@@ -130,6 +130,7 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
         mig_managed: Vec::new(),
         running: Vec::new(),
         version: "bench".into(),
+        power_budget_w: None,
     };
     let a = http(Duration::from_secs(60));
     let registered: wire::Registered = match a

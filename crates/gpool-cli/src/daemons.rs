@@ -376,12 +376,6 @@ fn node_token(file: Option<&Path>) -> anyhow::Result<String> {
 
 pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
     a.log.init()?;
-    if let Some(w) = a.node.power_budget {
-        bail!(
-            "--power-budget on gpool agent is not supported yet: set it on the control plane, \
-             gpool power set --node NODE {w}W (it is kept across restarts)"
-        );
-    }
     let data_dir = a.data_dir.unwrap_or_else(|| default_data_dir().join("agent"));
     gpool_daemon::node::remote::run(gpool_daemon::node::remote::AgentProcessConfig {
         servers: a.server,

@@ -24,6 +24,10 @@ pub enum Infeasible {
     OverQueueMax { queue: Arc<str>, max: GpuMilli, units: GpuMilli },
     /// A GPU share was asked for, and no node shares its GPUs.
     NoSharing,
+    /// Nodes could hold it, but no power budget over them could, even with
+    /// every other GPU idle: (the budget, its watts, what it counts with the
+    /// job's replicas placed so far and the rest idle, what one more adds).
+    OverPowerBudget { budget: String, watts: u32, idle: u64, replica: u64 },
     /// Nonsense requests.
     Invalid(&'static str),
 }
@@ -47,6 +51,12 @@ impl fmt::Display for Infeasible {
             Infeasible::NoSharing => f.write_str(
                 "it asks for a share of a GPU, and no node shares its GPUs: start the nodes' agents with \
                  --gpu-sharing time-slicing (or mps), or ask for whole GPUs",
+            ),
+            Infeasible::OverPowerBudget { budget, watts, idle, replica } => write!(
+                f,
+                "no power budget could ever hold it: the power budget of {budget} is {watts} W, {idle} W of it \
+                 counted with every other GPU idle, and a replica adds {replica} W at the GPUs' power limit; \
+                 ask for fewer GPUs, or for an admin to raise the budget (gpool power set)"
             ),
             Infeasible::Invalid(why) => f.write_str(why),
         }
@@ -117,6 +127,9 @@ impl Snapshot {
             not_before: Time::MIN,
         };
         let mut fit = 0u32;
+        // Budgets as if every GPU idled: what a replica adds must fit in what is left.
+        let mut power = crate::power::PowerState::idle(self);
+        let mut over_power = None;
         for (n, e) in self.nodes.iter().enumerate() {
             if e.node.state == NodeState::Down || !spec.node_matches(&e.node) {
                 continue;
@@ -124,7 +137,21 @@ impl Snapshot {
             let mut f: NodeFree = e.full();
             while fit < spec.replicas {
                 let Some(x) = fit_on(self, e, &f, &job) else { break };
-                f.take(&x.replica(NodeId(n as u32), &spec.replica));
+                let placed = x.replica(NodeId(n as u32), &spec.replica);
+                if let (Some(ps), Some(p)) = (power.as_mut(), e.node.power) {
+                    let watts = crate::power::replica_watts(&job, &p, placed.gpu_units() + e.mig_units(placed.mig));
+                    if let Some((b, used)) = ps.blocking(n as u32, watts) {
+                        over_power = Some(Infeasible::OverPowerBudget {
+                            budget: b.scope.to_string(),
+                            watts: b.watts,
+                            idle: used,
+                            replica: watts,
+                        });
+                        break;
+                    }
+                    ps.add(n as u32, watts);
+                }
+                f.take(&placed);
                 fit += 1;
                 if x.gpus == 0 && x.mig == 0 && spec.replica.cpus_milli == 0 && spec.replica.memory_mb == 0 {
                     fit = spec.replicas;
@@ -136,6 +163,9 @@ impl Snapshot {
         }
         if self.managed_mig_could_host(spec) {
             return Ok(());
+        }
+        if let Some(e) = over_power {
+            return Err(e);
         }
         if fit == 0 {
             let largest = self

@@ -46,6 +46,7 @@ pub mod policy_knobs;
 pub mod pools;
 pub mod power;
 mod power_budget;
+pub mod power_history;
 mod preempt;
 pub mod pricing;
 pub mod profile;

@@ -37,6 +37,18 @@ pub(crate) struct PowerState {
 impl PowerState {
     /// `None` when no budget is set.
     pub(crate) fn new(snap: &Snapshot) -> Option<PowerState> {
+        PowerState::counting(snap, |n| node_draw(snap, n))
+    }
+
+    /// The budgets of the cluster with nothing running: every GPU idle.
+    pub(crate) fn idle(snap: &Snapshot) -> Option<PowerState> {
+        PowerState::counting(snap, |n| {
+            let e = &snap.nodes[n];
+            e.node.power.map_or(0, |p| e.node.devices.len() as u64 * u64::from(p.idle_watts))
+        })
+    }
+
+    fn counting(snap: &Snapshot, node_draw: impl Fn(usize) -> u64) -> Option<PowerState> {
         if snap.power_budgets.is_empty() {
             return None;
         }
@@ -46,7 +58,7 @@ impl PowerState {
         };
         for (n, e) in snap.nodes.iter().enumerate() {
             s.of_node[n] = (0..s.budgets.len()).filter(|&b| s.budgets[b].0.scope.covers(&e.node)).collect();
-            let draw = node_draw(snap, n);
+            let draw = node_draw(n);
             for &b in &s.of_node[n] {
                 s.budgets[b].1 += draw;
             }

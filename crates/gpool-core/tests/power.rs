@@ -149,3 +149,24 @@ fn a_budget_lowered_live_stops_the_lowest_priority_preemptible_work_first_and_no
     c.snap.set_power_budgets(vec![node_budget("n", 1300)]);
     assert_eq!(c.plan(t(102)).power_stops, [normal]);
 }
+
+#[test]
+fn a_job_no_budget_could_ever_hold_is_refused_saying_which_budget() {
+    let mut c = Cluster::new("fifo").powered("n", 8, 70, 700);
+    c.snap.set_power_budgets(vec![node_budget("n", 3000)]);
+    // 560 W idle: four GPUs at the limit add 2,520 W.
+    let e = c.snap.check_feasible(&job("u").gpus(4).spec).expect_err("too much for 3 kW");
+    assert_eq!(
+        e.to_string(),
+        "no power budget could ever hold it: the power budget of node n is 3000 W, 560 W of it counted with every \
+         other GPU idle, and a replica adds 2520 W at the GPUs' power limit; ask for fewer GPUs, or for an admin \
+         to raise the budget (gpool power set)"
+    );
+    assert!(c.snap.check_feasible(&job("u").gpus(3).spec).is_ok(), "560 + 1,890 W fit");
+    assert!(c.snap.check_feasible(&job("u").gpus(4).watts(300).spec).is_ok(), "learned 300 W per GPU: 920 W");
+    // A gang is counted whole: two replicas of two GPUs each, 2 × 1,260 W.
+    assert!(c.snap.check_feasible(&job("u").gpus(2).replicas(2).spec).is_err());
+    // Without a budget anything that fits the GPUs goes.
+    c.snap.set_power_budgets(Vec::new());
+    assert!(c.snap.check_feasible(&job("u").gpus(8).spec).is_ok());
+}

@@ -235,6 +235,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             mig_managed: doc.mig_managed.clone(),
             running,
             version: env!("CARGO_PKG_VERSION").into(),
+            power_budget_w: cfg.node.power_budget_w,
         };
         let mut failures = Vec::new();
         let mut session = None;

@@ -146,6 +146,9 @@ pub struct JobDoc {
     /// The run time learned for it at submission, when its spec gave none (`history.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_estimate: Option<api::LearnedEstimate>,
+    /// The draw per GPU its power budgets count it at, learned from jobs like it (`history.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_watts_per_gpu: Option<u32>,
     /// Why it will miss its deadline, once a pass found it would (reported once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late: Option<String>,

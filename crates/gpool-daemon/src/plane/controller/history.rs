@@ -2,11 +2,16 @@
 //! submitted without an estimate gets one from the successes of jobs like
 //! it, which backfill then plans with; every success is recorded.
 //!
+//! The draw per GPU of each run that reported power is recorded the same
+//! way (`gpool_core::power_history`): power budgets count a job like it at
+//! that draw instead of its GPUs' power limit.
+//!
 //! The history lives in memory. A controller that starts (or takes over)
 //! rebuilds it from the successes among the last [`REBUILD_JOBS`] jobs of
 //! the store, so the start-up cost is bounded however long the store's history.
 
 use gpool_api as api;
+use gpool_core::power_history::DrawKey;
 use gpool_core::runtime_history::{Learned, RunKey};
 use gpool_core::{JobId, JobSpec, Time};
 use gpool_store::JobQuery;
@@ -25,6 +30,17 @@ fn run_key(doc: &JobDoc, core: &JobSpec) -> RunKey {
         gpus: core.replica.gpu.device_count() * core.replicas,
         queue: core.queue.clone(),
     }
+}
+
+/// What a job's draw is compared by: user, name and GPU model ("" = any).
+fn draw_key(user: &str, name: &str, model: &str) -> DrawKey {
+    DrawKey { user: user.into(), name: name.into(), model: model.into() }
+}
+
+/// The mean draw per GPU of a run from its usage, where power was sampled.
+fn watts_per_gpu(u: &api::UsageSummary) -> Option<f64> {
+    let wh = u.energy_wh?;
+    (u.gpu_hours > 0.0).then(|| wh / u.gpu_hours)
 }
 
 pub(super) fn view(l: &Learned, planned: bool) -> api::LearnedEstimate {
@@ -61,6 +77,21 @@ impl Controller {
         self.history.record(&key, ran);
     }
 
+    /// The draw per GPU jobs like this one drew at most lately, if any ran.
+    pub(super) fn learned_watts(&self, spec: &api::JobSpec, core: &JobSpec) -> Option<u32> {
+        let name = spec.name.clone().unwrap_or_else(|| super::docs::default_name(spec));
+        let model = core.replica.gpu_model.as_deref().unwrap_or("");
+        self.power.draws.expected(&draw_key(&core.user, &name, model))
+    }
+
+    /// A run ended with this usage (from its samples) on a GPU of `model`:
+    /// its draw per GPU joins the history.
+    pub(super) fn learn_draw(&mut self, id: u64, usage: &api::UsageSummary, model: Option<&str>) {
+        let (Some(doc), Some(w)) = (self.jobs.get(&id), watts_per_gpu(usage)) else { return };
+        let key = draw_key(&doc.user, &doc.name, model.unwrap_or(""));
+        self.power.draws.record(&key, w);
+    }
+
     /// Rebuilds the history from the store's latest jobs.
     pub(super) fn learn_from_store(&mut self) -> anyhow::Result<()> {
         let last = self.store.max_job_id()?;
@@ -78,6 +109,9 @@ impl Controller {
                 let Ok(core) = crate::plane::convert::to_core(&doc.spec, &doc.user, &doc.team, doc.submitted_ms) else {
                     continue;
                 };
+                if let Some(w) = doc.usage.as_ref().and_then(watts_per_gpu) {
+                    self.power.draws.record(&draw_key(&doc.user, &doc.name, ""), w);
+                }
                 let ran = doc.prior_runtime_ms + u64::try_from(ended - started).unwrap_or(0);
                 self.history.record(&run_key(&doc, &core), std::time::Duration::from_millis(ran));
             }

@@ -270,7 +270,7 @@ pub struct Controller {
     services: services::Services,
     /// Users' logins to image registries (`registries.rs`).
     registries: registries::Logins,
-    power_live: power::Live,
+    power: power::Power,
     schedules: schedules::Schedules,
     /// Jobs pulling their image, by node, as the nodes last reported (`observe.rs`).
     pulling: BTreeMap<u64, (String, String)>,
@@ -342,7 +342,7 @@ impl Controller {
             idle_gpus: BTreeMap::new(),
             services: services::Services::default(),
             registries: registries::Logins::new(),
-            power_live: Vec::new(),
+            power: power::Power::default(),
             schedules: schedules::Schedules::new(),
             pulling: BTreeMap::new(),
             prefetched: BTreeSet::new(),

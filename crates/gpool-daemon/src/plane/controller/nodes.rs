@@ -212,6 +212,7 @@ impl Controller {
         }
         let remote = Remote { registered: true, next_seq, last_seen_ms: now, ..Remote::new() };
         let id = self.install_node(doc, Link::Remote(remote), now)?;
+        self.set_agent_budget(&reg.node, reg.power_budget_w);
         self.event(
             now,
             None,

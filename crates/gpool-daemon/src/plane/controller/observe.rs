@@ -129,8 +129,9 @@ impl Controller {
         {
             self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
         }
-        let name = r.node.clone();
+        let (name, at_ms) = (r.node.clone(), r.at_ms);
         let out = self.telemetry.on_report(r, &holders);
+        self.watch_power(&name, at_ms, now);
         self.on_heat(node, &name, &out.heat, now);
         self.on_stragglers(&out.stragglers, now);
         // A full state disk keeps the readings in memory only (conditions.rs).
@@ -163,8 +164,12 @@ impl Controller {
 
     /// The price of one GPU-hour of a job's devices, if known.
     pub(super) fn price_of(&self, d: &JobDoc) -> Option<f64> {
-        let model = d
-            .run
+        self.cfg.prices.per_gpu_hour(&self.model_of(d)?)
+    }
+
+    /// The GPU model of a job's (last) run, else the one its spec asks for.
+    pub(super) fn model_of(&self, d: &JobDoc) -> Option<String> {
+        d.run
             .as_ref()
             .and_then(|r| r.replicas.first())
             .and_then(|r| {
@@ -179,8 +184,7 @@ impl Controller {
                 })?;
                 node.devices.iter().find(|dev| dev.index == index).map(|dev| dev.model.to_string())
             })
-            .or_else(|| d.spec.gpu_model.clone())?;
-        self.cfg.prices.per_gpu_hour(&model)
+            .or_else(|| d.spec.gpu_model.clone())
     }
 
     /// A job's usage: its finished runs plus the live one.
@@ -243,6 +247,10 @@ impl Controller {
             .unwrap_or_default();
         transitions.extend(self.telemetry.release_gpus(&held));
         self.publish_alerts(transitions, now);
+        if let Some(s) = &summary {
+            let model = self.jobs.get(&id).and_then(|d| self.model_of(d));
+            self.learn_draw(id, s, model.as_deref());
+        }
         let hours = self.allocated_hours(id, now);
         // Charged from allocation to release: samples start a moment
         // after the allocation and stop a moment before its end.

@@ -66,10 +66,28 @@ impl Controller {
         }
     }
 
+    /// A node's own budget, as its agent declares it when it registers
+    /// (`gpool agent --power-budget`): it takes the place of the
+    /// configuration's budget of that node, and goes with the flag; a budget
+    /// set live for the node (`gpool power set --node`) still wins.
+    pub(super) fn set_agent_budget(&mut self, node: &str, watts: Option<u32>) {
+        let scope = PowerScope::Node(node.into());
+        let before = self.cfg.power_budgets.iter().find(|b| b.scope == scope).map(|b| b.watts);
+        if before == watts {
+            return;
+        }
+        self.cfg.power_budgets.retain(|b| b.scope != scope);
+        if let Some(watts) = watts {
+            self.cfg.power_budgets.push(PowerBudget { scope, watts });
+        }
+        self.snap.set_power_budgets(self.budgets_in_force());
+        self.dirty = true;
+    }
+
     /// The budgets in force: the configuration's, with those set live in their place.
     fn budgets_in_force(&self) -> Vec<PowerBudget> {
         let mut out: Vec<PowerBudget> = self.cfg.power_budgets.clone();
-        for live in &self.power_live {
+        for live in &self.power.live {
             let Ok(scope) = scope_of(&live.scope, &live.target) else { continue };
             out.retain(|b| b.scope != scope);
             out.push(PowerBudget { scope, watts: live.watts });
@@ -94,10 +112,10 @@ impl Controller {
         {
             return Err(ApiError::new(404, format!("node {n} not found")));
         }
-        self.power_live.retain(|l| scope_of(&l.scope, &l.target).ok().as_ref() != Some(&scope));
-        self.power_live.push(LiveBudget { scope: req.scope.clone(), target: req.target.clone(), watts: req.watts });
+        self.power.live.retain(|l| scope_of(&l.scope, &l.target).ok().as_ref() != Some(&scope));
+        self.power.live.push(LiveBudget { scope: req.scope.clone(), target: req.target.clone(), watts: req.watts });
         self.snap.set_power_budgets(self.budgets_in_force());
-        if let Ok(text) = serde_json::to_string(&self.power_live) {
+        if let Ok(text) = serde_json::to_string(&self.power.live) {
             self.writes.push(Write::PutMeta(META_KEY.into(), text));
         }
         self.dirty = true;
@@ -133,14 +151,53 @@ impl Controller {
             .collect()
     }
 
+    /// The budgets over `node` against what their GPUs measured last, for
+    /// the alert rules about budgets (`PowerBudgetExceeded`: measured draw
+    /// over a budget for longer than the rule's hold).
+    pub(super) fn watch_power(&mut self, node: &str, at_ms: i64, now: i64) {
+        use gpool_core::alert::{Kind, Observation, Reading};
+        let mut obs = Vec::new();
+        for b in self.snap.power_budgets().iter().filter(|b| b.watts > 0) {
+            let nodes: Vec<String> =
+                self.snap.nodes().filter(|(_, n)| b.scope.covers(n)).map(|(_, n)| n.name.to_string()).collect();
+            if !nodes.iter().any(|n| n == node) {
+                continue;
+            }
+            let Some(measured) = nodes.iter().filter_map(|n| self.telemetry.power_draw(n)).reduce(|a, b| a + b) else {
+                continue;
+            };
+            obs.push(Observation {
+                subject: format!("power/{}", b.scope),
+                kind: Kind::PowerBudget,
+                reading: Reading {
+                    power_budget_use: Some(measured / f64::from(b.watts) * 100.0),
+                    ..Reading::default()
+                },
+                labels: vec![
+                    ("budget".into(), b.scope.to_string()),
+                    ("detail".into(), format!("{measured:.0} W measured against a budget of {} W", b.watts)),
+                ],
+            });
+        }
+        if !obs.is_empty() {
+            let t = self.telemetry.observe(gpool_core::Time::from_millis(at_ms), &obs);
+            self.publish_alerts(t, now);
+        }
+    }
+
     pub(super) fn restore_power(&mut self) -> anyhow::Result<()> {
         if let Some(text) = self.store.meta(META_KEY)? {
-            self.power_live = serde_json::from_str(&text)?;
+            self.power.live = serde_json::from_str(&text)?;
         }
         self.snap.set_power_budgets(self.budgets_in_force());
         Ok(())
     }
 }
 
-/// Budgets set live (`gpool power set`), kept in the store.
-pub(super) type Live = Vec<LiveBudget>;
+/// Budgets set live (`gpool power set`, kept in the store) and the draws
+/// jobs were seen to have (`history.rs`).
+#[derive(Debug, Default)]
+pub(super) struct Power {
+    pub(super) live: Vec<LiveBudget>,
+    pub(super) draws: gpool_core::power_history::DrawHistory,
+}

@@ -261,6 +261,7 @@ impl Controller {
                 core.preemptible = true;
                 core.priority = i32::MIN;
             }
+            core.watts_per_gpu = self.learned_watts(spec, &core);
             if let Err(why) = self.snap.check_feasible(&core)
                 && !self.pools_could_run(&core)
             {
@@ -352,6 +353,7 @@ impl Controller {
                 pool: None,
                 budget_hold: None,
                 learned_estimate: None,
+                learned_watts_per_gpu: core.watts_per_gpu,
                 pipeline: None,
                 late: None,
             };

@@ -67,6 +67,7 @@ impl Controller {
                 );
                 continue;
             };
+            core.watts_per_gpu = doc.learned_watts_per_gpu;
             if let Some(l) = doc.learned_estimate.as_ref().filter(|l| l.planned) {
                 core.estimate = Some(Duration::from_secs_f64(l.seconds.max(0.0)));
                 core.estimate_learned = true;

@@ -513,6 +513,11 @@ impl Telemetry {
         out
     }
 
+    /// Readings of subjects outside the GPUs and jobs (power budgets).
+    pub fn observe(&mut self, at: Time, obs: &[Observation]) -> Vec<Transition> {
+        self.alerts.observe(at, obs)
+    }
+
     pub fn active_alerts(&self) -> Vec<alert::Active> {
         self.alerts.active()
     }

@@ -380,6 +380,7 @@ fn registration(node: &str, gpus: u32, running: Vec<api::agent::ReplicaId>) -> a
         gpus: info.gpus,
         running,
         version: "test".into(),
+        power_budget_w: None,
     }
 }
 

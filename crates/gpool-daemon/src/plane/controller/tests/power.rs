@@ -9,6 +9,10 @@ use gpool_gpu::GpuSample;
 use super::*;
 
 fn report(n: u32, draw: f64) -> Event {
+    report_at(n, draw, T0)
+}
+
+fn report_at(n: u32, draw: f64, at_ms: i64) -> Event {
     let gpus = (0..n)
         .map(|i| GpuSample {
             index: i,
@@ -20,7 +24,7 @@ fn report(n: u32, draw: f64) -> Event {
         .collect();
     Event::Agent(AgentReport::Telemetry(crate::protocol::NodeReport {
         node: "n1".into(),
-        at_ms: T0,
+        at_ms,
         gpus,
         ..Default::default()
     }))
@@ -72,4 +76,67 @@ fn only_admins_set_budgets_and_a_bad_one_says_why() {
         assert_eq!(err.status, status, "{err:?}");
         assert!(err.message.contains(says), "{err:?}");
     }
+}
+
+#[test]
+fn a_draw_over_a_budget_for_longer_than_the_rule_allows_raises_an_alert() {
+    let budget = PowerBudget { scope: PowerScope::Node("n1".into()), watts: 3000 };
+    let mut h = Setup::new().policy("fifo").local_gpus(8).power_budgets(vec![budget]).build();
+    // Work the scheduler did not start (a process outside gpool, a budget
+    // lowered under what the hardware idles at): measured over the budget.
+    h.step(vec![report_at(8, 450.0, T0)]);
+    h.step(vec![report_at(8, 450.0, T0 + 60_000)]);
+    let firing = |h: &mut Harness| {
+        let alerts = h.call(ADMIN, |reply| Call::Alerts { reply }).expect("alerts");
+        alerts.into_iter().filter(|a| a.rule == "PowerBudgetExceeded").collect::<Vec<_>>()
+    };
+    assert!(firing(&mut h).is_empty(), "not yet: the rule holds for 2 minutes");
+    h.step(vec![report_at(8, 450.0, T0 + 120_000)]);
+    let now = firing(&mut h);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert!(now[0].summary.contains("3600 W measured against a budget of 3000 W"), "{now:?}");
+    // Back under: it resolves.
+    h.step(vec![report_at(8, 300.0, T0 + 130_000)]);
+    assert!(firing(&mut h).is_empty());
+    let resolved = h.event_messages("alert_resolved");
+    assert!(resolved.iter().any(|m| m.contains("PowerBudgetExceeded")), "{resolved:?}");
+}
+
+#[test]
+fn an_agent_declares_its_nodes_budget_when_it_registers_and_a_live_one_still_wins() {
+    let mut h = Setup::new().policy("fifo").no_local_node().build();
+    let reg = api::agent::Register { power_budget_w: Some(2500), ..registration("gpu7", 4, Vec::new()) };
+    h.call(ADMIN, |reply| Call::Register { reg, reply }).expect("registered");
+    let views = h.call(ADMIN, |reply| Call::Power { reply }).expect("power");
+    assert_eq!(views.iter().map(|v| (v.scope.as_str(), v.watts)).collect::<Vec<_>>(), [("node gpu7", 2500)]);
+    let req = api::PowerSet { scope: "node".into(), target: "gpu7".into(), watts: 1800 };
+    h.call(ADMIN, |reply| Call::SetPower { req, from: "test".into(), reply }).expect("set");
+    // The agent registers again with its flag: the live budget stays.
+    let reg = api::agent::Register { power_budget_w: Some(2500), ..registration("gpu7", 4, Vec::new()) };
+    h.call(ADMIN, |reply| Call::Register { reg, reply }).expect("registered again");
+    let views = h.call(ADMIN, |reply| Call::Power { reply }).expect("power");
+    assert_eq!(views.iter().map(|v| v.watts).collect::<Vec<_>>(), [1800]);
+}
+
+#[test]
+fn a_job_is_counted_at_the_draw_jobs_like_it_had_once_they_ran() {
+    let budget = PowerBudget { scope: PowerScope::Node("n1".into()), watts: 2500 };
+    let mut h = Setup::new().policy("fifo").local_gpus(8).power_budgets(vec![budget]).build();
+    h.step(vec![report(8, 70.0)]);
+    let spec = "name: train\ncommand: [x]\nresources: {nvidia.com/gpu: 1}\n";
+    let first = h.submit(spec);
+    assert_eq!(h.starts().len(), 1);
+    // It draws 300 W on its GPU for ten seconds, and succeeds.
+    for s in 1..=10 {
+        h.step(vec![report_at(8, 300.0, T0 + s * 1000)]);
+    }
+    h.exit(key(first, 1, 0), Some(0), None);
+    assert_eq!(h.state(first), api::JobState::Succeeded);
+    // Seven more of it: 8 × 70 W idle + 7 × 230 W = 2,170 W of 2,500 (at the
+    // power limit, 630 W each, three would fit).
+    let ids: Vec<u64> = (0..7).map(|_| h.submit(spec)).collect();
+    assert_eq!(h.starts().len(), 7, "{:?}", h.job(ids[6]).reason);
+    // Another name has no history: counted at the power limit, it waits.
+    let other = h.submit("name: other\ncommand: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    assert!(h.job(other).reason.is_some_and(|r| r.starts_with("power budget of node n1")));
 }
