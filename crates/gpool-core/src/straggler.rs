@@ -145,7 +145,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     }
     v.sort_by(f64::total_cmp);
     let m = v.len() / 2;
-    Some(if v.len() % 2 == 0 { (v[m - 1] + v[m]) / 2.0 } else { v[m] })
+    Some(if v.len().is_multiple_of(2) { (v[m - 1] + v[m]) / 2.0 } else { v[m] })
 }
 
 fn window<'a>(d: &'a DeviceSeries, from: Time) -> Window<'a> {
@@ -178,7 +178,7 @@ fn majority_model(others: &[&Window]) -> Option<String> {
 fn other_model(w: &Window, others: &[&Window]) -> Option<StragglerReason> {
     let mine = w.series.model.clone()?;
     let theirs = majority_model(others)?;
-    (mine != theirs).then(|| StragglerReason::SlowerModel { model: mine, others: theirs })
+    (mine != theirs).then_some(StragglerReason::SlowerModel { model: mine, others: theirs })
 }
 
 /// The NUMA nodes of the devices of `w`'s replica, when they are more than one.

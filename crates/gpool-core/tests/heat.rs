@@ -138,7 +138,9 @@ fn the_straggler_of_a_gang_is_named_with_its_reason() {
             .collect(),
         ..device("n1/gpu2 (shared)", 2, 1980, 40.0, &[])
     };
-    let cases: Vec<(&str, Vec<DeviceSeries>, Option<(&str, Option<u32>, &str)>)> = vec![
+    type Case<'a> = (&'a str, Vec<DeviceSeries>, Option<(&'a str, Option<u32>, &'a str)>);
+    let cases: Vec<Case> = vec![
+        ("thermal since mid-window", gang(warming()), Some(("n1/gpu2", Some(2), "thermal"))),
         ("level", gang(device("n1/gpu2", 2, 1980, 100.0, &[])), None),
         (
             "thermal",

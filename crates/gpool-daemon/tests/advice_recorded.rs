@@ -34,6 +34,7 @@ fn recorded(name: &str) -> JobUsage {
             memory_total_mb: rows[0].sample.memory_total_mb.expect("total"),
             mig_profile: None,
             points,
+            ..DeviceSeries::default()
         }],
         runtime: last.since(first),
         price_per_gpu_hour: Some(3.06),
