@@ -134,6 +134,14 @@ struct Window<'a> {
     bits: u32,
 }
 
+impl Window<'_> {
+    /// This device named as its gang's straggler.
+    fn straggler(&self, reason: StragglerReason, evidence: Vec<String>) -> Straggler {
+        let d = self.series;
+        Straggler { device: d.name.clone(), node: d.node.clone(), gpu: d.gpu, rank: d.rank, reason, evidence }
+    }
+}
+
 fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
     let (s, n) = v.filter(|x| x.is_finite()).fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
     (n > 0).then(|| s / n as f64)
@@ -234,14 +242,7 @@ pub fn find_straggler(devices: &[DeviceSeries], now: Time, span: Duration) -> Op
                     w.points
                 ));
             }
-            return Some(Straggler {
-                device: w.series.name.clone(),
-                node: w.series.node.clone(),
-                gpu: w.series.gpu,
-                rank: w.series.rank,
-                reason,
-                evidence,
-            });
+            return Some(w.straggler(reason, evidence));
         }
     }
     // By utilisation, when something explains it.
@@ -264,12 +265,5 @@ pub fn find_straggler(devices: &[DeviceSeries], now: Time, span: Duration) -> Op
         w.series.name,
         others.len()
     )];
-    Some(Straggler {
-        device: w.series.name.clone(),
-        node: w.series.node.clone(),
-        gpu: w.series.gpu,
-        rank: w.series.rank,
-        reason,
-        evidence,
-    })
+    Some(w.straggler(reason, evidence))
 }
