@@ -178,9 +178,23 @@ fn sample_and_inventory_run_exactly_the_promised_arguments() {
     );
     let mem: Vec<(u32, Option<u64>)> = s[0].processes.iter().map(|p| (p.pid, p.used_memory_mb)).collect();
     assert_eq!(mem, [(11327, Some(2566)), (11328, Some(1542)), (11345, Some(15690))]);
+    // The first sample reads the report once, for the slowdown temperatures
+    // `--query-gpu` has no field for (this stand-in answers neither form).
+    let once = [smi::XML_ARGS.join(" "), smi::TEXT_ARGS.join(" ")];
     assert_eq!(
         scripts().log("h100"),
-        [smi::INVENTORY_ARGS.join(" "), smi::SAMPLE_ARGS.join(" "), smi::COMPUTE_APPS_ARGS.join(" ")]
+        [
+            [smi::INVENTORY_ARGS.join(" "), smi::SAMPLE_ARGS.join(" "), smi::COMPUTE_APPS_ARGS.join(" ")].as_slice(),
+            &once
+        ]
+        .concat()
+    );
+    smi.sample().expect("a second sample");
+    let log = scripts().log("h100");
+    assert_eq!(
+        log[5..],
+        [smi::SAMPLE_ARGS.join(" "), smi::COMPUTE_APPS_ARGS.join(" ")],
+        "the report is not read again"
     );
 }
 
