@@ -73,6 +73,9 @@ pub(crate) struct ScheduleArgs {
     /// Passes to run (the first fills the empty cluster and is reported apart).
     #[arg(long, default_value_t = 30)]
     passes: u32,
+    /// Nodes with one GPU degraded for heat: placement avoids it and weighs every node.
+    #[arg(long, default_value_t = 0)]
+    degraded_nodes: u32,
     /// Scheduling policy preset.
     #[arg(long, default_value = "default")]
     policy: String,
@@ -228,6 +231,7 @@ fn schedule(a: ScheduleArgs) -> anyhow::Result<()> {
         passes: a.passes,
         policy,
         seed: a.seed,
+        degraded_nodes: a.degraded_nodes,
     };
     let mut bar = Progress::new("passes");
     let r =

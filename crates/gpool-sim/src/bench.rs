@@ -21,6 +21,8 @@ pub struct ScheduleBench {
     pub passes: u32,
     pub policy: Policy,
     pub seed: u64,
+    /// Nodes with one degraded GPU (GPU 0): placement then weighs every node (`snapshot/health.rs`).
+    pub degraded_nodes: u32,
 }
 
 /// Benchmark results. Times in milliseconds.
@@ -85,8 +87,11 @@ pub fn run(
     let mut policy = cfg.policy.clone();
     policy.preemption.overload = None;
     let mut snap = Snapshot::new(policy);
-    for n in synthetic::cluster(cfg.nodes, cfg.gpus_per_node) {
-        snap.add_node(n)?;
+    for (i, n) in synthetic::cluster(cfg.nodes, cfg.gpus_per_node).into_iter().enumerate() {
+        let id = snap.add_node(n)?;
+        if (i as u32) < cfg.degraded_nodes {
+            snap.set_degraded_gpus(id, &[0])?;
+        }
     }
     let mut next_id = 1u64;
     let mut now = Time::from_secs(1_700_000_000);
@@ -166,6 +171,7 @@ mod tests {
             passes: 5,
             policy: Policy::gpool_default(),
             seed: 1,
+            degraded_nodes: 0,
         };
         let mut calls = 0;
         let r = run(&cfg, |_, _| calls += 1).expect("bench");
