@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpool's test command (README.md, .ci/run): installs the services that the
 # tests start on loopback (Prometheus and PostgreSQL, from Debian's packages)
-# when they are missing, then runs every test of the workspace.
+# and the browser the dashboard's tests drive (Chromium) when they are
+# missing, then runs every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,8 @@ containers=()
 command -v podman >/dev/null 2>&1 || containers+=(podman)
 command -v runc >/dev/null 2>&1 || containers+=(runc)
 command -v busybox >/dev/null 2>&1 || containers+=(busybox-static)
+# Chromium runs the dashboard's browser tests (tests/dashboard.rs drives it over the DevTools Protocol).
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 if [ ${#need[@]} -gt 0 ] || [ ${#containers[@]} -gt 0 ]; then

@@ -9,6 +9,7 @@
 //! keeps its meaning once released.
 
 pub mod agent;
+pub mod dashboard;
 pub mod pipeline;
 pub mod profile;
 pub mod quantity;
@@ -18,6 +19,7 @@ pub mod telemetry;
 pub mod time;
 pub mod view;
 
+pub use dashboard::*;
 pub use profile::*;
 pub use spec::{Command, JobSpec};
 pub use telemetry::*;

@@ -239,6 +239,12 @@ pub struct CostRow {
     /// Energy the GPUs drew for these jobs, watt-hours (where power was sampled).
     #[serde(default)]
     pub energy_wh: f64,
+    /// Of the GPU-hours, those with the devices under 5% utilisation.
+    #[serde(default)]
+    pub idle_gpu_hours: f64,
+    /// The jobs' mean GPU utilisation, weighted by their GPU-hours, where sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_gpu_util: Option<f64>,
 }
 
 /// An elastic node pool (`gpool pools`, `GET /api/v1/pools`).

@@ -43,6 +43,13 @@ pub(crate) struct ClusterArgs {
     db: Option<String>,
     #[arg(long)]
     json: bool,
+    /// After measuring, keep the cluster up this many seconds (its nodes
+    /// reporting, its jobs in place) and write its URL and admin token to
+    /// FILE, for measuring the web dashboard on it (scripts/dashboard-bench.sh).
+    #[arg(long, value_name = "SECONDS")]
+    hold: Option<u64>,
+    #[arg(long, value_name = "FILE", requires = "hold")]
+    hold_file: Option<std::path::PathBuf>,
 }
 
 struct Serve {
@@ -386,6 +393,14 @@ pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     }
     let wall = t0.elapsed().as_secs_f64();
     let after = get("/metrics")?;
+    if let Some(hold) = a.hold {
+        let line = format!("{} {}\n", serve.url, admin);
+        if let Some(f) = &a.hold_file {
+            std::fs::write(f, &line).with_context(|| format!("write {}", f.display()))?;
+        }
+        eprintln!("holding the cluster at {} for {hold} s", serve.url);
+        std::thread::sleep(Duration::from_secs(hold));
+    }
     shared.stop.store(true, Ordering::Relaxed);
     let passes = scalar(&after, "gpool_schedule_pass_seconds_count").unwrap_or(0.0)
         - scalar(&before, "gpool_schedule_pass_seconds_count").unwrap_or(0.0);

@@ -130,6 +130,7 @@ fn live_answers_validate_against_the_openapi_document() {
     call("GET", "/api/v1/cost?by=user&since=1d", None);
     call("GET", "/api/v1/cost?by=colour", None);
     call("GET", "/api/v1/alerts", None);
+    call("GET", "/api/v1/overview", None);
     call("GET", "/api/v1/whoami", None);
     let (_, created) = call("POST", "/api/v1/tokens", Some(&json!({"user": "ana", "team": "vision", "role": "user"})));
     call("GET", "/api/v1/tokens", None);

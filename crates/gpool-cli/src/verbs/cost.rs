@@ -90,6 +90,8 @@ mod tests {
             gpu_hours,
             jobs,
             energy_wh: gpu_hours * 550.0,
+            idle_gpu_hours: 0.0,
+            mean_gpu_util: None,
         };
         let r = api::CostReport {
             by: "team".into(),

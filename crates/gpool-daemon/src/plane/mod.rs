@@ -22,4 +22,5 @@ pub mod server;
 pub mod telemetry;
 pub mod tls;
 pub mod usage_rows;
+pub mod web;
 pub mod webhook;

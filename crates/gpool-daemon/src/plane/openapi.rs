@@ -60,6 +60,7 @@ pub fn document() -> Value {
     generator.subschema_for::<api::telemetry::AdviceView>();
     generator.subschema_for::<api::ProfileView>();
     generator.subschema_for::<api::telemetry::AlertView>();
+    generator.subschema_for::<api::Overview>();
     let schemas: serde_json::Map<String, Value> = generator.take_definitions(true);
     if let Some(components) = doc.get_mut("components").and_then(Value::as_object_mut) {
         components.insert("schemas".into(), Value::Object(schemas));

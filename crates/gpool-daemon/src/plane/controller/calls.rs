@@ -191,6 +191,8 @@ calls! {
     /// The advisor's findings for a job; `min_span` overrides how much telemetry it needs.
     Advice { id: u64, min_span: Option<Duration> } -> api::AdviceView, Read;
     Alerts {} -> Vec<api::AlertView>, Read;
+    /// The dashboard's overview (`overview.rs`).
+    Overview {} -> api::Overview, Read;
     /// Profile a running job for `seconds`; answered when the nodes have sent
     /// their captures. Its owner or admins only (checked by the call).
     Profile { id: u64, seconds: u32, native: bool } -> api::ProfileView, People;

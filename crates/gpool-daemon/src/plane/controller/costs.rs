@@ -102,6 +102,9 @@ impl Controller {
         let mut ledger = CostLedger::default();
         let mut jobs_per: BTreeMap<String, u64> = BTreeMap::new();
         let mut energy_per: BTreeMap<String, f64> = BTreeMap::new();
+        // Per group: idle GPU-hours, and (utilisation × hours, hours) of the runs that sampled it.
+        let mut idle_per: BTreeMap<String, f64> = BTreeMap::new();
+        let mut util_per: BTreeMap<String, (f64, f64)> = BTreeMap::new();
         let mut after = None;
         loop {
             let q = gpool_store::JobQuery {
@@ -140,7 +143,15 @@ impl Controller {
                     CostGroup::Queue => d.queue.clone(),
                     CostGroup::Pool => pool.clone(),
                 };
-                *energy_per.entry(name.clone()).or_default() += usage.and_then(|u| u.energy_wh).unwrap_or(0.0);
+                if let Some(u) = &usage {
+                    *energy_per.entry(name.clone()).or_default() += u.energy_wh.unwrap_or(0.0);
+                    *idle_per.entry(name.clone()).or_default() += u.idle_gpu_hours;
+                    if let Some(m) = u.mean_gpu_util {
+                        let w = util_per.entry(name.clone()).or_default();
+                        w.0 += m * u.gpu_hours;
+                        w.1 += u.gpu_hours;
+                    }
+                }
                 *jobs_per.entry(name).or_default() += 1;
                 ledger.add(key, done + live, hours);
             }
@@ -154,6 +165,8 @@ impl Controller {
             .map(|(key, dollars, gpu_hours)| api::CostRow {
                 jobs: jobs_per.get(&key).copied().unwrap_or(0),
                 energy_wh: (energy_per.get(&key).copied().unwrap_or(0.0) * 100.0).round() / 100.0,
+                idle_gpu_hours: (idle_per.get(&key).copied().unwrap_or(0.0) * 10_000.0).round() / 10_000.0,
+                mean_gpu_util: util_per.get(&key).filter(|(_, h)| *h > 0.0).map(|(s, h)| (s / h * 10.0).round() / 10.0),
                 key,
                 dollars: (dollars * 10_000.0).round() / 10_000.0,
                 gpu_hours: (gpu_hours * 10_000.0).round() / 10_000.0,

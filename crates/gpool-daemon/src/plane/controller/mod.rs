@@ -15,13 +15,8 @@
 //!    reconcile); orders to remote agents are already in their outboxes;
 //! 4. publish events to stream subscribers and alert notices to the webhook.
 //!
-//! The rooms: `calls.rs` (the call table: who may call, how it is refused),
-//! `requests.rs` (how each call is answered), `docs.rs` (persisted
-//! documents), `restore.rs` (rebuilding from the store), `lifecycle.rs`
-//! (runs and their ends), `timers.rs`, `launch.rs` (placement to start
-//! orders), `nodes.rs` (the node registry and the agent protocol),
-//! `observe.rs` (telemetry, usage, advice, the scrape), `views.rs` (what
-//! the API shows), `clock.rs`, and `shell.rs` (the thread that runs it).
+//! The rooms, and what each may touch, are listed in ARCHITECTURE.md
+//! ("The controller's rooms").
 //!
 //! [`turn`]: Controller::turn
 
@@ -57,6 +52,7 @@ mod mig_layouts;
 mod node_doc;
 mod nodes;
 mod observe;
+mod overview;
 mod pipelines;
 mod power;
 mod prefetch;

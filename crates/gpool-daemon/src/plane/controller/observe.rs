@@ -273,6 +273,29 @@ impl Controller {
     pub(super) fn usage(&mut self, d: &JobDoc) -> Result<api::JobUsageView, ApiError> {
         let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
         let summary = self.usage_summary(d).unwrap_or_default();
+        // A running job's samples since its last stored row, at full
+        // resolution: a job a minute old has a curve too.
+        let last = rows.iter().map(|r| r.at_ms).max().unwrap_or(i64::MIN);
+        let recent: Vec<api::UsagePoint> = self
+            .telemetry
+            .job_usage(d.id)
+            .map(|u| {
+                u.devices
+                    .into_iter()
+                    .flat_map(|dev| {
+                        let (name, total) = (dev.name, dev.memory_total_mb);
+                        dev.points.into_iter().filter(move |p| p.at.as_millis() > last).map(move |p| api::UsagePoint {
+                            at: api::time::rfc3339(p.at.as_millis()),
+                            device: name.clone(),
+                            gpu_util: p.util,
+                            memory_mb: p.memory_used_mb,
+                            memory_total_mb: total,
+                            cpu_cores: None,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let points = rows
             .into_iter()
             .map(|r| api::UsagePoint {
@@ -283,6 +306,7 @@ impl Controller {
                 memory_total_mb: r.memory_total_mb,
                 cpu_cores: r.cpu_cores,
             })
+            .chain(recent)
             .collect();
         Ok(api::JobUsageView { job: d.id, summary, points })
     }

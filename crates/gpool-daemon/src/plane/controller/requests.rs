@@ -199,6 +199,10 @@ impl Controller {
                 let r = Ok(self.alerts(&caller));
                 self.reply(reply, r);
             }
+            Call::Overview { reply } => {
+                let r = Ok(self.overview(&caller, now));
+                self.reply(reply, r);
+            }
         }
     }
 

@@ -84,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/profile/flamegraph.svg", get(profile::flamegraph))
         .route("/api/v1/jobs/{id}/profile/timeline.svg", get(profile::timeline))
         .route("/api/v1/alerts", get(alerts))
+        .route("/api/v1/overview", get(overview))
         .route("/metrics", get(metrics))
         .route("/tls/ca.pem", get(ca_pem))
         .route("/api/v1/nodes/{name}/drain", post(drain))
@@ -93,6 +94,7 @@ pub fn router(state: AppState) -> Router {
         .route("/agent/v1/commands", get(agent_commands))
         .route("/agent/v1/report", post(agent_report))
         .route("/agent/v1/logs", post(agent_logs))
+        .merge(crate::plane::web::routes())
         .fallback(|| async { AppError(ApiError::new(404, "no such endpoint; see /api/v1/openapi.json")) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
@@ -308,6 +310,10 @@ async fn advice(
 
 async fn alerts(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::AlertView>>> {
     Ok(Json(call(&st, &who, |reply| Call::Alerts { reply }).await?))
+}
+
+async fn overview(State(st): State<AppState>, who: Who) -> Result<Json<api::Overview>> {
+    Ok(Json(call(&st, &who, |reply| Call::Overview { reply }).await?))
 }
 
 /// The CA's certificate, public: an agent checks it against its pinned

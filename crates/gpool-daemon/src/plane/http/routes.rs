@@ -42,6 +42,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/jobs/{id}/profile/flamegraph.svg"),
     ("get", "/api/v1/jobs/{id}/profile/timeline.svg"),
     ("get", "/api/v1/alerts"),
+    ("get", "/api/v1/overview"),
     ("get", "/metrics"),
     ("get", "/tls/ca.pem"),
     ("post", "/api/v1/nodes/{name}/drain"),

@@ -274,3 +274,46 @@ fn a_tpu_slice_starts_one_worker_per_host_of_one_slice() {
     }
     assert_eq!(workers, [("t2", "0".to_string()), ("t3", "1".to_string())]);
 }
+
+/// The dashboard's overview counts GPUs by what they do: a job's GPUs are
+/// busy until a reading says they idle, the rest are free, and a draining
+/// node's are down; the pending job's wait is counted.
+#[test]
+fn the_overview_counts_gpus_by_what_they_do_and_the_queue_waits() {
+    let mut h = Setup::new().policy("fifo").local_gpus(4).build();
+    let running = h.submit("command: [x]\nresources: {nvidia.com/gpu: 2}\n");
+    let waiting = h.submit("command: [x]\nresources: {nvidia.com/gpu: 4}\n");
+    assert_eq!(h.state(running), api::JobState::Running);
+    assert_eq!(h.state(waiting), api::JobState::Pending);
+    h.advance(std::time::Duration::from_secs(90));
+    let o = h.call(ADMIN, |reply| Call::Overview { reply }).expect("overview");
+    let g = &o.gpus[0];
+    assert_eq!((g.model.as_str(), g.busy, g.idle, g.free, g.down), ("H100-80GB", 2, 0, 2, 0));
+    assert_eq!((o.pending, o.running), (1, 1));
+    assert_eq!(o.wait_max_s, Some(90.0));
+    assert_eq!(o.heat[0].gpus.iter().filter(|c| c.job == Some(running)).count(), 2);
+    // Idle readings on the job's GPUs make them idle.
+    let gpus = (0..4)
+        .map(|i| gpool_gpu::GpuSample {
+            index: i,
+            uuid: format!("GPU-n1-{i}"),
+            gpu_util_pct: Some(0.0),
+            ..gpool_gpu::GpuSample::default()
+        })
+        .collect();
+    h.step(vec![Event::Agent(AgentReport::Telemetry(crate::protocol::NodeReport {
+        node: "n1".into(),
+        at_ms: T0,
+        gpus,
+        ..Default::default()
+    }))]);
+    let o = h.call(ADMIN, |reply| Call::Overview { reply }).expect("overview");
+    assert_eq!((o.gpus[0].busy, o.gpus[0].idle), (0, 2));
+    assert_eq!(o.heat[0].gpus[0].util, Some(0));
+    // A draining node's GPUs are down, whoever holds them.
+    h.call(ADMIN, |reply| Call::Drain { node: "n1".into(), draining: true, from: "test".into(), reply })
+        .expect("drain");
+    let o = h.call(ADMIN, |reply| Call::Overview { reply }).expect("overview");
+    assert_eq!((o.gpus[0].busy, o.gpus[0].idle, o.gpus[0].free, o.gpus[0].down), (0, 0, 0, 4));
+    assert_eq!(o.heat[0].state, "draining");
+}
