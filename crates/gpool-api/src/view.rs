@@ -124,6 +124,10 @@ pub struct JobView {
     /// For a job with a deadline that, as of the last pass, will miss it: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late: Option<String>,
+    /// When backfill expects it to start, for the job it holds resources
+    /// for (the head of the queue that does not fit yet), as of the last pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start: Option<String>,
     pub spec: JobSpec,
 }
 

@@ -116,6 +116,10 @@ enum Command {
     Show(verbs::IdArgs),
     /// Cancel jobs, by id or every one that matches -u/--state: the stop signal, then SIGKILL after the grace period.
     Cancel(verbs::cancel::CancelArgs),
+    /// Hold pending jobs back: no pass starts them until they are released (scontrol hold).
+    Hold(verbs::hold::HoldArgs),
+    /// Release held jobs: they wait for a pass again (scontrol release).
+    Release(verbs::hold::HoldArgs),
     /// Print a job's output; -f follows it until the job ends.
     Logs(logs::LogsArgs),
     /// Nodes and their devices; `gpool nodes notice NODE --in 2m` gives one a spot notice.
@@ -284,6 +288,8 @@ fn main() -> ExitCode {
         Command::Queue(a) => queue::run(a),
         Command::Show(a) => show::run(a),
         Command::Cancel(a) => cancel::run(a),
+        Command::Hold(a) => verbs::hold::run(a, true),
+        Command::Release(a) => verbs::hold::run(a, false),
         Command::Logs(a) => logs::run(a),
         Command::Nodes(NodesArgs { command: Some(NodesCommand::Notice(a)), .. }) => drain::notice(a),
         Command::Nodes(NodesArgs { command: None, list }) => nodes::run(list),

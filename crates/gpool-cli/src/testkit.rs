@@ -91,6 +91,7 @@ pub(crate) fn job(id: u64) -> JobB {
         usage: None,
         learned_estimate: None,
         late: None,
+        estimated_start: None,
         spec: JobSpec::new(vec!["python".into(), "train.py".into()]),
     })
 }

@@ -1,8 +1,9 @@
 //! Issue 16: the web dashboard in a real browser. The real daemon runs on a
 //! simulated inventory with jobs in every state; a headless Chromium
 //! (tests/cdp) logs in, reads the overview's GPU counts, a pending job's
-//! reason, a job's charts and its live log lines, cancels a job from its
-//! page, and sees that another user's token does not show it. No page
+//! reason, holds and releases it from the queue, a job's charts and its
+//! live log lines, cancels a job from its page, and sees that another
+//! user's token does not show it. No page
 //! logs a console error. Each page's screenshot goes to docs/img.
 
 mod cdp;
@@ -85,6 +86,15 @@ fn the_dashboard_shows_the_cluster_the_queue_and_a_job_live_and_cancels_from_the
     b.wait_for(&format!("document.body.innerText.includes({})", Value::from(reason.clone())), Duration::from_secs(20));
     b.wait_for("document.querySelectorAll('tbody tr').length === 3", Duration::from_secs(10));
     b.screenshot(&shots().join("dashboard-queue.png"));
+    // Held from the page, then released.
+    let click = |b: &mut Browser, label: String| {
+        b.eval(&format!("document.querySelector('button[aria-label=\"{label}\"]').click(); true"));
+    };
+    click(&mut b, format!("Hold job {big}"));
+    b.wait_for(&format!("document.body.innerText.includes('gpool release {big}')"), Duration::from_secs(20));
+    assert!(d.job(big)["reason"].as_str().is_some_and(|r| r.starts_with("held by")), "{}", d.job(big));
+    click(&mut b, format!("Release job {big}"));
+    b.wait_for(&format!("document.querySelector('button[aria-label=\"Hold job {big}\"]')"), Duration::from_secs(20));
 
     // A job: its charts, and its log followed live.
     b.goto(&format!("{}/jobs/{train}", d.url));

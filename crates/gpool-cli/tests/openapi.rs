@@ -130,6 +130,12 @@ fn live_answers_validate_against_the_openapi_document() {
     call("GET", "/api/v1/cost?by=user&since=1d", None);
     call("GET", "/api/v1/cost?by=colour", None);
     call("GET", "/api/v1/alerts", None);
+    // Pending behind the running job: held, then released.
+    let (_, after) = call("POST", "/api/v1/jobs", Some(&json!({"command": "true", "dependsOn": [id]})));
+    let held = after["ids"][0].as_u64().unwrap_or_else(|| panic!("{after}"));
+    call("POST", &format!("/api/v1/jobs/{held}/hold"), None);
+    call("POST", &format!("/api/v1/jobs/{held}/release"), None);
+    call("POST", "/api/v1/jobs/999999/hold", None);
     call("GET", "/api/v1/overview", None);
     call("GET", "/api/v1/whoami", None);
     let (_, created) = call("POST", "/api/v1/tokens", Some(&json!({"user": "ana", "team": "vision", "role": "user"})));

@@ -14,6 +14,7 @@ pub(crate) mod cancel;
 pub(crate) mod cost;
 pub(crate) mod drain;
 pub(crate) mod events;
+pub(crate) mod hold;
 pub(crate) mod logs;
 pub(crate) mod nodes;
 pub(crate) mod pipeline;

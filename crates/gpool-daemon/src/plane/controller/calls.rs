@@ -171,6 +171,8 @@ calls! {
     List { query: ListQuery } -> api::JobList, Read;
     /// `from`: the caller's address, for the audit log.
     Cancel { id: u64, from: String } -> api::JobView, People;
+    /// Hold a pending job back (`hold: true`) or release it (`holds.rs`).
+    Hold { id: u64, hold: bool, from: String } -> api::JobView, People;
     Logs { id: u64, rank: u32, stream: String } -> LogTarget, Read;
     Nodes {} -> Vec<api::NodeView>, Read;
     /// What jobs that ran since then cost, grouped by job, user, team, queue or pool (`costs.rs`).

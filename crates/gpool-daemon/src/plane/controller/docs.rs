@@ -146,6 +146,9 @@ pub struct JobDoc {
     /// The run time learned for it at submission, when its spec gave none (`history.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_estimate: Option<api::LearnedEstimate>,
+    /// Who holds it back (`gpool hold`), while held (`holds.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
     /// The draw per GPU its power budgets count it at, learned from jobs like it (`history.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_watts_per_gpu: Option<u32>,

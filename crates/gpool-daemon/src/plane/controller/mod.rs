@@ -45,6 +45,7 @@ mod elastic;
 mod gpu_shares;
 mod health;
 mod history;
+mod holds;
 mod idle;
 mod launch;
 mod lifecycle;
@@ -218,11 +219,12 @@ pub struct Controller {
     master_ports: BTreeMap<(NodeId, u16), u64>,
     /// Jobs not yet finished.
     jobs: BTreeMap<u64, JobDoc>,
-    /// Why each job the last pass examined waits: (job, index into `reason_texts`), sorted by job.
-    /// One reason per job shape: a pass over 100,000 jobs formats a few hundred texts, not 100,000.
+    /// Why each job the last pass examined waits: (job, index into `reason_texts`), sorted by job; one reason per job shape.
     waiting: Vec<(u64, u32)>,
     reason_texts: Vec<String>,
     default_reason: Option<String>,
+    /// The job backfill holds resources for, and when it expects it to start (`Plan::reservation`).
+    reserved: Option<(u64, i64)>,
     /// Live tokens by the SHA-256 of their secret (tokens.rs).
     tokens: HashMap<String, tokens::TokenEntry>,
     next_id: u64,
@@ -307,6 +309,7 @@ impl Controller {
             master_ports: BTreeMap::new(),
             jobs: BTreeMap::new(),
             waiting: Vec::new(),
+            reserved: None,
             reason_texts: Vec::new(),
             default_reason: None,
             tokens,
@@ -586,6 +589,7 @@ impl Controller {
         self.waiting = std::mem::take(&mut plan.waiting).into_iter().map(|(j, r)| (j.0, r)).collect();
         self.waiting.sort_unstable();
         self.default_reason = plan.others.as_ref().map(ToString::to_string);
+        self.reserved = plan.reservation.as_ref().filter(|r| r.at < Time::NEVER).map(|r| (r.job.0, r.at.as_millis()));
     }
 
     /// Why a pending job waits, as the last pass said.

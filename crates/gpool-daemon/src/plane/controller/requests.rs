@@ -120,6 +120,10 @@ impl Controller {
                 let r = self.cancel(&caller, id, &from, now);
                 self.reply(reply, r);
             }
+            Call::Hold { id, hold, from, reply } => {
+                let r = self.hold(&caller, id, hold, &from, now);
+                self.reply(reply, r);
+            }
             Call::Logs { id, rank, stream, reply } => {
                 let r = self.visible(&caller, id).and_then(|d| {
                     if rank >= d.spec.replicas {
@@ -358,6 +362,7 @@ impl Controller {
                 budget_hold: None,
                 learned_estimate: None,
                 learned_watts_per_gpu: core.watts_per_gpu,
+                held_by: None,
                 pipeline: None,
                 late: None,
             };

@@ -77,7 +77,10 @@ impl Controller {
                 prior_gpu_milli_secs: doc.prior_gpu_milli_secs,
                 restarts: doc.restarts,
             };
-            let not_before = doc.not_before_ms.map_or(Time::MIN, Time::from_millis);
+            let not_before = match doc.held_by {
+                Some(_) => Time::NEVER,
+                None => doc.not_before_ms.map_or(Time::MIN, Time::from_millis),
+            };
             self.snap.restore_pending(JobId(id), std::sync::Arc::new(core), service, not_before)?;
             let Some(run) = doc.run.clone().filter(|_| doc.state != api::JobState::Pending) else { continue };
             // The run's devices, mapped onto today's inventory.

@@ -24,8 +24,10 @@ impl Controller {
     pub(super) fn view(&self, d: &JobDoc) -> api::JobView {
         let reason = match d.state {
             api::JobState::Pending => d
-                .budget_hold
-                .clone()
+                .held_by
+                .as_ref()
+                .map(|by| format!("held by {by} (gpool release {})", d.id))
+                .or_else(|| d.budget_hold.clone())
                 .or_else(|| {
                     let at = d.spec.begin_at.as_deref().and_then(api::time::parse_rfc3339)?;
                     (at > self.clock.now_ms())
@@ -103,6 +105,10 @@ impl Controller {
             usage: self.usage_summary(d),
             learned_estimate: d.learned_estimate.clone(),
             late: d.late.clone().filter(|_| !d.state.is_terminal()),
+            estimated_start: self
+                .reserved
+                .filter(|(j, _)| *j == d.id && d.state == api::JobState::Pending)
+                .map(|(_, at)| api::time::rfc3339(at)),
             spec: d.spec.clone(),
         }
     }

@@ -20,6 +20,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
 
+mod holds;
 mod logs;
 mod pipelines;
 mod profile;
@@ -59,6 +60,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs", post(submit).get(list))
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel))
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
+        .route("/api/v1/jobs/{id}/hold", post(holds::hold))
+        .route("/api/v1/jobs/{id}/release", post(holds::release))
         .route("/api/v1/jobs/{id}/logs", get(logs))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/pools", get(pools))

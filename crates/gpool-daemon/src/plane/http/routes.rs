@@ -10,6 +10,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/jobs/{id}"),
     ("delete", "/api/v1/jobs/{id}"),
     ("post", "/api/v1/jobs/{id}/cancel"),
+    ("post", "/api/v1/jobs/{id}/hold"),
+    ("post", "/api/v1/jobs/{id}/release"),
     ("get", "/api/v1/jobs/{id}/logs"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/pools"),

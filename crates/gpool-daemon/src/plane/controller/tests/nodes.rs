@@ -317,3 +317,38 @@ fn the_overview_counts_gpus_by_what_they_do_and_the_queue_waits() {
     assert_eq!((o.gpus[0].busy, o.gpus[0].idle, o.gpus[0].free, o.gpus[0].down), (0, 0, 0, 4));
     assert_eq!(o.heat[0].state, "draining");
 }
+
+/// The job backfill holds resources for says when it expects to start:
+/// when the job ahead of it reaches its time limit.
+#[test]
+fn the_reserved_job_shows_when_backfill_expects_it_to_start() {
+    let mut h = Setup::new().policy("fifo-backfill").local_gpus(4).build();
+    let first = h.submit("command: [x]\nresources: {nvidia.com/gpu: 4}\ntimeLimit: 1h\n");
+    let next = h.submit("command: [x]\nresources: {nvidia.com/gpu: 4}\ntimeLimit: 1h\n");
+    assert_eq!(h.state(first), api::JobState::Running);
+    let view = h.job(next);
+    assert_eq!(view.estimated_start.as_deref(), Some(api::time::rfc3339(T0 + 3_600_000).as_str()));
+    assert_eq!(h.job(first).estimated_start, None, "a running job has none");
+}
+
+/// A held job waits, saying who held it, until it is released; only a
+/// pending job can be held.
+#[test]
+fn a_held_job_waits_until_it_is_released() {
+    let mut h = Setup::new().policy("fifo").local_gpus(2).build();
+    let busy = h.submit("command: [x]\nresources: {nvidia.com/gpu: 2}\n");
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    let hold = |h: &mut Harness, id: u64, hold: bool| {
+        h.call(ADMIN, |reply| Call::Hold { id, hold, from: "test".into(), reply })
+    };
+    let e = hold(&mut h, busy, true).expect_err("a running job");
+    assert_eq!(e.status, 409, "{e:?}");
+    assert!(e.message.contains("only a pending job can be held"), "{e:?}");
+    let v = hold(&mut h, id, true).expect("held");
+    assert_eq!(v.reason.as_deref(), Some(format!("held by root (gpool release {id})").as_str()));
+    h.exit(key(busy, 1, 0), Some(0), None);
+    assert_eq!(h.state(id), api::JobState::Pending, "held: the free GPUs do not start it");
+    assert_eq!(h.event_messages("held").len(), 1);
+    hold(&mut h, id, false).expect("released");
+    assert_eq!(h.state(id), api::JobState::Running, "released: it starts");
+}

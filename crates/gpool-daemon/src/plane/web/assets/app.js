@@ -250,6 +250,22 @@
     return me && (me.role === 'admin' || j.user === me.user);
   }
 
+  async function holdJob(id, hold) {
+    try {
+      await api(`/jobs/${id}/${hold ? 'hold' : 'release'}`, { method: 'POST' });
+      say(`job ${id}: ${hold ? 'held' : 'released'}`);
+      if (redraw) redraw();
+    } catch (x) { say(`job ${id}: ${x.message}`); }
+  }
+
+  // Hold or release, for a pending job the token may touch.
+  function holdButton(j, after) {
+    if (!canTouch(j) || j.state !== 'pending') return '';
+    const held = (j.reason || '').startsWith('held by ');
+    return h('button', { class: 'act', type: 'button', 'aria-label': `${held ? 'Release' : 'Hold'} job ${j.id}`,
+      onclick: async () => { await holdJob(j.id, !held); if (after) after(); } }, held ? 'Release' : 'Hold');
+  }
+
   async function cancel(id) {
     if (!confirm(`Cancel job ${id}?`)) return;
     try {
@@ -298,9 +314,9 @@
         { key: 'priority', label: 'Priority', num: true },
         { key: 'for', label: 'For', value: (j) => Date.parse(j.started_at || j.submitted_at),
           render: (j) => since(j.state === 'running' ? j.started_at : j.submitted_at) },
-        { key: 'reason', label: 'Why it waits', render: (j) => j.reason || '' },
+        { key: 'reason', label: 'Why it waits', render: (j) => (j.reason || '') + (j.estimated_start ? ` (expected to start ${new Date(j.estimated_start).toLocaleString()})` : '') },
         { key: 'act', label: '', nosort: true, render: (j) => canTouch(j)
-          ? h('button', { class: 'act danger', type: 'button', onclick: () => cancel(j.id), 'aria-label': `Cancel job ${j.id}` }, 'Cancel') : '' },
+          ? h('span', {}, holdButton(j), ' ', h('button', { class: 'act danger', type: 'button', onclick: () => cancel(j.id), 'aria-label': `Cancel job ${j.id}` }, 'Cancel')) : '' },
       ], jobs, { sort: 'position', label: 'Jobs', empty: 'no job matches' }),
       ...(next ? [h('button', { class: 'act', type: 'button', onclick: async () => { await load(); draw(); } }, 'Load 200 more')] : []));
     }
@@ -337,6 +353,8 @@
       h('h1', {}, `Job ${j.id}: ${j.name} `, h('span', { class: 'state-' + j.state, 'data-testid': 'job-state' }, j.state)),
       h('p', {}, `${j.user} (${j.team}), queue ${j.queue}, priority ${j.priority}, asks for ${gpusOf(j)}. `,
         j.reason ? h('strong', {}, 'Waiting: ' + j.reason + '. ') : null,
+        j.estimated_start ? `Backfill expects it to start ${new Date(j.estimated_start).toLocaleString()}. ` : null,
+        holdButton(j, () => route()), ' ',
         canTouch(j) && !['succeeded', 'failed', 'cancelled', 'timed_out'].includes(j.state)
           ? h('button', { class: 'act danger', type: 'button', onclick: () => cancel(j.id) }, 'Cancel job') : null),
       h('div', { class: 'cards' },
