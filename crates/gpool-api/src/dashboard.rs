@@ -42,28 +42,25 @@ pub struct GpuCount {
     pub down: u32,
 }
 
-/// One node's GPUs as heat-map cells.
+/// One node's GPUs as heat-map cells, column by column (a cell is the
+/// same position in each list), so that a thousand nodes stay small.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeHeat {
     pub node: String,
     pub pool: String,
     pub state: String,
-    pub gpus: Vec<HeatCell>,
-}
-
-/// One GPU: utilisation and memory in whole percent, who holds it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct HeatCell {
-    pub index: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub util: Option<u8>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<u8>,
-    /// The job holding it whole; a shared or MIG GPU says `shared`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<u64>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub shared: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub degraded: bool,
+    /// Each GPU's index on the node.
+    pub index: Vec<u32>,
+    /// Utilisation, whole percent; `null` where not reported.
+    pub util: Vec<Option<u8>>,
+    /// Memory used, whole percent of the device.
+    pub memory: Vec<Option<u8>>,
+    /// The job holding it whole.
+    pub job: Vec<Option<u64>>,
+    /// Positions of the GPUs shared by jobs (GPU shares, MIG instances).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<u32>,
+    /// Positions of the degraded GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub degraded: Vec<u32>,
 }

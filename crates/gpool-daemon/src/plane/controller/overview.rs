@@ -28,8 +28,13 @@ impl Controller {
         let mut heat = Vec::with_capacity(nodes.len());
         for n in &nodes {
             let takes_work = n.state == "up";
-            let mut cells = Vec::with_capacity(n.devices.len());
-            for d in &n.devices {
+            let mut cells = api::NodeHeat {
+                node: n.name.clone(),
+                pool: n.pool.clone(),
+                state: n.state.clone(),
+                ..api::NodeHeat::default()
+            };
+            for (at, d) in n.devices.iter().enumerate() {
                 let t = d.telemetry.as_ref();
                 let util = t.and_then(|t| t.gpu_util).filter(|u| u.is_finite());
                 let memory = t.and_then(|t| match (t.memory_used_mb, t.memory_total_mb) {
@@ -51,21 +56,18 @@ impl Controller {
                     (true, true) if util.is_some_and(|u| u < IDLE_UTIL) => c.idle += 1,
                     (true, true) => c.busy += 1,
                 }
-                cells.push(api::HeatCell {
-                    index: d.index,
-                    util: util.map(percent),
-                    memory,
-                    job: d.job,
-                    shared,
-                    degraded: d.degraded.is_some(),
-                });
+                cells.index.push(d.index);
+                cells.util.push(util.map(percent));
+                cells.memory.push(memory);
+                cells.job.push(d.job);
+                if shared {
+                    cells.shared.push(at as u32);
+                }
+                if d.degraded.is_some() {
+                    cells.degraded.push(at as u32);
+                }
             }
-            heat.push(api::NodeHeat {
-                node: n.name.clone(),
-                pool: n.pool.clone(),
-                state: n.state.clone(),
-                gpus: cells,
-            });
+            heat.push(cells);
         }
         let mut waits: Vec<f64> = self
             .jobs

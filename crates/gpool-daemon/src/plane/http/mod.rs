@@ -263,8 +263,17 @@ async fn cancel(
     Ok(Json(call(&st, &who, |reply| Call::Cancel { id, from, reply }).await?))
 }
 
-async fn nodes(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::NodeView>>> {
-    Ok(Json(call(&st, &who, |reply| Call::Nodes { reply }).await?))
+/// `?offset=N&limit=M`: a page of the nodes, in the order they joined (the dashboard's nodes page).
+async fn nodes(
+    State(st): State<AppState>,
+    who: Who,
+    Query(p): Query<HashMap<String, String>>,
+) -> Result<Json<Vec<api::NodeView>>> {
+    only(&p, &["offset", "limit"])?;
+    let offset = number::<usize>(&p, "offset")?.unwrap_or(0);
+    let limit = number::<usize>(&p, "limit")?.unwrap_or(usize::MAX);
+    let all = call(&st, &who, |reply| Call::Nodes { reply }).await?;
+    Ok(Json(all.into_iter().skip(offset).take(limit).collect()))
 }
 
 /// `?by=team|user|queue|pool|job&since=30d`.

@@ -291,7 +291,8 @@ fn the_overview_counts_gpus_by_what_they_do_and_the_queue_waits() {
     assert_eq!((g.model.as_str(), g.busy, g.idle, g.free, g.down), ("H100-80GB", 2, 0, 2, 0));
     assert_eq!((o.pending, o.running), (1, 1));
     assert_eq!(o.wait_max_s, Some(90.0));
-    assert_eq!(o.heat[0].gpus.iter().filter(|c| c.job == Some(running)).count(), 2);
+    assert_eq!(o.heat[0].job.iter().filter(|j| **j == Some(running)).count(), 2);
+    assert_eq!(o.heat[0].index, [0, 1, 2, 3]);
     // Idle readings on the job's GPUs make them idle.
     let gpus = (0..4)
         .map(|i| gpool_gpu::GpuSample {
@@ -309,7 +310,7 @@ fn the_overview_counts_gpus_by_what_they_do_and_the_queue_waits() {
     }))]);
     let o = h.call(ADMIN, |reply| Call::Overview { reply }).expect("overview");
     assert_eq!((o.gpus[0].busy, o.gpus[0].idle), (0, 2));
-    assert_eq!(o.heat[0].gpus[0].util, Some(0));
+    assert_eq!(o.heat[0].util[0], Some(0));
     // A draining node's GPUs are down, whoever holds them.
     h.call(ADMIN, |reply| Call::Drain { node: "n1".into(), draining: true, from: "test".into(), reply })
         .expect("drain");

@@ -45,6 +45,8 @@
     if (token) headers.Authorization = 'Bearer ' + token;
     const res = await fetch('/api/v1' + path, Object.assign({}, opts, { headers }));
     if (res.status === 401) {
+      sessionStorage.removeItem(TOKEN + '.me');
+      me = null;
       toLogin();
       throw new Error('log in first');
     }
@@ -149,6 +151,17 @@
     new window.uPlot(opts, [times].concat(series.map((s) => s.values)), holder);
   }
 
+  // Who the token is, kept beside it: valid only for that very token.
+  function remember(who) {
+    sessionStorage.setItem(TOKEN + '.me', JSON.stringify({ token: sessionStorage.getItem(TOKEN), who }));
+  }
+  function remembered() {
+    try {
+      const r = JSON.parse(sessionStorage.getItem(TOKEN + '.me') || 'null');
+      return r && r.token === sessionStorage.getItem(TOKEN) ? r.who : null;
+    } catch (_) { return null; }
+  }
+
   // ----- pages -----
   function toLogin() {
     if (location.pathname !== '/login') {
@@ -167,6 +180,7 @@
         sessionStorage.setItem(TOKEN, input.value.trim());
         try {
           me = await api('/whoami');
+          remember(me);
           const next = new URLSearchParams(location.search).get('next') || '/';
           go(next.startsWith('/') && !next.startsWith('//') ? next : '/');
         } catch (x) {
@@ -193,14 +207,18 @@
     function drawHeat() {
       heat.replaceChildren(...o.heat.map((n) => h('div', { class: 'node' + (n.state === 'up' ? '' : ' down'), title: n.node },
         h('div', { class: 'muted' }, n.node),
-        h('div', { class: 'cells' }, n.gpus.map((g) => h('a', {
-          class: 'cell' + (g.degraded ? ' degraded' : ''),
-          href: g.job ? '/jobs/' + g.job : null,
-          style: 'background:' + heatColor(metric === 'util' ? g.util : g.memory),
-          title: `${n.node} GPU ${g.index}: ${g.util ?? '–'}% busy, ${g.memory ?? '–'}% memory` +
-            (g.job ? `, job ${g.job}` : g.shared ? ', shared' : ', free') + (g.degraded ? ', degraded' : ''),
-          'aria-label': `${n.node} GPU ${g.index}`,
-        }))))));
+        h('div', { class: 'cells' }, n.index.map((index, i) => {
+          const [util, mem, job] = [n.util[i], n.memory[i], n.job[i]];
+          const degraded = (n.degraded || []).includes(i);
+          return h('a', {
+            class: 'cell' + (degraded ? ' degraded' : ''),
+            href: job ? '/jobs/' + job : null,
+            style: 'background:' + heatColor(metric === 'util' ? util : mem),
+            title: `${n.node} GPU ${index}: ${util ?? '–'}% busy, ${mem ?? '–'}% memory` +
+              (job ? `, job ${job}` : (n.shared || []).includes(i) ? ', shared' : ', free') + (degraded ? ', degraded' : ''),
+            'aria-label': `${n.node} GPU ${index}`,
+          });
+        })))));
     }
     drawHeat();
     const toggle = h('select', { 'aria-label': 'Heat map shows', onchange: (e) => { metric = e.target.value; drawHeat(); } },
@@ -406,12 +424,18 @@
   }
 
   async function nodesPage() {
-    const nodes = await api('/nodes');
+    // Fifty nodes a page: a page of a thousand nodes' devices would be megabytes.
+    const PER = 50;
+    const page = Math.max(0, parseInt(new URLSearchParams(location.search).get('page') || '0', 10) || 0);
+    const got = await api(`/nodes?offset=${page * PER}&limit=${PER + 1}`);
+    const nodes = got.slice(0, PER);
+    const pager = h('p', {}, page > 0 ? h('a', { href: `/nodes?page=${page - 1}` }, '← previous 50') : null, ' ',
+      got.length > PER ? h('a', { href: `/nodes?page=${page + 1}` }, 'next 50 →') : null);
     const admin = me && me.role === 'admin';
     async function act(name, what) {
       try { await api(`/nodes/${encodeURIComponent(name)}/${what}`, { method: 'POST' }); say(`node ${name}: ${what}`); nodesPage(); } catch (x) { say(x.message); }
     }
-    main.replaceChildren(h('h1', {}, `Nodes (${nodes.length})`), ...nodes.map((n) => h('section', { 'aria-label': 'node ' + n.name },
+    main.replaceChildren(h('h1', {}, `Nodes ${page * PER + 1}–${page * PER + nodes.length}`), pager, ...nodes.map((n) => h('section', { 'aria-label': 'node ' + n.name },
       h('h2', {}, `${n.name} `, h('span', { class: 'muted' }, `${n.state}, pool ${n.pool}, ${n.source}, ${n.free_cpus}/${n.cpus} CPUs free, jobs ${n.jobs.join(', ') || 'none'} `),
         admin ? h('button', { class: 'act', type: 'button', onclick: () => act(n.name, n.state === 'draining' ? 'resume' : 'drain') },
           n.state === 'draining' ? 'Resume' : 'Drain') : null),
@@ -500,9 +524,14 @@
       return;
     }
     try {
-      if (!me) me = await api('/whoami');
+      // Who the token is, asked once per session: each page then starts with its own data.
+      if (!me) me = remembered();
+      if (!me) {
+        me = await api('/whoami');
+        remember(me);
+      }
       document.getElementById('who').replaceChildren(`${me.user} (${me.role}) `,
-        h('button', { class: 'act', type: 'button', onclick: () => { sessionStorage.removeItem(TOKEN); me = null; toLogin(); } }, 'Log out'));
+        h('button', { class: 'act', type: 'button', onclick: () => { sessionStorage.removeItem(TOKEN); sessionStorage.removeItem(TOKEN + '.me'); me = null; toLogin(); } }, 'Log out'));
       const job = path.match(/^\/jobs\/(\d+)$/);
       const pages = { '/': ['Overview', overviewPage], '/queue': ['Queue', queuePage], '/nodes': ['Nodes', nodesPage], '/usage': ['Usage and cost', usagePage] };
       if (job) {
