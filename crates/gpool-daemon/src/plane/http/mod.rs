@@ -20,6 +20,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
 
+mod cluster;
 mod holds;
 mod logs;
 mod pipelines;
@@ -63,7 +64,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/hold", post(holds::hold))
         .route("/api/v1/jobs/{id}/release", post(holds::release))
         .route("/api/v1/jobs/{id}/logs", get(logs))
-        .route("/api/v1/nodes", get(nodes))
+        .route("/api/v1/nodes", get(cluster::nodes))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/registries", get(registries::list))
         .route("/api/v1/registries/{registry}", axum::routing::put(registries::login).delete(registries::logout))
@@ -87,7 +88,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/profile/flamegraph.svg", get(profile::flamegraph))
         .route("/api/v1/jobs/{id}/profile/timeline.svg", get(profile::timeline))
         .route("/api/v1/alerts", get(alerts))
-        .route("/api/v1/overview", get(overview))
+        .route("/api/v1/overview", get(cluster::overview))
         .route("/metrics", get(metrics))
         .route("/tls/ca.pem", get(ca_pem))
         .route("/api/v1/nodes/{name}/drain", post(drain))
@@ -263,19 +264,6 @@ async fn cancel(
     Ok(Json(call(&st, &who, |reply| Call::Cancel { id, from, reply }).await?))
 }
 
-/// `?offset=N&limit=M`: a page of the nodes, in the order they joined (the dashboard's nodes page).
-async fn nodes(
-    State(st): State<AppState>,
-    who: Who,
-    Query(p): Query<HashMap<String, String>>,
-) -> Result<Json<Vec<api::NodeView>>> {
-    only(&p, &["offset", "limit"])?;
-    let offset = number::<usize>(&p, "offset")?.unwrap_or(0);
-    let limit = number::<usize>(&p, "limit")?.unwrap_or(usize::MAX);
-    let all = call(&st, &who, |reply| Call::Nodes { reply }).await?;
-    Ok(Json(all.into_iter().skip(offset).take(limit).collect()))
-}
-
 /// `?by=team|user|queue|pool|job&since=30d`.
 async fn cost(
     State(st): State<AppState>,
@@ -322,10 +310,6 @@ async fn advice(
 
 async fn alerts(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::AlertView>>> {
     Ok(Json(call(&st, &who, |reply| Call::Alerts { reply }).await?))
-}
-
-async fn overview(State(st): State<AppState>, who: Who) -> Result<Json<api::Overview>> {
-    Ok(Json(call(&st, &who, |reply| Call::Overview { reply }).await?))
 }
 
 /// The CA's certificate, public: an agent checks it against its pinned
