@@ -191,3 +191,26 @@ fn a_schedule_fires_once_per_occurrence_across_restarts() {
     h.step(Vec::new());
     assert_eq!(submitted(&mut h), 1, "the same occurrence does not fire twice");
 }
+
+#[test]
+fn a_held_job_is_still_held_after_a_restart() {
+    let state = StateFile::new("held");
+    let clock = ManualClock::new(T0);
+    let hold = |h: &mut Harness, id: u64, hold: bool| {
+        h.call(ADMIN, |reply| Call::Hold { id, hold, from: "test".into(), reply }).expect("hold or release")
+    };
+    let (blocker, held) = {
+        let mut h = restart(&state, &clock, FakeAgent::default());
+        let blocker = h.submit("command: [x]\nresources: {nvidia.com/gpu: 8}\n");
+        let held = h.submit("command: [y]\nresources: {nvidia.com/gpu: 1}\n");
+        hold(&mut h, held, true);
+        (blocker, held)
+    };
+    let mut h = restart(&state, &clock, FakeAgent::default());
+    assert_eq!(h.state(blocker), api::JobState::Running, "re-adopted");
+    h.exit(key(blocker, 1, 0), Some(0), None);
+    assert_eq!(h.state(held), api::JobState::Pending, "eight free GPUs, and it is still held");
+    assert!(h.job(held).reason.is_some_and(|r| r.starts_with("held by root")));
+    hold(&mut h, held, false);
+    assert_eq!(h.state(held), api::JobState::Running);
+}
