@@ -53,8 +53,9 @@ fn four_quarters_share_one_gpu_and_a_job_over_its_memory_share_is_stopped() {
         assert!(first.starts_with(&format!("{gpu} 0.25 ")) && first.ends_with(" time-slicing"), "{first}");
     }
     // Telemetry is per job: a quarter's readings are its own process's (10 GiB, 20%), not the GPU's.
+    // Samples taken before the job wrote its load read 0 MiB: wait for the first one after.
     let usage = d.until(&format!("/api/v1/jobs/{}/usage", quarters[0]), Duration::from_secs(30), |u| {
-        u["summary"]["peak_memory_mb"].as_u64().is_some()
+        u["summary"]["peak_memory_mb"].as_u64().is_some_and(|mb| mb > 0)
     });
     assert_eq!(usage["summary"]["peak_memory_mb"], 10240, "{usage}");
     // (The GPU itself is at 80%: four quarters at 20%. A first sample may predate the declaration.)
