@@ -231,6 +231,24 @@ pub struct CostReport {
     pub total_dollars: f64,
     /// Largest spend first.
     pub rows: Vec<CostRow>,
+    /// The period step by step (hours over a period of two days or less,
+    /// else days, UTC): the largest groups' GPU-hours and dollars (jobs in
+    /// the step they ended in, running ones in the current one), the others
+    /// summed as `others`; empty by job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<CostStep>,
+}
+
+/// One group's use in one step of a [`CostReport`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CostStep {
+    /// When the step starts (RFC 3339).
+    pub at: String,
+    /// `hour` or `day`.
+    pub step: String,
+    pub key: String,
+    pub gpu_hours: f64,
+    pub dollars: f64,
 }
 
 /// One group of a [`CostReport`].
@@ -492,6 +510,27 @@ pub struct RegistryView {
 pub struct RegistryLogin {
     pub username: String,
     pub password: String,
+}
+
+/// A monthly budget and this month's spend (`GET /api/v1/budgets`, `gpool budgets`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BudgetView {
+    /// `team` or `queue`.
+    pub scope: String,
+    /// The team's or queue's name.
+    pub name: String,
+    pub dollars_per_month: f64,
+    /// `hard`: at 100% its jobs wait for next month; `soft`: they run only as preemptible, at the lowest priority.
+    pub mode: String,
+    /// This month (UTC): jobs that ended in it, and what running jobs have cost so far.
+    pub spent_usd: f64,
+    pub percent: f64,
+    /// Percentages at which an alert goes out.
+    pub alert_at: Vec<u32>,
+    /// When the month ends and spend starts again (RFC 3339).
+    pub resets_at: String,
+    /// Pending jobs it holds back (a hard budget at 100%).
+    pub held_jobs: u64,
 }
 
 /// `PUT /api/v1/power`: a budget set live (admins).

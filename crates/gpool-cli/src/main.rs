@@ -128,6 +128,8 @@ enum Command {
     Queues(verbs::ListArgs),
     /// What jobs cost, by team, user, queue, pool or job, over a period (-o table, json or csv).
     Cost(verbs::cost::CostArgs),
+    /// Monthly budgets per team or queue: this month's spend, the share used, jobs held back.
+    Budgets(verbs::ListArgs),
     /// Elastic node pools: shape, price, limits, nodes being created, idle or deleted, and health.
     Pools(verbs::ListArgs),
     /// Inference services: endpoint, ready and desired replicas, requests/s, p50/p99; `gpool services delete NAME`.
@@ -298,6 +300,7 @@ fn main() -> ExitCode {
         Command::Services(ServicesArgs { command: Some(ServicesCommand::Delete(a)), .. }) => verbs::services::delete(a),
         Command::Services(ServicesArgs { command: None, list }) => verbs::services::run(list),
         Command::Cost(a) => verbs::cost::run(a),
+        Command::Budgets(a) => verbs::budgets::run(a),
         Command::LocalNode(c) => local_node::run(c),
         Command::ReplicaDemo(a) => replica_demo::run(a),
         Command::Events(a) => events::run(a),

@@ -29,7 +29,15 @@ fn card(b: &mut Browser, label: &str) -> String {
 #[test]
 fn the_dashboard_shows_the_cluster_the_queue_and_a_job_live_and_cancels_from_the_page() {
     let s = Scratch::new("dashboard");
-    let d = Daemon::start(&s.0.join("data"), "8xH100-80GB", &["--sample-interval", "500ms"]);
+    // A budget the usage page shows; far above what the test spends.
+    let budgets = s.0.join("budgets.yaml");
+    std::fs::write(&budgets, "- {queue: default, dollarsPerMonth: 5000, mode: soft, alertAt: [80]}\n")
+        .expect("budgets");
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "8xH100-80GB",
+        &["--sample-interval", "500ms", "--budgets", budgets.to_str().expect("path")],
+    );
     let job = |name: &str, cmd: &str, gpus: u32, load: Option<&str>| {
         let mut spec = json!({"name": name, "command": ["sh", "-c", cmd]});
         if gpus > 0 {
@@ -129,7 +137,12 @@ fn the_dashboard_shows_the_cluster_the_queue_and_a_job_live_and_cancels_from_the
     let admin = d.get("/api/v1/whoami")["user"].as_str().expect("the admin's name").to_string();
     b.goto(&format!("{}/usage?by=user&since=1d", d.url));
     b.wait_for(
-        &format!("document.querySelector('tbody tr') && document.body.innerText.includes({})", Value::from(admin)),
+        &format!(
+            "document.querySelector('tbody tr') && document.body.innerText.includes({}) \
+             && document.body.innerText.includes('queue default') && document.querySelector('meter') \
+             && document.querySelector('.charts .uplot')",
+            Value::from(admin)
+        ),
         Duration::from_secs(20),
     );
     b.screenshot(&shots().join("dashboard-usage.png"));

@@ -83,7 +83,13 @@ fn the_document_passes_openapi_spec_validator() {
 #[test]
 fn live_answers_validate_against_the_openapi_document() {
     let s = Scratch::new("openapi");
-    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &["--sample-interval", "100ms"]);
+    let budgets = s.0.join("budgets.yaml");
+    std::fs::write(&budgets, "- {team: ml, dollarsPerMonth: 900, mode: hard, alertAt: [50]}\n").expect("budgets");
+    let d = Daemon::start(
+        &s.0.join("data"),
+        "2xH100-80GB",
+        &["--sample-interval", "100ms", "--budgets", budgets.to_str().expect("path")],
+    );
     let doc = d.get("/api/v1/openapi.json");
     assert_eq!(doc["openapi"], "3.1.0");
     let mut covered = BTreeSet::new();
@@ -129,6 +135,8 @@ fn live_answers_validate_against_the_openapi_document() {
     call("GET", "/api/v1/pools", None);
     call("GET", "/api/v1/cost?by=user&since=1d", None);
     call("GET", "/api/v1/cost?by=colour", None);
+    let (_, budgets) = call("GET", "/api/v1/budgets", None);
+    assert_eq!(budgets[0]["name"], "ml", "{budgets}");
     call("GET", "/api/v1/alerts", None);
     // Pending behind the running job: held, then released.
     let (_, after) = call("POST", "/api/v1/jobs", Some(&json!({"command": "true", "dependsOn": [id]})));

@@ -270,6 +270,19 @@ fn a_team_over_its_hard_budget_has_its_next_job_held_with_the_reason() {
     assert!(alerts.iter().any(|m| m.contains("(100%)") && m.contains("wait until next month")), "{alerts:?}");
     let (ok, out, _) = d.cli(&["show", &second.to_string()]);
     assert!(ok && out.contains("over its hard budget"), "{out}");
+    // `gpool budgets` shows the spend, the share used and the job it holds.
+    let (ok, out, err) = d.cli(&["budgets", "-o", "json"]);
+    assert!(ok, "{err}");
+    let list: Value = serde_json::from_str(&out).expect("json");
+    let b = &list[0];
+    assert!(b["scope"] == "team" && b["name"] == "admin" && b["mode"] == "hard", "{b}");
+    assert!(
+        b["spent_usd"].as_f64().is_some_and(|x| x >= 50.0) && b["percent"].as_f64().is_some_and(|p| p >= 100.0),
+        "{b}"
+    );
+    assert_eq!(b["held_jobs"], 1, "{b}");
+    let (ok, out, _) = d.cli(&["budgets"]);
+    assert!(ok && out.contains("team admin") && out.contains("hard"), "{out}");
     // An invalid budgets file says what is wrong.
     std::fs::write(&budgets, "- {team: a, queue: b, dollarsPerMonth: 5}\n").expect("budgets");
     let (code, _, err) = gpool(

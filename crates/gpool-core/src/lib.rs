@@ -65,6 +65,7 @@ mod shares;
 pub mod snapshot;
 pub mod straggler;
 pub mod time;
+pub mod usage_ledger;
 pub mod windows;
 
 pub use feasible::Infeasible;

@@ -98,6 +98,7 @@ mod tests {
             since: "2026-10-26T08:00:00Z".into(),
             total_dollars: 1530.25,
             rows: vec![row("vision", 1200.0, 97.6, 12), row("nlp, research", 330.25, 120.1, 40)],
+            steps: Vec::new(),
         };
         assert_snapshot("cost.txt", &render(&r, "table").expect("table"));
         assert_snapshot("cost.json", &render(&r, "json").expect("json"));

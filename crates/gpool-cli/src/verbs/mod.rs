@@ -10,6 +10,7 @@ use crate::output::Output;
 
 pub(crate) mod advise;
 pub(crate) mod alerts;
+pub(crate) mod budgets;
 pub(crate) mod cancel;
 pub(crate) mod cost;
 pub(crate) mod drain;

@@ -50,6 +50,7 @@ pub fn document() -> Value {
     generator.subschema_for::<api::pipeline::PipelineList>();
     generator.subschema_for::<api::PowerSet>();
     generator.subschema_for::<api::PowerView>();
+    generator.subschema_for::<api::BudgetView>();
     generator.subschema_for::<api::schedule::ScheduleSpec>();
     generator.subschema_for::<api::schedule::ScheduleView>();
     generator.subschema_for::<api::ServiceView>();

@@ -73,31 +73,23 @@ pub(super) fn month_bounds(ms: i64) -> (i64, i64) {
 }
 
 impl Controller {
-    /// This month's spend of finished runs, from the store (once, at start).
-    pub(super) fn restore_budgets(&mut self, now: i64) -> anyhow::Result<()> {
+    /// This month's spend (once, at start): jobs that ended this month, from
+    /// the usage ledger, and the finished runs of jobs not yet ended.
+    pub(super) fn restore_budgets(&mut self, now: i64) {
         let (start, _) = month_bounds(now);
         self.budget.month_start_ms = start;
         if self.cfg.budgets.is_empty() {
-            return Ok(());
+            return;
         }
-        let mut after = None;
-        loop {
-            let q = gpool_store::JobQuery { user: None, queue: None, states: Vec::new(), after, limit: 1000 };
-            let rows = self.store.jobs(&q)?;
-            let n = rows.len();
-            for row in rows {
-                after = Some(row.id);
-                let Ok(d) = serde_json::from_str::<super::docs::JobDoc>(&row.doc) else { continue };
-                let this_month = d.ended_ms.is_some_and(|e| e >= start) || d.ended_ms.is_none();
-                if let Some(c) = d.usage.as_ref().and_then(|u| u.cost_usd).filter(|_| this_month) {
-                    *self.budget.spent.entry((d.team, d.queue)).or_default() += c;
-                }
-            }
-            if n < 1000 {
-                break;
+        // A month starts on an hour: the ledger's hours from it are exactly this month's.
+        for (owner, usage) in self.usage_ledger.since(Time::from_millis(start), |_| true) {
+            *self.budget.spent.entry((owner.team.to_string(), owner.queue.to_string())).or_default() += usage.dollars;
+        }
+        for d in self.jobs.values() {
+            if let Some(c) = d.usage.as_ref().and_then(|u| u.cost_usd) {
+                *self.budget.spent.entry((d.team.clone(), d.queue.clone())).or_default() += c;
             }
         }
-        Ok(())
     }
 
     /// A run's cost, charged to this month.
@@ -115,6 +107,39 @@ impl Controller {
             .filter_map(|(id, _)| self.live_cost(*id, now).map(|(c, _)| c))
             .sum();
         done + live
+    }
+
+    /// Every budget and this month's spend (`GET /api/v1/budgets`): budgets are the
+    /// organisation's, as queues are, so every reader sees them all.
+    pub(super) fn budget_views(&self, now: i64) -> Vec<gpool_api::BudgetView> {
+        let (_, next) = month_bounds(now);
+        self.cfg
+            .budgets
+            .iter()
+            .map(|b| {
+                let spent = self.budget_spend(b, now);
+                let (scope, name) = match &b.scope {
+                    BudgetScope::Team(t) => ("team", t.clone()),
+                    BudgetScope::Queue(q) => ("queue", q.clone()),
+                };
+                let held = self.jobs.values().filter(|d| d.budget_hold.is_some() && b.covers(&d.team, &d.queue));
+                gpool_api::BudgetView {
+                    scope: scope.into(),
+                    name,
+                    dollars_per_month: b.dollars_per_month,
+                    mode: match b.mode {
+                        BudgetMode::Hard => "hard",
+                        BudgetMode::Soft => "soft",
+                    }
+                    .into(),
+                    spent_usd: (spent * 100.0).round() / 100.0,
+                    percent: (spent / b.dollars_per_month.max(1e-9) * 1000.0).round() / 10.0,
+                    alert_at: b.alert_at.clone(),
+                    resets_at: gpool_api::time::rfc3339(next),
+                    held_jobs: held.count() as u64,
+                }
+            })
+            .collect()
     }
 
     /// The budget at or over 100% this job's team or queue is under, if any.

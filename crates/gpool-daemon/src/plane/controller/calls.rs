@@ -177,6 +177,8 @@ calls! {
     Nodes {} -> Vec<api::NodeView>, Read;
     /// What jobs that ran since then cost, grouped by job, user, team, queue or pool (`costs.rs`).
     Cost { by: String, since: Duration } -> api::CostReport, Read;
+    /// Monthly budgets and this month's spend (`budgets.rs`).
+    Budgets {} -> Vec<api::BudgetView>, Read;
     /// Elastic node pools (`elastic.rs`).
     Pools {} -> Vec<api::PoolView>, Read;
     Queues {} -> Vec<api::QueueView>, Read;
@@ -212,6 +214,39 @@ calls! {
     Poll { node: String, epoch: u64, after: u64 } -> api::agent::Commands, Nodes;
     /// The agent protocol: what happened on a node.
     Report { report: api::agent::Report } -> (), Nodes;
+}
+
+impl Call {
+    /// Whether the call only reads state (a view): such calls are answered
+    /// before the turn that handles the rest of their batch
+    /// (`Controller::answer_views`). Their handlers change nothing but a
+    /// token's last use.
+    pub fn only_reads(&self) -> bool {
+        matches!(
+            self,
+            Call::Get { .. }
+                | Call::List { .. }
+                | Call::Nodes { .. }
+                | Call::Cost { .. }
+                | Call::Budgets { .. }
+                | Call::Pools { .. }
+                | Call::Queues { .. }
+                | Call::Events { .. }
+                | Call::Tokens { .. }
+                | Call::WhoAmI { .. }
+                | Call::Usage { .. }
+                | Call::Advice { .. }
+                | Call::Alerts { .. }
+                | Call::Overview { .. }
+                | Call::Services { .. }
+                | Call::Pipeline { .. }
+                | Call::Pipelines { .. }
+                | Call::Power { .. }
+                | Call::Schedules { .. }
+                | Call::Registries { .. }
+                | Call::Logs { .. }
+        )
+    }
 }
 
 /// A request that needs no token (the Prometheus scrape).

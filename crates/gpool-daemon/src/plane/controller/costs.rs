@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 
 use gpool_api as api;
-use gpool_core::cost::{ChargeKey, CostGroup, CostLedger};
+use gpool_core::cost::CostGroup;
+use gpool_core::usage_ledger::{HOUR_MS, Usage, by_group, hour_of};
 use gpool_core::{JobId, PoolKind, Time};
 
 use super::Controller;
@@ -21,6 +22,35 @@ use crate::plane::auth::{Caller, Role};
 
 /// Pages of this many jobs are read from the store for a cost report.
 const PAGE: u32 = 1000;
+
+/// Groups a report charts step by step; the rest are summed as `others`.
+const CHARTED: usize = 8;
+
+/// The chart of a report from `since` to `now`: per step (hours over two
+/// days or less, else days; UTC) and group, GPU-hours and dollars, for the
+/// `CHARTED` largest groups of `grouped` and the rest as `others`.
+fn steps_of(grouped: &[(String, Usage)], dated: Vec<(i64, String, Usage)>, since: i64, now: i64) -> Vec<api::CostStep> {
+    const DAY_MS: i64 = 86_400_000;
+    let (step, name) = if now - since <= 2 * DAY_MS { (HOUR_MS, "hour") } else { (DAY_MS, "day") };
+    let charted: std::collections::BTreeSet<&str> = grouped.iter().take(CHARTED).map(|(n, _)| n.as_str()).collect();
+    let mut steps: BTreeMap<(i64, &str), (f64, f64)> = BTreeMap::new();
+    for (at, key, u) in &dated {
+        let key = if charted.contains(key.as_str()) { key.as_str() } else { "others" };
+        let d = steps.entry((at.div_euclid(step) * step, key)).or_default();
+        d.0 += u.gpu_hours;
+        d.1 += u.dollars;
+    }
+    steps
+        .into_iter()
+        .map(|((at, key), (h, d))| api::CostStep {
+            at: api::time::rfc3339(at),
+            step: name.into(),
+            key: key.into(),
+            gpu_hours: (h * 10_000.0).round() / 10_000.0,
+            dollars: (d * 10_000.0).round() / 10_000.0,
+        })
+        .collect()
+}
 
 impl Controller {
     /// The price per GPU-hour of the node a running job holds, and its pool's name.
@@ -88,8 +118,54 @@ impl Controller {
         out
     }
 
+    /// A job reached its end: what it used, over all its runs, into the usage ledger.
+    pub(super) fn ledger_add(&mut self, d: &JobDoc) {
+        let (Some(ended), Some(_)) = (d.ended_ms, d.started_ms) else { return };
+        let usage = self.job_usage(d, 0.0);
+        let pool = d.pool.as_deref().unwrap_or("-");
+        self.usage_ledger.add(Time::from_millis(ended), &d.user, &d.team, &d.queue, pool, usage);
+    }
+
+    /// What a job used and cost, as a report counts it: `live` dollars of its current run on top.
+    fn job_usage(&self, d: &JobDoc, live: f64) -> Usage {
+        let done = d.usage.as_ref().and_then(|u| u.cost_usd).unwrap_or(0.0);
+        match self.usage_summary(d) {
+            Some(u) => {
+                Usage::of_job(done + live, u.gpu_hours, u.idle_gpu_hours, u.energy_wh.unwrap_or(0.0), u.mean_gpu_util)
+            }
+            None => Usage::of_job(done + live, 0.0, 0.0, 0.0, None),
+        }
+    }
+
+    /// Builds the usage ledger from the store's finished jobs (once, at start):
+    /// one read of every job, so that reports need not read any.
+    pub(super) fn restore_usage_ledger(&mut self) -> anyhow::Result<()> {
+        let mut after = None;
+        loop {
+            let q = gpool_store::JobQuery { after, limit: PAGE, ..gpool_store::JobQuery::default() };
+            let rows = self.store.jobs(&q)?;
+            let n = rows.len();
+            for row in rows {
+                after = Some(row.id);
+                if self.jobs.contains_key(&row.id) {
+                    continue;
+                }
+                if let Ok(d) = serde_json::from_str::<JobDoc>(&row.doc) {
+                    self.ledger_add(&d);
+                }
+            }
+            if n < PAGE as usize {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// `GET /api/v1/cost?by=team&since=30d`: what jobs that ran in the period
     /// cost, grouped. Admins and readers see every job, users their own.
+    /// Finished jobs come from the usage ledger (hour resolution: the period
+    /// starts at the beginning of `since_ms`'s hour), running ones live;
+    /// `by=job` reads the store's jobs instead, as it lists each.
     pub(super) fn cost_report(
         &mut self,
         caller: &Caller,
@@ -99,84 +175,84 @@ impl Controller {
     ) -> Result<api::CostReport, ApiError> {
         let group: CostGroup = by.parse().map_err(|e: String| ApiError::new(400, format!("by: {e}")))?;
         let everyone = matches!(caller.role, Role::Admin | Role::Reader);
-        let mut ledger = CostLedger::default();
-        let mut jobs_per: BTreeMap<String, u64> = BTreeMap::new();
-        let mut energy_per: BTreeMap<String, f64> = BTreeMap::new();
-        // Per group: idle GPU-hours, and (utilisation × hours, hours) of the runs that sampled it.
-        let mut idle_per: BTreeMap<String, f64> = BTreeMap::new();
-        let mut util_per: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        let sees = |user: &str| everyone || user == caller.user;
+        let since = hour_of(Time::from_millis(since_ms));
+        let mut rows: Vec<(String, Usage)> = Vec::new();
+        // (when, group, usage) for the chart: ledger hours, and running jobs now.
+        let mut dated: Vec<(i64, String, Usage)> = Vec::new();
+        if group == CostGroup::Job {
+            self.each_stored_job(|c, d| {
+                if sees(&d.user) && d.started_ms.is_some() && d.ended_ms.is_none_or(|e| e >= since.as_millis()) {
+                    rows.push((d.id.to_string(), c.report_usage(d, now).1));
+                }
+            })?;
+        } else {
+            for (hour, o, u) in self.usage_ledger.hours_since(since).filter(|(_, o, _)| sees(&o.user)) {
+                dated.push((hour.as_millis(), o.group(group).unwrap_or("-").to_string(), *u));
+            }
+            for d in self.jobs.values().filter(|d| d.started_ms.is_some() && sees(&d.user)) {
+                let (pool, usage) = self.report_usage(d, now);
+                let name = match group {
+                    CostGroup::User => d.user.clone(),
+                    CostGroup::Team => d.team.clone(),
+                    CostGroup::Queue => d.queue.clone(),
+                    CostGroup::Pool | CostGroup::Job => pool,
+                };
+                dated.push((now, name, usage));
+            }
+            rows.extend(dated.iter().map(|(_, name, u)| (name.clone(), *u)));
+        }
+        let grouped = by_group(rows);
+        let steps = steps_of(&grouped, dated, since.as_millis(), now);
+        let round = |x: f64, to: f64| (x * to).round() / to;
+        Ok(api::CostReport {
+            by: group.as_str().into(),
+            since: api::time::rfc3339(since.as_millis()),
+            total_dollars: round(grouped.iter().map(|(_, u)| u.dollars).sum(), 10_000.0),
+            rows: grouped
+                .into_iter()
+                .map(|(key, u)| api::CostRow {
+                    jobs: u.jobs,
+                    energy_wh: round(u.energy_wh, 100.0),
+                    idle_gpu_hours: round(u.idle_gpu_hours, 10_000.0),
+                    mean_gpu_util: u.mean_gpu_util().map(|m| round(m, 10.0)),
+                    key,
+                    dollars: round(u.dollars, 10_000.0),
+                    gpu_hours: round(u.gpu_hours, 10_000.0),
+                })
+                .collect(),
+            steps,
+        })
+    }
+
+    /// A job's pool (where its current or last run was) and its usage with its live cost.
+    fn report_usage(&self, d: &JobDoc, now: i64) -> (String, Usage) {
+        let (live, live_pool) = self.live_cost(d.id, now).map_or((0.0, None), |(c, p)| (c, Some(p)));
+        let pool = live_pool.or_else(|| d.pool.clone()).unwrap_or_else(|| "-".into());
+        (pool, self.job_usage(d, live))
+    }
+
+    /// Calls `f` with every job of the store, live ones as the controller has them (newer than the store's).
+    fn each_stored_job(&mut self, mut f: impl FnMut(&Controller, &JobDoc)) -> Result<(), ApiError> {
         let mut after = None;
         loop {
-            let q = gpool_store::JobQuery {
-                user: (!everyone).then(|| caller.user.clone()),
-                queue: None,
-                states: Vec::new(),
-                after,
-                limit: PAGE,
-            };
+            let q = gpool_store::JobQuery { after, limit: PAGE, ..gpool_store::JobQuery::default() };
             let rows = self.store.jobs(&q).map_err(|e| ApiError::new(500, e.to_string()))?;
             let n = rows.len();
             for row in rows {
                 after = Some(row.id);
-                let Ok(stored) = serde_json::from_str::<JobDoc>(&row.doc) else { continue };
-                // Live jobs: the controller's record is newer than the store's.
-                let d = self.jobs.get(&row.id).cloned().unwrap_or(stored);
-                if d.ended_ms.is_some_and(|e| e < since_ms) || d.started_ms.is_none() {
-                    continue;
-                }
-                let (live, live_pool) = self.live_cost(d.id, now).map_or((0.0, None), |(c, p)| (c, Some(p)));
-                let done = d.usage.as_ref().and_then(|u| u.cost_usd).unwrap_or(0.0);
-                let usage = self.usage_summary(&d);
-                let hours = usage.as_ref().map_or(0.0, |u| u.gpu_hours);
-                let pool = live_pool.or_else(|| d.pool.clone()).unwrap_or_else(|| "-".into());
-                let key = ChargeKey {
-                    job: d.id,
-                    user: d.user.as_str().into(),
-                    team: d.team.as_str().into(),
-                    queue: d.queue.as_str().into(),
-                    pool: pool.as_str().into(),
-                };
-                let name = match group {
-                    CostGroup::Job => d.id.to_string(),
-                    CostGroup::User => d.user.clone(),
-                    CostGroup::Team => d.team.clone(),
-                    CostGroup::Queue => d.queue.clone(),
-                    CostGroup::Pool => pool.clone(),
-                };
-                if let Some(u) = &usage {
-                    *energy_per.entry(name.clone()).or_default() += u.energy_wh.unwrap_or(0.0);
-                    *idle_per.entry(name.clone()).or_default() += u.idle_gpu_hours;
-                    if let Some(m) = u.mean_gpu_util {
-                        let w = util_per.entry(name.clone()).or_default();
-                        w.0 += m * u.gpu_hours;
-                        w.1 += u.gpu_hours;
+                match self.jobs.get(&row.id) {
+                    Some(d) => f(self, d),
+                    None => {
+                        if let Ok(d) = serde_json::from_str::<JobDoc>(&row.doc) {
+                            f(self, &d);
+                        }
                     }
                 }
-                *jobs_per.entry(name).or_default() += 1;
-                ledger.add(key, done + live, hours);
             }
             if n < PAGE as usize {
-                break;
+                return Ok(());
             }
         }
-        let rows = ledger
-            .by(group)
-            .into_iter()
-            .map(|(key, dollars, gpu_hours)| api::CostRow {
-                jobs: jobs_per.get(&key).copied().unwrap_or(0),
-                energy_wh: (energy_per.get(&key).copied().unwrap_or(0.0) * 100.0).round() / 100.0,
-                idle_gpu_hours: (idle_per.get(&key).copied().unwrap_or(0.0) * 10_000.0).round() / 10_000.0,
-                mean_gpu_util: util_per.get(&key).filter(|(_, h)| *h > 0.0).map(|(s, h)| (s / h * 10.0).round() / 10.0),
-                key,
-                dollars: (dollars * 10_000.0).round() / 10_000.0,
-                gpu_hours: (gpu_hours * 10_000.0).round() / 10_000.0,
-            })
-            .collect();
-        Ok(api::CostReport {
-            by: group.as_str().into(),
-            since: api::time::rfc3339(since_ms),
-            total_dollars: (ledger.total() * 10_000.0).round() / 10_000.0,
-            rows,
-        })
     }
 }

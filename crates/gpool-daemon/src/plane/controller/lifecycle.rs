@@ -290,6 +290,7 @@ impl Controller {
         doc.state = state;
         doc.ended_ms = Some(now);
         doc.end_reason = Some(reason.clone());
+        self.ledger_add(&doc);
         self.touched.remove(&id);
         self.writes.push(put_job(&doc));
         let said = format!("job {id} {}: {reason}", state.as_str());

@@ -260,6 +260,8 @@ pub struct Controller {
     cost_done: BTreeMap<(String, String, String, String), f64>,
     /// Of those, dollars of allocated GPUs that were idle (`costs.rs`).
     waste_done: BTreeMap<(String, String, String, String), f64>,
+    /// Finished jobs' usage per hour and owner, for cost reports (`costs.rs`).
+    usage_ledger: gpool_core::usage_ledger::UsageLedger,
     /// This month's spend and the alerts sent (`budgets.rs`).
     budget: budgets::BudgetState,
     /// GPUs of each job the idle rule fires on (`idle.rs`).
@@ -337,6 +339,7 @@ impl Controller {
             gpu_hours_done: BTreeMap::new(),
             cost_done: BTreeMap::new(),
             waste_done: BTreeMap::new(),
+            usage_ledger: Default::default(),
             budget: budgets::BudgetState::default(),
             idle_gpus: BTreeMap::new(),
             services: services::Services::default(),
@@ -364,7 +367,8 @@ impl Controller {
         c.restore_fleet(now)?;
         c.restore_nodes(now)?;
         c.restore()?;
-        c.restore_budgets(now)?;
+        c.restore_usage_ledger()?;
+        c.restore_budgets(now);
         c.restore_services()?;
         c.restore_registries()?;
         c.restore_schedules()?;
@@ -590,11 +594,5 @@ impl Controller {
         self.waiting.sort_unstable();
         self.default_reason = plan.others.as_ref().map(ToString::to_string);
         self.reserved = plan.reservation.as_ref().filter(|r| r.at < Time::NEVER).map(|r| (r.job.0, r.at.as_millis()));
-    }
-
-    /// Why a pending job waits, as the last pass said.
-    fn reason(&self, id: u64) -> Option<&str> {
-        let i = self.waiting.binary_search_by_key(&id, |(j, _)| *j).ok()?;
-        self.reason_texts.get(self.waiting[i].1 as usize).map(String::as_str)
     }
 }

@@ -13,6 +13,29 @@ use crate::plane::auth::{Caller, Credential};
 use crate::plane::convert::to_core;
 
 impl Controller {
+    /// Answers the views of `batch` (calls that only read, `Call::only_reads`)
+    /// at once and leaves the rest in it: the shell sends these answers
+    /// before the turn that handles the rest. They read the state the last
+    /// turn committed, so a view never shows what is not durable yet, and it
+    /// does not wait behind the batch's reports or a scheduling pass.
+    pub fn answer_views(&mut self, batch: &mut Vec<super::Event>) -> Vec<super::Answer> {
+        let now = self.clock.now_ms();
+        let is_view = |e: &super::Event| matches!(e, super::Event::Api { call, .. } if call.only_reads());
+        if !batch.iter().any(is_view) {
+            return Vec::new();
+        }
+        let (views, rest): (Vec<_>, Vec<_>) = std::mem::take(batch).into_iter().partition(is_view);
+        *batch = rest;
+        // Answers of the turn under way are the shell's already: these are only the views'.
+        let before = self.replies.len();
+        for e in views {
+            if let super::Event::Api { who, call } = e {
+                self.api(&who, call, now);
+            }
+        }
+        self.replies.split_off(before)
+    }
+
     /// Identifies the caller, checks its access and carries the call out.
     pub(super) fn api(&mut self, who: &Credential, call: Call, now: i64) {
         let caller = match self.identify(who, now) {
@@ -146,6 +169,10 @@ impl Controller {
             Call::Cost { by, since, reply } => {
                 let since_ms = now.saturating_sub(i64::try_from(since.as_millis()).unwrap_or(i64::MAX / 2));
                 let r = self.cost_report(&caller, &by, since_ms, now);
+                self.reply(reply, r);
+            }
+            Call::Budgets { reply } => {
+                let r = Ok(self.budget_views(now));
                 self.reply(reply, r);
             }
             Call::Pools { reply } => {

@@ -91,8 +91,7 @@ impl Shell {
             {
                 batch.push(e);
             }
-            let turn = ctl.turn(batch);
-            fed = self.carry_out(&mut ctl, turn)?;
+            fed = self.step(&mut ctl, batch)?;
             if let (Some(every), Some(at)) = (every, next_renew)
                 && ctl.now_ms() >= at
             {
@@ -103,6 +102,17 @@ impl Shell {
                 return Ok(());
             }
         }
+    }
+
+    /// Handles one batch: its views answered at once, from what the last turn
+    /// committed (`Controller::answer_views`), then a turn for the rest,
+    /// carried out. Returns what the local agent fed back.
+    pub fn step(&mut self, ctl: &mut Controller, mut batch: Vec<Event>) -> Result<Vec<Event>, StoreFailed> {
+        for a in ctl.answer_views(&mut batch) {
+            a.send();
+        }
+        let turn = ctl.turn(batch);
+        self.carry_out(ctl, turn)
     }
 
     /// Carries out a turn in the documented order; returns what the local

@@ -19,6 +19,12 @@ pub(super) fn reason_text(r: &gpool_core::PendingReason) -> String {
 }
 
 impl Controller {
+    /// Why a pending job waits, as the last pass said.
+    pub(super) fn reason(&self, id: u64) -> Option<&str> {
+        let i = self.waiting.binary_search_by_key(&id, |(j, _)| *j).ok()?;
+        self.reason_texts.get(self.waiting[i].1 as usize).map(String::as_str)
+    }
+
     // ----- views -----
 
     pub(super) fn view(&self, d: &JobDoc) -> api::JobView {

@@ -72,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/pipelines/{run}", get(pipelines::get_run))
         .route("/api/v1/pipelines/{run}/cancel", post(pipelines::cancel))
         .route("/api/v1/power", get(schedules::power).put(schedules::set_power))
+        .route("/api/v1/budgets", get(schedules::budgets))
         .route("/api/v1/schedules", get(schedules::list))
         .route("/api/v1/schedules/{name}", axum::routing::put(schedules::apply).delete(schedules::delete))
         .route("/api/v1/services", get(services::list))

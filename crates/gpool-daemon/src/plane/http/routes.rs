@@ -31,6 +31,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("put", "/api/v1/services/{name}"),
     ("delete", "/api/v1/services/{name}"),
     ("get", "/api/v1/cost"),
+    ("get", "/api/v1/budgets"),
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/events"),
     ("post", "/api/v1/tokens"),

@@ -1,6 +1,7 @@
 //! `/api/v1/schedules`: recurring jobs and pipelines. Apply one by name
 //! (JSON or YAML), list them, delete one. And `/api/v1/power`: the power
-//! budgets, read and set live (the other settings that change over time).
+//! budgets, read and set live, and `/api/v1/budgets`: the monthly spending
+//! budgets (the other settings that change over time).
 
 use axum::Json;
 use axum::body::Bytes;
@@ -51,4 +52,9 @@ pub(super) async fn set_power(
     let req: gpool_api::PowerSet = body_as(&headers, &body)?;
     let from = from.0;
     Ok(Json(call(&st, &who, |reply| Call::SetPower { req, from, reply }).await?))
+}
+
+/// `GET /api/v1/budgets`: every monthly budget and this month's spend.
+pub(super) async fn budgets(State(st): State<AppState>, who: Who) -> Result<Json<Vec<gpool_api::BudgetView>>> {
+    Ok(Json(call(&st, &who, |reply| Call::Budgets { reply }).await?))
 }

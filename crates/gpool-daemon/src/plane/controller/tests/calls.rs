@@ -1,6 +1,7 @@
 //! The call surface: tokens, access and visibility, and all-or-nothing batches.
 
 use super::*;
+use crate::plane::controller::ListQuery;
 
 fn token(h: &mut Harness, user: &str, role: Option<&str>, ttl: Option<&str>) -> api::TokenCreated {
     let req = api::TokenRequest {
@@ -237,4 +238,75 @@ fn a_jobs_submitted_and_ended_events_name_its_owner() {
         let owner = owners.iter().find(|(k, _)| k == kind).map(|(_, u)| u.clone());
         assert_eq!(owner, Some(Some("ana".to_string())), "{kind}: {owners:?}");
     }
+}
+
+#[test]
+fn views_are_answered_from_committed_state_before_their_batch_changes_anything() {
+    let mut h = Setup::new().build();
+    let running = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    assert_eq!(h.state(running), api::JobState::Running);
+    // A submission and a listing in one batch: the listing is answered first, from the committed state.
+    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [y]\n").expect("a spec");
+    let (submit, mut submitted) = tokio::sync::oneshot::channel();
+    let (list, mut listed) = tokio::sync::oneshot::channel();
+    h.step(vec![
+        Event::Api { who: ADMIN.into(), call: Call::Submit { specs: vec![spec], reply: submit } },
+        Event::Api {
+            who: ADMIN.into(),
+            call: Call::List { query: ListQuery { limit: 100, ..ListQuery::default() }, reply: list },
+        },
+    ]);
+    let new = submitted.try_recv().expect("answered").expect("accepted").ids[0];
+    let ids = |l: api::JobList| l.jobs.iter().map(|j| j.id).collect::<Vec<_>>();
+    assert_eq!(ids(listed.try_recv().expect("answered").expect("a list")), vec![running]);
+    let again = h.call(ADMIN, |reply| Call::List { query: ListQuery { limit: 100, ..ListQuery::default() }, reply });
+    assert_eq!(ids(again.expect("a list")), vec![running, new]);
+
+    // Every view changes nothing: no write but a token's last use, no event, no order, no pass.
+    macro_rules! view {
+        ($call:ident { $($f:ident : $v:expr),* }) => {{
+            let (reply, _) = tokio::sync::oneshot::channel();
+            Call::$call { $($f: $v,)* reply }
+        }};
+    }
+    let views = vec![
+        view!(Get { id: running }),
+        view!(List { query: ListQuery::default() }),
+        view!(Nodes {}),
+        view!(Cost { by: "team".into(), since: Duration::from_secs(86_400) }),
+        view!(Cost { by: "job".into(), since: Duration::from_secs(86_400) }),
+        view!(Budgets {}),
+        view!(Pools {}),
+        view!(Queues {}),
+        view!(Events { after: 0, job: None }),
+        view!(Tokens {}),
+        view!(WhoAmI {}),
+        view!(Usage { id: running }),
+        view!(Advice { id: running, min_span: None }),
+        view!(Alerts {}),
+        view!(Overview {}),
+        view!(Services {}),
+        view!(Pipeline { run: 1 }),
+        view!(Pipelines { limit: 10 }),
+        view!(Power {}),
+        view!(Schedules {}),
+        view!(Registries {}),
+        view!(Logs { id: running, rank: 0, stream: "stdout".into() }),
+    ];
+    h.clock.advance(Duration::from_secs(3600));
+    for call in views {
+        let name = format!("{call:?}");
+        assert!(call.only_reads(), "{name}");
+        let mut batch = vec![Event::Api { who: ADMIN.into(), call }];
+        let answers = h.ctl.answer_views(&mut batch);
+        assert_eq!((answers.len(), batch.len()), (1, 0), "{name} answered at once");
+        let writes: Vec<_> = h.ctl.writes.iter().filter(|w| !matches!(w, gpool_store::Write::PutToken(_))).collect();
+        assert!(writes.is_empty(), "{name} wrote {writes:?}");
+        assert!(h.ctl.published.is_empty() && h.ctl.local.is_empty() && h.ctl.touched.is_empty(), "{name}");
+        assert!(!h.ctl.dirty, "{name} asks for a pass");
+    }
+    // A call that changes something stays in the batch for the turn.
+    let (reply, _) = tokio::sync::oneshot::channel();
+    let mut batch = vec![Event::Api { who: ADMIN.into(), call: Call::Cancel { id: running, from: "t".into(), reply } }];
+    assert!(h.ctl.answer_views(&mut batch).is_empty() && batch.len() == 1);
 }

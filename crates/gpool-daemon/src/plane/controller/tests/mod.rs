@@ -283,8 +283,9 @@ impl Harness {
     fn try_step(&mut self, events: Vec<Event>) -> Result<(), StoreFailed> {
         let mut batch = std::mem::take(&mut self.fed);
         batch.extend(events);
-        let turn = self.ctl.turn(batch);
-        self.carry_out(turn)
+        let fed = self.shell.step(&mut self.ctl, batch)?;
+        self.fed.extend(fed);
+        Ok(())
     }
 
     /// Moves the clock and runs a turn, as the shell does when a timer is due.

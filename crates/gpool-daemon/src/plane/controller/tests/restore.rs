@@ -214,3 +214,47 @@ fn a_held_job_is_still_held_after_a_restart() {
     hold(&mut h, held, false);
     assert_eq!(h.state(held), api::JobState::Running);
 }
+
+#[test]
+fn cost_reports_come_from_the_usage_ledger_and_read_the_same_after_a_restart() {
+    let state = StateFile::new("ledger");
+    let clock = ManualClock::new(T0);
+    let report = |h: &mut Harness, by: &str, since_s: u64| {
+        h.call(ADMIN, |reply| Call::Cost { by: by.into(), since: Duration::from_secs(since_s), reply })
+            .expect("a report")
+    };
+    let (old, new, before) = {
+        let mut h = restart(&state, &clock, FakeAgent::default());
+        // Ends two days ago: outside a report over one day.
+        let old = h.submit("command: [a]\nresources: {nvidia.com/gpu: 2}\n");
+        h.advance(Duration::from_secs(3600));
+        h.exit(key(old, 1, 0), Some(0), None);
+        h.advance(Duration::from_secs(2 * 86_400));
+        let new = h.submit("command: [b]\nresources: {nvidia.com/gpu: 1}\n");
+        h.advance(Duration::from_secs(1800));
+        h.exit(key(new, 1, 0), Some(1), None);
+        let running = h.submit("command: [c]\nresources: {nvidia.com/gpu: 1}\n");
+        h.advance(Duration::from_secs(900));
+        assert_eq!(h.state(running), api::JobState::Running);
+        let day = report(&mut h, "team", 86_400);
+        assert_eq!(day.rows.len(), 1, "{day:?}");
+        // The job that ended half an hour after it started, and the one running for a quarter hour.
+        assert_eq!(day.rows[0].jobs, 2, "{day:?}");
+        assert!((day.rows[0].gpu_hours - 0.75).abs() < 1e-3, "{day:?}");
+        let week = report(&mut h, "team", 7 * 86_400);
+        assert_eq!(week.rows[0].jobs, 3, "{week:?}");
+        assert!((week.rows[0].gpu_hours - 2.75).abs() < 1e-3, "{week:?}");
+        assert!(week.total_dollars > day.total_dollars && day.total_dollars > 0.0, "{week:?} {day:?}");
+        // Per job, from the store: the same jobs.
+        let jobs = report(&mut h, "job", 7 * 86_400);
+        assert_eq!(jobs.rows.len(), 3, "{jobs:?}");
+        (old, new, (week, jobs))
+    };
+    let mut h = restart(&state, &clock, FakeAgent::default());
+    let week = report(&mut h, "team", 7 * 86_400);
+    let jobs = report(&mut h, "job", 7 * 86_400);
+    assert_eq!((week, jobs), before, "the ledger rebuilt from the store reads as it did");
+    let day = report(&mut h, "job", 86_400);
+    let keys: Vec<&str> = day.rows.iter().map(|r| r.key.as_str()).collect();
+    assert!(keys.contains(&new.to_string().as_str()) && !keys.contains(&old.to_string().as_str()), "{day:?}");
+}

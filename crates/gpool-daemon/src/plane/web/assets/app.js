@@ -459,8 +459,19 @@
     const q = new URLSearchParams(location.search);
     const by = q.get('by') || 'team';
     const per = q.get('since') || '7d';
-    const r = await api(`/cost?by=${encodeURIComponent(by)}&since=${encodeURIComponent(per)}`);
+    const [r, budgets] = await Promise.all([
+      api(`/cost?by=${encodeURIComponent(by)}&since=${encodeURIComponent(per)}`),
+      api('/budgets').catch(() => []),
+    ]);
     const most = Math.max(1e-9, ...r.rows.map((x) => x.gpu_hours));
+    // GPU-hours per hour or day of the largest groups (the server sums the rest as "others").
+    const daily = h('div', { class: 'charts' });
+    const steps = r.steps || [];
+    const stepKeys = [...new Set(steps.map((d) => d.key))];
+    // Every step of the period, those without a job ending included.
+    const stepS = (steps.length ? steps[0].step === 'hour' : Date.now() - Date.parse(r.since) <= 2 * 86400e3) ? 3600 : 86400;
+    const stepTimes = [];
+    for (let t = Math.floor(Date.parse(r.since) / 1000 / stepS) * stepS; t <= Date.now() / 1000; t += stepS) stepTimes.push(t);
     const sel = (name, label, value, options) => h('label', {}, label, h('select', { name, onchange: (e) => {
       const p = new URLSearchParams(location.search); p.set(name, e.target.value); go('/usage?' + p.toString());
     } }, options.map(([v, l]) => h('option', { value: v, selected: v === value }, l))));
@@ -476,7 +487,8 @@
         sel('by', 'Group by', by, [['user', 'user'], ['team', 'team'], ['queue', 'queue'], ['pool', 'pool'], ['job', 'job']]),
         sel('since', 'Period', per, [['1d', 'last day'], ['7d', 'last week'], ['30d', 'last month']]),
         h('button', { class: 'act', type: 'button', onclick: csv }, 'Export CSV')),
-      h('p', { class: 'muted' }, `Jobs that ran since ${new Date(r.since).toLocaleString()}: ${money(r.total_dollars)} in all. Budgets: gpool budgets (docs/cost.md).`),
+      h('p', { class: 'muted' }, `Jobs that ran since ${new Date(r.since).toLocaleString()}: ${money(r.total_dollars)} in all.`),
+      daily,
       table([
         { key: 'key', label: by[0].toUpperCase() + by.slice(1) },
         { key: 'gpu_hours', label: 'GPU-hours', num: true, render: (x) => h('span', {}, h('span', { class: 'bar', style: `width:${Math.round(80 * x.gpu_hours / most)}px` }), ' ', fmt(x.gpu_hours, 2)) },
@@ -485,7 +497,28 @@
         { key: 'dollars', label: 'Cost', num: true, render: (x) => money(x.dollars) },
         { key: 'energy_wh', label: 'Energy kWh', num: true, render: (x) => fmt((x.energy_wh || 0) / 1000, 2) },
         { key: 'jobs', label: 'Jobs', num: true },
-      ], r.rows, { sort: 'gpu_hours', asc: false, label: 'Usage by ' + by, empty: 'no job ran in this period' }));
+      ], r.rows, { sort: 'gpu_hours', asc: false, label: 'Usage by ' + by, empty: 'no job ran in this period' }),
+      h('h2', {}, 'Budgets this month'),
+      budgets.length ? table([
+        { key: 'name', label: 'Budget', render: (b) => b.scope + ' ' + b.name },
+        { key: 'percent', label: 'Used', num: true, render: (b) => h('span', {},
+          h('meter', { min: 0, max: 100, low: 80, high: 99, optimum: 0, value: Math.min(100, b.percent), 'aria-label': `${b.scope} ${b.name}: ${fmt(b.percent, 0)}% used` }),
+          ' ', fmt(b.percent, 0) + '%') },
+        { key: 'spent_usd', label: 'Spent', num: true, render: (b) => money(b.spent_usd) },
+        { key: 'dollars_per_month', label: 'Per month', num: true, render: (b) => money(b.dollars_per_month) },
+        { key: 'mode', label: 'At 100%', render: (b) => b.mode === 'hard' ? 'jobs wait' : 'preemptible only' },
+        { key: 'held_jobs', label: 'Held jobs', num: true },
+        { key: 'resets_at', label: 'Resets', render: (b) => new Date(b.resets_at).toLocaleDateString() },
+      ], budgets, { sort: 'percent', asc: false, label: 'Budgets this month' })
+        : h('p', { class: 'muted' }, 'No budgets set: start the control plane with --budgets FILE (docs/cost.md); gpool budgets lists them.'));
+    if (by !== 'job' && stepKeys.length) {
+      const at = new Map(stepTimes.map((t, i) => [t, i]));
+      chart(daily, `GPU-hours per ${stepS === 3600 ? 'hour' : 'day'} by ${by}`, stepTimes, stepKeys.map((k) => {
+        const v = new Array(stepTimes.length).fill(0);
+        for (const d of steps) if (d.key === k && at.has(Date.parse(d.at) / 1000)) v[at.get(Date.parse(d.at) / 1000)] += d.gpu_hours;
+        return { label: k, values: v };
+      }), 'GPU-hours');
+    }
     redraw = usagePage;
   }
 
