@@ -23,6 +23,24 @@ use crate::plane::auth::{Caller, Role};
 /// Pages of this many jobs are read from the store for a cost report.
 const PAGE: u32 = 1000;
 
+/// What the usage ledger needs of a finished job's document (`JobDoc`'s
+/// fields of the same names): at start every job of the store is read, and
+/// its spec is the bulk of it.
+#[derive(serde::Deserialize)]
+struct Ended {
+    user: String,
+    team: String,
+    queue: String,
+    #[serde(default)]
+    pool: Option<String>,
+    #[serde(default)]
+    started_ms: Option<i64>,
+    #[serde(default)]
+    ended_ms: Option<i64>,
+    #[serde(default)]
+    usage: Option<api::UsageSummary>,
+}
+
 /// Groups a report charts step by step; the rest are summed as `others`.
 const CHARTED: usize = 8;
 
@@ -120,8 +138,30 @@ impl Controller {
 
     /// A job reached its end: what it used, over all its runs, into the usage ledger.
     pub(super) fn ledger_add(&mut self, d: &JobDoc) {
+        let ended = Ended {
+            user: d.user.clone(),
+            team: d.team.clone(),
+            queue: d.queue.clone(),
+            pool: d.pool.clone(),
+            started_ms: d.started_ms,
+            ended_ms: d.ended_ms,
+            usage: d.usage.clone(),
+        };
+        self.ledger_add_ended(&ended);
+    }
+
+    fn ledger_add_ended(&mut self, d: &Ended) {
         let (Some(ended), Some(_)) = (d.ended_ms, d.started_ms) else { return };
-        let usage = self.job_usage(d, 0.0);
+        let usage = match &d.usage {
+            Some(u) => Usage::of_job(
+                u.cost_usd.unwrap_or(0.0),
+                u.gpu_hours,
+                u.idle_gpu_hours,
+                u.energy_wh.unwrap_or(0.0),
+                u.mean_gpu_util,
+            ),
+            None => Usage::of_job(0.0, 0.0, 0.0, 0.0, None),
+        };
         let pool = d.pool.as_deref().unwrap_or("-");
         self.usage_ledger.add(Time::from_millis(ended), &d.user, &d.team, &d.queue, pool, usage);
     }
@@ -150,8 +190,8 @@ impl Controller {
                 if self.jobs.contains_key(&row.id) {
                     continue;
                 }
-                if let Ok(d) = serde_json::from_str::<JobDoc>(&row.doc) {
-                    self.ledger_add(&d);
+                if let Ok(d) = serde_json::from_str::<Ended>(&row.doc) {
+                    self.ledger_add_ended(&d);
                 }
             }
             if n < PAGE as usize {
