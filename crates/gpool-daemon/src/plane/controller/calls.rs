@@ -174,7 +174,8 @@ calls! {
     /// Hold a pending job back (`hold: true`) or release it (`holds.rs`).
     Hold { id: u64, hold: bool, from: String } -> api::JobView, People;
     Logs { id: u64, rank: u32, stream: String } -> LogTarget, Read;
-    Nodes {} -> Vec<api::NodeView>, Read;
+    /// The nodes in the order they joined; `page`: (offset, limit) of them.
+    Nodes { page: Option<(usize, usize)> } -> Vec<api::NodeView>, Read;
     /// What jobs that ran since then cost, grouped by job, user, team, queue or pool (`costs.rs`).
     Cost { by: String, since: Duration } -> api::CostReport, Read;
     /// Monthly budgets and this month's spend (`budgets.rs`).

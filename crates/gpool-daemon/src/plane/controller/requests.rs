@@ -162,8 +162,9 @@ impl Controller {
                 });
                 self.reply(reply, r);
             }
-            Call::Nodes { reply } => {
-                let r = Ok(self.nodes());
+            Call::Nodes { page, reply } => {
+                let (offset, limit) = page.unwrap_or((0, usize::MAX));
+                let r = Ok(self.nodes_page(offset, limit));
                 self.reply(reply, r);
             }
             Call::Cost { by, since, reply } => {

@@ -120,10 +120,17 @@ impl Controller {
     }
 
     pub(super) fn nodes(&self) -> Vec<api::NodeView> {
+        self.nodes_page(0, usize::MAX)
+    }
+
+    /// `limit` nodes from the `offset`th, in the order they joined: only those are built.
+    pub(super) fn nodes_page(&self, offset: usize, limit: usize) -> Vec<api::NodeView> {
         // A node deleted from its pool stays in the snapshot (ids are stable), down and unlinked.
         self.snap
             .nodes()
             .filter(|(id, _)| self.links.contains_key(id))
+            .skip(offset)
+            .take(limit)
             .map(|(id, n)| {
                 let (free_gpus, free_mig) = self.snap.free_masks(id).unwrap_or_default();
                 let jobs: Vec<u64> = self.snap.jobs_on(id).map(|j| j.0).collect();

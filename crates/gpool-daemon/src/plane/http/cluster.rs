@@ -20,8 +20,7 @@ pub(super) async fn nodes(
     only(&p, &["offset", "limit"])?;
     let offset = number::<usize>(&p, "offset")?.unwrap_or(0);
     let limit = number::<usize>(&p, "limit")?.unwrap_or(usize::MAX);
-    let all = call(&st, &who, |reply| Call::Nodes { reply }).await?;
-    Ok(Json(all.into_iter().skip(offset).take(limit).collect()))
+    Ok(Json(call(&st, &who, |reply| Call::Nodes { page: Some((offset, limit)), reply }).await?))
 }
 
 pub(super) async fn overview(State(st): State<AppState>, who: Who) -> Result<Json<api::Overview>> {

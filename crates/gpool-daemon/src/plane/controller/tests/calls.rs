@@ -20,7 +20,7 @@ fn user_token(h: &mut Harness, user: &str) -> String {
 #[test]
 fn a_bad_token_is_refused_with_401_whatever_the_call() {
     let mut h = Setup::new().build();
-    let e = h.call("nope", |reply| Call::Nodes { reply }).expect_err("refused");
+    let e = h.call("nope", |reply| Call::Nodes { page: None, reply }).expect_err("refused");
     assert_eq!(e.status, 401);
     let e = h.call("nope", |reply| Call::Get { id: 1, reply }).expect_err("refused");
     assert_eq!(e.status, 401);
@@ -46,7 +46,7 @@ fn node_tokens_speak_only_the_agent_protocol_and_users_only_the_api() {
     let mut h = Setup::new().build();
     let node = token(&mut h, "node-a", Some("node"), None).token;
     let alice = user_token(&mut h, "alice");
-    assert_eq!(h.call(&node, |reply| Call::Nodes { reply }).expect_err("api").status, 403);
+    assert_eq!(h.call(&node, |reply| Call::Nodes { page: None, reply }).expect_err("api").status, 403);
     let e = h.call(&alice, |reply| Call::Poll { node: "n1".into(), epoch: 1, after: 0, reply }).expect_err("agent");
     assert_eq!(e.status, 403);
     let req = api::TokenRequest { user: "mallory".into(), team: None, role: Some("admin".into()), ttl: None };
@@ -272,7 +272,7 @@ fn views_are_answered_from_committed_state_before_their_batch_changes_anything()
     let views = vec![
         view!(Get { id: running }),
         view!(List { query: ListQuery::default() }),
-        view!(Nodes {}),
+        view!(Nodes { page: Some((0, 1)) }),
         view!(Cost { by: "team".into(), since: Duration::from_secs(86_400) }),
         view!(Cost { by: "job".into(), since: Duration::from_secs(86_400) }),
         view!(Budgets {}),

@@ -68,7 +68,7 @@ fn a_gang_with_a_hot_gpu_is_requeued_away_from_it_and_the_gpu_is_shown_degraded(
     for s in 3..=11 {
         h.step(vec![loaded(5, s, Some(2))]);
     }
-    let nodes = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes");
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { page: None, reply }).expect("nodes");
     let gpu2 = nodes[0].devices.iter().find(|d| d.index == 2).expect("GPU 2");
     assert_eq!(gpu2.degraded.as_deref(), Some("hw_thermal_slowdown at 91 °C"));
     assert_eq!(h.event_messages("gpu_degraded").len(), 1);

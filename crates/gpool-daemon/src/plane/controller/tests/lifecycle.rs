@@ -80,7 +80,7 @@ fn a_start_the_agent_cannot_carry_out_requeues_the_job_and_holds_the_node() {
     let j = h.job(id);
     assert_eq!(j.state, api::JobState::Pending, "a fault of the node, not of the job: {j:?}");
     assert_eq!(j.restarts, 1);
-    let node = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes").remove(0);
+    let node = h.call(ADMIN, |reply| Call::Nodes { page: None, reply }).expect("nodes").remove(0);
     assert_eq!(node.state, "draining");
     assert!(node.conditions.iter().any(|c| c.contains("fork failed")), "{:?}", node.conditions);
     assert_eq!(h.starts().len(), 1, "one try, then no retry on the held node");
@@ -210,13 +210,13 @@ fn a_node_reporting_a_full_disk_takes_no_new_work_until_it_recovers() {
     h.step(vec![report(vec!["disk: 50 MiB free in /var/lib/gpool, under the 100 MiB reserve".into()])]);
     let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
     assert!(h.starts().is_empty(), "nothing starts on a node under its disk reserve");
-    let nodes = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes");
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { page: None, reply }).expect("nodes");
     assert_eq!(nodes[0].state, "draining");
     assert!(nodes[0].conditions[0].contains("under the 100 MiB reserve"));
     assert!(h.event_kinds().contains(&"node_condition".to_string()));
     h.step(vec![report(Vec::new())]);
     assert_eq!(h.starts().iter().map(|(k, _)| *k).collect::<Vec<_>>(), [key(id, 1, 0)], "healthy again: it starts");
-    let nodes = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes");
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { page: None, reply }).expect("nodes");
     assert_eq!((nodes[0].state.as_str(), nodes[0].conditions.len()), ("up", 0));
 }
 

@@ -89,7 +89,7 @@ fn a_node_whose_lease_runs_out_is_down_and_its_jobs_are_requeued() {
     h.advance(Duration::from_millis(1));
     assert_eq!(h.state(id), api::JobState::Pending, "requeued: its node is down");
     assert_eq!(h.state(failing), api::JobState::Failed, "it asked not to be requeued");
-    let nodes = h.call(ADMIN, |reply| Call::Nodes { reply }).expect("nodes");
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { page: None, reply }).expect("nodes");
     assert_eq!(nodes[0].state, "down");
     // The node comes back: the job runs again there, as attempt 2.
     let reg = register(&mut h, "n2", 2, Vec::new());
@@ -352,4 +352,37 @@ fn a_held_job_waits_until_it_is_released() {
     assert_eq!(h.event_messages("held").len(), 1);
     hold(&mut h, id, false).expect("released");
     assert_eq!(h.state(id), api::JobState::Running, "released: it starts");
+}
+
+#[test]
+fn the_overview_counts_each_gpu_as_the_nodes_view_shows_it() {
+    let mut h = Setup::new().build();
+    register(&mut h, "r1", 4, Vec::new());
+    let drained = h.call(ADMIN, |reply| Call::Drain { node: "r1".into(), draining: true, from: "t".into(), reply });
+    assert!(drained.is_ok(), "{drained:?}");
+    let whole = h.submit("command: [x]\nresources: {nvidia.com/gpu: 2}\n");
+    let quarter = h.submit("command: [y]\nresources: {gpool.io/gpu-fraction: 0.25}\n");
+    let other = h.submit("command: [z]\nresources: {gpool.io/gpu-fraction: 0.25}\n");
+    for id in [whole, quarter, other] {
+        assert_eq!(h.state(id), api::JobState::Running);
+    }
+    let o = h.call(ADMIN, |reply| Call::Overview { reply }).expect("the overview");
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { page: None, reply }).expect("the nodes");
+    assert_eq!(o.heat.len(), nodes.len());
+    for (cells, n) in o.heat.iter().zip(&nodes) {
+        assert_eq!(cells.node, n.name);
+        for (at, d) in n.devices.iter().enumerate() {
+            assert_eq!(cells.job[at], d.job, "{} GPU {}", n.name, d.index);
+            let shared = !d.shares.is_empty() || d.mig.iter().any(|m| m.job.is_some());
+            assert_eq!(cells.shared.contains(&(at as u32)), shared, "{} GPU {}", n.name, d.index);
+        }
+    }
+    // On the local node: two GPUs held whole, one shared by both quarters, five free; the drained node's four are down.
+    let count = |o: &api::Overview| {
+        o.gpus.iter().fold((0, 0, 0, 0), |a, g| (a.0 + g.busy, a.1 + g.idle, a.2 + g.free, a.3 + g.down))
+    };
+    assert_eq!(count(&o), (3, 0, 5, 4), "{:?}", o.gpus);
+    let local = o.heat.iter().find(|c| c.node == "n1").expect("the local node");
+    assert_eq!(local.job.iter().filter(|j| **j == Some(whole)).count(), 2);
+    assert_eq!(local.shared.len(), 1, "both quarters on one GPU");
 }
