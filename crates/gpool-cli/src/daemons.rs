@@ -56,6 +56,10 @@ pub(crate) struct PlaneArgs {
     /// Where jobs are placed: best-fit (default), spread, or fragmentation (FGD: keeps shared GPUs from stranding capacity).
     #[arg(long, value_parser = clap::value_parser!(gpool_core::PlacementStrategy))]
     placement: Option<gpool_core::PlacementStrategy>,
+    /// Change a knob of the policy (repeatable), as `gpool sim --set` does:
+    /// try a variant on your trace first, then run it (docs/simulator.md).
+    #[arg(long = "policy-set", value_name = "KEY=VALUE")]
+    policy_set: Vec<String>,
     /// Quota queues (YAML list of {name, cohort, guaranteeGpus, maxGpus}).
     #[arg(long)]
     queues: Option<PathBuf>,
@@ -134,6 +138,7 @@ impl PlaneArgs {
             listen: self.listen,
             policy: self.policy,
             placement: self.placement,
+            policy_knobs: self.policy_set,
             queues_file: self.queues,
             fsync: self.fsync,
             alert_rules: self.alert_rules,

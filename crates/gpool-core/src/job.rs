@@ -176,6 +176,10 @@ pub struct JobSpec {
     /// given: once a run outlives it, backfill expects the run to go on
     /// (see `RunEntry::expected_end`) instead of ending any moment.
     pub estimate_learned: bool,
+    /// Run times in ms of the latest successes of jobs like it
+    /// (`runtime_history`): a policy that orders by the Gittins index
+    /// (`gittins.rs`) reads them; nothing plans with them.
+    pub similar_runs: Option<Arc<[u64]>>,
     /// Not to start before this time (`--begin`, `beginAt`).
     pub begin: Option<Time>,
     /// A soft deadline (`--deadline`): it rises in the order as it nears (`deadline.rs`).
@@ -252,6 +256,7 @@ impl JobSpec {
             time_limit: None,
             estimate: None,
             estimate_learned: false,
+            similar_runs: None,
             begin: None,
             deadline: None,
             watts_per_gpu: None,

@@ -30,6 +30,7 @@ pub mod deadline;
 pub mod fairshare;
 mod feasible;
 pub mod fragmentation;
+pub mod gittins;
 pub mod heat;
 mod intern;
 pub mod job;

@@ -33,6 +33,18 @@ pub enum Ordering {
     Multifactor,
 }
 
+/// How [`Ordering::Multifactor`] orders jobs of one attained-service level
+/// (and equal fair share).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WithinLevel {
+    /// First come, first served (Tiresias).
+    Submit,
+    /// Highest Gittins index first, over the run times of jobs like it
+    /// (`JobSpec::similar_runs`; see [`crate::gittins`]); jobs with no such
+    /// history first, as least attained service would put them.
+    Gittins,
+}
+
 /// Whether and how later jobs may start while an earlier one is blocked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backfill {
@@ -221,6 +233,8 @@ pub struct Policy {
     /// learned from history (`runtime_history`); `None`: the policy's own
     /// choice, [`Policy::plans_with_learned_estimates`].
     pub learned_estimates: Option<bool>,
+    /// How jobs of one attained-service level are ordered (multifactor only).
+    pub within_level: WithinLevel,
 }
 
 /// What within-class preemption compares, lower is more deserving in both
@@ -261,6 +275,12 @@ impl Policy {
     /// estimates are shown either way; `learned_estimates` overrides.
     pub fn plans_with_learned_estimates(&self) -> bool {
         self.learned_estimates.unwrap_or(self.ordering == Ordering::ShortestFirst)
+    }
+
+    /// Whether the order reads the run times of jobs like each one
+    /// (`JobSpec::similar_runs`): a shell gives them at submission.
+    pub fn orders_by_history(&self) -> bool {
+        self.ordering == Ordering::Multifactor && self.within_level == WithinLevel::Gittins
     }
 
     /// Preset names accepted by [`Policy::by_name`].
@@ -307,6 +327,7 @@ impl Policy {
                 max_runtime: Duration::from_secs(72 * 3600),
             }),
             learned_estimates: None,
+            within_level: WithinLevel::Submit,
         }
     }
 

@@ -37,6 +37,8 @@ pub const KNOBS: &[&str] = &[
     "open_reservation_after",
     "backfill",
     "learned_estimates",
+    "within_level",
+    "fair_share_weight",
 ];
 
 fn duration(v: &str) -> Result<Duration, String> {
@@ -154,6 +156,14 @@ impl Policy {
                     _ => return Err(wrap("expected plan, show or auto (plan under shortest-job-first only)".into())),
                 }
             }
+            "within_level" => {
+                self.within_level = match value.trim() {
+                    "submit" => crate::policy::WithinLevel::Submit,
+                    "gittins" => crate::policy::WithinLevel::Gittins,
+                    _ => return Err(wrap("expected submit or gittins".into())),
+                }
+            }
+            "fair_share_weight" => self.weights.fair_share = number(value).map_err(wrap)?,
             other => return Err(KnobError::Unknown(other.to_string())),
         }
         Ok(())
@@ -179,6 +189,11 @@ mod tests {
         assert_eq!(p.backfill, crate::policy::Backfill::FirstFit);
         p.set("guard=off").unwrap();
         assert_eq!(p.starvation_guard, None);
+        p.set("within_level=gittins").unwrap();
+        assert!(p.orders_by_history());
+        assert!(matches!(p.set("within_level=random"), Err(KnobError::Value { .. })));
+        p.set("fair_share_weight=0").unwrap();
+        assert_eq!(p.weights.fair_share, 0.0);
         assert!(matches!(p.set("nope=1"), Err(KnobError::Unknown(_))));
         assert!(matches!(p.set("overload.after"), Err(KnobError::NotAssignment(_))));
         assert!(matches!(p.set("overload.after=4y"), Err(KnobError::Value { .. })));

@@ -145,6 +145,16 @@ impl RuntimeHistory {
         })
     }
 
+    /// The recent run times in ms behind [`RuntimeHistory::estimate`]: the
+    /// window of the most specific level that has seen enough successes.
+    pub fn similar(&self, key: &RunKey) -> Option<(Vec<u64>, Basis)> {
+        let min = self.cfg.min_samples.max(1);
+        Basis::ALL.into_iter().find_map(|b| {
+            let q = self.recent.get(&(b, b.key(key))).filter(|q| q.len() >= min)?;
+            Some((q.iter().copied().collect(), b))
+        })
+    }
+
     /// Keys known at all levels (how much memory the history holds).
     pub fn keys(&self) -> usize {
         self.recent.len()

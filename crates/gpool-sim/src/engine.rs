@@ -58,7 +58,13 @@ impl Estimates {
     /// duration (`Policy::needs_estimates`), nothing for the others (gpool's
     /// default does not need them).
     pub fn for_policy(policy: &Policy) -> Estimates {
-        if policy.needs_estimates() { Estimates::Oracle } else { Estimates::None }
+        if policy.needs_estimates() {
+            Estimates::Oracle
+        } else if policy.orders_by_history() {
+            Estimates::parse("learned").unwrap_or(Estimates::None)
+        } else {
+            Estimates::None
+        }
     }
 }
 
@@ -365,6 +371,12 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
                 break;
             }
             let mut spec = spec.clone();
+            if let Some(h) = &history
+                && cfg.policy.orders_by_history()
+                && let Some((runs, _)) = h.similar(&run_key(&spec, &ctx.records[next_arrival]))
+            {
+                spec.similar_runs = Some(runs.into());
+            }
             if let Some(h) = &history
                 && let Some(e) = h.estimate(&run_key(&spec, &ctx.records[next_arrival]))
             {

@@ -6,6 +6,21 @@ use std::cmp::Reverse;
 use std::time::Duration;
 
 use super::*;
+use crate::policy::WithinLevel;
+
+/// Milli-points a job loses within its level for its Gittins cost in
+/// GPU-seconds (`gittins.rs`): 60 points per doubling above a minute, never
+/// a whole level (1,000 points), so levels stay strict. A job with no
+/// history loses none (it is as fresh as least attained service assumes);
+/// one that has outrun every run like it goes to the back of its level.
+fn gittins_points(job: &Job) -> i64 {
+    const BACK: i64 = 999_000;
+    let Some(samples) = job.spec.similar_runs.as_deref() else { return 0 };
+    let attained = u64::try_from(job.service.prior_runtime.as_millis()).unwrap_or(u64::MAX);
+    let Some(cost_ms) = crate::gittins::gittins_cost(samples, attained) else { return BACK };
+    let gpu_secs = cost_ms as f64 / 1000.0 * (job.spec.gpu_units().max(1000) as f64 / 1000.0);
+    ((60.0 * (1.0 + gpu_secs / 60.0).log2() * 1000.0) as i64).clamp(0, BACK)
+}
 
 impl Snapshot {
     pub(super) fn group_of(&self, spec: &JobSpec) -> GroupKey {
@@ -32,7 +47,13 @@ impl Snapshot {
             Ordering::ShortestFirst => -ms(job.spec.planned_runtime()),
             Ordering::ShortestRemaining => -ms(job.remaining(Time::MIN)),
             Ordering::AttainedService => -(level() * 10_000_000_000_000) - submit,
-            Ordering::Multifactor => p.multifactor_points(submit, level() as u32),
+            Ordering::Multifactor => {
+                let within = match p.within_level {
+                    WithinLevel::Submit => 0,
+                    WithinLevel::Gittins => gittins_points(job),
+                };
+                p.multifactor_points(submit, level() as u32) - within
+            }
         }
     }
 

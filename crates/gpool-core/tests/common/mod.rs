@@ -262,6 +262,11 @@ impl J {
         self.spec.estimate = Some(Duration::from_secs(secs));
         self
     }
+    /// Run times (seconds) of the jobs like it, as a shell learns them.
+    pub fn similar(mut self, secs: &[u64]) -> J {
+        self.spec.similar_runs = Some(secs.iter().map(|s| s * 1000).collect());
+        self
+    }
     pub fn limit(mut self, secs: u64) -> J {
         self.spec.time_limit = Some(Duration::from_secs(secs));
         self

@@ -32,6 +32,8 @@ pub struct PlaneConfig {
     pub policy: String,
     /// Over the policy's own placement strategy.
     pub placement: Option<gpool_core::PlacementStrategy>,
+    /// Knobs of the policy, `KEY=VALUE` (`--policy-set`, as `gpool sim --set`).
+    pub policy_knobs: Vec<String>,
     pub queues_file: Option<PathBuf>,
     /// fsync every commit (survive power loss, not only process crashes).
     pub fsync: bool,
@@ -72,6 +74,9 @@ pub struct PlaneConfig {
 /// The controller's settings from a control plane's.
 pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
     let mut policy = Policy::by_name(&p.policy)?;
+    for knob in &p.policy_knobs {
+        policy.set(knob).map_err(|e| anyhow::anyhow!("--policy-set {e}"))?;
+    }
     if let Some(placement) = p.placement {
         policy.placement = placement;
     }

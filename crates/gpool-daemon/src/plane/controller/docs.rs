@@ -146,6 +146,10 @@ pub struct JobDoc {
     /// The run time learned for it at submission, when its spec gave none (`history.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_estimate: Option<api::LearnedEstimate>,
+    /// Run times in ms of jobs like it at submission, for a policy that
+    /// orders by the Gittins index (`history.rs`, `gpool_core::gittins`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub similar_runs_ms: Vec<u64>,
     /// Who holds it back (`gpool hold`), while held (`holds.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_by: Option<String>,

@@ -55,6 +55,12 @@ pub(super) fn view(l: &Learned, planned: bool) -> api::LearnedEstimate {
 impl Controller {
     /// Gives a job that came with no estimate the one its history suggests.
     pub(super) fn learned_estimate(&self, doc: &mut JobDoc, core: &mut JobSpec) {
+        if self.snap.policy().orders_by_history()
+            && let Some((runs, _)) = self.history.similar(&run_key(doc, core))
+        {
+            core.similar_runs = Some(runs.as_slice().into());
+            doc.similar_runs_ms = runs;
+        }
         if core.estimate.is_some() {
             return;
         }

@@ -389,6 +389,7 @@ impl Controller {
                 pool: None,
                 budget_hold: None,
                 learned_estimate: None,
+                similar_runs_ms: Vec::new(),
                 learned_watts_per_gpu: core.watts_per_gpu,
                 held_by: None,
                 pipeline: None,

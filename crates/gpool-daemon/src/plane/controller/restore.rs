@@ -68,6 +68,9 @@ impl Controller {
                 continue;
             };
             core.watts_per_gpu = doc.learned_watts_per_gpu;
+            if !doc.similar_runs_ms.is_empty() {
+                core.similar_runs = Some(doc.similar_runs_ms.as_slice().into());
+            }
             if let Some(l) = doc.learned_estimate.as_ref().filter(|l| l.planned) {
                 core.estimate = Some(Duration::from_secs_f64(l.seconds.max(0.0)));
                 core.estimate_learned = true;

@@ -22,6 +22,7 @@ use gpool_core::pricing::Prices;
 
 mod calls;
 mod deadlines;
+mod gittins;
 mod health;
 mod lifecycle;
 mod nodes;
@@ -119,6 +120,12 @@ impl Setup {
 
     fn policy(mut self, name: &str) -> Setup {
         self.policy = Policy::by_name(name).expect("a known policy");
+        self
+    }
+
+    /// Sets a knob of the policy, as `--policy-set` does.
+    fn policy_set(mut self, knob: &str) -> Setup {
+        self.policy.set(knob).expect("a known knob");
         self
     }
 

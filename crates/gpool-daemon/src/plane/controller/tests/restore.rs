@@ -7,17 +7,17 @@ use super::*;
 use crate::plane::controller::ListQuery;
 
 /// A state database that outlives one controller, removed at the end.
-struct StateFile(PathBuf);
+pub(super) struct StateFile(PathBuf);
 
 impl StateFile {
-    fn new(test: &str) -> StateFile {
+    pub(super) fn new(test: &str) -> StateFile {
         let dir = std::env::temp_dir().join(format!("gpool-controller-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temporary directory");
         StateFile(dir)
     }
 
-    fn open(&self) -> Box<dyn Store> {
+    pub(super) fn open(&self) -> Box<dyn Store> {
         Box::new(Sqlite::open(&self.0.join("state.db"), false).expect("state database"))
     }
 }
