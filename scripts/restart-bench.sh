@@ -2,8 +2,8 @@
 # Start-up with many finished jobs, and cost reports on them (BENCHMARKS.md,
 # "Cost reports and the usage ledger"): `gpool up` runs one real job, stops;
 # its record is copied JOBS times into the store (users, teams and end times
-# spread over 30 days); then `gpool up` is started again and timed until it
-# answers, and each cost report is timed by curl.
+# spread over 30 days, rising with the id); then `gpool up` is started again
+# and timed until it answers, and each cost report is timed by curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-100000}
@@ -35,9 +35,15 @@ for i in range(n):
     d = dict(doc)
     d["id"] = 1000 + i
     d["user"], d["team"] = f"u{i % 50}", f"t{i % 10}"
-    shift = (i * 7919) % (30 * 86400000)
+    # Ids follow submission, as in the store: the newest job ended last.
+    shift = (n - 1 - i) * (30 * 86400000 // n)
     d["submitted_ms"], d["started_ms"], d["ended_ms"] = doc["submitted_ms"] - shift, doc["started_ms"] - shift, end - shift
     rows.append((d["id"], d["user"], d["team"], row[3], row[4], d["submitted_ms"], json.dumps(d)))
+# The real job (id 1) becomes the oldest: ended before all the copies.
+old = dict(doc)
+back = 31 * 86400000
+old["submitted_ms"], old["started_ms"], old["ended_ms"] = doc["submitted_ms"] - back, doc["started_ms"] - back, end - back
+c.execute("UPDATE jobs SET doc = ?, submitted_ms = ? WHERE id = 1", (json.dumps(old), old["submitted_ms"]))
 c.executemany("INSERT INTO jobs (id, user_name, team, queue, state, submitted_ms, doc) VALUES (?,?,?,?,?,?,?)", rows)
 c.commit()
 PY
@@ -47,7 +53,7 @@ ready
 t1=$(date +%s.%N)
 echo "== $JOBS finished jobs in the store"
 echo "start-up until the API answers: $(python3 -c "print(f'{$t1 - $t0:.2f} s')")"
-for q in "by=team&since=30d" "by=user&since=7d" "by=team&since=1d" "by=job&since=30d"; do
+for q in "by=team&since=30d" "by=user&since=7d" "by=team&since=1d" "by=job&since=30d" "by=job&since=1d"; do
   for _ in 1 2 3; do
     curl -s -o /dev/null -w "%{time_total} %{size_download}\n" "http://127.0.0.1:$port/api/v1/cost?$q" \
       -H "Authorization: Bearer $(cat "$dir/admin.token")"

@@ -97,6 +97,9 @@ pub struct UsageLedger {
     hours: BTreeMap<i64, BTreeMap<Owner, Usage>>,
     /// Every name once, shared by the keys.
     names: BTreeSet<Arc<str>>,
+    /// The smallest job id that ended in each hour: where a report that
+    /// lists jobs one by one starts reading the store.
+    first_ids: BTreeMap<i64, u64>,
 }
 
 /// The start of the hour `t` falls in.
@@ -120,6 +123,18 @@ impl UsageLedger {
             Owner { user: self.name(user), team: self.name(team), queue: self.name(queue), pool: self.name(pool) };
         let hour = hour_of(ended).as_millis();
         self.hours.entry(hour).or_default().entry(owner).or_default().add(&usage);
+    }
+
+    /// Job `id` ended at `ended` (ids are given in submission order).
+    pub fn note_job(&mut self, ended: Time, id: u64) {
+        let first = self.first_ids.entry(hour_of(ended).as_millis()).or_insert(id);
+        *first = (*first).min(id);
+    }
+
+    /// The smallest id of the jobs noted as ended from the start of
+    /// `since`'s hour on; `None` if none ended since.
+    pub fn first_job_since(&self, since: Time) -> Option<u64> {
+        self.first_ids.range(hour_of(since).as_millis()..).map(|(_, id)| *id).min()
     }
 
     /// Usage of the jobs that ended from the start of `since`'s hour on, per

@@ -56,6 +56,20 @@ fn a_job_counts_in_the_hour_it_ended_and_a_report_starts_at_the_hour_of_since() 
     assert_eq!(hour_of(Time::from_millis(-1)).as_millis(), -HOUR_MS, "hours before 1970 round down too");
 }
 
+#[test]
+fn a_report_by_job_starts_at_the_smallest_id_that_ended_in_the_period() {
+    let mut l = UsageLedger::default();
+    let at = |h: i64| Time::from_millis(h * HOUR_MS + 30 * 60_000);
+    assert_eq!(l.first_job_since(at(0)), None);
+    // Job 3 was submitted first of those still running at 10:00 and ended at 12:30.
+    for (id, h) in [(1, 9), (2, 10), (7, 11), (3, 12), (9, 12)] {
+        l.note_job(at(h), id);
+    }
+    assert_eq!(l.first_job_since(at(10)), Some(2), "10:30 is in the hour from 10:00");
+    assert_eq!(l.first_job_since(at(11)), Some(3), "job 3 ended after 11:00 though job 7 ended first");
+    assert_eq!(l.first_job_since(at(13)), None);
+}
+
 proptest! {
     #[test]
     fn a_report_from_the_ledger_equals_the_sum_over_its_jobs(

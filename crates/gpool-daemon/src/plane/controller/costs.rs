@@ -28,6 +28,8 @@ const PAGE: u32 = 1000;
 /// its spec is the bulk of it.
 #[derive(serde::Deserialize)]
 struct Ended {
+    #[serde(default)]
+    id: u64,
     user: String,
     team: String,
     queue: String,
@@ -139,6 +141,7 @@ impl Controller {
     /// A job reached its end: what it used, over all its runs, into the usage ledger.
     pub(super) fn ledger_add(&mut self, d: &JobDoc) {
         let ended = Ended {
+            id: d.id,
             user: d.user.clone(),
             team: d.team.clone(),
             queue: d.queue.clone(),
@@ -164,6 +167,7 @@ impl Controller {
         };
         let pool = d.pool.as_deref().unwrap_or("-");
         self.usage_ledger.add(Time::from_millis(ended), &d.user, &d.team, &d.queue, pool, usage);
+        self.usage_ledger.note_job(Time::from_millis(ended), d.id);
     }
 
     /// What a job used and cost, as a report counts it: `live` dollars of its current run on top.
@@ -221,11 +225,22 @@ impl Controller {
         // (when, group, usage) for the chart: ledger hours, and running jobs now.
         let mut dated: Vec<(i64, String, Usage)> = Vec::new();
         if group == CostGroup::Job {
-            self.each_stored_job(|c, d| {
-                if sees(&d.user) && d.started_ms.is_some() && d.ended_ms.is_none_or(|e| e >= since.as_millis()) {
-                    rows.push((d.id.to_string(), c.report_usage(d, now).1));
-                }
-            })?;
+            let counts = |d: &JobDoc| {
+                sees(&d.user) && d.started_ms.is_some() && d.ended_ms.is_none_or(|e| e >= since.as_millis())
+            };
+            // Jobs that ended in the period have ids from the first the ledger
+            // noted on; older ones that count are still running, so live.
+            let first = self.usage_ledger.first_job_since(since);
+            for d in self.jobs.range(..first.unwrap_or(u64::MAX)).map(|(_, d)| d).filter(|d| counts(d)) {
+                rows.push((d.id.to_string(), self.report_usage(d, now).1));
+            }
+            if let Some(first) = first {
+                self.each_stored_job(first.checked_sub(1), |c, d| {
+                    if counts(d) {
+                        rows.push((d.id.to_string(), c.report_usage(d, now).1));
+                    }
+                })?;
+            }
         } else {
             for (hour, o, u) in self.usage_ledger.hours_since(since).filter(|(_, o, _)| sees(&o.user)) {
                 dated.push((hour.as_millis(), o.group(group).unwrap_or("-").to_string(), *u));
@@ -272,9 +287,13 @@ impl Controller {
         (pool, self.job_usage(d, live))
     }
 
-    /// Calls `f` with every job of the store, live ones as the controller has them (newer than the store's).
-    fn each_stored_job(&mut self, mut f: impl FnMut(&Controller, &JobDoc)) -> Result<(), ApiError> {
-        let mut after = None;
+    /// Calls `f` with every job of the store with an id over `after`, live
+    /// ones as the controller has them (newer than the store's).
+    fn each_stored_job(
+        &mut self,
+        mut after: Option<u64>,
+        mut f: impl FnMut(&Controller, &JobDoc),
+    ) -> Result<(), ApiError> {
         loop {
             let q = gpool_store::JobQuery { after, limit: PAGE, ..gpool_store::JobQuery::default() };
             let rows = self.store.jobs(&q).map_err(|e| ApiError::new(500, e.to_string()))?;

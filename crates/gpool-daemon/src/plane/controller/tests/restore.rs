@@ -258,3 +258,28 @@ fn cost_reports_come_from_the_usage_ledger_and_read_the_same_after_a_restart() {
     let keys: Vec<&str> = day.rows.iter().map(|r| r.key.as_str()).collect();
     assert!(keys.contains(&new.to_string().as_str()) && !keys.contains(&old.to_string().as_str()), "{day:?}");
 }
+
+/// `by=job` reads the store from the first job that ended in the period:
+/// a job submitted before it and still running is listed too, from memory.
+#[test]
+fn a_report_by_job_lists_a_job_running_since_before_the_first_that_ended_in_the_period() {
+    let mut h = Setup::new().build();
+    let spec = "command: [a]\nresources: {nvidia.com/gpu: 1}\n";
+    let gone = h.submit(spec);
+    let long = h.submit(spec);
+    h.advance(Duration::from_secs(3600));
+    h.exit(key(gone, 1, 0), Some(0), None);
+    h.advance(Duration::from_secs(3 * 86_400));
+    let short = h.submit(spec);
+    h.advance(Duration::from_secs(3600));
+    h.exit(key(short, 1, 0), Some(0), None);
+    assert_eq!(h.state(long), api::JobState::Running);
+    let day = h
+        .call(ADMIN, |reply| Call::Cost { by: "job".into(), since: Duration::from_secs(86_400), reply })
+        .expect("a report");
+    let mut keys: Vec<String> = day.rows.iter().map(|r| r.key.clone()).collect();
+    keys.sort();
+    let mut want = vec![long.to_string(), short.to_string()];
+    want.sort();
+    assert_eq!(keys, want, "{day:?}");
+}
