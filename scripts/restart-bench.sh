@@ -53,7 +53,7 @@ ready
 t1=$(date +%s.%N)
 echo "== $JOBS finished jobs in the store"
 echo "start-up until the API answers: $(python3 -c "print(f'{$t1 - $t0:.2f} s')")"
-for q in "by=team&since=30d" "by=user&since=7d" "by=team&since=1d" "by=job&since=30d" "by=job&since=1d"; do
+for q in "by=team&since=30d" "by=user&since=7d" "by=team&since=1d" "by=job&since=30d" "by=job&since=7d" "by=job&since=1d"; do
   for _ in 1 2 3; do
     curl -s -o /dev/null -w "%{time_total} %{size_download}\n" "http://127.0.0.1:$port/api/v1/cost?$q" \
       -H "Authorization: Bearer $(cat "$dir/admin.token")"

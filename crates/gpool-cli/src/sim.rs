@@ -208,6 +208,13 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             "auto" => Estimates::for_policy(&policy),
             other => Estimates::parse(other).map_err(|e| anyhow::anyhow!("--estimates {e}"))?,
         };
+        if policy.orders_by_history() && !matches!(estimates, Estimates::Learned { .. }) {
+            anyhow::bail!(
+                "--set within_level=gittins orders jobs by the run times of jobs like them, which the \
+                 simulator learns only with --estimates learned (or auto); --estimates {} gives it none",
+                a.estimates
+            );
+        }
         let cfg = SimConfig {
             policy,
             nodes: nodes.clone(),

@@ -17,10 +17,11 @@
 //! Least attained service is this rule when run times have a decreasing
 //! hazard rate (the longer a job has run, the longer it will run), and
 //! shortest-job-first when they are known exactly (one sample). Computed
-//! over the jobs *like it* (the same user and GPU count, from
-//! `runtime_history`), it tells a stream of short jobs from a user's long
-//! sweeps without trusting one estimate. docs/scheduling.md ("Within a
-//! level: the Gittins index") says how the default uses it.
+//! over the jobs *like it* (the same user, name, GPU count and queue, with
+//! `runtime_history`'s fallbacks), it tells a stream of short jobs from a
+//! user's long sweeps without trusting one estimate. docs/scheduling.md
+//! ("Within a level: the Gittins index") says how `within_level=gittins`
+//! uses it.
 //!
 //! This module returns the inverse, the *Gittins cost*: the least expected
 //! service spent per completion, in the samples' unit (lower first). It is

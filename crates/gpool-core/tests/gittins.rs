@@ -79,14 +79,21 @@ fn a_job_whose_like_jobs_end_soon_goes_first_within_its_level() {
 
 #[test]
 fn levels_stay_strict_whatever_the_history() {
-    // A preempted job (level 2 after 40,000 GPU-seconds) whose like jobs end
-    // a minute later still waits behind a fresh job whose like jobs run for days.
-    let mut c = Cluster::with_policy(policy(WithinLevel::Gittins)).node("n", 8, "H100-80GB");
-    let served = c.run(job("ana").gpus(8).at(0).similar(&[5_060, 5_060]), t(0));
-    c.snap.stop(served, t(5_000), StopOutcome::Requeue { not_before: Time::MIN }).expect("requeue");
-    let fresh = c.submit(job("bo").gpus(8).at(5_000).similar(&[300_000, 400_000]));
-    let plan = c.plan(t(5_000));
-    assert_eq!(plan.starts.iter().map(|s| s.job).collect::<Vec<_>>(), vec![fresh], "{plan:#?}");
+    // A preempted job just past the first level (4,000 GPU-seconds), with no
+    // history (no cost at all), still waits behind a fresh job whose like
+    // jobs run for decades: the largest cost a level can hold.
+    // The same whatever a level is worth (`service_level_weight`).
+    for weight in [1000.0, 500.0, 50.0] {
+        let mut p = policy(WithinLevel::Gittins);
+        p.weights.service_level = weight;
+        p.weights.fair_share = 0.0;
+        let mut c = Cluster::with_policy(p).node("n", 8, "H100-80GB");
+        let served = c.run(job("ana").gpus(8).at(0), t(0));
+        c.snap.stop(served, t(500), StopOutcome::Requeue { not_before: Time::MIN }).expect("requeue");
+        let fresh = c.submit(job("bo").gpus(8).at(500).similar(&[1_000_000_000, 2_000_000_000]));
+        let plan = c.plan(t(500));
+        assert_eq!(plan.starts.iter().map(|s| s.job).collect::<Vec<_>>(), vec![fresh], "weight {weight}: {plan:#?}");
+    }
 }
 
 proptest! {

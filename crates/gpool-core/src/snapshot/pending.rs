@@ -9,17 +9,19 @@ use super::*;
 use crate::policy::WithinLevel;
 
 /// Milli-points a job loses within its level for its Gittins cost in
-/// GPU-seconds (`gittins.rs`): 60 points per doubling above a minute, never
-/// a whole level (1,000 points), so levels stay strict. A job with no
-/// history loses none (it is as fresh as least attained service assumes);
-/// one that has outrun every run like it goes to the back of its level.
-fn gittins_points(job: &Job) -> i64 {
-    const BACK: i64 = 999_000;
+/// GPU-seconds (`gittins.rs`): 6% of a level per doubling above a minute
+/// (60 of the default's 1,000 points), never a whole level, so levels stay
+/// strict whatever `service_level_weight` is. A job with no history loses
+/// none (it is as fresh as least attained service assumes); one that has
+/// outrun every run like it goes to the back of its level.
+fn gittins_points(policy: &Policy, job: &Job) -> i64 {
+    let level = policy.weights.service_level * 1000.0;
+    let back = (level as i64 - 1).max(0);
     let Some(samples) = job.spec.similar_runs.as_deref() else { return 0 };
     let attained = u64::try_from(job.service.prior_runtime.as_millis()).unwrap_or(u64::MAX);
-    let Some(cost_ms) = crate::gittins::gittins_cost(samples, attained) else { return BACK };
+    let Some(cost_ms) = crate::gittins::gittins_cost(samples, attained) else { return back };
     let gpu_secs = cost_ms as f64 / 1000.0 * (job.spec.gpu_units().max(1000) as f64 / 1000.0);
-    ((60.0 * (1.0 + gpu_secs / 60.0).log2() * 1000.0) as i64).clamp(0, BACK)
+    ((0.06 * level * (1.0 + gpu_secs / 60.0).log2()) as i64).clamp(0, back)
 }
 
 impl Snapshot {
@@ -50,7 +52,7 @@ impl Snapshot {
             Ordering::Multifactor => {
                 let within = match p.within_level {
                     WithinLevel::Submit => 0,
-                    WithinLevel::Gittins => gittins_points(job),
+                    WithinLevel::Gittins => gittins_points(p, job),
                 };
                 p.multifactor_points(submit, level() as u32) - within
             }

@@ -194,7 +194,8 @@ impl Controller {
                 if self.jobs.contains_key(&row.id) {
                     continue;
                 }
-                if let Ok(d) = serde_json::from_str::<Ended>(&row.doc) {
+                if let Ok(mut d) = serde_json::from_str::<Ended>(&row.doc) {
+                    d.id = row.id;
                     self.ledger_add_ended(&d);
                 }
             }

@@ -55,12 +55,7 @@ pub(super) fn view(l: &Learned, planned: bool) -> api::LearnedEstimate {
 impl Controller {
     /// Gives a job that came with no estimate the one its history suggests.
     pub(super) fn learned_estimate(&self, doc: &mut JobDoc, core: &mut JobSpec) {
-        if self.snap.policy().orders_by_history()
-            && let Some((runs, _)) = self.history.similar(&run_key(doc, core))
-        {
-            core.similar_runs = Some(runs.as_slice().into());
-            doc.similar_runs_ms = runs;
-        }
+        self.similar_runs(doc, core);
         if core.estimate.is_some() {
             return;
         }
@@ -71,6 +66,23 @@ impl Controller {
                 core.estimate_learned = true;
             }
             doc.learned_estimate = Some(view(&l, planned));
+        }
+    }
+
+    /// Gives a job the run times of jobs like it, when the policy orders by
+    /// them (`within_level=gittins`): at submission, or at a restart for a
+    /// job submitted under another policy (from the history as it is then).
+    pub(super) fn similar_runs(&self, doc: &mut JobDoc, core: &mut JobSpec) {
+        if !self.snap.policy().orders_by_history() {
+            return;
+        }
+        if doc.similar_runs_ms.is_empty()
+            && let Some((runs, _)) = self.history.similar(&run_key(doc, core))
+        {
+            doc.similar_runs_ms = runs;
+        }
+        if !doc.similar_runs_ms.is_empty() {
+            core.similar_runs = Some(doc.similar_runs_ms.as_slice().into());
         }
     }
 

@@ -57,7 +57,7 @@ impl Controller {
         let now = self.clock.now_ms();
         let ids: Vec<u64> = self.jobs.keys().copied().collect();
         for id in ids {
-            let Some(doc) = self.jobs.get(&id).cloned() else { continue };
+            let Some(mut doc) = self.jobs.get(&id).cloned() else { continue };
             let Ok(mut core) = to_core(&doc.spec, &doc.user, &doc.team, doc.submitted_ms) else {
                 self.finish_terminal(
                     id,
@@ -68,8 +68,10 @@ impl Controller {
                 continue;
             };
             core.watts_per_gpu = doc.learned_watts_per_gpu;
-            if !doc.similar_runs_ms.is_empty() {
-                core.similar_runs = Some(doc.similar_runs_ms.as_slice().into());
+            // Kept ones, or (a job submitted under another policy) today's history's.
+            self.similar_runs(&mut doc, &mut core);
+            if let Some(d) = self.jobs.get_mut(&id).filter(|d| d.similar_runs_ms.is_empty()) {
+                d.similar_runs_ms.clone_from(&doc.similar_runs_ms);
             }
             if let Some(l) = doc.learned_estimate.as_ref().filter(|l| l.planned) {
                 core.estimate = Some(Duration::from_secs_f64(l.seconds.max(0.0)));

@@ -282,4 +282,5 @@ fn a_report_by_job_lists_a_job_running_since_before_the_first_that_ended_in_the_
     let mut want = vec![long.to_string(), short.to_string()];
     want.sort();
     assert_eq!(keys, want, "{day:?}");
+    assert!(day.rows.iter().all(|r| r.jobs == 1), "each job once: {day:?}");
 }
