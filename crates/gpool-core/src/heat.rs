@@ -169,6 +169,13 @@ impl<K: Ord + Clone> HeatWatch<K> {
         self.tracks.iter().filter_map(|(k, t)| Some((k, t.degraded.as_deref()?)))
     }
 
+    /// Marks `key` degraded for `reason` as a control plane that restarts
+    /// finds it kept: it stays so until it has been cool for the recovery
+    /// time, as if it had just been marked.
+    pub fn restore(&mut self, key: K, reason: String) {
+        self.tracks.insert(key, Track { degraded: Some(reason), ..Track::default() });
+    }
+
     /// Forgets every key `gone` selects (a node that left); says which were degraded.
     pub fn forget(&mut self, gone: impl Fn(&K) -> bool) -> Vec<K> {
         let keys: Vec<K> = self.tracks.keys().filter(|k| gone(k)).cloned().collect();

@@ -53,6 +53,19 @@ fn a_gpu_is_degraded_after_staying_hot_and_trusted_again_after_staying_cool() {
     assert_eq!(w.all_degraded().count(), 0);
 }
 
+#[test]
+fn a_restored_mark_holds_until_the_gpu_has_stayed_cool() {
+    let mut w: HeatWatch<u32> = HeatWatch::default();
+    let at = |s: u64| Time::from_secs(0).plus(Duration::from_secs(s));
+    w.restore(2, "hw_thermal_slowdown at 91 °C".into());
+    assert_eq!(w.degraded(&2), Some("hw_thermal_slowdown at 91 °C"));
+    assert_eq!(w.observe(&2, at(0), &sample(92.0, &["hw_thermal_slowdown"])), None, "still hot: no second mark");
+    assert_eq!(w.degraded(&2), Some("hw_thermal_slowdown at 92 °C"), "the reason follows the samples");
+    assert_eq!(w.observe(&2, at(1), &sample(50.0, &[])), None);
+    assert_eq!(w.observe(&2, at(1 + RECOVER_AFTER.as_secs()), &sample(50.0, &[])), Some(HeatChange::Recovered));
+    assert_eq!(w.all_degraded().count(), 0);
+}
+
 proptest! {
     /// Whatever the samples: a GPU is degraded only after DEGRADE_AFTER of
     /// unbroken hot samples, and recovers only after RECOVER_AFTER of unbroken

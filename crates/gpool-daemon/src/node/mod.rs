@@ -21,6 +21,7 @@ pub mod profiler;
 pub mod pull;
 pub mod remote;
 pub mod sampler;
+mod session_gate;
 pub mod shim;
 pub mod spot_watch;
 pub mod trust;

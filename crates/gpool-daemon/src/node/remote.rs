@@ -413,17 +413,11 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
             Ok(c) => c,
             Err(e) => return End::Unreachable(format!("bad commands: {e}")),
         };
-        for c in cmds.commands {
-            if c.seq <= after {
-                continue;
-            }
-            let session = current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if session.as_ref().map(|(e, _)| *e) != Some(epoch) {
-                return End::Stale;
-            }
-            crate::node::execute::execute(agent, c.command);
-            drop(session);
-            after = c.seq;
+        match crate::node::session_gate::carry_out(cmds.commands, after, epoch, current, |c| {
+            crate::node::execute::execute(agent, c)
+        }) {
+            Some(last) => after = last,
+            None => return End::Stale,
         }
     }
 }

@@ -7,9 +7,13 @@ use gpool_api as api;
 use gpool_core::heat::HeatChange;
 use gpool_core::straggler::Straggler;
 use gpool_core::{JobId, NodeId};
+use gpool_store::Write;
 
 use super::Controller;
 use super::docs::Stop;
+
+/// Where the degraded marks are kept: a JSON list of (node, GPU, why).
+const DEGRADED_KEY: &str = "degraded_gpus";
 
 impl Controller {
     /// A node's GPUs changed heat state: say so, and mark them in the snapshot.
@@ -33,6 +37,34 @@ impl Controller {
         if self.snap.set_degraded_gpus(node, &degraded).is_ok() {
             self.dirty = true;
         }
+        // Kept, so that a restarted control plane (or a standby taking over)
+        // does not give new gangs a hot GPU until it is hot for 10 s again.
+        if let Ok(all) = serde_json::to_string(&self.telemetry.all_degraded()) {
+            self.writes.push(Write::PutMeta(DEGRADED_KEY.into(), all));
+        }
+    }
+
+    /// Marks again the GPUs the last control plane left degraded, on the
+    /// nodes it knows (a node that comes back later starts unmarked).
+    pub(super) fn restore_degraded(&mut self) -> anyhow::Result<()> {
+        let Some(text) = self.store.meta(DEGRADED_KEY)? else { return Ok(()) };
+        let Ok(marks) = serde_json::from_str::<Vec<(String, u32, String)>>(&text) else {
+            tracing::warn!("the kept degraded GPUs do not read; they start trusted: {text:.200}");
+            return Ok(());
+        };
+        let mut nodes = std::collections::BTreeSet::new();
+        for (node, gpu, why) in marks {
+            if self.snap.node_id(&node).is_some() {
+                self.telemetry.restore_degraded(&node, gpu, why);
+                nodes.insert(node);
+            }
+        }
+        for name in nodes {
+            if let Some(id) = self.snap.node_id(&name) {
+                let _ = self.snap.set_degraded_gpus(id, &self.telemetry.degraded_on(&name));
+            }
+        }
+        Ok(())
     }
 
     /// Gangs with a straggler now: those that asked are requeued away from it.

@@ -373,6 +373,7 @@ impl Controller {
         c.restore_registries()?;
         c.restore_schedules()?;
         c.restore_power()?;
+        c.restore_degraded()?;
         // The overload gate's count goes on where the last control plane left it.
         let since = c.store.meta(OVERLOAD_KEY)?.and_then(|t| t.parse().ok()).map(Time::from_millis);
         c.snap.restore_overload(since);

@@ -470,6 +470,16 @@ impl Telemetry {
         self.heat.degraded(&(node.to_string(), index))
     }
 
+    /// Every degraded GPU: (node, index, why), to be kept across a restart.
+    pub fn all_degraded(&self) -> Vec<(String, u32, String)> {
+        self.heat.all_degraded().map(|((n, i), why)| (n.clone(), *i, why.to_string())).collect()
+    }
+
+    /// A GPU a previous control plane had marked degraded.
+    pub fn restore_degraded(&mut self, node: &str, index: u32, why: String) {
+        self.heat.restore((node.to_string(), index), why);
+    }
+
     /// The indices of a node's degraded GPUs.
     pub fn degraded_on(&self, node: &str) -> Vec<u32> {
         self.heat.all_degraded().filter(|((n, _), _)| n == node).map(|((_, i), _)| *i).collect()

@@ -97,3 +97,36 @@ fn without_on_straggler_the_gang_is_only_named() {
     assert_eq!(first.kind, "straggler");
     assert!(first.summary.starts_with("replica 1 on n1/gpu1 holds the gang back"), "{first:?}");
 }
+
+/// The indices of node n1's GPUs its view shows degraded.
+fn degraded(h: &mut Harness) -> Vec<u32> {
+    let nodes = h.call(ADMIN, |reply| Call::Nodes { page: None, reply }).expect("nodes");
+    nodes[0].devices.iter().filter(|d| d.degraded.is_some()).map(|d| d.index).collect()
+}
+
+#[test]
+fn a_degraded_gpu_stays_degraded_across_a_restart_until_it_cools() {
+    let state = super::restore::StateFile::new("degraded");
+    let clock = ManualClock::new(T0);
+    let setup = || Setup::new().policy("fifo").store(state.open()).clock(clock.clone()).local_gpus(4);
+    {
+        let mut h = setup().build();
+        for s in 0..=11 {
+            h.step(vec![loaded(4, s, Some(2))]);
+        }
+        assert_eq!(degraded(&mut h), [2]);
+    }
+    let mut h = setup().build();
+    assert_eq!(degraded(&mut h), [2], "kept across the restart");
+    // New work avoids it while another fit exists.
+    h.submit("command: [x]\nreplicas: 3\nresources: {nvidia.com/gpu: 1}\n");
+    assert_eq!(gpus_by_rank(&h.starts()).iter().map(|(_, g)| *g).collect::<Vec<_>>(), [0, 1, 3]);
+    // Cool for the recovery time: trusted again, and that is kept too.
+    let cool = |s: i64| loaded(4, s, None);
+    h.step(vec![cool(20)]);
+    h.step(vec![cool(20 + gpool_core::heat::RECOVER_AFTER.as_secs() as i64)]);
+    assert_eq!(degraded(&mut h), Vec::<u32>::new());
+    drop(h);
+    let mut h = setup().build();
+    assert_eq!(degraded(&mut h), Vec::<u32>::new(), "the recovery is kept as well");
+}
