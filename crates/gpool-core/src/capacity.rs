@@ -79,7 +79,7 @@ pub(crate) struct Capacity<'s> {
     /// not free, but a job may claim it and wait (see [`Capacity::claim`]).
     pub(crate) releasing: Releasing,
     /// While a `same_label` gang is tried on one value: (label, value).
-    only: Option<(std::sync::Arc<str>, String)>,
+    pub(crate) only: Option<(std::sync::Arc<str>, String)>,
     /// Power budgets and their use (`power.rs`), when any is set.
     power: Option<crate::power::PowerState>,
 }
@@ -124,7 +124,12 @@ impl<'s> Capacity<'s> {
         c
     }
 
-    fn entry(&self, n: u32) -> &'s NodeEntry {
+    /// Nodes of the snapshot, eligible or not.
+    pub(crate) fn node_count(&self) -> u32 {
+        self.free.len() as u32
+    }
+
+    pub(crate) fn entry(&self, n: u32) -> &'s NodeEntry {
         &self.snap.nodes[n as usize]
     }
 
@@ -263,27 +268,7 @@ impl<'s> Capacity<'s> {
         !(running || placed)
     }
 
-    /// Places all replicas of `job` or none. On success the resources are taken.
-    /// A job whose replicas must share a label's value (a TPU slice) is tried
-    /// on each value in turn, lowest first, until one holds the whole gang.
-    pub(crate) fn place_job(&mut self, job: &Job, ends: Time, strategy: PlacementStrategy) -> Result<Placement, ()> {
-        let Some(key) = job.spec.same_label.clone() else { return self.place_gang(job, ends, strategy) };
-        let values: BTreeSet<String> = (0..self.free.len() as u32)
-            .filter(|n| self.eligible(*n, job))
-            .filter_map(|n| self.entry(n).node.labels.get(&*key).cloned())
-            .collect();
-        for v in values {
-            self.only = Some((key.clone(), v));
-            let placed = self.place_gang(job, ends, strategy);
-            self.only = None;
-            if placed.is_ok() {
-                return placed;
-            }
-        }
-        Err(())
-    }
-
-    fn place_gang(&mut self, job: &Job, ends: Time, strategy: PlacementStrategy) -> Result<Placement, ()> {
+    pub(crate) fn place_gang(&mut self, job: &Job, ends: Time, strategy: PlacementStrategy) -> Result<Placement, ()> {
         let mut placement = Vec::with_capacity(job.spec.replicas as usize);
         for _ in 0..job.spec.replicas {
             match self.place_replica(job, ends, strategy) {

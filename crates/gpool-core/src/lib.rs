@@ -63,6 +63,7 @@ pub mod service_rollout;
 pub mod service_scaler;
 mod shapes;
 mod shares;
+mod slices;
 pub mod snapshot;
 pub mod straggler;
 pub mod time;

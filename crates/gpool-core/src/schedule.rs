@@ -457,41 +457,41 @@ impl<'s> Pass<'s> {
 
     /// Looks for victims; on success records the preemptions and the job's claim.
     fn try_preempt(&mut self, job: &'s Job, ends: Time, candidates: &mut Candidates<'_>) -> bool {
-        let prereleased: &[JobId] = self.nominations.get(&job.id).map_or(&[], Vec::as_slice);
-        // The victim search does not keep a gang on one value of a label: a
-        // job that needs that (a TPU slice) waits rather than preempt.
-        if !self.policy.preemption.any() && prereleased.is_empty() || job.spec.same_label.is_some() {
+        let prereleased: Vec<JobId> = self.nominations.get(&job.id).cloned().unwrap_or_default();
+        if !self.policy.preemption.any() && prereleased.is_empty() {
             return false;
         }
-        // Without a key, nothing is preempted within the class.
-        let key = preemption_key(self.policy, job, self.now).filter(|_| self.within_class_acts);
-        let pool = self.pool.get_or_insert_with(|| VictimPool::new(self.snap, self.now));
-        let units = job.spec.gpu_units();
-        let search = Search {
-            cap: &self.cap,
-            pool,
-            quota: &self.quota,
-            job,
-            key,
-            units,
-            ends,
-            taken: &self.taken,
-            prereleased,
-            job_q: pool.queue_ix(self.snap, &job.spec.queue),
-        };
-        let found = if search.possible() {
-            self.plan.stats.preemption_searches += 1;
-            search.run()
-        } else {
-            // Nobody to preempt, but a victim's leftover devices may do.
-            search.releasing_only().map(|p| (Vec::new(), p))
-        };
+        let mut found = self.find_victims(job, ends, &prereleased);
+        // Preempting others must not take the queue over a per-kind maximum
+        // either: an any-GPU job whose victims are on a kind at its maximum
+        // looks again on each other kind it may use, as a start does.
+        let full = found.as_ref().and_then(|(_, placement)| {
+            match self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &self.snap.units_by_kind(placement)) {
+                Ok(()) => None,
+                Err(QuotaBlock::KindAtMax { kind, .. }) => Some(Some(kind)),
+                Err(_) => Some(None),
+            }
+        });
+        if let Some(full) = full {
+            found = None;
+            if let Some(full) = full
+                && job.spec.replica.gpu_kind.is_none()
+            {
+                for kind in DeviceKind::ALL.into_iter().filter(|k| *k != full && job.spec.kind_allows(*k)) {
+                    let mut spec = (*job.spec).clone();
+                    spec.replica.gpu_kind = Some(kind);
+                    let on_kind = Job { spec: std::sync::Arc::new(spec), ..job.clone() };
+                    let Some((victims, placement)) = self.find_victims(&on_kind, ends, &prereleased) else { continue };
+                    let by_kind = self.snap.units_by_kind(&placement);
+                    if self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind).is_ok() {
+                        found = Some((victims, placement));
+                        break;
+                    }
+                }
+            }
+        }
         let Some((victims, placement)) = found else { return false };
-        // Preempting others must not take the queue over a per-kind maximum either.
         let by_kind = self.snap.units_by_kind(&placement);
-        if self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind).is_err() {
-            return false;
-        }
         if victims.is_empty() && self.cap.fits_free(&placement) {
             // Fits as is (only reachable when the index and the search disagree): start it.
             for r in &placement {
@@ -527,6 +527,54 @@ impl<'s> Pass<'s> {
         let victims = (waits_for.len() as u32).max(1);
         self.plan.wait(job.id, PendingReason::WaitingForPreemption { victims });
         true
+    }
+
+    /// A minimal set of victims for `job` and the placement they make
+    /// possible (none needed when victims already stopping or their
+    /// leftovers do). A gang that must stay on one value of a label (a TPU
+    /// slice) is searched one value at a time, lowest first, as it is placed.
+    fn find_victims(
+        &mut self,
+        job: &Job,
+        ends: Time,
+        prereleased: &[JobId],
+    ) -> Option<(Vec<(JobId, crate::plan::PreemptWhy)>, Placement)> {
+        // Without a key, nothing is preempted within the class.
+        let key = preemption_key(self.policy, job, self.now).filter(|_| self.within_class_acts);
+        let units = job.spec.gpu_units();
+        let values: Vec<Option<(std::sync::Arc<str>, String)>> = match &job.spec.same_label {
+            None => vec![None],
+            Some(label) => self.cap.label_values(job, label).into_iter().map(|v| Some((label.clone(), v))).collect(),
+        };
+        let mut found = None;
+        for only in values {
+            self.cap.restrict_to(only);
+            let pool = self.pool.get_or_insert_with(|| VictimPool::new(self.snap, self.now));
+            let search = Search {
+                cap: &self.cap,
+                pool,
+                quota: &self.quota,
+                job,
+                key,
+                units,
+                ends,
+                taken: &self.taken,
+                prereleased,
+                job_q: pool.queue_ix(self.snap, &job.spec.queue),
+            };
+            found = if search.possible() {
+                self.plan.stats.preemption_searches += 1;
+                search.run()
+            } else {
+                // Nobody to preempt, but a victim's leftover devices may do.
+                search.releasing_only().map(|p| (Vec::new(), p))
+            };
+            if found.is_some() {
+                break;
+            }
+        }
+        self.cap.restrict_to(None);
+        found
     }
 
     fn make_reservation(&mut self, job: &Job) {

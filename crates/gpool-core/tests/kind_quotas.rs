@@ -76,6 +76,22 @@ fn an_any_gpu_job_turned_away_by_one_kinds_maximum_runs_on_another() {
     assert!(c.reason(&c.plan(t(2)), named).contains("nvidia.com/gpu maximum of 2"));
 }
 
+#[test]
+fn an_any_gpu_job_that_must_preempt_does_so_on_a_kind_with_room_under_its_maximum() {
+    let mut c = fleet().kind_queue("ml", None, &[(NvidiaGpu, 2)]).kind_queue("other", None, &[]);
+    c.run(job("u").queue("ml").kind(NvidiaGpu).gpus(2), t(0));
+    // Both GPU nodes are full of preemptible work; the NVIDIA victim would free less.
+    let on_nv = c.run(job("v").queue("other").kind(NvidiaGpu).gpus(6).preemptible(), t(0));
+    let on_amd = c.run(job("v").queue("other").kind(AmdGpu).gpus(8).preemptible(), t(0));
+    let id = c.submit(job("u").queue("ml").gpus(2).priority(10));
+    let plan = c.plan(t(1));
+    let victims: Vec<JobId> = plan.preemptions.iter().map(|p| p.victim).collect();
+    assert_eq!(victims, vec![on_amd], "not {on_nv}: ml is at its NVIDIA maximum: {plan:#?}");
+    c.apply(&plan);
+    let plan = c.plan(t(2));
+    assert_eq!(c.nodes_of(&plan, id), vec!["amd".to_string()], "{plan:#?}");
+}
+
 #[derive(Clone, Debug)]
 struct Gen {
     kind: Option<DeviceKind>,

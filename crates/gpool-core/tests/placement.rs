@@ -375,3 +375,32 @@ fn a_tpu_slice_gang_stays_on_one_slice() {
     let plan = c.plan(t(2));
     assert!(plan.starts.iter().all(|s| s.job != next), "{plan:?}");
 }
+
+#[test]
+fn a_tpu_slice_gang_preempts_on_one_slice_only() {
+    use gpool_core::DeviceKind::Tpu;
+    let slice = |c: Cluster, host: &str, s: &str| {
+        c.node_of_kind(host, 4, "TPU-v5p", Tpu).labels(host, &[("gpool.io/tpu-slice", s)])
+    };
+    let mut c = Cluster::new("gpool");
+    for (host, s) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("b2", "b")] {
+        c = slice(c, host, s);
+    }
+    // Every host busy with low-priority, preemptible work.
+    let low: Vec<_> = ["a1", "a2", "b1", "b2"]
+        .iter()
+        .map(|h| c.run(job("lo").kind(Tpu).gpus(4).preemptible().selector("kubernetes.io/hostname", h), t(0)))
+        .collect();
+    let mut gang = job("hi").kind(Tpu).gpus(4).replicas(2).priority(10);
+    gang.spec.same_label = Some("gpool.io/tpu-slice".into());
+    let id = c.submit(gang);
+    let plan = c.plan(t(1));
+    let mut victims: Vec<_> = plan.preemptions.iter().map(|p| p.victim).collect();
+    victims.sort();
+    assert_eq!(victims, low[..2].to_vec(), "the two jobs of slice a, the lowest, and nothing of b: {plan:#?}");
+    c.apply(&plan);
+    let plan = c.plan(t(2));
+    let mut on = c.nodes_of(&plan, id);
+    on.sort();
+    assert_eq!(on, ["a1", "a2"], "{plan:#?}");
+}

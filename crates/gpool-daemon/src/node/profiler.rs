@@ -55,7 +55,10 @@ pub fn capture(
         }
         _ => None,
     };
-    // Removed when the window ends, whatever happens in it.
+    // Removed when the window ends, whatever happens in it: a job that
+    // records its own trace on request gets the whole window even when
+    // py-spy fails at once.
+    let posted = std::time::Instant::now();
     let request = Request::post(&entry.run_dir, seconds);
     let mut capture = ProfileCapture::default();
     match python_pid(&entry.run_dir) {
@@ -71,6 +74,9 @@ pub fn capture(
     if let Some(rx) = readings {
         // py-spy may have failed at once: the readings still cover the window.
         capture.samples = rx.recv_timeout(window + Duration::from_secs(10)).unwrap_or_default();
+    }
+    if let Some(left) = window.checked_sub(posted.elapsed()) {
+        std::thread::sleep(left);
     }
     drop(request);
     bound(&mut capture);
