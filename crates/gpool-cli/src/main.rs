@@ -261,6 +261,11 @@ enum TokenCommand {
 }
 
 fn main() -> ExitCode {
+    // The last step of a job's start (`node/handover.rs`), before anything else:
+    // it must stay single-threaded and read nothing of this process's environment.
+    if std::env::args_os().nth(1).is_some_and(|a| a == gpool_daemon::node::handover::SUBCOMMAND) {
+        return ExitCode::from(gpool_daemon::node::handover::main().clamp(0, 255) as u8);
+    }
     let argv = match daemon_config::expand(&<Cli as clap::CommandFactory>::command(), std::env::args_os().collect()) {
         Ok(argv) => argv,
         Err(e) => {

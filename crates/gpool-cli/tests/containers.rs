@@ -8,57 +8,9 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::image::Image;
 use common::*;
 use serde_json::json;
-
-/// A local image holding only busybox and a file saying where it is; removed at drop.
-struct Image(String);
-
-impl Image {
-    fn build(s: &Scratch) -> Image {
-        Image::build_with(s, "1", 0)
-    }
-
-    /// An image tagged `tag`, holding `padding` more bytes of random data (a layer of its own size).
-    fn build_with(s: &Scratch, tag: &str, padding: usize) -> Image {
-        let root = s.0.join(format!("rootfs-{tag}"));
-        std::fs::create_dir_all(root.join("bin")).expect("rootfs");
-        let busybox = ["/usr/bin/busybox", "/bin/busybox"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).exists())
-            .expect("busybox-static is installed (scripts/test.sh installs it)");
-        std::fs::copy(busybox, root.join("bin/busybox")).expect("copy busybox");
-        for cmd in ["sh", "cat", "echo", "test", "sleep", "env"] {
-            std::os::unix::fs::symlink("busybox", root.join("bin").join(cmd)).expect("link");
-        }
-        std::fs::write(root.join("IMAGE"), "inside the image\n").expect("marker");
-        if padding > 0 {
-            let mut data = vec![0u8; padding];
-            std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("urandom"), &mut data)
-                .expect("random");
-            std::fs::write(root.join("PADDING"), data).expect("padding");
-        }
-        let tar = s.0.join(format!("rootfs-{tag}.tar"));
-        assert!(
-            Command::new("tar").arg("-C").arg(&root).arg("-cf").arg(&tar).arg(".").status().expect("tar").success()
-        );
-        let name = format!("localhost/gpool-e2e-{}:{tag}", std::process::id());
-        let out = Command::new("podman")
-            .args(["import", "--change", "ENV PATH=/bin"])
-            .arg(&tar)
-            .arg(&name)
-            .output()
-            .expect("podman is installed (scripts/test.sh installs it)");
-        assert!(out.status.success(), "podman import: {}", String::from_utf8_lossy(&out.stderr));
-        Image(name)
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = Command::new("podman").args(["rmi", "-f", &self.0]).output();
-    }
-}
 
 fn containers_of(job: u64) -> Vec<String> {
     let out = Command::new("podman")

@@ -15,6 +15,9 @@ pub struct Account {
     pub uid: u32,
     pub gid: u32,
     pub home: PathBuf,
+    /// Supplementary group ids, as a login gets them (`id -G`); filled by
+    /// [`lookup`] (a node runs jobs with them), empty from [`parse_passwd`].
+    pub groups: Vec<u32>,
 }
 
 /// Parses one `passwd` line: `name:password:uid:gid:gecos:home:shell`.
@@ -23,7 +26,13 @@ pub fn parse_passwd(line: &str) -> Option<Account> {
     if f.len() < 7 || f[0].is_empty() {
         return None;
     }
-    Some(Account { name: f[0].into(), uid: f[2].parse().ok()?, gid: f[3].parse().ok()?, home: PathBuf::from(f[5]) })
+    Some(Account {
+        name: f[0].into(),
+        uid: f[2].parse().ok()?,
+        gid: f[3].parse().ok()?,
+        home: PathBuf::from(f[5]),
+        groups: Vec::new(),
+    })
 }
 
 /// The account of this name, `None` if there is none.
@@ -38,7 +47,17 @@ pub fn lookup(name: &str) -> anyhow::Result<Option<Account>> {
         return Ok(None);
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().filter_map(parse_passwd).find(|a| a.name == name))
+    let Some(mut account) = text.lines().filter_map(parse_passwd).find(|a| a.name == name) else { return Ok(None) };
+    account.groups = group_ids(name)?;
+    Ok(Some(account))
+}
+
+/// The ids of the groups an account is in (`id -G`, which asks the name
+/// service as a login's `initgroups` does).
+pub fn group_ids(name: &str) -> anyhow::Result<Vec<u32>> {
+    let out = Command::new("id").args(["-G", "--", name]).output().context("run id -G")?;
+    anyhow::ensure!(out.status.success(), "id -G {name} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    Ok(String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|g| g.parse().ok()).collect())
 }
 
 /// The account whose uid this is, `None` if there is none.
@@ -128,7 +147,7 @@ mod tests {
     fn passwd_lines_parse_and_bad_ones_do_not() {
         assert_eq!(
             parse_passwd("ana:x:1001:1002:Ana,,,:/home/ana:/bin/bash\n"),
-            Some(Account { name: "ana".into(), uid: 1001, gid: 1002, home: "/home/ana".into() })
+            Some(Account { name: "ana".into(), uid: 1001, gid: 1002, home: "/home/ana".into(), groups: Vec::new() })
         );
         assert_eq!(parse_passwd("ana:x:1001:1002"), None);
         assert_eq!(parse_passwd("ana:x:x:1002::/home/ana:/bin/sh"), None);

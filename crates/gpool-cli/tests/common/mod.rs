@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod image;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_gpool");
 
 /// A scratch directory removed at drop.

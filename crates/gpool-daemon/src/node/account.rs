@@ -4,16 +4,15 @@
 //! - `user` (the default when the agent runs as root, as slurmd does):
 //!   each replica runs as its submitter's Unix account, found by the
 //!   token's user name (`getent passwd`, so LDAP and other NSS sources
-//!   count), with that account's uid, gid and supplementary groups (through
-//!   util-linux's `setpriv`, which the agent checks for at start), its home
+//!   count), with that account's uid, gid and supplementary groups (the
+//!   shim's hand-over drops to them before the job's environment is
+//!   applied: `handover.rs`), its home
 //!   as the default working directory, and its logs and checkpoint
 //!   directory owned by it. A job whose user has no account on the node
 //!   fails with a message saying so.
 //! - `daemon` (the default otherwise, and what an unprivileged agent can
 //!   only do): single-user mode; every job runs as the agent's own account,
 //!   which the daemon says at start. Nothing separates users' jobs then.
-
-use std::process::Command;
 
 use anyhow::Context;
 
@@ -59,12 +58,6 @@ impl RunAs {
                     "--run-as user runs each job as its submitter's account, which needs root; \
                      run as root, or use --run-as daemon (single-user mode)"
                 );
-                let ok = Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success());
-                anyhow::ensure!(
-                    ok,
-                    "--run-as user starts jobs through `setpriv` (util-linux), which is missing: \
-                     apt-get install -y util-linux"
-                );
                 Ok("each job runs as its submitter's Unix account".into())
             }
         }
@@ -91,17 +84,9 @@ pub fn prepare(run_as: RunAs, data_dir: &std::path::Path) -> anyhow::Result<Stri
     Ok(said)
 }
 
-/// The command that runs `argv` as `account` with its groups (from root).
-pub fn as_account(account: &Account, argv: &[String]) -> Vec<String> {
-    let mut wrapped = vec![
-        "setpriv".to_string(),
-        format!("--reuid={}", account.uid),
-        format!("--regid={}", account.gid),
-        "--init-groups".to_string(),
-        "--".to_string(),
-    ];
-    wrapped.extend(argv.iter().cloned());
-    wrapped
+/// The ids the hand-over drops to for `account`.
+pub fn ids(account: &Account) -> crate::protocol::Ids {
+    crate::protocol::Ids { uid: account.uid, gid: account.gid, groups: account.groups.clone() }
 }
 
 #[cfg(test)]
@@ -109,11 +94,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_command_runs_as_an_account_through_setpriv() {
-        let a = Account { name: "ana".into(), uid: 1001, gid: 1002, home: "/home/ana".into() };
-        assert_eq!(
-            as_account(&a, &["sh".into(), "-c".into(), "id".into()]),
-            ["setpriv", "--reuid=1001", "--regid=1002", "--init-groups", "--", "sh", "-c", "id"]
-        );
+    fn a_job_drops_to_its_accounts_uid_gid_and_groups() {
+        let a = Account { name: "ana".into(), uid: 1001, gid: 1002, home: "/home/ana".into(), groups: vec![1002, 44] };
+        assert_eq!(ids(&a), crate::protocol::Ids { uid: 1001, gid: 1002, groups: vec![1002, 44] });
     }
 }

@@ -24,6 +24,7 @@ use rustix::process::{Pid, PidfdFlags, Signal, kill_process, kill_process_group,
 
 use crate::node::account::{self, Account, RunAs};
 use crate::node::claim::Claim;
+use crate::node::job_dir;
 use crate::node::pipeline_dir;
 use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
 use crate::node::shim::{self, EXIT, LOCK, STATE, ShimState, read_json};
@@ -84,11 +85,21 @@ pub struct Agent {
     accounts: account::Accounts,
     /// Images being pulled ahead (`prefetch`).
     prefetching: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Images pulled with a user's registry login, and whose (`private_images.rs`).
+    private_images: crate::node::private_images::PrivateImages,
 }
 
 impl Agent {
     pub fn new(cfg: AgentConfig, reports: ReportSink, replicas: Replicas) -> Agent {
-        Agent { cfg, reports, replicas, accounts: account::Accounts::default(), prefetching: Arc::default() }
+        let private_images = crate::node::private_images::PrivateImages::load(&cfg.data_dir);
+        Agent {
+            cfg,
+            reports,
+            replicas,
+            accounts: account::Accounts::default(),
+            prefetching: Arc::default(),
+            private_images,
+        }
     }
 
     /// Reports something on the agent's behalf (a start that failed before its shim ran).
@@ -285,8 +296,27 @@ impl Agent {
         launch.env.push((REPLICA_ENV.into(), self.replica_mark(key)));
         launch.env.push(("GPOOL_CHECKPOINT_DIR".into(), self.checkpoint_dir(key.job).display().to_string()));
         let shared = pipeline_dir::of(&launch.env, &self.cfg.data_dir, self.cfg.checkpoint_root.as_deref());
+        // Its checkpoint directory and its pipeline run's (every stage of a run
+        // is the same user's) are its account's, made without following links.
+        let owner = account.as_ref().map(|a| (a.uid, a.gid));
+        let made = (|| -> std::io::Result<()> {
+            if let Some(d) = &shared {
+                if let Some(parent) = d.parent().filter(|_| self.cfg.checkpoint_root.is_none()) {
+                    // DATA_DIR/pipelines: passable by the stages' accounts, not listable.
+                    job_dir::make_path(parent, None, 0o711)?;
+                }
+                job_dir::make_path(d, owner, 0o700)?;
+            }
+            std::fs::create_dir_all(&dir)?;
+            job_dir::make_path(&self.checkpoint_dir(key.job), owner, 0o700)
+        })();
+        if let Err(e) = made {
+            // A link or someone else's directory where the job's should be: it fails, saying where.
+            claim.release();
+            self.fail_at_once(key, 126, format!("cannot make the job's directories on node {}: {e}", self.cfg.node));
+            return Ok(());
+        }
         if let Some(d) = &shared {
-            std::fs::create_dir_all(d)?;
             launch.env.push((pipeline_dir::DIR_ENV.into(), d.display().to_string()));
         }
         let request = dir.join(crate::node::profiler::REQUEST_FILE);
@@ -297,8 +327,6 @@ impl Agent {
         launch.lease.clone_from(&self.cfg.lease);
         launch.log_limit = self.cfg.log_limit;
         let declared = launch.env.iter().find(|(k, _)| k == SIM_LOAD_ENV).map(|(_, v)| v.clone());
-        std::fs::create_dir_all(&dir)?;
-        std::fs::create_dir_all(self.checkpoint_dir(key.job))?;
         launch.stdout = self.log_path(key.job, key.rank, "stdout");
         launch.stderr = self.log_path(key.job, key.rank, "stderr");
         for p in [&launch.stdout, &launch.stderr] {
@@ -308,9 +336,9 @@ impl Agent {
             }
         }
         if let Some(a) = &account {
-            self.hand_over(key, a, &launch, shared.as_deref())?;
+            self.hand_over(key, a, &launch)?;
             if container.is_none() {
-                launch.argv = account::as_account(a, &launch.argv);
+                launch.run_as = Some(account::ids(a));
             }
         }
         if let Some(rt) = &container {
@@ -329,8 +357,17 @@ impl Agent {
                 workdir: image_workdir.as_deref(),
                 simulated: self.cfg.simulated,
                 auth_dir: auth_dir.as_deref(),
+                pull_always: launch.image.as_deref().is_some_and(|i| {
+                    self.private_images.must_pull(i, launch.user.as_deref(), launch.registry_auth.is_some())
+                }),
             };
             launch.pull = rt.pull_steps(&launch, auth_dir.as_deref());
+            if job.pull_always
+                && let Some(steps) = &mut launch.pull
+            {
+                // Not "is it here?": the registry must say this user may have it.
+                steps.exists.clear();
+            }
             launch.argv = rt.wrap(&launch, &job);
             crate::node::container::remember(&dir, rt, &name, launch.image.as_deref().unwrap_or(""))?;
             if let (Some(cache), Some(image)) = (&self.cfg.image_cache, &launch.image) {
@@ -418,19 +455,14 @@ impl Agent {
         }
     }
 
-    /// Gives a replica's files to its account: its logs and checkpoint
-    /// directory become its own (0600, 0700); the job's directory stays
+    /// Gives a replica's files to its account: its logs become its own
+    /// (0600; its checkpoint directory was made its own, 0700); the job's directory stays
     /// root's, 0711, so that it can reach them and plant nothing beside the
     /// shim's records.
-    fn hand_over(&self, key: ReplicaKey, a: &Account, launch: &Launch, shared: Option<&Path>) -> std::io::Result<()> {
+    fn hand_over(&self, key: ReplicaKey, a: &Account, launch: &Launch) -> std::io::Result<()> {
         use std::os::unix::fs::{PermissionsExt, chown};
         let set = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
         set(&self.job_dir(key.job), 0o711)?;
-        // Its checkpoints, and its pipeline run's files (every stage of a run is the same user's).
-        for dir in std::iter::once(self.checkpoint_dir(key.job).as_path()).chain(shared) {
-            chown(dir, Some(a.uid), Some(a.gid))?;
-            set(dir, 0o700)?;
-        }
         for log in [&launch.stdout, &launch.stderr] {
             chown(log, Some(a.uid), Some(a.gid))?;
             set(log, 0o600)?;

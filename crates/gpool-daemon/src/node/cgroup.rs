@@ -27,9 +27,9 @@
 //!   the hierarchy does not pass down (on a hybrid host, one bound to v1)
 //!   is not enforced, and the agent says so at start.
 //!
-//! The job joins its group(s) before it runs anything: the shim starts it
-//! through a small `sh` that writes its own pid into each group's
-//! `cgroup.procs` and then `exec`s the job. When the job ends, the shim
+//! The job joins its group(s) before it runs anything: the shim's hand-over
+//! step (`handover.rs`) writes its own pid into each group's `cgroup.procs`
+//! before it drops to the job's account and `exec`s the job. When the job ends, the shim
 //! kills whatever is left in the groups (processes that left the process
 //! group too; v2's `cgroup.kill` at once) and removes them.
 //!
@@ -286,21 +286,9 @@ impl Confine {
 }
 
 impl Groups {
-    /// The command that runs `argv` inside these groups: a shell joins each
-    /// (its own pid into `cgroup.procs`) and `exec`s it.
-    pub fn wrap(&self, argv: &[String]) -> Vec<String> {
-        let mut w = vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || { echo \"gpool: cannot join the control group $1\" >&2; \
-             exit 126; }; shift; done; shift; exec \"$@\""
-                .to_string(),
-            "gpool-cgroup".to_string(),
-        ];
-        w.extend(self.dirs.iter().map(|d| d.join("cgroup.procs").display().to_string()));
-        w.push("--".into());
-        w.extend(argv.iter().cloned());
-        w
+    /// The `cgroup.procs` files a replica's first process joins (`handover.rs`).
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
     /// How many times the kernel killed a task of the group for memory.
@@ -412,24 +400,15 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
     }
 
     #[test]
-    fn a_job_joins_its_groups_before_it_runs() {
+    fn a_job_joins_each_of_its_groups() {
         let g = Groups {
             dirs: vec!["/cg/memory/gpool/x".into(), "/cg/devices/gpool/x".into()],
             memory: "/cg/memory/gpool/x".into(),
             v2: false,
         };
-        let w = g.wrap(&["python3".into(), "train.py".into()]);
-        assert_eq!(&w[..2], ["sh", "-c"]);
         assert_eq!(
-            &w[3..],
-            [
-                "gpool-cgroup",
-                "/cg/memory/gpool/x/cgroup.procs",
-                "/cg/devices/gpool/x/cgroup.procs",
-                "--",
-                "python3",
-                "train.py"
-            ]
+            g.procs_files(),
+            [PathBuf::from("/cg/memory/gpool/x/cgroup.procs"), PathBuf::from("/cg/devices/gpool/x/cgroup.procs")]
         );
     }
 }

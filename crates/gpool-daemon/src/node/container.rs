@@ -105,6 +105,9 @@ impl Runtime {
     /// The runtime `choice` names: `auto` (podman, else docker, else none),
     /// `podman`, `docker`, `none`, or a path to either program.
     pub fn detect(choice: &str, run_args: Vec<String>) -> Result<Option<Runtime>, String> {
+        if let Some(why) = undoing_flag(&run_args) {
+            return Err(why);
+        }
         let found = |kind: Kind, name: &str| which(name).map(|program| (kind, program));
         let pick = match choice.trim() {
             "none" | "off" => return Ok(None),
@@ -239,7 +242,12 @@ impl Runtime {
         }
         let mut push = |w: &[&str]| a.extend(w.iter().map(|s| s.to_string()));
         push(&["--name", c.name, "--label", &format!("gpool.job={}", c.job), "--network", "host"]);
-        push(&["--sig-proxy=true", "--pull", "missing"]);
+        let pull = if c.pull_always { "always" } else { "missing" };
+        push(&["--sig-proxy=true", "--pull", pull]);
+        // Without privilege (Kubernetes' restricted profile): nothing in the
+        // image, a setuid program included, can raise the job's rights, and it
+        // holds no capability; the runtime's default seccomp profile stays.
+        push(&["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]);
         if let Some((uid, gid)) = c.user {
             push(&["--user", &format!("{uid}:{gid}")]);
         }
@@ -249,11 +257,16 @@ impl Runtime {
         if launch.memory_mb > 0 {
             push(&["--memory", &format!("{}m", launch.memory_mb)]);
         }
-        // The checkpoint directory at the same path inside, so GPOOL_CHECKPOINT_DIR holds.
-        push(&["-v", &format!("{0}:{0}", c.checkpoint.display())]);
-        // And its pipeline run's directory, so GPOOL_PIPELINE_DIR holds too.
+        // The checkpoint directory at the same path inside, so GPOOL_CHECKPOINT_DIR holds,
+        // and its pipeline run's directory, so GPOOL_PIPELINE_DIR holds too. Podman
+        // mounts them nosuid and nodev: a setuid file there is inert inside.
+        let host_dir = |d: &Path| match self.kind {
+            Kind::Podman => format!("{0}:{0}:nosuid,nodev", d.display()),
+            Kind::Docker => format!("{0}:{0}", d.display()),
+        };
+        push(&["-v", &host_dir(c.checkpoint)]);
         if let Some(shared) = c.shared {
-            push(&["-v", &format!("{0}:{0}", shared.display())]);
+            push(&["-v", &host_dir(shared)]);
         }
         if let Some(w) = c.workdir {
             push(&["-w", w]);
@@ -325,6 +338,51 @@ pub struct ContainerJob<'a> {
     pub simulated: bool,
     /// Where the owner's registry login is (`AUTH_DIR` of the run directory), if it has one.
     pub auth_dir: Option<&'a Path>,
+    /// Pull even when the image is here: another user pulled it with a
+    /// login, so this job must show the registry it may have it (`private_images.rs`).
+    pub pull_always: bool,
+}
+
+/// `run` flags an admin may not pass with `--container-arg`: each would undo
+/// the confinement of every job's container (privilege, capabilities,
+/// seccomp or AppArmor, its user, the host's namespaces, or host paths and
+/// devices beyond its own). Matched as `FLAG` and `FLAG=…`.
+const UNDOING: &[&str] = &[
+    "--privileged",
+    "--cap-add",
+    "--security-opt",
+    "--user",
+    "-u",
+    "--group-add",
+    "--userns",
+    "--uidmap",
+    "--gidmap",
+    "--pid",
+    "--ipc",
+    "--cgroupns",
+    "--cgroup-parent",
+    "--device",
+    "--device-cgroup-rule",
+    "-v",
+    "--volume",
+    "--mount",
+    "--volumes-from",
+    "--env-host",
+    "--systemd",
+];
+
+/// Why `run_args` would undo the containers' confinement: the flag named.
+pub fn undoing_flag(run_args: &[String]) -> Option<String> {
+    run_args.iter().find_map(|a| {
+        let flag = a.split_once('=').map_or(a.as_str(), |(f, _)| f);
+        UNDOING.contains(&flag).then(|| {
+            format!(
+                "--container-arg={a}: {flag} would undo the confinement of every job's container (no new \
+                 privileges, no capabilities, the job's own user, only its own directories and devices); gpool \
+                 refuses it (docs/containers.md)"
+            )
+        })
+    })
 }
 
 /// The directory of a run directory holding the registry login (root only, 0700), and its file.
@@ -400,13 +458,15 @@ mod tests {
             workdir: Some("/workspace"),
             simulated: false,
             auth_dir: Some(Path::new("/run/job-7/registry-auth")),
+            pull_always: false,
         };
         let argv = rt.wrap(&launch, &c).join(" ");
         for want in [
             "--name gpool-7-1-0-abcd --label gpool.job=7",
             "--user 1000:1000",
             "--cpus 4.000 --memory 16384m",
-            "-v /ckpt/job-7:/ckpt/job-7 -v /ckpt/pipeline-5:/ckpt/pipeline-5 -w /workspace",
+            "-v /ckpt/job-7:/ckpt/job-7:nosuid,nodev -v /ckpt/pipeline-5:/ckpt/pipeline-5:nosuid,nodev -w /workspace",
+            "--pull missing --security-opt no-new-privileges --cap-drop ALL",
             "-e CUDA_VISIBLE_DEVICES=GPU-a",
             "--device nvidia.com/gpu=GPU-a --device nvidia.com/gpu=MIG-b",
             "--runtime=runc pytorch/pytorch:2.5.1 python3 train.py",
@@ -425,7 +485,30 @@ mod tests {
         let no_cdi = Runtime { cdi: false, ..rt };
         assert!(no_cdi.wrap(&launch, &c).join(" ").contains("-e NVIDIA_VISIBLE_DEVICES=GPU-a,MIG-b"));
         assert!(Runtime::detect("kubernetes", Vec::new()).is_err_and(|e| e.contains("expected auto")));
+        assert!(!argv.contains("--privileged") && !argv.contains("--cap-add"), "{argv}");
+        let again = ContainerJob { pull_always: true, ..c };
+        assert!(no_cdi.wrap(&launch, &again).join(" ").contains("--pull always"));
         assert_eq!(Runtime::detect("none", Vec::new()), Ok(None));
+    }
+
+    #[test]
+    fn container_args_that_undo_the_confinement_are_refused_naming_the_flag() {
+        for (args, bad) in [
+            (vec!["--privileged"], Some("--privileged")),
+            (vec!["--runtime=runc", "--cap-add=SYS_ADMIN"], Some("--cap-add")),
+            (vec!["--security-opt=seccomp=unconfined"], Some("--security-opt")),
+            (vec!["--userns=host"], Some("--userns")),
+            (vec!["-v", "/:/host"], Some("-v")),
+            (vec!["--device=/dev/mem"], Some("--device")),
+            (vec!["--runtime=runc", "--ulimit=nofile=1024:1024"], None),
+        ] {
+            let args: Vec<String> = args.into_iter().map(String::from).collect();
+            match (Runtime::detect("none", args.clone()), bad) {
+                (Ok(None), None) => {}
+                (Err(why), Some(flag)) => assert!(why.contains(flag) && why.contains("undo"), "{why}"),
+                (got, want) => panic!("{args:?}: {got:?}, wanted {want:?}"),
+            }
+        }
     }
 
     /// Standard error of podman 4.3 with runc on these development machines (recorded).

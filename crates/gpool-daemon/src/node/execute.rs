@@ -32,6 +32,7 @@ pub(crate) fn execute(agent: &Agent, command: wire::Command) {
                 lease: None,
                 log_limit: None,
                 user,
+                run_as: None,
                 cpus_milli: cpus_milli.unwrap_or(0),
                 memory_mb: memory_mb.unwrap_or(0),
                 confine: None,

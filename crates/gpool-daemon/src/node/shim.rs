@@ -20,9 +20,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::{
@@ -30,6 +30,8 @@ use rustix::process::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::node::cgroup::Groups;
+use crate::node::handover::{self, Handover};
 use crate::node::output::Copiers;
 use crate::protocol::{ExitRecord, Launch};
 
@@ -187,9 +189,6 @@ fn run(dir: &Path) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    if let Some(g) = &groups {
-        launch.argv = g.wrap(&launch.argv);
-    }
     if let Some(why) = too_late(dir, &launch) {
         if let Some(g) = groups {
             g.kill_all_and_remove();
@@ -202,33 +201,33 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         write_exit(dir, &rec).context("write exit.json")?;
         return Ok(());
     }
-    let spawned = (|| -> std::io::Result<std::process::Child> {
+    // The hand-over (`handover.rs`) joins the groups, drops to the job's
+    // account and only then takes on the job's environment: nothing the shim
+    // runs as root ever sees it.
+    let container = launch.image.is_some();
+    let handover = Handover {
+        join: groups.as_ref().map(Groups::procs_files).unwrap_or_default(),
+        ids: launch.run_as.clone(),
+        // A container's runtime client needs root; the container itself gets no_new_privileges.
+        no_new_privs: !container,
+        argv: launch.argv.clone(),
+        env: if container { handover::root_env() } else { std::mem::take(&mut launch.env) },
+        cwd: launch.cwd.clone(),
+    };
+    let spawned = (|| -> std::io::Result<handover::Started> {
         // With a log limit the shim copies the output (`output.rs`); without,
         // the job writes to its log files itself.
         let (out, err) = match launch.log_limit {
             Some(_) => (Stdio::piped(), Stdio::piped()),
             None => (open_log(&launch.stdout)?.into(), open_log(&launch.stderr)?.into()),
         };
-        let (prog, args) = launch.argv.split_first().ok_or_else(|| std::io::Error::other("empty command"))?;
-        Command::new(prog)
-            .args(args)
-            .env_clear()
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&launch.cwd)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0)
-            .spawn()
+        handover::spawn(&handover, out, err)
     })();
-    let mut child = match spawned {
-        Ok(c) => c,
+    let (mut child, failed) = match spawned {
+        Ok(s) => (s.child, s.failed),
         Err(e) => {
-            let msg = format!(
-                "cannot start {:?} in {}: {e}",
-                launch.argv.first().map_or("", String::as_str),
-                launch.cwd.display()
-            );
+            let msg =
+                format!("cannot start the hand-over to {:?}: {e}", launch.argv.first().map_or("", String::as_str));
             if let Ok(mut f) = open_log(&launch.stderr) {
                 let _ = writeln!(f, "gpool: {msg}");
             }
@@ -284,6 +283,8 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         }
         why
     });
+    // The hand-over said why it could not start the command (in the log too).
+    let error = failed.or(error);
     let rec =
         ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error, fenced };
     write_exit(dir, &rec).context("write exit.json")?;

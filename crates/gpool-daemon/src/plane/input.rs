@@ -50,12 +50,30 @@ pub fn name(field: &str, s: &str) -> Result<(), Refused> {
     text(field, s)
 }
 
-/// Text shown or passed on as it is: no control character.
+/// Text shown or passed on as it is: no control character, and no
+/// invisible format character that reorders or hides what a terminal shows
+/// (bidi overrides and isolates such as U+202E, zero-width characters).
 pub fn text(field: &str, s: &str) -> Result<(), Refused> {
-    match control(s, false) {
-        Some(c) => Err(refused(field, format!("contains the control character {:?}; remove it", c))),
-        None => Ok(()),
+    if let Some(c) = control(s, false) {
+        return Err(refused(field, format!("contains the control character {:?}; remove it", c)));
     }
+    if let Some(c) = s.chars().find(|c| format_char(*c)) {
+        return Err(refused(
+            field,
+            format!("contains the invisible format character U+{:04X}, which can disguise text; remove it", c as u32),
+        ));
+    }
+    Ok(())
+}
+
+/// Unicode's format characters (category Cf) that change how text reads
+/// without showing: bidi embeddings, overrides, isolates and marks; zero-width
+/// spaces and joiners; the soft hyphen; the byte-order mark; tag characters.
+pub fn format_char(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2069}' | '\u{206A}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{E0000}'..='\u{E007F}')
 }
 
 /// A name that is also an identity (a token's user or team): no spaces either.
@@ -63,6 +81,90 @@ pub fn identity(field: &str, s: &str) -> Result<(), Refused> {
     name(field, s)?;
     if s.contains(char::is_whitespace) {
         return Err(refused(field, "must not contain spaces"));
+    }
+    Ok(())
+}
+
+/// An image named as a registry holds it: `[HOST[:PORT]/]PATH[:TAG][@DIGEST]`.
+/// Refused: other transports (`docker-archive:/path`, `oci-archive:`,
+/// `dir:`, `containers-storage:`…), which the node's root runtime would
+/// open with root's rights, and bare image ids, which would run whatever
+/// another user left in the node's store (docs/containers.md).
+pub fn image_reference(i: &str) -> Result<(), String> {
+    let example = "such as pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime or registry.example.com:5000/team/train:v3";
+    let ok_chars = !i.is_empty()
+        && i.len() <= 512
+        && !i.starts_with('-')
+        && i.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:@+".contains(c));
+    if !ok_chars {
+        return Err(format!("{i:?} is not an image reference {example}"));
+    }
+    // containers-image's transports; podman takes `TRANSPORT:…` for one before any registry name.
+    const TRANSPORTS: &[&str] = &[
+        "docker-archive",
+        "oci-archive",
+        "oci",
+        "dir",
+        "containers-storage",
+        "docker-daemon",
+        "docker",
+        "sif",
+        "tarball",
+        "ostree",
+    ];
+    if i.split_once(':').is_some_and(|(t, _)| TRANSPORTS.contains(&t.to_ascii_lowercase().as_str())) {
+        return Err(format!(
+            "{i:?} names a transport, not a registry's image: transports such as docker-archive:, oci-archive: or \
+             dir: would be opened by the node's root runtime and are refused; push the image to a registry and \
+             name it there, {example}"
+        ));
+    }
+    let (rest, digest) = match i.split_once('@') {
+        Some((r, d)) => (r, Some(d)),
+        None => (i, None),
+    };
+    if let Some(d) = digest {
+        let valid = d.split_once(':').is_some_and(|(algo, hex)| {
+            !algo.is_empty()
+                && algo.chars().all(|c| c.is_ascii_alphanumeric())
+                && hex.len() >= 32
+                && hex.chars().all(|c| c.is_ascii_hexdigit())
+        });
+        if !valid {
+            return Err(format!("{i:?}: the digest after '@' must be ALGORITHM:HEX, such as sha256:…"));
+        }
+    }
+    if rest.is_empty() {
+        return Err(format!("{i:?} names no repository; images are named by repository {example}"));
+    }
+    // A tag follows the last ':' that comes after the last '/'.
+    let last_slash = rest.rfind('/').map_or(0, |p| p + 1);
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(p) => (&rest[..last_slash + p], Some(&rest[last_slash + p + 1..])),
+        None => (rest, None),
+    };
+    if tag.is_some_and(|t| t.is_empty() || t.len() > 128 || t.starts_with(['.', '-'])) {
+        return Err(format!("{i:?}: the tag after ':' must be 1 to 128 letters, digits, '_', '.' or '-'"));
+    }
+    let parts: Vec<&str> = name.split('/').collect();
+    let host = parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost");
+    for (n, part) in parts.iter().enumerate() {
+        let valid = if n == 0 && host {
+            let (h, port) = part.split_once(':').unwrap_or((part, "1"));
+            !h.is_empty() && !h.contains(':') && !port.is_empty() && port.chars().all(|c| c.is_ascii_digit())
+        } else {
+            !part.is_empty() && !part.contains(':') && !part.contains('@')
+        };
+        if !valid {
+            return Err(format!("{i:?} is not an image reference {example}"));
+        }
+    }
+    let bare_id = parts.len() == 1 && tag.is_none() && name.len() >= 6 && name.chars().all(|c| c.is_ascii_hexdigit());
+    if bare_id || name.starts_with("sha256") {
+        return Err(format!(
+            "{i:?} looks like an image id; images are named by repository and tag ({example}), so that a job \
+             never runs an image another user left on the node"
+        ));
     }
     Ok(())
 }
@@ -90,16 +192,7 @@ pub fn spec(s: &gpool_api::JobSpec) -> Result<(), Refused> {
         text("gpuModel", m)?;
     }
     if let Some(i) = &s.image {
-        let ok = !i.is_empty()
-            && i.len() <= 512
-            && !i.starts_with('-')
-            && i.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:@+".contains(c));
-        if !ok {
-            return Err(refused(
-                "image",
-                format!("{i:?} is not an image reference such as pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"),
-            ));
-        }
+        image_reference(i).map_err(|why| refused("image", why))?;
     }
     for (field, map) in [("labels", &s.labels), ("nodeSelector", &s.node_selector)] {
         for (k, v) in map {
@@ -151,6 +244,45 @@ mod tests {
 
     fn job(yaml: &str) -> gpool_api::JobSpec {
         serde_yaml_ng::from_str(yaml).expect("a spec")
+    }
+
+    #[test]
+    fn images_are_named_by_registry_reference_never_by_path_transport_or_id() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", None),
+            ("busybox", None),
+            ("localhost/gpool-probe:1", None),
+            ("registry.example.com:5000/team/train:v3", None),
+            ("ghcr.io/org/img@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", None),
+            ("docker-archive:/home/bob/private.tar", Some("transport")),
+            ("oci-archive:x.tar", Some("transport")),
+            ("dir:/srv/img", Some("transport")),
+            ("containers-storage:busybox", Some("transport")),
+            ("docker://busybox", Some("transport")),
+            ("3f2a1b9c8d7e", Some("image id")),
+            ("sha256:3f2a1b9c8d7e3f2a1b9c8d7e3f2a1b9c8d7e", Some("image id")),
+            ("img@md5:12", Some("digest")),
+            ("host:notaport/x", Some("not an image reference")),
+            ("-privileged", Some("not an image reference")),
+            ("a b", Some("not an image reference")),
+            ("", Some("not an image reference")),
+        ];
+        for (image, want) in cases {
+            match (image_reference(image), want) {
+                (Ok(()), None) => {}
+                (Err(why), Some(w)) => assert!(why.contains(w), "{image}: {why}"),
+                (got, want) => panic!("{image}: got {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn bidi_overrides_and_invisible_characters_are_refused_in_names() {
+        for bad in ["evil\u{202E}gnp.exe", "a\u{200B}b", "x\u{2066}y", "\u{FEFF}bom"] {
+            let e = name("name", bad).expect_err(bad);
+            assert!(e.message.contains("format character U+"), "{e:?}");
+        }
+        assert!(name("name", "résumé-训练-🚀").is_ok(), "ordinary text outside ASCII is fine");
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub struct Launch {
     /// (`node/account.rs`) runs this one as it.
     #[serde(default)]
     pub user: Option<String>,
+    /// The account the node resolved that name to, which the shim's
+    /// hand-over drops to (`handover.rs`); `None`: the agent's own.
+    #[serde(default)]
+    pub run_as: Option<Ids>,
     /// The CPUs (thousandths) and memory the replica was allocated (0: none asked).
     #[serde(default)]
     pub cpus_milli: u64,
@@ -152,6 +156,16 @@ pub struct Launch {
     /// it is missing, before the command runs (`node/pull.rs`).
     #[serde(default)]
     pub pull: Option<PullSteps>,
+}
+
+/// The account a replica runs as: uid, gid and supplementary groups, as a
+/// login gets them (`initgroups`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ids {
+    pub uid: u32,
+    pub gid: u32,
+    #[serde(default)]
+    pub groups: Vec<u32>,
 }
 
 /// The runtime's commands that check for an image and pull it.

@@ -176,6 +176,8 @@ impl Controller {
                 lease: None,
                 log_limit: None,
                 user: Some(self.cfg.identities.account_of(&doc.user).to_string()),
+                // The node resolves the account itself.
+                run_as: None,
                 cpus_milli: r.cpus_milli,
                 memory_mb: r.memory_mb,
                 confine: None,

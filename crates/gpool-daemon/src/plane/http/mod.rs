@@ -20,6 +20,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
 
+mod body;
 mod cluster;
 mod holds;
 mod logs;
@@ -159,11 +160,6 @@ fn is_yaml(headers: &HeaderMap) -> bool {
     headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("yaml"))
 }
 
-/// A request's body as `T`, JSON or YAML by its `Content-Type`; a 400 saying where it is wrong.
-fn body_as<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T> {
-    parse(body, is_yaml(headers)).map_err(bad)
-}
-
 fn parse<T: DeserializeOwned>(body: &[u8], yaml: bool) -> std::result::Result<T, String> {
     if yaml {
         let de = serde_yaml_ng::Deserializer::from_slice(body);
@@ -184,6 +180,7 @@ async fn openapi() -> impl IntoResponse {
 /// The job specs of a submission's body: one spec, or `{jobs: [...]}`, in
 /// JSON or (`yaml`) YAML; the error says what is wrong and where.
 pub fn submission(body: &[u8], yaml: bool) -> std::result::Result<Vec<api::JobSpec>, String> {
+    body::shallow(body)?;
     let value: serde_json::Value = if yaml {
         serde_yaml_ng::from_slice(body).map_err(|e| format!("the body is not valid YAML: {e}"))?
     } else {
@@ -197,7 +194,7 @@ pub fn submission(body: &[u8], yaml: bool) -> std::result::Result<Vec<api::JobSp
 }
 
 async fn submit(State(st): State<AppState>, who: Who, headers: HeaderMap, body: Bytes) -> Result<Response> {
-    let specs = submission(&body, is_yaml(&headers)).map_err(bad)?;
+    let specs = body::authed(&st, &who, &headers, body, submission).await?;
     let out = call(&st, &who, |reply| Call::Submit { specs, reply }).await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())
 }

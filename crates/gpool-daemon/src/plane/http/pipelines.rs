@@ -11,11 +11,11 @@ use axum::response::{IntoResponse, Response};
 use gpool_api::pipeline::{PipelineList, PipelineSpec, PipelineView};
 
 use super::who::{Peer, Who};
-use super::{AppState, Result, bad, body_as, call, number, only};
+use super::{AppState, Result, bad, call, number, only};
 use crate::plane::controller::Call;
 
 pub(super) async fn submit(State(st): State<AppState>, who: Who, headers: HeaderMap, body: Bytes) -> Result<Response> {
-    let spec: PipelineSpec = body_as(&headers, &body)?;
+    let spec: PipelineSpec = super::body::authed_as(&st, &who, &headers, body).await?;
     let out = call(&st, &who, |reply| Call::SubmitPipeline { spec: Box::new(spec), reply }).await?;
     Ok((StatusCode::CREATED, Json(out)).into_response())
 }

@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use gpool_api::schedule::{ScheduleSpec, ScheduleView};
 
 use super::who::Who;
-use super::{AppState, Result, body_as, call};
+use super::{AppState, Result, call};
 use crate::plane::controller::Call;
 
 pub(super) async fn apply(
@@ -20,7 +20,7 @@ pub(super) async fn apply(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<ScheduleView>> {
-    let spec: ScheduleSpec = body_as(&headers, &body)?;
+    let spec: ScheduleSpec = super::body::authed_as(&st, &who, &headers, body).await?;
     Ok(Json(call(&st, &who, |reply| Call::ApplySchedule { name, spec: Box::new(spec), reply }).await?))
 }
 
@@ -49,7 +49,7 @@ pub(super) async fn set_power(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Vec<gpool_api::PowerView>>> {
-    let req: gpool_api::PowerSet = body_as(&headers, &body)?;
+    let req: gpool_api::PowerSet = super::body::authed_as(&st, &who, &headers, body).await?;
     let from = from.0;
     Ok(Json(call(&st, &who, |reply| Call::SetPower { req, from, reply }).await?))
 }

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gpool_api as api;
 
-use super::{AppState, Result, Who, body_as, call};
+use super::{AppState, Result, Who, call};
 use crate::plane::controller::Call;
 
 /// `PUT /api/v1/services/{name}`: the spec (JSON or YAML) with its `service:` block.
@@ -19,7 +19,7 @@ pub(super) async fn apply(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let spec: api::JobSpec = body_as(&headers, &body)?;
+    let spec: api::JobSpec = super::body::authed_as(&st, &who, &headers, body).await?;
     let out = call(&st, &who, |reply| Call::ApplyService { name, spec: Box::new(spec), reply }).await?;
     let status = if out.outcome == "created" { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(out)).into_response())

@@ -1,0 +1,114 @@
+//! Directories the agent makes for a job and gives to its account (its
+//! checkpoint directory, its pipeline run's directory), made without ever
+//! following a symbolic link a user may have planted.
+//!
+//! `--checkpoint-root` may be a directory every user can write (a shared
+//! file system's scratch space). Had the agent made `ROOT/job-7` with
+//! `create_dir_all` and then `chown`ed and `chmod`ed that path, a user who
+//! put a link `ROOT/job-7 -> /etc` there first would have been given
+//! `/etc`. Here the directory is made and opened relative to its parent's
+//! descriptor with `O_NOFOLLOW` (a link there is refused, never followed),
+//! and its owner and mode are changed on that descriptor, which names the
+//! directory that was checked and nothing a user could swap in between. A
+//! directory that is already there must be root's or the job's account's:
+//! someone else's is refused (it could hold their files or links).
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
+use rustix::io::Errno;
+
+/// Makes (or finds) the directory `name` in `parent`, never following a
+/// link at `name`, and gives it to `owner` (uid, gid) with `mode`; without
+/// an owner it stays root's (the agent's) with `mode`.
+pub fn make(parent: &Path, name: &str, owner: Option<(u32, u32)>, mode: u32) -> std::io::Result<()> {
+    let say = |what: String| std::io::Error::other(format!("{}: {what}", parent.join(name).display()));
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(say("not a name of one directory".into()));
+    }
+    let dir = rustix::fs::open(parent, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| say(format!("cannot open its parent: {e}")))?;
+    match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => return Err(say(format!("cannot make it: {e}"))),
+    }
+    let fd: OwnedFd = rustix::fs::openat(
+        &dir,
+        name,
+        OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::LOOP | Errno::NOTDIR => {
+            say("is a symbolic link or not a directory; gpool does not follow it, so the job cannot use it (remove it)"
+                .into())
+        }
+        e => say(format!("cannot open it: {e}")),
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| say(format!("cannot read its owner: {e}")))?;
+    let me = rustix::process::geteuid().as_raw();
+    if st.st_uid != me && owner.is_none_or(|(uid, _)| st.st_uid != uid) {
+        return Err(say(format!(
+            "belongs to uid {}, neither gpool's nor the job's account; gpool does not hand it over (remove it)",
+            st.st_uid
+        )));
+    }
+    if let Some((uid, gid)) = owner {
+        rustix::fs::fchown(&fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
+            .map_err(|e| say(format!("cannot give it to uid {uid}: {e}")))?;
+    }
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| say(format!("cannot set its mode: {e}")))?;
+    // Not a mount point or link that moved meanwhile: the name still is this directory.
+    let again = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| say(e.to_string()))?;
+    if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(say("was replaced while gpool made it; try again".into()));
+    }
+    Ok(())
+}
+
+/// [`make`] for a path: its parent and last component.
+pub fn make_path(path: &Path, owner: Option<(u32, u32)>, mode: u32) -> std::io::Result<()> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(std::io::Error::other(format!("{}: not a directory gpool can make", path.display())));
+    };
+    make(parent, name, owner, mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("gpool-job-dir-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch");
+        d
+    }
+
+    #[test]
+    fn a_planted_link_is_refused_and_its_target_left_alone() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let root = scratch("link");
+        let target = root.join("precious");
+        std::fs::create_dir(&target).expect("target");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::os::unix::fs::symlink(&target, root.join("job-2")).expect("plant");
+        let e = make(&root, "job-2", None, 0o700).expect_err("a link is refused");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let m = std::fs::metadata(&target).expect("target");
+        assert_eq!(m.permissions().mode() & 0o777, 0o755, "the target's mode is untouched");
+        // A file planted instead of a directory is refused too.
+        std::fs::write(root.join("job-3"), b"x").expect("file");
+        assert!(make(&root, "job-3", None, 0o700).is_err());
+        // A directory of its own is made with its mode.
+        make(&root, "job-4", None, 0o700).expect("made");
+        let m = std::fs::metadata(root.join("job-4")).expect("made");
+        assert!(
+            m.is_dir() && m.permissions().mode() & 0o777 == 0o700 && m.uid() == rustix::process::geteuid().as_raw()
+        );
+        make(&root, "job-4", None, 0o711).expect("found again");
+        assert!(make(&root, "../x", None, 0o700).is_err() && make(&root, "", None, 0o700).is_err());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
