@@ -231,3 +231,30 @@ fn a_growing_service_preempts_a_preemptible_batch_job_which_resumes_when_load_fa
     d.until(&format!("/api/v1/jobs/{batch}"), Duration::from_secs(90), |j| j["state"] == "running");
     assert_eq!(service(&d, "chat")["desired"], 1);
 }
+
+/// Issue 46: the proxy has a header timeout and a connection cap of its own.
+/// A thousand requests left half-sent at it neither take the daemon's
+/// descriptors nor stop the API or the proxy's other clients being
+/// answered, and each is closed once its header timeout passes.
+#[test]
+fn a_thousand_half_sent_requests_leave_the_proxy_and_the_api_answering() {
+    let s = Scratch::new("services-half-sent");
+    let d = Daemon::start(&s.0, "1xA100-80GB", &["--proxy-listen", "127.0.0.1:0", "--http-header-timeout", "2s"]);
+    let created = apply(&d, &spec("echo", 1, 1, json!({})));
+    let addr = proxy_addr(created["endpoint"].as_str().expect("endpoint"));
+    until_service(&d, "echo", Duration::from_secs(60), |s| s["ready"] == 1);
+    let mut held = Vec::new();
+    for _ in 0..1_000 {
+        let mut c = TcpStream::connect(&addr).expect("connect to the proxy");
+        c.write_all(b"GET /echo/health HTTP/1.1\r\nHost: x\r\n").expect("half a request");
+        held.push(c);
+    }
+    assert_eq!(d.text("/healthz").0, 200, "the API answers");
+    let mut conn = None;
+    assert_eq!(get(&mut conn, &addr, "/echo/health").expect("the proxy answers another client"), 200);
+    let mut half = held.pop().expect("one");
+    half.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let mut rest = Vec::new();
+    let closed = half.read_to_end(&mut rest);
+    assert!(closed.is_ok(), "a half-sent request is closed at the header timeout: {closed:?}");
+}

@@ -39,6 +39,13 @@ impl Limits {
         let connections = open_files.map_or(16_384, |n| (n / 2).clamp(64, 16_384)) as usize;
         Limits { connections, header_timeout }
     }
+
+    /// The service proxy's share beside the API's: a quarter of the API's
+    /// connections (each proxied request also holds one to its replica), so
+    /// that neither listener can take the other's descriptors.
+    pub fn for_proxy(self) -> Limits {
+        Limits { connections: (self.connections / 4).max(32), header_timeout: self.header_timeout }
+    }
 }
 
 /// Who is at the other end of a Unix-socket connection, as the kernel says.
@@ -164,5 +171,7 @@ mod tests {
         assert_eq!(Limits::for_open_files(Some(100), t).connections, 64);
         assert_eq!(Limits::for_open_files(Some(1_048_576), t).connections, 16_384);
         assert_eq!(Limits::for_open_files(None, t).connections, 16_384);
+        assert_eq!(Limits::for_open_files(Some(20_000), t).for_proxy().connections, 2_500);
+        assert_eq!(Limits::for_open_files(Some(100), t).for_proxy().connections, 32);
     }
 }

@@ -403,7 +403,7 @@ pub fn serve(
             let stopping = async move {
                 let _ = proxy_stop.wait_for(|s| *s).await;
             };
-            tokio::spawn(crate::plane::proxy::serve(l, routes_rx, proxy_tx, stopping));
+            tokio::spawn(crate::plane::proxy::serve(l, routes_rx, proxy_tx, limits.for_proxy(), stopping));
         }
         let server = listen::serve(listener, Some(local), router(state), limits, tls_config, stopping);
         tokio::select! {

@@ -61,11 +61,17 @@ struct Proxy {
     events: Sender<Event>,
 }
 
-/// Serves the proxy on `listener` until `stopping` resolves.
+/// Serves the proxy on `listener` until `stopping` resolves, with at most
+/// `limits.connections` client connections at once (the rest wait in the
+/// kernel's backlog) and each closed when it does not send a whole request
+/// head within `limits.header_timeout`: half-sent requests and idle
+/// keep-alive connections cannot hold the daemon's descriptors (the API's
+/// own listener is bounded the same way, apart: `listen.rs`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     mut routes: watch::Receiver<Arc<Routes>>,
     events: Sender<Event>,
+    limits: crate::plane::listen::Limits,
     stopping: impl std::future::Future<Output = ()>,
 ) {
     let mut connector = HttpConnector::new();
@@ -107,20 +113,31 @@ pub async fn serve(
             }
         }
     };
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.keep_alive(true).timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout);
     let accept = async {
         loop {
-            let Ok((stream, peer)) = listener.accept().await else { continue };
+            let Ok(permit) = permits.clone().acquire_owned().await else { return };
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors: wait a moment rather than spin.
+                    tracing::warn!("the service proxy cannot accept a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let _ = stream.set_nodelay(true);
             let proxy = proxy.clone();
+            let builder = builder.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
                     let proxy = proxy.clone();
                     async move { Ok::<_, Infallible>(proxy.handle(req, peer).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                drop(permit);
             });
         }
     };
