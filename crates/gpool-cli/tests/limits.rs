@@ -73,6 +73,40 @@ fn a_log_stops_at_its_limit_and_the_job_still_succeeds() {
     assert_eq!(err.trim(), "to-stderr", "each stream has its own limit");
 }
 
+/// Issue 46: reading a log streams it. Ten readers of a 300 MB log at once,
+/// each holding its answer open after its first 8 MB, keep the daemon's
+/// peak resident memory under 200 MB (it read the whole file per request).
+#[test]
+fn ten_readers_of_a_300_mb_log_keep_the_daemon_small() {
+    let scratch = Scratch::new("log-readers");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let id = d.submit(json!({"command": "head -c 314572800 /dev/zero", "resources": {"nvidia.com/gpu": 1}}));
+    d.wait_ended(&[id], Duration::from_secs(120));
+    assert_eq!(d.job(id)["state"], "succeeded", "{}", d.job(id));
+    let addr = d.url.trim_start_matches("http://").to_string();
+    let readers: Vec<TcpStream> = (0..10)
+        .map(|_| {
+            let mut c = TcpStream::connect(&addr).expect("connect");
+            let head =
+                format!("GET /api/v1/jobs/{id}/logs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n", d.token);
+            c.write_all(head.as_bytes()).expect("request");
+            c
+        })
+        .collect();
+    for mut c in &readers {
+        let mut got = vec![0u8; 8 << 20];
+        c.read_exact(&mut got).expect("the first 8 MB of the log");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).expect("the daemon's status");
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM");
+    drop(readers);
+    assert!(peak_kb < 200 * 1024, "the daemon's peak resident memory was {} MB", peak_kb / 1024);
+}
+
 /// A small file system of its own (a tmpfs: the test needs root), unmounted at drop.
 struct SmallDisk(std::path::PathBuf);
 

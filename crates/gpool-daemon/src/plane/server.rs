@@ -340,6 +340,7 @@ pub fn serve(
         metrics_auth: plane.metrics_auth,
         ca_pem: tls.as_ref().map(|t| t.ca_pem.clone()),
         local_users: std::sync::Arc::new(LocalUsers::default()),
+        log_watch: Default::default(),
     };
     let socket = plane.socket.clone().unwrap_or_else(|| plane.data_dir.join(SOCKET_FILE));
     let local = bind_socket(&socket, single_user)?;

@@ -1,6 +1,8 @@
 //! `GET /api/v1/jobs/{id}/logs`: a replica's log, and with `follow`, what
 //! is written after, until the job has ended and the file is drained
-//! (inotify and the job's events, no polling).
+//! (one shared inotify instance and the job's events: `log_watch.rs`).
+//! Either way the file is streamed in 64 KiB reads, never held whole: a
+//! few requests for a large log must not grow the daemon by its size.
 
 use std::collections::HashMap;
 
@@ -8,13 +10,15 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, Stream};
 use gpool_api as api;
 use tokio::io::AsyncReadExt;
 use tokio::sync::broadcast;
 
-use super::{AppState, Result, Who, bad, call, job_id, number, only};
-use crate::plane::controller::{Call, LogTarget};
+use super::log_watch::{Follow, LogWatch, Watched};
+use super::{AppError, AppState, Result, Who, bad, call, job_id, number, only};
+use crate::plane::auth::Credential;
+use crate::plane::controller::{ApiError, Call, LogTarget};
 
 /// `?stream=stdout|stderr&rank=0&follow=true`: the log, and with follow,
 /// everything written after, until the job has ended and the file is drained.
@@ -39,31 +43,42 @@ pub(super) async fn logs(
     let events = st.events.subscribe();
     let target: LogTarget = call(&st, &who, |reply| Call::Logs { id, rank, stream: stream.clone(), reply }).await?;
     let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
-    if !follow || target.finished {
-        let bytes = tokio::fs::read(&target.path).await.unwrap_or_default();
-        return Ok((text, bytes).into_response());
-    }
-    Ok((text, Body::from_stream(follow_file(target, id, events))).into_response())
+    let follow = if follow && !target.finished {
+        let caller = match &who.0 {
+            Credential::Token(t) => format!("token {t}"),
+            Credential::Local(u) => format!("uid {}", u.uid),
+        };
+        let held = st.log_watch.enter(caller).map_err(|e| AppError(ApiError::new(429, e)))?;
+        Some((held, st.log_watch.clone()))
+    } else {
+        None
+    };
+    Ok((text, Body::from_stream(read_file(target, id, events, follow))).into_response())
 }
 
 struct Tail {
     path: std::path::PathBuf,
     job: u64,
     file: Option<tokio::fs::File>,
-    watch: Option<inotify::EventStream<Vec<u8>>>,
+    /// Following: the caller's count, the shared watcher, and this file's watch once open.
+    follow: Option<(Follow, std::sync::Arc<LogWatch>)>,
+    watch: Option<Watched>,
     events: broadcast::Receiver<api::EventView>,
     ended: bool,
     done: bool,
 }
 
-/// Streams a growing file: read to the end, then wait for the kernel to say
-/// it changed (inotify) or for the job to end; never polls.
-fn follow_file(
+/// Streams a file to its end; when following, then waits for the kernel to
+/// say it changed (inotify) or for the job to end, until it has ended and
+/// the file is drained.
+fn read_file(
     target: LogTarget,
     job: u64,
     events: broadcast::Receiver<api::EventView>,
+    follow: Option<(Follow, std::sync::Arc<LogWatch>)>,
 ) -> impl Stream<Item = std::io::Result<Bytes>> {
-    let tail = Tail { path: target.path, job, file: None, watch: None, events, ended: false, done: false };
+    let ended = follow.is_none();
+    let tail = Tail { path: target.path, job, file: None, follow, watch: None, events, ended, done: false };
     stream::unfold(tail, |mut t| async move {
         if t.done {
             return None;
@@ -72,14 +87,9 @@ fn follow_file(
             if t.file.is_none() {
                 match tokio::fs::File::open(&t.path).await {
                     Ok(f) => {
+                        // Watched before the first read: no write after it is missed.
+                        t.watch = t.follow.as_ref().and_then(|(_, w)| w.watch(&t.path));
                         t.file = Some(f);
-                        if let Ok(ino) = inotify::Inotify::init() {
-                            let ok = ino
-                                .watches()
-                                .add(&t.path, inotify::WatchMask::MODIFY | inotify::WatchMask::CLOSE_WRITE)
-                                .is_ok();
-                            t.watch = if ok { ino.into_event_stream(vec![0u8; 4096]).ok() } else { None };
-                        }
                     }
                     // Not created yet (the job has not started): wait for news of the job.
                     Err(_) if !t.ended => {
@@ -102,13 +112,14 @@ fn follow_file(
                     let changed = async {
                         match t.watch.as_mut() {
                             Some(w) => {
-                                let _ = w.next().await;
+                                let _ = w.changes.changed().await;
                             }
-                            None => std::future::pending::<()>().await,
+                            // No inotify: look again in a second.
+                            None => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
                         }
                     };
                     tokio::select! {
-                        _ = changed => {}
+                        () = changed => {}
                         alive = wait_job_news_ref(&mut t.events, t.job) => { if !alive { t.ended = true; } }
                     }
                 }

@@ -23,6 +23,7 @@ use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Op
 mod body;
 mod cluster;
 mod holds;
+mod log_watch;
 mod logs;
 mod pipelines;
 mod profile;
@@ -51,6 +52,8 @@ pub struct AppState {
     pub ca_pem: Option<String>,
     /// Callers on the Unix socket, by uid.
     pub local_users: std::sync::Arc<LocalUsers>,
+    /// Log follows: one shared inotify instance, a cap per caller.
+    pub log_watch: std::sync::Arc<log_watch::LogWatch>,
 }
 
 pub use routes::ROUTES;
@@ -569,6 +572,7 @@ mod tests {
             metrics_auth: false,
             ca_pem: None,
             local_users: Default::default(),
+            log_watch: Default::default(),
         };
         let chunks = (0..6).map(|_| Ok::<_, Infallible>(Bytes::from(vec![b' '; 1024 * 1024])));
         let req = axum::http::Request::post("/api/v1/jobs")
