@@ -93,7 +93,14 @@ fn the_jobs_environment_never_reaches_root_and_its_user_gains_no_privilege() {
         json!({"command": ["sh", "-c", "echo ran as $(id -u)"], "env": {"PATH": path, "LD_PRELOAD": preload.display().to_string()}}),
     );
     let bare = submit_as(&d, &token, json!({"command": "grep -E '^(NoNewPrivs|CapEff)' /proc/self/status"}));
-    d.wait_ended(&[poisoned, bare], Duration::from_secs(60));
+    // A working directory is entered as the user: root's own is closed to alice.
+    let (st, v) = d.req("POST", "/api/v1/jobs", &token, Some(&json!({"command": "pwd", "workdir": "relative/dir"})));
+    assert_eq!(st, 400, "{v}");
+    let roots = submit_as(&d, &token, json!({"command": "pwd", "workdir": "/root"}));
+    d.wait_ended(&[poisoned, bare, roots], Duration::from_secs(60));
+    assert_eq!(d.job(roots)["state"], "failed", "{}", log(&d, roots));
+    let err = std::fs::read_to_string(d.data.join(format!("jobs/{roots}/rank0.err"))).unwrap_or_default();
+    assert!(err.contains("cannot start") && err.contains("Permission denied"), "{err}");
     assert_eq!(d.job(poisoned)["state"], "succeeded", "{}", log(&d, poisoned));
     assert!(log(&d, poisoned).contains(&format!("ran as {}", alice.uid)), "{}", log(&d, poisoned));
     let text = std::fs::read_to_string(&record).expect("the job's own sh and library ran (so this test can fail)");

@@ -303,11 +303,17 @@ impl Controller {
             {
                 return Err(ApiError::new(400, at(i, format!("rejected: {why}"))));
             }
+            // Whether it exists is for the node to find, as the job's user
+            // (`node/handover.rs`): checked here, as root, the answer would
+            // tell anyone whether a path they cannot see exists.
             if let Some(dir) = &spec.workdir
                 && spec.image.is_none()
-                && !std::path::Path::new(dir).is_dir()
+                && !std::path::Path::new(dir).is_absolute()
             {
-                return Err(ApiError::new(400, at(i, format!("workdir: {dir:?} is not a directory on the node"))));
+                return Err(ApiError::new(
+                    400,
+                    at(i, format!("workdir: {dir:?} is not an absolute path; name the directory from /")),
+                ));
             }
             // (job, field, whether it must have succeeded: afterok, afternotok; None: afterany)
             let deps = (spec.depends_on.iter().map(|d| (*d, "dependsOn", Some(true))))
