@@ -79,7 +79,7 @@ fn check(body: &[u8]) {
     for yaml in [false, true] {
         if let Ok(specs) = http::submission(body, yaml) {
             for s in &specs {
-                if input::spec(s).is_ok() {
+                if input::spec(s, false).is_ok() {
                     let _ = convert::to_core(s, "u", "t", 0);
                 }
             }

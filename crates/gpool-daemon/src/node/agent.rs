@@ -347,6 +347,7 @@ impl Agent {
                 Some(secret) => Some(crate::node::container::write_auth(&dir, &secret.0)?),
                 None => None,
             };
+            let env_file = crate::node::container::write_env_file(&dir, &launch)?;
             let job = crate::node::container::ContainerJob {
                 name: &name,
                 job: key.job,
@@ -357,6 +358,7 @@ impl Agent {
                 workdir: image_workdir.as_deref(),
                 simulated: self.cfg.simulated,
                 auth_dir: auth_dir.as_deref(),
+                env_file: Some(&env_file),
                 pull_always: launch.image.as_deref().is_some_and(|i| {
                     self.private_images.must_pull(i, launch.user.as_deref(), launch.registry_auth.is_some())
                 }),

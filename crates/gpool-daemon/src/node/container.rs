@@ -271,12 +271,15 @@ impl Runtime {
         if let Some(w) = c.workdir {
             push(&["-w", w]);
         }
-        // The job's environment, but not the host's paths and identity: the image has its own.
-        for (k, v) in &launch.env {
-            if !matches!(
-                k.as_str(),
-                "PATH" | "HOME" | "USER" | "LOGNAME" | "SHELL" | "PWD" | "OLDPWD" | "TERM" | "LD_LIBRARY_PATH"
-            ) {
+        // The job's environment, but not the host's paths and identity: the
+        // image has its own. From a root-only file, not the command line,
+        // which every local user can read in /proc; a value of several lines
+        // (which the file cannot hold) goes on the command line.
+        if let Some(f) = c.env_file {
+            push(&["--env-file", &f.display().to_string()]);
+        }
+        for (k, v) in container_env(launch) {
+            if c.env_file.is_none() || !fits_env_file(k, v) {
                 push(&["-e", &format!("{k}={v}")]);
             }
         }
@@ -294,6 +297,35 @@ impl Runtime {
         a.extend(launch.argv.iter().cloned());
         a
     }
+}
+
+/// The variables of `launch` that go into its container: not the host's paths and identity.
+fn container_env(launch: &Launch) -> impl Iterator<Item = (&str, &str)> {
+    launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).filter(|(k, _)| {
+        !matches!(*k, "PATH" | "HOME" | "USER" | "LOGNAME" | "SHELL" | "PWD" | "OLDPWD" | "TERM" | "LD_LIBRARY_PATH")
+    })
+}
+
+/// Whether `k=v` reads back the same from an env file: a plain name, one line.
+fn fits_env_file(k: &str, v: &str) -> bool {
+    k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !v.contains(['\n', '\r'])
+}
+
+/// The file of a run directory holding its container's variables (root's, 0600).
+pub const ENV_FILE: &str = "container.env";
+
+/// Writes the container's variables of one line each into `dir`'s [`ENV_FILE`], 0600; its path.
+pub fn write_env_file(dir: &Path, launch: &Launch) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(ENV_FILE);
+    let _ = std::fs::remove_file(&path);
+    let mut f = std::fs::OpenOptions::new().create_new(true).write(true).mode(0o600).open(&path)?;
+    for (k, v) in container_env(launch).filter(|(k, v)| fits_env_file(k, v)) {
+        writeln!(f, "{k}={v}")?;
+    }
+    Ok(path)
 }
 
 /// Waits for `child` at most `limit` (then kills it); its exit code and standard error.
@@ -338,6 +370,8 @@ pub struct ContainerJob<'a> {
     pub simulated: bool,
     /// Where the owner's registry login is (`AUTH_DIR` of the run directory), if it has one.
     pub auth_dir: Option<&'a Path>,
+    /// The root-only file of its variables (`write_env_file`); `None`: all on the command line.
+    pub env_file: Option<&'a Path>,
     /// Pull even when the image is here: another user pulled it with a
     /// login, so this job must show the registry it may have it (`private_images.rs`).
     pub pull_always: bool,
@@ -415,6 +449,7 @@ pub fn image_of(dir: &Path) -> Option<String> {
 /// client killed by SIGKILL leaves its container running).
 pub fn remove(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir.join(AUTH_DIR));
+    let _ = std::fs::remove_file(dir.join(ENV_FILE));
     let Ok(text) = std::fs::read_to_string(dir.join(NAME_FILE)) else { return };
     let mut lines = text.lines();
     let (Some(program), Some(name)) = (lines.next(), lines.next()) else { return };
@@ -458,6 +493,7 @@ mod tests {
             workdir: Some("/workspace"),
             simulated: false,
             auth_dir: Some(Path::new("/run/job-7/registry-auth")),
+            env_file: None,
             pull_always: false,
         };
         let argv = rt.wrap(&launch, &c).join(" ");
@@ -488,6 +524,10 @@ mod tests {
         assert!(!argv.contains("--privileged") && !argv.contains("--cap-add"), "{argv}");
         let again = ContainerJob { pull_always: true, ..c };
         assert!(no_cdi.wrap(&launch, &again).join(" ").contains("--pull always"));
+        let filed = ContainerJob { env_file: Some(Path::new("/run/job-7/container.env")), ..c };
+        let argv = no_cdi.wrap(&launch, &filed).join(" ");
+        assert!(argv.contains("--env-file /run/job-7/container.env"), "{argv}");
+        assert!(!argv.contains("CUDA_VISIBLE_DEVICES=GPU-a"), "no variable on the command line: {argv}");
         assert_eq!(Runtime::detect("none", Vec::new()), Ok(None));
     }
 

@@ -169,13 +169,24 @@ pub fn image_reference(i: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// An image archive on the node named by absolute path (`docker-archive:`
+/// or `oci-archive:`), which only an admin may run: the node's root runtime
+/// opens it with root's rights (registry-free sites and the tests use it).
+pub fn admin_archive(i: &str) -> bool {
+    ["docker-archive:/", "oci-archive:/"].iter().any(|t| i.starts_with(t))
+        && !i.contains("/../")
+        && i.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:@+".contains(c))
+}
+
 /// The most retries a job may ask for (Kubernetes' `backoffLimit` is 6 by
 /// default; a job failing more than this is failing for a reason).
 pub const MAX_RETRIES: u32 = 100;
 
 /// The text fields of a job spec (everything but its numbers and durations),
 /// and the numbers that have a limit of their own.
-pub fn spec(s: &gpool_api::JobSpec) -> Result<(), Refused> {
+/// `admin`: the caller is an admin, who may also name a local archive
+/// (`docker-archive:/path`, `oci-archive:/path`: [`admin_archive`]).
+pub fn spec(s: &gpool_api::JobSpec, admin: bool) -> Result<(), Refused> {
     if s.retries > MAX_RETRIES {
         return Err(refused("retries", format!("{} is more than the most, {MAX_RETRIES}", s.retries)));
     }
@@ -191,7 +202,9 @@ pub fn spec(s: &gpool_api::JobSpec) -> Result<(), Refused> {
     if let Some(m) = &s.gpu_model {
         text("gpuModel", m)?;
     }
-    if let Some(i) = &s.image {
+    if let Some(i) = &s.image
+        && !(admin && admin_archive(i))
+    {
         image_reference(i).map_err(|why| refused("image", why))?;
     }
     for (field, map) in [("labels", &s.labels), ("nodeSelector", &s.node_selector)] {
@@ -277,6 +290,15 @@ mod tests {
     }
 
     #[test]
+    fn only_an_admin_may_name_an_archive_on_the_node() {
+        let spec = job("command: [\"true\"]\nimage: docker-archive:/srv/images/x.tar\n");
+        assert_eq!(super::spec(&spec, false).map_err(|r| r.field), Err("image".to_string()));
+        assert!(super::spec(&spec, true).is_ok());
+        let sneaky = job("command: [\"true\"]\nimage: dir:/root\n");
+        assert!(super::spec(&sneaky, true).is_err(), "only the archive transports, even for admins");
+    }
+
+    #[test]
     fn bidi_overrides_and_invisible_characters_are_refused_in_names() {
         for bad in ["evil\u{202E}gnp.exe", "a\u{200B}b", "x\u{2066}y", "\u{FEFF}bom"] {
             let e = name("name", bad).expect_err(bad);
@@ -299,15 +321,15 @@ mod tests {
             ("command: [echo]\nname: \"  \"\n", Some("name")),
         ];
         for (yaml, field) in cases {
-            let got = spec(&job(yaml)).err().map(|r| r.field);
+            let got = spec(&job(yaml), false).err().map(|r| r.field);
             assert_eq!(got.as_deref(), *field, "{yaml}");
         }
         let long = job(&format!("command: [echo, {}]\n", "x".repeat(MAX_ARG_BYTES + 1)));
-        assert_eq!(spec(&long).map_err(|r| r.field), Err("command[1]".to_string()));
+        assert_eq!(spec(&long, false).map_err(|r| r.field), Err("command[1]".to_string()));
         let many = job(&format!(
             "command: [echo]\nenv: {{{}}}\n",
             (0..10).map(|i| format!("K{i}: {}", "y".repeat(120_000))).collect::<Vec<_>>().join(", ")
         ));
-        assert_eq!(spec(&many).map_err(|r| r.field), Err("command".to_string()));
+        assert_eq!(spec(&many, false).map_err(|r| r.field), Err("command".to_string()));
     }
 }

@@ -280,7 +280,7 @@ impl Controller {
                     at(i, "service: a service is applied with PUT /api/v1/services/NAME (`gpool submit -f` does it), not submitted as a job".into()),
                 ));
             }
-            crate::plane::input::spec(spec)
+            crate::plane::input::spec(spec, caller.role == crate::plane::auth::Role::Admin)
                 .map_err(|r| ApiError::new(400, at(i, format!("{}: {}", r.field, r.message))))?;
             self.check_queue(spec.queue.as_deref()).map_err(|m| ApiError::new(400, at(i, m)))?;
             let mut core =
