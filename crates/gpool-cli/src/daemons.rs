@@ -343,6 +343,9 @@ pub(crate) struct AgentArgs {
     /// The control planes' CA fingerprint (sha256:…, printed by `gpool serve --tls`): the agent fetches the CA and refuses one that does not match.
     #[arg(long)]
     ca_fingerprint: Option<String>,
+    /// Allow a control plane at http:// beyond loopback (the node token crosses the network in the clear); refused with --ca-file or --ca-fingerprint.
+    #[arg(long)]
+    insecure_http: bool,
     /// Where this node is reached by others (MASTER_ADDR of gangs whose rank 0 runs here); default: the address used to reach the control plane.
     #[arg(long)]
     advertise_addr: Option<String>,
@@ -393,6 +396,7 @@ pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
         data_dir,
         advertise: a.advertise_addr,
         node: a.node.config()?,
+        insecure_http: a.insecure_http,
     })
 }
 

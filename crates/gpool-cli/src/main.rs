@@ -6,6 +6,8 @@ macro_rules! outln {
     ($($t:tt)*) => {{
         let mut out = std::io::stdout().lock();
         let line = format!($($t)*);
+        // Node- and user-supplied text must not drive the terminal (`output::shown`).
+        let line = crate::output::shown(&line);
         if let Err(e) = std::io::Write::write_all(&mut out, line.as_bytes()).and_then(|()| std::io::Write::write_all(&mut out, b"\n")) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 std::process::exit(0);

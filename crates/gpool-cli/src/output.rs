@@ -83,11 +83,25 @@ pub(crate) fn text(lines: Vec<String>) -> String {
     out
 }
 
+/// `s` safe for a terminal: a control character (but line breaks and
+/// tabs) or an invisible format character (a bidi override) becomes U+FFFD.
+/// Text from nodes and users reaches admins' terminals; an escape sequence in
+/// it must not drive them (the API refuses such names; a node's telemetry
+/// may still carry them).
+pub(crate) fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| (c.is_control() && c != '\n' && c != '\t') || gpool_daemon::plane::input::format_char(c);
+    if s.chars().any(bad) {
+        std::borrow::Cow::Owned(s.chars().map(|c| if bad(c) { '\u{FFFD}' } else { c }).collect())
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
 /// Writes rendered text to standard output; ends the program quietly when
 /// standard output is closed (`gpool queue | head`) instead of failing.
 pub(crate) fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(text.as_bytes())
+    if let Err(e) = out.write_all(shown(text).as_bytes())
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {
         std::process::exit(0);
@@ -207,6 +221,13 @@ mod tests {
         assert_eq!(sparkline(&[0.0, 0.0, 100.0, 100.0], 2), "▁█");
         assert_eq!(sparkline(&[], 5), "");
         assert_eq!(sparkline(&[50.0; 100], 4).chars().count(), 4);
+    }
+
+    #[test]
+    fn escape_sequences_and_bidi_overrides_never_reach_the_terminal() {
+        assert_eq!(shown("gpu0\u{1b}[2J ok\n\tnext"), "gpu0\u{FFFD}[2J ok\n\tnext");
+        assert_eq!(shown("node\u{202E}1n"), "node\u{FFFD}1n");
+        assert!(matches!(shown("plain"), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]

@@ -224,6 +224,24 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover_all_ov
         standby.url.recv_timeout(Duration::from_millis(500)).is_err(),
         "a standby does not serve while another leads"
     );
+    // Issue 47: but it holds its port from its start, so no local program can
+    // take it, and answers there 503 standby until it leads.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", pb)) {
+            use std::io::{Read as _, Write as _};
+            let _ = c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+            let mut text = String::new();
+            let _ = c.read_to_string(&mut text);
+            if !text.is_empty() {
+                break text;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "the standby never held its port");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("standby"), "{answer}");
+    assert!(std::net::TcpListener::bind(("127.0.0.1", pb)).is_err(), "nobody else can bind the standby's port");
     let admin = std::fs::read_to_string(s.0.join("cp-a/admin.token")).expect("token").trim().to_string();
     let mut api = Api::trusting(&a_url, &admin, Some(&ca));
     let node_token = node_token_file(&api, &s.0);

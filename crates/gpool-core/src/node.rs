@@ -175,6 +175,8 @@ pub enum NodeError {
     TooManyMigInstances { node: String, count: usize },
     #[error("node {node}: device index {index} appears twice")]
     DuplicateIndex { node: String, index: u32 },
+    #[error("node {node}: device UUID {uuid} appears twice")]
+    DuplicateUuid { node: String, uuid: String },
     #[error("node {node} is already known")]
     Duplicate { node: String },
     #[error("node name must not be empty")]
@@ -216,7 +218,10 @@ impl Node {
         n
     }
 
-    pub(crate) fn validate(&self) -> Result<(), NodeError> {
+    /// What a node must be to be added: a name, at most
+    /// [`MAX_DEVICES_PER_NODE`] devices and MIG instances, each device's
+    /// index and UUID once.
+    pub fn validate(&self) -> Result<(), NodeError> {
         let node = || self.name.to_string();
         if self.name.is_empty() {
             return Err(NodeError::EmptyName);
@@ -229,9 +234,13 @@ impl Node {
             return Err(NodeError::TooManyMigInstances { node: node(), count: mig });
         }
         let mut seen = std::collections::BTreeSet::new();
+        let mut uuids = std::collections::BTreeSet::new();
         for d in &self.devices {
             if !seen.insert(d.index) {
                 return Err(NodeError::DuplicateIndex { node: node(), index: d.index });
+            }
+            if !d.uuid.is_empty() && !uuids.insert(&d.uuid) {
+                return Err(NodeError::DuplicateUuid { node: node(), uuid: d.uuid.to_string() });
             }
         }
         Ok(())

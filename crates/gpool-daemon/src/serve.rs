@@ -5,8 +5,10 @@
 //! holds the database's leadership lock, see `gpool_store::Store::lead`),
 //! the others wait as standbys and take over within moments when the
 //! leader's connection ends (the process died, or lost the database). A
-//! standby does not listen until it leads, so agents and clients that are
-//! given several addresses move to the leader by themselves.
+//! standby holds its API's port from its start and answers `503 standby`
+//! there until it leads (plain HTTP: a TLS client sees a failed handshake),
+//! so agents and clients given several addresses move to the leader by
+//! themselves, and no other program can take the port meanwhile.
 
 use anyhow::Context;
 
@@ -51,12 +53,19 @@ fn redact(url: &str) -> String {
 /// it with that error instead.
 pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let plane = cfg.plane;
+    // What the control plane writes is its own (shipped logs, keys, the
+    // state), as with `gpool up` and `gpool agent`: umask 077.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     data_dir(&plane.data_dir)?;
     crate::wiring::raise_open_file_limit();
     let url = cfg.db.unwrap_or_else(|| format!("sqlite://{}", plane.data_dir.join("state.db").display()));
     let shown = redact(&url);
     let config = controller_config(&plane)?;
     let process = Process::new()?;
+    // The API's port is this process's from its start: a standby answers
+    // `503 standby` there, and no other program can take it meanwhile.
+    let bound = process.hold(plane.listen)?;
+    tracing::info!("listening on {bound} (answering 503 standby until this control plane leads)");
     // Once the database was reached, losing it is an outage to ride out, not a wrong setting.
     let mut reached = false;
     let mut delay = Duration::from_millis(200);
@@ -64,7 +73,12 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         if process.stopped() {
             return Ok(());
         }
-        let store = match lead(&process, &url, &shown, plane.fsync, &mut reached) {
+        let standby = process.answer_as_standby()?;
+        let led = lead(&process, &url, &shown, plane.fsync, &mut reached);
+        if let Some(s) = standby {
+            s.end(&process);
+        }
+        let store = match led {
             Ok(None) => return Ok(()),
             Ok(Some(store)) => store,
             Err(e) if reached => {

@@ -45,6 +45,8 @@ pub struct AgentProcessConfig {
     pub node: NodeConfig,
     /// Which control plane it trusts over HTTPS (`trust.rs`).
     pub trust: crate::node::trust::Trust,
+    /// Plain HTTP to a control plane beyond loopback was asked for by name (`--insecure-http`).
+    pub insecure_http: bool,
 }
 
 /// Why a session ended.
@@ -139,6 +141,9 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
         bail!("another gpool agent is using {}; stop it first or pass another --data-dir", cfg.data_dir.display());
     }
+    if let Some(said) = crate::node::trust::check_schemes(&cfg.trust, &cfg.servers, cfg.insecure_http)? {
+        tracing::warn!("{said}");
+    }
     let tls = crate::node::trust::resolve(&cfg.trust, &cfg.servers)?;
     let mode = crate::node::account::prepare(cfg.node.run_as, &cfg.data_dir)?;
     tracing::info!("{mode}");
@@ -189,7 +194,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     );
     let agent = Arc::new(agent);
     let current: Current = Arc::default();
-    spawn_shipper(cfg.data_dir.clone(), current.clone())?;
+    spawn_shipper(cfg.data_dir.clone(), current.clone(), name.clone())?;
     if let Some(src) = cfg.node.spot_notice.clone() {
         let (current, node) = (current.clone(), name.clone());
         crate::node::spot_watch::spawn(src, move |left| {
@@ -436,16 +441,16 @@ struct Shipped {
 /// Ships replicas' output to the control plane: inotify on the job
 /// directories, retried at a few seconds' interval while the control plane
 /// cannot take it.
-fn spawn_shipper(data_dir: PathBuf, current: Current) -> std::io::Result<()> {
+fn spawn_shipper(data_dir: PathBuf, current: Current, node: String) -> std::io::Result<()> {
     let jobs = data_dir.join("jobs");
     std::fs::create_dir_all(&jobs)?;
     let ino = inotify::Inotify::init()?;
     ino.watches().add(&jobs, inotify::WatchMask::CREATE)?;
-    std::thread::Builder::new().name("shipper".into()).spawn(move || ship(jobs, ino, current))?;
+    std::thread::Builder::new().name("shipper".into()).spawn(move || ship(jobs, ino, current, &node))?;
     Ok(())
 }
 
-fn ship(jobs: PathBuf, mut ino: inotify::Inotify, current: Current) {
+fn ship(jobs: PathBuf, mut ino: inotify::Inotify, current: Current, node: &str) {
     let mut files: BTreeMap<PathBuf, Shipped> = BTreeMap::new();
     let mut watched: BTreeMap<inotify::WatchDescriptor, PathBuf> = BTreeMap::new();
     let mut buf = vec![0u8; 16 * 1024];
@@ -494,7 +499,7 @@ fn ship(jobs: PathBuf, mut ino: inotify::Inotify, current: Current) {
         let mut behind = false;
         if let Some((session, conn)) = conn {
             for (path, s) in files.iter_mut() {
-                behind |= !ship_file(&conn, session, path, s);
+                behind |= !ship_file(&conn, session, path, s, node);
             }
         } else {
             behind = true;
@@ -522,7 +527,7 @@ fn ship(jobs: PathBuf, mut ino: inotify::Inotify, current: Current) {
 }
 
 /// Sends what the control plane lacks of one file; false if it could not.
-fn ship_file(conn: &Conn, session: u64, path: &Path, s: &mut Shipped) -> bool {
+fn ship_file(conn: &Conn, session: u64, path: &Path, s: &mut Shipped, node: &str) -> bool {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut f) = std::fs::File::open(path) else { return true };
     let len = f.metadata().map_or(0, |m| m.len());
@@ -539,6 +544,7 @@ fn ship_file(conn: &Conn, session: u64, path: &Path, s: &mut Shipped) -> bool {
             .query("rank", s.rank.to_string())
             .query("stream", s.stream)
             .query("offset", s.offset.to_string())
+            .query("node", node)
             .header("Authorization", conn.auth())
             .send(&chunk[..]);
         match r {
@@ -551,6 +557,11 @@ fn ship_file(conn: &Conn, session: u64, path: &Path, s: &mut Shipped) -> bool {
                 }
                 probe = false;
                 s.session = Some(session);
+            }
+            // Refused for good (not this node's replica, or past the log's limit): not sent again.
+            Ok(r) if matches!(r.status().as_u16(), 403 | 404 | 413) => {
+                s.offset = len;
+                return true;
             }
             _ => return false,
         }

@@ -34,6 +34,45 @@ fn fingerprint(der: &[u8]) -> String {
     format!("sha256:{}", Sha256::digest(der).iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
+/// Refuses a downgrade before the agent sends anything: with a CA (file or
+/// fingerprint) every server must be `https://` (an impostor could serve the
+/// public CA over plain HTTP and take the node token), and plain HTTP beyond
+/// loopback needs `--insecure-http`. `Ok(Some(line))`: what to say at start.
+pub fn check_schemes(trust: &Trust, servers: &[String], insecure_http: bool) -> anyhow::Result<Option<String>> {
+    let plain: Vec<&String> =
+        servers.iter().filter(|s| !s.trim().to_ascii_lowercase().starts_with("https://")).collect();
+    let Some(first) = plain.first() else { return Ok(None) };
+    if !matches!(trust, Trust::Public) {
+        bail!(
+            "--server {first}: a CA is given (--ca-file or --ca-fingerprint), so every server must be https://; \
+             plain HTTP would send the node token to whoever answers"
+        );
+    }
+    let off_loopback: Vec<&&String> = plain.iter().filter(|s| !is_loopback_url(s)).collect();
+    match (off_loopback.first(), insecure_http) {
+        (None, _) => Ok(None),
+        (Some(s), false) => bail!(
+            "--server {s}: plain HTTP beyond loopback sends the node token and every job's environment in the \
+             clear; start the control plane with --tls and give --ca-fingerprint, or pass --insecure-http"
+        ),
+        (Some(s), true) => Ok(Some(format!(
+            "--insecure-http: talking to {s} in plain HTTP; the node token and jobs' environments cross the network \
+             in the clear"
+        ))),
+    }
+}
+
+/// Whether `url`'s host is a loopback address or `localhost`.
+fn is_loopback_url(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The TLS settings every request of the agent uses; `None`: ureq's defaults.
 /// With a fingerprint, waits for a control plane to answer (as registering does).
 pub fn resolve(trust: &Trust, servers: &[String]) -> anyhow::Result<Option<TlsConfig>> {
@@ -76,5 +115,26 @@ pub fn resolve(trust: &Trust, servers: &[String]) -> anyhow::Result<Option<TlsCo
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_ca_refuses_plain_http_and_plain_http_stays_on_loopback() {
+        let pin = Trust::Fingerprint("sha256:00".into());
+        let s = |u: &str| vec![u.to_string()];
+        let e = check_schemes(&pin, &s("http://10.0.0.1:7878"), true).expect_err("downgrade");
+        assert!(e.to_string().contains("must be https://"), "{e}");
+        assert!(check_schemes(&pin, &s("http://127.0.0.1:7878"), false).is_err(), "even on loopback, with a CA");
+        assert!(check_schemes(&pin, &s("https://cp:7878"), false).is_ok_and(|s| s.is_none()));
+        assert!(check_schemes(&Trust::Public, &s("http://127.0.0.1:7878"), false).is_ok_and(|s| s.is_none()));
+        assert!(check_schemes(&Trust::Public, &s("http://[::1]:7878"), false).is_ok());
+        assert!(check_schemes(&Trust::Public, &s("http://localhost:7878"), false).is_ok());
+        let e = check_schemes(&Trust::Public, &s("http://cp.example:7878"), false).expect_err("clear text");
+        assert!(e.to_string().contains("--insecure-http"), "{e}");
+        assert!(check_schemes(&Trust::Public, &s("http://cp.example:7878"), true).is_ok_and(|s| s.is_some()));
     }
 }

@@ -220,7 +220,14 @@ pub struct Ready {
 pub struct Process {
     rt: tokio::runtime::Runtime,
     stop: tokio::sync::watch::Receiver<bool>,
+    /// The API's socket, bound once for the process's whole life when it
+    /// may wait as a standby (`gpool serve`): nobody else can take the port
+    /// while it waits, and it answers there `503 standby` until it leads.
+    held: std::sync::Mutex<Option<std::net::TcpListener>>,
 }
+
+/// What a standby answers on its held socket.
+const STANDBY: &str = "standby: another control plane leads; try the next address\n";
 
 impl Process {
     pub fn new() -> anyhow::Result<Process> {
@@ -230,7 +237,48 @@ impl Process {
             shutdown_signal().await;
             let _ = tx.send(true);
         });
-        Ok(Process { rt, stop })
+        Ok(Process { rt, stop, held: std::sync::Mutex::new(None) })
+    }
+
+    /// Binds the API's address now and keeps it for the process's life.
+    pub fn hold(&self, addr: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {
+        let l = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        l.set_nonblocking(true)?;
+        let bound = l.local_addr()?;
+        *self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(l);
+        Ok(bound)
+    }
+
+    /// A copy of the held socket, if one is held.
+    fn held(&self) -> anyhow::Result<Option<std::net::TcpListener>> {
+        let held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(match held.as_ref() {
+            Some(l) => Some(l.try_clone()?),
+            None => None,
+        })
+    }
+
+    /// Answers `503 standby` to every connection on the held socket until
+    /// the returned guard is ended ([`Standby::end`]), before leading.
+    pub fn answer_as_standby(&self) -> anyhow::Result<Option<Standby>> {
+        let Some(l) = self.held()? else { return Ok(None) };
+        let task = self.rt.spawn(async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(l) else { return };
+            loop {
+                let Ok((mut c, _)) = listener.accept().await else { continue };
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt as _;
+                    let answer = format!(
+                        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n\
+                         Connection: close\r\nContent-Length: {}\r\n\r\n{STANDBY}",
+                        STANDBY.len()
+                    );
+                    let _ = tokio::time::timeout(Duration::from_secs(2), c.write_all(answer.as_bytes())).await;
+                    let _ = c.shutdown().await;
+                });
+            }
+        });
+        Ok(Some(Standby(task)))
     }
 
     /// Whether SIGINT or SIGTERM came.
@@ -267,6 +315,17 @@ impl Process {
                 _ = stop.wait_for(|s| *s) => None,
             }
         })
+    }
+}
+
+/// A standby's answering of its held socket; ended before the process leads.
+pub struct Standby(tokio::task::JoinHandle<()>);
+
+impl Standby {
+    /// Stops answering, and waits until the socket is no longer accepted on.
+    pub fn end(self, process: &Process) {
+        self.0.abort();
+        let _ = process.rt.block_on(self.0);
     }
 }
 
@@ -379,9 +438,14 @@ pub fn serve(
     };
     let proxy_tx = tx.clone();
     let mut proxy_stop = process.stop.clone();
+    let held = process.held()?;
     let served: anyhow::Result<Ended> = process.rt.block_on(async move {
-        let listener =
-            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        let listener = match held {
+            Some(l) => tokio::net::TcpListener::from_std(l).context("the held socket")?,
+            None => {
+                tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?
+            }
+        };
         let addr = listener.local_addr()?;
         let url = format!("{scheme}://{addr}");
         bound_url.set(&url);

@@ -65,14 +65,27 @@ pub fn first_cert_der(pem: &str) -> anyhow::Result<CertificateDer<'static>> {
 /// Loads the CA in `dir`, making it first if there is none, and issues this
 /// start's server certificate for `names` (and the usual local names).
 pub fn load_or_create(dir: &Path, names: &[String]) -> anyhow::Result<ServerTls> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    // The key's directory is the daemon's alone (0700) and the key is 0600
+    // from its creation: never readable, not even for a moment.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("create {}", dir.display()))?;
     let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
     if !cert_path.exists() {
         let key = KeyPair::generate().context("make the CA's key")?;
         let cert = ca_params().self_signed(&key).context("make the CA's certificate")?;
-        std::fs::write(&key_path, key.serialize_pem()).with_context(|| format!("write {}", key_path.display()))?;
-        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))?;
+        let _ = std::fs::remove_file(&key_path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&key_path)
+            .and_then(|mut f| f.write_all(key.serialize_pem().as_bytes()))
+            .with_context(|| format!("write {}", key_path.display()))?;
         std::fs::write(&cert_path, cert.pem()).with_context(|| format!("write {}", cert_path.display()))?;
     }
     let ca_pem = std::fs::read_to_string(&cert_path).with_context(|| format!("read {}", cert_path.display()))?;

@@ -71,6 +71,53 @@ fn sharing_off() -> String {
 }
 
 /// The scheduling core's node from what an agent reported.
+/// The most memory a node or one of its devices may say it has, in MiB (64 TiB).
+const MAX_MEMORY_MB: u64 = 64 << 20;
+/// The most CPUs a node may say it has.
+const MAX_CPUS: f64 = 100_000.0;
+
+/// Whether a node's record (a registration, or one read back from the
+/// store) is one the control plane can hold, checked whole before anything
+/// is stored: the scheduler's own rules for a node (device count, each
+/// index and UUID once), sane numbers, and text that is safe to print.
+/// `Err` names the field.
+pub(super) fn check(d: &NodeDoc) -> Result<(), String> {
+    core_node(d).validate().map_err(|e| format!("gpus: {e}"))?;
+    if !(d.cpus.is_finite() && (0.0..=MAX_CPUS).contains(&d.cpus)) {
+        return Err(format!("cpus: {} is not a number of CPUs from 0 to {MAX_CPUS}", d.cpus));
+    }
+    if d.memory_mb > MAX_MEMORY_MB {
+        return Err(format!("memoryMb: {} is more than {MAX_MEMORY_MB} MiB", d.memory_mb));
+    }
+    let text = |field: String, v: &str| -> Result<(), String> {
+        crate::plane::input::text(&field, v).map_err(|r| format!("{}: {}", r.field, r.message))?;
+        if v.len() > 4096 { Err(format!("{field}: {} bytes, the most is 4096", v.len())) } else { Ok(()) }
+    };
+    text("node".into(), &d.name)?;
+    text("addr".into(), &d.addr)?;
+    text("source".into(), &d.source)?;
+    text("gpuSharing".into(), &d.gpu_sharing)?;
+    for (i, v) in d.degraded.iter().enumerate() {
+        text(format!("degraded[{i}]"), v)?;
+    }
+    for (k, v) in &d.labels {
+        text("labels".into(), k)?;
+        text(format!("labels.{k}"), v)?;
+    }
+    for v in d.pool.iter().chain(&d.container_runtime) {
+        text("pool".into(), v)?;
+    }
+    for (i, g) in d.gpus.iter().enumerate() {
+        for (f, v) in [("kind", &g.kind), ("uuid", &g.uuid), ("name", &g.name), ("model", &g.model)] {
+            text(format!("gpus[{i}].{f}"), v)?;
+        }
+        if g.memory_mb > MAX_MEMORY_MB {
+            return Err(format!("gpus[{i}].memoryMb: {} is more than {MAX_MEMORY_MB} MiB", g.memory_mb));
+        }
+    }
+    Ok(())
+}
+
 pub fn core_node(d: &NodeDoc) -> Node {
     let mut node = Node::new(&d.name, 0, 0);
     node.cpus_milli = (d.cpus.max(0.0) * 1000.0).round() as u64;

@@ -52,6 +52,9 @@ pub(crate) struct Remote {
     pub parked: Option<(u64, Reply<wire::Commands>)>,
     pub park_id: u64,
     pub last_seen_ms: i64,
+    /// Why the node was cut off (its token revoked), if it was: its lease
+    /// then runs out without it, and says so.
+    pub cut_off: Option<String>,
 }
 
 impl Remote {
@@ -59,7 +62,15 @@ impl Remote {
     /// an agent acknowledges everything up to `Registered::next_seq - 1`
     /// when it registers, so a command numbered 0 would never be delivered.
     pub(super) fn new() -> Remote {
-        Remote { registered: false, outbox: VecDeque::new(), next_seq: 1, parked: None, park_id: 0, last_seen_ms: 0 }
+        Remote {
+            registered: false,
+            outbox: VecDeque::new(),
+            next_seq: 1,
+            parked: None,
+            park_id: 0,
+            last_seen_ms: 0,
+            cut_off: None,
+        }
     }
 }
 
@@ -136,12 +147,38 @@ impl Controller {
             if self.snap.node_id(&row.name).is_some() {
                 continue;
             }
-            let Ok(doc) = serde_json::from_str::<NodeDoc>(&row.doc) else { continue };
+            // A record that does not load is set aside, said, and the rest served.
+            let set_aside = |why: String| {
+                format!(
+                    "node {}: its stored record is set aside and the node stays out until its agent registers again: {why}",
+                    row.name
+                )
+            };
+            let doc = match serde_json::from_str::<NodeDoc>(&row.doc) {
+                Ok(doc) => doc,
+                Err(e) => {
+                    let why = set_aside(e.to_string());
+                    tracing::error!("{why}");
+                    self.event(now, None, "node", why);
+                    continue;
+                }
+            };
             let mut node = core_node(&doc);
             if let Some(p) = doc.pool.as_deref().and_then(|p| self.configured_pool(p)) {
                 node.pool = p.pool.clone();
             }
-            let id = self.snap.add_node(node)?;
+            let id = match super::node_doc::check(&doc)
+                .map_err(anyhow::Error::msg)
+                .and_then(|()| Ok(self.snap.add_node(node)?))
+            {
+                Ok(id) => id,
+                Err(e) => {
+                    let why = set_aside(format!("{e:#}"));
+                    tracing::error!("{why}");
+                    self.event(now, None, "node", why);
+                    continue;
+                }
+            };
             self.snap.set_node_state(id, NodeState::Down)?;
             self.apply_mig_managed(id, &doc.mig_managed);
             let link = Link::Remote(Remote { last_seen_ms: now, ..Remote::new() });
@@ -199,6 +236,9 @@ impl Controller {
             draining,
             local: false,
         };
+        // Checked whole before anything changes: a record the control plane
+        // could not load again is never stored.
+        super::node_doc::check(&doc).map_err(|why| ApiError::new(400, format!("node {}: {why}", reg.node)))?;
         // The outbox of the old session is void: the new agent starts from the
         // next sequence number. Its undelivered starts are sent again below.
         let (next_seq, parked, unsent) = match existing.map(|(id, _)| id).and_then(|id| self.links.get_mut(&id)) {
@@ -352,6 +392,27 @@ impl Controller {
     /// `POST /agent/v1/report`.
     pub(super) fn agent_report(&mut self, rep: wire::Report, now: i64) -> Result<(), ApiError> {
         let id = self.session(&rep.node, rep.epoch, now)?;
+        // A node speaks only for itself: a report about a replica the current
+        // run placed on another node is refused whole, and nothing of it is done.
+        for e in &rep.events {
+            let replica = match e {
+                wire::Event::Running { replica }
+                | wire::Event::Exited { replica, .. }
+                | wire::Event::Lost { replica, .. }
+                | wire::Event::StartFailed { replica, .. }
+                | wire::Event::Profiled { replica, .. } => replica_key(*replica),
+            };
+            if let Some(elsewhere) = self.placed_elsewhere(replica, &rep.node) {
+                return Err(ApiError::new(
+                    403,
+                    format!(
+                        "node {} reported on replica {} of job {} (attempt {}), which runs on node {elsewhere}; \
+                         a node reports only its own replicas",
+                        rep.node, replica.rank, replica.job, replica.attempt
+                    ),
+                ));
+            }
+        }
         for e in rep.events {
             match e {
                 wire::Event::Running { replica } => self.mark_seen(replica_key(replica)),
@@ -379,6 +440,44 @@ impl Controller {
         }
         let _ = id;
         Ok(())
+    }
+
+    /// Whether the calling node may ship output of `job`'s replica `rank`:
+    /// the job's current run placed that replica on it, or the job is between
+    /// attempts (its last node's output may still arrive). A node cannot
+    /// write another node's replica's log, nor make one for a job that has
+    /// not run.
+    pub(super) fn may_ship_log(
+        &self,
+        caller: &crate::plane::auth::Caller,
+        node: Option<&str>,
+        job: u64,
+        rank: u32,
+    ) -> Result<(), ApiError> {
+        if caller.role == crate::plane::auth::Role::Admin {
+            return Ok(());
+        }
+        let node = match node {
+            Some(n) => n,
+            None if caller.user != super::tokens::ANY_NODE => caller.user.as_str(),
+            None => return Err(ApiError::new(400, "node: a fleet-wide node token must name its node")),
+        };
+        Controller::check_node_identity(caller, node)?;
+        let refused = || ApiError::new(403, format!("node {node} does not run replica {rank} of job {job}"));
+        let doc = self.jobs.get(&job).ok_or_else(refused)?;
+        let ok = match &doc.run {
+            Some(run) => run.replicas.iter().any(|r| r.rank == rank && r.node == node),
+            None => doc.attempt >= 1,
+        };
+        if ok { Ok(()) } else { Err(refused()) }
+    }
+
+    /// The node the current run of `key`'s job placed that replica on, when
+    /// it is not `node` (a stale attempt or an unknown job is nobody's).
+    pub(super) fn placed_elsewhere(&self, key: ReplicaKey, node: &str) -> Option<String> {
+        let run = self.jobs.get(&key.job)?.run.as_ref().filter(|r| r.attempt == key.attempt)?;
+        let r = run.replicas.iter().find(|r| r.rank == key.rank)?;
+        (r.node != node).then(|| r.node.clone())
     }
 
     /// How long a remote replica may go unseen after its start was queued:
@@ -435,6 +534,7 @@ impl Controller {
             return;
         }
         let was_registered = r.registered;
+        let cut_off = r.cut_off.take();
         r.registered = false;
         r.outbox.clear();
         let parked = r.parked.take();
@@ -443,7 +543,9 @@ impl Controller {
             self.reply(reply, Err(ApiError::new(409, "the node was declared down")));
         }
         let _ = self.snap.set_node_state(id, NodeState::Down);
-        let why = if was_registered {
+        let why = if let Some(cut) = cut_off {
+            format!("node {name} was cut off ({cut}) and its lease has run out: its jobs are stopped there")
+        } else if was_registered {
             format!("node {name} missed its lease ({} ms without a word from its agent)", lease + LEASE_MARGIN_MS)
         } else {
             format!("node {name} did not register within its lease after the control plane started")
@@ -455,6 +557,34 @@ impl Controller {
         for key in lost {
             self.on_replica_end(key, None, Some(format!("node {name} is down")), now);
         }
+        self.dirty = true;
+    }
+
+    /// Cuts a remote node off at once (its token was revoked): its waiting
+    /// poll is answered 401, it gets no new work, and it shows down. Its
+    /// replicas are requeued when its lease runs out, not before: by then the
+    /// node's own shims have killed them (`node/lease.rs`), so no job ever
+    /// runs twice, even if the node is merely cut off and not dead.
+    pub(super) fn cut_off(&mut self, name: &str, why: &str, now: i64) {
+        let Some(id) = self.snap.node_id(name) else { return };
+        let lease = self.lease_ms();
+        let Some(NodeLink { link: Link::Remote(r), .. }) = self.links.get_mut(&id) else { return };
+        r.registered = false;
+        r.outbox.clear();
+        r.cut_off = Some(why.to_string());
+        let deadline = r.last_seen_ms.max(now) + lease + LEASE_MARGIN_MS;
+        r.last_seen_ms = r.last_seen_ms.max(now);
+        if let Some((_, reply)) = r.parked.take() {
+            self.reply(reply, Err(ApiError::new(401, format!("node {name} was cut off: {why}"))));
+        }
+        let _ = self.snap.set_node_state(id, NodeState::Down);
+        self.event(
+            now,
+            None,
+            "node_down",
+            format!("node {name} is cut off ({why}); its jobs are requeued once its lease runs out"),
+        );
+        self.timers.insert((deadline, Timer::Lease { node: id.0 }));
         self.dirty = true;
     }
 

@@ -67,6 +67,10 @@ impl Controller {
                     .and_then(|()| self.agent_report(report, now));
                 self.reply(reply, r);
             }
+            Call::ShipLog { node, job, rank, reply } => {
+                let r = self.may_ship_log(&caller, node.as_deref(), job, rank);
+                self.reply(reply, r);
+            }
             Call::Submit { specs, reply } => {
                 let r = self.submit(&caller, specs, now);
                 self.reply(reply, r);

@@ -213,6 +213,10 @@ impl Controller {
         self.writes.push(Write::DeleteToken(hash.clone()));
         let view = entry.view(&hash);
         self.audit(caller, from, &format!("revoked token {} of {}", view.id, view.user), now);
+        // A node's token revoked: the node is cut off now, not at its next request.
+        if entry.caller.role == Role::Node && entry.caller.user != ANY_NODE {
+            self.cut_off(&entry.caller.user, &format!("its token {} was revoked", view.id), now);
+        }
         Ok(view)
     }
 

@@ -408,25 +408,34 @@ async fn agent_report(State(st): State<AppState>, who: Who, body: Bytes) -> Resu
 /// A chunk of a remote replica's output, appended at `offset` to the copy
 /// kept here (what `gpool logs` reads). Chunks already here are skipped; a
 /// gap is refused with the current length, from which the agent resends.
+/// The most a replica's log shipped to the control plane may hold (per stream):
+/// whatever a node says, the control plane's disk is not its to fill.
+const MAX_SHIPPED_LOG: u64 = 4 << 30;
+
 async fn agent_logs(
     State(st): State<AppState>,
     who: Who,
     Query(p): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response> {
-    only(&p, &["job", "rank", "stream", "offset"])?;
-    let me = call(&st, &who, |reply| Call::WhoAmI { reply }).await?;
-    if me.role != "node" && me.role != "admin" {
-        return Err(AppError(ApiError::new(403, "only node tokens ship logs")));
-    }
+    only(&p, &["job", "rank", "stream", "offset", "node"])?;
     let job: u64 = number(&p, "job")?.ok_or_else(|| bad("job: missing"))?;
     let rank: u32 = number(&p, "rank")?.ok_or_else(|| bad("rank: missing"))?;
+    // Only the node that runs the replica writes its log (`Controller::may_ship_log`).
+    let node = p.get("node").cloned();
+    call(&st, &who, |reply| Call::ShipLog { node, job, rank, reply }).await?;
     let offset: u64 = number(&p, "offset")?.ok_or_else(|| bad("offset: missing"))?;
     let stream = p.get("stream").cloned().unwrap_or_default();
     if stream != "stdout" && stream != "stderr" {
         return Err(bad(format!("stream: {stream:?} is not stdout or stderr")));
     }
     let path = crate::protocol::log_path(&st.data_dir, job, rank, &stream);
+    if offset.saturating_add(body.len() as u64) > MAX_SHIPPED_LOG {
+        return Err(AppError(ApiError::new(
+            413,
+            format!("a shipped log holds at most {MAX_SHIPPED_LOG} bytes (a node's --log-limit is at most that)"),
+        )));
+    }
     let length = tokio::task::spawn_blocking(move || -> std::io::Result<std::result::Result<u64, u64>> {
         use std::io::Write as _;
         if let Some(dir) = path.parent() {

@@ -25,6 +25,7 @@ mod deadlines;
 mod gittins;
 mod health;
 mod lifecycle;
+mod node_trust;
 mod nodes;
 mod pipelines;
 mod power;
