@@ -43,7 +43,17 @@ impl Controller {
         let rows = self.store.jobs_in_states(&ACTIVE)?;
         let mut deps = BTreeSet::new();
         for row in rows {
-            let doc: JobDoc = serde_json::from_str(&row.doc)?;
+            // A record that does not load is set aside, said, and the rest served.
+            let doc: JobDoc = match serde_json::from_str(&row.doc) {
+                Ok(doc) => doc,
+                Err(e) => {
+                    let why = format!("job {}: its stored record is set aside, it does not load: {e}", row.id);
+                    tracing::error!("{why}");
+                    let now = self.clock.now_ms();
+                    self.event(now, Some(row.id), "job", why);
+                    continue;
+                }
+            };
             deps.extend(doc.spec.depends_on.iter().chain(&doc.spec.after_any).chain(&doc.spec.after_not_ok).copied());
             self.jobs.insert(doc.id, doc);
         }
@@ -86,7 +96,13 @@ impl Controller {
                 Some(_) => Time::NEVER,
                 None => doc.not_before_ms.map_or(Time::MIN, Time::from_millis),
             };
-            self.snap.restore_pending(JobId(id), std::sync::Arc::new(core), service, not_before)?;
+            if let Err(e) = self.snap.restore_pending(JobId(id), std::sync::Arc::new(core), service, not_before) {
+                let why = format!("job {id}: its stored record is set aside, it does not load: {e}");
+                tracing::error!("{why}");
+                self.jobs.remove(&id);
+                self.event(now, Some(id), "job", why);
+                continue;
+            }
             let Some(run) = doc.run.clone().filter(|_| doc.state != api::JobState::Pending) else { continue };
             // The run's devices, mapped onto today's inventory.
             let placement: Option<Placement> = run

@@ -245,3 +245,29 @@ proptest::proptest! {
         proptest::prop_assert_eq!(before, after);
     }
 }
+
+#[test]
+fn a_stored_job_record_that_does_not_load_is_set_aside_and_the_rest_served() {
+    let state = StateFile::new("node-trust-job");
+    let clock = ManualClock::new(T0);
+    let good = {
+        let mut h = Setup::new().store(state.open()).clock(clock.clone()).build();
+        h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n")
+    };
+    let mut store = state.open();
+    let bad = gpool_store::JobRow {
+        id: 77,
+        user: "eve".into(),
+        team: "t".into(),
+        queue: "default".into(),
+        state: "pending".into(),
+        submitted_ms: T0,
+        doc: "{\"not\": \"a job\"}".into(),
+    };
+    store.commit(&[gpool_store::Write::PutJob(bad)]).expect("stored");
+    drop(store);
+    let mut h = Setup::new().store(state.open()).clock(clock.clone()).build();
+    assert_eq!(h.state(good), api::JobState::Running, "the rest is served");
+    let said = h.event_messages("job");
+    assert!(said.iter().any(|m| m.contains("job 77") && m.contains("set aside")), "{said:?}");
+}
