@@ -12,10 +12,12 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   need+=(postgresql)
 fi
 command -v flock >/dev/null 2>&1 || need+=(util-linux)
-# setpriv (jobs run as their users), useradd (tests make two users), cc (the chaos suite's slow disk).
+# setpriv (tests run the CLI as other users), useradd (tests make users), cc (the chaos suite's slow disk, the escape tests' programs).
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v useradd >/dev/null 2>&1 || need+=(passwd)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+# The escape tests build a static setuid program and a preload library: the C library's headers and libc.a.
+[ -e /usr/include/stdio.h ] && ls /usr/lib/*/libc.a >/dev/null 2>&1 || need+=(libc6-dev)
 # podman and runc run the jobs of the container tests; busybox-static is their image's only program.
 containers=()
 command -v podman >/dev/null 2>&1 || containers+=(podman)

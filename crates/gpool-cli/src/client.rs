@@ -14,6 +14,9 @@ use serde::de::DeserializeOwned;
 
 use crate::daemons::{SOCKET_FILE, SYSTEM_DATA_DIR, TOKEN_FILE, URL_FILE, default_data_dir};
 
+/// The header of a standby's `503` (a `gpool serve` waiting to lead, `plane/server.rs`).
+const STANDBY_HEADER: &str = "x-gpool-standby";
+
 /// What kind of failure an error of the client is; each has its exit code (main.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ErrorKind {
@@ -256,15 +259,19 @@ impl Client {
         for i in 0..n {
             let at = (first + i) % n;
             match request(format!("{}/api/v1{path}", self.bases[at])) {
+                // A standby holds its port and takes nothing: the request goes on to the next.
+                Ok(resp) if n > 1 && resp.headers().contains_key(STANDBY_HEADER) => {
+                    last = Some(self.unreachable_because(format!("{} is a standby", self.bases[at])));
+                }
                 Ok(resp) => {
                     self.current.store(at, std::sync::atomic::Ordering::Relaxed);
                     return Ok(resp);
                 }
-                Err(e) if n > 1 && never_reached(&e) => last = Some(e),
+                Err(e) if n > 1 && never_reached(&e) => last = Some(self.unreachable(e)),
                 Err(e) => return Err(self.unreachable(e)),
             }
         }
-        Err(self.unreachable(last.unwrap_or(ureq::Error::ConnectionFailed)))
+        Err(last.unwrap_or_else(|| self.unreachable(ureq::Error::ConnectionFailed)))
     }
 
     /// A request with the bearer token, if there is one.
@@ -277,7 +284,12 @@ impl Client {
 
     /// A request that got no HTTP answer (refused, unknown host, timeout, not HTTP).
     fn unreachable(&self, e: ureq::Error) -> anyhow::Error {
-        ClientError::new(ErrorKind::Unreachable, format!("cannot reach the gpool daemon at {}: {e}", self.place)).into()
+        self.unreachable_because(e.to_string())
+    }
+
+    fn unreachable_because(&self, why: String) -> anyhow::Error {
+        ClientError::new(ErrorKind::Unreachable, format!("cannot reach the gpool daemon at {}: {why}", self.place))
+            .into()
     }
 
     pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {

@@ -56,6 +56,20 @@ fn an_agent_joins_over_tls_by_the_ca_fingerprint_and_refuses_another() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("refusing"), "{err}");
 
+    // Issue 47: pinned, it refuses plain HTTP outright, even to an address that
+    // serves the real CA (an impostor could): the token never leaves.
+    let out = Command::new(BIN)
+        .args(["agent", "--server", &plain, "--ca-fingerprint", &pin, "--node-name", "far", "--data-dir"])
+        .arg(s.0.join("plain"))
+        .arg("--token-file")
+        .arg(&token_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("the agent exits");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("must be https://"), "{err}");
+
     // Pinned to this CA: it joins, and a job runs on it.
     let mut good = agent(&pin, "good");
     d.until("/api/v1/nodes", Duration::from_secs(30), |n| {

@@ -26,6 +26,8 @@ use crate::node::account::{self, Account, RunAs};
 use crate::node::claim::Claim;
 use crate::node::job_dir;
 use crate::node::pipeline_dir;
+
+mod images;
 use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
 use crate::node::shim::{self, EXIT, LOCK, STATE, ShimState, read_json};
 use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey, log_path};
@@ -152,49 +154,6 @@ impl Agent {
         }
     }
 
-    /// Starts a replica on `devices` (GPU or MIG UUIDs). Errors are about the
-    /// agent's own files; a command that cannot run is reported as an exit
-    /// with code 127 by the shim.
-    /// Records a use of `image` and, in the background, trims the cache to its limit,
-    /// keeping every image a live replica (this one included) runs.
-    fn keep_cache(&self, cache: std::sync::Arc<crate::node::image_cache::ImageCache>, image: String) {
-        cache.used(&image, shim::now_ms());
-        let keys: Vec<ReplicaKey> =
-            self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().copied().collect();
-        let mut in_use: std::collections::BTreeSet<String> =
-            keys.into_iter().filter_map(|k| crate::node::container::image_of(&self.run_dir(k))).collect();
-        in_use.insert(image);
-        let _ = std::thread::Builder::new().name("image-cache".into()).spawn(move || cache.evict(&in_use));
-    }
-
-    /// Pulls `image` in the background for a job that will start here once
-    /// its GPUs are free (one pull per image at a time; an image already here
-    /// is left alone). The shim finds it here when the job starts.
-    pub fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>) {
-        let Some(rt) = self.cfg.container.clone().filter(|rt| rt.broken().is_none()) else { return };
-        if !self.prefetching.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(image.clone()) {
-            return;
-        }
-        let name: String = image.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
-        let dir = self.cfg.data_dir.join("prefetch").join(name);
-        let inflight = self.prefetching.clone();
-        let _ = std::thread::Builder::new().name("prefetch".into()).spawn(move || {
-            if std::fs::create_dir_all(&dir).is_ok() {
-                let auth = registry_auth.and_then(|a| crate::node::container::write_auth(&dir, &a.0).ok());
-                let launch = Launch { image: Some(image.clone()), ..Launch::default() };
-                if let Some(steps) = rt.pull_steps(&launch, auth.as_deref()) {
-                    match crate::node::pull::run(&dir, &steps, &dir.join("output.log"), |_| {}) {
-                        Ok(()) => tracing::info!("pulled {image} ahead of the job that waits for it"),
-                        Err(crate::node::pull::PullEnd::Failed(why)) => tracing::warn!("pulling ahead: {why}"),
-                        Err(crate::node::pull::PullEnd::Signalled(_)) => {}
-                    }
-                }
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-            inflight.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&image);
-        });
-    }
-
     /// Profiles a replica for `seconds` in the background (`profiler.rs`);
     /// what it recorded is reported as [`AgentReport::Profiled`].
     pub fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder) {
@@ -219,6 +178,9 @@ impl Agent {
         (self.reports)(ended_at_once(key, code, error));
     }
 
+    /// Starts a replica on `devices` (GPU or MIG UUIDs). Errors are about the
+    /// agent's own files; a command that cannot run is reported as an exit
+    /// with code 127 by the shim.
     pub fn start(&self, key: ReplicaKey, mut launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
         let dir = self.run_dir(key);
         // One start per replica: the same start can arrive twice (from an old

@@ -268,9 +268,13 @@ impl Process {
                 let Ok((mut c, _)) = listener.accept().await else { continue };
                 tokio::spawn(async move {
                     use tokio::io::AsyncWriteExt as _;
+                    // The request is read first (head and body, bounded), so a
+                    // client still writing its body is not cut off mid-write: it
+                    // reads the answer and tries its next address.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), drain_request(&mut c)).await;
                     let answer = format!(
                         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n\
-                         Connection: close\r\nContent-Length: {}\r\n\r\n{STANDBY}",
+                         X-Gpool-Standby: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{STANDBY}",
                         STANDBY.len()
                     );
                     let _ = tokio::time::timeout(Duration::from_secs(2), c.write_all(answer.as_bytes())).await;
@@ -315,6 +319,37 @@ impl Process {
                 _ = stop.wait_for(|s| *s) => None,
             }
         })
+    }
+}
+
+/// Reads one HTTP/1.1 request's head and its `Content-Length` body (4 MiB at most).
+async fn drain_request(c: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt as _;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    let body_start = loop {
+        let Ok(n) = c.read(&mut buf).await else { return };
+        if n == 0 || head.len() > 64 * 1024 {
+            return;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+    };
+    let text = String::from_utf8_lossy(&head[..body_start]).to_ascii_lowercase();
+    let length: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+        .min(4 << 20);
+    let mut left = length.saturating_sub(head.len() - body_start);
+    while left > 0 {
+        match c.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => left = left.saturating_sub(n),
+        }
     }
 }
 

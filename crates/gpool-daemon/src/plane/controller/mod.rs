@@ -51,6 +51,7 @@ mod launch;
 mod lifecycle;
 mod mig_layouts;
 mod node_doc;
+mod node_trust;
 mod nodes;
 mod observe;
 mod overview;

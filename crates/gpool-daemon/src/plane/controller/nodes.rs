@@ -442,44 +442,6 @@ impl Controller {
         Ok(())
     }
 
-    /// Whether the calling node may ship output of `job`'s replica `rank`:
-    /// the job's current run placed that replica on it, or the job is between
-    /// attempts (its last node's output may still arrive). A node cannot
-    /// write another node's replica's log, nor make one for a job that has
-    /// not run.
-    pub(super) fn may_ship_log(
-        &self,
-        caller: &crate::plane::auth::Caller,
-        node: Option<&str>,
-        job: u64,
-        rank: u32,
-    ) -> Result<(), ApiError> {
-        if caller.role == crate::plane::auth::Role::Admin {
-            return Ok(());
-        }
-        let node = match node {
-            Some(n) => n,
-            None if caller.user != super::tokens::ANY_NODE => caller.user.as_str(),
-            None => return Err(ApiError::new(400, "node: a fleet-wide node token must name its node")),
-        };
-        Controller::check_node_identity(caller, node)?;
-        let refused = || ApiError::new(403, format!("node {node} does not run replica {rank} of job {job}"));
-        let doc = self.jobs.get(&job).ok_or_else(refused)?;
-        let ok = match &doc.run {
-            Some(run) => run.replicas.iter().any(|r| r.rank == rank && r.node == node),
-            None => doc.attempt >= 1,
-        };
-        if ok { Ok(()) } else { Err(refused()) }
-    }
-
-    /// The node the current run of `key`'s job placed that replica on, when
-    /// it is not `node` (a stale attempt or an unknown job is nobody's).
-    pub(super) fn placed_elsewhere(&self, key: ReplicaKey, node: &str) -> Option<String> {
-        let run = self.jobs.get(&key.job)?.run.as_ref().filter(|r| r.attempt == key.attempt)?;
-        let r = run.replicas.iter().find(|r| r.rank == key.rank)?;
-        (r.node != node).then(|| r.node.clone())
-    }
-
     /// How long a remote replica may go unseen after its start was queued:
     /// two leases (the agent re-registers within one and is sent the start
     /// again) and the margin.
@@ -557,34 +519,6 @@ impl Controller {
         for key in lost {
             self.on_replica_end(key, None, Some(format!("node {name} is down")), now);
         }
-        self.dirty = true;
-    }
-
-    /// Cuts a remote node off at once (its token was revoked): its waiting
-    /// poll is answered 401, it gets no new work, and it shows down. Its
-    /// replicas are requeued when its lease runs out, not before: by then the
-    /// node's own shims have killed them (`node/lease.rs`), so no job ever
-    /// runs twice, even if the node is merely cut off and not dead.
-    pub(super) fn cut_off(&mut self, name: &str, why: &str, now: i64) {
-        let Some(id) = self.snap.node_id(name) else { return };
-        let lease = self.lease_ms();
-        let Some(NodeLink { link: Link::Remote(r), .. }) = self.links.get_mut(&id) else { return };
-        r.registered = false;
-        r.outbox.clear();
-        r.cut_off = Some(why.to_string());
-        let deadline = r.last_seen_ms.max(now) + lease + LEASE_MARGIN_MS;
-        r.last_seen_ms = r.last_seen_ms.max(now);
-        if let Some((_, reply)) = r.parked.take() {
-            self.reply(reply, Err(ApiError::new(401, format!("node {name} was cut off: {why}"))));
-        }
-        let _ = self.snap.set_node_state(id, NodeState::Down);
-        self.event(
-            now,
-            None,
-            "node_down",
-            format!("node {name} is cut off ({why}); its jobs are requeued once its lease runs out"),
-        );
-        self.timers.insert((deadline, Timer::Lease { node: id.0 }));
         self.dirty = true;
     }
 
