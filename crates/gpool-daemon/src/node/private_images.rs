@@ -16,6 +16,8 @@ use std::sync::Mutex;
 
 /// The file under the data directory: `IMAGE\tUSER` a line.
 pub const FILE: &str = "private-images";
+/// The owner of an image pulled ahead for a job that has not started: no user is one.
+const PULLED_AHEAD: &str = "*pulled ahead*";
 
 pub struct PrivateImages {
     path: PathBuf,
@@ -40,17 +42,34 @@ impl PrivateImages {
     /// its owner when the job pulls with a login.
     pub fn must_pull(&self, image: &str, user: Option<&str>, with_login: bool) -> bool {
         let user = user.unwrap_or("");
-        let mut owners = self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let someone_elses = owners.get(image).is_some_and(|o| o != user);
-        if with_login && owners.get(image).map(String::as_str) != Some(user) {
-            owners.insert(image.to_string(), user.to_string());
-            let text: String = owners.iter().map(|(i, u)| format!("{i}\t{u}\n")).collect();
-            let tmp = self.path.with_extension("tmp");
-            if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &self.path)) {
-                tracing::warn!("cannot record {image} as pulled with {user}'s login: {e}");
-            }
+        let someone_elses =
+            self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(image).is_some_and(|o| o != user);
+        if with_login {
+            self.record(image, user);
         }
         someone_elses
+    }
+
+    /// An image pulled ahead with a login for a job not yet started (`prefetch`):
+    /// private to nobody yet, so every job, its owner's included, asks the
+    /// registry before it runs it; the first that pulls with a login owns it.
+    pub fn pulled_ahead_with_a_login(&self, image: &str) {
+        if !self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(image) {
+            self.record(image, PULLED_AHEAD);
+        }
+    }
+
+    fn record(&self, image: &str, owner: &str) {
+        let mut owners = self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if owners.get(image).map(String::as_str) == Some(owner) {
+            return;
+        }
+        owners.insert(image.to_string(), owner.to_string());
+        let text: String = owners.iter().map(|(i, u)| format!("{i}\t{u}\n")).collect();
+        let tmp = self.path.with_extension("tmp");
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &self.path)) {
+            tracing::warn!("cannot record {image} as pulled with a login: {e}");
+        }
     }
 }
 
@@ -71,6 +90,9 @@ mod tests {
         assert!(again.must_pull("reg.example/ana/secret:1", None, false));
         assert!(again.must_pull("reg.example/ana/secret:1", Some("bob"), true), "bob pulls it with his login");
         assert!(again.must_pull("reg.example/ana/secret:1", Some("ana"), false), "then it is bob's pull on record");
+        again.pulled_ahead_with_a_login("reg.example/team/model:2");
+        assert!(again.must_pull("reg.example/team/model:2", Some("ana"), true), "pulled ahead: everyone asks");
+        assert!(again.must_pull("reg.example/team/model:2", Some("bob"), false), "then it is ana's");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

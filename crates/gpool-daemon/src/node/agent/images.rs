@@ -22,6 +22,9 @@ impl Agent {
     /// is left alone). The shim finds it here when the job starts.
     pub fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>) {
         let Some(rt) = self.cfg.container.clone().filter(|rt| rt.broken().is_none()) else { return };
+        if registry_auth.is_some() {
+            self.private_images.pulled_ahead_with_a_login(&image);
+        }
         if !self.prefetching.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(image.clone()) {
             return;
         }
