@@ -405,13 +405,14 @@ async fn agent_report(State(st): State<AppState>, who: Who, body: Bytes) -> Resu
     Ok(Json(serde_json::json!({})))
 }
 
-/// A chunk of a remote replica's output, appended at `offset` to the copy
-/// kept here (what `gpool logs` reads). Chunks already here are skipped; a
-/// gap is refused with the current length, from which the agent resends.
 /// The most a replica's log shipped to the control plane may hold (per stream):
 /// whatever a node says, the control plane's disk is not its to fill.
 const MAX_SHIPPED_LOG: u64 = 4 << 30;
 
+/// A chunk of a remote replica's output, appended at `offset` to the copy
+/// kept here (what `gpool logs` reads). Chunks already here are skipped; a
+/// gap is refused with the current length, from which the agent resends.
+/// Only the node that runs the replica may send it (`Controller::may_ship_log`).
 async fn agent_logs(
     State(st): State<AppState>,
     who: Who,
