@@ -102,6 +102,9 @@ pub struct RunDoc {
     pub port: Option<u16>,
 }
 
+/// How many earlier attempts' nodes a job remembers.
+pub(super) const EARLIER_NODES: usize = 32;
+
 /// A job as persisted: the store's JSON document.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobDoc {
@@ -129,6 +132,10 @@ pub struct JobDoc {
     pub prior_gpu_milli_secs: u64,
     #[serde(default)]
     pub run: Option<RunDoc>,
+    /// The nodes its earlier attempts ran on (at most [`EARLIER_NODES`]):
+    /// their output may still be arriving after it runs elsewhere (`node_trust.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_nodes: Vec<String>,
     #[serde(default)]
     pub exit: Option<api::ExitView>,
     /// When it last joined the queue (submission or requeue).

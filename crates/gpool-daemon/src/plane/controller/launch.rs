@@ -190,6 +190,16 @@ impl Controller {
         }
         let spread_port = master_port
             .filter(|_| master.is_some_and(|m| !self.links.get(&m).is_some_and(NodeLink::is_local) || spread));
+        // The nodes of the run it replaces: their output may still be on its way.
+        if let Some(old) = &doc.run {
+            for r in &old.replicas {
+                if !doc.earlier_nodes.contains(&r.node) {
+                    doc.earlier_nodes.push(r.node.clone());
+                }
+            }
+            let over = doc.earlier_nodes.len().saturating_sub(super::docs::EARLIER_NODES);
+            doc.earlier_nodes.drain(..over);
+        }
         doc.run = Some(RunDoc {
             attempt,
             started_ms: now,

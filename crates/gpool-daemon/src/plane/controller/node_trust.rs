@@ -13,8 +13,8 @@ use crate::protocol::ReplicaKey;
 
 impl Controller {
     /// Whether the calling node may ship output of `job`'s replica `rank`:
-    /// the job's current run placed that replica on it, or the job is between
-    /// attempts (its last node's output may still arrive). A node cannot
+    /// the job's current run placed that replica on it, or an earlier attempt
+    /// ran on it (its output may still be arriving after the job moved on). A node cannot
     /// write another node's replica's log, nor make one for a job that has
     /// not run.
     pub(super) fn may_ship_log(
@@ -46,10 +46,11 @@ impl Controller {
                 &stored
             }
         };
-        let ok = match &doc.run {
-            Some(run) => run.replicas.iter().any(|r| r.rank == rank && r.node == node),
-            None => doc.attempt >= 1,
-        };
+        let ok = doc.earlier_nodes.iter().any(|n| n == node)
+            || match &doc.run {
+                Some(run) => run.replicas.iter().any(|r| r.rank == rank && r.node == node),
+                None => doc.attempt >= 1,
+            };
         if ok { Ok(()) } else { Err(refused()) }
     }
 

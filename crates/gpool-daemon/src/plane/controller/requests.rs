@@ -393,6 +393,7 @@ impl Controller {
                 prior_runtime_ms: 0,
                 prior_gpu_milli_secs: 0,
                 run: None,
+                earlier_nodes: Vec::new(),
                 exit: None,
                 queued_ms: Some(now),
                 usage: None,

@@ -271,3 +271,34 @@ fn a_stored_job_record_that_does_not_load_is_set_aside_and_the_rest_served() {
     let said = h.event_messages("job");
     assert!(said.iter().any(|m| m.contains("job 77") && m.contains("set aside")), "{said:?}");
 }
+
+#[test]
+fn a_node_an_earlier_attempt_ran_on_may_still_ship_its_output() {
+    let mut h = Setup::new().no_local_node().build();
+    let (t1, t3, t4) = (node_token(&mut h, "n1"), node_token(&mut h, "n3"), node_token(&mut h, "n4"));
+    let reg = registration("n1", 1, Vec::new());
+    let e1 = h.call(&t1, |reply| Call::Register { reg, reply }).expect("n1").epoch;
+    let id = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
+    for (t, n) in [(&t3, "n3"), (&t4, "n4")] {
+        let reg = registration(n, 0, Vec::new());
+        h.call(t, |reply| Call::Register { reg, reply }).expect("registered");
+    }
+    let reg = registration("n3", 1, Vec::new());
+    h.call(&t3, |reply| Call::Register { reg, reply }).expect("n3 with its GPU");
+    h.call(ADMIN, |reply| Call::Drain { node: "n1".into(), draining: true, from: "test".into(), reply })
+        .expect("drained");
+    let replica = wire::ReplicaId { job: id, attempt: 1, rank: 0 };
+    let report = wire::Report {
+        node: "n1".into(),
+        epoch: e1,
+        events: vec![wire::Event::Lost { replica, why: "gone".into() }],
+        telemetry: None,
+    };
+    h.call(&t1, |reply| Call::Report { report, reply }).expect("n1 reports its own");
+    let j = h.job(id);
+    assert_eq!(j.attempt, 2, "{j:?}");
+    h.call(&t3, |reply| Call::ShipLog { node: None, job: id, rank: 0, reply }).expect("n3 runs it now");
+    h.call(&t1, |reply| Call::ShipLog { node: None, job: id, rank: 0, reply }).expect("n1 ran attempt 1");
+    let e = h.call(&t4, |reply| Call::ShipLog { node: None, job: id, rank: 0, reply }).expect_err("n4 never ran it");
+    assert_eq!(e.status, 403);
+}
