@@ -231,18 +231,15 @@ fn after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned() 
         assert!(Instant::now() < deadline, "the containers never all appeared");
         std::thread::sleep(Duration::from_millis(100));
     }
+    let before: Vec<Vec<String>> = ids.iter().map(|id| containers_of(*id)).collect();
     d.kill9();
     let d = Daemon::start(&data, "5xH100-80GB", &args);
-    // Each job goes on (its shim and container were adopted) or is requeued; a container exists only for a running job.
-    for id in &ids {
-        let j = d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(30), |j| {
-            matches!(j["state"].as_str(), Some("running" | "pending" | "succeeded"))
-        });
-        let n = containers_of(*id).len();
-        assert!(n <= 1, "job {id}: {n} containers");
-        if j["state"] != "running" {
-            assert_eq!(n, 0, "a job not running has no container left: {j}");
-        }
+    // Each job goes on: its shim and its very container were adopted, on the same attempt, never restarted.
+    for (id, before) in ids.iter().zip(&before) {
+        let j = d.until(&format!("/api/v1/jobs/{id}"), Duration::from_secs(30), |j| j["state"] != "starting");
+        assert_eq!(j["state"], "running", "job {id} was adopted: {j}");
+        assert_eq!((j["attempt"].as_u64(), j["restarts"].as_u64()), (Some(1), Some(0)), "job {id}: {j}");
+        assert_eq!(&containers_of(*id), before, "job {id} runs in the same container");
     }
     for id in &ids {
         let (ok, _, err) = d.cli(&["cancel", &id.to_string()]);

@@ -196,9 +196,9 @@ fn inject(w: &mut World, f: &Fault, takeovers: &mut Vec<Duration>, rejoins: &mut
             rejoins.push(w.until("the agent to rejoin", settle, |w| w.nodes_up() == n)?);
         }
         Kind::AgentStop => {
-            w.agents[f.agent].signal("STOP");
+            w.agents[f.agent].signal("STOP")?;
             std::thread::sleep(f.hold);
-            w.agents[f.agent].signal("CONT");
+            w.agents[f.agent].signal("CONT")?;
         }
         Kind::DiskFull => {
             w.disks[f.agent].fill(true)?;
@@ -223,7 +223,7 @@ fn inject(w: &mut World, f: &Fault, takeovers: &mut Vec<Duration>, rejoins: &mut
             if matches!(f.kind, Kind::LeaderKill | Kind::StandbyKill) {
                 w.planes[target].1.kill9();
             } else {
-                w.planes[target].1.signal("STOP");
+                w.planes[target].1.signal("STOP")?;
             }
             if target == leader {
                 w.until("the standby to take over", settle, |w| w.leader().is_some_and(|l| l != leader))?;
@@ -233,7 +233,7 @@ fn inject(w: &mut World, f: &Fault, takeovers: &mut Vec<Duration>, rejoins: &mut
             if matches!(f.kind, Kind::LeaderKill | Kind::StandbyKill) {
                 w.planes[target].1.start()?;
             } else {
-                w.planes[target].1.signal("CONT");
+                w.planes[target].1.signal("CONT")?;
             }
         }
         Kind::DbRestart => {

@@ -40,10 +40,17 @@ impl Proc {
         }
     }
 
-    pub(crate) fn signal(&self, sig: &str) {
-        if let Some(c) = &self.child {
-            let _ = Command::new("kill").arg(format!("-{sig}")).arg(c.id().to_string()).status();
-        }
+    /// Sends `SIG` to the process; an error when it could not be sent (a
+    /// fault the run believes it injected must have happened).
+    pub(crate) fn signal(&self, sig: &str) -> anyhow::Result<()> {
+        let Some(c) = &self.child else { anyhow::bail!("kill -{sig}: the process is not running") };
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(c.id().to_string())
+            .status()
+            .with_context(|| format!("run kill -{sig} {}", c.id()))?;
+        anyhow::ensure!(status.success(), "kill -{sig} {} failed ({status})", c.id());
+        Ok(())
     }
 
     /// Whether it has exited by itself.
@@ -54,7 +61,7 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        self.signal("CONT");
+        let _ = self.signal("CONT");
         self.kill9();
     }
 }
@@ -303,5 +310,20 @@ impl Disk {
 impl Drop for Disk {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_that_cannot_be_sent_is_an_error_not_a_fault_the_run_believes_in() {
+        let mut p = Proc::new(Vec::new(), PathBuf::from("/dev/null"));
+        assert!(p.signal("STOP").is_err_and(|e| e.to_string().contains("not running")));
+        let live = Command::new("sleep").arg("30").spawn().expect("sleep");
+        p.child = Some(live);
+        assert!(p.signal("STOP").is_ok() && p.signal("CONT").is_ok());
+        p.kill9();
     }
 }
