@@ -198,3 +198,13 @@ fn every_family_is_contiguous_and_declared_once() {
     }
     assert!(seen.len() >= 15, "{seen:?}");
 }
+
+#[test]
+fn sample_values_are_spelled_as_the_exposition_format_wants() {
+    use super::value;
+    assert_eq!(value(3.0), "3");
+    assert_eq!(value(0.25), "0.25");
+    assert_eq!(value(f64::INFINITY), "+Inf", "Rust prints inf");
+    assert_eq!(value(f64::NEG_INFINITY), "-Inf");
+    assert_eq!(value(f64::NAN), "NaN");
+}
