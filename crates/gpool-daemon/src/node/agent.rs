@@ -26,11 +26,11 @@ use crate::node::account::{self, Account, RunAs};
 use crate::node::claim::Claim;
 use crate::node::job_dir;
 use crate::node::pipeline_dir;
-
-mod images;
 use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
 use crate::node::shim::{self, EXIT, LOCK, STATE, ShimState, read_json};
 use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey, log_path};
+
+mod images;
 
 /// The environment every job starts from: the agent's own basics.
 fn base_env() -> Vec<(String, String)> {
@@ -325,13 +325,7 @@ impl Agent {
                     self.private_images.must_pull(i, launch.user.as_deref(), launch.registry_auth.is_some())
                 }),
             };
-            launch.pull = rt.pull_steps(&launch, auth_dir.as_deref());
-            if job.pull_always
-                && let Some(steps) = &mut launch.pull
-            {
-                // Not "is it here?": the registry must say this user may have it.
-                steps.exists.clear();
-            }
+            launch.pull = rt.pull_steps(&launch, auth_dir.as_deref(), job.pull_always);
             launch.argv = rt.wrap(&launch, &job);
             crate::node::container::remember(&dir, rt, &name, launch.image.as_deref().unwrap_or(""))?;
             if let (Some(cache), Some(image)) = (&self.cfg.image_cache, &launch.image) {

@@ -212,10 +212,18 @@ impl Runtime {
     }
 
     /// How the shim checks for `launch`'s image and pulls it (with the owner's login, if any).
-    pub fn pull_steps(&self, launch: &Launch, auth_dir: Option<&Path>) -> Option<crate::protocol::PullSteps> {
+    /// `always`: no "is it here?" step, the registry must say this user may have it
+    /// (`private_images.rs`).
+    pub fn pull_steps(
+        &self,
+        launch: &Launch,
+        auth_dir: Option<&Path>,
+        always: bool,
+    ) -> Option<crate::protocol::PullSteps> {
         let image = launch.image.clone()?;
         let program = self.program.display().to_string();
-        let exists = vec![program.clone(), "image".into(), "inspect".into(), image.clone()];
+        let exists =
+            if always { Vec::new() } else { vec![program.clone(), "image".into(), "inspect".into(), image.clone()] };
         let mut pull = vec![program];
         match (auth_dir, self.kind) {
             (Some(d), Kind::Docker) => pull.extend(["--config".to_string(), d.display().to_string(), "pull".into()]),

@@ -42,10 +42,10 @@ impl PrivateImages {
     /// its owner when the job pulls with a login.
     pub fn must_pull(&self, image: &str, user: Option<&str>, with_login: bool) -> bool {
         let user = user.unwrap_or("");
-        let someone_elses =
-            self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(image).is_some_and(|o| o != user);
+        let mut owners = self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let someone_elses = owners.get(image).is_some_and(|o| o != user);
         if with_login {
-            self.record(image, user);
+            self.record(&mut owners, image, user);
         }
         someone_elses
     }
@@ -54,13 +54,14 @@ impl PrivateImages {
     /// private to nobody yet, so every job, its owner's included, asks the
     /// registry before it runs it; the first that pulls with a login owns it.
     pub fn pulled_ahead_with_a_login(&self, image: &str) {
-        if !self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(image) {
-            self.record(image, PULLED_AHEAD);
+        let mut owners = self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !owners.contains_key(image) {
+            self.record(&mut owners, image, PULLED_AHEAD);
         }
     }
 
-    fn record(&self, image: &str, owner: &str) {
-        let mut owners = self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Sets `image`'s owner and writes the file, when that changes it.
+    fn record(&self, owners: &mut BTreeMap<String, String>, image: &str, owner: &str) {
         if owners.get(image).map(String::as_str) == Some(owner) {
             return;
         }

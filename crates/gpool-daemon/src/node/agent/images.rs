@@ -35,7 +35,7 @@ impl Agent {
             if std::fs::create_dir_all(&dir).is_ok() {
                 let auth = registry_auth.and_then(|a| crate::node::container::write_auth(&dir, &a.0).ok());
                 let launch = Launch { image: Some(image.clone()), ..Launch::default() };
-                if let Some(steps) = rt.pull_steps(&launch, auth.as_deref()) {
+                if let Some(steps) = rt.pull_steps(&launch, auth.as_deref(), false) {
                     match crate::node::pull::run(&dir, &steps, &dir.join("output.log"), |_| {}) {
                         Ok(()) => tracing::info!("pulled {image} ahead of the job that waits for it"),
                         Err(crate::node::pull::PullEnd::Failed(why)) => tracing::warn!("pulling ahead: {why}"),
