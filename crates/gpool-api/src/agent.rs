@@ -365,6 +365,24 @@ pub struct GpuSampleWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xid_last: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid_count: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xids_recent: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remap_pending: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remap_failed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_pages: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_pages_pending: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_errors: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_replays: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_fault: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle_reasons: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessWire>,

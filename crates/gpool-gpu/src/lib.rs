@@ -155,6 +155,31 @@ pub struct GpuSample {
     pub ecc_uncorrected_volatile: Option<u64>,
     /// The last XID error seen (0 = none), where the backend can see them.
     pub xid_last: Option<u64>,
+    /// XID events seen since the backend started: a rise says new ones came
+    /// (the same XID twice leaves `xid_last` as it was).
+    pub xid_count: Option<u64>,
+    /// The last XIDs seen, oldest first, at most [`RECENT_XIDS`].
+    pub xids_recent: Vec<u64>,
+    /// HBM rows waiting to be remapped at the next GPU reset (`Remapped Rows`
+    /// › `Pending`, `remapped_rows.pending`).
+    pub remap_pending: Option<bool>,
+    /// A row remap failed: the memory had no spare row left (`Remapping
+    /// Failure Occurred`, `remapped_rows.failure`).
+    pub remap_failed: Option<bool>,
+    /// Pages retired for ECC errors, single and double bit together (older
+    /// GPUs, before row remapping).
+    pub retired_pages: Option<u64>,
+    /// A page retirement waits for the next reset (`Pending Page Blacklist`).
+    pub retired_pages_pending: Option<bool>,
+    /// NVLink errors since the driver loaded, over all links (CRC, replay,
+    /// recovery counters summed).
+    pub nvlink_errors: Option<u64>,
+    /// PCIe replays since the driver loaded.
+    pub pcie_replays: Option<u64>,
+    /// The device's own word that it is unhealthy, where it gives one: a GPU
+    /// NVML calls lost, an AMD RAS block counting uncorrectable errors, a TPU
+    /// chip `tpu-info` reports unhealthy. `None` when it says nothing wrong.
+    pub health_fault: Option<String>,
     /// Active clock throttle (event) reasons, by name: `idle`, `sw_power_cap`,
     /// `hw_slowdown`, `hw_thermal_slowdown`, `sw_thermal_slowdown`,
     /// `hw_power_brake_slowdown`, `sync_boost`, `applications_clocks_setting`,
@@ -163,6 +188,23 @@ pub struct GpuSample {
     pub processes: Vec<GpuProcess>,
     /// Per MIG instance, when MIG is on.
     pub mig: Vec<MigSample>,
+}
+
+/// How many recent XIDs a sample carries ([`GpuSample::xids_recent`]).
+pub const RECENT_XIDS: usize = 8;
+
+/// A fault the simulated backend is told to show, so that what gpool does
+/// about GPU faults can be tried without broken hardware
+/// (`gpool nodes inject`). Real backends refuse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InjectedFault {
+    /// An XID event with this number.
+    Xid(u64),
+    /// One more uncorrectable (double-bit) ECC error.
+    EccUncorrected,
+    /// The GPU stops answering: it is left out of samples, as a GPU fallen
+    /// off the bus is.
+    Gone,
 }
 
 /// A part of the device layer that did not answer, and what gpool did
@@ -211,6 +253,9 @@ pub enum GpuError {
         "nvidia-smi {args}: no answer after {secs} s, killed it. The driver may be hung: check `dmesg` for Xid errors and `nvidia-smi` by hand; a GPU reset or reboot may be needed"
     )]
     Timeout { args: String, secs: u64 },
+    /// A fault could not be injected (a real device, or no such GPU).
+    #[error("cannot inject a fault: {0}")]
+    Inject(String),
     /// A MIG layout could not be applied.
     #[error("MIG layout of GPU {gpu}: {why}")]
     Mig { gpu: u32, why: String },
@@ -252,6 +297,16 @@ pub trait Backend: Send {
     /// instead. Empty when everything answered.
     fn degraded(&self) -> Vec<Degraded> {
         Vec::new()
+    }
+    /// Shows `fault` on GPU `gpu` from the next sample on (`None`: clears
+    /// what was injected, as a reset would). Only the simulated backend
+    /// takes it: faults on real devices come from the devices.
+    fn inject_fault(&mut self, gpu: u32, fault: Option<&InjectedFault>) -> Result<(), GpuError> {
+        let _ = (gpu, fault);
+        Err(GpuError::Inject(format!(
+            "the {} backend reads real devices; faults can be injected only into simulated GPUs (gpool up --simulate-gpus, gpool agent --simulate-gpus)",
+            self.name()
+        )))
     }
     /// Gives MIG GPU `gpu` exactly the GPU instances of `layout`, each with
     /// one compute instance: nothing to do if it has them already, else its

@@ -21,7 +21,7 @@
 use std::fmt;
 
 use crate::model::{mig_gpu_slices, mig_profile_memory_mb};
-use crate::{Backend, GpuError, GpuInfo, GpuProcess, GpuSample, MigInfo, MigSample, MigSlot};
+use crate::{Backend, GpuError, GpuInfo, GpuProcess, GpuSample, InjectedFault, MigInfo, MigSample, MigSlot};
 
 /// What a job does on a simulated device (a GPU or a MIG instance), as it declares it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -118,6 +118,17 @@ pub struct Simulated {
     /// last sampled: DCGM's total energy counter grows with the power drawn.
     energy_mj: Vec<f64>,
     last_sample: Option<std::time::Instant>,
+    /// Faults injected per GPU index (`gpool nodes inject`).
+    faults: std::collections::BTreeMap<u32, SimFaults>,
+}
+
+/// What one simulated GPU was told to show.
+#[derive(Clone, Debug, Default)]
+struct SimFaults {
+    xid_count: u64,
+    xids: Vec<u64>,
+    ecc_uncorrected: u64,
+    gone: bool,
 }
 
 impl fmt::Debug for Simulated {
@@ -234,6 +245,7 @@ impl Simulated {
             hot,
             energy_mj,
             last_sample: None,
+            faults: std::collections::BTreeMap::new(),
         })
     }
 
@@ -391,20 +403,53 @@ impl Backend for Simulated {
         Ok(())
     }
 
+    fn inject_fault(&mut self, gpu: u32, fault: Option<&InjectedFault>) -> Result<(), GpuError> {
+        if !self.gpus.iter().any(|g| g.index == gpu) {
+            return Err(GpuError::Inject(format!("this node has no GPU {gpu} (it has {} GPUs)", self.gpus.len())));
+        }
+        let Some(fault) = fault else {
+            self.faults.remove(&gpu);
+            return Ok(());
+        };
+        let f = self.faults.entry(gpu).or_default();
+        match fault {
+            InjectedFault::Xid(x) => {
+                f.xid_count += 1;
+                f.xids.push(*x);
+                if f.xids.len() > crate::RECENT_XIDS {
+                    f.xids.remove(0);
+                }
+            }
+            InjectedFault::EccUncorrected => f.ecc_uncorrected += 1,
+            InjectedFault::Gone => f.gone = true,
+        }
+        Ok(())
+    }
+
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
         let mut out = Vec::with_capacity(self.gpus.len());
         let now = std::time::Instant::now();
         let elapsed_s = self.last_sample.map_or(0.0, |t| now.duration_since(t).as_secs_f64());
         self.last_sample = Some(now);
         for (i, g) in self.gpus.iter().enumerate() {
+            let fault = self.faults.get(&g.index).cloned().unwrap_or_default();
+            if fault.gone {
+                // Fallen off the bus: the driver no longer lists it.
+                continue;
+            }
             let total = g.memory_mb;
             let mut s = GpuSample {
                 index: g.index,
                 uuid: g.uuid.clone(),
                 memory_total_mb: Some(total),
                 ecc_corrected_volatile: Some(0),
-                ecc_uncorrected_volatile: Some(0),
-                xid_last: Some(0),
+                ecc_uncorrected_volatile: Some(fault.ecc_uncorrected),
+                xid_last: Some(fault.xids.last().copied().unwrap_or(0)),
+                xid_count: Some(fault.xid_count),
+                xids_recent: fault.xids.clone(),
+                remap_pending: Some(false),
+                remap_failed: Some(false),
+                pcie_replays: Some(0),
                 ..GpuSample::default()
             };
             // The share of the GPU's compute that is busy: drives power, heat and clocks.
@@ -730,5 +775,28 @@ mod tests {
             let e = Simulated::parse(spec, "h").expect_err(spec).to_string();
             assert!(e.contains(why), "{spec}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+
+    #[test]
+    fn injected_faults_show_in_samples_until_cleared() {
+        let mut s = Simulated::parse("2xH100-80GB", "h").expect("spec");
+        s.inject_fault(1, Some(&InjectedFault::Xid(79))).expect("inject");
+        s.inject_fault(1, Some(&InjectedFault::Xid(79))).expect("inject");
+        s.inject_fault(0, Some(&InjectedFault::EccUncorrected)).expect("inject");
+        let out = s.sample().expect("sample");
+        assert_eq!((out[1].xid_count, out[1].xid_last, out[1].xids_recent.clone()), (Some(2), Some(79), vec![79, 79]));
+        assert_eq!((out[0].ecc_uncorrected_volatile, out[0].xid_count), (Some(1), Some(0)));
+        s.inject_fault(0, Some(&InjectedFault::Gone)).expect("inject");
+        let out = s.sample().expect("sample");
+        assert_eq!(out.iter().map(|g| g.index).collect::<Vec<_>>(), [1], "a gone GPU is not sampled");
+        s.inject_fault(0, None).expect("clear");
+        assert_eq!(s.sample().expect("sample").len(), 2);
+        let err = s.inject_fault(7, Some(&InjectedFault::Gone)).expect_err("no GPU 7");
+        assert!(err.to_string().contains("no GPU 7"), "{err}");
     }
 }

@@ -58,6 +58,15 @@ pub fn telemetry_to_wire(r: &NodeReport) -> gpool_api::agent::TelemetryWire {
                 ecc_corrected_volatile: s.ecc_corrected_volatile,
                 ecc_uncorrected_volatile: s.ecc_uncorrected_volatile,
                 xid_last: s.xid_last,
+                xid_count: s.xid_count,
+                xids_recent: s.xids_recent.clone(),
+                remap_pending: s.remap_pending,
+                remap_failed: s.remap_failed,
+                retired_pages: s.retired_pages,
+                retired_pages_pending: s.retired_pages_pending,
+                nvlink_errors: s.nvlink_errors,
+                pcie_replays: s.pcie_replays,
+                health_fault: s.health_fault.clone(),
                 throttle_reasons: s.throttle_reasons.clone(),
                 processes: s
                     .processes
@@ -124,6 +133,15 @@ pub fn telemetry_from_wire(node: &str, t: gpool_api::agent::TelemetryWire) -> No
                 ecc_corrected_volatile: s.ecc_corrected_volatile,
                 ecc_uncorrected_volatile: s.ecc_uncorrected_volatile,
                 xid_last: s.xid_last,
+                xid_count: s.xid_count,
+                xids_recent: s.xids_recent,
+                remap_pending: s.remap_pending,
+                remap_failed: s.remap_failed,
+                retired_pages: s.retired_pages,
+                retired_pages_pending: s.retired_pages_pending,
+                nvlink_errors: s.nvlink_errors,
+                pcie_replays: s.pcie_replays,
+                health_fault: s.health_fault,
                 throttle_reasons: s.throttle_reasons,
                 processes: s
                     .processes
