@@ -63,6 +63,7 @@ pub(crate) fn reserve(c: &Capacity<'_>, job: &Job, mut releases: Vec<Release<'_>
             let n = p.node.0;
             let f = over.entry(n).or_insert_with(|| c.free[n as usize].clone());
             f.release(p);
+            f.exclude(c.snap.nodes[n as usize].out_of_service());
             if eligible.get(n as usize).copied().unwrap_or(false) {
                 let k = replicas_fitting(c, n, f, job, want);
                 let old = counts.insert(n, k).unwrap_or(0);

@@ -117,8 +117,9 @@ impl<'s> Capacity<'s> {
             }
         }
         for n in 0..snap.nodes.len() {
-            // Held MIG GPUs take nothing new.
+            // Held MIG GPUs and quarantined GPUs take nothing new.
             c.free[n].mig &= !snap.nodes[n].mig_held;
+            c.free[n].exclude(snap.nodes[n].out_of_service());
             c.index_node(n as u32);
         }
         c
@@ -697,7 +698,11 @@ impl<'s> Capacity<'s> {
                 None => 0,
             },
         };
-        PendingReason::NoFit { need, best_free }
+        let quarantined = (0..self.free.len() as u32)
+            .filter(|&n| self.is_up(n) && job.spec.node_matches(&self.entry(n).node))
+            .map(|n| self.snap.quarantined_gpus(NodeId(n)).len() as u32)
+            .sum();
+        PendingReason::NoFit { need, best_free, quarantined }
     }
 }
 

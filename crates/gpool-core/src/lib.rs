@@ -28,6 +28,7 @@ pub mod cost;
 pub mod cron;
 pub mod deadline;
 pub mod fairshare;
+pub mod fault;
 mod feasible;
 pub mod fragmentation;
 pub mod gittins;
@@ -69,6 +70,7 @@ pub mod straggler;
 pub mod time;
 pub mod usage_ledger;
 pub mod windows;
+pub mod xid;
 
 pub use feasible::Infeasible;
 pub use job::{

@@ -114,8 +114,10 @@ pub enum PendingReason {
     Window { queue: Arc<str>, opens: Option<Time> },
     /// Its queue's quota does not allow it now.
     Quota(QuotaBlock),
-    /// No node has room now. `best_free` = most free matching devices on any one node.
-    NoFit { need: Need, best_free: u32 },
+    /// No node has room now. `best_free` = most free matching devices on
+    /// any one node; `quarantined` = GPUs out of service for faults on the
+    /// nodes it may use.
+    NoFit { need: Need, best_free: u32, quarantined: u32 },
     /// No node that is up passes the job's selector, affinity and model constraint.
     NoMatchingNode { need: Need },
     /// Only nodes that are draining or down could run it.
@@ -180,9 +182,13 @@ impl fmt::Display for PendingReason {
                 "queue {queue} is above its guarantee and cohort {cohort} has only {} unused to lend",
                 gpus(*lendable)
             ),
-            PendingReason::NoFit { need, best_free } => {
+            PendingReason::NoFit { need, best_free, quarantined } => {
                 let per = if need.replicas > 1 { "per node" } else { "on one node" };
-                write!(f, "needs {need} {per}, best node has {best_free} free")
+                write!(f, "needs {need} {per}, best node has {best_free} free")?;
+                if *quarantined > 0 {
+                    write!(f, "; {quarantined} GPU(s) quarantined for faults (gpool health)")?;
+                }
+                Ok(())
             }
             PendingReason::NoMatchingNode { need } => {
                 write!(f, "needs {need}, but no node that is up matches its selector, affinity and GPU model")
@@ -302,7 +308,14 @@ mod tests {
         let need =
             Need { replicas: 1, gpu: GpuRequest::Gpus { count: 4 }, model: Some(Arc::from("H100-80GB")), kind: None };
         let cases = [
-            (PendingReason::NoFit { need, best_free: 2 }, "needs 4×H100-80GB on one node, best node has 2 free"),
+            (
+                PendingReason::NoFit { need: need.clone(), best_free: 2, quarantined: 0 },
+                "needs 4×H100-80GB on one node, best node has 2 free",
+            ),
+            (
+                PendingReason::NoFit { need, best_free: 3, quarantined: 1 },
+                "needs 4×H100-80GB on one node, best node has 3 free; 1 GPU(s) quarantined for faults (gpool health)",
+            ),
             (
                 PendingReason::Quota(QuotaBlock::AtMax { queue: Arc::from("research"), max: 16 * GPU, used: 16 * GPU }),
                 "queue research is at its maximum of 16 GPUs (16 GPUs in use)",

@@ -281,6 +281,7 @@ impl<'a, 's> Trial<'a, 's> {
         self.over.get(&n).cloned().unwrap_or_else(|| {
             let mut f = self.cap.usable(n, self.ends);
             self.cap.releasing.overlay(n, &mut f);
+            f.exclude(self.cap.snap.nodes[n as usize].out_of_service());
             f
         })
     }
@@ -292,6 +293,7 @@ impl<'a, 's> Trial<'a, 's> {
         for p in &r.placement {
             let mut f = self.get(p.node.0);
             f.release(p);
+            f.exclude(snap.nodes[p.node.0 as usize].out_of_service());
             self.over.insert(p.node.0, f);
         }
     }
@@ -512,6 +514,7 @@ impl Search<'_, '_> {
                         for p in r.placement.iter().filter(|p| p.node.0 == n) {
                             nf.release(p);
                         }
+                        nf.exclude(e.out_of_service());
                     }
                     added.push((vi, why));
                     if let Some(fit) = fit_on(snap, e, &nf, job) {

@@ -135,6 +135,9 @@ pub(crate) struct NodeEntry {
     /// Whole-GPU slots that are degraded, and slots one job is to avoid (`health.rs`).
     pub(crate) degraded: u64,
     pub(crate) avoided_by: Vec<(JobId, u64)>,
+    /// Whole-GPU and MIG slots of quarantined GPUs: nothing new goes there (`health.rs`).
+    pub(crate) quarantined: u64,
+    pub(crate) quarantined_mig: u64,
 }
 
 impl NodeEntry {
@@ -155,6 +158,8 @@ impl NodeEntry {
             jobs: BTreeSet::new(),
             degraded: 0,
             avoided_by: Vec::new(),
+            quarantined: 0,
+            quarantined_mig: 0,
             node,
         };
         let mut nvlink: BTreeMap<u32, u64> = BTreeMap::new();

@@ -4,6 +4,10 @@
 //! exclusions: a replica goes on a GPU to avoid only when no fit without
 //! one exists (placement ranks healthy fits first, `capacity.rs`), so a
 //! cluster of hot GPUs still runs its work.
+//!
+//! Quarantined GPUs (`fault.rs`) are the exception: an exclusion. Nothing
+//! new goes on them, whole, shared or as MIG slices, until they come back;
+//! placement, backfill reservations and preemption plans all see them taken.
 
 use super::*;
 
@@ -23,7 +27,63 @@ impl NodeEntry {
     }
 }
 
+impl NodeFree {
+    /// Takes the slots of out-of-service GPUs out of a view of free
+    /// resources (a slot holding shares takes no new share either).
+    pub(crate) fn exclude(&mut self, (gpus, mig): (u64, u64)) {
+        if gpus | mig == 0 {
+            return;
+        }
+        self.gpus &= !gpus;
+        self.mig &= !mig;
+        self.shares.retain(|s| gpus & (1 << s.slot) == 0);
+    }
+}
+
+impl NodeEntry {
+    /// The whole-GPU and MIG slots of its quarantined GPUs.
+    pub(crate) fn out_of_service(&self) -> (u64, u64) {
+        (self.quarantined, self.quarantined_mig)
+    }
+
+    /// The MIG slots of the GPUs with these indices.
+    fn mig_slots_of_indices(&self, indices: &[u32]) -> u64 {
+        let mut mask = 0;
+        for (di, d) in self.node.devices.iter().enumerate() {
+            if d.mig.is_none() || !indices.contains(&d.index) {
+                continue;
+            }
+            mask |= self.mig_range(di).unwrap_or(0);
+            mask |= self.mig_slots.iter().enumerate().filter(|(_, (sd, _))| *sd == di).fold(0, |a, (s, _)| a | 1 << s);
+        }
+        mask
+    }
+}
+
 impl Snapshot {
+    /// Takes the GPUs of node `id` with these indices out of service (and
+    /// puts the others back): nothing new is placed on them, in any form.
+    pub fn set_quarantined_gpus(&mut self, id: NodeId, indices: &[u32]) -> Result<(), SnapshotError> {
+        let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
+        e.quarantined = e.slots_of_indices(indices);
+        e.quarantined_mig = e.mig_slots_of_indices(indices);
+        Ok(())
+    }
+
+    /// The indices of node `id`'s quarantined GPUs.
+    pub fn quarantined_gpus(&self, id: NodeId) -> Vec<u32> {
+        let Some(e) = self.nodes.get(id.index()) else { return Vec::new() };
+        let whole = bits(e.quarantined).filter_map(|s| Some(e.node.devices.get(*e.gpu_slots.get(s)?)?.index));
+        let mig = bits(e.quarantined_mig).filter_map(|s| {
+            let (di, _) = e.mig_slots.get(s).filter(|x| **x != NO_INSTANCE)?;
+            Some(e.node.devices.get(*di)?.index)
+        });
+        let mut all: Vec<u32> = whole.chain(mig).collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// Marks the whole GPUs of node `id` with these indices as degraded
     /// (and the others as not): new work avoids them while it can.
     pub fn set_degraded_gpus(&mut self, id: NodeId, indices: &[u32]) -> Result<(), SnapshotError> {
