@@ -172,12 +172,44 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         native: bool,
     },
+    /// Show (or, with `None`, clear) a fault on a simulated GPU (`gpool
+    /// nodes inject`/`restore`); a node with real devices refuses.
+    InjectFault {
+        gpu: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fault: Option<FaultWire>,
+    },
+    /// Check quarantined GPU `gpu` (no job uses it) with the node's health
+    /// check program; the verdict comes back in the next telemetry.
+    CheckHealth { gpu: u32, uuid: String },
     /// Pull an image now: a job will run in it here once the GPUs it waits for are free.
     Prefetch {
         image: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         registry_auth: Option<String>,
     },
+}
+
+/// A fault injected into a simulated GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultWire {
+    Xid(u64),
+    EccUncorrected,
+    Gone,
+}
+
+/// What a node's health check said of one GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthVerdict {
+    pub gpu: u32,
+    /// `false`: the node has no health-check program; the control plane's
+    /// built-in check decides.
+    pub program: bool,
+    pub passed: bool,
+    /// The program's output (its tail) or why it could not run.
+    #[serde(default)]
+    pub output: String,
 }
 
 /// One GPU instance to create: a profile at a start (memory slices).
@@ -404,6 +436,9 @@ pub struct TelemetryWire {
     /// A MIG layout order's outcome, in the first report after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig: Option<MigOutcome>,
+    /// Health checks finished since the last report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<HealthVerdict>,
     /// Why the GPUs could not be read, if they could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

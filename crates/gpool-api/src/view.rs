@@ -212,6 +212,32 @@ pub struct DeviceView {
     /// gangs avoid it while another fit exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
+    /// Why the GPU is out of service (a fault), while it is: nothing new
+    /// is placed on it until a health check passes or an operator restores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<QuarantineView>,
+}
+
+/// A GPU out of service for a fault (`gpool health`, `gpool nodes`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuarantineView {
+    pub node: String,
+    pub gpu: u32,
+    /// The fault, e.g. `XID 79 (GPU has fallen off the bus)`.
+    pub fault: String,
+    /// RFC 3339.
+    pub since: String,
+    /// What was done: the jobs requeued or ended.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub action: String,
+    /// It faulted again within a day: only `gpool nodes restore` brings it back.
+    #[serde(default)]
+    pub operator_only: bool,
+    /// The last health check: when (RFC 3339) and what it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check: Option<(String, String)>,
+    /// GPU-hours lost to it so far.
+    pub lost_gpu_hours: f64,
 }
 
 /// One job's share of a shared GPU.

@@ -236,6 +236,7 @@ impl Sampler {
             conditions,
             mig: None,
             pulling,
+            health: Vec::new(),
         }
     }
 

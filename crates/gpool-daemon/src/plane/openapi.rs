@@ -35,6 +35,7 @@ pub fn document() -> Value {
     generator.subschema_for::<api::JobView>();
     generator.subschema_for::<api::JobList>();
     generator.subschema_for::<api::NodeView>();
+    generator.subschema_for::<api::QuarantineView>();
     generator.subschema_for::<api::QueueView>();
     generator.subschema_for::<api::PoolView>();
     generator.subschema_for::<api::CostReport>();

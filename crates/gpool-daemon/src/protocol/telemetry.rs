@@ -25,6 +25,30 @@ pub struct NodeReport {
     pub mig: Option<gpool_api::agent::MigOutcome>,
     /// Replicas still pulling their image (`node/pull.rs`), and how far along.
     pub pulling: Vec<(ReplicaKey, String)>,
+    /// Health checks of quarantined GPUs finished since the last report.
+    pub health: Vec<gpool_api::agent::HealthVerdict>,
+}
+
+/// A fault to inject, for the agent protocol.
+pub fn fault_to_wire(f: &gpool_gpu::InjectedFault) -> gpool_api::agent::FaultWire {
+    use gpool_api::agent::FaultWire;
+    use gpool_gpu::InjectedFault;
+    match f {
+        InjectedFault::Xid(x) => FaultWire::Xid(*x),
+        InjectedFault::EccUncorrected => FaultWire::EccUncorrected,
+        InjectedFault::Gone => FaultWire::Gone,
+    }
+}
+
+/// A fault to inject, from the agent protocol.
+pub fn fault_from_wire(f: gpool_api::agent::FaultWire) -> gpool_gpu::InjectedFault {
+    use gpool_api::agent::FaultWire;
+    use gpool_gpu::InjectedFault;
+    match f {
+        FaultWire::Xid(x) => InjectedFault::Xid(x),
+        FaultWire::EccUncorrected => InjectedFault::EccUncorrected,
+        FaultWire::Gone => InjectedFault::Gone,
+    }
 }
 
 /// A node's telemetry for the agent protocol.
@@ -98,6 +122,7 @@ pub fn telemetry_to_wire(r: &NodeReport) -> gpool_api::agent::TelemetryWire {
         conditions: r.conditions.clone(),
         mig: r.mig.clone(),
         pulling: r.pulling.iter().map(|(k, p)| ((*k).into(), p.clone())).collect(),
+        health: r.health.clone(),
     }
 }
 
@@ -173,6 +198,7 @@ pub fn telemetry_from_wire(node: &str, t: gpool_api::agent::TelemetryWire) -> No
         conditions: t.conditions,
         mig: t.mig,
         pulling: t.pulling.into_iter().map(|(k, p)| (k.into(), p)).collect(),
+        health: t.health,
     }
 }
 

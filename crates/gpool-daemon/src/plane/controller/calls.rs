@@ -209,6 +209,12 @@ calls! {
     Notice { node: String, within_ms: u64, from: String } -> api::NodeView, Anyone;
     /// Drain a node (`draining: true`) or let it take work again; admins only (checked by the call).
     Drain { node: String, draining: bool, from: String } -> api::NodeView, People;
+    /// Show a fault on a simulated GPU; admins only, refused on real devices (`faults.rs`).
+    InjectFault { node: String, gpu: u32, fault: gpool_gpu::InjectedFault, from: String } -> api::NodeView, People;
+    /// Bring a quarantined GPU back into service; admins only (`faults.rs`).
+    RestoreGpu { node: String, gpu: u32, from: String } -> api::NodeView, People;
+    /// The GPUs out of service for faults (`gpool health`).
+    Health {} -> Vec<api::QuarantineView>, Read;
     /// The agent protocol: a node joins or re-joins.
     Register { reg: api::agent::Register } -> api::agent::Registered, Nodes;
     /// The agent protocol: a long poll for commands.
@@ -241,6 +247,7 @@ impl Call {
                 | Call::Advice { .. }
                 | Call::Alerts { .. }
                 | Call::Overview { .. }
+                | Call::Health { .. }
                 | Call::Services { .. }
                 | Call::Pipeline { .. }
                 | Call::Pipelines { .. }

@@ -48,6 +48,19 @@ pub enum Stop {
         node: String,
         at_ms: i64,
     },
+    /// A GPU it runs on was quarantined for a fault (`faults.rs`): requeued
+    /// as an infrastructure failure, not counted against its retries.
+    GpuFault {
+        node: String,
+        gpu: u32,
+        fault: String,
+    },
+    /// A GPU it runs on raised an XID of the application's own (`faults.rs`).
+    GpuXid {
+        node: String,
+        gpu: u32,
+        xid: String,
+    },
     /// Its processes used more of a shared GPU's memory than its share.
     GpuMemory {
         gpu: u32,

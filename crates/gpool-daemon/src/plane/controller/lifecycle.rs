@@ -191,6 +191,23 @@ impl Controller {
                 now,
                 false,
             ),
+            Some(Stop::GpuFault { node, gpu, fault }) => Next::Requeue(
+                format!(
+                    "GPU {gpu} of node {node} faulted ({fault}): an infrastructure failure, not the job's; \
+                     requeued away from it (retries unchanged)"
+                ),
+                now,
+                false,
+            ),
+            Some(Stop::GpuXid { node, gpu, xid }) if doc.failures >= doc.spec.retries => Next::Done(
+                api::JobState::Failed,
+                format!("failed: GPU {gpu} of node {node} raised {xid}, an error of the application (NVIDIA: restart it)"),
+            ),
+            Some(Stop::GpuXid { node, gpu, xid }) => Next::Requeue(
+                format!("GPU {gpu} of node {node} raised {xid}; retry {} of {}", doc.failures + 1, doc.spec.retries),
+                now,
+                true,
+            ),
             Some(Stop::Reclaim { node, .. }) => Next::Requeue(
                 format!("its node {node} was taken back (spot); requeued to resume from its checkpoint"),
                 now,

@@ -42,6 +42,7 @@ mod conditions;
 mod costs;
 mod docs;
 mod elastic;
+mod faults;
 mod gpu_shares;
 mod health;
 mod history;
@@ -54,6 +55,7 @@ mod node_doc;
 mod node_trust;
 mod nodes;
 mod observe;
+mod orders;
 mod overview;
 mod pipelines;
 mod power;
@@ -150,6 +152,16 @@ pub enum LocalOrder {
         key: ReplicaKey,
         order: crate::protocol::ProfileOrder,
     },
+    /// Show or clear a fault on a simulated GPU (`faults.rs`).
+    InjectFault {
+        gpu: u32,
+        fault: Option<gpool_gpu::InjectedFault>,
+    },
+    /// Run the health check on a quarantined GPU (`faults.rs`).
+    CheckHealth {
+        gpu: u32,
+        uuid: String,
+    },
 }
 
 /// An order to some node: routed to the local agent or a remote outbox.
@@ -160,6 +172,8 @@ pub(crate) enum Order {
     MigLayout { gpu: u32, layout: Vec<gpool_gpu::MigSlot> },
     Prefetch { image: String, registry_auth: Option<crate::protocol::Secret> },
     Profile { key: ReplicaKey, order: crate::protocol::ProfileOrder },
+    InjectFault { gpu: u32, fault: Option<gpool_gpu::InjectedFault> },
+    CheckHealth { gpu: u32, uuid: String },
 }
 
 /// What one turn asks of the outside world; see the module docs for the order.
@@ -281,6 +295,8 @@ pub struct Controller {
     profiling: profiles::Profiling,
     /// Run times of recent successes, for jobs submitted without an estimate (`history.rs`).
     history: gpool_core::runtime_history::RuntimeHistory,
+    /// GPUs out of service for faults (`faults.rs`).
+    faults: faults::GpuFaults,
 }
 
 impl Controller {
@@ -351,6 +367,7 @@ impl Controller {
             prefetched: BTreeSet::new(),
             profiling: profiles::Profiling::default(),
             history: gpool_core::runtime_history::RuntimeHistory::new(Default::default()),
+            faults: faults::GpuFaults::default(),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {
@@ -375,6 +392,7 @@ impl Controller {
         c.restore_schedules()?;
         c.restore_power()?;
         c.restore_degraded()?;
+        c.restore_quarantines()?;
         // The overload gate's count goes on where the last control plane left it.
         let since = c.store.meta(OVERLOAD_KEY)?.and_then(|t| t.parse().ok()).map(Time::from_millis);
         c.snap.restore_overload(since);
@@ -477,60 +495,6 @@ impl Controller {
 
     fn reply<T: Send + 'static>(&mut self, tx: Reply<T>, v: Result<T, ApiError>) {
         self.replies.push(Answer::new(tx, v));
-    }
-
-    /// Routes an order to a node: the local agent's orders go out with the
-    /// turn, a remote agent's wait in its outbox for its next poll.
-    fn order(&mut self, node: NodeId, order: Order) {
-        let Some(link) = self.links.get(&node) else { return };
-        if link.is_local() {
-            self.local.push(match order {
-                Order::Start { key, launch, devices } => LocalOrder::Start { key, launch, devices },
-                Order::Signal { key, signal } => LocalOrder::Signal { key, signal },
-                Order::MigLayout { gpu, layout } => LocalOrder::MigLayout { gpu, layout },
-                Order::Prefetch { image, registry_auth } => LocalOrder::Prefetch { image, registry_auth },
-                Order::Profile { key, order } => LocalOrder::Profile { key, order },
-            });
-            return;
-        }
-        let cmd = match order {
-            Order::Start { key, launch, devices } => {
-                let launch = *launch;
-                let cwd = (!launch.cwd.as_os_str().is_empty()).then(|| launch.cwd.display().to_string());
-                api::agent::Command::Start {
-                    replica: key.into(),
-                    registry_auth: launch.registry_auth.map(|s| s.0),
-                    argv: launch.argv,
-                    env: launch.env,
-                    cwd,
-                    devices,
-                    user: launch.user,
-                    cpus_milli: (launch.cpus_milli > 0).then_some(launch.cpus_milli),
-                    memory_mb: (launch.memory_mb > 0).then_some(launch.memory_mb),
-                    image: launch.image,
-                }
-            }
-            Order::Signal { key, signal } => {
-                api::agent::Command::Signal { replica: key.into(), signal: signal.as_raw() }
-            }
-            Order::Prefetch { image, registry_auth } => {
-                api::agent::Command::Prefetch { image, registry_auth: registry_auth.map(|s| s.0) }
-            }
-            Order::Profile { key, order } => api::agent::Command::Profile {
-                replica: key.into(),
-                profile: order.profile,
-                seconds: order.seconds,
-                native: order.native,
-            },
-            Order::MigLayout { gpu, layout } => api::agent::Command::MigLayout {
-                gpu,
-                layout: layout
-                    .into_iter()
-                    .map(|s| api::agent::MigSlotWire { profile: s.profile, start: s.start })
-                    .collect(),
-            },
-        };
-        self.push_command(node, cmd);
     }
 
     fn event(&mut self, now: i64, job: Option<u64>, kind: &str, message: String) {

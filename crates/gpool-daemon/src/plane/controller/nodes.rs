@@ -134,6 +134,7 @@ impl Controller {
         let state = if doc.draining { NodeState::Draining } else { NodeState::Up };
         let _ = self.snap.set_node_state(id, state);
         self.apply_mig_managed(id, &doc.mig_managed);
+        self.apply_quarantine(id);
         self.forget_mig_changes(id, &doc.name);
         self.writes.push(node_row(&doc, now));
         self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });

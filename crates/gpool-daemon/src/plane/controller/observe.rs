@@ -129,6 +129,7 @@ impl Controller {
         {
             self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
         }
+        self.on_gpu_faults(node, &r, now);
         let (name, at_ms) = (r.node.clone(), r.at_ms);
         let out = self.telemetry.on_report(r, &holders);
         self.watch_power(&name, at_ms, now);

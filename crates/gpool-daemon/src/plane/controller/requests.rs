@@ -54,6 +54,14 @@ impl Controller {
                 let r = self.set_draining(&caller, &node, draining, &from, now);
                 self.reply(reply, r);
             }
+            Call::InjectFault { node, gpu, fault, from, reply } => {
+                let r = self.inject_fault(&caller, &node, gpu, fault, &from, now);
+                self.reply(reply, r);
+            }
+            Call::RestoreGpu { node, gpu, from, reply } => {
+                let r = self.restore_gpu(&caller, &node, gpu, &from, now);
+                self.reply(reply, r);
+            }
             Call::Register { reg, reply } => {
                 let r = Controller::check_node_identity(&caller, &reg.node).and_then(|()| self.register(reg, now));
                 self.reply(reply, r);
@@ -237,6 +245,10 @@ impl Controller {
             }
             Call::Overview { reply } => {
                 let r = Ok(self.overview(&caller, now));
+                self.reply(reply, r);
+            }
+            Call::Health { reply } => {
+                let r = Ok(self.health_view());
                 self.reply(reply, r);
             }
         }

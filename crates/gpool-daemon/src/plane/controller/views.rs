@@ -66,6 +66,12 @@ impl Controller {
                 Stop::GpuMemory { gpu, used_mb, limit_mb } => {
                     format!("used {used_mb} MiB of GPU {gpu}, over its share of {limit_mb} MiB; waiting for its processes to exit")
                 }
+                Stop::GpuFault { node, gpu, fault } => {
+                    format!("GPU {gpu} of node {node} faulted ({fault}); checkpointing, then requeued away from it")
+                }
+                Stop::GpuXid { node, gpu, xid } => {
+                    format!("GPU {gpu} of node {node} raised {xid} in this job; waiting for its processes to exit")
+                }
             }),
             api::JobState::Running => {
                 self.pulling.get(&d.id).map(|(_, text)| text.clone()).or_else(|| d.end_reason.clone())
@@ -209,6 +215,7 @@ impl Controller {
                                 crate::plane::telemetry::device_view(t, |pid| self.telemetry.job_of_pid(&n.name, pid))
                             }),
                             degraded: self.telemetry.degraded(&n.name, d.index).map(str::to_string),
+                            quarantine: self.faults.view_of(&n.name, d.index, self.clock.now_ms()),
                         }
                     })
                     .collect();

@@ -25,6 +25,7 @@ mod cluster;
 mod holds;
 mod log_watch;
 mod logs;
+mod node_admin;
 mod pipelines;
 mod profile;
 mod registries;
@@ -96,9 +97,12 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/overview", get(cluster::overview))
         .route("/metrics", get(metrics))
         .route("/tls/ca.pem", get(ca_pem))
-        .route("/api/v1/nodes/{name}/drain", post(drain))
-        .route("/api/v1/nodes/{name}/resume", post(resume))
-        .route("/api/v1/nodes/{name}/notice", post(notice))
+        .route("/api/v1/nodes/{name}/drain", post(node_admin::drain))
+        .route("/api/v1/nodes/{name}/resume", post(node_admin::resume))
+        .route("/api/v1/nodes/{name}/notice", post(node_admin::notice))
+        .route("/api/v1/nodes/{name}/inject", post(node_admin::inject))
+        .route("/api/v1/nodes/{name}/restore", post(node_admin::restore))
+        .route("/api/v1/health", get(node_admin::health))
         .route("/agent/v1/register", post(agent_register))
         .route("/agent/v1/commands", get(agent_commands))
         .route("/agent/v1/report", post(agent_report))
@@ -337,48 +341,6 @@ async fn metrics(State(st): State<AppState>, who: std::result::Result<Who, AppEr
     };
     let text = crate::plane::metrics::render(&scrape);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
-}
-
-async fn drain(
-    State(st): State<AppState>,
-    from: Peer,
-    who: Who,
-    Path(node): Path<String>,
-) -> Result<Json<api::NodeView>> {
-    let from = from.0;
-    Ok(Json(call(&st, &who, |reply| Call::Drain { node, draining: true, from, reply }).await?))
-}
-
-async fn resume(
-    State(st): State<AppState>,
-    from: Peer,
-    who: Who,
-    Path(node): Path<String>,
-) -> Result<Json<api::NodeView>> {
-    let from = from.0;
-    Ok(Json(call(&st, &who, |reply| Call::Drain { node, draining: false, from, reply }).await?))
-}
-
-/// A spot notice: `{"in": "2m"}` (a duration) or `{"seconds": 120}`.
-async fn notice(
-    State(st): State<AppState>,
-    from: Peer,
-    who: Who,
-    Path(node): Path<String>,
-    body: Bytes,
-) -> Result<Json<api::NodeView>> {
-    let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
-        AppError(ApiError::new(400, format!("a notice is {{\"in\": \"2m\"}} or {{\"seconds\": 120}}: {e}")))
-    })?;
-    let within_ms = match (v.get("in").and_then(|x| x.as_str()), v.get("seconds").and_then(serde_json::Value::as_u64)) {
-        (Some(d), None) => api::quantity::parse_duration(d)
-            .map_err(|e| AppError(ApiError::new(400, format!("in: {e}"))))?
-            .as_millis() as u64,
-        (None, Some(s)) => s.saturating_mul(1000),
-        _ => return Err(AppError(ApiError::new(400, "a notice gives either \"in\" (e.g. \"2m\") or \"seconds\""))),
-    };
-    let from = from.0;
-    Ok(Json(call(&st, &who, |reply| Call::Notice { node, within_ms, from, reply }).await?))
 }
 
 async fn agent_register(State(st): State<AppState>, who: Who, body: Bytes) -> Result<Json<api::agent::Registered>> {
