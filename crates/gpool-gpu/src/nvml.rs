@@ -5,23 +5,36 @@
 //! process's life, and a second [`Nvml::load`] shares it.
 //!
 //! A value a device does not report (`NotSupported`, `NoPermission`, a
-//! function an older driver lacks) is `None`. A lost GPU, or a driver that
-//! went away, fails the sample with a message that says so.
+//! function an older driver lacks) is `None`. A GPU NVML calls lost
+//! (`NVML_ERROR_GPU_IS_LOST`: fallen off the bus) is a sample of its own
+//! that says so in [`GpuSample::health_fault`]; a driver that went away, or
+//! any other failure of a device, fails the sample with a message.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
+use nvml_wrapper::Device;
 use nvml_wrapper::Nvml as Lib;
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PerformanceState, TemperatureSensor, TemperatureThreshold,
+    Clock, EccCounter, MemoryError, PerformanceState, RetirementCause, TemperatureSensor, TemperatureThreshold,
 };
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::FieldValueSample;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING};
 
 use crate::model::short_model;
 use crate::{Backend, GpuError, GpuInfo, GpuProcess, GpuSample, MigInfo, MigSample, throttle_reason_names};
 
 const MIB: u64 = 1024 * 1024;
+
+/// NVLink links a GPU may have (`NVML_NVLINK_MAX_LINKS`).
+const NVLINK_MAX_LINKS: u32 = 18;
+
+/// What a sample of a GPU NVML calls lost says ([`GpuSample::health_fault`]).
+pub const GPU_LOST: &str = "fallen off the bus: NVML says the GPU is lost (NVML_ERROR_GPU_IS_LOST)";
 
 /// The process's NVML, once initialised.
 static SHARED: Mutex<Option<&'static Lib>> = Mutex::new(None);
@@ -44,6 +57,8 @@ pub struct Nvml {
     /// Per GPU index, the newest process-utilisation sample seen (µs), so
     /// that each reading covers only the time since the previous one.
     process_util_seen: std::collections::HashMap<u32, u64>,
+    /// Each GPU's UUID by index, as last read: a lost GPU no longer tells it.
+    uuids: BTreeMap<u32, String>,
 }
 
 impl Nvml {
@@ -51,7 +66,12 @@ impl Nvml {
     /// Registers for XID (critical error) events where the devices allow it.
     pub fn load() -> Result<Nvml, GpuError> {
         match shared_lib() {
-            Ok(lib) => Ok(Nvml { lib, xid: xid::Xid::register(lib), process_util_seen: Default::default() }),
+            Ok(lib) => Ok(Nvml {
+                lib,
+                xid: xid::Xid::register(lib),
+                process_util_seen: Default::default(),
+                uuids: BTreeMap::new(),
+            }),
             Err(e @ (NvmlError::LibloadingError(_) | NvmlError::DriverNotLoaded | NvmlError::LibraryNotFound)) => {
                 Err(GpuError::NoDriver(e.to_string()))
             }
@@ -109,6 +129,32 @@ fn pstate_name(p: PerformanceState) -> Option<String> {
     Some(format!("P{n}"))
 }
 
+/// A field value read as a flag (non-zero = yes); `None` when it could not be read.
+fn field_flag(sample: Option<&Result<FieldValueSample, NvmlError>>) -> Option<bool> {
+    Some(match sample?.as_ref().ok()?.value.as_ref().ok()? {
+        SampleValue::U32(v) => *v != 0,
+        SampleValue::U64(v) => *v != 0,
+        SampleValue::I64(v) => *v != 0,
+        SampleValue::F64(v) => *v != 0.0,
+    })
+}
+
+/// The sample of a GPU NVML calls lost: its index, its UUID where it was
+/// read before, the XIDs seen (from the event set, not the device), and the
+/// fault. Nothing else can be read from it.
+fn lost_sample(index: u32, uuid: Option<String>, xid: Option<&xid::Xid>) -> GpuSample {
+    let uuid = uuid.unwrap_or_default();
+    GpuSample {
+        index,
+        xid_last: xid.and_then(|x| x.last(&uuid)),
+        xid_count: xid.and_then(|x| x.count(&uuid)),
+        xids_recent: xid.map(|x| x.recent(&uuid)).unwrap_or_default(),
+        health_fault: Some(GPU_LOST.into()),
+        uuid,
+        ..GpuSample::default()
+    }
+}
+
 impl Backend for Nvml {
     fn name(&self) -> &'static str {
         "nvml"
@@ -127,8 +173,8 @@ impl Backend for Nvml {
             if let Some(b) = &pci {
                 bus_to_index.insert(b.to_ascii_lowercase(), i);
             }
-            // NVLink peers: up to 18 links per GPU; a missing link or no NVLink ends the scan.
-            for link in 0..18 {
+            // NVLink peers: a missing link or no NVLink ends the scan.
+            for link in 0..NVLINK_MAX_LINKS {
                 let l = d.link_wrapper_for(link);
                 match (l.is_active(), l.remote_pci_info()) {
                     (Ok(true), Ok(remote)) => links.push((i, remote.bus_id.to_ascii_lowercase())),
@@ -205,6 +251,7 @@ impl Backend for Nvml {
                 .collect();
             g.nvlink_peers = peers.iter().filter_map(|p| bus_of.get(p).cloned()).collect();
         }
+        self.uuids = gpus.iter().map(|g| (g.index, g.uuid.clone())).collect();
         Ok(gpus)
     }
 
@@ -212,126 +259,217 @@ impl Backend for Nvml {
         if let Some(x) = &mut self.xid {
             x.drain();
         }
-        let count = self.lib.device_count().map_err(nvml_err)?;
+        let lib = self.lib;
+        let count = lib.device_count().map_err(nvml_err)?;
         let mut out = Vec::with_capacity(count as usize);
         for i in 0..count {
-            let d = self.lib.device_by_index(i).map_err(|e| GpuError::Nvml(format!("GPU {i}: {e}")))?;
-            let uuid = d.uuid().map_err(|e| GpuError::Nvml(format!("GPU {i}: {e}")))?;
-            // A value the device does not report is None; a lost device fails the sample.
-            macro_rules! get {
-                ($e:expr) => {
-                    match $e {
-                        Ok(v) => Some(v),
-                        Err(e) if is_missing(&e) => None,
-                        Err(e) => {
-                            return Err(GpuError::Nvml(format!(
-                                "GPU {i} ({uuid}): {e}. Check `nvidia-smi` and `dmesg` for Xid errors; a GPU reset or reboot may be needed"
-                            )));
-                        }
-                    }
-                };
-            }
-            let util = get!(d.utilization_rates());
-            let mem = get!(d.memory_info());
-            // Each process's SM share since the last sample (jobs sharing the
-            // GPU are told apart by it); a device without it leaves it out.
-            let seen = self.process_util_seen.get(&i).copied();
-            let mut sm_of: std::collections::HashMap<u32, (u64, u32)> = std::collections::HashMap::new();
-            for s in d.process_utilization_stats(seen).unwrap_or_default() {
-                let e = sm_of.entry(s.pid).or_insert((s.timestamp, s.sm_util));
-                if s.timestamp >= e.0 {
-                    *e = (s.timestamp, s.sm_util);
+            let read = lib.device_by_index(i).and_then(|d| Ok((d.uuid()?, d)));
+            let (uuid, d) = match read {
+                Ok(x) => x,
+                Err(NvmlError::GpuLost) => {
+                    out.push(lost_sample(i, self.uuids.get(&i).cloned(), self.xid.as_ref()));
+                    continue;
+                }
+                Err(e) => return Err(GpuError::Nvml(format!("GPU {i}: {e}"))),
+            };
+            self.uuids.insert(i, uuid.clone());
+            match self.sample_device(i, &d, uuid.clone()) {
+                Ok(s) => out.push(s),
+                Err(NvmlError::GpuLost) => out.push(lost_sample(i, Some(uuid), self.xid.as_ref())),
+                Err(e) => {
+                    return Err(GpuError::Nvml(format!(
+                        "GPU {i} ({uuid}): {e}. Check `nvidia-smi` and `dmesg` for Xid errors; a GPU reset or reboot may be needed"
+                    )));
                 }
             }
-            if let Some(newest) = sm_of.values().map(|(t, _)| *t).max() {
-                self.process_util_seen.insert(i, newest);
-            }
-            let processes = get!(d.running_compute_processes())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|p| GpuProcess {
-                    pid: p.pid,
-                    name: self.lib.sys_process_name(p.pid, 256).ok().filter(|n| !n.is_empty()),
-                    used_memory_mb: match p.used_gpu_memory {
-                        UsedGpuMemory::Used(bytes) => Some(bytes / MIB),
-                        UsedGpuMemory::Unavailable => None,
-                    },
-                    sm_util_pct: sm_of.get(&p.pid).map(|(_, u)| *u),
-                    gi_id: p.gpu_instance_id,
-                    ci_id: p.compute_instance_id,
-                })
-                .collect();
-            let mut mig = Vec::new();
-            if matches!(get!(d.mig_mode()), Some(m) if m.current == 1) {
-                for m in 0..get!(d.mig_device_count()).unwrap_or(0) {
-                    let Some(md) = get!(d.mig_device_by_index(m)) else { continue };
-                    let mm = get!(md.memory_info());
-                    mig.push(MigSample {
-                        // The same numbering as inventory(): see there.
-                        gi_id: m + 1,
-                        ci_id: None,
-                        memory_used_mb: mm.as_ref().map(|m| m.used / MIB),
-                        memory_total_mb: mm.as_ref().map(|m| m.total / MIB),
-                    });
-                }
-            }
-            out.push(GpuSample {
-                index: i,
-                gpu_util_pct: util.as_ref().map(|u| f64::from(u.gpu)),
-                mem_util_pct: util.as_ref().map(|u| f64::from(u.memory)),
-                memory_used_mb: mem.as_ref().map(|m| m.used / MIB),
-                memory_total_mb: mem.as_ref().map(|m| m.total / MIB),
-                memory_free_mb: mem.as_ref().map(|m| m.free / MIB),
-                memory_reserved_mb: mem.as_ref().map(|m| m.reserved / MIB),
-                temperature_c: get!(d.temperature(TemperatureSensor::Gpu)).map(f64::from),
-                // NVML has memory temperature only as a field value; not read here.
-                memory_temperature_c: None,
-                junction_temperature_c: None,
-                slowdown_temperature_c: get!(d.temperature_threshold(TemperatureThreshold::Slowdown)).map(f64::from),
-                power_draw_w: get!(d.power_usage()).map(|mw| f64::from(mw) / 1000.0),
-                power_limit_w: get!(d.enforced_power_limit()).map(|mw| f64::from(mw) / 1000.0),
-                energy_mj: get!(d.total_energy_consumption()),
-                sm_clock_mhz: get!(d.clock_info(Clock::SM)),
-                mem_clock_mhz: get!(d.clock_info(Clock::Memory)),
-                fan_pct: get!(d.fan_speed(0)).map(f64::from),
-                pstate: get!(d.performance_state()).and_then(pstate_name),
-                ecc_corrected_volatile: get!(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)),
-                ecc_uncorrected_volatile: get!(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)),
-                xid_last: self.xid.as_ref().and_then(|x| x.last(&uuid)),
-                xid_count: None,
-                xids_recent: Vec::new(),
-                remap_pending: None,
-                remap_failed: None,
-                retired_pages: None,
-                retired_pages_pending: None,
-                nvlink_errors: None,
-                pcie_replays: None,
-                health_fault: None,
-                throttle_reasons: get!(d.current_throttle_reasons()).map(|r| throttle_reason_names(r.bits())),
-                processes,
-                mig,
-                uuid,
-            });
         }
         Ok(out)
+    }
+}
+
+impl Nvml {
+    /// One GPU's sample. A value the device does not report is `None`; any
+    /// other error (a lost device, a driver gone) is returned, for
+    /// [`Backend::sample`] to tell a lost GPU from the rest.
+    fn sample_device(&mut self, i: u32, d: &Device<'_>, uuid: String) -> Result<GpuSample, NvmlError> {
+        macro_rules! get {
+            ($e:expr) => {
+                match $e {
+                    Ok(v) => Some(v),
+                    Err(e) if is_missing(&e) => None,
+                    Err(e) => return Err(e),
+                }
+            };
+        }
+        let util = get!(d.utilization_rates());
+        let mem = get!(d.memory_info());
+        // Each process's SM share since the last sample (jobs sharing the
+        // GPU are told apart by it); a device without it leaves it out.
+        let seen = self.process_util_seen.get(&i).copied();
+        let mut sm_of: std::collections::HashMap<u32, (u64, u32)> = std::collections::HashMap::new();
+        for s in d.process_utilization_stats(seen).unwrap_or_default() {
+            let e = sm_of.entry(s.pid).or_insert((s.timestamp, s.sm_util));
+            if s.timestamp >= e.0 {
+                *e = (s.timestamp, s.sm_util);
+            }
+        }
+        if let Some(newest) = sm_of.values().map(|(t, _)| *t).max() {
+            self.process_util_seen.insert(i, newest);
+        }
+        let processes = get!(d.running_compute_processes())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                name: self.lib.sys_process_name(p.pid, 256).ok().filter(|n| !n.is_empty()),
+                used_memory_mb: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(bytes) => Some(bytes / MIB),
+                    UsedGpuMemory::Unavailable => None,
+                },
+                sm_util_pct: sm_of.get(&p.pid).map(|(_, u)| *u),
+                gi_id: p.gpu_instance_id,
+                ci_id: p.compute_instance_id,
+            })
+            .collect();
+        let mut mig = Vec::new();
+        if matches!(get!(d.mig_mode()), Some(m) if m.current == 1) {
+            for m in 0..get!(d.mig_device_count()).unwrap_or(0) {
+                let Some(md) = get!(d.mig_device_by_index(m)) else { continue };
+                let mm = get!(md.memory_info());
+                mig.push(MigSample {
+                    // The same numbering as inventory(): see there.
+                    gi_id: m + 1,
+                    ci_id: None,
+                    memory_used_mb: mm.as_ref().map(|m| m.used / MIB),
+                    memory_total_mb: mm.as_ref().map(|m| m.total / MIB),
+                });
+            }
+        }
+        // Row remapping: nvml-wrapper 0.13 has no safe nvmlDeviceGetRemappedRows,
+        // so its two flags are read as the field values NVML documents for them.
+        let remap =
+            get!(d.field_values_for(&[FieldId(NVML_FI_DEV_REMAPPED_PENDING), FieldId(NVML_FI_DEV_REMAPPED_FAILURE)]))
+                .unwrap_or_default();
+        // Retired pages (before Ampere): single- and double-bit causes together.
+        let single = get!(d.retired_pages(RetirementCause::MultipleSingleBitEccErrors)).map(|p| p.len() as u64);
+        let double = get!(d.retired_pages(RetirementCause::DoubleBitEccError)).map(|p| p.len() as u64);
+        // NVLink: the error counters of the active links, summed. A link that
+        // does not answer ends the scan (no NVLink, or no more links).
+        let mut nvlink_errors: Option<u64> = None;
+        for link in 0..NVLINK_MAX_LINKS {
+            let l = d.link_wrapper_for(link);
+            match l.is_active() {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => break,
+            }
+            for counter in
+                [ErrorCounter::DlReplay, ErrorCounter::DlRecovery, ErrorCounter::DlCrcFlit, ErrorCounter::DlCrcData]
+            {
+                if let Some(n) = get!(l.error_counter(counter)) {
+                    nvlink_errors = Some(nvlink_errors.unwrap_or(0).saturating_add(n));
+                }
+            }
+        }
+        let xid = self.xid.as_ref();
+        Ok(GpuSample {
+            index: i,
+            gpu_util_pct: util.as_ref().map(|u| f64::from(u.gpu)),
+            mem_util_pct: util.as_ref().map(|u| f64::from(u.memory)),
+            memory_used_mb: mem.as_ref().map(|m| m.used / MIB),
+            memory_total_mb: mem.as_ref().map(|m| m.total / MIB),
+            memory_free_mb: mem.as_ref().map(|m| m.free / MIB),
+            memory_reserved_mb: mem.as_ref().map(|m| m.reserved / MIB),
+            temperature_c: get!(d.temperature(TemperatureSensor::Gpu)).map(f64::from),
+            // NVML has memory temperature only as a field value; not read here.
+            memory_temperature_c: None,
+            junction_temperature_c: None,
+            slowdown_temperature_c: get!(d.temperature_threshold(TemperatureThreshold::Slowdown)).map(f64::from),
+            power_draw_w: get!(d.power_usage()).map(|mw| f64::from(mw) / 1000.0),
+            power_limit_w: get!(d.enforced_power_limit()).map(|mw| f64::from(mw) / 1000.0),
+            energy_mj: get!(d.total_energy_consumption()),
+            sm_clock_mhz: get!(d.clock_info(Clock::SM)),
+            mem_clock_mhz: get!(d.clock_info(Clock::Memory)),
+            fan_pct: get!(d.fan_speed(0)).map(f64::from),
+            pstate: get!(d.performance_state()).and_then(pstate_name),
+            ecc_corrected_volatile: get!(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)),
+            ecc_uncorrected_volatile: get!(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)),
+            xid_last: xid.and_then(|x| x.last(&uuid)),
+            xid_count: xid.and_then(|x| x.count(&uuid)),
+            xids_recent: xid.map(|x| x.recent(&uuid)).unwrap_or_default(),
+            remap_pending: field_flag(remap.first()),
+            remap_failed: field_flag(remap.get(1)),
+            retired_pages: crate::smi::report::sum_present([single, double]),
+            retired_pages_pending: get!(d.are_pages_pending_retired()),
+            nvlink_errors,
+            pcie_replays: get!(d.pcie_replay_counter()).map(u64::from),
+            // A lost GPU is told by the caller; nothing else here says "unhealthy".
+            health_fault: None,
+            throttle_reasons: get!(d.current_throttle_reasons()).map(|r| throttle_reason_names(r.bits())),
+            processes,
+            mig,
+            uuid,
+        })
     }
 }
 
 /// XID (critical error) events: registered at load, drained without waiting
 /// at each sample. Only where NVML has event sets (Linux).
 mod xid {
-    #[cfg(target_os = "linux")]
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
     use super::Lib;
+    use crate::RECENT_XIDS;
+
+    /// What was seen of the watched devices' XIDs, by UUID: the count and
+    /// the last [`RECENT_XIDS`], oldest first. No NVML in it.
+    #[derive(Debug, Default)]
+    pub(super) struct XidLog {
+        /// Devices registered for XID events.
+        devices: BTreeSet<String>,
+        count: BTreeMap<String, u64>,
+        recent: BTreeMap<String, VecDeque<u64>>,
+    }
+
+    impl XidLog {
+        pub(super) fn watch(&mut self, uuid: String) {
+            self.devices.insert(uuid);
+        }
+
+        pub(super) fn watches_any(&self) -> bool {
+            !self.devices.is_empty()
+        }
+
+        pub(super) fn record(&mut self, uuid: &str, xid: u64) {
+            let n = self.count.entry(uuid.to_string()).or_insert(0);
+            *n = n.saturating_add(1);
+            let recent = self.recent.entry(uuid.to_string()).or_default();
+            if recent.len() == RECENT_XIDS {
+                recent.pop_front();
+            }
+            recent.push_back(xid);
+        }
+
+        /// The last XID of a device (0 = none since load); `None` when it is not watched.
+        pub(super) fn last(&self, uuid: &str) -> Option<u64> {
+            self.devices.contains(uuid).then(|| self.recent.get(uuid).and_then(|r| r.back().copied()).unwrap_or(0))
+        }
+
+        /// How many XIDs a device had since load; `None` when it is not watched.
+        pub(super) fn count(&self, uuid: &str) -> Option<u64> {
+            self.devices.contains(uuid).then(|| self.count.get(uuid).copied().unwrap_or(0))
+        }
+
+        /// The last XIDs of a device, oldest first.
+        pub(super) fn recent(&self, uuid: &str) -> Vec<u64> {
+            self.recent.get(uuid).map(|r| r.iter().copied().collect()).unwrap_or_default()
+        }
+    }
 
     #[cfg(target_os = "linux")]
     pub(super) struct Xid {
         set: nvml_wrapper::EventSet<'static>,
-        /// Devices registered for XID events, by UUID.
-        devices: BTreeSet<String>,
-        /// The last XID seen per device.
-        last: BTreeMap<String, u64>,
+        log: XidLog,
     }
 
     #[cfg(target_os = "linux")]
@@ -341,7 +479,7 @@ mod xid {
         pub(super) fn register(lib: &'static Lib) -> Option<Xid> {
             use nvml_wrapper::bitmasks::event::EventTypes;
             let mut set = lib.create_event_set().ok()?;
-            let mut devices = BTreeSet::new();
+            let mut log = XidLog::default();
             for i in 0..lib.device_count().ok()? {
                 let Ok(d) = lib.device_by_index(i) else { continue };
                 let supported = d.supported_event_types().is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR));
@@ -350,9 +488,9 @@ mod xid {
                     continue;
                 }
                 set = d.register_events(EventTypes::CRITICAL_XID_ERROR, set).ok()?;
-                devices.insert(uuid);
+                log.watch(uuid);
             }
-            (!devices.is_empty()).then_some(Xid { set, devices, last: BTreeMap::new() })
+            log.watches_any().then_some(Xid { set, log })
         }
 
         /// Takes the pending events (`wait(0)` returns at once when there are none).
@@ -362,19 +500,16 @@ mod xid {
             for _ in 0..1024 {
                 let Ok(event) = self.set.wait(0) else { break };
                 if let (Ok(uuid), Some(XidError::Value(xid))) = (event.device.uuid(), event.event_data) {
-                    self.last.insert(uuid, xid);
+                    self.log.record(&uuid, xid);
                 }
             }
-        }
-
-        /// The last XID of a device (0 = none since load); `None` when it is not watched.
-        pub(super) fn last(&self, uuid: &str) -> Option<u64> {
-            self.devices.contains(uuid).then(|| self.last.get(uuid).copied().unwrap_or(0))
         }
     }
 
     #[cfg(not(target_os = "linux"))]
-    pub(super) struct Xid;
+    pub(super) struct Xid {
+        log: XidLog,
+    }
 
     #[cfg(not(target_os = "linux"))]
     impl Xid {
@@ -382,8 +517,17 @@ mod xid {
             None
         }
         pub(super) fn drain(&mut self) {}
-        pub(super) fn last(&self, _: &str) -> Option<u64> {
-            None
+    }
+
+    impl Xid {
+        pub(super) fn last(&self, uuid: &str) -> Option<u64> {
+            self.log.last(uuid)
+        }
+        pub(super) fn count(&self, uuid: &str) -> Option<u64> {
+            self.log.count(uuid)
+        }
+        pub(super) fn recent(&self, uuid: &str) -> Vec<u64> {
+            self.log.recent(uuid)
         }
     }
 }
@@ -425,5 +569,34 @@ mod tests {
         assert!(!is_missing(&NvmlError::DriverNotLoaded));
         assert_eq!(pstate_name(PerformanceState::Eight).as_deref(), Some("P8"));
         assert_eq!(pstate_name(PerformanceState::Unknown), None);
+    }
+
+    #[test]
+    fn xids_are_counted_and_the_last_few_kept_per_device() {
+        let mut log = xid::XidLog::default();
+        log.watch("GPU-a".into());
+        log.watch("GPU-b".into());
+        assert_eq!((log.last("GPU-a"), log.count("GPU-a"), log.recent("GPU-a")), (Some(0), Some(0), vec![]));
+        for x in [13, 31, 13] {
+            log.record("GPU-a", x);
+        }
+        assert_eq!((log.last("GPU-a"), log.count("GPU-a"), log.recent("GPU-a")), (Some(13), Some(3), vec![13, 31, 13]));
+        assert_eq!((log.last("GPU-b"), log.count("GPU-b")), (Some(0), Some(0)), "per device");
+        for x in 1..=10 {
+            log.record("GPU-b", x);
+        }
+        assert_eq!(log.recent("GPU-b"), (3..=10).collect::<Vec<u64>>(), "the last RECENT_XIDS, oldest first");
+        assert_eq!((log.last("GPU-b"), log.count("GPU-b")), (Some(10), Some(10)));
+        assert_eq!((log.last("GPU-c"), log.count("GPU-c")), (None, None), "not watched");
+    }
+
+    #[test]
+    fn a_lost_gpu_is_a_sample_that_says_so() {
+        let s = lost_sample(3, Some("GPU-x".into()), None);
+        assert_eq!((s.index, s.uuid.as_str()), (3, "GPU-x"));
+        assert_eq!(s.health_fault.as_deref(), Some(GPU_LOST));
+        assert!(GPU_LOST.contains("fallen off the bus") && GPU_LOST.contains("NVML_ERROR_GPU_IS_LOST"));
+        assert_eq!((s.gpu_util_pct, s.memory_used_mb, s.xid_count), (None, None, None), "nothing else is known");
+        assert_eq!(lost_sample(1, None, None).uuid, "", "a UUID never read stays unknown");
     }
 }

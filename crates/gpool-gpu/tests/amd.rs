@@ -151,10 +151,15 @@ fn rocm_smi_json_of_every_recorded_version() {
             (Some("0000:07:00.0"), Some(47.0), Some(211.0))
         );
         assert_eq!(c.device_id.as_deref(), Some("0x73df"));
+        assert_eq!(c.pcie_replays, Some(0), "`PCIe Replay Count` in every version");
     }
     let mi100 = amd::parse_rocm_smi(&read("mi100.rocm-smi-json-telegraf_rocm5.7.1.json")).expect("parses");
     assert_eq!(mi100.iter().map(|c| c.index).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
     assert_eq!((mi100[0].sclk_mhz, mi100[0].mclk_mhz), (Some(300), Some(1200)));
+    assert!(mi100.iter().all(|c| c.pcie_replays == Some(0)));
+    // Asked without `--showreplaycount`: unknown, not zero.
+    let rx7900 = amd::parse_rocm_smi(&read("rx7900xt.rocm-smi-productname-use-meminfo-vram.json")).expect("parses");
+    assert_eq!(rx7900[0].pcie_replays, None);
 }
 
 #[test]
@@ -172,6 +177,8 @@ fn amd_smi_metric_fragments_and_processes() {
     // The ROCm 6.1 changelog's `metric -p --json`: a bare list, value/unit objects.
     let m = amd::parse_metric(&read("unknown-gpu.amd-smi-metric-p_rocm6.1-changelog.json")).expect("parses");
     assert_eq!((m.len(), m[0].gpu, m[0].power_w, m[0].throttled), (1, 0, Some(10.0), Some(false)));
+    // `-p` prints no `ecc`, `ecc_blocks` or `pcie` section: all unknown, no fault.
+    assert_eq!((m[0].ecc_uncorrected, m[0].ras_uncorrectable.len(), m[0].pcie_replays), (None, 0, None));
     // An R9700's `metric`, cut after 40 lines by the reporter: an error that names a line, not a panic.
     let e = amd::parse_metric(&read("r9700.amd-smi-metric-gpu0_26.2.1_TRUNCATED-head-n-40.txt")).expect_err("cut");
     assert!(matches!(e, gpool_gpu::GpuError::Parse { line: 30.., .. }), "{e}");

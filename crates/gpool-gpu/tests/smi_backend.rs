@@ -89,6 +89,17 @@ fn scripts() -> &'static Scripts {
             ]
             .concat(),
         );
+        // The same H100 whose `-q -x` fails and whose `-q` answers (recorded under load).
+        write(
+            "h100-mig-q",
+            &[
+                format!("  --query-gpu=*) {} ;;\n", cat("h100-80gb-hbm3-mig_query-gpu_load.csv")),
+                arm(smi::COMPUTE_APPS_ARGS, &cat("h100-80gb-hbm3-mig_query-compute-apps_load.csv")),
+                arm(smi::XML_ARGS, "echo 'stand-in: no XML here' >&2; exit 3"),
+                arm(smi::TEXT_ARGS, &cat("h100-80gb-hbm3-mig_q_load.txt")),
+            ]
+            .concat(),
+        );
         // An H100 with MIG off that answers only the exact argument lists of the contract.
         write(
             "h100",
@@ -163,6 +174,16 @@ fn mig_sample_keeps_going_without_the_xml_report() {
     );
     assert_eq!(s.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), [21180, 21181, 21198]);
     assert!(s.mig.is_empty(), "no -q -x: no per-instance memory, and no error");
+}
+
+#[test]
+fn a_mig_sample_takes_the_fault_readings_of_the_report_it_reads() {
+    let s = smi_at("h100-mig-q").sample().expect("sample");
+    let s = &s[0];
+    assert_eq!(s.mig.iter().map(|m| m.gi_id).collect::<Vec<_>>(), [2, 3, 9, 10], "the report was read");
+    // `Replays Since Reset : 9` comes from the report (`--query-gpu` has no such
+    // field); `Remapped Rows : N/A` and `[N/A]` in the CSV leave the rest unknown.
+    assert_eq!((s.pcie_replays, s.remap_pending, s.remap_failed, s.retired_pages), (Some(9), None, None, None));
 }
 
 #[test]

@@ -8,9 +8,12 @@
 //! (`usage.gfx_activity`, `usage.umc_activity`, `power.socket_power`,
 //! `temperature.edge|hotspot|mem`, `mem_usage.total_vram|used_vram`,
 //! `clock.gfx_0.clk`, `clock.mem_0.clk`, `fan.usage`,
-//! `ecc.total_correctable_count|total_uncorrectable_count`) and is tested on
-//! the fragments that have been (the ROCm 6.1 changelog's `metric -p`, the
-//! first 40 lines of an R9700's `metric`).
+//! `ecc.total_correctable_count|total_uncorrectable_count`, per RAS block
+//! `ecc_blocks.<BLOCK>.uncorrectable_count`, `pcie.replay_count`) and is
+//! tested on the fragments that have been (the ROCm 6.1 changelog's `metric
+//! -p`, the first 40 lines of an R9700's `metric`, neither of which reaches
+//! the `ecc`, `ecc_blocks` or `pcie` sections; `static --json` of the MI210
+//! has only which RAS blocks are enabled, no counts).
 
 use serde_json::Value;
 
@@ -50,7 +53,13 @@ pub struct AmdMetric {
     pub mem_clock_mhz: Option<u32>,
     pub fan_pct: Option<f64>,
     pub ecc_corrected: Option<u64>,
+    /// `ecc.total_uncorrectable_count`, else the sum over `ecc_blocks`.
     pub ecc_uncorrected: Option<u64>,
+    /// RAS blocks (`UMC`, `GFX`, …) counting uncorrectable errors, with the
+    /// count; blocks at zero are left out.
+    pub ras_uncorrectable: Vec<(String, u64)>,
+    /// `pcie.replay_count`.
+    pub pcie_replays: Option<u64>,
     /// `throttle_status`, where printed (`UNTHROTTLED`, `THROTTLED`).
     pub throttled: Option<bool>,
 }
@@ -110,6 +119,18 @@ pub fn parse_static(out: &str) -> Result<Vec<AmdStatic>, GpuError> {
         .collect())
 }
 
+/// Each RAS block's uncorrectable count, in the order printed. `ecc_blocks`
+/// may be the string `N/A` (no RAS on the device): then none.
+fn ecc_blocks(e: &Value) -> Vec<(String, u64)> {
+    let Some(Value::Object(blocks)) = e.get("ecc_blocks") else { return Vec::new() };
+    blocks
+        .iter()
+        .filter_map(|(name, b)| Some((name.clone(), b.get("uncorrectable_count").and_then(number)?)))
+        .filter(|(_, n)| *n >= 0.0)
+        .map(|(name, n)| (name, n as u64))
+        .collect()
+}
+
 /// Parses `amd-smi metric --json` (see the module's note on its schema).
 pub fn parse_metric(out: &str) -> Result<Vec<AmdMetric>, GpuError> {
     let root = json("amd-smi metric --json", out)?;
@@ -118,6 +139,8 @@ pub fn parse_metric(out: &str) -> Result<Vec<AmdMetric>, GpuError> {
         .enumerate()
         .map(|(i, e)| {
             let num = |paths: &[&[&str]]| first(e, paths).and_then(number);
+            let blocks = ecc_blocks(e);
+            let blocks_total = (!blocks.is_empty()).then(|| blocks.iter().map(|(_, n)| *n).sum::<u64>());
             AmdMetric {
                 gpu: gpu_index(e, i),
                 gfx_activity_pct: num(&[&["usage", "gfx_activity"]]),
@@ -132,7 +155,9 @@ pub fn parse_metric(out: &str) -> Result<Vec<AmdMetric>, GpuError> {
                 mem_clock_mhz: num(&[&["clock", "mem_0", "clk"]]).map(|x| x.round() as u32),
                 fan_pct: num(&[&["fan", "usage"]]),
                 ecc_corrected: num(&[&["ecc", "total_correctable_count"]]).map(|x| x as u64),
-                ecc_uncorrected: num(&[&["ecc", "total_uncorrectable_count"]]).map(|x| x as u64),
+                ecc_uncorrected: num(&[&["ecc", "total_uncorrectable_count"]]).map(|x| x as u64).or(blocks_total),
+                ras_uncorrectable: blocks.into_iter().filter(|(_, n)| *n > 0).collect(),
+                pcie_replays: num(&[&["pcie", "replay_count"]]).filter(|x| *x >= 0.0).map(|x| x as u64),
                 throttled: at(e, &["power", "throttle_status"])
                     .and_then(text)
                     .map(|s| !s.eq_ignore_ascii_case("UNTHROTTLED")),
@@ -197,6 +222,27 @@ mod tests {
         assert_eq!((m.memory_total_mb, m.memory_used_mb), (Some(196_592), Some(150_000)));
         assert_eq!((m.gfx_clock_mhz, m.mem_clock_mhz, m.throttled), (Some(2100), Some(1300), Some(true)));
         assert_eq!((m.ecc_corrected, m.ecc_uncorrected), (Some(2), Some(0)));
+        assert_eq!((m.ras_uncorrectable.len(), m.pcie_replays), (0, None), "no ecc_blocks, no pcie section");
+    }
+
+    #[test]
+    fn ras_blocks_with_uncorrectable_errors_are_named() {
+        let m = parse_metric(
+            r#"[{"gpu": 0, "pcie": {"width": 16, "replay_count": 7},
+                 "ecc": {"total_correctable_count": 5, "total_uncorrectable_count": 2},
+                 "ecc_blocks": {"UMC": {"correctable_count": 5, "uncorrectable_count": 2, "deferred_count": 0},
+                                "SDMA": {"correctable_count": 0, "uncorrectable_count": 0, "deferred_count": 0}}},
+                {"gpu": 1, "ecc": "N/A", "pcie": {"replay_count": "N/A"},
+                 "ecc_blocks": {"GFX": {"uncorrectable_count": 3}, "MMHUB": {"uncorrectable_count": 1}}},
+                {"gpu": 2, "ecc_blocks": "N/A"}]"#,
+        )
+        .expect("parses");
+        assert_eq!(m[0].ras_uncorrectable, [("UMC".to_string(), 2)], "blocks at zero are left out");
+        assert_eq!((m[0].ecc_uncorrected, m[0].pcie_replays), (Some(2), Some(7)));
+        assert_eq!(m[1].ecc_uncorrected, Some(4), "no total: the blocks summed");
+        assert_eq!(m[1].ras_uncorrectable.len(), 2);
+        assert_eq!(m[1].pcie_replays, None, "N/A is absent, not zero");
+        assert_eq!((m[2].ecc_uncorrected, m[2].ras_uncorrectable.len()), (None, 0), "ecc_blocks N/A");
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub const ROCM_SMI_ARGS: &[&str] = &[
     "--showclocks",
     "--showfan",
     "--showtoponuma",
+    // Every recorded rocm-smi (ROCm 4.3 to 6.1, `data/amd/*telegraf*.json`;
+    // 6.x `-a` text) takes it.
+    "--showreplaycount",
     "--json",
 ];
 
@@ -229,8 +232,21 @@ fn sample_from_metric(m: &AmdMetric, cap: Option<f64>) -> GpuSample {
         fan_pct: m.fan_pct,
         ecc_corrected_volatile: m.ecc_corrected,
         ecc_uncorrected_volatile: m.ecc_uncorrected,
+        pcie_replays: m.pcie_replays,
+        health_fault: ras_fault(&m.ras_uncorrectable),
         ..GpuSample::default()
     }
+}
+
+/// `RAS: 2 uncorrectable errors in block UMC` (blocks joined by `; `), or
+/// `None` when no RAS block counts an uncorrectable error.
+fn ras_fault(blocks: &[(String, u64)]) -> Option<String> {
+    let parts: Vec<String> = blocks
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(block, n)| format!("RAS: {n} uncorrectable error{} in block {block}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn sample_from_rocm(c: &RocmCard) -> GpuSample {
@@ -250,6 +266,10 @@ fn sample_from_rocm(c: &RocmCard) -> GpuSample {
         sm_clock_mhz: c.sclk_mhz,
         mem_clock_mhz: c.mclk_mhz,
         fan_pct: c.fan_pct,
+        pcie_replays: c.pcie_replays,
+        // rocm-smi prints no ECC or RAS counts in JSON (`--showrasinfo` is text
+        // only, ROCm issue #4374); none of the recorded `data/amd/*.json`
+        // (MI100, RX 6700 XT 4.3 to 6.1, Vega 10, RX 7900 XT) has one.
         ..GpuSample::default()
     }
 }
@@ -336,6 +356,24 @@ impl Backend for Amd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uncorrectable_ras_errors_are_a_health_fault() {
+        let m = AmdMetric {
+            ecc_uncorrected: Some(3),
+            ras_uncorrectable: vec![("UMC".into(), 2), ("GFX".into(), 1)],
+            pcie_replays: Some(4),
+            ..AmdMetric::default()
+        };
+        let s = sample_from_metric(&m, None);
+        assert_eq!(
+            s.health_fault.as_deref(),
+            Some("RAS: 2 uncorrectable errors in block UMC; RAS: 1 uncorrectable error in block GFX")
+        );
+        assert_eq!((s.ecc_uncorrected_volatile, s.pcie_replays), (Some(3), Some(4)));
+        assert_eq!(sample_from_metric(&AmdMetric::default(), None).health_fault, None);
+        assert_eq!(ras_fault(&[("UMC".into(), 0)]), None);
+    }
 
     #[test]
     fn models_from_the_names_amd_prints() {

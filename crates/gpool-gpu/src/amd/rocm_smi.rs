@@ -42,6 +42,8 @@ pub struct RocmCard {
     pub compute_partition: Option<String>,
     /// `NPS1`, `NPS4`, where printed.
     pub memory_partition: Option<String>,
+    /// `PCIe Replay Count` (`--showreplaycount`).
+    pub pcie_replays: Option<u64>,
 }
 
 const WHAT: &str = "rocm-smi --json";
@@ -119,6 +121,7 @@ fn card(index: u32, c: &Map<String, Value>) -> RocmCard {
         fan_pct: num(&["Fan speed (%)"]),
         compute_partition: with_words(c, &["compute", "partition"]).and_then(text),
         memory_partition: with_words(c, &["memory", "partition"]).and_then(text),
+        pcie_replays: num(&["PCIe Replay Count"]).filter(|n| *n >= 0.0).map(|n| n as u64),
     }
 }
 

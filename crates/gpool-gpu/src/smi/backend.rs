@@ -8,7 +8,9 @@
 //!   fail; each GPU is kept as long as one of them lists it.
 //! - [`Backend::sample`]: [`SAMPLE_ARGS`] and [`COMPUTE_APPS_ARGS`]; when a
 //!   GPU has MIG on, also [`XML_ARGS`] (else [`TEXT_ARGS`]) for per-instance
-//!   memory and the GPU and compute instance of each process. If
+//!   memory and the GPU and compute instance of each process, and then
+//!   the report's row remapping, retired pages and PCIe replays for every
+//!   GPU (the query does not ask for them: see [`SAMPLE_FIELDS`]). If
 //!   [`SAMPLE_ARGS`] fails (an older driver that lacks a field, say), the
 //!   report alone, then and from then on. A process list or MIG report that
 //!   fails leaves the sample without them, and says so once
@@ -23,7 +25,7 @@ use super::commands::{COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS, SAMPLE_ARGS, SAMPL
 use super::csv::{QueryGpuRow, parse_compute_apps, parse_query_gpu};
 use super::inventory::{inventory, refusal};
 use super::mig::parse_gpu_instances;
-use super::report::Report;
+use super::report::{Report, fill_faults};
 use super::text::parse_text;
 use super::value::same_bus_id;
 use super::xml::parse_xml;
@@ -270,14 +272,15 @@ impl Backend for NvidiaSmi {
             match self.report() {
                 Ok(report) => {
                     for (s, r) in samples.iter_mut().zip(&rows) {
+                        let Some(g) = report.gpus.iter().find(|g| g.sample.uuid == s.uuid) else { continue };
+                        // Read just now: its fault readings hold for every GPU.
+                        fill_faults(s, &g.sample);
                         if r.mig_mode != Some(true) {
                             continue;
                         }
-                        if let Some(g) = report.gpus.iter().find(|g| g.sample.uuid == s.uuid) {
-                            s.mig = g.sample.mig.clone();
-                            if !g.sample.processes.is_empty() {
-                                s.processes = g.sample.processes.clone();
-                            }
+                        s.mig = g.sample.mig.clone();
+                        if !g.sample.processes.is_empty() {
+                            s.processes = g.sample.processes.clone();
                         }
                     }
                 }

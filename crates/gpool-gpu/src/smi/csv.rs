@@ -6,6 +6,7 @@
 //! `clocks_event_reasons` rename resolve to one name. Without a header
 //! (`noheader`), the caller passes the field list it asked for.
 
+use super::report::sum_present;
 use super::value::{self, present};
 use crate::model::short_model;
 use crate::{GpuError, GpuInfo, GpuProcess, GpuSample, throttle_reason_names};
@@ -309,10 +310,16 @@ pub fn parse_query_gpu(text: &str, fields: Option<&[&str]>) -> Result<Vec<QueryG
             xid_last: None,
             xid_count: None,
             xids_recent: Vec::new(),
-            remap_pending: None,
-            remap_failed: None,
-            retired_pages: None,
-            retired_pages_pending: None,
+            // Read where the output has them: `SAMPLE_FIELDS` does not ask for
+            // them (see there), a wider query or a stand-in may answer them.
+            remap_pending: t.get(row, "remapped_rows.pending").and_then(value::enabled),
+            remap_failed: t.get(row, "remapped_rows.failure").and_then(value::enabled),
+            retired_pages: sum_present(
+                ["retired_pages.single_bit_ecc.count", "retired_pages.double_bit.count"]
+                    .map(|f| t.get(row, f).and_then(value::count)),
+            ),
+            retired_pages_pending: t.get(row, "retired_pages.pending").and_then(value::enabled),
+            // `--query-gpu` has no NVLink error or PCIe replay field (590 `--help-query-gpu`).
             nvlink_errors: None,
             pcie_replays: None,
             health_fault: None,
@@ -426,6 +433,27 @@ mod tests {
         assert_eq!(rows[0].sample.throttle_reasons, Some(vec!["idle".into()]));
         let none = "index\n0\n";
         assert_eq!(parse_query_gpu(none, None).expect("parses")[0].sample.throttle_reasons, None);
+    }
+
+    #[test]
+    fn memory_fault_columns_are_read_where_present() {
+        let text = "index, remapped_rows.pending, remapped_rows.failure, retired_pages.sbe, retired_pages.dbe, retired_pages.pending\n\
+                    0, Yes, No, [N/A], 2, Yes\n\
+                    1, [N/A], [N/A], [N/A], [N/A], [N/A]\n";
+        let rows = parse_query_gpu(text, None).expect("parses");
+        let s = &rows[0].sample;
+        assert_eq!(
+            (s.remap_pending, s.remap_failed, s.retired_pages, s.retired_pages_pending),
+            (Some(true), Some(false), Some(2), Some(true)),
+            "aliases resolve; one count present is the sum"
+        );
+        let s = &rows[1].sample;
+        assert_eq!(
+            (s.remap_pending, s.remap_failed, s.retired_pages, s.retired_pages_pending),
+            (None, None, None, None)
+        );
+        let absent = &parse_query_gpu("index\n0\n", None).expect("parses")[0].sample;
+        assert_eq!((absent.remap_pending, absent.retired_pages, absent.pcie_replays), (None, None, None));
     }
 
     #[test]

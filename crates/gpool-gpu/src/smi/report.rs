@@ -24,7 +24,8 @@ pub struct ReportGpu {
     pub mig_mode: Option<bool>,
     pub mig_devices: Vec<ReportMigDevice>,
     /// The metrics, with processes and per-MIG-device memory. `index` is the
-    /// GPU's position in the report.
+    /// GPU's position in the report. The report has no XIDs: `xid_*` stay
+    /// `None` and empty.
     pub sample: GpuSample,
 }
 
@@ -57,6 +58,13 @@ pub(crate) fn sum_present(values: impl IntoIterator<Item = Option<u64>>) -> Opti
     values.into_iter().flatten().fold(None, |acc: Option<u64>, v| Some(acc.unwrap_or(0).saturating_add(v)))
 }
 
+/// `Some(true)` when any flag says yes, `Some(false)` when some say no and
+/// none yes, `None` when none is present (`Pending Page Blacklist` and
+/// `Pending Page Retirement` both spell the retired-page flag).
+pub(crate) fn any_true(flags: impl IntoIterator<Item = Option<bool>>) -> Option<bool> {
+    flags.into_iter().flatten().fold(None, |acc, f| Some(acc.unwrap_or(false) || f))
+}
+
 /// Names of clock event reasons as the reports spell them (XML element
 /// suffixes and `-q` keys, lower-cased with `_` for spaces) → our names.
 pub(crate) fn reason_name(spelled: &str) -> Option<&'static str> {
@@ -78,4 +86,46 @@ pub(crate) fn reason_name(spelled: &str) -> Option<&'static str> {
 pub(crate) fn sort_reasons(names: &mut [String]) {
     let rank = |n: &String| crate::THROTTLE_REASONS.iter().position(|(_, r)| r == n).unwrap_or(usize::MAX);
     names.sort_by_key(rank);
+}
+
+/// Copies the memory and bus fault readings of a report (`from`) into a
+/// sample where it has none (a `--query-gpu` answer asks for none of them).
+pub(crate) fn fill_faults(s: &mut GpuSample, from: &GpuSample) {
+    s.remap_pending = s.remap_pending.or(from.remap_pending);
+    s.remap_failed = s.remap_failed.or(from.remap_failed);
+    s.retired_pages = s.retired_pages.or(from.retired_pages);
+    s.retired_pages_pending = s.retired_pages_pending.or(from.retired_pages_pending);
+    s.pcie_replays = s.pcie_replays.or(from.pcie_replays);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_flag_set_is_set_and_none_present_is_unknown() {
+        assert_eq!(any_true([None, None]), None);
+        assert_eq!(any_true([Some(false), None]), Some(false));
+        assert_eq!(any_true([Some(false), Some(true)]), Some(true));
+        assert_eq!(sum_present([None, Some(2), Some(3)]), Some(5));
+        assert_eq!(sum_present([None, None]), None);
+    }
+
+    #[test]
+    fn report_faults_fill_only_what_the_sample_lacks() {
+        let mut s = GpuSample { remap_pending: Some(false), ..GpuSample::default() };
+        let report = GpuSample {
+            remap_pending: Some(true),
+            remap_failed: Some(true),
+            retired_pages: Some(2),
+            retired_pages_pending: Some(false),
+            pcie_replays: Some(9),
+            ..GpuSample::default()
+        };
+        fill_faults(&mut s, &report);
+        assert_eq!(
+            (s.remap_pending, s.remap_failed, s.retired_pages, s.retired_pages_pending, s.pcie_replays),
+            (Some(false), Some(true), Some(2), Some(false), Some(9))
+        );
+    }
 }

@@ -5,9 +5,11 @@
 //! Driver differences handled: `Clocks Throttle Reasons` vs `Clocks Event
 //! Reasons`, `Power Draw` vs `Average Power Draw`, `Gpu` vs `GPU`,
 //! `FB Memory Usage` vs `Shared FB Memory Usage` in `MIG Device` blocks, ECC
-//! counters as `Single Bit`/`Double Bit` totals or `SRAM`/`DRAM` counters.
+//! counters as `Single Bit`/`Double Bit` totals or `SRAM`/`DRAM` counters,
+//! `Pending Page Blacklist` vs `Pending Page Retirement`, `Remapped Rows`
+//! as a section or a bare `N/A` (MIG on, GPUs without row remapping).
 
-use super::report::{Report, ReportGpu, ReportMigDevice, reason_name, sort_reasons, sum_present};
+use super::report::{Report, ReportGpu, ReportMigDevice, any_true, reason_name, sort_reasons, sum_present};
 use super::value::{self, present};
 use crate::{GpuError, GpuProcess, GpuSample};
 
@@ -199,12 +201,18 @@ fn gpu(t: &Tree, g: usize, index: u32) -> Result<ReportGpu, GpuError> {
         xid_last: None,
         xid_count: None,
         xids_recent: Vec::new(),
-        remap_pending: None,
-        remap_failed: None,
-        retired_pages: None,
-        retired_pages_pending: None,
+        remap_pending: t.value(g, &["Remapped Rows", "Pending"]).and_then(value::enabled),
+        remap_failed: t.value(g, &["Remapped Rows", "Remapping Failure Occurred"]).and_then(value::enabled),
+        retired_pages: sum_present(
+            ["Single Bit ECC", "Double Bit ECC"].map(|k| t.value(g, &["Retired Pages", k]).and_then(value::count)),
+        ),
+        retired_pages_pending: any_true(
+            ["Pending Page Blacklist", "Pending Page Retirement", "Pending"]
+                .map(|k| t.value(g, &["Retired Pages", k]).and_then(value::enabled)),
+        ),
+        // The report prints no NVLink error counters (`nvidia-smi nvlink -e` does).
         nvlink_errors: None,
-        pcie_replays: None,
+        pcie_replays: t.value(g, &["PCI", "Replays Since Reset"]).and_then(value::count),
         health_fault: None,
         throttle_reasons: throttle(t, g),
         processes: processes(t, g)?,

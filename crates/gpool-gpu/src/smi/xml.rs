@@ -4,11 +4,13 @@
 //! (v12), `power_draw` vs `average_power_draw`/`instant_power_draw`,
 //! `<clocks_throttle_reasons>` vs `<clocks_event_reasons>`, `<mig_devices>`
 //! holding bare text `None`, ECC counters as `single_bit`/`double_bit`
-//! totals (before Ampere) or `sram_*`/`dram_*` counters (Ampere and later).
+//! totals (before Ampere) or `sram_*`/`dram_*` counters (Ampere and later),
+//! `<pending_blacklist>` and `<pending_retirement>` both for the retired-page
+//! flag, `<remapped_rows>` holding bare `N/A` (MIG on, GPUs before Ampere).
 
 use roxmltree::{Document, Node, ParsingOptions};
 
-use super::report::{Report, ReportGpu, ReportMigDevice, reason_name, sort_reasons, sum_present};
+use super::report::{Report, ReportGpu, ReportMigDevice, any_true, reason_name, sort_reasons, sum_present};
 use super::value::{self, present};
 use crate::{GpuError, GpuProcess, GpuSample};
 
@@ -134,12 +136,19 @@ fn gpu(doc: &Document<'_>, g: Node<'_, '_>, index: u32) -> Result<ReportGpu, Gpu
         xid_last: None,
         xid_count: None,
         xids_recent: Vec::new(),
-        remap_pending: None,
-        remap_failed: None,
-        retired_pages: None,
-        retired_pages_pending: None,
+        remap_pending: text(g, &["remapped_rows", "remapped_row_pending"]).and_then(value::enabled),
+        remap_failed: text(g, &["remapped_rows", "remapped_row_failure"]).and_then(value::enabled),
+        retired_pages: sum_present(
+            ["multiple_single_bit_retirement", "double_bit_retirement"]
+                .map(|k| text(g, &["retired_pages", k, "retired_count"]).and_then(value::count)),
+        ),
+        retired_pages_pending: any_true(
+            ["pending_blacklist", "pending_retirement"]
+                .map(|k| text(g, &["retired_pages", k]).and_then(value::enabled)),
+        ),
+        // The report prints no NVLink error counters (`nvidia-smi nvlink -e` does).
         nvlink_errors: None,
-        pcie_replays: None,
+        pcie_replays: text(g, &["pci", "replay_counter"]).and_then(value::count),
         health_fault: None,
         throttle_reasons: throttle(g),
         processes,

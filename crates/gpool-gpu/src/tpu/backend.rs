@@ -191,6 +191,9 @@ fn sample_of(c: &GpuInfo, info: Option<&TpuInfo>) -> GpuSample {
         memory_used_mb: u.and_then(|u| u.hbm_used_mib),
         memory_total_mb: u.and_then(|u| u.hbm_total_mib).or(Some(c.memory_mb).filter(|m| *m > 0)),
         processes,
+        // tpu-info reports no chip health or state in the recorded versions
+        // (`data/tpu`: 2024, 0.8, 0.9+ docs; its `... Status` panels are about
+        // metrics, not chips): `health_fault` stays `None`.
         ..GpuSample::default()
     }
 }
