@@ -63,4 +63,7 @@ pub struct NodeHeat {
     /// Positions of the degraded GPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub degraded: Vec<u32>,
+    /// Positions of the GPUs out of service for faults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<u32>,
 }

@@ -197,6 +197,8 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
                         wire::Command::Reconcile { .. }
                         | wire::Command::MigLayout { .. }
                         | wire::Command::Prefetch { .. }
+                        | wire::Command::InjectFault { .. }
+                        | wire::Command::CheckHealth { .. }
                         | wire::Command::Profile { .. } => {}
                     }
                 }

@@ -221,6 +221,12 @@ pub(crate) struct NodeArgs {
     /// Most the images gpool runs may take on this node (e.g. 50Gi): past it, the least recently used image no job needs is removed.
     #[arg(long, value_name = "SIZE", value_parser = |s: &str| gpool_api::quantity::parse_bytes(s).map_err(|e| e.to_string()))]
     image_cache_size: Option<u64>,
+    /// A program that checks a GPU taken out for a fault before it takes work again (like Slurm's HealthCheckProgram; e.g. a wrapper of `dcgmi diag -r 1`). Run as this daemon's account with CUDA_VISIBLE_DEVICES, GPOOL_GPU_INDEX and GPOOL_GPU_UUID naming the GPU; exit 0 brings the GPU back. Without it, a built-in check decides (docs/health.md).
+    #[arg(long, value_name = "PROGRAM")]
+    health_check: Option<PathBuf>,
+    /// How long --health-check may run before it counts as failed.
+    #[arg(long, default_value = "5m", value_parser = parse_duration_arg)]
+    health_check_timeout: std::time::Duration,
 }
 
 impl NodeArgs {
@@ -260,6 +266,11 @@ impl NodeArgs {
             container_runtime: self.container_runtime,
             container_args: self.container_args,
             image_cache_size: self.image_cache_size,
+            health_check: match self.health_check {
+                None => None,
+                Some(p) if p.is_absolute() => Some((p, self.health_check_timeout)),
+                Some(p) => bail!("--health-check {}: give the program's absolute path", p.display()),
+            },
             mig_managed: match self.mig_managed.as_deref().map(str::trim) {
                 None | Some("none") => None,
                 Some("all") => Some(Vec::new()),

@@ -148,6 +148,8 @@ enum Command {
     Alerts(alerts::AlertsArgs),
     /// A live view of GPUs, their jobs and the queue (like nvitop, over the API).
     Top(top::TopArgs),
+    /// GPUs out of service for faults: why, since when, what was done, GPU-hours lost.
+    Health(verbs::health::HealthArgs),
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -203,6 +205,10 @@ enum ServicesCommand {
 enum NodesCommand {
     /// A spot notice: the provider takes NODE back soon; its jobs checkpoint within the notice and are requeued (admins, or the node's token).
     Notice(drain::NoticeArgs),
+    /// Show a fault on a simulated GPU (admins): gpool acts on it as on a real one (docs/health.md).
+    Inject(verbs::health::InjectArgs),
+    /// Bring a quarantined GPU back into service (admins).
+    Restore(verbs::health::RestoreArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -301,6 +307,8 @@ fn main() -> ExitCode {
         Command::Release(a) => verbs::hold::run(a, false),
         Command::Logs(a) => logs::run(a),
         Command::Nodes(NodesArgs { command: Some(NodesCommand::Notice(a)), .. }) => drain::notice(a),
+        Command::Nodes(NodesArgs { command: Some(NodesCommand::Inject(a)), .. }) => verbs::health::inject(a),
+        Command::Nodes(NodesArgs { command: Some(NodesCommand::Restore(a)), .. }) => verbs::health::restore(a),
         Command::Nodes(NodesArgs { command: None, list }) => nodes::run(list),
         Command::Queues(a) => queues::run(a),
         Command::Pools(a) => verbs::pools::run(a),
@@ -316,6 +324,7 @@ fn main() -> ExitCode {
         Command::Profile(a) => verbs::profile::run(a),
         Command::Alerts(a) => alerts::run(a),
         Command::Top(a) => top::run(a),
+        Command::Health(a) => verbs::health::run(a),
         Command::Registry(RegistryCommand::Login(a)) => verbs::registry::login(a),
         Command::Registry(RegistryCommand::List(a)) => verbs::registry::list(a),
         Command::Registry(RegistryCommand::Logout(a)) => verbs::registry::logout(a),

@@ -408,6 +408,7 @@ pub(crate) fn gpu(index: u32, model: &str) -> GpuB {
         pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index)),
         telemetry: None,
         degraded: None,
+        quarantine: None,
     })
 }
 
@@ -424,6 +425,19 @@ impl GpuB {
     }
     pub(crate) fn degraded(mut self, why: &str) -> GpuB {
         self.0.degraded = Some(why.into());
+        self
+    }
+    pub(crate) fn quarantined(mut self, fault: &str, action: &str) -> GpuB {
+        self.0.quarantine = Some(api::QuarantineView {
+            node: String::new(),
+            gpu: self.0.index,
+            fault: fault.into(),
+            since: "2026-11-27T14:02:00Z".into(),
+            action: action.into(),
+            operator_only: false,
+            last_check: None,
+            lost_gpu_hours: 0.0,
+        });
         self
     }
     pub(crate) fn mig(mut self, m: MigB) -> GpuB {

@@ -42,6 +42,7 @@ fn node(scratch: &Scratch) -> Node {
         checkpoint_root: None,
         container: None,
         image_cache: None,
+        health_check: None,
     };
     std::fs::create_dir_all(&cfg.data_dir).expect("data dir");
     let (tx, rx) = channel();

@@ -49,6 +49,14 @@ impl LocalNode for Agent {
     fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder) {
         Agent::profile(self, key, order);
     }
+
+    fn inject_fault(&self, gpu: u32, fault: Option<gpool_gpu::InjectedFault>) {
+        Agent::inject_fault(self, gpu, fault);
+    }
+
+    fn check_health(&self, gpu: u32, uuid: String) {
+        Agent::check_health(self, gpu, uuid);
+    }
 }
 
 /// Runs `gpool up` until SIGINT/SIGTERM. Jobs keep running when the daemon stops;
@@ -113,6 +121,7 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         sampler: sampler_ctl.clone(),
         checkpoint_root: cfg.node.checkpoint_root.clone(),
         image_cache: crate::node::host::image_cache(&cfg.node, &plane.data_dir, container.as_ref()),
+        health_check: cfg.node.health_check.clone(),
         container: container.clone(),
     };
     let agent = Agent::new(agent_cfg, sink, replicas.clone());

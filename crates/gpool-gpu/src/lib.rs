@@ -198,7 +198,8 @@ pub const RECENT_XIDS: usize = 8;
 /// (`gpool nodes inject`). Real backends refuse.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InjectedFault {
-    /// An XID event with this number.
+    /// An XID event with this number. XID 79 also takes the GPU off the
+    /// bus after the sample that shows it, as on a real machine.
     Xid(u64),
     /// One more uncorrectable (double-bit) ECC error.
     EccUncorrected,

@@ -129,6 +129,9 @@ struct SimFaults {
     xids: Vec<u64>,
     ecc_uncorrected: u64,
     gone: bool,
+    /// Shown in the next sample, then gone: XID 79 is the driver's last
+    /// word about a GPU that fell off the bus.
+    gone_after_next: bool,
 }
 
 impl fmt::Debug for Simulated {
@@ -416,6 +419,7 @@ impl Backend for Simulated {
             InjectedFault::Xid(x) => {
                 f.xid_count += 1;
                 f.xids.push(*x);
+                f.gone_after_next |= *x == 79;
                 if f.xids.len() > crate::RECENT_XIDS {
                     f.xids.remove(0);
                 }
@@ -528,6 +532,9 @@ impl Backend for Simulated {
                 (true, true) => vec!["hw_thermal_slowdown".to_string()],
             });
             out.push(s);
+        }
+        for f in self.faults.values_mut().filter(|f| f.gone_after_next) {
+            (f.gone, f.gone_after_next) = (true, false);
         }
         Ok(out)
     }
@@ -790,6 +797,8 @@ mod fault_tests {
         s.inject_fault(0, Some(&InjectedFault::EccUncorrected)).expect("inject");
         let out = s.sample().expect("sample");
         assert_eq!((out[1].xid_count, out[1].xid_last, out[1].xids_recent.clone()), (Some(2), Some(79), vec![79, 79]));
+        assert_eq!(s.sample().expect("sample").len(), 1, "after XID 79 the GPU is gone from the bus");
+        s.inject_fault(1, None).expect("clear");
         assert_eq!((out[0].ecc_uncorrected_volatile, out[0].xid_count), (Some(1), Some(0)));
         s.inject_fault(0, Some(&InjectedFault::Gone)).expect("inject");
         let out = s.sample().expect("sample");

@@ -62,13 +62,15 @@ fn is_executable(p: &Path) -> bool {
 /// killed when it takes longer than `timeout`: a thread reads its output
 /// while this one waits on a channel with a deadline.
 pub fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<String, ToolFailure> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| match e.kind() {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    run_command(cmd, timeout)
+}
+
+/// [`run`] for a command the caller has set up (its environment, say).
+pub fn run_command(mut cmd: Command, timeout: Duration) -> Result<String, ToolFailure> {
+    let mut child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => ToolFailure::NotFound,
             _ => ToolFailure::Spawn(e),
         })?;

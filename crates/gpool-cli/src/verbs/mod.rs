@@ -15,6 +15,7 @@ pub(crate) mod cancel;
 pub(crate) mod cost;
 pub(crate) mod drain;
 pub(crate) mod events;
+pub(crate) mod health;
 pub(crate) mod hold;
 pub(crate) mod logs;
 pub(crate) mod nodes;

@@ -88,6 +88,11 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
             if let Some(why) = &d.degraded {
                 lines.push(format!("    degraded: {why} (new gangs avoid it)"));
             }
+            if let Some(q) = &d.quarantine {
+                let how = if q.operator_only { "gpool nodes restore only" } else { "until a health check passes" };
+                let action = if q.action.is_empty() { String::new() } else { format!(", {}", q.action) };
+                lines.push(format!("    quarantined: {} at {}{action} (out of service {how})", q.fault, q.since));
+            }
             for m in &d.mig {
                 lines.push(format!(
                     "    MIG {:<10} {:>10}  {}  {}",
@@ -119,6 +124,7 @@ mod tests {
                 )
                 .device(gpu(1, "H100-80GB").telemetry(reading().util(0.0).memory(0, 81_559).temp(31.0).power(71.0)))
                 .device(gpu(2, "H100-80GB").telemetry(reading()).degraded("hw_thermal_slowdown at 91 °C"))
+                .device(gpu(4, "H100-80GB").quarantined("XID 79 (GPU has fallen off the bus)", "job 812 requeued"))
                 .device(gpu(3, "H100-80GB").mig(mig("3g.40gb", 1).job(2).used(12_000)).mig(mig("1g.10gb", 2)))
                 .jobs(&[1, 2])
                 .free(40.5, 262_144)

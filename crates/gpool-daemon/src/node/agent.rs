@@ -30,6 +30,7 @@ use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
 use crate::node::shim::{self, EXIT, LOCK, STATE, ShimState, read_json};
 use crate::protocol::{AgentReport, ExitRecord, Found, Launch, ReplicaKey, log_path};
 
+mod gpu_health;
 mod images;
 
 /// The environment every job starts from: the agent's own basics.
@@ -75,6 +76,8 @@ pub struct AgentConfig {
     pub container: Option<crate::node::container::Runtime>,
     /// The limit on images kept here (`image_cache.rs`), if there is one.
     pub image_cache: Option<std::sync::Arc<crate::node::image_cache::ImageCache>>,
+    /// The program that checks quarantined GPUs, and its time limit (`agent/gpu_health.rs`).
+    pub health_check: Option<(PathBuf, std::time::Duration)>,
 }
 
 /// The node agent.

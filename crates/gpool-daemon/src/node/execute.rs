@@ -69,6 +69,10 @@ pub(crate) fn execute(agent: &Agent, command: wire::Command) {
         wire::Command::Prefetch { image, registry_auth } => {
             agent.prefetch(image, registry_auth.map(crate::protocol::Secret));
         }
+        wire::Command::InjectFault { gpu, fault } => {
+            agent.inject_fault(gpu, fault.map(crate::protocol::fault_from_wire));
+        }
+        wire::Command::CheckHealth { gpu, uuid } => agent.check_health(gpu, uuid),
         wire::Command::MigLayout { gpu, layout } => agent.mig_layout(
             gpu,
             layout.into_iter().map(|s| gpool_gpu::MigSlot { profile: s.profile, start: s.start }).collect(),

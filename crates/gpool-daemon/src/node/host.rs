@@ -47,6 +47,9 @@ pub struct NodeConfig {
     pub container_args: Vec<String>,
     /// Bytes the images gpool runs may take here (`image_cache.rs`); `None`: no limit.
     pub image_cache_size: Option<u64>,
+    /// The program that checks a quarantined GPU (`--health-check`), and how
+    /// long it may take; `None`: the control plane's built-in check decides.
+    pub health_check: Option<(std::path::PathBuf, std::time::Duration)>,
     /// This node's power budget in watts (`--power-budget 3000W`): the scheduler starts nothing that would take it over.
     pub power_budget_w: Option<u32>,
 }

@@ -187,6 +187,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             sampler: sampler_ctl.clone(),
             checkpoint_root: cfg.node.checkpoint_root.clone(),
             image_cache: crate::node::host::image_cache(&cfg.node, &cfg.data_dir, container.as_ref()),
+            health_check: cfg.node.health_check.clone(),
             container: container.clone(),
         },
         sink,

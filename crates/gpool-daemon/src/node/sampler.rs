@@ -277,6 +277,11 @@ impl Sampler {
             match ctl.recv_timeout(wake.saturating_duration_since(Instant::now())) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(SamplerCtl::MigLayout { gpu, layout }) => mig = Some(self.apply_mig(gpu, &layout)),
+                Ok(SamplerCtl::Fault { gpu, fault }) => {
+                    if let Err(e) = self.backend.inject_fault(gpu, fault.as_ref()) {
+                        tracing::warn!("GPU {gpu}: {e}");
+                    }
+                }
                 Ok(SamplerCtl::Burst { devices, seconds, reply }) => {
                     let inventory = self.backend.inventory().unwrap_or_default();
                     let targets = devices.into_iter().map(|d| Target::resolve(&inventory, d)).collect();
@@ -371,6 +376,8 @@ impl Target {
 pub enum SamplerCtl {
     /// Lay MIG GPU `gpu` out as `layout` (`Backend::apply_mig_layout`).
     MigLayout { gpu: u32, layout: Vec<gpool_gpu::MigSlot> },
+    /// Show (or clear) a fault on a simulated GPU (`Backend::inject_fault`).
+    Fault { gpu: u32, fault: Option<gpool_gpu::InjectedFault> },
     /// Read `devices` every [`BURST_EVERY`] for `seconds`, then send what was read.
     Burst { devices: Vec<String>, seconds: Duration, reply: Sender<Vec<gpool_api::agent::DeviceReading>> },
 }

@@ -135,6 +135,8 @@ pub struct Scrape {
     pub idle_cost: BTreeMap<(String, String, String, String), f64>,
     /// Nodes: (name, state, 1 if its sampler works).
     pub nodes: Vec<(String, String, bool)>,
+    /// Every GPU's health: (node, index, `ok`, `degraded` or `quarantined`).
+    pub gpu_health: Vec<(String, u32, &'static str)>,
     /// Firing alerts per (rule, severity).
     pub alerts: BTreeMap<(String, String), u64>,
     /// Inference services.
@@ -379,6 +381,18 @@ pub fn render(s: &Scrape) -> String {
     header(&mut out, "gpool_node_up", "gauge", "1 if the node is up and its telemetry sampler works.");
     for (n, st, ok) in &s.nodes {
         let _ = writeln!(out, "gpool_node_up{{node=\"{}\",state=\"{st}\"}} {}", escape(n), u8::from(*ok && st == "up"));
+    }
+    header(
+        &mut out,
+        "gpool_gpu_health",
+        "gauge",
+        "1 for the GPU's health state now (ok, degraded: slowing for heat, quarantined: out of service for a fault), 0 for the others.",
+    );
+    for (n, gpu, now) in &s.gpu_health {
+        for st in ["ok", "degraded", "quarantined"] {
+            let v = u8::from(st == *now);
+            let _ = writeln!(out, "gpool_gpu_health{{node=\"{}\",gpu=\"{gpu}\",state=\"{st}\"}} {v}", escape(n));
+        }
     }
     header(&mut out, "gpool_alerts_firing", "gauge", "Alerts firing now, per rule.");
     for ((rule, sev), n) in &s.alerts {

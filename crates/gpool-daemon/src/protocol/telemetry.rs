@@ -219,6 +219,10 @@ mod tests {
                 memory_used_mb: Some(11_125),
                 power_draw_w: Some(433.78),
                 throttle_reasons: Some(vec!["sw_power_cap".into()]),
+                xid_count: Some(2),
+                xids_recent: vec![13, 79],
+                remap_failed: Some(true),
+                health_fault: Some("GPU is lost".into()),
                 processes: vec![GpuProcess {
                     pid: 7,
                     name: None,
@@ -236,6 +240,12 @@ mod tests {
             conditions: vec!["disk: 1 MiB free".into()],
             mig: None,
             pulling: vec![(ReplicaKey { job: 1, attempt: 2, rank: 0 }, "pulling m:1 for 3s".into())],
+            health: vec![gpool_api::agent::HealthVerdict {
+                gpu: 3,
+                program: true,
+                passed: false,
+                output: "fail".into(),
+            }],
         };
         let json = serde_json::to_string(&telemetry_to_wire(&report)).expect("json");
         assert!(!json.contains("gpu_util_pct"), "absent values are left out: {json}");
@@ -246,5 +256,6 @@ mod tests {
         assert_eq!(back.at_ms, 42);
         assert_eq!(back.conditions, report.conditions);
         assert_eq!(back.pulling, report.pulling);
+        assert_eq!(back.health, report.health);
     }
 }

@@ -18,9 +18,9 @@
 use std::collections::BTreeMap;
 
 use gpool_api as api;
+use gpool_core::NodeId;
 use gpool_core::fault::{Fault, FaultChange, FaultReading, Faults, Quarantine, Returned};
 use gpool_core::time::Time;
-use gpool_core::{JobId, NodeId};
 use gpool_store::Write;
 use serde::{Deserialize, Serialize};
 
@@ -145,7 +145,8 @@ impl Controller {
     /// Acts on what one report says of its node's GPUs' faults and checks.
     pub(super) fn on_gpu_faults(&mut self, node: NodeId, r: &NodeReport, now: i64) {
         let name = r.node.clone();
-        let devices: Vec<u32> = self.snap.node(node).map(|n| n.devices.iter().map(|d| d.index).collect()).unwrap_or_default();
+        let devices: Vec<u32> =
+            self.snap.node(node).map(|n| n.devices.iter().map(|d| d.index).collect()).unwrap_or_default();
         let mut changed = false;
         for (gpu, reading) in GpuFaults::readings(&devices, r) {
             let key = (name.clone(), gpu);
@@ -155,7 +156,11 @@ impl Controller {
                     FaultChange::Quarantined(fault) => self.quarantine(node, &key, &fault, now),
                     FaultChange::JobFatal(xid) => self.end_jobs_for_xid(node, &key, xid, now),
                     FaultChange::Noted(fault) => {
-                        let out = if self.faults.faults.quarantine(&key).is_some() { " (already out of service)" } else { "" };
+                        let out = if self.faults.faults.quarantine(&key).is_some() {
+                            " (already out of service)"
+                        } else {
+                            ""
+                        };
                         self.event(now, None, "gpu_fault", format!("GPU {gpu} of node {name}: {fault}{out}"));
                     }
                 }
@@ -231,7 +236,11 @@ impl Controller {
             if !self.faults.faults.check_due(&key, Time::from_millis(now)) || !self.jobs_on_gpu(node, gpu).is_empty() {
                 continue;
             }
-            let Some(uuid) = self.snap.node(node).and_then(|n| n.devices.iter().find(|d| d.index == gpu)).map(|d| d.uuid.to_string())
+            let Some(uuid) = self
+                .snap
+                .node(node)
+                .and_then(|n| n.devices.iter().find(|d| d.index == gpu))
+                .map(|d| d.uuid.to_string())
             else {
                 continue;
             };
@@ -316,6 +325,25 @@ impl Controller {
         Ok(())
     }
 
+    /// Every GPU's health state, for `/metrics`.
+    pub(super) fn gpu_health(&self) -> Vec<(String, u32, &'static str)> {
+        let mut out = Vec::new();
+        for (_, n) in self.snap.nodes() {
+            for d in &n.devices {
+                let key = (n.name.to_string(), d.index);
+                let state = if self.faults.faults.quarantine(&key).is_some() {
+                    "quarantined"
+                } else if self.telemetry.degraded(&n.name, d.index).is_some() {
+                    "degraded"
+                } else {
+                    "ok"
+                };
+                out.push((key.0, key.1, state));
+            }
+        }
+        out
+    }
+
     /// `gpool health`.
     pub(super) fn health_view(&self) -> Vec<api::QuarantineView> {
         self.faults.views(self.clock.now_ms())
@@ -382,7 +410,8 @@ impl Controller {
             return Err(ApiError::new(403, format!("only admins {what}")));
         }
         let node = self.snap.node_id(name).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
-        let gpus: Vec<u32> = self.snap.node(node).map(|n| n.devices.iter().map(|d| d.index).collect()).unwrap_or_default();
+        let gpus: Vec<u32> =
+            self.snap.node(node).map(|n| n.devices.iter().map(|d| d.index).collect()).unwrap_or_default();
         if !gpus.contains(&gpu) {
             return Err(ApiError::new(
                 404,
@@ -403,7 +432,11 @@ fn how_said(how: &Returned) -> String {
         Returned::BuiltIn => "the built-in check passed (it answers and shows no new fault)".into(),
         Returned::Program(out) => {
             let out = out.trim();
-            if out.is_empty() { "the node's health check passed".into() } else { format!("the node's health check passed: {out:.200}") }
+            if out.is_empty() {
+                "the node's health check passed".into()
+            } else {
+                format!("the node's health check passed: {out:.200}")
+            }
         }
     }
 }

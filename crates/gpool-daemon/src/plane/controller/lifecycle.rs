@@ -201,7 +201,9 @@ impl Controller {
             ),
             Some(Stop::GpuXid { node, gpu, xid }) if doc.failures >= doc.spec.retries => Next::Done(
                 api::JobState::Failed,
-                format!("failed: GPU {gpu} of node {node} raised {xid}, an error of the application (NVIDIA: restart it)"),
+                format!(
+                    "failed: GPU {gpu} of node {node} raised {xid}, an error of the application (NVIDIA: restart it)"
+                ),
             ),
             Some(Stop::GpuXid { node, gpu, xid }) => Next::Requeue(
                 format!("GPU {gpu} of node {node} raised {xid}; retry {} of {}", doc.failures + 1, doc.spec.retries),

@@ -545,6 +545,7 @@ impl Controller {
                     (n.name.to_string(), n.state.as_str().to_string(), ok)
                 })
                 .collect(),
+            gpu_health: self.gpu_health(),
             alerts,
             services: self.service_series(),
         }

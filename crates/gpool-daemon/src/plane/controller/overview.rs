@@ -90,6 +90,9 @@ impl Controller {
                 if self.telemetry.degraded(&n.name, d.index).is_some() {
                     cells.degraded.push(at as u32);
                 }
+                if self.faults.view_of(&n.name, d.index, now).is_some() {
+                    cells.quarantined.push(at as u32);
+                }
             }
             heat.push(cells);
         }

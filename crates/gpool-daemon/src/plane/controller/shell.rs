@@ -30,6 +30,10 @@ pub trait LocalNode: Send {
     fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>);
     /// Profiles a replica in the background; the capture comes back as a report.
     fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder);
+    /// Shows (or clears) a fault on a simulated GPU.
+    fn inject_fault(&self, gpu: u32, fault: Option<gpool_gpu::InjectedFault>);
+    /// Checks a quarantined GPU; the verdict comes with the node's telemetry.
+    fn check_health(&self, gpu: u32, uuid: String);
 }
 
 /// Runs node pool provider programs (`plane/provision.rs`); each one's end
@@ -179,6 +183,14 @@ pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder) -> Option
         }
         LocalOrder::Profile { key, order } => {
             node.profile(key, order);
+            None
+        }
+        LocalOrder::InjectFault { gpu, fault } => {
+            node.inject_fault(gpu, fault);
+            None
+        }
+        LocalOrder::CheckHealth { gpu, uuid } => {
+            node.check_health(gpu, uuid);
             None
         }
     }

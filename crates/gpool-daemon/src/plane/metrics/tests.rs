@@ -77,6 +77,7 @@ fn scrape() -> Scrape {
             .into_iter()
             .collect(),
         nodes: vec![("n1".into(), "up".into(), true)],
+        gpu_health: vec![("n1".into(), 0, "ok"), ("n1".into(), 1, "quarantined")],
         alerts: BTreeMap::new(),
         services: vec![ServiceSeries {
             name: "llm".into(),
@@ -105,6 +106,9 @@ fn series_use_dcgm_names_and_labels_and_skip_absent_values() {
     // AMD GPUs under AMD's exporter names (metrics/vendors.rs), never as DCGM series.
     assert!(!text.lines().any(|l| l.starts_with("DCGM") && l.contains("MI300X")), "{text}");
     assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"5\"} 1\n"));
+    assert!(text.contains("gpool_gpu_health{node=\"n1\",gpu=\"1\",state=\"quarantined\"} 1\n"), "{text}");
+    assert!(text.contains("gpool_gpu_health{node=\"n1\",gpu=\"1\",state=\"ok\"} 0\n"), "{text}");
+    assert!(text.contains("gpool_gpu_health{node=\"n1\",gpu=\"0\",state=\"ok\"} 1\n"), "{text}");
     assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
     assert!(text.contains("gpool_queue_pending_gpus{queue=\"research\"} 2.5\n"));
     assert!(text.contains("gpool_allocated_gpu_seconds_total{user=\"ana\",team=\"ml\"} 5400\n"));

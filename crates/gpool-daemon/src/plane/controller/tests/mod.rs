@@ -22,6 +22,7 @@ use gpool_core::pricing::Prices;
 
 mod calls;
 mod deadlines;
+mod faults;
 mod gittins;
 mod health;
 mod lifecycle;
@@ -82,6 +83,14 @@ impl LocalNode for FakeAgent {
 
     fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder) {
         self.orders.lock().expect("lock").push(LocalOrder::Profile { key, order });
+    }
+
+    fn inject_fault(&self, gpu: u32, fault: Option<gpool_gpu::InjectedFault>) {
+        self.orders.lock().expect("lock").push(LocalOrder::InjectFault { gpu, fault });
+    }
+
+    fn check_health(&self, gpu: u32, uuid: String) {
+        self.orders.lock().expect("lock").push(LocalOrder::CheckHealth { gpu, uuid });
     }
 }
 

@@ -225,13 +225,14 @@
     // 1,000 nodes, and the first slice (what the screen shows) need not wait
     // for the rest.
     function nodeHtml(n) {
-      const degraded = new Set(n.degraded || []), shared = new Set(n.shared || []);
+      const degraded = new Set(n.degraded || []), shared = new Set(n.shared || []), out = new Set(n.quarantined || []);
       const parts = [`<div class="node${n.state === 'up' ? '' : ' down'}" title="${esc(n.node)}"><div class="muted">${esc(n.node)}</div><div class="cells">`];
       n.index.forEach((index, i) => {
         const [util, mem, job] = [n.util[i], n.memory[i], n.job[i]];
         const title = `${n.node} GPU ${index}: ${util ?? '–'}% busy, ${mem ?? '–'}% memory` +
-          (job ? `, job ${job}` : shared.has(i) ? ', shared' : ', free') + (degraded.has(i) ? ', degraded' : '');
-        parts.push(`<a class="cell${degraded.has(i) ? ' degraded' : ''}"${job ? ` href="/jobs/${Number(job)}"` : ''}` +
+          (job ? `, job ${job}` : shared.has(i) ? ', shared' : ', free') + (degraded.has(i) ? ', degraded' : '') +
+          (out.has(i) ? ', quarantined for a fault (gpool health)' : '');
+        parts.push(`<a class="cell${degraded.has(i) ? ' degraded' : ''}${out.has(i) ? ' quarantined' : ''}"${job ? ` href="/jobs/${Number(job)}"` : ''}` +
           ` style="background:${heatColor(metric === 'util' ? util : mem)}" title="${esc(title)}" aria-label="${esc(n.node)} GPU ${Number(index)}"></a>`);
       });
       parts.push('</div></div>');
@@ -280,7 +281,8 @@
       ], o.gpus, { label: 'GPUs per pool and model', empty: 'no GPUs' }),
       h('h2', {}, 'Every GPU ', toggle, h('span', { class: 'legend' }, h('i', { style: 'background:' + heatColor(0) }), '0%',
         h('i', { style: 'background:' + heatColor(50) }), '50%', h('i', { style: 'background:' + heatColor(100) }), '100%',
-        h('i', { style: 'background:#eee;outline:2px solid #a4000f' }), 'degraded')),
+        h('i', { style: 'background:#eee;outline:2px solid #a4000f' }), 'degraded',
+        h('i', { class: 'quarantined-key' }), 'quarantined')),
       heat,
       h('h2', {}, 'GPU-hours and cost per team ', period), usage,
       h('h2', {}, 'Alerts firing'),
@@ -480,7 +482,9 @@
         { key: 'power', label: 'Power', num: true, value: (d) => d.telemetry?.power_w ?? -1, render: (d) => fmt(d.telemetry?.power_w, 0) + ' W' },
         { key: 'job', label: 'Held by', render: (d) => d.job ? h('a', { href: '/jobs/' + d.job }, 'job ' + d.job)
           : (d.shares || []).length ? 'shared: ' + d.shares.map((x) => x.job).join(', ') : (d.mig || []).length ? 'MIG: ' + d.mig.map((m) => m.profile + (m.job ? ' job ' + m.job : ' free')).join(', ') : 'free' },
-        { key: 'degraded', label: 'Health', render: (d) => d.degraded ? h('span', { class: 'sev-warning' }, 'degraded: ' + d.degraded) : 'ok' },
+        { key: 'degraded', label: 'Health', render: (d) => d.quarantine
+          ? h('span', { class: 'sev-critical' }, `quarantined: ${d.quarantine.fault} at ${d.quarantine.since}` + (d.quarantine.action ? `, ${d.quarantine.action}` : ''))
+          : d.degraded ? h('span', { class: 'sev-warning' }, 'degraded: ' + d.degraded) : 'ok' },
       ], n.devices, { label: 'Devices of ' + n.name, empty: 'no accelerators' }))));
     painted();
     redraw = nodesPage;
