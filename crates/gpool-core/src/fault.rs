@@ -35,6 +35,10 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(600);
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(300);
 /// The built-in check passes after this long without a new fault.
 pub const QUIET_FOR: Duration = Duration::from_secs(120);
+/// After an operator restores a GPU, standing states (missing, a pending
+/// remap) are not held against it for this long: reports read before the
+/// restore reached the node may still be on their way.
+pub const RESTORE_SETTLE: Duration = Duration::from_secs(10);
 /// A second fault within this time of an earlier one keeps the GPU out
 /// until an operator restores it.
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -128,6 +132,8 @@ struct Track {
     /// A check is running since then.
     checking: Option<Time>,
     clean_now: bool,
+    /// Standing states are not held against it before then (an operator restored it).
+    settle_until: Option<Time>,
 }
 
 /// Fault state of every GPU by key (a node and GPU index, say).
@@ -176,6 +182,9 @@ impl<K: Ord + Clone> Faults<K> {
         ];
         let mut standing: Vec<Fault> = states.into_iter().filter(|(on, _)| *on).map(|(_, f)| f).collect();
         standing.extend(r.health_fault.clone().map(Fault::Device));
+        if t.settle_until.is_some_and(|until| now < until) {
+            standing.clear();
+        }
         t.clean_now = fatal.is_empty() && standing.is_empty();
         if !t.clean_now {
             t.last_fault = Some(now);
@@ -255,11 +264,15 @@ impl<K: Ord + Clone> Faults<K> {
         Some(how)
     }
 
-    /// An operator brings `key` back; `false` if it was not out.
-    pub fn restore_by_operator(&mut self, key: &K) -> bool {
+    /// An operator brings `key` back at `now`; `false` if it was not out.
+    pub fn restore_by_operator(&mut self, key: &K, now: Time) -> bool {
         let Some(t) = self.tracks.get_mut(key) else { return false };
+        if t.quarantine.take().is_none() {
+            return false;
+        }
         t.checking = None;
-        t.quarantine.take().is_some()
+        t.settle_until = Some(now.plus(RESTORE_SETTLE));
+        true
     }
 
     /// The quarantine of `key`, if it is out.

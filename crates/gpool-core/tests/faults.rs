@@ -147,18 +147,35 @@ fn a_second_fault_within_a_day_keeps_the_gpu_out_until_an_operator_says() {
     let mut f = Faults::default();
     f.observe(&0, at(0), &clean());
     f.observe(&0, at(1), &xids(&[79]));
-    assert!(f.restore_by_operator(&0));
-    assert!(!f.restore_by_operator(&0), "restoring a GPU in service says so");
+    assert!(f.restore_by_operator(&0, at(2)));
+    assert!(!f.restore_by_operator(&0, at(2)), "restoring a GPU in service says so");
     let again = 1 + secs(REPEAT_WINDOW) - 10;
     assert_eq!(f.observe(&0, at(again), &xids(&[79, 74])), vec![FaultChange::Quarantined(Fault::Xid(74))]);
     assert!(f.quarantine(&0).expect("out").operator_only);
     let later = again + 10 * secs(CHECK_EVERY);
     assert!(!f.check_due(&0, at(later)), "no check brings it back");
     assert_eq!(f.check_done(&0, at(later), Some((true, "ok".into()))), None);
-    assert!(f.restore_by_operator(&0));
+    assert!(f.restore_by_operator(&0, at(later)));
     // A day after the last fault, a new one is a first one again.
     f.observe(&0, at(again + secs(REPEAT_WINDOW) + 1), &xids(&[79, 74, 79]));
     assert!(f.quarantine(&0).is_some_and(|q| !q.operator_only));
+}
+
+#[test]
+fn reports_read_before_an_operator_restore_do_not_take_the_gpu_out_again() {
+    let mut f = Faults::default();
+    f.observe(&0, at(0), &clean());
+    f.observe(&0, at(1), &FaultReading { missing: true, ..FaultReading::default() });
+    assert!(f.restore_by_operator(&0, at(5)));
+    // Still on its way: a report from before the restore.
+    assert_eq!(f.observe(&0, at(6), &FaultReading { missing: true, ..FaultReading::default() }), vec![]);
+    // A new XID is a new fault, settling or not.
+    assert_eq!(f.observe(&0, at(7), &xids(&[79])).len(), 1);
+    assert!(f.restore_by_operator(&0, at(8)));
+    // Still gone once the settling time is over: out again.
+    let after = 8 + secs(gpool_core::fault::RESTORE_SETTLE);
+    let out = f.observe(&0, at(after), &FaultReading { missing: true, ..FaultReading::default() });
+    assert_eq!(out, vec![FaultChange::Quarantined(Fault::Missing)]);
 }
 
 #[test]

@@ -391,7 +391,7 @@ impl Controller {
     ) -> Result<api::NodeView, ApiError> {
         let node = self.admin_gpu(caller, name, gpu, "restore GPUs")?;
         let key = (name.to_string(), gpu);
-        if !self.faults.faults.restore_by_operator(&key) {
+        if !self.faults.faults.restore_by_operator(&key, Time::from_millis(now)) {
             return Err(ApiError::new(409, format!("GPU {gpu} of node {name} is in service: nothing to restore")));
         }
         if self.links.get(&node).is_some_and(|l| l.doc.source == "simulated") {
