@@ -81,6 +81,12 @@ pub(crate) struct PlaneArgs {
     /// A node whose agent is silent this long is down and its jobs are requeued; its agent kills them by then.
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
     lease: std::time::Duration,
+    /// How long after a GPU is quarantined for a fault its node first checks it (its --health-check program, else the built-in check).
+    #[arg(long, default_value = "60s", value_parser = parse_duration_arg)]
+    health_check_after: std::time::Duration,
+    /// How often a quarantined GPU whose check failed is checked again.
+    #[arg(long, default_value = "10m", value_parser = parse_duration_arg)]
+    health_check_every: std::time::Duration,
     /// An API connection that does not send a whole request head within this time is closed (idle keep-alive ones too).
     #[arg(long, default_value = "30s", value_parser = parse_duration_arg)]
     http_header_timeout: std::time::Duration,
@@ -145,6 +151,8 @@ impl PlaneArgs {
             alert_webhook: self.alert_webhook,
             gpu_prices: self.gpu_prices,
             lease: self.lease,
+            health_check_after: self.health_check_after,
+            health_check_every: self.health_check_every,
             http_header_timeout: self.http_header_timeout,
             state_reserve: self.state_reserve,
             metrics_auth: self.metrics_auth,

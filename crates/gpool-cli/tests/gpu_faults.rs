@@ -150,6 +150,56 @@ fn an_application_xid_ends_its_job_and_a_quarantine_outlives_the_daemon() {
     });
 }
 
+#[test]
+fn a_health_check_program_decides_when_a_quarantined_gpu_comes_back() {
+    let s = Scratch::new("gpu-faults-check");
+    let (script, healthy, seen) = (s.0.join("check.sh"), s.0.join("healthy"), s.0.join("seen"));
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nenv > {seen}.$GPOOL_GPU_INDEX\n[ -e {healthy} ] || {{ echo 'dcgmi diag: memory test failed'; exit 1; }}\necho 'dcgmi diag: pass'\n",
+            seen = seen.display(),
+            healthy = healthy.display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let check = script.display().to_string();
+    let args = [
+        "--sample-interval",
+        "500ms",
+        "--health-check",
+        &check,
+        "--health-check-after",
+        "1s",
+        "--health-check-every",
+        "1s",
+    ];
+    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &args);
+    let node = node_name(&d);
+    cli_ok(&d, &["nodes", "inject", &node, "--gpu", "1", "--ecc-uncorrected"]);
+    within(Duration::from_secs(15), || {
+        let q = quarantine(&d, 1);
+        let said = q["last_check"][1].as_str().unwrap_or_default();
+        if said.contains("exited with 1: dcgmi diag: memory test failed") { Ok(()) } else { Err(q.to_string()) }
+    });
+    // The program saw the GPU it checks, in the daemon's fixed environment.
+    let env = std::fs::read_to_string(format!("{}.1", seen.display())).expect("the program ran for GPU 1");
+    assert!(env.contains("GPOOL_GPU_INDEX=1") && env.contains("CUDA_VISIBLE_DEVICES=GPU-"), "{env}");
+    assert!(!env.contains("GPOOL_JOB_ID"), "{env}");
+    std::fs::write(&healthy, "").expect("marker");
+    within(Duration::from_secs(15), || {
+        let q = quarantine(&d, 1);
+        if q.is_null() { Ok(()) } else { Err(q.to_string()) }
+    });
+    let mut said = String::new();
+    d.read_events("/api/v1/events?after=0", Duration::from_secs(10), |e| {
+        said = e["message"].as_str().unwrap_or_default().to_string();
+        e["kind"] == "gpu_restored"
+    });
+    assert!(said.contains("the node's health check passed: dcgmi diag: pass"), "{said}");
+}
+
 /// Bad requests get an error that says what was wrong (a node with real
 /// devices refusing injection is a controller test: `tests/faults.rs`).
 #[test]

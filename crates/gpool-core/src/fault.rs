@@ -26,10 +26,10 @@ use std::time::Duration;
 use crate::time::Time;
 use crate::xid::{XidAction, xid};
 
-/// How long a quarantined GPU waits before its first health check (the
+/// How long a quarantined GPU waits before its first health check, by default (the
 /// job on it gets its grace period first, and a fault storm settles).
 pub const CHECK_AFTER: Duration = Duration::from_secs(60);
-/// How long after a failed check the next one runs.
+/// How long after a failed check the next one runs, by default.
 pub const CHECK_EVERY: Duration = Duration::from_secs(600);
 /// How long a check may take before it counts as failed.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(300);
@@ -42,6 +42,21 @@ pub const RESTORE_SETTLE: Duration = Duration::from_secs(10);
 /// A second fault within this time of an earlier one keeps the GPU out
 /// until an operator restores it.
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// When quarantined GPUs are checked (`gpool serve --health-check-after`, `--health-check-every`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckTiming {
+    /// How long after it was taken out a GPU is first checked.
+    pub after: Duration,
+    /// How long after a failed check the next one runs.
+    pub every: Duration,
+}
+
+impl Default for CheckTiming {
+    fn default() -> Self {
+        CheckTiming { after: CHECK_AFTER, every: CHECK_EVERY }
+    }
+}
 
 /// What one GPU's reading says, as far as faults go.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -140,15 +155,20 @@ struct Track {
 #[derive(Clone, Debug)]
 pub struct Faults<K> {
     tracks: BTreeMap<K, Track>,
+    timing: CheckTiming,
 }
 
 impl<K: Ord + Clone> Default for Faults<K> {
     fn default() -> Self {
-        Faults { tracks: BTreeMap::new() }
+        Faults::new(CheckTiming::default())
     }
 }
 
 impl<K: Ord + Clone> Faults<K> {
+    pub fn new(timing: CheckTiming) -> Faults<K> {
+        Faults { tracks: BTreeMap::new(), timing }
+    }
+
     /// Takes one reading of `key` at `now`; says what it changed.
     pub fn observe(&mut self, key: &K, now: Time, r: &FaultReading) -> Vec<FaultChange> {
         let t = self.tracks.entry(key.clone()).or_default();
@@ -223,8 +243,8 @@ impl<K: Ord + Clone> Faults<K> {
             return now.since(began) >= CHECK_TIMEOUT;
         }
         match &q.last_check {
-            None => now.since(q.since) >= CHECK_AFTER,
-            Some((at, _)) => now.since(*at) >= CHECK_EVERY,
+            None => now.since(q.since) >= self.timing.after,
+            Some((at, _)) => now.since(*at) >= self.timing.every,
         }
     }
 

@@ -45,6 +45,9 @@ pub struct PlaneConfig {
     pub gpu_prices: Vec<String>,
     /// A remote node silent for this long is down.
     pub lease: std::time::Duration,
+    /// A GPU quarantined for a fault is first checked this long after, then this often while it fails.
+    pub health_check_after: std::time::Duration,
+    pub health_check_every: std::time::Duration,
     /// An API connection that does not send a whole request head within this time is closed.
     pub http_header_timeout: std::time::Duration,
     /// Bytes kept beside a SQLite state database for when its disk fills (0: none).
@@ -102,6 +105,7 @@ pub fn controller_config(p: &PlaneConfig) -> anyhow::Result<Config> {
         queues,
         power_budgets: Vec::new(),
         retry_backoff: std::time::Duration::from_secs(10),
+        health_checks: gpool_core::fault::CheckTiming { after: p.health_check_after, every: p.health_check_every },
         telemetry: TelemetryConfig { rules, ..TelemetryConfig::default() },
         prices,
         lease: p.lease,

@@ -38,7 +38,6 @@ const QUARANTINE_KEY: &str = "quarantined_gpus";
 type Key = (String, u32);
 
 /// Which GPUs are out of service, and what was done about each.
-#[derive(Default)]
 pub(super) struct GpuFaults {
     faults: Faults<Key>,
     /// What was done when each GPU was taken out (the jobs requeued).
@@ -62,6 +61,10 @@ struct Kept {
 }
 
 impl GpuFaults {
+    pub(super) fn new(timing: gpool_core::fault::CheckTiming) -> GpuFaults {
+        GpuFaults { faults: Faults::new(timing), actions: BTreeMap::new() }
+    }
+
     /// The fault readings of a node's GPUs (`devices`, by index) in one
     /// report. A report that could not read the GPUs says nothing (a GPU is
     /// missing only from a report that read others).

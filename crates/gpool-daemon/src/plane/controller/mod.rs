@@ -201,6 +201,8 @@ pub struct Config {
     pub power_budgets: Vec<gpool_core::power::PowerBudget>,
     /// First retry back-off; doubles with each failure, at most ten minutes.
     pub retry_backoff: Duration,
+    /// When quarantined GPUs are checked (`faults.rs`).
+    pub health_checks: gpool_core::fault::CheckTiming,
     pub telemetry: TelemetryConfig,
     pub prices: Prices,
     /// A remote node silent for this long is down.
@@ -318,7 +320,7 @@ impl Controller {
         let tokens = store.tokens()?.into_iter().filter_map(tokens::TokenEntry::from_row).collect();
         let next_id = store.max_job_id()? + 1;
         let next_seq = store.max_event_seq()? + 1;
-        let cfg_telemetry = cfg.telemetry.clone();
+        let (cfg_telemetry, fault_timing) = (cfg.telemetry.clone(), cfg.health_checks);
         let mut c = Controller {
             cfg,
             clock,
@@ -367,7 +369,7 @@ impl Controller {
             prefetched: BTreeSet::new(),
             profiling: profiles::Profiling::default(),
             history: gpool_core::runtime_history::RuntimeHistory::new(Default::default()),
-            faults: faults::GpuFaults::default(),
+            faults: faults::GpuFaults::new(fault_timing),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {

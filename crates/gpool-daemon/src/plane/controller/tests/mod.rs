@@ -233,6 +233,7 @@ fn config(policy: Policy) -> Config {
         queues: Vec::new(),
         power_budgets: Vec::new(),
         retry_backoff: Duration::from_secs(10),
+        health_checks: Default::default(),
         telemetry: TelemetryConfig::default(),
         prices: Prices::built_in(),
         lease: Duration::from_secs(4),
