@@ -49,6 +49,7 @@ pub(crate) fn render(nodes: &[api::NodeView], output: Output) -> anyhow::Result<
         for d in &n.devices {
             let who = match (d.job, d.shares.as_slice()) {
                 (Some(j), _) => format!("job {j}"),
+                (None, []) if d.quarantine.is_some() => "out of service".to_string(),
                 (None, []) => "free".to_string(),
                 (None, shares) => {
                     let used: u32 = shares.iter().map(|s| u32::from(s.milli)).sum();
