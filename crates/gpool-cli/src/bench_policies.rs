@@ -127,6 +127,7 @@ pub(crate) fn policies(a: PoliciesArgs) -> anyhow::Result<()> {
                         sample: Duration::from_secs(3600),
                         mig_planner: false,
                         power_budgets: Vec::new(),
+                        faults: Vec::new(),
                         fleet: None,
                     };
                     match run(task.jobs, &cfg, |_, _| {}) {

@@ -87,6 +87,9 @@ pub(crate) struct SimArgs {
     /// Treat trace jobs as not preemptible.
     #[arg(long)]
     no_preemption: bool,
+    /// GPU faults to replay, a CSV line each: at,node,gpu,fault (fault: xid:79, ecc, gone or restore); see docs/health.md.
+    #[arg(long, value_name = "FILE")]
+    faults: Option<PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -188,6 +191,13 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
         Some(f) => gpool_sim::cluster::with_power_budgets(nodes, f),
         None => (nodes, Vec::new()),
     };
+    let faults = match &a.faults {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("--faults {}", f.display()))?;
+            gpool_sim::faults::parse(&text).map_err(|e| anyhow::anyhow!("--faults {}: {e}", f.display()))?
+        }
+        None => Vec::new(),
+    };
     let policies: Vec<String> = if a.compare.is_empty() { vec![a.policy.clone()] } else { a.compare.clone() };
     // One run per policy, or per pools file.
     let setups: Vec<(String, String, Option<gpool_sim::fleet::FleetConfig>)> = if fleets.is_empty() {
@@ -224,6 +234,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             sample: Duration::from_secs(3600),
             mig_planner: false,
             power_budgets: power_budgets.clone(),
+            faults: faults.clone(),
             fleet,
         };
         let mut bar = Progress::new(&format!("{label:>13}"));
@@ -251,6 +262,17 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
                 if let (Some(f), Some(o)) = (&r.result.fleet, v.as_object_mut()) {
                     o.insert("fleet".into(), fleet_json(f));
                 }
+                if let (Some(f), Some(o)) = (&r.result.faults, v.as_object_mut()) {
+                    o.insert(
+                        "faults".into(),
+                        serde_json::json!({
+                            "quarantines": f.quarantines,
+                            "requeued_jobs": f.requeued,
+                            "lost_gpu_hours": f.lost_gpu_hours,
+                            "out_gpu_hours": f.out_gpu_hours,
+                        }),
+                    );
+                }
                 v
             })
             .collect();
@@ -276,6 +298,18 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
                         l.median_ratio
                     );
                 }
+            }
+        }
+        for r in &runs {
+            if let Some(f) = &r.result.faults {
+                outln!(
+                    "{}: {} GPU(s) quarantined by the fault trace, {} job(s) requeued, {:.1} GPU-hours of work lost, {:.1} GPU-hours out of service",
+                    r.policy,
+                    f.quarantines,
+                    f.requeued,
+                    f.lost_gpu_hours,
+                    f.out_gpu_hours
+                );
             }
         }
         // Which jobs no node could ever run depends on the cluster, not the policy.

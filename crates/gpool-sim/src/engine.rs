@@ -87,6 +87,8 @@ pub struct SimConfig {
     pub fleet: Option<FleetConfig>,
     /// Power budgets the scheduler keeps (`gpool sim --power-budget`; nodes need `power`).
     pub power_budgets: Vec<gpool_core::power::PowerBudget>,
+    /// GPU faults to replay (`gpool sim --faults`, `faults.rs`).
+    pub faults: Vec<crate::faults::FaultEvent>,
 }
 
 /// What happened to one job.
@@ -144,6 +146,8 @@ pub struct SimResult {
     pub learned: Vec<(f64, f64)>,
     /// Devices and their allocated time per accelerator kind (the fixed nodes').
     pub kinds: KindUse,
+    /// What the replayed GPU faults cost (`SimConfig::faults`).
+    pub faults: Option<crate::faults::FaultReport>,
 }
 
 /// Devices of each accelerator kind and the time they were allocated.
@@ -168,6 +172,8 @@ pub enum SimError {
     EmptyCluster,
     #[error("pool {pool}: {err}")]
     Pool { pool: String, err: gpool_core::SnapshotError },
+    #[error("the fault trace: {0}")]
+    Faults(String),
 }
 
 /// Per-job simulation state.
@@ -224,6 +230,10 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             }
         }
     }
+    let mut faults = match cfg.faults.is_empty() {
+        true => None,
+        false => Some(crate::faults::FaultReplay::new(cfg.faults.clone(), &snap).map_err(SimError::Faults)?),
+    };
     let mut fleet = match &cfg.fleet {
         Some(f) => Some(Fleet::new(f.clone(), &mut snap).map_err(SimError::Cluster)?),
         None => None,
@@ -287,13 +297,21 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         let arrival = specs.get(next_arrival).map(|s| s.submit_time.as_millis());
         let completion = completions.peek().map(|Reverse((t, _, _))| *t);
         let fleet_next = fleet.as_ref().and_then(Fleet::next_event);
+        // Faults after the last job are of no interest; those before it may hold jobs back.
+        let fault_next = faults.as_ref().and_then(crate::faults::FaultReplay::next_event);
         let now_ms = match (arrival, completion) {
-            (None, None) if snap.pending_count() == 0 || fleet_next.is_none_or(|t| t > give_up_ms) => break,
+            (None, None)
+                if snap.pending_count() == 0
+                    || (fleet_next.is_none_or(|t| t > give_up_ms) && fault_next.is_none_or(|t| t > give_up_ms)) =>
+            {
+                break;
+            }
             (a, c) => a
                 .unwrap_or(i64::MAX)
                 .min(c.unwrap_or(i64::MAX))
                 .min(wake.unwrap_or(i64::MAX))
-                .min(fleet_next.unwrap_or(i64::MAX)),
+                .min(fleet_next.unwrap_or(i64::MAX))
+                .min(fault_next.unwrap_or(i64::MAX)),
         };
         let now = Time::from_millis(now_ms);
         used_gpu_ms += allocated_gpus as f64 * (now_ms - last_ms).max(0) as f64;
@@ -323,6 +341,24 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
                     records[idx].preemptions += 1;
                 }
                 f.reclaimed(seq, now_ms, &mut snap).map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+            }
+        }
+
+        if let Some(f) = faults.as_mut() {
+            let hit = f.advance(now_ms, &mut snap).map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+            for id in hit {
+                let idx = id.0 as usize;
+                let gpus = snap.job(id).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
+                allocated_gpus -= gpus;
+                snap.stop(id, now, StopOutcome::Requeue { not_before: Time::MIN })
+                    .map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
+                let s = &mut states[idx];
+                if let Some((start, overhead)) = s.run.take() {
+                    // No checkpoint: the work since the start is lost.
+                    f.report.lost_gpu_hours += (now_ms - start - overhead).max(0) as f64 * gpus as f64 / 3_600_000.0;
+                }
+                s.epoch += 1;
+                records[idx].preemptions += 1;
             }
         }
 
@@ -401,6 +437,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
     }
     progress(done, total);
     let fleet = fleet.map(|f| f.finish(last_ms, used_gpu_ms / 3_600_000.0));
+    let faults = faults.map(|f| f.finish(last_ms));
     Ok(SimResult {
         jobs: records,
         rejected,
@@ -415,6 +452,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         fleet,
         learned,
         kinds,
+        faults,
     })
 }
 

@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod cluster;
 pub mod engine;
+pub mod faults;
 pub mod fleet;
 pub mod kinds;
 pub mod metrics;

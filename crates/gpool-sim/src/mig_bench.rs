@@ -189,6 +189,7 @@ pub fn compare(b: &MigBench, policy: &Policy) -> Result<Vec<MigRow>, SimError> {
         sample: Duration::from_secs(3600),
         mig_planner: planner,
         power_budgets: Vec::new(),
+        faults: Vec::new(),
         fleet: None,
     };
     let mut rows = Vec::new();

@@ -59,6 +59,7 @@ fn sim(jobs: &[TraceJob], fleet: FleetConfig) -> SimResult {
         sample: Duration::from_secs(3600),
         mig_planner: false,
         power_budgets: Vec::new(),
+        faults: Vec::new(),
         fleet: Some(fleet),
     };
     run(jobs, &cfg, |_, _| {}).expect("simulation")

@@ -27,6 +27,7 @@ fn sim(rows: &str) -> gpool_sim::metrics::Summary {
         sample: Duration::from_secs(3600),
         mig_planner: false,
         power_budgets: Vec::new(),
+        faults: Vec::new(),
         fleet: None,
     };
     summarize(&run(&trace, &cfg, |_, _| {}).expect("sim"))
@@ -80,6 +81,7 @@ fn one_kind_of_device_and_jobs_that_name_none_need_no_rows_per_kind() {
         sample: Duration::from_secs(3600),
         mig_planner: false,
         power_budgets: Vec::new(),
+        faults: Vec::new(),
         fleet: None,
     };
     let s = summarize(&run(&trace, &cfg, |_, _| {}).expect("sim"));
@@ -100,6 +102,7 @@ fn learned_estimates_come_from_the_jobs_that_ended_before() {
         sample: Duration::from_secs(3600),
         mig_planner: false,
         power_budgets: Vec::new(),
+        faults: Vec::new(),
         fleet: None,
     };
     let r = run(&trace, &cfg, |_, _| {}).expect("sim");

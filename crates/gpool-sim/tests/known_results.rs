@@ -139,6 +139,7 @@ fn hand_computed_schedules() {
             sample: Duration::from_secs(60),
             mig_planner: false,
             power_budgets: Vec::new(),
+            faults: Vec::new(),
             fleet: None,
         };
         let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
@@ -167,6 +168,7 @@ fn utilisation_and_makespan_follow_their_definitions() {
         sample: Duration::from_secs(10),
         mig_planner: false,
         power_budgets: Vec::new(),
+        faults: Vec::new(),
         fleet: None,
     };
     let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");
@@ -188,6 +190,7 @@ fn impossible_jobs_are_rejected_not_lost() {
         sample: Duration::from_secs(60),
         mig_planner: false,
         power_budgets: Vec::new(),
+        faults: Vec::new(),
         fleet: None,
     };
     let r = run(&jobs, &cfg, |_, _| {}).expect("simulation");

@@ -24,6 +24,7 @@ fn avg_jct(policy: &str, gpus: u32) -> f64 {
         sample: Duration::from_secs(3600),
         mig_planner: false,
         power_budgets: Vec::new(),
+        faults: Vec::new(),
         fleet: None,
     };
     summarize(&run(&jobs, &cfg, |_, _| {}).expect("simulation")).avg_jct_s
