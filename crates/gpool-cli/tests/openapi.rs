@@ -128,6 +128,13 @@ fn live_answers_validate_against_the_openapi_document() {
     call("POST", &format!("/api/v1/nodes/{node}/drain"), None);
     call("POST", &format!("/api/v1/nodes/{node}/resume"), None);
     call("POST", "/api/v1/nodes/no-such-node/drain", None);
+    // GPU faults (issue 38): inject into the simulated GPU, the fleet's health, restore (200 once
+    // the fault was seen, 409 before: both are in the document), and refusals.
+    call("POST", &format!("/api/v1/nodes/{node}/inject"), Some(&json!({"gpu": 0, "ecc_uncorrected": true})));
+    call("POST", &format!("/api/v1/nodes/{node}/inject"), Some(&json!({"gpu": 0})));
+    call("GET", "/api/v1/health", None);
+    call("POST", &format!("/api/v1/nodes/{node}/restore"), Some(&json!({"gpu": 0})));
+    call("POST", &format!("/api/v1/nodes/{node}/restore"), Some(&json!({"gpu": 7})));
     call("PUT", "/api/v1/power", Some(&json!({"scope": "node", "target": node, "watts": 100_000})));
     call("PUT", "/api/v1/power", Some(&json!({"scope": "room", "target": "x", "watts": 1})));
     call("GET", "/api/v1/power", None);
