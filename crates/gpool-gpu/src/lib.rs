@@ -21,6 +21,7 @@
 //! never seen work the same way.
 
 pub mod amd;
+pub mod kmsg;
 pub mod model;
 pub mod nvml;
 pub mod simulated;

@@ -177,7 +177,7 @@ pub fn discover(
         Ok((n.inventory()?, Box::new(n)))
     };
     let smi = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {
-        let mut s = gpool_gpu::smi::NvidiaSmi::on_path()?;
+        let mut s = gpool_gpu::smi::NvidiaSmi::on_path()?.with_kernel_log();
         Ok((s.inventory()?, Box::new(s)))
     };
     let amd = || -> Result<(Vec<GpuInfo>, Box<dyn Backend>), GpuError> {

@@ -45,6 +45,8 @@ pub struct NvidiaSmi {
     /// Each GPU's slowdown temperature by UUID, read once from the report
     /// (`--query-gpu` has no field for it); `None` until first asked.
     slowdown_c: Option<std::collections::HashMap<String, f64>>,
+    /// XIDs from the kernel log (`kmsg.rs`): nvidia-smi reports none.
+    kernel_log: Option<crate::kmsg::KernelLog>,
 }
 
 impl NvidiaSmi {
@@ -67,6 +69,35 @@ impl NvidiaSmi {
             report_only: false,
             slowdown_c: None,
             degraded: Vec::new(),
+            kernel_log: None,
+        }
+    }
+
+    /// Reads XID events from the kernel log too (a node's real driver; not
+    /// a stand-in's). If it cannot be read, samples carry no XIDs, and
+    /// [`Backend::degraded`] says why.
+    pub fn with_kernel_log(mut self) -> NvidiaSmi {
+        match crate::kmsg::KernelLog::open() {
+            Ok(k) => self.kernel_log = Some(k),
+            Err(why) => self.note(Degraded {
+                what: "XID events unknown".into(),
+                command: "read /dev/kmsg".into(),
+                why,
+                instead: "faults are seen by ECC counts, row remapping and GPUs that stop answering only".into(),
+            }),
+        }
+        self
+    }
+
+    /// The XIDs the kernel logged for each sample's GPU (by PCI bus id).
+    fn add_kernel_xids<'a>(&mut self, samples: impl Iterator<Item = (&'a mut GpuSample, Option<&'a str>)>) {
+        let Some(k) = self.kernel_log.as_mut() else { return };
+        k.drain();
+        for (s, bus) in samples {
+            let Some(bus) = bus else { continue };
+            let (count, recent) = k.of(bus);
+            s.xid_last = Some(recent.last().copied().unwrap_or(0));
+            (s.xid_count, s.xids_recent) = (Some(count), recent);
         }
     }
 
@@ -220,7 +251,9 @@ impl Backend for NvidiaSmi {
 
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
         if self.report_only {
-            return Ok(self.report()?.gpus.into_iter().map(|g| g.sample).collect());
+            let mut gpus = self.report()?.gpus;
+            self.add_kernel_xids(gpus.iter_mut().map(|g| (&mut g.sample, g.pci_bus_id.as_deref())));
+            return Ok(gpus.into_iter().map(|g| g.sample).collect());
         }
         let (rows, mut samples) = match self.sample_from_csv() {
             Ok(x) => x,
@@ -237,7 +270,9 @@ impl Backend for NvidiaSmi {
                     why: refusal(&csv_error),
                     instead: "every sample from the `-q` report from now on".into(),
                 });
-                return Ok(report.gpus.into_iter().map(|g| g.sample).collect());
+                let mut gpus = report.gpus;
+                self.add_kernel_xids(gpus.iter_mut().map(|g| (&mut g.sample, g.pci_bus_id.as_deref())));
+                return Ok(gpus.into_iter().map(|g| g.sample).collect());
             }
         };
         // Without the process list the sample stands: processes are then
@@ -292,6 +327,7 @@ impl Backend for NvidiaSmi {
                 }),
             }
         }
+        self.add_kernel_xids(samples.iter_mut().zip(rows.iter().map(|r| r.pci_bus_id.as_deref())));
         Ok(samples)
     }
 }
