@@ -21,7 +21,6 @@
 //! never seen work the same way.
 
 pub mod amd;
-pub mod kmsg;
 pub mod model;
 pub mod nvml;
 pub mod simulated;

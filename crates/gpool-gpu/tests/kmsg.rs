@@ -5,7 +5,7 @@
 //! Writing /dev/kmsg needs root: elsewhere the test says so and checks the
 //! refusal names what is missing.
 
-use gpool_gpu::kmsg::KernelLog;
+use gpool_gpu::smi::kmsg::KernelLog;
 
 #[test]
 fn an_xid_the_kernel_logs_is_counted_for_its_gpu() {

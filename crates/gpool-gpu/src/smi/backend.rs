@@ -46,7 +46,7 @@ pub struct NvidiaSmi {
     /// (`--query-gpu` has no field for it); `None` until first asked.
     slowdown_c: Option<std::collections::HashMap<String, f64>>,
     /// XIDs from the kernel log (`kmsg.rs`): nvidia-smi reports none.
-    kernel_log: Option<crate::kmsg::KernelLog>,
+    kernel_log: Option<super::kmsg::KernelLog>,
 }
 
 impl NvidiaSmi {
@@ -77,7 +77,7 @@ impl NvidiaSmi {
     /// a stand-in's). If it cannot be read, samples carry no XIDs, and
     /// [`Backend::degraded`] says why.
     pub fn with_kernel_log(mut self) -> NvidiaSmi {
-        match crate::kmsg::KernelLog::open() {
+        match super::kmsg::KernelLog::open() {
             Ok(k) => self.kernel_log = Some(k),
             Err(why) => self.note(Degraded {
                 what: "XID events unknown".into(),

@@ -31,6 +31,7 @@ pub mod dmon;
 pub mod gres;
 pub mod help;
 pub mod inventory;
+pub mod kmsg;
 pub mod list;
 pub mod mig;
 pub mod report;

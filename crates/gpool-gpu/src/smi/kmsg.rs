@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
+use super::value::same_bus_id;
 use crate::RECENT_XIDS;
-use crate::smi::value::same_bus_id;
 
 /// The PCI bus id and XID of a driver's XID line, if `line` is one.
 pub fn parse_xid(line: &str) -> Option<(String, u64)> {
