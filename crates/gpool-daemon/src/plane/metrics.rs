@@ -248,6 +248,24 @@ pub fn render(s: &Scrape) -> String {
     gpu("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.", &|x| {
         num(x.ecc_uncorrected_volatile)
     });
+    // What GPU fault handling reads (docs/health.md), under DCGM's names where DCGM has one.
+    let flag = |b: Option<bool>| b.map(|b| f64::from(u8::from(b)));
+    gpu("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", &|x| num(x.pcie_replays));
+    gpu("DCGM_FI_DEV_RETIRED_PENDING", "gauge", "1 if a page retirement waits for a GPU reset.", &|x| {
+        flag(x.retired_pages_pending)
+    });
+    gpu("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "1 if a row remap waits for a GPU reset.", &|x| {
+        flag(x.remap_pending)
+    });
+    gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "1 if a row remap failed (no spare rows left).", &|x| {
+        flag(x.remap_failed)
+    });
+    gpu(
+        "gpool_gpu_nvlink_errors_total",
+        "counter",
+        "NVLink errors since the driver loaded, all links and kinds.",
+        &|x| num(x.nvlink_errors),
+    );
     gpu("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Throttle reasons bitmask (NVML clocks_event_reasons).", &|x| {
         x.throttle_reasons.as_deref().map(|r| throttle_mask(r) as f64)
     });

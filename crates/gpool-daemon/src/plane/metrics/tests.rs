@@ -23,6 +23,8 @@ fn scrape() -> Scrape {
                     memory_used_mb: Some(11_125),
                     memory_total_mb: Some(81_559),
                     throttle_reasons: Some(vec!["sw_power_cap".into()]),
+                    pcie_replays: Some(3),
+                    remap_failed: Some(false),
                     ..GpuSample::default()
                 },
             },
@@ -107,6 +109,9 @@ fn series_use_dcgm_names_and_labels_and_skip_absent_values() {
     assert!(!text.lines().any(|l| l.starts_with("DCGM") && l.contains("MI300X")), "{text}");
     assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"5\"} 1\n"));
     assert!(text.contains("gpool_gpu_health{node=\"n1\",gpu=\"1\",state=\"quarantined\"} 1\n"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("DCGM_FI_DEV_PCIE_REPLAY_COUNTER{") && l.ends_with("} 3")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("DCGM_FI_DEV_ROW_REMAP_FAILURE{") && l.ends_with("} 0")), "{text}");
+    assert!(!text.contains("DCGM_FI_DEV_RETIRED_PENDING{"), "absent readings are no series");
     assert!(text.contains("gpool_gpu_health{node=\"n1\",gpu=\"1\",state=\"ok\"} 0\n"), "{text}");
     assert!(text.contains("gpool_gpu_health{node=\"n1\",gpu=\"0\",state=\"ok\"} 1\n"), "{text}");
     assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
