@@ -71,10 +71,19 @@ fn chips_devices_pids_and_processes() {
 #[test]
 fn no_cut_of_a_recorded_file_makes_the_parser_panic() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/tpu");
+    let mut read = 0;
     for entry in std::fs::read_dir(&dir).expect("data/tpu") {
-        let text = std::fs::read_to_string(entry.expect("entry").path()).unwrap_or_default();
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "txt") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a recorded output reads");
+        assert!(!text.is_empty(), "{} is empty", path.display());
         for cut in (0..text.len()).filter(|i| text.is_char_boundary(*i)).step_by(7) {
             let _ = parse_tpu_info(&text[..cut]);
         }
+        read += 1;
     }
+    // The loop must have had something to cut (issue 40, point 5): every recorded output.
+    assert_eq!(read, 13, "the recorded tpu-info outputs in data/tpu");
 }
