@@ -146,6 +146,9 @@ struct Track {
     last_fault: Option<Time>,
     /// A check is running since then.
     checking: Option<Time>,
+    /// When the next check is due, where the last one said so (the built-in
+    /// check of a GPU that answers: once it has been quiet long enough).
+    next_check: Option<Time>,
     clean_now: bool,
     /// Standing states are not held against it before then (an operator restored it).
     settle_until: Option<Time>,
@@ -175,7 +178,9 @@ impl<K: Ord + Clone> Faults<K> {
         let mut fatal = Vec::new();
         let mut out = Vec::new();
         if let (Some(was), Some(is)) = (t.xid_count, r.xid_count) {
-            let new = is.saturating_sub(was).min(r.xids_recent.len() as u64) as usize;
+            // A count below the last one restarted (the agent did): all of it is new.
+            let rise = if is < was { is } else { is - was };
+            let new = rise.min(r.xids_recent.len() as u64) as usize;
             for &x in &r.xids_recent[r.xids_recent.len() - new..] {
                 match xid(x).action {
                     XidAction::TakeGpuOut => fatal.push(Fault::Xid(x)),
@@ -184,10 +189,12 @@ impl<K: Ord + Clone> Faults<K> {
                 }
             }
         }
-        if let (Some(was), Some(is)) = (t.ecc_uncorrected, r.ecc_uncorrected)
-            && is > was
-        {
-            fatal.push(Fault::EccUncorrected(is - was));
+        if let (Some(was), Some(is)) = (t.ecc_uncorrected, r.ecc_uncorrected) {
+            // A volatile count restarts at 0 with the driver or a GPU reset.
+            let rise = if is < was { is } else { is - was };
+            if rise > 0 {
+                fatal.push(Fault::EccUncorrected(rise));
+            }
         }
         if !r.missing {
             t.xid_count = r.xid_count.or(t.xid_count);
@@ -242,6 +249,9 @@ impl<K: Ord + Clone> Faults<K> {
         if let Some(began) = t.checking {
             return now.since(began) >= CHECK_TIMEOUT;
         }
+        if let Some(at) = t.next_check {
+            return now >= at;
+        }
         match &q.last_check {
             None => now.since(q.since) >= self.timing.after,
             Some((at, _)) => now.since(*at) >= self.timing.every,
@@ -255,12 +265,20 @@ impl<K: Ord + Clone> Faults<K> {
         }
     }
 
+    /// Whether a check of `key` was ordered and has not answered: a verdict
+    /// nobody ordered (an old one, after an operator's restore) is ignored.
+    pub fn checking(&self, key: &K) -> bool {
+        self.tracks.get(key).is_some_and(|t| t.checking.is_some() && t.quarantine.is_some())
+    }
+
     /// What the node said of a check of `key`: `Some((passed, output))` from
     /// its program, `None` when it has none (then the built-in check
-    /// decides). `Some(how)` when the GPU came back.
+    /// decides). `Some(how)` when the GPU came back; `None` too for a
+    /// verdict no running check asked for.
     pub fn check_done(&mut self, key: &K, now: Time, program: Option<(bool, String)>) -> Option<Returned> {
         let t = self.tracks.get_mut(key)?;
-        t.checking = None;
+        t.checking.take()?;
+        t.next_check = None;
         let q = t.quarantine.as_mut()?;
         let (passed, said, how) = match program {
             Some((passed, output)) => (passed, output.clone(), Returned::Program(output)),
@@ -273,6 +291,10 @@ impl<K: Ord + Clone> Faults<K> {
                     }
                     (true, true) => "built-in check: the GPU answers and shows no new fault".to_string(),
                 };
+                if !(t.clean_now && quiet) {
+                    // The built-in check is cheap: again as soon as it could pass.
+                    t.next_check = t.last_fault.map(|at| at.plus(QUIET_FOR));
+                }
                 (t.clean_now && quiet, said, Returned::BuiltIn)
             }
         };
@@ -290,7 +312,7 @@ impl<K: Ord + Clone> Faults<K> {
         if t.quarantine.take().is_none() {
             return false;
         }
-        t.checking = None;
+        (t.checking, t.next_check) = (None, None);
         t.settle_until = Some(now.plus(RESTORE_SETTLE));
         true
     }
@@ -309,12 +331,28 @@ impl<K: Ord + Clone> Faults<K> {
     /// take-over), with the faults it counted.
     pub fn restore(&mut self, key: K, q: Quarantine, faults: Vec<Time>) {
         let t = self.tracks.entry(key).or_default();
+        // Quiet is counted from its last fault, as before the restart.
+        t.last_fault = faults.iter().copied().chain([q.since]).max();
         t.faults = faults;
         t.quarantine = Some(q);
+    }
+
+    /// Puts back the recent faults of a GPU in service (a fault within
+    /// [`REPEAT_WINDOW`] of them is a repeat, across restarts too).
+    pub fn restore_history(&mut self, key: K, faults: Vec<Time>) {
+        self.tracks.entry(key).or_default().faults = faults;
     }
 
     /// When `key`'s fatal faults happened (kept with its quarantine).
     pub fn fault_times(&self, key: &K) -> Vec<Time> {
         self.tracks.get(key).map(|t| t.faults.clone()).unwrap_or_default()
+    }
+
+    /// GPUs in service with a fault within [`REPEAT_WINDOW`] of `now`, and its times.
+    pub fn recent_history(&self, now: Time) -> impl Iterator<Item = (&K, Vec<Time>)> {
+        self.tracks.iter().filter(|(_, t)| t.quarantine.is_none()).filter_map(move |(k, t)| {
+            let recent: Vec<Time> = t.faults.iter().copied().filter(|at| now.since(*at) < REPEAT_WINDOW).collect();
+            (!recent.is_empty()).then_some((k, recent))
+        })
     }
 }

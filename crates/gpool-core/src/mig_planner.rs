@@ -229,9 +229,11 @@ pub fn plan_for(snap: &Snapshot, managed: impl Fn(&Node, &Device) -> bool) -> Sn
     }
     let mut gpus = Vec::new();
     for (id, node) in snap.nodes().filter(|(_, n)| n.state == NodeState::Up) {
-        for d in
-            node.devices.iter().filter(|d| d.mig.is_some() && snap.mig_gpu_managed(id, d.index) && managed(node, d))
-        {
+        // A quarantined GPU is not laid out anew: it takes no work until it is back.
+        let out = snap.quarantined_gpus(id);
+        for d in node.devices.iter().filter(|d| {
+            d.mig.is_some() && snap.mig_gpu_managed(id, d.index) && managed(node, d) && !out.contains(&d.index)
+        }) {
             let Some(instances) = snap.mig_instances(id, d.index) else { continue };
             gpus.push(ManagedGpu {
                 key: (u64::from(id.0) << 32) | u64::from(d.index),

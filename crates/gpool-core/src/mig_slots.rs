@@ -32,6 +32,8 @@ impl Snapshot {
     /// and on a node whose MIG GPUs do not each have a slot range of their
     /// own (more than nine of them).
     pub fn repartition(&mut self, id: NodeId, gpu: u32, instances: Vec<MigInstance>) -> Result<(), SnapshotError> {
+        // The node's marks by GPU index, to put back on the rebuilt entry.
+        let (quarantined, degraded) = (self.quarantined_gpus(id), self.degraded_gpus(id));
         let e = self.nodes.get(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
         let name = e.node.name.to_string();
         let refuse = |why: &str| SnapshotError::Repartition { node: name.clone(), gpu, why: why.to_string() };
@@ -60,7 +62,8 @@ impl Snapshot {
         let f = &mut self.free[id.index()];
         f.mig = (f.mig & !range) | (entry.mig_exists & range);
         self.nodes[id.index()] = entry;
-        Ok(())
+        self.set_quarantined_gpus(id, &quarantined)?;
+        self.set_degraded_gpus(id, &degraded)
     }
 
     /// Stops (`hold`) or resumes placing new jobs on the MIG instances of

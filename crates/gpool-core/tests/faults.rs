@@ -116,13 +116,15 @@ fn the_built_in_check_returns_a_quiet_gpu_and_keeps_a_faulty_one() {
     assert!(!f.check_due(&0, at(t + 1)));
     let t2 = t + every;
     assert!(f.check_due(&0, at(t2)));
-    // Answers again, but faulted just now: not yet.
+    f.check_started(&0, at(t2));
+    // Answers again, but faulted just now: not yet, and checked again once quiet long enough.
     assert_eq!(f.observe(&0, at(t2), &xids(&[79, 79])), vec![FaultChange::Noted(Fault::Xid(79))]);
     assert_eq!(f.check_done(&0, at(t2), None), None);
-    // Quiet for QUIET_FOR: back.
-    let t3 = t2 + every + quiet;
+    assert!(!f.check_due(&0, at(t2 + quiet - 1)));
+    let t3 = t2 + quiet;
+    assert!(f.check_due(&0, at(t3)), "not CHECK_EVERY later: as soon as it is quiet");
     f.observe(&0, at(t3), &xids(&[79, 79]));
-    assert!(f.check_due(&0, at(t3)));
+    f.check_started(&0, at(t3));
     assert_eq!(f.check_done(&0, at(t3), None), Some(Returned::BuiltIn));
     assert!(f.quarantine(&0).is_none());
 }
@@ -138,6 +140,9 @@ fn a_program_decides_when_the_node_has_one_and_a_hung_check_is_retried() {
     assert!(f.check_due(&0, at(t + secs(CHECK_TIMEOUT))), "no answer within the timeout: check again");
     assert_eq!(f.check_done(&0, at(t), Some((false, "dcgmi diag: fail".into()))), None);
     let t2 = t + secs(CHECK_EVERY);
+    assert_eq!(f.check_done(&0, at(t2), Some((true, "late".into()))), None, "no check asked: ignored");
+    assert!(f.quarantine(&0).is_some());
+    f.check_started(&0, at(t2));
     let back = f.check_done(&0, at(t2), Some((true, "dcgmi diag: pass".into())));
     assert_eq!(back, Some(Returned::Program("dcgmi diag: pass".into())));
 }
@@ -176,6 +181,31 @@ fn reports_read_before_an_operator_restore_do_not_take_the_gpu_out_again() {
     let after = 8 + secs(gpool_core::fault::RESTORE_SETTLE);
     let out = f.observe(&0, at(after), &FaultReading { missing: true, ..FaultReading::default() });
     assert_eq!(out, vec![FaultChange::Quarantined(Fault::Missing)]);
+}
+
+#[test]
+fn counters_that_restarted_count_what_they_show_as_new() {
+    let mut f = Faults::default();
+    f.observe(&0, at(0), &FaultReading { ecc_uncorrected: Some(5), ..xids(&[13, 13, 13]) });
+    // The agent restarted: its XID count is back at 1, the driver's ECC count at 1.
+    let out = f.observe(&0, at(1), &FaultReading { ecc_uncorrected: Some(1), ..xids(&[79]) });
+    assert_eq!(out, vec![FaultChange::Quarantined(Fault::Xid(79)), FaultChange::Noted(Fault::EccUncorrected(1))]);
+}
+
+#[test]
+fn recent_faults_of_a_gpu_in_service_outlive_a_restart() {
+    let mut f = Faults::default();
+    f.observe(&0, at(0), &clean());
+    f.observe(&0, at(10), &xids(&[79]));
+    f.restore_by_operator(&0, at(20));
+    let kept: Vec<(u32, Vec<Time>)> = f.recent_history(at(30)).map(|(k, v)| (*k, v)).collect();
+    assert_eq!(kept, vec![(0, vec![at(10)])]);
+    assert_eq!(f.recent_history(at(10 + secs(REPEAT_WINDOW))).count(), 0, "a day later it is forgotten");
+    let mut g = Faults::default();
+    g.restore_history(0, vec![at(10)]);
+    g.observe(&0, at(40), &clean());
+    g.observe(&0, at(50), &xids(&[48]));
+    assert!(g.quarantine(&0).is_some_and(|q| q.operator_only), "a repeat across the restart");
 }
 
 #[test]
@@ -272,4 +302,21 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_mig_repartition_keeps_the_quarantine_and_the_planner_leaves_a_quarantined_gpu_alone() {
+    let mut c = Cluster::new("fifo").mig_node("m", &["3g.40gb", "3g.40gb"]);
+    let m = c.id("m");
+    c.snap.set_quarantined_gpus(m, &[0]).expect("quarantine");
+    let profile: gpool_core::MigProfile = "1g.10gb".parse().expect("profile");
+    let one =
+        gpool_core::MigInstance { memory_mb: 9_800, profile, uuid: std::sync::Arc::from("MIG-new-0"), gi_id: Some(9) };
+    c.snap.repartition(m, 0, vec![one]).expect("repartition");
+    assert_eq!(c.snap.quarantined_gpus(m), [0], "rebuilding the node keeps its quarantine");
+    c.snap.set_mig_managed(m, 0, true).expect("managed");
+    c.submit(job("u").mig("1g.10gb"));
+    c.submit(job("u").mig("1g.10gb"));
+    let plan = gpool_core::mig_planner::plan_for(&c.snap, |_, _| true);
+    assert!(plan.repartitions.is_empty() && plan.drain.is_empty(), "{plan:?}");
 }

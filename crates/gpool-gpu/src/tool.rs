@@ -69,6 +69,8 @@ pub fn run(program: &Path, args: &[&str], timeout: Duration) -> Result<String, T
 
 /// [`run`] for a command the caller has set up (its environment, say).
 pub fn run_command(mut cmd: Command, timeout: Duration) -> Result<String, ToolFailure> {
+    // Its own process group, so that a timeout kills what it started too.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child =
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => ToolFailure::NotFound,
@@ -85,6 +87,9 @@ pub fn run_command(mut cmd: Command, timeout: Duration) -> Result<String, ToolFa
         let _ = tx.send((out, err));
     });
     let Ok((out, err)) = rx.recv_timeout(timeout) else {
+        if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
         let _ = child.kill();
         let _ = child.wait();
         return Err(ToolFailure::Timeout);
@@ -124,6 +129,26 @@ fn read_all(pipe: Option<impl Read>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_kills_what_the_program_started_too() {
+        let pid_file = std::env::temp_dir().join(format!("gpool-tool-{}", std::process::id()));
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!("sleep 30 & echo $! > {}; wait", pid_file.display()));
+        assert!(matches!(run_command(cmd, Duration::from_millis(500)), Err(ToolFailure::Timeout)));
+        let pid: i32 = std::fs::read_to_string(&pid_file).expect("pid").trim().parse().expect("a pid");
+        let _ = std::fs::remove_file(&pid_file);
+        // Killed with its group; the kernel reaps it once its parent, killed too, is gone.
+        let gone = (0..50).any(|_| {
+            let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| !s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
+            if alive {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            !alive
+        });
+        assert!(gone, "the grandchild {pid} outlived the timeout");
+    }
 
     #[test]
     fn finds_programs_on_a_path_list() {

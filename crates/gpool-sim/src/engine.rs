@@ -348,14 +348,16 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             let hit = f.advance(now_ms, &mut snap).map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
             for id in hit {
                 let idx = id.0 as usize;
-                let gpus = snap.job(id).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
-                allocated_gpus -= gpus;
+                let milli = snap.job(id).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli);
+                allocated_gpus -= milli / 1000;
                 snap.stop(id, now, StopOutcome::Requeue { not_before: Time::MIN })
                     .map_err(|err| SimError::Apply { t: now.as_secs_f64(), err })?;
                 let s = &mut states[idx];
                 if let Some((start, overhead)) = s.run.take() {
                     // No checkpoint: the work since the start is lost.
-                    f.report.lost_gpu_hours += (now_ms - start - overhead).max(0) as f64 * gpus as f64 / 3_600_000.0;
+                    // In GPU units: a share of a GPU loses its share's worth.
+                    let gpus = milli as f64 / 1000.0;
+                    f.report.lost_gpu_hours += (now_ms - start - overhead).max(0) as f64 * gpus / 3_600_000.0;
                 }
                 s.epoch += 1;
                 records[idx].preemptions += 1;

@@ -92,6 +92,8 @@ pub struct Agent {
     prefetching: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     /// Images pulled with a user's registry login, and whose (`private_images.rs`).
     private_images: crate::node::private_images::PrivateImages,
+    /// GPUs whose health check runs now (`agent/gpu_health.rs`): one at a time each.
+    checking: Arc<std::sync::Mutex<std::collections::BTreeSet<u32>>>,
 }
 
 impl Agent {
@@ -104,6 +106,7 @@ impl Agent {
             accounts: account::Accounts::default(),
             prefetching: Arc::default(),
             private_images,
+            checking: Arc::default(),
         }
     }
 

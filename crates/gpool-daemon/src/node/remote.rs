@@ -389,8 +389,14 @@ fn absorb(r: AgentReport, pending: &mut Vec<wire::Event>, telemetry: &mut Option
         AgentReport::StartFailed { key, error } => {
             pending.push(wire::Event::StartFailed { replica: key.into(), error });
         }
-        // Only the latest reading matters.
-        AgentReport::Telemetry(t) => *telemetry = Some(crate::protocol::telemetry_to_wire(&t)),
+        // Only the latest reading matters; what answers an order does too.
+        AgentReport::Telemetry(t) => {
+            let next = crate::protocol::telemetry_to_wire(&t);
+            *telemetry = Some(match telemetry.take() {
+                Some(old) => crate::protocol::merge_telemetry(old, next),
+                None => next,
+            });
+        }
     }
 }
 

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 
 mod telemetry;
 
-pub use telemetry::{NodeReport, fault_from_wire, fault_to_wire, telemetry_from_wire, telemetry_to_wire};
+pub use telemetry::{
+    NodeReport, fault_from_wire, fault_to_wire, merge_telemetry, telemetry_from_wire, telemetry_to_wire,
+};
 
 /// A replica, identified across restarts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

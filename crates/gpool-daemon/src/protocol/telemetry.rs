@@ -29,6 +29,26 @@ pub struct NodeReport {
     pub health: Vec<gpool_api::agent::HealthVerdict>,
 }
 
+/// The newer reading, carrying the answers of the older one (a MIG
+/// outcome, health verdicts); a report that is only answers keeps the
+/// reading before it.
+pub fn merge_telemetry(
+    old: gpool_api::agent::TelemetryWire,
+    mut next: gpool_api::agent::TelemetryWire,
+) -> gpool_api::agent::TelemetryWire {
+    if next.gpus.is_empty() && next.error.is_none() && !old.gpus.is_empty() {
+        let mut kept = old;
+        kept.health.append(&mut next.health);
+        kept.mig = next.mig.or(kept.mig);
+        return kept;
+    }
+    next.mig = next.mig.or(old.mig);
+    let mut health = old.health;
+    health.append(&mut next.health);
+    next.health = health;
+    next
+}
+
 /// A fault to inject, for the agent protocol.
 pub fn fault_to_wire(f: &gpool_gpu::InjectedFault) -> gpool_api::agent::FaultWire {
     use gpool_api::agent::FaultWire;
@@ -205,6 +225,29 @@ pub fn telemetry_from_wire(node: &str, t: gpool_api::agent::TelemetryWire) -> No
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiting_report_keeps_the_answers_of_the_one_it_replaces() {
+        use gpool_api::agent::{GpuSampleWire, HealthVerdict, MigOutcome, TelemetryWire};
+        let verdict = |gpu| HealthVerdict { gpu, program: true, passed: true, output: String::new() };
+        let reading = |at_ms| TelemetryWire {
+            at_ms,
+            gpus: vec![GpuSampleWire { index: 0, ..GpuSampleWire::default() }],
+            ..TelemetryWire::default()
+        };
+        let outcome = MigOutcome { gpu: 0, error: None, gpus: None };
+        let first = TelemetryWire { mig: Some(outcome.clone()), health: vec![verdict(1)], ..reading(1) };
+        let merged = merge_telemetry(first, TelemetryWire { health: vec![verdict(2)], ..reading(2) });
+        assert_eq!(
+            (merged.at_ms, merged.mig, merged.health.len()),
+            (2, Some(outcome), 2),
+            "the newer reading, both answers"
+        );
+        // Answers alone do not replace a reading.
+        let only = TelemetryWire { health: vec![verdict(3)], ..TelemetryWire::default() };
+        let kept = merge_telemetry(reading(4), only);
+        assert_eq!((kept.at_ms, kept.gpus.len(), kept.health.len()), (4, 1, 1));
+    }
 
     #[test]
     fn telemetry_survives_the_wire_with_absent_values_absent() {

@@ -36,6 +36,12 @@ impl Agent {
             report(&reports, node, HealthVerdict { gpu, program: false, passed: false, output });
             return;
         };
+        let running = self.checking.clone();
+        if !running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(gpu) {
+            // Its verdict will answer this order too.
+            tracing::info!("health check of GPU {gpu}: one is running already");
+            return;
+        }
         std::thread::spawn(move || {
             let mut cmd = std::process::Command::new(&program);
             cmd.env_clear().envs(crate::node::handover::root_env());
@@ -52,6 +58,7 @@ impl Agent {
                 Err(ToolFailure::NotFound) => (false, format!("{} not found", program.display())),
                 Err(ToolFailure::Spawn(e)) => (false, format!("cannot run {}: {e}", program.display())),
             };
+            running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&gpu);
             let output = tail(output.trim());
             tracing::info!("health check of GPU {gpu}: {} ({output})", if passed { "passed" } else { "failed" });
             report(&reports, node, HealthVerdict { gpu, program: true, passed, output });

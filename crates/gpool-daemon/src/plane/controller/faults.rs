@@ -34,6 +34,10 @@ use crate::protocol::NodeReport;
 /// Where quarantines are kept: a JSON list of [`Kept`].
 const QUARANTINE_KEY: &str = "quarantined_gpus";
 
+fn yes() -> bool {
+    true
+}
+
 /// A GPU: its node's name and its index.
 type Key = (String, u32);
 
@@ -49,6 +53,9 @@ pub(super) struct GpuFaults {
 struct Kept {
     node: String,
     gpu: u32,
+    /// `false`: a GPU in service kept for its recent faults (a repeat within a day stays out).
+    #[serde(default = "yes")]
+    out: bool,
     fault: String,
     since_ms: i64,
     operator_only: bool,
@@ -68,14 +75,19 @@ impl GpuFaults {
     /// The fault readings of a node's GPUs (`devices`, by index) in one
     /// report. A report that could not read the GPUs says nothing (a GPU is
     /// missing only from a report that read others).
-    fn readings(devices: &[u32], r: &NodeReport) -> Vec<(u32, FaultReading)> {
+    fn readings(devices: &[(u32, String)], r: &NodeReport) -> Vec<(u32, FaultReading)> {
         if r.error.is_some() || r.gpus.is_empty() {
             return Vec::new();
         }
         devices
             .iter()
-            .map(|&i| {
-                let reading = match r.gpus.iter().find(|s| s.index == i) {
+            .map(|(i, uuid)| {
+                // By UUID: a driver renumbers its GPUs when one drops out.
+                let sample =
+                    r.gpus.iter().find(|s| s.uuid == *uuid).or_else(|| {
+                        r.gpus.iter().find(|s| s.index == *i && !devices.iter().any(|(_, u)| *u == s.uuid))
+                    });
+                let reading = match sample {
                     None => FaultReading { missing: true, ..FaultReading::default() },
                     Some(s) => FaultReading {
                         missing: false,
@@ -88,7 +100,7 @@ impl GpuFaults {
                         health_fault: s.health_fault.clone(),
                     },
                 };
-                (i, reading)
+                (*i, reading)
             })
             .collect()
     }
@@ -124,14 +136,15 @@ impl GpuFaults {
         self.faults.quarantined().map(|(k, q)| GpuFaults::view(k, q, &action(k), now)).collect()
     }
 
-    /// What the store keeps.
-    fn kept(&self) -> String {
-        let all: Vec<Kept> = self
+    /// What the store keeps: the quarantines, and the recent faults of GPUs back in service.
+    fn kept(&self, now: i64) -> String {
+        let mut all: Vec<Kept> = self
             .faults
             .quarantined()
             .map(|(k, q)| Kept {
                 node: k.0.clone(),
                 gpu: k.1,
+                out: true,
                 fault: q.fault.clone(),
                 since_ms: q.since.as_millis(),
                 operator_only: q.operator_only,
@@ -140,6 +153,17 @@ impl GpuFaults {
                 action: self.actions.get(k).cloned().unwrap_or_default(),
             })
             .collect();
+        all.extend(self.faults.recent_history(Time::from_millis(now)).map(|(k, times)| Kept {
+            node: k.0.clone(),
+            gpu: k.1,
+            out: false,
+            fault: String::new(),
+            since_ms: 0,
+            operator_only: false,
+            last_check: None,
+            faults_ms: times.iter().map(|t| t.as_millis()).collect(),
+            action: String::new(),
+        }));
         serde_json::to_string(&all).unwrap_or_else(|_| "[]".into())
     }
 }
@@ -148,8 +172,11 @@ impl Controller {
     /// Acts on what one report says of its node's GPUs' faults and checks.
     pub(super) fn on_gpu_faults(&mut self, node: NodeId, r: &NodeReport, now: i64) {
         let name = r.node.clone();
-        let devices: Vec<u32> =
-            self.snap.node(node).map(|n| n.devices.iter().map(|d| d.index).collect()).unwrap_or_default();
+        let devices: Vec<(u32, String)> = self
+            .snap
+            .node(node)
+            .map(|n| n.devices.iter().map(|d| (d.index, d.uuid.to_string())).collect())
+            .unwrap_or_default();
         let mut changed = false;
         for (gpu, reading) in GpuFaults::readings(&devices, r) {
             let key = (name.clone(), gpu);
@@ -170,8 +197,13 @@ impl Controller {
             }
         }
         for v in &r.health {
-            changed = true;
             let key = (name.clone(), v.gpu);
+            if !self.faults.faults.checking(&key) {
+                // An answer nobody waits for: the GPU came back meanwhile, or the check timed out.
+                tracing::debug!("node {name}: a health verdict on GPU {} no check waits for", v.gpu);
+                continue;
+            }
+            changed = true;
             let program = v.program.then(|| (v.passed, v.output.clone()));
             match self.faults.faults.check_done(&key, Time::from_millis(now), program) {
                 Some(how) => self.back_in_service(node, &key, &how_said(&how), now),
@@ -184,7 +216,7 @@ impl Controller {
         }
         self.order_due_checks(node, &name, now);
         if changed {
-            self.keep_quarantines();
+            self.keep_quarantines(now);
         }
     }
 
@@ -216,7 +248,16 @@ impl Controller {
     /// An XID of the application's own: the jobs on the GPU end (or retry).
     fn end_jobs_for_xid(&mut self, node: NodeId, key: &Key, xid: u64, now: i64) {
         let what = gpool_core::xid::xid(xid).to_string();
-        for job in self.jobs_on_gpu(node, key.1) {
+        let jobs = self.jobs_on_gpu(node, key.1);
+        if jobs.len() > 1 {
+            // Several jobs share the GPU (shares, MIG slices) and an XID names none of them:
+            // ending all would fail the innocent ones.
+            let list = jobs.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+            let said = format!("GPU {} of node {}: {what} while jobs {list} share it; none is ended", key.1, key.0);
+            self.event(now, None, "gpu_xid", said);
+            return;
+        }
+        for job in jobs {
             self.stop_run(job, Stop::GpuXid { node: key.0.clone(), gpu: key.1, xid: what.clone() }, now);
             let said = format!("job {job}: GPU {} of node {} raised {what}; the GPU stays in service", key.1, key.0);
             self.event(now, Some(job), "gpu_xid", said);
@@ -296,8 +337,8 @@ impl Controller {
         });
     }
 
-    fn keep_quarantines(&mut self) {
-        self.writes.push(Write::PutMeta(QUARANTINE_KEY.into(), self.faults.kept()));
+    fn keep_quarantines(&mut self, now: i64) {
+        self.writes.push(Write::PutMeta(QUARANTINE_KEY.into(), self.faults.kept(now)));
     }
 
     /// Quarantines the last control plane kept, on the nodes it knows.
@@ -314,6 +355,11 @@ impl Controller {
         };
         for k in kept {
             let Some(node) = self.snap.node_id(&k.node) else { continue };
+            let times: Vec<Time> = k.faults_ms.iter().copied().map(Time::from_millis).collect();
+            if !k.out {
+                self.faults.faults.restore_history((k.node, k.gpu), times);
+                continue;
+            }
             let q = Quarantine {
                 fault: k.fault,
                 since: Time::from_millis(k.since_ms),
@@ -321,7 +367,7 @@ impl Controller {
                 last_check: k.last_check.map(|(t, s)| (Time::from_millis(t), s)),
             };
             let key = (k.node, k.gpu);
-            self.faults.faults.restore(key.clone(), q, k.faults_ms.into_iter().map(Time::from_millis).collect());
+            self.faults.faults.restore(key.clone(), q, times);
             self.faults.actions.insert(key, k.action);
             self.apply_quarantine(node);
         }
@@ -403,7 +449,7 @@ impl Controller {
         }
         self.back_in_service(node, &key, &format!("restored by {}", caller.user), now);
         self.audit(caller, from, &format!("restored GPU {gpu} of node {name}"), now);
-        self.keep_quarantines();
+        self.keep_quarantines(now);
         self.node_view(name)
     }
 

@@ -61,7 +61,9 @@ impl Controller {
         let Some(doc) = self.jobs.get_mut(&id) else { return };
         let Some(run) = doc.run.as_mut() else { return };
         // A cancel overrides an earlier cause (a preempted job that is cancelled does not come back).
-        let upgrade = matches!(cause, Stop::Cancel { .. }) && !matches!(run.stop, Some(Stop::Cancel { .. }));
+        let upgrade = (matches!(cause, Stop::Cancel { .. }) && !matches!(run.stop, Some(Stop::Cancel { .. })))
+            // The GPU failed under a job stopping for an XID of its own: not the job's failure after all.
+            || (matches!(cause, Stop::GpuFault { .. }) && matches!(run.stop, Some(Stop::GpuXid { .. })));
         if run.stop.is_some() && !upgrade {
             return;
         }

@@ -106,6 +106,11 @@ impl Controller {
 
     pub(super) fn on_telemetry(&mut self, r: NodeReport, now: i64) {
         let Some(node) = self.snap.node_id(&r.node) else { return };
+        if r.gpus.is_empty() && r.error.is_none() && r.mig.is_none() && !r.health.is_empty() {
+            // Only health verdicts (`agent/gpu_health.rs`): no reading to take.
+            self.on_gpu_faults(node, &r, now);
+            return;
+        }
         self.set_conditions(node, r.conditions.clone(), now);
         self.enforce_gpu_shares(&r, now);
         if let Some(outcome) = r.mig.clone() {

@@ -215,3 +215,45 @@ fn registration_with_source(node: &str, source: &str) -> api::agent::Register {
     r.source = source.into();
     r
 }
+
+#[test]
+fn an_application_xid_on_a_shared_gpu_ends_nobody_and_a_gpu_fault_under_it_is_not_the_jobs() {
+    let mut h = Setup::new().policy("fifo").local_gpus(1).build();
+    let a = h.submit("command: [y]\nresources: {gpool.io/gpu-fraction: 0.25}\n");
+    let b = h.submit("command: [z]\nresources: {gpool.io/gpu-fraction: 0.25}\n");
+    h.step(vec![report(1, 0, None)]);
+    h.step(vec![report(1, 1, Some((0, &xid(13))))]);
+    assert_eq!((h.state(a), h.state(b)), (api::JobState::Running, api::JobState::Running));
+    assert!(h.event_messages("gpu_xid")[0].contains("share it; none is ended"));
+    // One job alone on a GPU stops for its own XID, then the GPU fails under it: infrastructure, not its failure.
+    let mut h = Setup::new().policy("fifo").local_gpus(1).build();
+    let id = h.submit("command: [train]\nresources: {nvidia.com/gpu: 1}\nretries: 3\n");
+    h.step(vec![report(1, 0, None)]);
+    h.step(vec![report(1, 1, Some((0, &xid(13))))]);
+    let both = |g: &mut GpuSample| {
+        g.xid_count = Some(2);
+        g.xids_recent = vec![13, 79];
+    };
+    h.step(vec![report(1, 2, Some((0, &both)))]);
+    h.exit(key(id, 1, 0), None, Some(15));
+    let failures = h.ctl.jobs.get(&id).map(|d| d.failures);
+    assert_eq!(failures, Some(0), "the GPU fault replaced the XID as the cause");
+    let view = h.job(id);
+    assert_eq!(view.state, api::JobState::Pending, "requeued: its only GPU is out");
+    assert!(view.reason.unwrap_or_default().contains("quarantined for faults"));
+}
+
+#[test]
+fn a_verdict_no_check_asked_for_changes_nothing() {
+    let mut h = Setup::new().policy("fifo").local_gpus(2).build();
+    h.step(vec![report(2, 0, None)]);
+    h.step(vec![report(2, 1, Some((1, &xid(79))))]);
+    let verdict = Event::Agent(AgentReport::Telemetry(crate::protocol::NodeReport {
+        node: "n1".into(),
+        health: vec![api::agent::HealthVerdict { gpu: 1, program: true, passed: true, output: "old".into() }],
+        ..Default::default()
+    }));
+    h.step(vec![verdict]);
+    assert!(quarantine_of(&mut h, 1).is_some(), "a verdict nobody ordered does not bring a GPU back");
+    assert!(h.event_messages("gpu_check").is_empty() && h.event_messages("gpu_restored").is_empty());
+}
