@@ -699,6 +699,7 @@ impl<'s> Capacity<'s> {
             },
         };
         let quarantined = (0..self.free.len() as u32)
+            .filter(|&n| self.entry(n).out_of_service() != (0, 0))
             .filter(|&n| self.is_up(n) && job.spec.node_matches(&self.entry(n).node))
             .map(|n| self.snap.quarantined_gpus(NodeId(n)).len() as u32)
             .sum();

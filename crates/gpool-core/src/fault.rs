@@ -327,6 +327,12 @@ impl<K: Ord + Clone> Faults<K> {
         self.tracks.iter().filter_map(|(k, t)| Some((k, t.quarantine.as_ref()?)))
     }
 
+    /// The GPUs out of service among the keys in `range` (one node's, say):
+    /// a lookup, not a walk over the fleet.
+    pub fn quarantined_in<R: std::ops::RangeBounds<K>>(&self, range: R) -> impl Iterator<Item = (&K, &Quarantine)> {
+        self.tracks.range(range).filter_map(|(k, t)| Some((k, t.quarantine.as_ref()?)))
+    }
+
     /// Puts back a quarantine a control plane kept (after a restart or a
     /// take-over), with the faults it counted.
     pub fn restore(&mut self, key: K, q: Quarantine, faults: Vec<Time>) {

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use gpool_core::fault::{FaultChange, FaultReading, Faults};
 use gpool_core::time::Time;
-use gpool_core::{JobId, NodeId, Snapshot};
+use gpool_core::{JobId, Snapshot};
 
 /// One line of a fault trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,14 +174,17 @@ impl FaultReplay {
                     FaultChange::Quarantined(_) => {
                         self.report.quarantines += 1;
                         self.out_since.insert(key.clone(), now_ms);
-                        requeue.extend(jobs_on_gpu(snap, node, e.gpu));
+                        requeue.extend(snap.jobs_on_gpu(node, e.gpu));
                     }
-                    FaultChange::JobFatal(_) => requeue.extend(jobs_on_gpu(snap, node, e.gpu)),
+                    FaultChange::JobFatal(_) => requeue.extend(snap.jobs_on_gpu(node, e.gpu)),
                     FaultChange::Noted(_) => {}
                 }
             }
-            let out: Vec<u32> =
-                self.faults.quarantined().filter(|((n, _), _)| *n == e.node).map(|((_, g), _)| *g).collect();
+            let out: Vec<u32> = self
+                .faults
+                .quarantined_in((e.node.clone(), 0)..=(e.node.clone(), u32::MAX))
+                .map(|((_, g), _)| *g)
+                .collect();
             snap.set_quarantined_gpus(node, &out)?;
         }
         requeue.sort_unstable();
@@ -204,20 +207,6 @@ impl FaultReplay {
         }
         self.report
     }
-}
-
-/// Jobs running on any part of GPU `gpu` of `node`.
-fn jobs_on_gpu(snap: &Snapshot, node: NodeId, gpu: u32) -> Vec<JobId> {
-    snap.jobs_on(node)
-        .filter(|j| {
-            snap.job(*j).and_then(|x| x.running()).is_some_and(|r| {
-                r.placement.iter().filter(|p| p.node == node).any(|p| {
-                    let (whole, mig) = snap.replica_devices(p);
-                    whole.iter().any(|d| d.index == gpu) || mig.iter().any(|(d, _)| d.index == gpu)
-                })
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

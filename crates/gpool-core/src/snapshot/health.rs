@@ -70,6 +70,21 @@ impl Snapshot {
         Ok(())
     }
 
+    /// Jobs running on any part of GPU `gpu` of node `id` (whole, a share, a
+    /// MIG slice), in id order.
+    pub fn jobs_on_gpu(&self, id: NodeId, gpu: u32) -> Vec<JobId> {
+        self.jobs_on(id)
+            .filter(|j| {
+                self.job(*j).and_then(Job::running).is_some_and(|r| {
+                    r.placement.iter().filter(|p| p.node == id).any(|p| {
+                        let (whole, mig) = self.replica_devices(p);
+                        whole.iter().any(|d| d.index == gpu) || mig.iter().any(|(d, _)| d.index == gpu)
+                    })
+                })
+            })
+            .collect()
+    }
+
     /// The indices of node `id`'s quarantined GPUs.
     pub fn quarantined_gpus(&self, id: NodeId) -> Vec<u32> {
         let Some(e) = self.nodes.get(id.index()) else { return Vec::new() };

@@ -107,7 +107,8 @@ impl GpuFaults {
 
     /// The quarantined GPUs of node `node`.
     fn on_node(&self, node: &str) -> Vec<u32> {
-        self.faults.quarantined().filter(|((n, _), _)| n == node).map(|((_, g), _)| *g).collect()
+        let node = node.to_string();
+        self.faults.quarantined_in((node.clone(), 0)..=(node, u32::MAX)).map(|((_, g), _)| *g).collect()
     }
 
     fn view((node, gpu): &Key, q: &Quarantine, action: &str, now: i64) -> api::QuarantineView {
@@ -303,21 +304,7 @@ impl Controller {
 
     /// Jobs running on any part of GPU `gpu` of `node` (whole, shared or MIG).
     fn jobs_on_gpu(&self, node: NodeId, gpu: u32) -> Vec<u64> {
-        let mut out: Vec<u64> = self
-            .snap
-            .jobs_on(node)
-            .filter(|j| {
-                self.snap.job(*j).and_then(|x| x.running()).is_some_and(|r| {
-                    r.placement.iter().filter(|p| p.node == node).any(|p| {
-                        let (whole, mig) = self.snap.replica_devices(p);
-                        whole.iter().any(|d| d.index == gpu) || mig.iter().any(|(d, _)| d.index == gpu)
-                    })
-                })
-            })
-            .map(|j| j.0)
-            .collect();
-        out.sort_unstable();
-        out
+        self.snap.jobs_on_gpu(node, gpu).into_iter().map(|j| j.0).collect()
     }
 
     /// A webhook notice, fired once when a GPU goes out and resolved when it comes back.

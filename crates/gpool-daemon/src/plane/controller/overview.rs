@@ -50,6 +50,8 @@ impl Controller {
                 state: n.state.as_str().into(),
                 ..api::NodeHeat::default()
             };
+            // What placement keeps out, read once per node (no node has any, mostly).
+            let out = self.snap.quarantined_gpus(id);
             let (mut gslot, mut mslot) = (0u32, 0u32);
             for (at, d) in n.devices.iter().enumerate() {
                 let (job, shared) = match &d.mig {
@@ -90,7 +92,7 @@ impl Controller {
                 if self.telemetry.degraded(&n.name, d.index).is_some() {
                     cells.degraded.push(at as u32);
                 }
-                if self.faults.view_of(&n.name, d.index, now).is_some() {
+                if out.contains(&d.index) {
                     cells.quarantined.push(at as u32);
                 }
             }
