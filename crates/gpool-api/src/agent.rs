@@ -106,6 +106,63 @@ pub struct Register {
     /// The node's power budget in watts (`gpool agent --power-budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_budget_w: Option<u32>,
+    /// Where the other agents reach this one's peer listener (`host:port`),
+    /// to ask whether it still hears from a leading control plane
+    /// (docs/cluster.md, "When no control plane answers"). Absent: an agent
+    /// older than the rule, which no peer can ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_addr: Option<String>,
+    /// What the agent did while no control plane answered it (it kept its
+    /// jobs through an outage), recorded as the node's event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The nodes an agent may ask, when no control plane answers it, whether
+/// they still hear from one: every node the control plane counts as a
+/// member (not declared down), itself included.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Roster {
+    /// Changes whenever a member joins or is declared down.
+    pub version: u64,
+    /// The key peers sign their questions and answers with (hex, 32 bytes):
+    /// only nodes of the cluster know it.
+    pub key: String,
+    pub members: Vec<RosterMember>,
+}
+
+/// A member of the roster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RosterMember {
+    pub node: String,
+    /// Its peer listener; absent until its agent registered with this
+    /// control plane (a member that cannot be asked counts as not reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_addr: Option<String>,
+}
+
+/// The answer to a report: the roster, when the agent's is out of date.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reported {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roster: Option<Roster>,
+}
+
+/// `GET /agent/v1/peer?from=NODE&nonce=HEX&mac=HEX`, asked of another
+/// agent: does it hear from a leading control plane? `mac` is
+/// HMAC-SHA256(roster key, "ask\n{from}\n{nonce}") in hex.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerAnswer {
+    /// The node that answers.
+    pub node: String,
+    /// Whether its session with a leading control plane is alive: its last
+    /// request was answered, within a lease, and none failed since.
+    pub in_session: bool,
+    /// HMAC-SHA256(roster key, "answer\n{node}\n{nonce}\n{in_session}") in hex.
+    pub mac: String,
 }
 
 /// The answer to a registration.
@@ -120,6 +177,10 @@ pub struct Registered {
     pub heartbeat_ms: u64,
     /// Commands already waiting (also delivered by the next poll).
     pub next_seq: u64,
+    /// The nodes to ask when no control plane answers (absent from control
+    /// planes older than the rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roster: Option<Roster>,
 }
 
 /// What the control plane asks an agent to do.
@@ -460,6 +521,10 @@ pub struct Report {
     pub events: Vec<Event>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<TelemetryWire>,
+    /// The version of the roster this agent has: a different one is answered
+    /// with the current roster ([`Reported`]).
+    #[serde(default)]
+    pub roster_version: u64,
 }
 
 fn sharing_off() -> String {

@@ -138,6 +138,8 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
         running: Vec::new(),
         version: "bench".into(),
         power_budget_w: None,
+        peer_addr: None,
+        note: None,
     };
     let a = http(Duration::from_secs(60));
     let registered: wire::Registered = match a
@@ -252,7 +254,13 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
                 .collect(),
             ..wire::TelemetryWire::default()
         };
-        let report = wire::Report { node: name.clone(), epoch: registered.epoch, events, telemetry: Some(telemetry) };
+        let report = wire::Report {
+            node: name.clone(),
+            epoch: registered.epoch,
+            events,
+            telemetry: Some(telemetry),
+            roster_version: 0,
+        };
         let t = Instant::now();
         let ok = a
             .post(format!("{}/agent/v1/report", sh.base))

@@ -16,6 +16,8 @@ use crate::daemons::{SOCKET_FILE, SYSTEM_DATA_DIR, TOKEN_FILE, URL_FILE, default
 
 /// The header of a standby's `503` (a `gpool serve` waiting to lead, `plane/server.rs`).
 const STANDBY_HEADER: &str = "x-gpool-standby";
+/// The header of a control plane that led and lost its database (`gpool serve`).
+const STORE_AWAY_HEADER: &str = "x-gpool-store-away";
 
 /// What kind of failure an error of the client is; each has its exit code (main.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -255,11 +257,16 @@ impl Client {
     ) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
         let n = self.bases.len();
         let first = self.current.load(std::sync::atomic::Ordering::Relaxed);
-        let mut last = None;
+        let (mut last, mut away) = (None, None);
         for i in 0..n {
             let at = (first + i) % n;
             match request(format!("{}/api/v1{path}", self.bases[at])) {
                 // A standby holds its port and takes nothing: the request goes on to the next.
+                // One that lost its database says so: that message wins over "a standby".
+                Ok(mut resp) if n > 1 && resp.headers().contains_key(STORE_AWAY_HEADER) => {
+                    let said = resp.body_mut().with_config().limit(4096).read_to_string().unwrap_or_default();
+                    away = Some(self.unreachable_because(format!("{}: {}", self.bases[at], said.trim())));
+                }
                 Ok(resp) if n > 1 && resp.headers().contains_key(STANDBY_HEADER) => {
                     last = Some(self.unreachable_because(format!("{} is a standby", self.bases[at])));
                 }
@@ -271,7 +278,7 @@ impl Client {
                 Err(e) => return Err(self.unreachable(e)),
             }
         }
-        Err(last.unwrap_or_else(|| self.unreachable(ureq::Error::ConnectionFailed)))
+        Err(away.or(last).unwrap_or_else(|| self.unreachable(ureq::Error::ConnectionFailed)))
     }
 
     /// A request with the bearer token, if there is one.

@@ -368,6 +368,9 @@ pub(crate) struct AgentArgs {
     /// Where this node is reached by others (MASTER_ADDR of gangs whose rank 0 runs here); default: the address used to reach the control plane.
     #[arg(long)]
     advertise_addr: Option<String>,
+    /// Where other agents ask this one, when no control plane answers them, whether it still hears from one (docs/cluster.md); default: the advertised address and any free port. Give a fixed port where a firewall must let agents reach each other.
+    #[arg(long, value_name = "ADDR:PORT")]
+    peer_listen: Option<std::net::SocketAddr>,
     /// Data directory of the agent (run directories, logs, checkpoints).
     #[arg(long, env = "GPOOL_AGENT_DIR")]
     data_dir: Option<PathBuf>,
@@ -416,6 +419,7 @@ pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
         advertise: a.advertise_addr,
         node: a.node.config()?,
         insecure_http: a.insecure_http,
+        peer_listen: a.peer_listen,
     })
 }
 

@@ -46,6 +46,8 @@ fn registration(node: &str, n: u32) -> Value {
         running: Vec::new(),
         version: "test".into(),
         power_budget_w: None,
+        peer_addr: None,
+        note: None,
     })
     .expect("json")
 }
@@ -106,7 +108,8 @@ fn a_node_cannot_end_another_nodes_job_nor_write_its_log_and_revocation_ends_its
         wire::Event::StartFailed { replica, error: "forged".into() },
         wire::Event::Lost { replica, why: "forged".into() },
     ] {
-        let report = wire::Report { node: "n3".into(), epoch: e3, events: vec![event], telemetry: None };
+        let report =
+            wire::Report { node: "n3".into(), epoch: e3, events: vec![event], telemetry: None, roster_version: 0 };
         let (st, v) = d.req("POST", "/agent/v1/report", &t3, Some(&serde_json::to_value(&report).expect("json")));
         assert_eq!(st, 403, "{v}");
         assert!(v.to_string().contains("runs on node n1"), "{v}");

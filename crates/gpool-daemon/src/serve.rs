@@ -17,7 +17,7 @@ use std::time::Duration;
 use gpool_store::Store;
 
 use crate::plane::controller::{Controller, Event, SystemClock};
-use crate::plane::server::{Ended, PlaneConfig, Process, Ready, controller_config, serve};
+use crate::plane::server::{Away, Ended, PlaneConfig, Process, Ready, controller_config, serve};
 use crate::wiring::data_dir;
 
 /// Settings of `gpool serve`.
@@ -69,12 +69,15 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     // Once the database was reached, losing it is an outage to ride out, not a wrong setting.
     let mut reached = false;
     let mut delay = Duration::from_millis(200);
+    // Set once this control plane led and lost its database: what it answers until it leads again.
+    let away: Away = Away::default();
+    let say_away = |why: Option<String>| *away.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why;
     loop {
         if process.stopped() {
             return Ok(());
         }
-        let standby = process.answer_as_standby()?;
-        let led = lead(&process, &url, &shown, plane.fsync, &mut reached);
+        let standby = process.answer_as_standby(away.clone())?;
+        let led = lead(&process, &url, &shown, plane.fsync, &mut reached, &away);
         if let Some(s) = standby {
             s.end(&process);
         }
@@ -110,13 +113,23 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
             Ok(Ended::Stopped) => return Ok(()),
             Ok(Ended::StoreFailed(failed)) => {
                 tracing::warn!("{failed}; stepping down, running jobs untouched; reconnecting");
+                say_away(Some(away_message(&shown, &failed.to_string())));
             }
             Err(e) if e.downcast_ref::<gpool_store::StoreError>().is_some() => {
                 tracing::warn!("{e:#}; stepping down and reconnecting");
+                say_away(Some(away_message(&shown, &format!("{e:#}"))));
             }
             Err(e) => return Err(e),
         }
     }
+}
+
+/// What a control plane that lost its database answers until it leads again.
+fn away_message(shown: &str, why: &str) -> String {
+    format!(
+        "the control plane cannot reach its database ({shown}: {why}); running jobs keep running, nothing new is \
+         taken or started until it is back; try again in a moment"
+    )
 }
 
 /// Connects and leads, as a standby first if another leads; `None` if a stop
@@ -127,11 +140,14 @@ fn lead(
     shown: &str,
     fsync: bool,
     reached: &mut bool,
+    away: &Away,
 ) -> anyhow::Result<Option<Box<dyn Store>>> {
     let opening = url.to_string();
     let Some(opened) = process.interruptible(move || gpool_store::open(&opening, fsync)) else { return Ok(None) };
     let mut store = opened.with_context(|| format!("cannot open the state in {shown}"))?;
     *reached = true;
+    // The database is back: this control plane is a plain standby until it leads.
+    *away.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     if store.lead(false)? {
         return Ok(Some(store));
     }

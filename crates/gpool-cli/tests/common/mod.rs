@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod fleet;
 pub mod image;
+/// The chaos suite's cuttable TCP proxy, shared rather than copied.
+#[path = "../../src/chaos/proxy.rs"]
+pub mod proxy;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_gpool");
 

@@ -15,10 +15,9 @@
 //! - the **shipper** thread sends the output of replicas to the control
 //!   plane as it is written (inotify), from the offset the control plane has.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -26,8 +25,11 @@ use gpool_api::agent as wire;
 use rustix::fs::{FlockOperation, flock};
 
 use crate::node::agent::{Agent, AgentConfig, ReportSink};
+use crate::node::conn::{Conn, Current, End, request_timeout};
 use crate::node::host::{NodeConfig, describe, discover, host_name};
 use crate::node::lease;
+use crate::node::log_shipper::spawn_shipper;
+use crate::node::outage::Contact;
 use crate::node::sampler::{self, Replicas, Sampler};
 use crate::protocol::AgentReport;
 use crate::wiring::data_dir;
@@ -47,73 +49,9 @@ pub struct AgentProcessConfig {
     pub trust: crate::node::trust::Trust,
     /// Plain HTTP to a control plane beyond loopback was asked for by name (`--insecure-http`).
     pub insecure_http: bool,
-}
-
-/// Why a session ended.
-#[derive(Debug)]
-enum End {
-    /// 409: register again.
-    Stale,
-    /// The control plane cannot be reached.
-    Unreachable(String),
-}
-
-/// How long a registration or report may take: a quarter of the lease
-/// (the heartbeat interval), within 2 to 10 s. A control plane that does not
-/// answer in that time (stopped, hung, cut off) is left for the next one
-/// while the lease still has most of its time, so that the shims do not
-/// fence their jobs while a standby takes over.
-fn request_timeout(lease_ms: u64) -> Duration {
-    Duration::from_millis(lease_ms / 4).clamp(Duration::from_secs(2), Duration::from_secs(10))
-}
-
-/// The HTTP side of a session.
-#[derive(Clone)]
-struct Conn {
-    base: String,
-    token: String,
-    http: ureq::Agent,
-    tls: Option<ureq::tls::TlsConfig>,
-}
-
-impl Conn {
-    fn new(base: &str, token: &str, timeout: Duration, tls: Option<ureq::tls::TlsConfig>) -> Conn {
-        let mut config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(3)))
-            .timeout_global(Some(timeout));
-        if let Some(t) = &tls {
-            config = config.tls_config(t.clone());
-        }
-        let http: ureq::Agent = config.build().into();
-        Conn { base: base.trim_end_matches('/').to_string(), token: token.to_string(), http, tls }
-    }
-
-    fn auth(&self) -> String {
-        format!("Bearer {}", self.token)
-    }
-
-    fn check(
-        &self,
-        what: &str,
-        r: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    ) -> Result<ureq::http::Response<ureq::Body>, End> {
-        match r {
-            Err(e) => Err(End::Unreachable(format!("{}: {e}", self.base))),
-            Ok(r) if r.status().as_u16() == 409 => Err(End::Stale),
-            Ok(mut r) if !r.status().is_success() => {
-                let text = r.body_mut().read_to_string().unwrap_or_default();
-                Err(End::Unreachable(format!("{} {what}: HTTP {}: {text}", self.base, r.status().as_u16())))
-            }
-            Ok(r) => Ok(r),
-        }
-    }
-
-    fn post<B: serde::Serialize, T: serde::de::DeserializeOwned>(&self, path: &str, body: &B) -> Result<T, End> {
-        let r = self.http.post(format!("{}{path}", self.base)).header("Authorization", self.auth()).send_json(body);
-        let mut r = self.check(path, r)?;
-        r.body_mut().read_json::<T>().map_err(|e| End::Unreachable(format!("{}{path}: bad answer: {e}", self.base)))
-    }
+    /// Where other agents ask this one whether it hears from a control
+    /// plane (`peers.rs`); default: the advertised address, any free port.
+    pub peer_listen: Option<std::net::SocketAddr>,
 }
 
 /// The IP address this host uses to reach `server` (no packet is sent).
@@ -125,9 +63,6 @@ fn local_addr_towards(server: &str) -> Option<String> {
     s.connect(addr).ok()?;
     Some(s.local_addr().ok()?.ip().to_string())
 }
-
-/// The session currently open (numbered), for the shipper.
-type Current = Arc<Mutex<Option<(u64, Conn)>>>;
 
 /// Runs the agent until SIGINT/SIGTERM (jobs keep running; a restarted agent re-adopts them).
 pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
@@ -156,7 +91,28 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     let addr =
         cfg.advertise.clone().or_else(|| local_addr_towards(&cfg.servers[0])).unwrap_or_else(|| "127.0.0.1".into());
     let doc = describe(&name, &gpus, backend.as_deref(), &cfg.node, &addr);
-    let lease_path = cfg.data_dir.join("lease");
+    let lease_path = crate::node::outage::lease_path(&cfg.data_dir);
+    let contact = Contact::new(lease_path.clone(), name.clone());
+    let peer_addr = {
+        let listen = match cfg.peer_listen {
+            Some(l) => l,
+            None => std::net::SocketAddr::new(
+                addr.parse()
+                    .with_context(|| format!("--advertise-addr {addr}: not an IP address; pass --peer-listen"))?,
+                0,
+            ),
+        };
+        crate::node::peers::advertised(crate::node::peers::listen(listen, contact.clone())?, &addr)
+    };
+    {
+        let me = name.clone();
+        let asking = contact.clone();
+        crate::node::outage::spawn_keeper(contact.clone(), move |m, key| {
+            let timeout =
+                Duration::from_millis(asking.lease_ms() / 4).clamp(Duration::from_millis(500), Duration::from_secs(2));
+            crate::node::peers::ask(m, &me, key, timeout)
+        })?;
+    }
     let (report_tx, report_rx) = std::sync::mpsc::channel::<AgentReport>();
     let sink_tx = report_tx.clone();
     let sink: ReportSink = Arc::new(move |r| {
@@ -242,6 +198,8 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
             running,
             version: env!("CARGO_PKG_VERSION").into(),
             power_budget_w: cfg.node.power_budget_w,
+            peer_addr: Some(peer_addr.clone()),
+            note: contact.take_held_note(),
         };
         let mut failures = Vec::new();
         let mut session = None;
@@ -267,13 +225,13 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         };
         delay = Duration::from_millis(200);
         lease_ms = registered.lease_ms;
-        renew(&lease_path, sent, registered.lease_ms);
+        contact.opened(sent, registered.lease_ms, registered.roster.clone());
         tracing::info!("registered with {} (epoch {})", conn.base, registered.epoch);
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((registered.epoch, conn.clone()));
         let at = cfg.servers.iter().position(|s| s.trim_end_matches('/') == conn.base).unwrap_or(0);
-        let session =
-            Session { conn: &conn, node: &name, reg: &registered, lease_path: &lease_path, current: &current };
+        let session = Session { conn: &conn, node: &name, reg: &registered, contact: &contact, current: &current };
         let end = run_session(&session, &agent, &report_rx, &mut pending);
+        contact.closed();
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         match end {
             End::Stale => {
@@ -292,19 +250,12 @@ fn n_servers(servers: &[String]) -> usize {
     servers.len().max(1)
 }
 
-/// Renews the lease for the shims: it lasts `lease_ms` from when the answered request was sent.
-fn renew(path: &Path, sent_ms: i64, lease_ms: u64) {
-    if let Err(e) = lease::write(path, sent_ms + lease_ms as i64) {
-        tracing::warn!("cannot write the lease file {}: {e}", path.display());
-    }
-}
-
 /// A session with a control plane: what its two threads share.
 struct Session<'a> {
     conn: &'a Conn,
     node: &'a str,
     reg: &'a wire::Registered,
-    lease_path: &'a Path,
+    contact: &'a Contact,
     current: &'a Current,
 }
 
@@ -314,7 +265,7 @@ fn run_session(
     reports: &Receiver<AgentReport>,
     pending: &mut Vec<wire::Event>,
 ) -> End {
-    let Session { conn, node, reg, lease_path, current } = *session;
+    let Session { conn, node, reg, contact, current } = *session;
     let (end_tx, end_rx) = std::sync::mpsc::channel::<End>();
     let poller = {
         let conn = Conn::new(&conn.base, &conn.token, Duration::from_secs(60), conn.tls.clone());
@@ -354,12 +305,16 @@ fn run_session(
             epoch: reg.epoch,
             events: pending.clone(),
             telemetry: telemetry.take(),
+            roster_version: contact.roster_version(),
         };
         let sent = lease::monotonic_ms();
-        match reporter.post::<_, serde_json::Value>("/agent/v1/report", &report) {
-            Ok(_) => {
+        match reporter.post::<_, wire::Reported>("/agent/v1/report", &report) {
+            Ok(answer) => {
                 pending.clear();
-                renew(lease_path, sent, reg.lease_ms);
+                contact.answered(sent);
+                if let Some(r) = answer.roster {
+                    contact.set_roster(r);
+                }
                 last_sent = Instant::now();
             }
             Err(e) => return e,
@@ -432,146 +387,4 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
             None => return End::Stale,
         }
     }
-}
-
-/// Where a log file is shipped from and to.
-struct Shipped {
-    job: u64,
-    rank: u32,
-    stream: &'static str,
-    offset: u64,
-    /// The session whose control plane has everything up to `offset` (a new
-    /// one, after a fail-over, may have less: it is asked first).
-    session: Option<u64>,
-}
-
-/// Ships replicas' output to the control plane: inotify on the job
-/// directories, retried at a few seconds' interval while the control plane
-/// cannot take it.
-fn spawn_shipper(data_dir: PathBuf, current: Current, node: String) -> std::io::Result<()> {
-    let jobs = data_dir.join("jobs");
-    std::fs::create_dir_all(&jobs)?;
-    let ino = inotify::Inotify::init()?;
-    ino.watches().add(&jobs, inotify::WatchMask::CREATE)?;
-    std::thread::Builder::new().name("shipper".into()).spawn(move || ship(jobs, ino, current, &node))?;
-    Ok(())
-}
-
-fn ship(jobs: PathBuf, mut ino: inotify::Inotify, current: Current, node: &str) {
-    let mut files: BTreeMap<PathBuf, Shipped> = BTreeMap::new();
-    let mut watched: BTreeMap<inotify::WatchDescriptor, PathBuf> = BTreeMap::new();
-    let mut buf = vec![0u8; 16 * 1024];
-    let add_dir = |dir: &Path, ino: &inotify::Inotify, watched: &mut BTreeMap<inotify::WatchDescriptor, PathBuf>| {
-        if let Ok(wd) = ino
-            .watches()
-            .add(dir, inotify::WatchMask::MODIFY | inotify::WatchMask::CLOSE_WRITE | inotify::WatchMask::CREATE)
-        {
-            watched.insert(wd, dir.to_path_buf());
-        }
-    };
-    // Job directories that exist already (an agent restarted while jobs ran).
-    if let Ok(rd) = std::fs::read_dir(&jobs) {
-        for e in rd.filter_map(Result::ok) {
-            add_dir(&e.path(), &ino, &mut watched);
-        }
-    }
-    loop {
-        // Every file with something unshipped, then wait for more (or retry soon).
-        if let Ok(rd) = std::fs::read_dir(&jobs) {
-            for job in rd.filter_map(Result::ok) {
-                let Some(id) = job.file_name().to_str().and_then(|n| n.parse::<u64>().ok()) else { continue };
-                let Ok(inner) = std::fs::read_dir(job.path()) else { continue };
-                for f in inner.filter_map(Result::ok) {
-                    let name = f.file_name();
-                    let Some(n) = name.to_str() else { continue };
-                    let parsed = n.strip_prefix("rank").and_then(|r| r.rsplit_once('.')).and_then(|(r, ext)| {
-                        Some((
-                            r.parse::<u32>().ok()?,
-                            if ext == "err" {
-                                "stderr"
-                            } else if ext == "out" {
-                                "stdout"
-                            } else {
-                                return None;
-                            },
-                        ))
-                    });
-                    if let Some((rank, stream)) = parsed {
-                        files.entry(f.path()).or_insert(Shipped { job: id, rank, stream, offset: 0, session: None });
-                    }
-                }
-            }
-        }
-        let conn = current.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let mut behind = false;
-        if let Some((session, conn)) = conn {
-            for (path, s) in files.iter_mut() {
-                behind |= !ship_file(&conn, session, path, s, node);
-            }
-        } else {
-            behind = true;
-        }
-        // Wait for a write (or a new job directory), or retry in a few seconds.
-        let timeout = if behind { 2_000 } else { 10_000 };
-        let ts = rustix::event::Timespec { tv_sec: timeout / 1000, tv_nsec: 0 };
-        let mut fds = [rustix::event::PollFd::new(&ino, rustix::event::PollFlags::IN)];
-        let _ = rustix::event::poll(&mut fds, Some(&ts));
-        if let Ok(events) = ino.read_events(&mut buf) {
-            let mut new_dirs = Vec::new();
-            for e in events {
-                if watched.get(&e.wd).is_none_or(|d| *d == jobs)
-                    && e.mask.contains(inotify::EventMask::CREATE)
-                    && let Some(name) = e.name
-                {
-                    new_dirs.push(jobs.join(name));
-                }
-            }
-            for d in new_dirs {
-                add_dir(&d, &ino, &mut watched);
-            }
-        }
-    }
-}
-
-/// Sends what the control plane lacks of one file; false if it could not.
-fn ship_file(conn: &Conn, session: u64, path: &Path, s: &mut Shipped, node: &str) -> bool {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else { return true };
-    let len = f.metadata().map_or(0, |m| m.len());
-    let mut probe = s.session != Some(session);
-    while s.offset < len || probe {
-        let mut chunk = vec![0u8; (len.saturating_sub(s.offset) as usize).min(1 << 20)];
-        if f.seek(SeekFrom::Start(s.offset)).is_err() || f.read_exact(&mut chunk).is_err() {
-            return false;
-        }
-        let r = conn
-            .http
-            .post(format!("{}/agent/v1/logs", conn.base))
-            .query("job", s.job.to_string())
-            .query("rank", s.rank.to_string())
-            .query("stream", s.stream)
-            .query("offset", s.offset.to_string())
-            .query("node", node)
-            .header("Authorization", conn.auth())
-            .send(&chunk[..]);
-        match r {
-            Ok(mut r) if r.status().is_success() || r.status().as_u16() == 409 => {
-                // Either way the answer says how much the control plane has.
-                let v: serde_json::Value = r.body_mut().read_json().unwrap_or_default();
-                match v["length"].as_u64() {
-                    Some(n) => s.offset = n,
-                    None => return false,
-                }
-                probe = false;
-                s.session = Some(session);
-            }
-            // Refused for good (not this node's replica, or past the log's limit): not sent again.
-            Ok(r) if matches!(r.status().as_u16(), 403 | 404 | 413) => {
-                s.offset = len;
-                return true;
-            }
-            _ => return false,
-        }
-    }
-    true
 }

@@ -230,6 +230,10 @@ pub struct Process {
     held: std::sync::Mutex<Option<std::net::TcpListener>>,
 }
 
+/// Why a control plane that led is not leading now (it lost its database),
+/// shared with the answering of its held socket; `None` for a plain standby.
+pub type Away = std::sync::Arc<std::sync::Mutex<Option<String>>>;
+
 /// What a standby answers on its held socket.
 const STANDBY: &str = "standby: another control plane leads; try the next address\n";
 
@@ -263,13 +267,21 @@ impl Process {
     }
 
     /// Answers `503 standby` to every connection on the held socket until
-    /// the returned guard is ended ([`Standby::end`]), before leading.
-    pub fn answer_as_standby(&self) -> anyhow::Result<Option<Standby>> {
+    /// the returned guard is ended ([`Standby::end`]), before leading. A
+    /// control plane that led and lost its database says so instead
+    /// (`away`, with `X-Gpool-Store-Away`): clients still move on to the
+    /// next address, and show that message if none leads.
+    pub fn answer_as_standby(&self, away: Away) -> anyhow::Result<Option<Standby>> {
         let Some(l) = self.held()? else { return Ok(None) };
         let task = self.rt.spawn(async move {
             let Ok(listener) = tokio::net::TcpListener::from_std(l) else { return };
             loop {
                 let Ok((mut c, _)) = listener.accept().await else { continue };
+                let (text, extra): (String, &'static str) =
+                    match away.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_deref() {
+                        Some(why) => (format!("{why}\n"), "X-Gpool-Store-Away: 1\r\n"),
+                        None => (STANDBY.into(), ""),
+                    };
                 tokio::spawn(async move {
                     use tokio::io::AsyncWriteExt as _;
                     // The request is read first (head and body, bounded), so a
@@ -278,8 +290,8 @@ impl Process {
                     let _ = tokio::time::timeout(Duration::from_secs(2), drain_request(&mut c)).await;
                     let answer = format!(
                         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n\
-                         X-Gpool-Standby: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{STANDBY}",
-                        STANDBY.len()
+                         X-Gpool-Standby: 1\r\n{extra}Connection: close\r\nContent-Length: {}\r\n\r\n{text}",
+                        text.len()
                     );
                     let _ = tokio::time::timeout(Duration::from_secs(2), c.write_all(answer.as_bytes())).await;
                     let _ = c.shutdown().await;

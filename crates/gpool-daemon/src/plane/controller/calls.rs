@@ -220,7 +220,7 @@ calls! {
     /// The agent protocol: a long poll for commands.
     Poll { node: String, epoch: u64, after: u64 } -> api::agent::Commands, Nodes;
     /// The agent protocol: what happened on a node.
-    Report { report: api::agent::Report } -> (), Nodes;
+    Report { report: api::agent::Report } -> api::agent::Reported, Nodes;
     /// The agent protocol: may `node` ship output of `job`'s replica `rank`? (`nodes.rs`)
     ShipLog { node: Option<String>, job: u64, rank: u32 } -> (), Nodes;
 }

@@ -65,6 +65,7 @@ mod proxy_wire;
 mod registries;
 mod requests;
 mod restore;
+mod roster;
 mod schedules;
 mod services;
 mod shell;
@@ -299,6 +300,8 @@ pub struct Controller {
     history: gpool_core::runtime_history::RuntimeHistory,
     /// GPUs out of service for faults (`faults.rs`).
     faults: faults::GpuFaults,
+    /// The nodes agents may ask when no control plane answers (`roster.rs`).
+    roster: roster::Roster,
 }
 
 impl Controller {
@@ -370,6 +373,7 @@ impl Controller {
             profiling: profiles::Profiling::default(),
             history: gpool_core::runtime_history::RuntimeHistory::new(Default::default()),
             faults: faults::GpuFaults::new(fault_timing),
+            roster: roster::Roster::new(String::new()),
         };
         let now = c.clock.now_ms();
         if let Some(info) = local {
@@ -386,6 +390,7 @@ impl Controller {
         }
         c.restore_fleet(now)?;
         c.restore_nodes(now)?;
+        c.restore_roster()?;
         c.restore()?;
         c.restore_usage_ledger()?;
         c.restore_budgets(now);

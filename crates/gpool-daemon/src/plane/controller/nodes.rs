@@ -52,6 +52,8 @@ pub(crate) struct Remote {
     pub parked: Option<(u64, Reply<wire::Commands>)>,
     pub park_id: u64,
     pub last_seen_ms: i64,
+    /// When its agent's current session with this control plane began.
+    pub session_since_ms: i64,
     /// Why the node was cut off (its token revoked), if it was: its lease
     /// then runs out without it, and says so.
     pub cut_off: Option<String>,
@@ -69,6 +71,7 @@ impl Remote {
             parked: None,
             park_id: 0,
             last_seen_ms: 0,
+            session_since_ms: 0,
             cut_off: None,
         }
     }
@@ -251,7 +254,8 @@ impl Controller {
         if let Some((_, reply)) = parked {
             self.reply(reply, Err(ApiError::new(409, "the node registered again")));
         }
-        let remote = Remote { registered: true, next_seq, last_seen_ms: now, ..Remote::new() };
+        let remote = Remote { registered: true, next_seq, last_seen_ms: now, session_since_ms: now, ..Remote::new() };
+        self.roster.registered(&reg.node, reg.peer_addr.clone(), now);
         let id = self.install_node(doc, Link::Remote(remote), now)?;
         self.set_agent_budget(&reg.node, reg.power_budget_w);
         self.event(
@@ -260,6 +264,10 @@ impl Controller {
             "node_up",
             format!("node {} registered (epoch {}, {} GPUs)", reg.node, epoch + 1, reg.gpus.len()),
         );
+        if let Some(note) = reg.note.as_deref().filter(|n| !n.trim().is_empty()) {
+            let note: String = note.chars().take(500).collect();
+            self.event(now, None, "node_outage", format!("node {}: {note}", reg.node));
+        }
         // Re-synchronise: what the store says runs here is reconciled; anything else is killed.
         let expected: Vec<(ReplicaKey, Vec<String>)> =
             self.live_replicas_on(id).into_iter().map(|(key, r)| (key, self.device_uuids(&r))).collect();
@@ -304,6 +312,7 @@ impl Controller {
             lease_ms: self.lease_ms() as u64,
             heartbeat_ms: (self.lease_ms() / 4).max(100) as u64,
             next_seq,
+            roster: Some(self.roster.wire()),
         })
     }
 
@@ -391,8 +400,9 @@ impl Controller {
     }
 
     /// `POST /agent/v1/report`.
-    pub(super) fn agent_report(&mut self, rep: wire::Report, now: i64) -> Result<(), ApiError> {
+    pub(super) fn agent_report(&mut self, rep: wire::Report, now: i64) -> Result<wire::Reported, ApiError> {
         let id = self.session(&rep.node, rep.epoch, now)?;
+        let roster_version = rep.roster_version;
         // A node speaks only for itself: a report about a replica the current
         // run placed on another node is refused whole, and nothing of it is done.
         for e in &rep.events {
@@ -440,7 +450,7 @@ impl Controller {
             self.on_telemetry(report, now);
         }
         let _ = id;
-        Ok(())
+        Ok(wire::Reported { roster: self.roster.update_for(roster_version) })
     }
 
     /// How long a remote replica may go unseen after its start was queued:
@@ -490,12 +500,21 @@ impl Controller {
     pub(super) fn lease_check(&mut self, node: u32, now: i64) {
         let id = NodeId(node);
         let lease = self.lease_ms();
-        let Some(NodeLink { link: Link::Remote(r), doc, .. }) = self.links.get_mut(&id) else { return };
+        let Some(NodeLink { link: Link::Remote(r), doc, .. }) = self.links.get(&id) else { return };
         let deadline = r.last_seen_ms + lease + LEASE_MARGIN_MS;
         if deadline > now {
             self.timers.insert((deadline, Timer::Lease { node }));
             return;
         }
+        // Silent for its lease; declared lost only with a quorum (`roster.rs`),
+        // else checked again a heartbeat later.
+        let (name, seen) = (doc.name.clone(), r.last_seen_ms);
+        if !self.quorum_for_loss(&name, seen, now) {
+            self.timers.insert((now + (lease / 4).max(100), Timer::Lease { node }));
+            return;
+        }
+        self.roster.left(&name);
+        let Some(NodeLink { link: Link::Remote(r), doc, .. }) = self.links.get_mut(&id) else { return };
         let was_registered = r.registered;
         let cut_off = r.cut_off.take();
         r.registered = false;

@@ -361,10 +361,9 @@ async fn agent_commands(
     Ok(Json(call(&st, &who, |reply| Call::Poll { node, epoch, after, reply }).await?))
 }
 
-async fn agent_report(State(st): State<AppState>, who: Who, body: Bytes) -> Result<Json<serde_json::Value>> {
+async fn agent_report(State(st): State<AppState>, who: Who, body: Bytes) -> Result<Json<api::agent::Reported>> {
     let report: api::agent::Report = parse(&body, false).map_err(bad)?;
-    call(&st, &who, |reply| Call::Report { report, reply }).await?;
-    Ok(Json(serde_json::json!({})))
+    Ok(Json(call(&st, &who, |reply| Call::Report { report, reply }).await?))
 }
 
 /// The most a replica's log shipped to the control plane may hold (per stream):

@@ -28,6 +28,7 @@ mod health;
 mod lifecycle;
 mod node_trust;
 mod nodes;
+mod outages;
 mod pipelines;
 mod power;
 mod preemption;
@@ -400,6 +401,8 @@ fn registration(node: &str, gpus: u32, running: Vec<api::agent::ReplicaId>) -> a
         running,
         version: "test".into(),
         power_budget_w: None,
+        peer_addr: None,
+        note: None,
     }
 }
 

@@ -120,7 +120,8 @@ fn a_node_cannot_end_fail_or_write_the_log_of_another_nodes_replica() {
         wire::Event::Lost { replica, why: "forged".into() },
     ];
     for event in forged {
-        let report = wire::Report { node: "n3".into(), epoch: e3, events: vec![event], telemetry: None };
+        let report =
+            wire::Report { node: "n3".into(), epoch: e3, events: vec![event], telemetry: None, roster_version: 0 };
         let e = h.call(&t3, |reply| Call::Report { report, reply }).expect_err("n3 speaks for n1");
         assert_eq!(e.status, 403, "{}", e.message);
         assert!(e.message.contains("runs on node n1"), "{}", e.message);
@@ -142,6 +143,7 @@ fn a_node_cannot_end_fail_or_write_the_log_of_another_nodes_replica() {
         epoch: e1,
         events: vec![wire::Event::Exited { replica, exit }],
         telemetry: None,
+        roster_version: 0,
     };
     h.call(&t1, |reply| Call::Report { report, reply }).expect("n1 reports its own");
     assert_eq!(h.state(id), api::JobState::Succeeded);
@@ -293,6 +295,7 @@ fn a_node_an_earlier_attempt_ran_on_may_still_ship_its_output() {
         epoch: e1,
         events: vec![wire::Event::Lost { replica, why: "gone".into() }],
         telemetry: None,
+        roster_version: 0,
     };
     h.call(&t1, |reply| Call::Report { report, reply }).expect("n1 reports its own");
     let j = h.job(id);

@@ -23,7 +23,7 @@ fn outbox(h: &mut Harness, node: &str, epoch: u64, after: u64) -> Vec<wire::Comm
 }
 
 fn report(h: &mut Harness, node: &str, epoch: u64, events: Vec<wire::Event>) {
-    let report = wire::Report { node: node.into(), epoch, events, telemetry: None };
+    let report = wire::Report { node: node.into(), epoch, events, telemetry: None, roster_version: 0 };
     h.call(ADMIN, |reply| Call::Report { report, reply }).expect("report taken");
 }
 
@@ -234,7 +234,7 @@ fn a_node_token_acts_only_as_its_own_node() {
         .call(&b, |reply| Call::Poll { node: "a".into(), epoch, after: 0, reply })
         .expect_err("nor fetch a's commands");
     assert_eq!(e.status, 403);
-    let report = wire::Report { node: "a".into(), epoch, events: Vec::new(), telemetry: None };
+    let report = wire::Report { node: "a".into(), epoch, events: Vec::new(), telemetry: None, roster_version: 0 };
     let e = h.call(&b, |reply| Call::Report { report, reply }).expect_err("nor report for a");
     assert_eq!(e.status, 403);
     let reg = registration("c", 1, Vec::new());
