@@ -371,6 +371,9 @@ pub(crate) struct AgentArgs {
     /// Where other agents ask this one, when no control plane answers them, whether it still hears from one (docs/cluster.md); default: the advertised address and any free port. Give a fixed port where a firewall must let agents reach each other.
     #[arg(long, value_name = "ADDR:PORT")]
     peer_listen: Option<std::net::SocketAddr>,
+    /// The address other agents are told for this one's peer listener, when they must reach it through something else (NAT, a proxy); default: the address it listens on.
+    #[arg(long, value_name = "HOST:PORT")]
+    peer_advertise: Option<String>,
     /// Data directory of the agent (run directories, logs, checkpoints).
     #[arg(long, env = "GPOOL_AGENT_DIR")]
     data_dir: Option<PathBuf>,
@@ -420,6 +423,7 @@ pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
         node: a.node.config()?,
         insecure_http: a.insecure_http,
         peer_listen: a.peer_listen,
+        peer_advertise: a.peer_advertise,
     })
 }
 

@@ -4,13 +4,18 @@
 //! in ten a gang across nodes) while a seeded schedule of faults hits them
 //! (`schedule.rs`: kill -9 or SIGSTOP of an agent, the leader or the
 //! standby; the database server stopped and started again; its disk slow
-//! (`slow_disk.rs`); an agent's network cut; an agent's disk filled to the
-//! last byte, each agent's data directory being a small tmpfs, which needs
-//! root). Then it checks that
+//! (`slow_disk.rs`); an agent's network to the control planes cut; an
+//! agent cut off from everything, peers included; an agent's disk filled to
+//! the last byte, each agent's data directory being a small tmpfs, which
+//! needs root; and the long outages, held for `--outage` (ten leases by
+//! default): the database stopped, both control planes stopped with
+//! SIGSTOP, both killed and started again). Then it checks that
 //! every acknowledged job ended, that none ran twice at once and no GPU was
 //! held by two runs at once (each job holds a lock per GPU and one for
 //! itself), that nothing is left running, and that no job failed: every
-//! fault here is the infrastructure's, so every job must succeed.
+//! fault here is the infrastructure's, so every job must succeed; and that
+//! no long outage killed a job: two jobs that outlast each by two leases
+//! are started before it and must succeed in their first attempt.
 
 mod proxy;
 mod schedule;
@@ -43,6 +48,13 @@ pub(crate) struct ChaosArgs {
     /// The nodes' lease: faults hold 1 s to 1.5 leases, so some outlast it.
     #[arg(long, default_value = "6s")]
     lease: String,
+    /// How long the long outages hold (the database stopped, both control
+    /// planes stopped or killed); default: ten leases.
+    #[arg(long)]
+    outage: Option<String>,
+    /// Only these kinds of fault, comma-separated (e.g. `db-outage,planes-stop`); default: every kind.
+    #[arg(long, value_delimiter = ',')]
+    kinds: Vec<String>,
     /// Jobs submitted per second while faults run.
     #[arg(long, default_value_t = 4)]
     rate: u32,
@@ -72,7 +84,24 @@ echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE" >> "$D/done"
 pub(crate) fn run(a: ChaosArgs) -> anyhow::Result<()> {
     let lease = gpool_api::quantity::parse_duration(&a.lease).map_err(|e| anyhow::anyhow!("--lease: {e}"))?;
     anyhow::ensure!(a.agents >= 2, "--agents: at least 2 (gangs span two nodes)");
-    let faults = schedule::schedule(a.seed, a.faults, a.agents, lease * 3 / 2);
+    let outage = match &a.outage {
+        Some(o) => gpool_api::quantity::parse_duration(o).map_err(|e| anyhow::anyhow!("--outage: {e}"))?,
+        None => lease * 10,
+    };
+    let kinds = a
+        .kinds
+        .iter()
+        .map(|k| {
+            Kind::named(k).ok_or_else(|| {
+                let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+                anyhow::anyhow!("--kinds: no fault is called {k:?}; the kinds are {}", names.join(", "))
+            })
+        })
+        .collect::<anyhow::Result<Vec<Kind>>>()?;
+    let faults: Vec<Fault> = schedule::schedule(a.seed, a.faults, a.agents, lease * 3 / 2, &kinds)
+        .into_iter()
+        .map(|f| if f.kind.is_outage() { Fault { hold: outage, ..f } } else { f })
+        .collect();
     let dir = std::env::temp_dir().join(format!("gpool-chaos-{}-{}", std::process::id(), a.seed));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("locks"))?;
@@ -107,14 +136,24 @@ fn chaos(a: &ChaosArgs, dir: &Path, faults: &[Fault]) -> anyhow::Result<Value> {
     let mut rejoins = Vec::new();
     // When each fault that takes a node away began: (node name, ms since the epoch).
     let mut node_faults: Vec<(String, i64)> = Vec::new();
+    let mut outages = Outages::default();
+    let lease = gpool_api::quantity::parse_duration(&a.lease).map_err(|e| anyhow::anyhow!("--lease: {e}"))?;
     for (i, f) in faults.iter().enumerate() {
         if !a.json {
             eprintln!("fault {}/{}: {} (agent {}, {:?})", i + 1, faults.len(), f.kind.name(), f.agent, f.hold);
         }
-        if matches!(f.kind, Kind::AgentKill | Kind::AgentStop | Kind::NetCut | Kind::DiskFull) {
+        if matches!(f.kind, Kind::AgentKill | Kind::AgentStop | Kind::NetCut | Kind::DiskFull | Kind::Isolate) {
             node_faults.push((format!("n{}", f.agent), epoch_ms()));
         }
+        // Jobs that outlast an outage by two leases: none may die of it.
+        let long = if f.kind.is_outage() { Some(outages.submit(&mut w, dir, f.hold + lease * 2)?) } else { None };
         inject(&mut w, f, &mut takeovers, &mut rejoins)?;
+        if let Some(ids) = long {
+            outages.check(&mut w, &ids, f.hold + lease * 4)?;
+            if let Ok(mut acked) = acknowledged.lock() {
+                acked.extend(&ids);
+            }
+        }
         *injected.entry(f.kind.name()).or_default() += 1;
         std::thread::sleep(f.calm);
     }
@@ -152,7 +191,13 @@ fn chaos(a: &ChaosArgs, dir: &Path, faults: &[Fault]) -> anyhow::Result<Value> {
     let failed = ids.len() - count("succeeded") - lost;
     let restarts: u64 = ids.iter().filter_map(|id| states.get(id)?["restarts"].as_u64()).sum();
     let leftovers = running_job_processes(dir);
-    let ok = settle.is_ok() && lost == 0 && failed == 0 && overlaps == 0 && double_booked == 0 && leftovers == 0;
+    let ok = settle.is_ok()
+        && lost == 0
+        && failed == 0
+        && overlaps == 0
+        && double_booked == 0
+        && leftovers == 0
+        && outages.killed.is_empty();
     let ms = |v: &[Duration]| -> Value {
         let mut ms: Vec<u64> = v.iter().map(|d| d.as_millis() as u64).collect();
         ms.sort_unstable();
@@ -173,6 +218,9 @@ fn chaos(a: &ChaosArgs, dir: &Path, faults: &[Fault]) -> anyhow::Result<Value> {
         "left_running": leftovers,
         "restarts": restarts,
         "runs_started": lines("starts").len(),
+        "outage_jobs": outages.jobs,
+        "killed_by_outage": outages.killed.len(),
+        "killed_by_outage_jobs": outages.killed,
         "recovery": {
             "standby_takeover": ms(&takeovers),
             "node_rejoin": ms(&rejoins),
@@ -209,6 +257,38 @@ fn inject(w: &mut World, f: &Fault, takeovers: &mut Vec<Duration>, rejoins: &mut
             w.proxies[f.agent].iter().for_each(|p| p.set_cut(true));
             std::thread::sleep(f.hold);
             w.proxies[f.agent].iter().for_each(|p| p.set_cut(false));
+        }
+        Kind::Isolate => {
+            w.proxies[f.agent].iter().for_each(|p| p.set_cut(true));
+            w.peer_proxies[f.agent].set_cut(true);
+            std::thread::sleep(f.hold);
+            w.proxies[f.agent].iter().for_each(|p| p.set_cut(false));
+            w.peer_proxies[f.agent].set_cut(false);
+        }
+        Kind::DbOutage => {
+            w.db_stopped(true)?;
+            std::thread::sleep(f.hold);
+            w.db_stopped(false)?;
+            w.until("a leader after the outage", settle, |w| w.leader().is_some())?;
+        }
+        Kind::PlanesStop | Kind::PlanesKill => {
+            let kill = f.kind == Kind::PlanesKill;
+            for (_, p) in &mut w.planes {
+                if kill {
+                    p.kill9();
+                } else {
+                    p.signal("STOP")?;
+                }
+            }
+            std::thread::sleep(f.hold);
+            for (_, p) in &mut w.planes {
+                if kill {
+                    p.start()?;
+                } else {
+                    p.signal("CONT")?;
+                }
+            }
+            w.until("a leader after the outage", settle, |w| w.leader().is_some())?;
         }
         Kind::LeaderKill | Kind::LeaderStop | Kind::StandbyKill | Kind::StandbyStop => {
             let leader = match w.leader() {
@@ -261,6 +341,54 @@ fn inject(w: &mut World, f: &Fault, takeovers: &mut Vec<Duration>, rejoins: &mut
         anyhow::ensure!(!p.exited(), "control plane {i} exited after {}", f.kind.name());
     }
     Ok(())
+}
+
+/// The jobs each long outage must not kill, and those it did.
+#[derive(Default)]
+struct Outages {
+    jobs: usize,
+    /// "job N: state, attempt A" of each job an outage killed.
+    killed: Vec<String>,
+}
+
+impl Outages {
+    /// Two one-GPU jobs of `secs`, running before the outage begins.
+    fn submit(&mut self, w: &mut World, dir: &Path, secs: Duration) -> anyhow::Result<Vec<u64>> {
+        let script = dir.join("job.sh").display().to_string();
+        let spec = json!({"command": ["bash", script, dir.display().to_string(), secs.as_secs().to_string()],
+                          "resources": {"nvidia.com/gpu": 1}});
+        let url = match w.leader_url() {
+            Some(u) => u,
+            None => {
+                w.until("a leader", Duration::from_secs(60), |w| w.leader().is_some())?;
+                w.leader_url().unwrap_or_default()
+            }
+        };
+        let ids: Vec<u64> = w.post(&url, "/api/v1/jobs", &json!({"jobs": [spec, spec]}))?["ids"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        w.until("the outage's jobs to run", Duration::from_secs(120), |w| {
+            ids.iter().all(|id| w.get(&format!("/api/v1/jobs/{id}")).is_some_and(|j| j["state"] == "running"))
+        })?;
+        self.jobs += ids.len();
+        Ok(ids)
+    }
+
+    /// After the outage: each job ends succeeded in its first attempt.
+    fn check(&mut self, w: &mut World, ids: &[u64], within: Duration) -> anyhow::Result<()> {
+        let mut ended: Vec<Value> = Vec::new();
+        w.until("the outage's jobs to end", within + Duration::from_secs(120), |w| {
+            ended = ids.iter().filter_map(|id| w.get(&format!("/api/v1/jobs/{id}"))).collect();
+            ended.len() == ids.len() && ended.iter().all(|j| is_terminal(&j["state"]) || j["attempt"] != 1)
+        })?;
+        for j in ended {
+            if j["state"] != "succeeded" || j["attempt"] != 1 {
+                self.killed.push(format!("job {}: {}, attempt {}", j["id"], j["state"], j["attempt"]));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn submit_stream(ports: &[u16], token: &str, dir: &Path, pause: Duration, acked: &Mutex<Vec<u64>>, stop: &AtomicBool) {
@@ -371,7 +499,8 @@ fn running_job_processes(dir: &Path) -> usize {
 fn print_report(r: &Value) {
     println!(
         "chaos (seed {}): {} faults {}; {} jobs acknowledged, {} succeeded, {} lost, {} failed; \
-         {} runs overlapping, {} GPU double-bookings, {} left running; {} restarts over {} runs started",
+         {} runs overlapping, {} GPU double-bookings, {} left running; {} restarts over {} runs started; \
+         {} of {} jobs killed by an outage of the database or the control planes",
         r["seed"],
         r["faults"],
         r["faults_by_kind"],
@@ -384,6 +513,8 @@ fn print_report(r: &Value) {
         r["left_running"],
         r["restarts"],
         r["runs_started"],
+        r["killed_by_outage"],
+        r["outage_jobs"],
     );
     println!("recovery: {}", r["recovery"]);
     println!("{}", if r["ok"] == true { "every promise held" } else { "A PROMISE BROKE: see the logs" });

@@ -28,10 +28,19 @@ pub(crate) enum Kind {
     /// An agent's data directory (a small file system of its own) filled to
     /// the last byte for the hold.
     DiskFull,
+    /// An agent cut off from everything: the control planes and its peers
+    /// (their questions to it are refused) for the hold.
+    Isolate,
+    /// The database server stopped for the long outage (`--outage`), then started again.
+    DbOutage,
+    /// Both control planes stopped (`SIGSTOP`) for the long outage, then continued.
+    PlanesStop,
+    /// Both control planes killed (`kill -9`), started again after the long outage.
+    PlanesKill,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 10] = [
+    pub(crate) const ALL: [Kind; 14] = [
         Kind::AgentKill,
         Kind::AgentStop,
         Kind::LeaderKill,
@@ -42,6 +51,10 @@ impl Kind {
         Kind::SlowDisk,
         Kind::NetCut,
         Kind::DiskFull,
+        Kind::Isolate,
+        Kind::DbOutage,
+        Kind::PlanesStop,
+        Kind::PlanesKill,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -56,7 +69,22 @@ impl Kind {
             Kind::SlowDisk => "slow-disk",
             Kind::NetCut => "net-cut",
             Kind::DiskFull => "disk-full",
+            Kind::Isolate => "isolate",
+            Kind::DbOutage => "db-outage",
+            Kind::PlanesStop => "planes-stop",
+            Kind::PlanesKill => "planes-kill",
         }
+    }
+
+    /// The kind a name names (`--kinds`).
+    pub(crate) fn named(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether it takes away the database or every control plane: held for
+    /// the long outage, and no job may die of it.
+    pub(crate) fn is_outage(self) -> bool {
+        matches!(self, Kind::DbOutage | Kind::PlanesStop | Kind::PlanesKill)
     }
 }
 
@@ -92,19 +120,21 @@ impl Rng {
     }
 }
 
-/// `count` faults over `agents` agents: every kind once first (in an order the
-/// seed shuffles), then kinds drawn at random. Holds are 1–`max_hold`
-/// seconds (so some outlast an agent's lease and some do not), calms 2–5 s.
-pub(crate) fn schedule(seed: u64, count: usize, agents: usize, max_hold: Duration) -> Vec<Fault> {
+/// `count` faults of `kinds` over `agents` agents: every kind once first (in
+/// an order the seed shuffles), then kinds drawn at random. Holds are
+/// 1–`max_hold` seconds (so some outlast an agent's lease and some do not;
+/// the long outages hold for `--outage` instead), calms 2–5 s.
+pub(crate) fn schedule(seed: u64, count: usize, agents: usize, max_hold: Duration, kinds: &[Kind]) -> Vec<Fault> {
     let mut rng = Rng::new(seed);
-    let mut kinds: Vec<Kind> = Kind::ALL.to_vec();
+    let pool: Vec<Kind> = if kinds.is_empty() { Kind::ALL.to_vec() } else { kinds.to_vec() };
+    let mut kinds = pool.clone();
     for i in (1..kinds.len()).rev() {
         kinds.swap(i, rng.below(i as u64 + 1) as usize);
     }
     let max_ms = max_hold.as_millis().max(1_000) as u64;
     (0..count)
         .map(|i| {
-            let kind = if i < kinds.len() { kinds[i] } else { Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize] };
+            let kind = if i < kinds.len() { kinds[i] } else { pool[rng.below(pool.len() as u64) as usize] };
             Fault {
                 kind,
                 agent: rng.below(agents as u64) as usize,
@@ -122,14 +152,14 @@ mod tests {
 
     #[test]
     fn a_seed_replays_the_same_faults() {
-        let a = schedule(7, 30, 3, Duration::from_secs(8));
-        assert_eq!(a, schedule(7, 30, 3, Duration::from_secs(8)));
-        assert_ne!(a, schedule(8, 30, 3, Duration::from_secs(8)));
+        let a = schedule(7, 30, 3, Duration::from_secs(8), &[]);
+        assert_eq!(a, schedule(7, 30, 3, Duration::from_secs(8), &[]));
+        assert_ne!(a, schedule(8, 30, 3, Duration::from_secs(8), &[]));
     }
 
     #[test]
     fn every_kind_comes_once_the_run_is_long_enough_and_bounds_hold() {
-        let faults = schedule(1, 20, 3, Duration::from_secs(8));
+        let faults = schedule(1, 20, 3, Duration::from_secs(8), &[]);
         let mut seen: Vec<Kind> = faults.iter().map(|f| f.kind).collect();
         seen.sort();
         seen.dedup();
@@ -140,5 +170,14 @@ mod tests {
             assert!(f.calm >= Duration::from_secs(2) && f.calm <= Duration::from_secs(5), "{f:?}");
             assert!((100..=1_000).contains(&f.slow_ms), "{f:?}");
         }
+    }
+
+    #[test]
+    fn kinds_can_be_chosen_by_name() {
+        let only = [Kind::named("db-outage").expect("a kind"), Kind::named("planes-stop").expect("a kind")];
+        let faults = schedule(3, 5, 3, Duration::from_secs(8), &only);
+        assert!(faults.iter().all(|f| only.contains(&f.kind)), "{faults:?}");
+        assert_eq!(Kind::named("no-such-fault"), None);
+        assert!(Kind::ALL.iter().all(|k| Kind::named(k.name()) == Some(*k)));
     }
 }

@@ -78,6 +78,8 @@ pub(crate) struct World {
     pub disks: Vec<Disk>,
     /// Per agent, a proxy to each control plane.
     pub proxies: Vec<Vec<Proxy>>,
+    /// In front of each agent's peer listener: what other agents reach it through.
+    pub peer_proxies: Vec<Proxy>,
     pub token: String,
     pub http: ureq::Agent,
     /// For asking who leads: a stopped control plane accepts connections and
@@ -126,6 +128,7 @@ impl World {
             agents: Vec::new(),
             disks: Vec::new(),
             proxies: Vec::new(),
+            peer_proxies: Vec::new(),
             token: String::new(),
             http,
             probe,
@@ -152,6 +155,8 @@ impl World {
                 .as_str()
                 .context("a node token")?
                 .to_string();
+            let peer_port = free_port()?;
+            let peer_proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], peer_port)))?;
             let token_file = dir.join(format!("agent-{i}.token"));
             std::fs::write(&token_file, token)?;
             std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
@@ -165,6 +170,10 @@ impl World {
                 &format!("n{i}"),
                 "--advertise-addr",
                 "127.0.0.1",
+                "--peer-listen",
+                &format!("127.0.0.1:{peer_port}"),
+                "--peer-advertise",
+                &peer_proxy.addr.to_string(),
                 "--simulate-gpus",
                 "4xH100-80GB",
                 "--sample-interval",
@@ -181,6 +190,7 @@ impl World {
             p.start()?;
             w.agents.push(p);
             w.proxies.push(proxies);
+            w.peer_proxies.push(peer_proxy);
         }
         w.until("every node to register", Duration::from_secs(60), |w| w.nodes_up() == agents)?;
         Ok(w)

@@ -52,6 +52,8 @@ pub struct AgentProcessConfig {
     /// Where other agents ask this one whether it hears from a control
     /// plane (`peers.rs`); default: the advertised address, any free port.
     pub peer_listen: Option<std::net::SocketAddr>,
+    /// The address peers are told instead of the one listened on (`--peer-advertise`).
+    pub peer_advertise: Option<String>,
 }
 
 /// The IP address this host uses to reach `server` (no packet is sent).
@@ -102,7 +104,8 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
                 0,
             ),
         };
-        crate::node::peers::advertised(crate::node::peers::listen(listen, contact.clone())?, &addr)
+        let bound = crate::node::peers::listen(listen, contact.clone())?;
+        cfg.peer_advertise.clone().unwrap_or_else(|| crate::node::peers::advertised(bound, &addr))
     };
     {
         let me = name.clone();
