@@ -14,7 +14,7 @@
 //! held by two runs at once (each job holds a lock per GPU and one for
 //! itself), that nothing is left running, and that no job failed: every
 //! fault here is the infrastructure's, so every job must succeed; and that
-//! no long outage killed a job: two jobs that outlast each by two leases
+//! no long outage killed a job: four jobs that outlast each by two leases
 //! are started before it and must succeed in their first attempt.
 
 mod proxy;
@@ -352,7 +352,7 @@ struct Outages {
 }
 
 impl Outages {
-    /// Two one-GPU jobs of `secs`, running before the outage begins.
+    /// Four one-GPU jobs of `secs`, running before the outage begins.
     fn submit(&mut self, w: &mut World, dir: &Path, secs: Duration) -> anyhow::Result<Vec<u64>> {
         let script = dir.join("job.sh").display().to_string();
         let spec = json!({"command": ["bash", script, dir.display().to_string(), secs.as_secs().to_string()],
@@ -364,7 +364,7 @@ impl Outages {
                 w.leader_url().unwrap_or_default()
             }
         };
-        let ids: Vec<u64> = w.post(&url, "/api/v1/jobs", &json!({"jobs": [spec, spec]}))?["ids"]
+        let ids: Vec<u64> = w.post(&url, "/api/v1/jobs", &json!({"jobs": [spec, spec, spec, spec]}))?["ids"]
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_u64).collect())
             .unwrap_or_default();

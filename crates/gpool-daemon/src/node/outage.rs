@@ -18,6 +18,7 @@
 //! Why this never runs a job twice is in `plane/controller/roster.rs` (the
 //! control plane's half) and docs/cluster.md.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -76,6 +77,15 @@ pub struct Contact {
     state: Mutex<State>,
 }
 
+/// What an agent keeps of its last session across its own restart (in
+/// `roster.json`, mode 0600: it holds the roster's key), so that an agent
+/// restarted while no control plane answers can still ask its peers.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    lease_ms: u64,
+    roster: wire::Roster,
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// A session with a leading control plane is open and none of its requests failed.
@@ -86,6 +96,8 @@ struct State {
     roster: Option<wire::Roster>,
     /// The deadline last written to the lease file.
     deadline_ms: i64,
+    /// Where the roster is kept across restarts (`remember_in`).
+    kept: Option<PathBuf>,
     /// The outage held through, for the next registration: (since, rounds held).
     held: Option<(i64, u32)>,
     /// The last verdict said in the log, not to repeat it every round.
@@ -95,6 +107,37 @@ struct State {
 impl Contact {
     pub fn new(path: PathBuf, node: String) -> Arc<Contact> {
         Arc::new(Contact { path, node, state: Mutex::new(State { lease_ms: 10_000, ..State::default() }) })
+    }
+
+    /// Keeps the roster in `file` from now on, and takes the one kept there
+    /// by the agent before this one, if any.
+    pub fn remember_in(&self, file: PathBuf) {
+        let kept = std::fs::read_to_string(&file).ok().and_then(|t| serde_json::from_str::<Kept>(&t).ok());
+        let mut s = self.state();
+        if let Some(k) = kept {
+            s.lease_ms = k.lease_ms;
+            s.roster = Some(k.roster);
+        }
+        // The shims' lease file, as the agent before this one left it.
+        s.deadline_ms = lease::read(&self.path).unwrap_or(0);
+        s.kept = Some(file);
+    }
+
+    fn keep(s: &State) {
+        let (Some(file), Some(roster)) = (&s.kept, &s.roster) else { return };
+        let Ok(text) = serde_json::to_string(&Kept { lease_ms: s.lease_ms, roster: roster.clone() }) else { return };
+        let tmp = file.with_extension("tmp");
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .and_then(|()| std::fs::rename(&tmp, file));
+        if let Err(e) = written {
+            tracing::warn!("cannot keep the roster in {}: {e}", file.display());
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -117,6 +160,7 @@ impl Contact {
         if roster.is_some() {
             s.roster = roster;
         }
+        Contact::keep(&s);
         drop(s);
         self.answered(sent_ms);
     }
@@ -135,7 +179,9 @@ impl Contact {
     }
 
     pub fn set_roster(&self, roster: wire::Roster) {
-        self.state().roster = Some(roster);
+        let mut s = self.state();
+        s.roster = Some(roster);
+        Contact::keep(&s);
     }
 
     pub fn roster_version(&self) -> u64 {
@@ -194,7 +240,8 @@ impl Contact {
             (s.roster.clone(), s.lease_ms)
         };
         let verdict = match &roster {
-            None => Verdict::Fence("it has no roster yet (it never registered with a control plane)".into()),
+            // Never registered: no lease to keep, nobody to ask.
+            None => return,
             Some(r) => {
                 let others: Vec<&wire::RosterMember> = r.members.iter().filter(|m| m.node != self.node).collect();
                 let members = others.len() + 1;
@@ -330,7 +377,7 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let c = Contact::new(lease_path(&dir), "a".into());
         // Never registered: nothing to ask, nothing extended.
-        c.round(&|_, _| Asked::Answered { in_session: false });
+        c.round(&|_, _| panic!("no roster, nobody to ask"));
         assert_eq!(lease::read(&lease_path(&dir)), None);
         let sent = lease::monotonic_ms();
         c.opened(sent, 60_000, Some(roster(&["a", "b", "c"])));
@@ -350,6 +397,17 @@ mod tests {
         // A peer in session: not extended further.
         c.round(&|m, _| Asked::Answered { in_session: m.node == "c" });
         assert_eq!(lease::read(&lease_path(&dir)), Some(held));
+        // An agent restarted in the outage takes the roster its predecessor kept.
+        c.remember_in(dir.join("roster.json"));
+        c.set_roster(roster(&["a", "b", "c"]));
+        lease::write(&lease_path(&dir), lease::monotonic_ms() + 1_000).expect("a lease about to end");
+        let again = Contact::new(lease_path(&dir), "a".into());
+        again.remember_in(dir.join("roster.json"));
+        again.round(&|_, _| Asked::Answered { in_session: false });
+        let now = lease::monotonic_ms();
+        assert!(lease::read(&lease_path(&dir)).expect("lease") > now + 30_000, "the restarted agent holds on");
+        let mode = std::fs::metadata(dir.join("roster.json")).expect("kept").permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077, 0, "the key is private");
         // Its own peers only: a question never goes to itself.
         c.round(&|m, _| {
             assert_ne!(m.node, "a");

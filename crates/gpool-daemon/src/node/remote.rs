@@ -95,12 +95,13 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
     let doc = describe(&name, &gpus, backend.as_deref(), &cfg.node, &addr);
     let lease_path = crate::node::outage::lease_path(&cfg.data_dir);
     let contact = Contact::new(lease_path.clone(), name.clone());
+    contact.remember_in(cfg.data_dir.join("roster.json"));
     let peer_addr = {
         let listen = match cfg.peer_listen {
             Some(l) => l,
+            // A host name as the advertised address: every interface, that name told to peers.
             None => std::net::SocketAddr::new(
-                addr.parse()
-                    .with_context(|| format!("--advertise-addr {addr}: not an IP address; pass --peer-listen"))?,
+                addr.parse().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
                 0,
             ),
         };
