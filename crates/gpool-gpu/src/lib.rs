@@ -316,12 +316,14 @@ pub trait Backend: Send {
     /// [`Backend::inventory`] afterwards and believe it, not the layout.
     fn apply_mig_layout(&mut self, gpu: u32, layout: &[MigSlot]) -> Result<(), GpuError> {
         let _ = layout;
-        Err(GpuError::Mig {
-            gpu,
-            why: format!(
-                "the {} backend cannot change MIG layouts; run the agent with --gpu-backend nvidia-smi",
-                self.name()
-            ),
-        })
+        Err(GpuError::Mig { gpu, why: self.mig_changes().err().unwrap_or_default() })
+    }
+    /// Whether [`Backend::apply_mig_layout`] can work here; `Err` says why
+    /// not and what would (`gpool agent --mig-managed` refuses to start on it).
+    fn mig_changes(&self) -> Result<(), String> {
+        Err(format!(
+            "the {} backend cannot change MIG layouts; run the agent with --gpu-backend nvidia-smi",
+            self.name()
+        ))
     }
 }

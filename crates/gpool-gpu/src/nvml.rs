@@ -160,6 +160,15 @@ impl Backend for Nvml {
         "nvml"
     }
 
+    fn mig_changes(&self) -> Result<(), String> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        crate::tool::find_in_path("nvidia-smi", &path).map(|_| ()).ok_or_else(|| crate::smi::NO_SMI_FOR_MIG.to_string())
+    }
+
+    fn apply_mig_layout(&mut self, gpu: u32, layout: &[crate::MigSlot]) -> Result<(), GpuError> {
+        crate::smi::apply_mig_layout_on_path(&std::env::var_os("PATH").unwrap_or_default(), gpu, layout)
+    }
+
     fn inventory(&mut self) -> Result<Vec<GpuInfo>, GpuError> {
         let count = self.lib.device_count().map_err(nvml_err)?;
         let mut gpus = Vec::new();

@@ -346,6 +346,10 @@ impl Backend for Simulated {
 
     /// Checks what a real GPU would (MIG mode on, known profiles, no
     /// overlapping memory slices) and lays the GPU out at once.
+    fn mig_changes(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     fn apply_mig_layout(&mut self, gpu: u32, layout: &[MigSlot]) -> Result<(), GpuError> {
         let refuse = |why: String| GpuError::Mig { gpu, why };
         let host = self.host.clone();

@@ -238,13 +238,26 @@ fn a_gpu_in_use_is_left_alone() {
     assert_eq!(layout(&mut smi), vec![("7g.40gb".to_string(), Some(0))]);
 }
 
+/// Issue 40, point 1: a node whose GPUs NVML reads changes MIG layouts
+/// through the `nvidia-smi` on its PATH, and says so when there is none.
+fn a_backend_reading_gpus_another_way_lays_them_out_through_the_nvidia_smi_on_path() {
+    let (dir, mut smi) = setup("on-path");
+    let path = std::env::join_paths([Path::new("/nonexistent"), dir.as_path()]).expect("PATH");
+    gpool_gpu::smi::apply_mig_layout_on_path(&path, 0, &[slot("4g.20gb", 0)]).expect("applied");
+    assert_eq!(layout(&mut smi), vec![("4g.20gb".to_string(), Some(0))]);
+    let err = gpool_gpu::smi::apply_mig_layout_on_path(std::ffi::OsStr::new("/nonexistent"), 0, &[slot("1g.5gb", 0)])
+        .expect_err("no nvidia-smi")
+        .to_string();
+    assert!(err.contains("nvidia-smi") && err.contains("not on PATH"), "{err}");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.first().is_some_and(|a| a.ends_with("/nvidia-smi")) {
         let dir = Path::new(&args[0]).parent().map(Path::to_path_buf).unwrap_or_default();
         std::process::exit(standin(&dir, &args[1..]));
     }
-    let tests: [(&str, fn()); 3] = [
+    let tests: [(&str, fn()); 4] = [
         (
             "a_valid_layout_is_applied_and_applying_it_again_changes_nothing",
             a_valid_layout_is_applied_and_applying_it_again_changes_nothing,
@@ -254,6 +267,10 @@ fn main() {
             an_invalid_placement_is_refused_and_the_gpu_is_reported_as_it_is,
         ),
         ("a_gpu_in_use_is_left_alone", a_gpu_in_use_is_left_alone),
+        (
+            "a_backend_reading_gpus_another_way_lays_them_out_through_the_nvidia_smi_on_path",
+            a_backend_reading_gpus_another_way_lays_them_out_through_the_nvidia_smi_on_path,
+        ),
     ];
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-'));
     let mut failed = 0;

@@ -217,6 +217,12 @@ pub fn discover(
     };
     match found {
         Ok((gpus, b)) => {
+            if cfg.mig_managed.is_some()
+                && gpus.iter().any(|g| g.mig.is_some())
+                && let Err(why) = b.mig_changes()
+            {
+                bail!("--mig-managed: {why}");
+            }
             let mig: usize = gpus.iter().filter_map(|g| g.mig.as_ref()).map(Vec::len).sum();
             tracing::info!("{} GPU(s), {mig} MIG device(s), from {}", gpus.len(), b.name());
             // What did not answer, and what was used instead: on the start-up lines.

@@ -49,6 +49,18 @@ pub struct NvidiaSmi {
     kernel_log: Option<super::kmsg::KernelLog>,
 }
 
+/// What the message says when a backend that reads GPUs another way (NVML)
+/// cannot find the `nvidia-smi` its MIG changes go through.
+pub const NO_SMI_FOR_MIG: &str = "MIG layouts are changed through nvidia-smi (NVML reads the GPUs), which is not on PATH: install it with the driver";
+
+/// Changes a MIG layout through the `nvidia-smi` found on `path`, for a
+/// backend that reads the GPUs another way (NVML's own MIG calls are not
+/// in the safe bindings; `nvidia-smi mig` is what operators use anyway).
+pub fn apply_mig_layout_on_path(path: &std::ffi::OsStr, gpu: u32, layout: &[MigSlot]) -> Result<(), GpuError> {
+    let program = find_in_path("nvidia-smi", path).ok_or_else(|| GpuError::Mig { gpu, why: NO_SMI_FOR_MIG.into() })?;
+    NvidiaSmi::at(program).apply_mig_layout(gpu, layout)
+}
+
 impl NvidiaSmi {
     /// How long one run may take before it is killed.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -192,6 +204,10 @@ impl Backend for NvidiaSmi {
     /// in one call, larger profiles first (the driver places in order). A
     /// destroy that finds nothing is not a failure; one that finds the GPU
     /// busy is.
+    fn mig_changes(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     fn apply_mig_layout(&mut self, gpu: u32, layout: &[MigSlot]) -> Result<(), GpuError> {
         let g = gpu.to_string();
         let mig = |why: String| GpuError::Mig { gpu, why };

@@ -42,7 +42,7 @@ pub mod version;
 pub mod xml;
 
 pub use crate::tool::find_in_path;
-pub use backend::NvidiaSmi;
+pub use backend::{NO_SMI_FOR_MIG, NvidiaSmi, apply_mig_layout_on_path};
 pub use commands::{
     COMPUTE_APPS_ARGS, COMPUTE_APPS_FIELDS, INVENTORY_ARGS, INVENTORY_FIELDS, LIST_ARGS, MIG_LGI_ARGS, SAMPLE_ARGS,
     SAMPLE_FIELDS, TEXT_ARGS, XML_ARGS,

@@ -10,15 +10,49 @@
 //!   failure is an event, and the GPU keeps what the node reports.
 //!
 //! One change per GPU is in flight at a time: a GPU waiting for its
-//! outcome is not planned again.
+//! outcome is not planned again. A GPU whose change failed is left alone
+//! for a back-off (30 s, doubling to 10 minutes, reset by a success), and
+//! the event says until when: a node that cannot change layouts is not
+//! asked again at every pass.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gpool_api as api;
 use gpool_core::{MigInstance, NodeId};
 
+use super::timers::Timer;
 use super::{Controller, Order};
+
+/// The first back-off after a failed layout change; it doubles with each failure.
+const FIRST_BACKOFF_MS: i64 = 30_000;
+/// The longest back-off.
+const MAX_BACKOFF_MS: i64 = 600_000;
+
+/// The MIG GPUs being changed, and those left alone after a failure.
+#[derive(Default)]
+pub(super) struct MigChanges {
+    /// Waiting for the agent's outcome: (node, GPU).
+    changing: BTreeSet<(String, u32)>,
+    /// After a failure: until when, and the back-off that gave it.
+    backoff: BTreeMap<(String, u32), (i64, i64)>,
+}
+
+impl MigChanges {
+    /// Whether the planner may change this GPU now.
+    fn may_change(&self, node: &str, gpu: u32, now: i64) -> bool {
+        let key = (node.to_string(), gpu);
+        !self.changing.contains(&key) && self.backoff.get(&key).is_none_or(|(until, _)| *until <= now)
+    }
+
+    /// A change failed: the GPU is left alone until the returned time.
+    fn failed(&mut self, node: &str, gpu: u32, now: i64) -> i64 {
+        let key = (node.to_string(), gpu);
+        let delay = self.backoff.get(&key).map_or(FIRST_BACKOFF_MS, |(_, d)| (d * 2).min(MAX_BACKOFF_MS));
+        self.backoff.insert(key, (now + delay, delay));
+        now + delay
+    }
+}
 
 impl Controller {
     /// Lets the planner change the layout of these MIG GPUs of a node.
@@ -34,10 +68,9 @@ impl Controller {
         if !self.links.values().any(|l| !l.doc.mig_managed.is_empty()) {
             return;
         }
-        let changing: &BTreeSet<(String, u32)> = &self.mig_changing;
-        let plan = gpool_core::mig_planner::plan_for(&self.snap, |node, d| {
-            !changing.contains(&(node.name.to_string(), d.index))
-        });
+        let changes = &self.mig_changes;
+        let plan =
+            gpool_core::mig_planner::plan_for(&self.snap, |node, d| changes.may_change(&node.name, d.index, now));
         let name = |c: &Controller, id: NodeId| c.snap.node(id).map_or_else(String::new, |n| n.name.to_string());
         for (node, gpu) in plan.drain {
             if !self.snap.mig_gpu_held(node, gpu) && self.snap.hold_mig_gpu(node, gpu, true).is_ok() {
@@ -67,7 +100,7 @@ impl Controller {
                 continue;
             }
             let n = name(self, node);
-            self.mig_changing.insert((n.clone(), gpu));
+            self.mig_changes.changing.insert((n.clone(), gpu));
             let profiles: Vec<String> = r.profiles.iter().map(ToString::to_string).collect();
             self.event(
                 now,
@@ -87,9 +120,9 @@ impl Controller {
     /// ordered before are no longer awaited (an agent that restarted midway
     /// will never report them), and their GPUs are no longer held.
     pub(super) fn forget_mig_changes(&mut self, node: NodeId, name: &str) {
-        let gpus: Vec<u32> = self.mig_changing.iter().filter(|(n, _)| n == name).map(|(_, g)| *g).collect();
+        let gpus: Vec<u32> = self.mig_changes.changing.iter().filter(|(n, _)| n == name).map(|(_, g)| *g).collect();
         for gpu in gpus {
-            self.mig_changing.remove(&(name.to_string(), gpu));
+            self.mig_changes.changing.remove(&(name.to_string(), gpu));
             let _ = self.snap.hold_mig_gpu(node, gpu, false);
         }
     }
@@ -97,7 +130,7 @@ impl Controller {
     /// A node's agent says how a layout went and what its GPUs now are.
     pub(super) fn on_mig_outcome(&mut self, node: NodeId, o: api::agent::MigOutcome, now: i64) {
         let Some(n) = self.snap.node(node).map(|x| x.name.to_string()) else { return };
-        self.mig_changing.remove(&(n.clone(), o.gpu));
+        self.mig_changes.changing.remove(&(n.clone(), o.gpu));
         let reported = o.gpus.as_ref().and_then(|g| g.iter().find(|g| g.index == o.gpu)).and_then(|g| g.mig.clone());
         let taken = reported.map(|list| {
             let instances: Vec<MigInstance> = list
@@ -122,30 +155,26 @@ impl Controller {
         }
         let _ = self.snap.hold_mig_gpu(node, o.gpu, false);
         self.dirty = true;
-        match (o.error, taken) {
+        let why = match (o.error, taken) {
             (None, Some((Ok(()), shown))) => {
+                self.mig_changes.backoff.remove(&(n.clone(), o.gpu));
                 self.event(now, None, "mig_repartitioned", format!("node {n} GPU {}: now {shown}", o.gpu));
+                return;
             }
             (Some(e), taken) => {
                 let now_has = taken.map_or_else(|| "unknown".to_string(), |(_, s)| s);
-                self.event(
-                    now,
-                    None,
-                    "mig_repartition_failed",
-                    format!("node {n} GPU {}: {e}; it now has {now_has}", o.gpu),
-                );
+                format!("{e}; it now has {now_has}")
             }
-            (None, Some((Err(e), _))) => {
-                self.event(now, None, "mig_repartition_failed", format!("node {n} GPU {}: {e}", o.gpu));
-            }
-            (None, None) => {
-                self.event(
-                    now,
-                    None,
-                    "mig_repartition_failed",
-                    format!("node {n} GPU {}: the node did not report the GPU's instances", o.gpu),
-                );
-            }
-        }
+            (None, Some((Err(e), _))) => e.to_string(),
+            (None, None) => "the node did not report the GPU's instances".to_string(),
+        };
+        let until = self.mig_changes.failed(&n, o.gpu, now);
+        self.timers.insert((until, Timer::Wake));
+        self.event(
+            now,
+            None,
+            "mig_repartition_failed",
+            format!("node {n} GPU {}: {why}; its layout is left alone for {} s", o.gpu, (until - now) / 1000),
+        );
     }
 }

@@ -259,8 +259,8 @@ pub struct Controller {
     /// Nodes the elastic pools made (`elastic.rs`).
     fleet: elastic::Fleet,
     dirty: bool,
-    /// MIG GPUs (node name, index) whose new layout has been ordered and not yet reported (`mig_layouts.rs`).
-    mig_changing: std::collections::BTreeSet<(String, u32)>,
+    /// MIG GPUs being laid out, and those left alone after a failed change (`mig_layouts.rs`).
+    mig_changes: mig_layouts::MigChanges,
     shutdown: bool,
     /// The store said its disk is full (conditions.rs): submissions are refused.
     state_disk_full: bool,
@@ -349,7 +349,7 @@ impl Controller {
             provision: Vec::new(),
             fleet: elastic::Fleet::default(),
             dirty: true,
-            mig_changing: std::collections::BTreeSet::new(),
+            mig_changes: mig_layouts::MigChanges::default(),
             shutdown: false,
             state_disk_full: false,
             telemetry: Telemetry::new(cfg_telemetry),

@@ -26,6 +26,7 @@ mod faults;
 mod gittins;
 mod health;
 mod lifecycle;
+mod mig_layouts;
 mod node_trust;
 mod nodes;
 mod outages;
