@@ -1,7 +1,9 @@
 //! Issue 11, failure 5: idle and half-sent connections must not make the
-//! API unreachable nor job starts fail. The daemon starts under the common
-//! soft limit of 1,024 open files; the test holds 1,100 connections open,
-//! some silent, some with half a request.
+//! API unreachable nor job starts fail. The daemon starts under a hard limit
+//! of open files it cannot raise (1,024, the common one, and 256), and the
+//! test holds more connections open than that (1,100 and 600), some
+//! silent, some with half a request: the daemon's connection cap, half its
+//! limit, is reached for real (issue 40, point 3).
 
 mod common;
 
@@ -14,18 +16,39 @@ use serde_json::json;
 
 #[test]
 fn a_thousand_idle_connections_neither_block_the_api_nor_fail_job_starts() {
-    // This test process needs its own 1,100 descriptors.
+    let _ = idle_connections_over_the_limit("fd-limit", 1_024, 1_100);
+}
+
+#[test]
+fn under_a_hard_limit_of_256_files_600_idle_connections_leave_gpool_queue_answering_and_a_job_running() {
+    let (d, _scratch) = idle_connections_over_the_limit("fd-256", 256, 600);
+    let (code, out, err) = common::gpool(&["queue", "--server", &d.url], &[("GPOOL_TOKEN", &d.token)]);
+    assert_eq!(code, Some(0), "gpool queue answers: {out}{err}");
+    assert!(out.contains("STATE"), "{out}");
+}
+
+/// Holds `connections` open to a daemon limited to `files` open files while
+/// jobs are submitted and run; returns the daemon, connections still held.
+fn idle_connections_over_the_limit(name: &str, files: u64, connections: usize) -> (Daemon, Scratch) {
+    // This test process needs its own descriptors for the connections.
     let limit = gpool_daemon::wiring::raise_open_file_limit();
     assert!(limit.is_none_or(|n| n >= 2_400), "the test needs 2,400 open files, the hard limit is {limit:?}");
-    let scratch = Scratch::new("fd-limit");
+    let scratch = Scratch::new(name);
     let d = Daemon::spawn_with_file_limit(
         &scratch.0,
         &["--simulate-gpus", "2xH100-80GB", "--http-header-timeout", "2s"],
-        1_024,
+        files,
+    );
+    let pid = d.child.id();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("the daemon's limits");
+    let open_files = limits.lines().find(|l| l.starts_with("Max open files")).unwrap_or_default();
+    assert!(
+        open_files.split_whitespace().filter(|w| *w == files.to_string()).count() == 2,
+        "the daemon runs under a hard limit of {files}: {open_files}"
     );
     let addr = d.url.trim_start_matches("http://").to_string();
     let mut held = Vec::new();
-    for i in 0..1_100 {
+    for i in 0..connections {
         let mut c = TcpStream::connect(&addr).expect("connect");
         if i % 2 == 0 {
             // Half a request head, never finished.
@@ -50,6 +73,7 @@ fn a_thousand_idle_connections_neither_block_the_api_nor_fail_job_starts() {
         closed.is_ok(),
         "the server closes a connection that sends no request within its header timeout: {closed:?}"
     );
+    (d, scratch)
 }
 
 /// Issue 11, failure 4 (in part): jobs that write a lot of output filled the

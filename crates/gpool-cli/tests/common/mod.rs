@@ -102,12 +102,12 @@ impl Daemon {
         Daemon::from_command(cmd, data)
     }
 
-    /// Starts `gpool up ARGS` with a soft limit of `files` open files, as a
-    /// login shell's `ulimit -n` would give it.
+    /// Starts `gpool up ARGS` with a hard limit of `files` open files (soft
+    /// and hard, `ulimit -n`): the daemon cannot raise it, so the limit is real.
     pub fn spawn_with_file_limit(data: &Path, args: &[&str], files: u64) -> Daemon {
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
-            .arg(format!("ulimit -Sn {files} && exec \"$0\" \"$@\""))
+            .arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""))
             .arg(BIN)
             .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data)
