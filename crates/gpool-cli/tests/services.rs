@@ -70,6 +70,16 @@ impl Load {
 
 /// One request on a kept-alive connection (opened when there is none); its status.
 fn get(conn: &mut Option<(TcpStream, BufReader<TcpStream>)>, addr: &str, path: &str) -> std::io::Result<u16> {
+    exchange(conn, addr, path).map(|(status, _)| status)
+}
+
+/// One request; its status and its body as it came, each piece (a chunk of
+/// a chunked body, or the whole of a sized one) with when it arrived.
+fn exchange(
+    conn: &mut Option<(TcpStream, BufReader<TcpStream>)>,
+    addr: &str,
+    path: &str,
+) -> std::io::Result<(u16, Vec<(std::time::Instant, Vec<u8>)>)> {
     if conn.is_none() {
         let s = TcpStream::connect(addr)?;
         s.set_read_timeout(Some(Duration::from_secs(150)))?;
@@ -81,7 +91,7 @@ fn get(conn: &mut Option<(TcpStream, BufReader<TcpStream>)>, addr: &str, path: &
     let mut line = String::new();
     r.read_line(&mut line)?;
     let status: u16 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let mut length = 0;
+    let (mut length, mut chunked) = (0, false);
     loop {
         let mut h = String::new();
         if r.read_line(&mut h)? == 0 {
@@ -94,10 +104,28 @@ fn get(conn: &mut Option<(TcpStream, BufReader<TcpStream>)>, addr: &str, path: &
         if let Some(v) = h.strip_prefix("content-length:") {
             length = v.trim().parse().unwrap_or(0);
         }
+        chunked |= h.strip_prefix("transfer-encoding:").is_some_and(|v| v.contains("chunked"));
     }
-    let mut body = vec![0; length];
-    r.read_exact(&mut body)?;
-    Ok(status)
+    let mut pieces = Vec::new();
+    if !chunked {
+        let mut body = vec![0; length];
+        r.read_exact(&mut body)?;
+        pieces.push((std::time::Instant::now(), body));
+        return Ok((status, pieces));
+    }
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size)?;
+        let n = usize::from_str_radix(size.trim().split(';').next().unwrap_or(""), 16)
+            .map_err(|e| std::io::Error::other(format!("a chunk size: {size:?}: {e}")))?;
+        let mut chunk = vec![0; n + 2];
+        r.read_exact(&mut chunk)?;
+        chunk.truncate(n);
+        if n == 0 {
+            return Ok((status, pieces));
+        }
+        pieces.push((std::time::Instant::now(), chunk));
+    }
 }
 
 fn service(d: &Daemon, name: &str) -> Value {
@@ -158,9 +186,15 @@ fn a_service_grows_under_a_load_step_updates_and_shrinks_with_no_failed_request(
     until_service(&d, "llm", Duration::from_secs(60), |s| s["ready"] == 1);
     let (code, text, _) = d.cli(&["services"]);
     assert!(code && text.contains("llm") && text.contains("/llm/"), "{text}");
-    // A stream passes through as it comes (five events).
+    // A stream passes through as it comes: all five events, as they were
+    // sent (100 ms apart), not gathered into one answer.
     let mut c = None;
-    assert_eq!(get(&mut c, &addr, "/llm/stream").expect("stream"), 200);
+    let (status, pieces) = exchange(&mut c, &addr, "/llm/stream").expect("stream");
+    assert_eq!(status, 200);
+    let text: String = pieces.iter().map(|(_, p)| String::from_utf8_lossy(p)).collect();
+    assert_eq!(text.matches("data:").count(), 5, "five events: {text:?}");
+    let spread = pieces.last().map(|(t, _)| *t).zip(pieces.first().map(|(t, _)| *t)).map(|(l, f)| l - f);
+    assert!(spread.is_some_and(|d| d >= Duration::from_millis(300)), "streamed as they came, not at once: {spread:?}");
 
     let mut load = Load::new();
     load.clients(&addr, "/llm/x", 1);
