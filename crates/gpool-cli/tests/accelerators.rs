@@ -164,3 +164,42 @@ fn gpool_up_on_a_recorded_tpu_v5p_through_tpu_info() {
     );
     assert_eq!(code, 400, "any GPU is not a TPU chip: {v}");
 }
+
+/// Issue 40, point 2: a job in an image on an AMD node is given its GPU's
+/// own device files (`/dev/kfd`, its DRM nodes, `--group-add`), never
+/// NVIDIA's flags; here the stand-in's GPUs have no DRM nodes on this
+/// machine, so the job is refused with the reason, before the runtime
+/// (a wrapper that logs its arguments and runs podman) is asked to run it.
+/// The flags themselves are checked in `node/container.rs` and `node/devices.rs`.
+#[test]
+fn a_job_in_an_image_on_an_amd_node_gets_its_device_files_or_is_refused_with_the_reason() {
+    let s = Scratch::new("amd-image");
+    let bin = s.0.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    std::fs::write(
+        bin.join("rocm-smi"),
+        format!("#!/bin/sh\ncat '{}'\n", data("mi100.rocm-smi-json-telegraf_rocm5.7.1.json").display()),
+    )
+    .expect("script");
+    std::fs::set_permissions(bin.join("rocm-smi"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let log = s.0.join("runtime.log");
+    let wrapper = s.0.join("runtime-podman");
+    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec podman \"$@\"\n", log.display()))
+        .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let runtime = format!("--container-runtime={}", wrapper.display());
+    let args =
+        [runtime.as_str(), "--container-arg=--ulimit=nofile=1024:1024", "--container-arg=--ulimit=nproc=1024:1024"];
+    let d = Daemon::spawn(&s.0.join("data"), &args, Some(&bin));
+    let (ok, out, err) = d.cli(&["submit", "--gpus", "1", "--image", "docker.io/library/busybox", "--", "true"]);
+    assert!(ok, "{err}");
+    let id: u64 = out.trim().parse().expect("a job id");
+    d.wait_ended(&[id], Duration::from_secs(120));
+    let job = d.job(id);
+    assert_eq!(job["state"], "failed", "{job}");
+    let said = job.to_string();
+    assert!(said.contains("device files of") && said.contains("/sys/bus/pci/devices"), "the reason: {job}");
+    let ran = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!ran.contains(&format!("gpool.job={id}")), "the runtime was never asked to run it: {ran}");
+    assert!(!ran.contains("NVIDIA_VISIBLE_DEVICES"), "no NVIDIA flag on an AMD node: {ran}");
+}

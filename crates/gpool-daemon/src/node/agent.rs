@@ -24,6 +24,7 @@ use rustix::process::{Pid, PidfdFlags, Signal, kill_process, kill_process_group,
 
 use crate::node::account::{self, Account, RunAs};
 use crate::node::claim::Claim;
+use crate::node::devices::Passthrough;
 use crate::node::job_dir;
 use crate::node::pipeline_dir;
 use crate::node::sampler::{ReplicaEntry, Replicas, SIM_LOAD_ENV, SIM_LOAD_FILE};
@@ -230,13 +231,20 @@ impl Agent {
                 return Ok(());
             }
             (Some(image), Some(rt)) => {
-                if let Some(why) = rt.broken() {
-                    let error =
-                        format!("it runs in image {image}, and node {} cannot run containers: {why}", self.cfg.node);
-                    self.fail_at_once(key, 125, error);
-                    return Ok(());
+                let devices = if self.cfg.simulated {
+                    Ok(Passthrough::Nothing)
+                } else {
+                    self.cfg.device_files.for_container(&devices)
+                };
+                match (rt.broken().map(String::from), devices) {
+                    (None, Ok(p)) => Some((rt.clone(), p)),
+                    (Some(why), _) | (None, Err(why)) => {
+                        let error =
+                            format!("it runs in image {image}, and node {} cannot run it: {why}", self.cfg.node);
+                        self.fail_at_once(key, 125, error);
+                        return Ok(());
+                    }
                 }
-                Some(rt.clone())
             }
         };
         // In a container the spec's working directory is the image's; the runtime's client runs in the run directory.
@@ -309,13 +317,14 @@ impl Agent {
                 launch.run_as = Some(account::ids(a));
             }
         }
-        if let Some(rt) = &container {
+        if let Some((rt, passthrough)) = &container {
+            crate::node::container_env::number_inside(&mut launch, passthrough);
             let name = format!("gpool-{}-{}-{}-{:08x}", key.job, key.attempt, key.rank, self.dir_hash());
             let auth_dir = match &launch.registry_auth {
                 Some(secret) => Some(crate::node::container::write_auth(&dir, &secret.0)?),
                 None => None,
             };
-            let env_file = crate::node::container::write_env_file(&dir, &launch)?;
+            let env_file = crate::node::container_env::write_env_file(&dir, &launch)?;
             let job = crate::node::container::ContainerJob {
                 name: &name,
                 job: key.job,
@@ -324,7 +333,7 @@ impl Agent {
                 checkpoint: &self.checkpoint_dir(key.job),
                 shared: shared.as_deref(),
                 workdir: image_workdir.as_deref(),
-                simulated: self.cfg.simulated,
+                passthrough,
                 auth_dir: auth_dir.as_deref(),
                 env_file: Some(&env_file),
                 pull_always: launch.image.as_deref().is_some_and(|i| {

@@ -26,6 +26,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::node::container_env::{ENV_FILE, container_env, fits_env_file};
+use crate::node::devices::Passthrough;
 use crate::protocol::Launch;
 
 /// The file of a run directory that names its container: `PROGRAM NAME`.
@@ -291,13 +293,22 @@ impl Runtime {
                 push(&["-e", &format!("{k}={v}")]);
             }
         }
-        if !c.simulated && !c.devices.is_empty() {
-            if self.cdi {
+        match c.passthrough {
+            Passthrough::Nothing => {}
+            Passthrough::Nvidia if self.cdi => {
                 for d in c.devices {
                     push(&["--device", &format!("nvidia.com/gpu={d}")]);
                 }
-            } else {
-                push(&["-e", &format!("NVIDIA_VISIBLE_DEVICES={}", c.devices.join(","))]);
+            }
+            Passthrough::Nvidia => push(&["-e", &format!("NVIDIA_VISIBLE_DEVICES={}", c.devices.join(","))]),
+            // AMD GPUs and TPU chips: their own files, and the groups that may open them.
+            Passthrough::Files { files, groups, .. } => {
+                for f in files {
+                    push(&["--device", &f.display().to_string()]);
+                }
+                for g in groups {
+                    push(&["--group-add", &g.to_string()]);
+                }
             }
         }
         a.extend(self.run_args.iter().cloned());
@@ -305,35 +316,6 @@ impl Runtime {
         a.extend(launch.argv.iter().cloned());
         a
     }
-}
-
-/// The variables of `launch` that go into its container: not the host's paths and identity.
-fn container_env(launch: &Launch) -> impl Iterator<Item = (&str, &str)> {
-    launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).filter(|(k, _)| {
-        !matches!(*k, "PATH" | "HOME" | "USER" | "LOGNAME" | "SHELL" | "PWD" | "OLDPWD" | "TERM" | "LD_LIBRARY_PATH")
-    })
-}
-
-/// Whether `k=v` reads back the same from an env file: a plain name, one line.
-fn fits_env_file(k: &str, v: &str) -> bool {
-    k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !v.contains(['\n', '\r'])
-}
-
-/// The file of a run directory holding its container's variables (root's, 0600).
-pub const ENV_FILE: &str = "container.env";
-
-/// Writes the container's variables of one line each into `dir`'s [`ENV_FILE`], 0600; its path.
-pub fn write_env_file(dir: &Path, launch: &Launch) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(ENV_FILE);
-    let _ = std::fs::remove_file(&path);
-    let mut f = std::fs::OpenOptions::new().create_new(true).write(true).mode(0o600).open(&path)?;
-    for (k, v) in container_env(launch).filter(|(k, v)| fits_env_file(k, v)) {
-        writeln!(f, "{k}={v}")?;
-    }
-    Ok(path)
 }
 
 /// Waits for `child` at most `limit` (then kills it); its exit code and standard error.
@@ -375,7 +357,8 @@ pub struct ContainerJob<'a> {
     pub shared: Option<&'a Path>,
     /// The spec's working directory, inside the image.
     pub workdir: Option<&'a str>,
-    pub simulated: bool,
+    /// What it is given for its devices (`devices.rs`).
+    pub passthrough: &'a Passthrough,
     /// Where the owner's registry login is (`AUTH_DIR` of the run directory), if it has one.
     pub auth_dir: Option<&'a Path>,
     /// The root-only file of its variables (`write_env_file`); `None`: all on the command line.
@@ -499,7 +482,7 @@ mod tests {
             checkpoint: Path::new("/ckpt/job-7"),
             shared: Some(Path::new("/ckpt/pipeline-5")),
             workdir: Some("/workspace"),
-            simulated: false,
+            passthrough: &Passthrough::Nvidia,
             auth_dir: Some(Path::new("/run/job-7/registry-auth")),
             env_file: None,
             pull_always: false,
@@ -537,6 +520,22 @@ mod tests {
         assert!(argv.contains("--env-file /run/job-7/container.env"), "{argv}");
         assert!(!argv.contains("CUDA_VISIBLE_DEVICES=GPU-a"), "no variable on the command line: {argv}");
         assert_eq!(Runtime::detect("none", Vec::new()), Ok(None));
+        // Issue 40, point 2: an AMD GPU goes in as its files, with their groups, and no NVIDIA flag.
+        let amd = Passthrough::Files {
+            files: vec!["/dev/kfd".into(), "/dev/dri/renderD129".into()],
+            groups: vec![44, 109],
+            rocr: Some("0".into()),
+        };
+        let mut on_amd = Launch { env: vec![("ROCR_VISIBLE_DEVICES".into(), "1".into())], ..launch.clone() };
+        crate::node::container_env::number_inside(&mut on_amd, &amd);
+        let argv = no_cdi.wrap(&on_amd, &ContainerJob { passthrough: &amd, ..c }).join(" ");
+        for want in [
+            "--device /dev/kfd --device /dev/dri/renderD129 --group-add 44 --group-add 109",
+            "-e ROCR_VISIBLE_DEVICES=0",
+        ] {
+            assert!(argv.contains(want), "{want:?} in {argv}");
+        }
+        assert!(!argv.contains("NVIDIA_VISIBLE_DEVICES") && !argv.contains("nvidia.com/gpu"), "{argv}");
     }
 
     #[test]

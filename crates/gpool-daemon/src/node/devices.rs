@@ -21,8 +21,13 @@
 //!
 //! Files every job needs (`/dev/nvidiactl`, `/dev/nvidia-uvm`, AMD's
 //! `/dev/kfd`) are not listed, so never denied.
+//!
+//! The same knowledge says what a job's container must be given
+//! ([`DeviceFiles::for_container`]): NVIDIA GPUs go through the runtime's
+//! NVIDIA hook or CDI; AMD GPUs and TPU chips as their device files
+//! (`--device`), with the groups that own them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gpool_gpu::{Accelerator, GpuInfo};
 
@@ -33,6 +38,25 @@ pub const NVIDIA_MAJOR: u32 = 195;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceFiles {
     files: Vec<(String, u32, u32)>,
+    /// The device files of each AMD GPU and TPU chip, by UUID, and its kind.
+    paths: Vec<(String, Accelerator, PathBuf)>,
+    /// AMD's compute interface, every ROCm process's, if the node has it.
+    kfd: Option<PathBuf>,
+    /// Each device's kind, by UUID (MIG instances are NVIDIA's).
+    kinds: Vec<(String, Accelerator)>,
+}
+
+/// What a job's container is given for its devices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Passthrough {
+    /// No device (a CPU job, or simulated GPUs).
+    Nothing,
+    /// NVIDIA GPUs, by UUID: the runtime's NVIDIA hook or CDI.
+    Nvidia,
+    /// AMD GPUs or TPU chips: these device files, the groups that own them
+    /// (so the job's user may open them), and for AMD GPUs
+    /// `ROCR_VISIBLE_DEVICES` as the container numbers them (from 0).
+    Files { files: Vec<PathBuf>, groups: Vec<u32>, rocr: Option<String> },
 }
 
 impl DeviceFiles {
@@ -45,14 +69,24 @@ impl DeviceFiles {
     pub fn under(gpus: &[GpuInfo], proc_root: &Path, sys_root: &Path, dev_root: &Path) -> DeviceFiles {
         let caps_major = std::fs::read_to_string(proc_root.join("devices")).ok().and_then(|t| caps_major(&t));
         let mut files = Vec::new();
+        let mut paths = Vec::new();
+        let mut kinds: Vec<(String, Accelerator)> = Vec::new();
         for g in gpus {
+            kinds.push((g.uuid.clone(), g.kind));
+            kinds.extend(g.mig.iter().flatten().map(|m| (m.uuid.clone(), g.kind)));
             match g.kind {
                 Accelerator::AmdGpu => {
-                    files.extend(amd_files(g, sys_root).into_iter().map(|(a, b)| (g.uuid.clone(), a, b)));
+                    for (name, a, b) in amd_files(g, sys_root) {
+                        files.push((g.uuid.clone(), a, b));
+                        paths.push((g.uuid.clone(), g.kind, dev_root.join("dri").join(name)));
+                    }
                     continue;
                 }
                 Accelerator::Tpu => {
-                    files.extend(tpu_file(g, dev_root).map(|(a, b)| (g.uuid.clone(), a, b)));
+                    if let Some((path, a, b)) = tpu_file(g, dev_root) {
+                        files.push((g.uuid.clone(), a, b));
+                        paths.push((g.uuid.clone(), g.kind, path));
+                    }
                     continue;
                 }
                 Accelerator::NvidiaGpu => {}
@@ -72,7 +106,46 @@ impl DeviceFiles {
                 }
             }
         }
-        DeviceFiles { files }
+        let kfd = Some(dev_root.join("kfd")).filter(|p| p.exists());
+        DeviceFiles { files, paths, kfd, kinds }
+    }
+
+    /// What the container of a job given `devices` (GPU, MIG or chip UUIDs)
+    /// must be given; `Err` says why this node cannot give it.
+    pub fn for_container(&self, devices: &[String]) -> Result<Passthrough, String> {
+        let kind = |d: &String| self.kinds.iter().find(|(u, _)| u == d).map(|(_, k)| *k);
+        let others: Vec<&String> =
+            devices.iter().filter(|d| kind(d).is_some_and(|k| k != Accelerator::NvidiaGpu)).collect();
+        if others.is_empty() {
+            return Ok(if devices.is_empty() { Passthrough::Nothing } else { Passthrough::Nvidia });
+        }
+        let mut files = Vec::new();
+        let mut amd = 0;
+        for d in others {
+            let mine: Vec<&PathBuf> = self.paths.iter().filter(|(u, ..)| u == d).map(|(.., p)| p).collect();
+            if mine.is_empty() {
+                return Err(format!(
+                    "the device files of {d} are not known (an AMD GPU's DRM nodes are read under \
+                     /sys/bus/pci/devices/<its PCI address>/drm, a TPU chip's is /dev/accelN or /dev/vfio/N), \
+                     so a container could not use it"
+                ));
+            }
+            amd += usize::from(kind(d) == Some(Accelerator::AmdGpu));
+            files.extend(mine.into_iter().cloned());
+        }
+        let rocr = (amd > 0).then(|| (0..amd).map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+        if rocr.is_some() {
+            let kfd = self
+                .kfd
+                .clone()
+                .ok_or("this node has no /dev/kfd (is the amdgpu driver loaded?), which every ROCm process opens")?;
+            files.insert(0, kfd);
+        }
+        let mut groups: Vec<u32> =
+            files.iter().filter_map(|f| rustix::fs::stat(f).ok()).map(|st| st.st_gid).filter(|g| *g != 0).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        Ok(Passthrough::Files { files, groups, rocr })
     }
 
     /// Every file of the node that none of `devices` (GPU and MIG UUIDs)
@@ -88,18 +161,18 @@ impl DeviceFiles {
     }
 }
 
-/// An AMD GPU's DRM nodes: those under its PCI address in sysfs.
-fn amd_files(g: &GpuInfo, sys_root: &Path) -> Vec<(u32, u32)> {
+/// An AMD GPU's DRM nodes (name, major, minor): those under its PCI address in sysfs.
+fn amd_files(g: &GpuInfo, sys_root: &Path) -> Vec<(String, u32, u32)> {
     let Some(bdf) = g.pci_bus_id.as_deref().map(str::to_ascii_lowercase) else { return Vec::new() };
     let dir = sys_root.join("bus/pci/devices").join(&bdf).join("drm");
-    let mut out: Vec<(u32, u32)> = std::fs::read_dir(dir)
+    let mut out: Vec<(String, u32, u32)> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| {
             let dev = std::fs::read_to_string(sys_root.join("class/drm").join(e.file_name()).join("dev")).ok()?;
             let (a, b) = dev.trim().split_once(':')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
+            Some((e.file_name().to_str()?.to_string(), a.parse().ok()?, b.parse().ok()?))
         })
         .collect();
     out.sort_unstable();
@@ -107,11 +180,11 @@ fn amd_files(g: &GpuInfo, sys_root: &Path) -> Vec<(u32, u32)> {
 }
 
 /// A TPU chip's device file (`/dev/accelN`, else `/dev/vfio/N`) and its numbers.
-fn tpu_file(g: &GpuInfo, dev_root: &Path) -> Option<(u32, u32)> {
+fn tpu_file(g: &GpuInfo, dev_root: &Path) -> Option<(PathBuf, u32, u32)> {
     [dev_root.join(format!("accel{}", g.index)), dev_root.join("vfio").join(g.index.to_string())]
-        .iter()
-        .find_map(|p| rustix::fs::stat(p).ok())
-        .map(|st| (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)))
+        .into_iter()
+        .find_map(|p| rustix::fs::stat(&p).ok().map(|st| (p, st)))
+        .map(|(p, st)| (p, rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)))
 }
 
 /// The major number of `nvidia-caps` in `/proc/devices`.
@@ -233,6 +306,31 @@ mod tests {
         let tpu = GpuInfo { kind: Accelerator::Tpu, uuid: "TPU-v5p-0".into(), pci_bus_id: None, ..gpu(0, None) };
         let gpus = [amd(0, "0000:07:00.0"), amd(1, "0000:0B:00.0"), tpu];
         let files = DeviceFiles::under(&gpus, Path::new("/no/proc"), &sys, &dev);
+        // Issue 40, point 2: what a container of these devices is given.
+        let err = files.for_container(&["AMD-1".into()]).expect_err("no /dev/kfd here");
+        assert!(err.contains("/dev/kfd"), "{err}");
+        let tpu = files.for_container(&["TPU-v5p-0".into()]).expect("a chip");
+        assert!(
+            matches!(&tpu, Passthrough::Files { files, rocr: None, .. } if *files == [dev.join("accel0")]),
+            "{tpu:?}"
+        );
+        assert_eq!(files.for_container(&[]), Ok(Passthrough::Nothing));
+        std::fs::write(dev.join("kfd"), "").expect("kfd");
+        let with_kfd = DeviceFiles::under(&gpus, Path::new("/no/proc"), &sys, &dev);
+        let amd1 = with_kfd.for_container(&["AMD-1".into()]).expect("an AMD GPU");
+        assert_eq!(
+            amd1,
+            Passthrough::Files {
+                files: vec![dev.join("kfd"), dev.join("dri/card1"), dev.join("dri/renderD129")],
+                groups: Vec::new(),
+                rocr: Some("0".into()),
+            },
+            "its own DRM nodes and the compute interface, numbered from 0 inside"
+        );
+        let gone = DeviceFiles { paths: Vec::new(), ..with_kfd.clone() };
+        let err = gone.for_container(&["AMD-0".into()]).expect_err("no DRM node known");
+        assert!(err.contains("device files of AMD-0 are not known"), "{err}");
+        assert_eq!(with_kfd.for_container(&["GPU-0".into()]), Ok(Passthrough::Nvidia), "NVIDIA: the runtime's hook");
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(files.deny_for(&["AMD-0".into()]), [(1, 3), (226, 1), (226, 129)]);
         assert_eq!(files.deny_for(&["AMD-1".into(), "TPU-v5p-0".into()]), [(226, 0), (226, 128)]);

@@ -11,6 +11,7 @@ pub mod cgroup;
 pub(crate) mod claim;
 mod conn;
 pub mod container;
+pub mod container_env;
 pub mod devices;
 pub mod execute;
 pub mod handover;
