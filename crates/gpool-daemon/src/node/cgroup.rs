@@ -153,12 +153,15 @@ fn prepare_v2((mount, own): &(PathBuf, PathBuf)) -> Result<Hierarchy, String> {
         }
     }
     let parent = own.join("gpool");
+    // One write enables them all (the kernel takes a list), or none.
+    let enable: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
+    let enable = enable.join(" ");
     let pass_down = |dir: &Path| -> Result<(), String> {
-        for c in &wanted {
-            std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"))
-                .map_err(|e| io(&format!("enable +{c} in"), &dir.join("cgroup.subtree_control"), e))?;
+        if enable.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        std::fs::write(dir.join("cgroup.subtree_control"), &enable)
+            .map_err(|e| io(&format!("enable {enable} in"), &dir.join("cgroup.subtree_control"), e))
     };
     pass_down(own)?;
     std::fs::create_dir_all(&parent).map_err(|e| io("mkdir", &parent, e))?;
@@ -397,6 +400,42 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
     fn modes_parse() {
         assert_eq!(Mode::parse("v2"), Ok(Mode::V2));
         assert!(Mode::parse("yes").expect_err("bad").contains("auto, off, v1 or v2"));
+    }
+
+    /// Issue 40, point 9: these machines are hybrid, so what gpool writes
+    /// into a v2 hierarchy is checked against a directory laid out as one:
+    /// the agent moved into a leaf, the controllers passed down, and each
+    /// replica's limits.
+    #[test]
+    fn what_gpool_writes_into_a_v2_hierarchy() {
+        let root = std::env::temp_dir().join(format!("gpool-cgv2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let own = root.join("system.slice/gpool-agent.service");
+        std::fs::create_dir_all(&own).expect("dirs");
+        std::fs::write(own.join("cgroup.controllers"), "cpuset cpu io memory hugetlb pids rdma\n")
+            .expect("controllers");
+        std::fs::write(own.join("cgroup.procs"), "4242\n").expect("procs");
+        let h = prepare_v2(&(root.clone(), own.clone())).expect("prepared");
+        let read = |p: PathBuf| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert_eq!(read(own.join("agent/cgroup.procs")), "4242", "the agent's process moves into a leaf");
+        assert_eq!(read(own.join("cgroup.subtree_control")), "+memory +cpu +pids");
+        assert_eq!(read(own.join("gpool/cgroup.subtree_control")), "+memory +cpu +pids");
+        assert_eq!(h, Hierarchy::V2 { parent: own.join("gpool"), memory: true, cpu: true, pids: true });
+        let groups = h.confine("job-7-1-0".into(), 1_500, 2_048, Vec::new()).create().expect("groups");
+        let job = own.join("gpool/job-7-1-0");
+        assert_eq!(read(job.join("memory.max")), (2_048u64 * 1024 * 1024).to_string());
+        assert_eq!(read(job.join("memory.swap.max")), "0", "no swap beyond the limit");
+        assert_eq!(read(job.join("cpu.max")), format!("150000 {CFS_PERIOD_US}"), "1.5 CPUs");
+        assert_eq!(read(job.join("pids.max")), PIDS_MAX.to_string());
+        assert_eq!(groups.procs_files(), [job.join("cgroup.procs")], "its first process joins this group");
+        // A restarted agent, already in its leaf, finds the same parent.
+        let again = prepare_v2(&(root.clone(), own.join("agent"))).expect("again");
+        assert_eq!(again, h);
+        // A group without controllers passed down enforces what it has, and says so.
+        std::fs::write(own.join("cgroup.controllers"), "pids\n").expect("controllers");
+        let pids_only = prepare_v2(&(root.clone(), own.clone())).expect("prepared");
+        assert_eq!(pids_only, Hierarchy::V2 { parent: own.join("gpool"), memory: false, cpu: false, pids: true });
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
