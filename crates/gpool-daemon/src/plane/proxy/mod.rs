@@ -22,6 +22,8 @@
 
 mod probe;
 mod table;
+#[cfg(test)]
+mod tests;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
