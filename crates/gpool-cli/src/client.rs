@@ -257,14 +257,20 @@ impl Client {
     ) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
         let n = self.bases.len();
         let first = self.current.load(std::sync::atomic::Ordering::Relaxed);
-        let (mut last, mut away) = (None, None);
+        let (mut last, mut away, mut stale) = (None, None, None);
         for i in 0..n {
             let at = (first + i) % n;
             match request(format!("{}/api/v1{path}", self.bases[at])) {
+                // Read from the memory of one whose database is away: kept in
+                // case no other leads.
+                Ok(resp) if resp.status().is_success() && resp.headers().contains_key(STORE_AWAY_HEADER) => {
+                    stale = stale.or(Some((at, resp)));
+                }
                 // A standby holds its port and takes nothing: the request goes on to the next.
                 // One that lost its database says so: that message wins over "a standby".
                 Ok(mut resp) if n > 1 && resp.headers().contains_key(STORE_AWAY_HEADER) => {
                     let said = resp.body_mut().with_config().limit(4096).read_to_string().unwrap_or_default();
+                    let said = serde_json::from_str::<gpool_api::ErrorBody>(&said).map_or(said, |e| e.error);
                     away = Some(self.unreachable_because(format!("{}: {}", self.bases[at], said.trim())));
                 }
                 Ok(resp) if n > 1 && resp.headers().contains_key(STANDBY_HEADER) => {
@@ -277,6 +283,13 @@ impl Client {
                 Err(e) if n > 1 && never_reached(&e) => last = Some(self.unreachable(e)),
                 Err(e) => return Err(self.unreachable(e)),
             }
+        }
+        if let Some((at, resp)) = stale {
+            eprintln!(
+                "gpool: warning: {} cannot reach its database: this is its last state in memory, which may be out of date",
+                self.bases[at]
+            );
+            return Ok(resp);
         }
         Err(away.or(last).unwrap_or_else(|| self.unreachable(ureq::Error::ConnectionFailed)))
     }

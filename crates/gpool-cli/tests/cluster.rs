@@ -373,7 +373,7 @@ fn a_database_outage_is_ridden_out_without_losing_a_running_job() {
          SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'db_outage'",
     )
     .expect("outage begins");
-    until("the leader steps down", Duration::from_secs(10), || api.get("/api/v1/nodes").is_none());
+    until("the leader steps down", Duration::from_secs(10), || !api.leads());
     std::thread::sleep(Duration::from_secs(5));
     root.batch_execute("ALTER DATABASE db_outage ALLOW_CONNECTIONS true").expect("outage ends");
 

@@ -17,7 +17,9 @@ use std::time::Duration;
 use gpool_store::Store;
 
 use crate::plane::controller::{Controller, Event, SystemClock};
-use crate::plane::server::{Away, Ended, PlaneConfig, Process, Ready, controller_config, serve};
+use crate::plane::server::{
+    Away, Ended, PlaneConfig, Process, Ready, Reconnect, WhileAway, away_message, controller_config, serve,
+};
 use crate::wiring::data_dir;
 
 /// Settings of `gpool serve`.
@@ -44,10 +46,11 @@ fn redact(url: &str) -> String {
 ///
 /// Once it has led, it rides out the loss of its database: when a commit
 /// fails (PostgreSQL restarted, a network blip, a session ended by a
-/// standby that found it silent), it closes its API at once, touches no job
-/// (agents keep their jobs for their lease and move to whoever leads), and
-/// goes back to connecting, with back-off, and to the standby's wait. A
-/// database that is back within an agent's lease loses no running job.
+/// standby that found it silent), it touches no job, answers reads from
+/// memory and refuses the rest naming the database while it reconnects,
+/// and leads again (or, if another leads, waits as a standby). Its agents
+/// keep their jobs meanwhile by asking each other (`node/outage.rs`): an
+/// outage of any length loses no running job.
 /// A standby that loses its connection reconnects the same way. Before the
 /// database was first reached, an error (a wrong URL, a refused login) stops
 /// it with that error instead.
@@ -72,15 +75,23 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     // Set once this control plane led and lost its database: what it answers until it leads again.
     let away: Away = Away::default();
     let say_away = |why: Option<String>| *away.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    // A store this process leads again after an outage (`Ended::Relead`).
+    let mut again: Option<Box<dyn Store>> = None;
     loop {
         if process.stopped() {
             return Ok(());
         }
-        let standby = process.answer_as_standby(away.clone())?;
-        let led = lead(&process, &url, &shown, plane.fsync, &mut reached, &away);
-        if let Some(s) = standby {
-            s.end(&process);
-        }
+        let led = match again.take() {
+            Some(store) => Ok(Some(store)),
+            None => {
+                let standby = process.answer_as_standby(away.clone())?;
+                let led = lead(&process, &url, &shown, plane.fsync, &mut reached, &away);
+                if let Some(s) = standby {
+                    s.end(&process);
+                }
+                led
+            }
+        };
         let store = match led {
             Ok(None) => return Ok(()),
             Ok(Some(store)) => store,
@@ -109,8 +120,13 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
             let shown = shown.clone();
             move |u: &str| format!("gpool control plane is up at {u} (state in {shown})")
         };
-        match serve(&process, &plane, ready, banner) {
+        let while_away = WhileAway { store: shown.clone(), reconnect: reconnect(&process, &url, &shown, plane.fsync) };
+        match serve(&process, &plane, ready, banner, Some(while_away)) {
             Ok(Ended::Stopped) => return Ok(()),
+            Ok(Ended::Relead(failed, store)) => {
+                tracing::info!("the database is back ({failed} before); leading again");
+                again = Some(store);
+            }
             Ok(Ended::StoreFailed(failed)) => {
                 tracing::warn!("{failed}; stepping down, running jobs untouched; reconnecting");
                 say_away(Some(away_message(&shown, &failed.to_string())));
@@ -124,12 +140,24 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     }
 }
 
-/// What a control plane that lost its database answers until it leads again.
-fn away_message(shown: &str, why: &str) -> String {
-    format!(
-        "the control plane cannot reach its database ({shown}: {why}); running jobs keep running, nothing new is \
-         taken or started until it is back; try again in a moment"
-    )
+/// While the API answers from memory: reconnects with back-off until the
+/// database answers (or a stop signal), then leads if nobody else does.
+fn reconnect(process: &Process, url: &str, shown: &str, fsync: bool) -> Reconnect {
+    let (url, shown, stop) = (url.to_string(), shown.to_string(), process.stop.clone());
+    Box::new(move || {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            if *stop.borrow() {
+                return Ok(None);
+            }
+            match gpool_store::open(&url, fsync) {
+                Ok(mut store) => return Ok(if store.lead(false)? { Some(store) } else { None }),
+                Err(e) => tracing::warn!("cannot reach the state in {shown} ({e}); retrying in {delay:?}"),
+            }
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    })
 }
 
 /// Connects and leads, as a standby first if another leads; `None` if a stop

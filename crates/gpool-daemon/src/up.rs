@@ -131,10 +131,10 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
     let ready = Ready { controller, first, local: Some(Box::new(agent)), tx, rx };
     let process = Process::new()?;
     let banner = move |url: &str| format!("gpool is up at {url} ({n} GPUs: {source}; node {node_name}; data in {dir})");
-    match serve(&process, plane, ready, banner)? {
+    match serve(&process, plane, ready, banner, None)? {
         Ended::Stopped => Ok(()),
         // SQLite on this machine: what failed (a full disk) needs a person; a
         // restart (systemd) recovers from what is durable.
-        Ended::StoreFailed(failed) => Err(failed.into()),
+        Ended::StoreFailed(failed) | Ended::Relead(failed, _) => Err(failed.into()),
     }
 }

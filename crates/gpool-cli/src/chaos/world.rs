@@ -216,8 +216,12 @@ impl World {
     /// The index of the control plane that answers (leads), if one does.
     pub(crate) fn leader(&self) -> Option<usize> {
         self.planes.iter().position(|(port, _)| {
-            // The scrape needs no token and is answered by the controller itself.
-            self.probe.get(format!("http://127.0.0.1:{port}/metrics")).call().is_ok_and(|r| r.status().is_success())
+            // The scrape needs no token and is answered by the controller itself; one
+            // that lost its database answers it from memory, and says so: it does not lead.
+            self.probe
+                .get(format!("http://127.0.0.1:{port}/metrics"))
+                .call()
+                .is_ok_and(|r| r.status().is_success() && !r.headers().contains_key("x-gpool-store-away"))
         })
     }
 

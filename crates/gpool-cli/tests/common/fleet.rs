@@ -91,6 +91,17 @@ impl Api {
         r.body_mut().with_config().limit(64 << 20).read_json().ok()
     }
 
+    /// Whether this control plane leads: it answers, and not from memory
+    /// with its database away (`X-Gpool-Store-Away`).
+    pub fn leads(&self) -> bool {
+        let r = self
+            .http
+            .get(format!("{}/api/v1/nodes", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call();
+        r.is_ok_and(|r| r.status().is_success() && !r.headers().contains_key("x-gpool-store-away"))
+    }
+
     pub fn post(&self, path: &str, body: &Value) -> Value {
         let mut r = self
             .http

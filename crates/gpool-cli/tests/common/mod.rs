@@ -31,6 +31,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // GPOOL_KEEP_SCRATCH=1 keeps it (the logs of a failed test).
+        if std::env::var_os("GPOOL_KEEP_SCRATCH").is_some() {
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -92,6 +92,8 @@ struct State {
     in_session: bool,
     /// When the last answer of a leader arrived (monotonic).
     heard_ms: i64,
+    /// When the request now waiting for its answer was sent, if one is.
+    pending_since: Option<i64>,
     lease_ms: u64,
     roster: Option<wire::Roster>,
     /// The deadline last written to the lease file.
@@ -166,16 +168,25 @@ impl Contact {
     }
 
     /// A request sent at `sent_ms` was answered: the lease lasts a lease from then.
+    /// A request to the leader is about to be sent.
+    pub fn sending(&self) {
+        let mut s = self.state();
+        s.pending_since = s.pending_since.or(Some(lease::monotonic_ms()));
+    }
+
     pub fn answered(&self, sent_ms: i64) {
         let mut s = self.state();
         s.heard_ms = lease::monotonic_ms();
+        s.pending_since = None;
         let to = sent_ms + s.lease_ms as i64;
         self.extend_locked(&mut s, to);
     }
 
     /// The session ended (a request failed, or was refused).
     pub fn closed(&self) {
-        self.state().in_session = false;
+        let mut s = self.state();
+        s.in_session = false;
+        s.pending_since = None;
     }
 
     pub fn set_roster(&self, roster: wire::Roster) {
@@ -195,12 +206,16 @@ impl Contact {
 
     /// What this node answers a peer, and whether its keeper asks peers:
     /// in a session with a leader that answered within half a lease (two
-    /// heartbeats). A request still waiting for its answer does not count:
-    /// a stopped control plane holds requests until they time out, which
-    /// for a short lease is longer than the lease.
+    /// heartbeats), with no request waiting longer than an eighth of a
+    /// lease. A stopped or hung control plane holds requests until they
+    /// time out, which for a short lease is longer than the lease: a request
+    /// that waits that long says the session is gone before it ends, so
+    /// that every node notices an outage well within its lease.
     pub fn in_session(&self) -> bool {
         let s = self.state();
-        s.in_session && lease::monotonic_ms() - s.heard_ms < s.lease_ms as i64 / 2
+        let now = lease::monotonic_ms();
+        let lease = s.lease_ms as i64;
+        s.in_session && now - s.heard_ms < lease / 2 && s.pending_since.is_none_or(|t| now - t <= lease / 8)
     }
 
     /// What the next registration tells the control plane of an outage held
@@ -300,14 +315,14 @@ fn ask_peers(
     answers
 }
 
-/// Runs the keeper's rounds every eighth of the lease, in a thread.
+/// Runs the keeper's rounds every sixteenth of the lease, in a thread.
 pub fn spawn_keeper(
     contact: Arc<Contact>,
     ask: impl Fn(&wire::RosterMember, &str) -> Asked + Send + Sync + 'static,
 ) -> std::io::Result<()> {
     std::thread::Builder::new().name("outage".into()).spawn(move || {
         loop {
-            let every = Duration::from_millis((contact.state().lease_ms / 8).max(50));
+            let every = Duration::from_millis((contact.state().lease_ms / 16).max(50));
             std::thread::sleep(every);
             contact.round(&ask);
         }
@@ -358,6 +373,21 @@ mod tests {
         assert!(why.contains("node b") && why.contains("cut off"), "{why}");
         let Verdict::Fence(why) = decide(3, &[gone("b"), gone("c")]) else { panic!("fence") };
         assert!(why.contains("1 of the 3"), "{why}");
+    }
+
+    #[test]
+    fn a_request_waiting_longer_than_an_eighth_of_the_lease_ends_the_session_for_peers() {
+        let dir = std::env::temp_dir().join(format!("gpool-outage-pending-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let c = Contact::new(lease_path(&dir), "a".into());
+        c.opened(lease::monotonic_ms(), 80_000, None);
+        c.sending();
+        assert!(c.in_session(), "a request just sent");
+        c.state().pending_since = Some(lease::monotonic_ms() - 10_001);
+        assert!(!c.in_session(), "10 s without its answer, with a lease of 80 s");
+        c.answered(lease::monotonic_ms());
+        assert!(c.in_session(), "answered: in session again");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     fn roster(nodes: &[&str]) -> wire::Roster {

@@ -312,6 +312,7 @@ fn run_session(
             roster_version: contact.roster_version(),
         };
         let sent = lease::monotonic_ms();
+        contact.sending();
         match reporter.post::<_, wire::Reported>("/agent/v1/report", &report) {
             Ok(answer) => {
                 pending.clear();

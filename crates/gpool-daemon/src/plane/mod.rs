@@ -14,6 +14,7 @@ pub mod input;
 pub mod listen;
 pub mod metrics;
 pub mod openapi;
+pub mod process;
 pub mod profile_doc;
 pub mod profile_svg;
 pub mod provision;

@@ -19,6 +19,7 @@ use crate::plane::controller::{
 use crate::plane::http::{AppState, LocalUsers, router};
 use crate::plane::identity::Identities;
 use crate::plane::listen::{self, Limits};
+pub use crate::plane::process::{Away, Process, away_message};
 use crate::plane::telemetry::TelemetryConfig;
 use crate::plane::webhook::Webhook;
 use crate::wiring::{SOCKET_FILE, TOKEN_FILE, URL_FILE, raise_open_file_limit, read_alert_rules, read_queues};
@@ -218,185 +219,42 @@ pub struct Ready {
     pub rx: Receiver<Event>,
 }
 
-/// A process's async runtime and its stop signal, made once: SIGINT or
-/// SIGTERM, whenever they come (while serving, or while waiting for the
-/// database), stop it.
-pub struct Process {
-    rt: tokio::runtime::Runtime,
-    stop: tokio::sync::watch::Receiver<bool>,
-    /// The API's socket, bound once for the process's whole life when it
-    /// may wait as a standby (`gpool serve`): nobody else can take the port
-    /// while it waits, and it answers there `503 standby` until it leads.
-    held: std::sync::Mutex<Option<std::net::TcpListener>>,
-}
-
-/// Why a control plane that led is not leading now (it lost its database),
-/// shared with the answering of its held socket; `None` for a plain standby.
-pub type Away = std::sync::Arc<std::sync::Mutex<Option<String>>>;
-
-/// What a standby answers on its held socket.
-const STANDBY: &str = "standby: another control plane leads; try the next address\n";
-
-impl Process {
-    pub fn new() -> anyhow::Result<Process> {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let (tx, stop) = tokio::sync::watch::channel(false);
-        rt.spawn(async move {
-            shutdown_signal().await;
-            let _ = tx.send(true);
-        });
-        Ok(Process { rt, stop, held: std::sync::Mutex::new(None) })
-    }
-
-    /// Binds the API's address now and keeps it for the process's life.
-    pub fn hold(&self, addr: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {
-        let l = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-        l.set_nonblocking(true)?;
-        let bound = l.local_addr()?;
-        *self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(l);
-        Ok(bound)
-    }
-
-    /// A copy of the held socket, if one is held.
-    fn held(&self) -> anyhow::Result<Option<std::net::TcpListener>> {
-        let held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(match held.as_ref() {
-            Some(l) => Some(l.try_clone()?),
-            None => None,
-        })
-    }
-
-    /// Answers `503 standby` to every connection on the held socket until
-    /// the returned guard is ended ([`Standby::end`]), before leading. A
-    /// control plane that led and lost its database says so instead
-    /// (`away`, with `X-Gpool-Store-Away`): clients still move on to the
-    /// next address, and show that message if none leads.
-    pub fn answer_as_standby(&self, away: Away) -> anyhow::Result<Option<Standby>> {
-        let Some(l) = self.held()? else { return Ok(None) };
-        let task = self.rt.spawn(async move {
-            let Ok(listener) = tokio::net::TcpListener::from_std(l) else { return };
-            loop {
-                let Ok((mut c, _)) = listener.accept().await else { continue };
-                let (text, extra): (String, &'static str) =
-                    match away.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_deref() {
-                        Some(why) => (format!("{why}\n"), "X-Gpool-Store-Away: 1\r\n"),
-                        None => (STANDBY.into(), ""),
-                    };
-                tokio::spawn(async move {
-                    use tokio::io::AsyncWriteExt as _;
-                    // The request is read first (head and body, bounded), so a
-                    // client still writing its body is not cut off mid-write: it
-                    // reads the answer and tries its next address.
-                    let _ = tokio::time::timeout(Duration::from_secs(2), drain_request(&mut c)).await;
-                    let answer = format!(
-                        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n\
-                         X-Gpool-Standby: 1\r\n{extra}Connection: close\r\nContent-Length: {}\r\n\r\n{text}",
-                        text.len()
-                    );
-                    let _ = tokio::time::timeout(Duration::from_secs(2), c.write_all(answer.as_bytes())).await;
-                    let _ = c.shutdown().await;
-                });
-            }
-        });
-        Ok(Some(Standby(task)))
-    }
-
-    /// Whether SIGINT or SIGTERM came.
-    pub fn stopped(&self) -> bool {
-        *self.stop.borrow()
-    }
-
-    /// Waits `d`, or less if a stop signal comes; whether it came.
-    pub fn sleep(&self, d: Duration) -> bool {
-        let mut stop = self.stop.clone();
-        self.rt.block_on(async move {
-            tokio::select! {
-                () = tokio::time::sleep(d) => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        });
-        self.stopped()
-    }
-
-    /// Runs blocking work (connecting, waiting for leadership) on a thread of
-    /// its own; `None` if a stop signal came first (the work is abandoned).
-    pub fn interruptible<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let spawned = std::thread::Builder::new().name("blocking".into()).spawn(move || {
-            let _ = tx.send(work());
-        });
-        if spawned.is_err() {
-            return None;
-        }
-        let mut stop = self.stop.clone();
-        self.rt.block_on(async move {
-            tokio::select! {
-                done = rx => done.ok(),
-                _ = stop.wait_for(|s| *s) => None,
-            }
-        })
-    }
-}
-
-/// Reads one HTTP/1.1 request's head and its `Content-Length` body (4 MiB at most).
-async fn drain_request(c: &mut tokio::net::TcpStream) {
-    use tokio::io::AsyncReadExt as _;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    let body_start = loop {
-        let Ok(n) = c.read(&mut buf).await else { return };
-        if n == 0 || head.len() > 64 * 1024 {
-            return;
-        }
-        head.extend_from_slice(&buf[..n]);
-        if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-    };
-    let text = String::from_utf8_lossy(&head[..body_start]).to_ascii_lowercase();
-    let length: usize = text
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-        .min(4 << 20);
-    let mut left = length.saturating_sub(head.len() - body_start);
-    while left > 0 {
-        match c.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => left = left.saturating_sub(n),
-        }
-    }
-}
-
-/// A standby's answering of its held socket; ended before the process leads.
-pub struct Standby(tokio::task::JoinHandle<()>);
-
-impl Standby {
-    /// Stops answering, and waits until the socket is no longer accepted on.
-    pub fn end(self, process: &Process) {
-        self.0.abort();
-        let _ = process.rt.block_on(self.0);
-    }
-}
-
 /// How serving ended.
-#[derive(Debug)]
 pub enum Ended {
     /// SIGINT or SIGTERM.
     Stopped,
     /// The store refused a write: the controller stopped, and so did the API.
     StoreFailed(StoreFailed),
+    /// The store refused a write, the API answered reads from memory while
+    /// [`Reconnect`] ran, and it gave a store this process leads again.
+    Relead(StoreFailed, Box<dyn gpool_store::Store>),
+}
+
+/// After a failed write: reconnects to the database (with back-off, until a
+/// stop signal) and tries to lead; `Some(store)` when this process leads
+/// again, `None` when another does or it stopped (`gpool serve`).
+pub type Reconnect = Box<dyn FnOnce() -> anyhow::Result<Option<Box<dyn gpool_store::Store>>> + Send>;
+
+/// What a control plane whose database is away answers, and how to get it back.
+pub struct WhileAway {
+    /// The database, for messages (its URL without the password).
+    pub store: String,
+    pub reconnect: Reconnect,
 }
 
 /// Runs the controller thread and the HTTP API until a stop signal, or until
 /// the controller stops because the store refused a write; `banner` is
 /// printed once listening (its first line names the URL).
+/// With `away` (`gpool serve`), a failed write does not close the API: it
+/// answers reads from memory, refuses the rest with 503 naming the database
+/// (every answer marked `X-Gpool-Store-Away`), and agents find no leader,
+/// while `away.reconnect` runs.
 pub fn serve(
     process: &Process,
     plane: &PlaneConfig,
     ready: Ready,
     banner: impl FnOnce(&str) -> String + Send + 'static,
+    away: Option<WhileAway>,
 ) -> anyhow::Result<Ended> {
     let Ready { mut controller, first, local, tx, rx } = ready;
     let single_user = controller.single_user().is_some();
@@ -424,9 +282,27 @@ pub fn serve(
         routes: plane.proxy_listen.map(|_| routes_tx),
     };
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Result<(), StoreFailed>>();
-    let ctl = std::thread::Builder::new().name("controller".into()).spawn(move || {
-        let _ = ended_tx.send(shell.run(controller, first, rx));
-    })?;
+    let (store_name, reconnect) = match away {
+        Some(WhileAway { store, reconnect }) => (Some(store), Some(reconnect)),
+        None => (None, None),
+    };
+    let marked: Away = Away::default();
+    let ctl = {
+        let marked = marked.clone();
+        std::thread::Builder::new().name("controller".into()).spawn(move || {
+            let (mut shell, mut controller) = (shell, controller);
+            let ran = shell.run(&mut controller, first, &rx);
+            let why = match (&ran, store_name) {
+                (Err(failed), Some(store)) => Some(away_message(&store, &failed.to_string())),
+                _ => None,
+            };
+            *marked.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why.clone();
+            let _ = ended_tx.send(ran);
+            if let Some(why) = why {
+                shell.answer_reads(&mut controller, &rx, &why);
+            }
+        })?
+    };
     let tls = match (&plane.tls_files, &plane.tls_dir) {
         (Some((cert, key)), _) => Some(crate::plane::tls::from_files(cert, key)?),
         (None, Some(dir)) => {
@@ -451,6 +327,7 @@ pub fn serve(
         ca_pem: tls.as_ref().map(|t| t.ca_pem.clone()),
         local_users: std::sync::Arc::new(LocalUsers::default()),
         log_watch: Default::default(),
+        away: marked,
     };
     let socket = plane.socket.clone().unwrap_or_else(|| plane.data_dir.join(SOCKET_FILE));
     let local = bind_socket(&socket, single_user)?;
@@ -522,11 +399,28 @@ pub fn serve(
             tokio::spawn(crate::plane::proxy::serve(l, routes_rx, proxy_tx, limits.for_proxy(), stopping));
         }
         let server = listen::serve(listener, Some(local), router(state), limits, tls_config, stopping);
-        tokio::select! {
-            () = server => Ok(Ended::Stopped),
+        tokio::pin!(server);
+        let failed = tokio::select! {
+            () = &mut server => return Ok(Ended::Stopped),
+            Ok(Err(failed)) = ended_rx => failed,
+        };
+        let Some(reconnect) = reconnect else {
             // The controller stopped by itself: its store failed. Nothing more
             // can be answered; stop at once rather than wait for open streams.
-            Ok(Err(failed)) = ended_rx => Ok(Ended::StoreFailed(failed)),
+            return Ok(Ended::StoreFailed(failed));
+        };
+        tracing::warn!("{failed}; answering reads from memory while the database is away");
+        let again = tokio::task::spawn_blocking(reconnect);
+        tokio::select! {
+            () = &mut server => Ok(Ended::Stopped),
+            got = again => Ok(match got {
+                Ok(Ok(Some(store))) => Ended::Relead(failed, store),
+                Ok(Err(e)) => {
+                    tracing::warn!("reconnecting: {e:#}");
+                    Ended::StoreFailed(failed)
+                }
+                _ => Ended::StoreFailed(failed),
+            }),
         }
     });
     let _ = tx.send(Event::Shutdown);
@@ -566,15 +460,6 @@ fn bind_socket(path: &Path, single_user: bool) -> anyhow::Result<std::os::unix::
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("chmod {mode:o} {}", path.display()))?;
     Ok(listener)
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-    }
-    println!("gpool: stopping; running jobs keep running and are re-adopted when a control plane is back");
 }
 
 /// Reads or creates the admin token file (mode 0600).

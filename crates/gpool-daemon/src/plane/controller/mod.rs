@@ -438,6 +438,11 @@ impl Controller {
     }
 
     /// The controller's clock reading.
+    /// Drops writes no turn will commit (the store is away: `Shell::answer_reads`).
+    pub fn forget_writes(&mut self) {
+        self.writes.clear();
+    }
+
     pub fn now_ms(&self) -> i64 {
         self.clock.now_ms()
     }

@@ -69,8 +69,8 @@ const BATCH: usize = 4096;
 impl Shell {
     /// Runs the controller until a `Shutdown` event, the channel's end, or a
     /// failed store write. `first` is the turn `Controller::new` returned.
-    pub fn run(mut self, mut ctl: Controller, first: Turn, rx: Receiver<Event>) -> Result<(), StoreFailed> {
-        let mut fed = self.carry_out(&mut ctl, first)?;
+    pub fn run(&mut self, ctl: &mut Controller, first: Turn, rx: &Receiver<Event>) -> Result<(), StoreFailed> {
+        let mut fed = self.carry_out(ctl, first)?;
         let every = self.renew_every.map(|d| d.as_millis() as i64);
         let mut next_renew = every.map(|d| ctl.now_ms() + d);
         loop {
@@ -95,7 +95,7 @@ impl Shell {
             {
                 batch.push(e);
             }
-            fed = self.step(&mut ctl, batch)?;
+            fed = self.step(ctl, batch)?;
             if let (Some(every), Some(at)) = (every, next_renew)
                 && ctl.now_ms() >= at
             {
@@ -104,6 +104,30 @@ impl Shell {
             }
             if ctl.stopped() {
                 return Ok(());
+            }
+        }
+    }
+
+    /// After a failed store write (`gpool serve` while its database is
+    /// away): answers the calls that only read, from the state in memory as
+    /// the last turn committed it, and refuses every other call with 503 and
+    /// `why`, until a `Shutdown` event or the channel's end. Nothing is
+    /// written and no timer fires: the next leader takes over from durable
+    /// state.
+    pub fn answer_reads(&mut self, ctl: &mut Controller, rx: &Receiver<Event>, why: &str) {
+        while let Ok(e) = rx.recv() {
+            match e {
+                Event::Shutdown => return,
+                Event::Api { ref call, .. } if call.only_reads() => {
+                    let mut batch = vec![e];
+                    for a in ctl.answer_views(&mut batch) {
+                        a.send();
+                    }
+                    // A token's last use, the one thing a view writes, is not kept.
+                    ctl.forget_writes();
+                }
+                Event::Api { call, .. } => call.refuse(super::calls::ApiError::new(503, why)).send(),
+                _ => {}
             }
         }
     }

@@ -55,6 +55,9 @@ pub struct AppState {
     pub local_users: std::sync::Arc<LocalUsers>,
     /// Log follows: one shared inotify instance, a cap per caller.
     pub log_watch: std::sync::Arc<log_watch::LogWatch>,
+    /// Why the control plane answers from memory, once its database is away
+    /// (`gpool serve`); every answer then says so (`mark_away`).
+    pub away: crate::plane::process::Away,
 }
 
 pub use routes::ROUTES;
@@ -111,11 +114,31 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { AppError(ApiError::new(404, "no such endpoint; see /api/v1/openapi.json")) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
+        .layer(axum::middleware::from_fn_with_state(state.away.clone(), mark_away))
         .with_state(state)
 }
 
 /// Refuses a body whose declared length is over the limit before reading
 /// any of it, and one that turns out over it while read, in JSON.
+/// While the database is away, every answer carries `X-Gpool-Store-Away`
+/// (reads come from memory, the rest is refused); a refusal also carries
+/// `X-Gpool-Standby`, so that clients try their next address, which may lead.
+async fn mark_away(
+    State(away): State<crate::plane::process::Away>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut resp = next.run(req).await;
+    if away.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some() {
+        let h = resp.headers_mut();
+        h.insert("x-gpool-store-away", header::HeaderValue::from_static("1"));
+        if resp.status() == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut().insert("x-gpool-standby", header::HeaderValue::from_static("1"));
+        }
+    }
+    resp
+}
+
 async fn refuse_declared_oversize(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
@@ -544,6 +567,7 @@ mod tests {
             ca_pem: None,
             local_users: Default::default(),
             log_watch: Default::default(),
+            away: Default::default(),
         };
         let chunks = (0..6).map(|_| Ok::<_, Infallible>(Bytes::from(vec![b' '; 1024 * 1024])));
         let req = axum::http::Request::post("/api/v1/jobs")

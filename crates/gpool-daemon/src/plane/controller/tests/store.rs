@@ -77,7 +77,7 @@ fn a_store_write_that_fails_stops_the_controller_before_it_answers_or_acts() {
 }
 
 #[test]
-fn the_shell_loop_ends_with_the_store_failure_and_leaves_the_caller_unanswered() {
+fn the_shell_loop_ends_with_the_store_failure_and_then_answers_only_reads() {
     let broken = Arc::new(AtomicBool::new(false));
     let store = Flaky { inner: Sqlite::memory().expect("store"), broken: broken.clone() };
     let clock = ManualClock::new(T0);
@@ -86,7 +86,7 @@ fn the_shell_loop_ends_with_the_store_failure_and_leaves_the_caller_unanswered()
             .expect("controller");
     ctl.ensure_admin_token(ADMIN, "root").expect("admin token");
     let (events, _) = broadcast::channel(16);
-    let shell = Shell {
+    let mut shell = Shell {
         local: Some(Box::new(FakeAgent::default())),
         events,
         webhook: None,
@@ -97,15 +97,28 @@ fn the_shell_loop_ends_with_the_store_failure_and_leaves_the_caller_unanswered()
     let (tx, rx) = std::sync::mpsc::channel();
     let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\n").expect("spec");
     let (reply, mut answer) = tokio::sync::oneshot::channel();
-    tx.send(Event::Api { who: ADMIN.into(), call: Call::Submit { specs: vec![spec], reply } }).expect("send");
-    tx.send(Event::Shutdown).expect("send");
+    tx.send(Event::Api { who: ADMIN.into(), call: Call::Submit { specs: vec![spec.clone()], reply } }).expect("send");
     broken.store(true, Ordering::SeqCst);
-    let ended = shell.run(ctl, first, rx);
+    let ended = shell.run(&mut ctl, first, &rx);
     assert!(matches!(ended, Err(StoreFailed(_))), "{ended:?}");
     assert!(
-        matches!(answer.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed)),
-        "never acknowledged: the caller sees the daemon go away"
+        matches!(answer.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty)),
+        "never acknowledged by the turn that failed"
     );
+    // Issue 39: then (`gpool serve`) reads are answered from memory, and
+    // everything else is refused naming why, until the shutdown.
+    let (reply, mut listed) = tokio::sync::oneshot::channel();
+    let query = crate::plane::controller::ListQuery::default();
+    tx.send(Event::Api { who: ADMIN.into(), call: Call::List { query, reply } }).expect("send");
+    let (reply, mut submitted) = tokio::sync::oneshot::channel();
+    tx.send(Event::Api { who: ADMIN.into(), call: Call::Submit { specs: vec![spec], reply } }).expect("send");
+    tx.send(Event::Shutdown).expect("send");
+    shell.answer_reads(&mut ctl, &rx, "the database is away");
+    assert!(listed.try_recv().expect("answered").is_ok(), "a read is answered from memory");
+    let refused = submitted.try_recv().expect("answered").expect_err("refused");
+    assert_eq!((refused.status, refused.message.as_str()), (503, "the database is away"));
+    let first = answer.try_recv().expect("answered").expect_err("refused");
+    assert_eq!(first.status, 503, "the submission the failed turn never took is refused, not lost silently");
 }
 
 /// Issue 15: the overload gate's state outlives the control plane. A
