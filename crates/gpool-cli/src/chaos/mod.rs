@@ -368,8 +368,13 @@ impl Outages {
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_u64).collect())
             .unwrap_or_default();
-        w.until("the outage's jobs to run", Duration::from_secs(120), |w| {
-            ids.iter().all(|id| w.get(&format!("/api/v1/jobs/{id}")).is_some_and(|j| j["state"] == "running"))
+        // Running by their own word (their start records), not only by the
+        // control plane's: a start the outage caught before its agent took it
+        // never ran, and is not an outage's kill.
+        let starts = dir.join("starts");
+        w.until("the outage's jobs to run", Duration::from_secs(120), |_| {
+            let text = std::fs::read_to_string(&starts).unwrap_or_default();
+            ids.iter().all(|id| text.lines().any(|l| l.starts_with(&format!("{id} 1 "))))
         })?;
         self.jobs += ids.len();
         Ok(ids)

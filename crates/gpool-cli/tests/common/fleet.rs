@@ -165,6 +165,7 @@ for g in ${CUDA_VISIBLE_DEVICES//,/ }; do
 done
 exec {me}>"$D/locks/job-$GPOOL_JOB_ID-rank${RANK:-0}"
 flock -n "$me" || echo "job $GPOOL_JOB_ID rank ${RANK:-0} runs twice at once" >> "$D/violations"
+echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0}" >> "$D/started"
 if [ -n "$MASTER_ADDR" ]; then echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT $RANK $GPOOL_NODE $MASTER_ADDR $MASTER_PORT $NODE_RANK" >> "$D/masters"; fi
 sleep "$2"
 echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE" >> "$D/done"
