@@ -371,3 +371,71 @@ fn unsafe_code_lives_in_gpool_bpf_only() {
     }
     assert!(broken.is_empty(), "{broken:?}");
 }
+
+/// Every file of the workspace, as paths relative to its root ("crates/…").
+fn workspace_files() -> Vec<String> {
+    let root = workspace();
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || name == "target" || name == "node_modules" {
+                continue;
+            }
+            if p.is_dir() {
+                out.push(format!("{}/", p.strip_prefix(&root).unwrap_or(&p).display()));
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(&root).unwrap_or(&p).display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Issue 37: ARCHITECTURE.md cannot drift. Every path it cites in
+/// backticks (`node/outage.rs`, `crates/gpool-core/src/`) names a file or
+/// folder of the workspace (a path names the files whose path ends with
+/// it), and every room of the controller is in it.
+#[test]
+fn architecture_md_cites_only_paths_that_exist_and_every_controller_room() {
+    let text = std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let files = workspace_files();
+    let exists = |cited: &str| {
+        files.iter().any(|f| f == cited || f.ends_with(&format!("/{cited}")) || f.trim_end_matches('/') == cited)
+    };
+    let mut missing = Vec::new();
+    for (i, quoted) in text.split('`').enumerate() {
+        // Odd pieces are inside backticks.
+        if i % 2 == 0 || quoted.contains(' ') || quoted.contains('*') || quoted.contains("::") {
+            continue;
+        }
+        let path_like = quoted.ends_with(".rs") || (quoted.contains('/') && quoted.ends_with('/'));
+        let plain = quoted.chars().all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c));
+        if path_like && plain && !quoted.starts_with('/') && !exists(quoted) {
+            missing.push(quoted.to_string());
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(missing.is_empty(), "ARCHITECTURE.md cites paths that do not exist: {missing:?}");
+    let rooms = workspace().join("crates/gpool-daemon/src/plane/controller");
+    let mut absent = Vec::new();
+    for e in std::fs::read_dir(&rooms).expect("controller").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".rs") && !text.contains(&format!("`{name}`")) && !text.contains(&format!("/{name}`")) {
+            absent.push(name);
+        }
+    }
+    absent.sort();
+    assert!(absent.is_empty(), "controller rooms ARCHITECTURE.md does not name: {absent:?}");
+}
+
+#[test]
+fn the_drift_check_sees_a_renamed_path() {
+    let files = workspace_files();
+    assert!(files.iter().any(|f| f.ends_with("/node/outage.rs")), "the walk finds files");
+    assert!(!files.iter().any(|f| f.ends_with("/node/no_such_room.rs")));
+}
