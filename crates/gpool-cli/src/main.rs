@@ -45,19 +45,33 @@ use clap::{Parser, Subcommand};
 use crate::client::{ClientError, ErrorKind};
 use crate::verbs::{advise, alerts, cancel, drain, events, logs, nodes, queue, queues, show, submit, token, whoami};
 
-/// The exit codes, as `gpool --help` lists them (README.md and docs/daemon.md say the same).
-const EXIT_CODES: &str = "\
-Exit codes:
-  0  success
-  1  the command failed (any error not listed below)
-  2  usage error: unknown flag, bad or missing argument
-  3  not found: no such job or node (HTTP 404)
-  4  permission denied, bad or missing token (HTTP 401, 403)
-  5  daemon unreachable: connection refused, unknown host, timeout, no local daemon
-With several job ids (show, cancel), the code of the failures when they are
-all of one kind (3 if every failing id is not found), else 1.
-submit --wait exits with the job's own status: its exit code, 128 + its
-signal, or 1 (cancelled, timed out).";
+/// Defines the exit codes once: the table README.md and docs/cli.md show
+/// (a test checks that they do) and the text `gpool --help` ends with.
+macro_rules! exit_codes {
+    ($(($code:literal, $meaning:literal)),* $(,)?) => {
+        /// (code, meaning) of each exit code (the docs' tables are checked against it).
+        #[cfg(test)]
+        const EXIT_TABLE: &[(u8, &str)] = &[$(($code, $meaning)),*];
+        /// What `gpool --help` ends with.
+        const EXIT_CODES: &str = concat!(
+            "Exit codes:\n",
+            $("  ", $code, "  ", $meaning, "\n",)*
+            "With several job ids (show, cancel), the code of the failures when they are\n\
+             all of one kind (3 if every failing id is not found), else 1.\n\
+             submit --wait exits with the job's own status: its exit code, 128 + its\n\
+             signal, or 1 (cancelled, timed out)."
+        );
+    };
+}
+
+exit_codes![
+    (0, "success"),
+    (1, "the command failed (any error not listed below, e.g. HTTP 400 or 409)"),
+    (2, "usage error: unknown flag, bad or missing argument"),
+    (3, "not found: no such job or node (HTTP 404; other users' jobs are not found either)"),
+    (4, "permission denied, bad or missing token (HTTP 401, 403)"),
+    (5, "daemon unreachable: connection refused, unknown host, timeout, or no local daemon found"),
+];
 
 /// Exit codes of failures (0 is success; 2, a usage error, is clap's own).
 const EXIT_FAILED: u8 = 1;
@@ -390,6 +404,28 @@ mod tests {
             .expect_err("no such file");
         assert_eq!(exit_code(&io), 5);
         assert_eq!(format!("{io:#}"), "no gpool daemon found: No such file or directory (os error 2)");
+    }
+
+    /// Issue 37: the table is written once; README.md and docs/cli.md show it as it is.
+    #[test]
+    fn readme_and_the_cli_doc_show_the_exit_codes_as_the_code_defines_them() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for doc in ["README.md", "docs/cli.md"] {
+            let text = std::fs::read_to_string(root.join(doc)).expect(doc);
+            let section = text.split("## Exit codes").nth(1).unwrap_or_default();
+            let rows: Vec<&str> = section
+                .lines()
+                .skip_while(|l| !l.starts_with('|'))
+                .take_while(|l| l.starts_with('|'))
+                .skip(2)
+                .collect();
+            let want: Vec<String> = EXIT_TABLE.iter().map(|(c, m)| format!("| {c} | {m} |")).collect();
+            assert_eq!(rows, want, "{doc}'s exit-code table differs from the code's (main.rs, exit_codes!)");
+        }
+        assert_eq!(
+            EXIT_TABLE.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+            [0, EXIT_FAILED, 2, EXIT_NOT_FOUND, EXIT_DENIED, EXIT_UNREACHABLE]
+        );
     }
 
     #[test]
