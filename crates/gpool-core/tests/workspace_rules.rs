@@ -439,3 +439,19 @@ fn the_drift_check_sees_a_renamed_path() {
     assert!(files.iter().any(|f| f.ends_with("/node/outage.rs")), "the walk finds files");
     assert!(!files.iter().any(|f| f.ends_with("/node/no_such_room.rs")));
 }
+
+/// Issue 37: in the daemon, the wall clock is read in the controller's
+/// `clock.rs` and the node wing's `clock.rs` only (time is passed in, so
+/// tests can set it).
+#[test]
+fn the_daemon_reads_the_wall_clock_in_its_clock_files_only() {
+    let mut files = Vec::new();
+    rs_files(&workspace().join("crates/gpool-daemon/src"), &mut files);
+    let readers: Vec<String> = files
+        .iter()
+        .filter(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains("SystemTime::now")))
+        .filter(|f| f.file_name().is_none_or(|n| n != "clock.rs"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(readers.is_empty(), "read the time through clock.rs: {readers:?}");
+}

@@ -119,8 +119,7 @@ impl Agent {
         if self.cfg.sampler.as_ref().is_some_and(|s| s.send(ctl).is_ok()) {
             return;
         }
-        let at_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let at_ms = crate::node::clock::wall_ms();
         self.report(AgentReport::Telemetry(crate::protocol::NodeReport {
             node: self.cfg.node.clone(),
             at_ms,
@@ -587,7 +586,7 @@ fn kill_strays(mark: &str) {
 
 /// A replica that could not start, reported as ended at once with `code` and why.
 fn ended_at_once(key: ReplicaKey, code: i32, error: String) -> AgentReport {
-    let (now, error) = (shim::now_ms(), Some(error));
+    let (now, error) = (crate::node::clock::wall_ms(), Some(error));
     let exit = ExitRecord { code: Some(code), signal: None, started_ms: now, ended_ms: now, error, fenced: false };
     AgentReport::Exited { key, exit }
 }

@@ -9,6 +9,7 @@ pub mod account;
 pub mod agent;
 pub mod cgroup;
 pub(crate) mod claim;
+pub mod clock;
 mod conn;
 pub mod container;
 pub mod container_env;

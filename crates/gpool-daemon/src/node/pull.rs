@@ -89,7 +89,7 @@ pub fn run(dir: &Path, steps: &PullSteps, stderr_log: &Path, set_pid: impl Fn(i3
     if quiet(&steps.exists) {
         return Ok(());
     }
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let now = crate::node::clock::wall_ms();
     let _ = std::fs::write(dir.join(PULLING), format!("{}\n{now}\n", steps.image));
     let log_path = dir.join(PULL_LOG);
     let result = (|| -> Result<std::process::ExitStatus, String> {

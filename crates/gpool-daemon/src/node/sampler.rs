@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use gpool_gpu::Backend;
 use gpool_gpu::simulated::SimLoad;
 
-use crate::node::shim::{STATE, ShimState, now_ms, read_json};
+use crate::node::clock::wall_ms as now_ms;
+use crate::node::shim::{STATE, ShimState, read_json};
 use crate::protocol::{NodeReport, ReplicaKey};
 
 /// The file a job on a simulated GPU writes to say what it does: a line such

@@ -49,9 +49,7 @@ pub const LOCK: &str = "lock";
 /// Left by a restarted daemon that gave the replica up: a shim that starts late must not run it.
 pub const ABANDONED: &str = "abandoned";
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
+use crate::node::clock::wall_ms as now_ms;
 
 /// Writes `value` as JSON to `dir/name` via a temporary file and a rename, so
 /// readers see all or nothing. No fsync: these records must survive a crash

@@ -102,9 +102,7 @@ pub fn spawn(src: SpotSource, deliver: impl Fn(Duration) -> bool + Send + 'stati
     std::thread::Builder::new().name("spot-notice".into()).spawn(move || {
         let mut complained = false;
         loop {
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0));
+            let now_ms = crate::node::clock::wall_ms();
             match check(&src, &http, now_ms) {
                 Ok(Some(left)) => {
                     tracing::info!("spot notice: this machine is taken back in {} s", left.as_secs());

@@ -67,7 +67,7 @@ impl Agent {
 }
 
 fn report(reports: &crate::node::agent::ReportSink, node: String, v: HealthVerdict) {
-    let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let at_ms = crate::node::clock::wall_ms();
     reports(AgentReport::Telemetry(NodeReport { node, at_ms, health: vec![v], ..NodeReport::default() }));
 }
 

@@ -1,14 +1,14 @@
 //! The agent's images: a container replica's image kept in the node's
 //! cache, and images pulled ahead for jobs that will start here.
 
-use crate::node::agent::{Agent, ReplicaKey, shim};
+use crate::node::agent::{Agent, ReplicaKey};
 use crate::protocol::Launch;
 
 impl Agent {
     /// Records a use of `image` and, in the background, trims the cache to its limit,
     /// keeping every image a live replica (this one included) runs.
     pub(super) fn keep_cache(&self, cache: std::sync::Arc<crate::node::image_cache::ImageCache>, image: String) {
-        cache.used(&image, shim::now_ms());
+        cache.used(&image, crate::node::clock::wall_ms());
         let keys: Vec<ReplicaKey> =
             self.replicas.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().copied().collect();
         let mut in_use: std::collections::BTreeSet<String> =
