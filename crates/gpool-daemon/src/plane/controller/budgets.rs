@@ -178,9 +178,9 @@ impl Controller {
                     d.not_before_ms = None;
                 }
                 let _ = self.snap.set_not_before(JobId(id), Time::MIN);
-                self.touched.insert(id);
+                self.out.touch(id);
             }
-            self.dirty = true;
+            self.out.reschedule();
         }
         self.timers.insert((next, super::timers::Timer::Wake));
         for b in self.cfg.budgets.clone() {
@@ -200,7 +200,7 @@ impl Controller {
                     }
                 );
                 self.event(now, None, "budget_alert", summary.clone());
-                self.notices.push(Notice {
+                self.out.notices.push(Notice {
                     status: "firing".into(),
                     labels: [
                         ("alertname".to_string(), "GpoolBudget".to_string()),
@@ -238,7 +238,7 @@ impl Controller {
             d.budget_hold = Some(text.to_string());
             d.not_before_ms = Some(until_ms);
         }
-        self.touched.insert(id);
+        self.out.touch(id);
     }
 }
 

@@ -88,7 +88,7 @@ impl Controller {
         }
         let held = link.doc.draining || !link.conditions.is_empty() || link.hold.is_some();
         let _ = self.snap.set_node_state(id, if held { NodeState::Draining } else { NodeState::Up });
-        self.dirty = true;
+        self.out.reschedule();
     }
 
     /// What a node reports that keeps new work away (or that it is healthy again).

@@ -125,7 +125,7 @@ impl Controller {
 
     fn save_fleet(&mut self) {
         if let Ok(text) = serde_json::to_string(&self.fleet) {
-            self.writes.push(Write::PutMeta("fleet".into(), text));
+            self.out.write(Write::PutMeta("fleet".into(), text));
         }
     }
 
@@ -276,7 +276,7 @@ impl Controller {
         let p = &cfg.providers[pi];
         let mut argv = p.create.clone();
         argv.extend([pool.name().to_string(), name.clone()]);
-        self.provision.push(ProvisionOrder {
+        self.out.provision.push(ProvisionOrder {
             op: ProvisionOp::Create,
             pool: pool.name().to_string(),
             node: name,
@@ -299,7 +299,7 @@ impl Controller {
         let mut argv = p.delete.clone();
         argv.extend([pool.clone(), name.to_string()]);
         let env = provider_env(&self.cfg.data_dir, cfg, &cfg.pools[pi], name);
-        self.provision.push(ProvisionOrder {
+        self.out.provision.push(ProvisionOrder {
             op: ProvisionOp::Delete,
             pool,
             node: name.to_string(),
@@ -328,7 +328,7 @@ impl Controller {
                 );
                 // Clean up whatever the program left behind.
                 self.delete_fleet_node(&cfg, &node, "its creation failed", now);
-                self.dirty = true;
+                self.out.reschedule();
             }
             (ProvisionOp::Delete, Ok(())) => {
                 self.fleet.nodes.remove(&node);
@@ -337,10 +337,10 @@ impl Controller {
                     let _ = self.snap.set_node_state(id, NodeState::Down);
                     self.links.remove(&id);
                 }
-                self.writes.push(Write::DeleteNode(node.clone()));
+                self.out.write(Write::DeleteNode(node.clone()));
                 self.event(now, None, "node_deleted", format!("node {node} of pool {} deleted", n.pool));
                 self.save_fleet();
-                self.dirty = true;
+                self.out.reschedule();
             }
             (ProvisionOp::Delete, Err(e)) => {
                 self.event(

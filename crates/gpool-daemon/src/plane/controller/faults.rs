@@ -298,7 +298,7 @@ impl Controller {
     pub(super) fn apply_quarantine(&mut self, node: NodeId) {
         let Some(name) = self.snap.node(node).map(|n| n.name.to_string()) else { return };
         if self.snap.set_quarantined_gpus(node, &self.faults.on_node(&name)).is_ok() {
-            self.dirty = true;
+            self.out.reschedule();
         }
     }
 
@@ -315,7 +315,7 @@ impl Controller {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .chain([("gpu".to_string(), gpu.to_string()), ("subject".to_string(), format!("{node}/{gpu}"))])
             .collect();
-        self.notices.push(Notice {
+        self.out.notices.push(Notice {
             status: if firing { "firing" } else { "resolved" }.into(),
             labels,
             annotations: [("summary".to_string(), summary)].into_iter().collect(),
@@ -325,7 +325,7 @@ impl Controller {
     }
 
     fn keep_quarantines(&mut self, now: i64) {
-        self.writes.push(Write::PutMeta(QUARANTINE_KEY.into(), self.faults.kept(now)));
+        self.out.write(Write::PutMeta(QUARANTINE_KEY.into(), self.faults.kept(now)));
     }
 
     /// Quarantines the last control plane kept, on the nodes it knows.

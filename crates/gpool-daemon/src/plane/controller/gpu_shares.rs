@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 
 use gpool_api as api;
-use gpool_core::GpuSharing;
+use gpool_core::{GpuSharing, Snapshot};
 
-use super::Controller;
-use super::docs::Stop;
+use super::acts::Acts;
+use super::docs::{JobDoc, Stop};
 use crate::protocol::NodeReport;
 
 /// What a replica holding `share` of a GPU on a node in `mode` is told, as
@@ -47,36 +47,35 @@ fn memory_by_job(r: &NodeReport) -> BTreeMap<(u64, u32), u64> {
     used
 }
 
-impl Controller {
-    /// Stops each job on a time-sliced GPU of this node whose processes use
-    /// more GPU memory than its share.
-    pub(super) fn enforce_gpu_shares(&mut self, r: &NodeReport, now: i64) {
-        let Some(node) = self.snap.node_id(&r.node) else { return };
-        if self.snap.node(node).map(|n| n.sharing) != Some(GpuSharing::TimeSlicing) {
-            return;
-        }
-        for ((job, gpu), used_mb) in memory_by_job(r) {
-            let Some(run) = self.jobs.get(&job).and_then(|d| d.run.as_ref()) else { continue };
-            if run.stop.is_some() {
-                continue;
-            }
-            let over = run.replicas.iter().find_map(|x| {
-                let share = x.gpu_share?;
-                (x.node == r.node && x.gpus == [gpu] && used_mb > share.memory_mb).then_some(share.memory_mb)
-            });
-            let Some(limit_mb) = over else { continue };
-            self.stop_run(job, Stop::GpuMemory { gpu, used_mb, limit_mb }, now);
-            self.event(
-                now,
-                Some(job),
-                "gpu_memory_exceeded",
-                format!(
-                    "job {job} used {used_mb} MiB of GPU {gpu} on {}, over its share of {limit_mb} MiB; stop signal sent",
-                    r.node
-                ),
-            );
-        }
+/// Stops each job on a time-sliced GPU of this node whose processes use
+/// more GPU memory than its share.
+pub(super) fn enforce_gpu_shares(r: &NodeReport, snap: &Snapshot, jobs: &BTreeMap<u64, JobDoc>) -> Acts {
+    let mut acts = Acts::default();
+    let Some(node) = snap.node_id(&r.node) else { return acts };
+    if snap.node(node).map(|n| n.sharing) != Some(GpuSharing::TimeSlicing) {
+        return acts;
     }
+    for ((job, gpu), used_mb) in memory_by_job(r) {
+        let Some(run) = jobs.get(&job).and_then(|d| d.run.as_ref()) else { continue };
+        if run.stop.is_some() {
+            continue;
+        }
+        let over = run.replicas.iter().find_map(|x| {
+            let share = x.gpu_share?;
+            (x.node == r.node && x.gpus == [gpu] && used_mb > share.memory_mb).then_some(share.memory_mb)
+        });
+        let Some(limit_mb) = over else { continue };
+        acts.stop(job, Stop::GpuMemory { gpu, used_mb, limit_mb });
+        acts.event(
+            Some(job),
+            "gpu_memory_exceeded",
+            format!(
+                "job {job} used {used_mb} MiB of GPU {gpu} on {}, over its share of {limit_mb} MiB; stop signal sent",
+                r.node
+            ),
+        );
+    }
+    acts
 }
 
 #[cfg(test)]

@@ -43,8 +43,8 @@ impl Controller {
         let Some(d) = self.jobs.get_mut(&id) else { return Err(ApiError::new(404, format!("job {id} not found"))) };
         d.held_by = hold.then(|| caller.user.clone());
         let view_doc = d.clone();
-        self.touched.insert(id);
-        self.dirty = true;
+        self.out.touch(id);
+        self.out.reschedule();
         let (kind, said) = if hold {
             ("held", format!("job {id} held by {}", caller.user))
         } else {

@@ -68,7 +68,7 @@ impl Controller {
         let registry_auth = self
             .jobs
             .get(&id)
-            .and_then(|d| d.spec.image.as_deref().and_then(|i| self.registry_auth(&d.user, i)))
+            .and_then(|d| d.spec.image.as_deref().and_then(|i| self.registries.auth(&d.user, i)))
             .map(crate::protocol::Secret);
         let Some(doc) = self.jobs.get_mut(&id) else { return };
         self.allocations += 1;
@@ -212,7 +212,7 @@ impl Controller {
         if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
             self.timers.insert((now + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt }));
         }
-        self.touched.insert(id);
+        self.out.touch(id);
         let devices = doc
             .run
             .as_ref()

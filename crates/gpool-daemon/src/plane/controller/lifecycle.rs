@@ -27,7 +27,7 @@ impl Controller {
                 ),
             };
             doc.late = Some(text.clone());
-            self.touched.insert(id.0);
+            self.out.touch(id.0);
             self.event(now, Some(id.0), "deadline_at_risk", format!("job {id}: {text}"));
         }
     }
@@ -96,7 +96,7 @@ impl Controller {
         for (node, order) in signals {
             self.order(node, order);
         }
-        self.touched.insert(id);
+        self.out.touch(id);
     }
 
     pub(super) fn on_replica_end(&mut self, key: ReplicaKey, exit: Option<ExitRecord>, lost: Option<String>, now: i64) {
@@ -127,7 +127,7 @@ impl Controller {
             // lost, not because the job failed: it goes back to the queue.
             run.stop = Some(Stop::Lost);
         }
-        self.touched.insert(key.job);
+        self.out.touch(key.job);
         if let Some(why) = &lost {
             self.event(now, Some(key.job), "lost", format!("job {} rank {} lost: {why}", key.job, key.rank));
         }
@@ -292,11 +292,11 @@ impl Controller {
                 if not_before > now {
                     self.timers.insert((not_before, Timer::Wake));
                 }
-                self.touched.insert(id);
+                self.out.touch(id);
                 self.event(now, Some(id), "requeued", format!("job {id}: {reason}"));
             }
         }
-        self.dirty = true;
+        self.out.reschedule();
     }
 
     /// Moves a job to a terminal state and out of the active set.
@@ -312,8 +312,8 @@ impl Controller {
         doc.ended_ms = Some(now);
         doc.end_reason = Some(reason.clone());
         self.ledger_add(&doc);
-        self.touched.remove(&id);
-        self.writes.push(put_job(&doc));
+        self.out.touched.remove(&id);
+        self.out.write(put_job(&doc));
         let said = format!("job {id} {}: {reason}", state.as_str());
         self.event_of(now, Some(id), Some(doc.user.clone()), state.as_str(), said);
         Some(doc)
@@ -328,9 +328,9 @@ impl Controller {
             d.restarts += 1;
             d.end_reason = Some(format!("requeued: {why}"));
         }
-        self.touched.insert(id);
+        self.out.touch(id);
         self.event(now, Some(id), "requeued", format!("job {id} requeued: {why}"));
-        self.dirty = true;
+        self.out.reschedule();
     }
 
     /// Pending jobs the pass found can never start (a job they depend on
@@ -348,7 +348,7 @@ impl Controller {
         for (id, why) in never {
             if self.snap.remove_pending(JobId(id), false).is_ok() {
                 self.finish_terminal(id, api::JobState::Failed, why, now);
-                self.dirty = true;
+                self.out.reschedule();
             }
         }
     }

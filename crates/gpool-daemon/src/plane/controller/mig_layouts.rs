@@ -151,10 +151,10 @@ impl Controller {
         if let (Some(gpus), Some(link)) = (o.gpus, self.links.get_mut(&node)) {
             link.doc.gpus = gpus;
             let row = super::node_doc::node_row(&link.doc, now);
-            self.writes.push(row);
+            self.out.write(row);
         }
         let _ = self.snap.hold_mig_gpu(node, o.gpu, false);
-        self.dirty = true;
+        self.out.reschedule();
         let why = match (o.error, taken) {
             (None, Some((Ok(()), shown))) => {
                 self.mig_changes.backoff.remove(&(n.clone(), o.gpu));

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use gpool_api as api;
 use gpool_core::{NodeId, Policy, QueueConfig, Snapshot, Time};
-use gpool_store::{EventRow, Store, StoreError, Write};
+use gpool_store::{Store, StoreError, Write};
 use rustix::process::Signal;
 
 use crate::plane::metrics::Histogram;
@@ -35,6 +35,7 @@ use crate::plane::webhook::Notice;
 use crate::protocol::{AgentReport, Launch, NodeInfo, ReplicaKey};
 use gpool_core::pricing::Prices;
 
+mod acts;
 mod budgets;
 mod calls;
 mod clock;
@@ -56,6 +57,7 @@ mod node_trust;
 mod nodes;
 mod observe;
 mod orders;
+mod outbox;
 mod overview;
 mod pipelines;
 mod power;
@@ -246,19 +248,11 @@ pub struct Controller {
     /// Live tokens by the SHA-256 of their secret (tokens.rs).
     tokens: HashMap<String, tokens::TokenEntry>,
     next_id: u64,
-    next_seq: u64,
     timers: BTreeSet<(i64, Timer)>,
-    // Per turn: what the next `Turn` carries.
-    writes: Vec<Write>,
-    touched: BTreeSet<u64>,
-    replies: Vec<Answer>,
-    local: Vec<LocalOrder>,
-    published: Vec<api::EventView>,
-    notices: Vec<Notice>,
-    provision: Vec<ProvisionOrder>,
+    /// What the next `Turn` carries (`outbox.rs`).
+    out: outbox::Outbox,
     /// Nodes the elastic pools made (`elastic.rs`).
     fleet: elastic::Fleet,
-    dirty: bool,
     /// MIG GPUs being laid out, and those left alone after a failed change (`mig_layouts.rs`).
     mig_changes: mig_layouts::MigChanges,
     shutdown: bool,
@@ -283,7 +277,7 @@ pub struct Controller {
     /// This month's spend and the alerts sent (`budgets.rs`).
     budget: budgets::BudgetState,
     /// GPUs of each job the idle rule fires on (`idle.rs`).
-    idle_gpus: BTreeMap<u64, BTreeSet<String>>,
+    idle_gpus: idle::IdleGpus,
     /// Inference services (`services.rs`).
     services: services::Services,
     /// Users' logins to image registries (`registries.rs`).
@@ -293,7 +287,7 @@ pub struct Controller {
     /// Jobs pulling their image, by node, as the nodes last reported (`observe.rs`).
     pulling: BTreeMap<u64, (String, String)>,
     /// (job, node) pairs whose image was ordered pulled ahead (`prefetch.rs`).
-    prefetched: BTreeSet<(u64, NodeId)>,
+    prefetched: prefetch::Prefetched,
     /// Profiles under way (`profiles.rs`).
     profiling: profiles::Profiling,
     /// Run times of recent successes, for jobs submitted without an estimate (`history.rs`).
@@ -338,17 +332,9 @@ impl Controller {
             default_reason: None,
             tokens,
             next_id,
-            next_seq,
             timers: BTreeSet::new(),
-            writes: Vec::new(),
-            touched: BTreeSet::new(),
-            replies: Vec::new(),
-            local: Vec::new(),
-            published: Vec::new(),
-            notices: Vec::new(),
-            provision: Vec::new(),
+            out: outbox::Outbox::new(next_seq),
             fleet: elastic::Fleet::default(),
-            dirty: true,
             mig_changes: mig_layouts::MigChanges::default(),
             shutdown: false,
             state_disk_full: false,
@@ -363,13 +349,13 @@ impl Controller {
             waste_done: BTreeMap::new(),
             usage_ledger: Default::default(),
             budget: budgets::BudgetState::default(),
-            idle_gpus: BTreeMap::new(),
+            idle_gpus: idle::IdleGpus::default(),
             services: services::Services::default(),
-            registries: registries::Logins::new(),
+            registries: registries::Logins::default(),
             power: power::Power::default(),
             schedules: schedules::Schedules::new(),
             pulling: BTreeMap::new(),
-            prefetched: BTreeSet::new(),
+            prefetched: prefetch::Prefetched::default(),
             profiling: profiles::Profiling::default(),
             history: gpool_core::runtime_history::RuntimeHistory::new(Default::default()),
             faults: faults::GpuFaults::new(fault_timing),
@@ -395,10 +381,10 @@ impl Controller {
         c.restore_usage_ledger()?;
         c.restore_budgets(now);
         c.restore_services()?;
-        c.restore_registries()?;
+        c.registries = registries::Logins::restore(c.store.as_mut())?;
         c.restore_schedules()?;
         c.restore_power()?;
-        c.restore_degraded()?;
+        health::restore_degraded(c.store.as_mut(), &mut c.telemetry, &mut c.snap)?;
         c.restore_quarantines()?;
         // The overload gate's count goes on where the last control plane left it.
         let since = c.store.meta(OVERLOAD_KEY)?.and_then(|t| t.parse().ok()).map(Time::from_millis);
@@ -418,7 +404,7 @@ impl Controller {
         self.fire_timers(now);
         self.fire_schedules(now);
         self.reconcile_services(now);
-        if self.dirty {
+        if self.out.dirty {
             // Passes take at most half of the controller's time: after a
             // pass of P ms, the next waits P ms, and the requests and
             // reports of that time are answered in between. A pass of a
@@ -440,7 +426,7 @@ impl Controller {
     /// The controller's clock reading.
     /// Drops writes no turn will commit (the store is away: `Shell::answer_reads`).
     pub fn forget_writes(&mut self) {
-        self.writes.clear();
+        self.out.writes.clear();
     }
 
     pub fn now_ms(&self) -> i64 {
@@ -468,20 +454,12 @@ impl Controller {
     /// Packs what this turn produced.
     fn take_turn(&mut self) -> Turn {
         let routes = self.take_service_changes();
-        for id in std::mem::take(&mut self.touched) {
+        for id in std::mem::take(&mut self.out.touched) {
             if let Some(d) = self.jobs.get(&id) {
-                self.writes.push(docs::put_job(d));
+                self.out.write(docs::put_job(d));
             }
         }
-        Turn {
-            writes: std::mem::take(&mut self.writes),
-            answers: std::mem::take(&mut self.replies),
-            local: std::mem::take(&mut self.local),
-            published: std::mem::take(&mut self.published),
-            notices: std::mem::take(&mut self.notices),
-            provision: std::mem::take(&mut self.provision),
-            routes,
-        }
+        self.out.take(routes)
     }
 
     fn handle(&mut self, e: Event, now: i64) {
@@ -499,14 +477,14 @@ impl Controller {
             Event::Proxy(r) => self.on_proxy(r, now),
             Event::Open(Open::Metrics { reply }) => {
                 let scrape = self.scrape(now);
-                self.replies.push(Answer::open(reply, scrape));
+                self.out.replies.push(Answer::open(reply, scrape));
             }
             Event::Shutdown => self.shutdown = true,
         }
     }
 
     fn reply<T: Send + 'static>(&mut self, tx: Reply<T>, v: Result<T, ApiError>) {
-        self.replies.push(Answer::new(tx, v));
+        self.out.reply(tx, v);
     }
 
     fn event(&mut self, now: i64, job: Option<u64>, kind: &str, message: String) {
@@ -517,24 +495,27 @@ impl Controller {
     /// An event of a job whose document is not among the live ones (being
     /// submitted, or just ended): its owner is given, so that the owner's
     /// own event stream shows it.
+    /// Carries out what a room asked of state it does not own, in order (`acts.rs`).
+    fn act(&mut self, acts: acts::Acts, now: i64) {
+        for a in acts.0 {
+            match a {
+                acts::Act::Event { job, kind, message } => self.event(now, job, kind, message),
+                acts::Act::Stop { job, why } => self.stop_run(job, why, now),
+                acts::Act::Order { node, order } => self.order(node, order),
+                acts::Act::NodeState(node) => self.apply_node_state(node),
+            }
+        }
+    }
+
     fn event_of(&mut self, now: i64, job: Option<u64>, user: Option<String>, kind: &str, message: String) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.writes.push(Write::AppendEvent(EventRow {
-            seq,
-            at_ms: now,
-            job,
-            kind: kind.into(),
-            message: message.clone(),
-        }));
-        self.published.push(api::EventView { seq, at: api::time::rfc3339(now), job, user, kind: kind.into(), message });
+        self.out.event_of(now, job, user, kind, message);
     }
 
     // ----- scheduling -----
 
     fn schedule(&mut self, now: i64) {
         self.check_budgets(now);
-        self.dirty = false;
+        self.out.dirty = false;
         let t0 = self.clock.monotonic();
         let mut plan = gpool_core::schedule(&self.snap, Time::from_millis(now));
         let took = self.clock.monotonic().saturating_sub(t0);
@@ -557,10 +538,11 @@ impl Controller {
         }
         if plan.overloaded_since != self.snap.overloaded_since() {
             let since = plan.overloaded_since.map_or_else(String::new, |t| t.as_millis().to_string());
-            self.writes.push(Write::PutMeta(OVERLOAD_KEY.into(), since));
+            self.out.write(Write::PutMeta(OVERLOAD_KEY.into(), since));
         }
         self.snap.carry_over(&plan);
-        self.prefetch_images(&plan);
+        let acts = self.prefetched.on_plan(&plan, &self.jobs, &self.registries);
+        self.act(acts, now);
         self.fail_never_startable(&plan, now);
         self.plan_mig_layouts(now);
         self.autoscale(&plan, now);

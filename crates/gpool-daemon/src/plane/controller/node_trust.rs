@@ -87,6 +87,6 @@ impl Controller {
             format!("node {name} is cut off ({why}); its jobs are requeued once its lease runs out"),
         );
         self.timers.insert((deadline, Timer::Lease { node: id.0 }));
-        self.dirty = true;
+        self.out.reschedule();
     }
 }

@@ -139,9 +139,9 @@ impl Controller {
         self.apply_mig_managed(id, &doc.mig_managed);
         self.apply_quarantine(id);
         self.forget_mig_changes(id, &doc.name);
-        self.writes.push(node_row(&doc, now));
+        self.out.write(node_row(&doc, now));
         self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });
-        self.dirty = true;
+        self.out.reschedule();
         Ok(id)
     }
 
@@ -366,7 +366,7 @@ impl Controller {
             r.parked = Some((r.park_id, reply));
             Some(r.park_id)
         } else {
-            self.replies.push(Answer::new(reply, Ok(wire::Commands { commands: ready })));
+            self.out.replies.push(Answer::new(reply, Ok(wire::Commands { commands: ready })));
             None
         };
         if let Some((_, o)) = old {
@@ -395,7 +395,7 @@ impl Controller {
         r.outbox.push_back(wire::Sequenced { seq, command });
         if let Some((_, reply)) = r.parked.take() {
             let ready: Vec<wire::Sequenced> = r.outbox.iter().cloned().collect();
-            self.replies.push(Answer::new(reply, Ok(wire::Commands { commands: ready })));
+            self.out.replies.push(Answer::new(reply, Ok(wire::Commands { commands: ready })));
         }
     }
 
@@ -466,7 +466,7 @@ impl Controller {
         let Some(run) = doc.run.as_mut().filter(|r| r.attempt == key.attempt) else { return };
         if let Some(r) = run.replicas.iter_mut().find(|r| r.rank == key.rank && !r.seen) {
             r.seen = true;
-            self.touched.insert(key.job);
+            self.out.touch(key.job);
         }
     }
 
@@ -539,7 +539,7 @@ impl Controller {
         for key in lost {
             self.on_replica_end(key, None, Some(format!("node {name} is down")), now);
         }
-        self.dirty = true;
+        self.out.reschedule();
     }
 
     /// `POST /api/v1/nodes/{name}/drain|resume` (admins).
@@ -559,7 +559,7 @@ impl Controller {
         link.doc.draining = draining;
         let doc = link.doc.clone();
         self.apply_node_state(id);
-        self.writes.push(node_row(&doc, now));
+        self.out.write(node_row(&doc, now));
         let what = if draining {
             "draining: running jobs finish, nothing new starts there"
         } else {
@@ -572,7 +572,7 @@ impl Controller {
             format!("node {name} {what} (by {})", caller.user),
         );
         self.audit(caller, from, &format!("{} node {name}", if draining { "drained" } else { "resumed" }), now);
-        self.dirty = true;
+        self.out.reschedule();
         self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
     }
 }

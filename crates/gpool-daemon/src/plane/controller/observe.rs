@@ -112,7 +112,8 @@ impl Controller {
             return;
         }
         self.set_conditions(node, r.conditions.clone(), now);
-        self.enforce_gpu_shares(&r, now);
+        let acts = super::gpu_shares::enforce_gpu_shares(&r, &self.snap, &self.jobs);
+        self.act(acts, now);
         if let Some(outcome) = r.mig.clone() {
             self.on_mig_outcome(node, outcome, now);
         }
@@ -138,18 +139,20 @@ impl Controller {
         let (name, at_ms) = (r.node.clone(), r.at_ms);
         let out = self.telemetry.on_report(r, &holders);
         self.watch_power(&name, at_ms, now);
-        self.on_heat(node, &name, &out.heat, now);
-        self.on_stragglers(&out.stragglers, now);
+        super::health::on_heat(node, &name, &out.heat, &self.telemetry, &mut self.snap, &mut self.out, now);
+        let acts = super::health::on_stragglers(&out.stragglers, &self.jobs, &mut self.snap);
+        self.act(acts, now);
         // A full state disk keeps the readings in memory only (conditions.rs).
         if !out.rows.is_empty() && !self.state_disk_full {
-            self.writes.push(Write::AppendSamples(out.rows));
+            self.out.write(Write::AppendSamples(out.rows));
         }
         self.publish_alerts(out.transitions, now);
     }
 
     /// Alert transitions become events (`alert_firing`, `alert_resolved`) and webhook notices.
     pub(super) fn publish_alerts(&mut self, transitions: Vec<gpool_core::alert::Transition>, now: i64) {
-        self.idle_policy(&transitions, now);
+        let acts = self.idle_gpus.on_transitions(&transitions, &self.snap, &self.jobs);
+        self.act(acts, now);
         for t in transitions {
             let job = t.labels.iter().find(|(k, _)| k == "job_id").and_then(|(_, v)| v.parse().ok());
             let kind = if t.firing { "alert_firing" } else { "alert_resolved" };
@@ -158,7 +161,7 @@ impl Controller {
             labels.insert("alertname".into(), t.rule.clone());
             labels.insert("severity".into(), t.severity.as_str().into());
             labels.insert("subject".into(), t.subject.clone());
-            self.notices.push(Notice {
+            self.out.notices.push(Notice {
                 status: if t.firing { "firing" } else { "resolved" }.into(),
                 labels,
                 annotations: [("summary".to_string(), t.summary.clone())].into_iter().collect(),
@@ -227,11 +230,11 @@ impl Controller {
         // advised after it ends (its minute rows are too few).
         if let Some(series) = self.telemetry.job_usage(id).filter(|u| u.devices.iter().any(|d| !d.points.is_empty())) {
             let key = crate::plane::usage_rows::final_series_key(id);
-            self.writes.push(Write::PutMeta(key, crate::plane::usage_rows::encode_final_series(&series)));
+            self.out.write(Write::PutMeta(key, crate::plane::usage_rows::encode_final_series(&series)));
         }
         let (rows, summary, mut transitions) = self.telemetry.end_job(id);
         if !rows.is_empty() {
-            self.writes.push(Write::AppendSamples(rows));
+            self.out.write(Write::AppendSamples(rows));
         }
         // The GPUs it held (whole, or the parents of its MIG instances).
         let held: Vec<(String, u32)> = self

@@ -13,7 +13,7 @@ impl Controller {
     pub(super) fn order(&mut self, node: NodeId, order: Order) {
         let Some(link) = self.links.get(&node) else { return };
         if link.is_local() {
-            self.local.push(match order {
+            self.out.local.push(match order {
                 Order::Start { key, launch, devices } => LocalOrder::Start { key, launch, devices },
                 Order::Signal { key, signal } => LocalOrder::Signal { key, signal },
                 Order::MigLayout { gpu, layout } => LocalOrder::MigLayout { gpu, layout },

@@ -62,7 +62,7 @@ impl Controller {
             return;
         }
         if self.snap.set_node_power(id, Some(learned)).is_ok() {
-            self.dirty = true;
+            self.out.reschedule();
         }
     }
 
@@ -81,7 +81,7 @@ impl Controller {
             self.cfg.power_budgets.push(PowerBudget { scope, watts });
         }
         self.snap.set_power_budgets(self.budgets_in_force());
-        self.dirty = true;
+        self.out.reschedule();
     }
 
     /// The budgets in force: the configuration's, with those set live in their place.
@@ -116,9 +116,9 @@ impl Controller {
         self.power.live.push(LiveBudget { scope: req.scope.clone(), target: req.target.clone(), watts: req.watts });
         self.snap.set_power_budgets(self.budgets_in_force());
         if let Ok(text) = serde_json::to_string(&self.power.live) {
-            self.writes.push(Write::PutMeta(META_KEY.into(), text));
+            self.out.write(Write::PutMeta(META_KEY.into(), text));
         }
-        self.dirty = true;
+        self.out.reschedule();
         self.audit(caller, from, &format!("set the power budget of {scope} to {} W", req.watts), now);
         Ok(self.power_views())
     }

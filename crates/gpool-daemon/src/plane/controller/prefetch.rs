@@ -3,30 +3,34 @@
 //! pulled there meanwhile, with its owner's registry login, so that it
 //! starts the moment the GPUs are free. Each (job, node) is ordered once.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpool_core::{NodeId, Plan};
 
-use super::{Controller, Order};
+use super::Order;
+use super::acts::Acts;
+use super::docs::JobDoc;
+use super::registries::Logins;
 
-impl Controller {
-    pub(super) fn prefetch_images(&mut self, plan: &Plan) {
-        let mut orders = Vec::new();
+/// The (job, node) pairs whose image was ordered pulled ahead.
+#[derive(Debug, Default)]
+pub(super) struct Prefetched(BTreeSet<(u64, NodeId)>);
+
+impl Prefetched {
+    pub(super) fn on_plan(&mut self, plan: &Plan, jobs: &BTreeMap<u64, JobDoc>, logins: &Logins) -> Acts {
+        let mut acts = Acts::default();
         for (job, placement) in &plan.nominated {
-            let Some(doc) = self.jobs.get(&job.0) else { continue };
+            let Some(doc) = jobs.get(&job.0) else { continue };
             let Some(image) = doc.spec.image.clone() else { continue };
-            let auth = self.registry_auth(&doc.user, &image).map(crate::protocol::Secret);
+            let auth = logins.auth(&doc.user, &image).map(crate::protocol::Secret);
             let nodes: BTreeSet<NodeId> = placement.iter().map(|r| r.node).collect();
             for node in nodes {
-                if self.prefetched.insert((job.0, node)) {
-                    orders.push((node, Order::Prefetch { image: image.clone(), registry_auth: auth.clone() }));
+                if self.0.insert((job.0, node)) {
+                    acts.order(node, Order::Prefetch { image: image.clone(), registry_auth: auth.clone() });
                 }
             }
         }
-        for (node, order) in orders {
-            self.order(node, order);
-        }
-        let jobs = &self.jobs;
-        self.prefetched.retain(|(j, _)| jobs.get(j).is_some_and(|d| d.state == gpool_api::JobState::Pending));
+        self.0.retain(|(j, _)| jobs.get(j).is_some_and(|d| d.state == gpool_api::JobState::Pending));
+        acts
     }
 }

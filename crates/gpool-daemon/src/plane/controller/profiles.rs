@@ -179,7 +179,7 @@ impl Controller {
         }
         let view = p.profile.view();
         match serde_json::to_string(&p.profile) {
-            Ok(text) => self.writes.push(Write::PutMeta(profile_doc::key(job), text)),
+            Ok(text) => self.out.write(Write::PutMeta(profile_doc::key(job), text)),
             Err(e) => tracing::warn!("cannot keep job {job}'s profile: {e}"),
         }
         self.event(

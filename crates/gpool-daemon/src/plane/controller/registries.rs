@@ -10,10 +10,11 @@
 use std::collections::BTreeMap;
 
 use gpool_api as api;
-use gpool_store::Write;
+use gpool_store::{Store, Write};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiError, Controller};
+use super::ApiError;
+use super::outbox::Outbox;
 use crate::plane::auth::Caller;
 
 /// One login.
@@ -23,8 +24,9 @@ pub(super) struct Login {
     pub password: String,
 }
 
-/// Every user's logins: user → registry host → login.
-pub(super) type Logins = BTreeMap<String, BTreeMap<String, Login>>;
+/// Every user's logins: user → registry host → login (kept in the store as this map).
+#[derive(Debug, Default)]
+pub(super) struct Logins(BTreeMap<String, BTreeMap<String, Login>>);
 
 /// The registry an image reference is pulled from (Docker's rules: the
 /// first component when it has a `.` or `:` or is `localhost`, else Docker Hub).
@@ -73,12 +75,13 @@ fn auth_file(registry: &str, login: &Login) -> String {
     serde_json::json!({ "auths": { registry: { "auth": auth } } }).to_string()
 }
 
-impl Controller {
-    pub(super) fn registry_login(
+impl Logins {
+    pub(super) fn login(
         &mut self,
         caller: &Caller,
         registry: &str,
         req: api::RegistryLogin,
+        out: &mut Outbox,
         now: i64,
     ) -> Result<api::RegistryView, ApiError> {
         let registry = normalise(registry)?;
@@ -89,9 +92,9 @@ impl Controller {
             return Err(ApiError::new(400, "username or password holds a control character"));
         }
         let login = Login { username: req.username.clone(), password: req.password };
-        self.registries.entry(caller.user.clone()).or_default().insert(registry.clone(), login);
-        self.persist_registries();
-        self.event_of(
+        self.0.entry(caller.user.clone()).or_default().insert(registry.clone(), login);
+        self.persist(out);
+        out.event_of(
             now,
             None,
             Some(caller.user.clone()),
@@ -101,19 +104,24 @@ impl Controller {
         Ok(api::RegistryView { registry, username: req.username })
     }
 
-    pub(super) fn registry_logout(&mut self, caller: &Caller, registry: &str) -> Result<api::RegistryView, ApiError> {
+    pub(super) fn logout(
+        &mut self,
+        caller: &Caller,
+        registry: &str,
+        out: &mut Outbox,
+    ) -> Result<api::RegistryView, ApiError> {
         let registry = normalise(registry)?;
-        let removed = self.registries.get_mut(&caller.user).and_then(|m| m.remove(&registry));
+        let removed = self.0.get_mut(&caller.user).and_then(|m| m.remove(&registry));
         let Some(login) = removed else {
             return Err(ApiError::new(404, format!("you have no login to {registry}")));
         };
-        self.persist_registries();
+        self.persist(out);
         Ok(api::RegistryView { registry, username: login.username })
     }
 
     /// The caller's own logins: registries and user names, never passwords.
-    pub(super) fn registry_views(&self, caller: &Caller) -> Vec<api::RegistryView> {
-        self.registries
+    pub(super) fn views(&self, caller: &Caller) -> Vec<api::RegistryView> {
+        self.0
             .get(&caller.user)
             .map(|m| {
                 m.iter().map(|(r, l)| api::RegistryView { registry: r.clone(), username: l.username.clone() }).collect()
@@ -122,23 +130,23 @@ impl Controller {
     }
 
     /// The auth file a job of `user` in `image` starts with, if the user logged in to its registry.
-    pub(super) fn registry_auth(&self, user: &str, image: &str) -> Option<String> {
+    pub(super) fn auth(&self, user: &str, image: &str) -> Option<String> {
         let registry = registry_of(image);
-        let login = self.registries.get(user)?.get(&registry)?;
+        let login = self.0.get(user)?.get(&registry)?;
         Some(auth_file(&registry, login))
     }
 
-    fn persist_registries(&mut self) {
-        if let Ok(text) = serde_json::to_string(&self.registries) {
-            self.writes.push(Write::PutMeta("registries".into(), text));
+    fn persist(&self, out: &mut Outbox) {
+        if let Ok(text) = serde_json::to_string(&self.0) {
+            out.write(Write::PutMeta("registries".into(), text));
         }
     }
 
-    pub(super) fn restore_registries(&mut self) -> anyhow::Result<()> {
-        if let Some(text) = self.store.meta("registries")? {
-            self.registries = serde_json::from_str(&text)?;
+    pub(super) fn restore(store: &mut dyn Store) -> anyhow::Result<Logins> {
+        match store.meta("registries")? {
+            Some(text) => Ok(Logins(serde_json::from_str(&text)?)),
+            None => Ok(Logins::default()),
         }
-        Ok(())
     }
 }
 

@@ -27,23 +27,23 @@ impl Controller {
         let (views, rest): (Vec<_>, Vec<_>) = std::mem::take(batch).into_iter().partition(is_view);
         *batch = rest;
         // Answers of the turn under way are the shell's already: these are only the views'.
-        let before = self.replies.len();
+        let before = self.out.replies.len();
         for e in views {
             if let super::Event::Api { who, call } = e {
                 self.api(&who, call, now);
             }
         }
-        self.replies.split_off(before)
+        self.out.replies.split_off(before)
     }
 
     /// Identifies the caller, checks its access and carries the call out.
     pub(super) fn api(&mut self, who: &Credential, call: Call, now: i64) {
         let caller = match self.identify(who, now) {
             Ok(c) => c,
-            Err(err) => return self.replies.push(call.refuse(err)),
+            Err(err) => return self.out.replies.push(call.refuse(err)),
         };
         if let Err(err) = call.access().check(caller.role) {
-            return self.replies.push(call.refuse(err));
+            return self.out.replies.push(call.refuse(err));
         }
         match call {
             Call::Notice { node, within_ms, from, reply } => {
@@ -120,15 +120,15 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::RegistryLogin { registry, req, reply } => {
-                let r = self.registry_login(&caller, &registry, req, now);
+                let r = self.registries.login(&caller, &registry, req, &mut self.out, now);
                 self.reply(reply, r);
             }
             Call::RegistryLogout { registry, reply } => {
-                let r = self.registry_logout(&caller, &registry);
+                let r = self.registries.logout(&caller, &registry, &mut self.out);
                 self.reply(reply, r);
             }
             Call::Registries { reply } => {
-                let r = Ok(self.registry_views(&caller));
+                let r = Ok(self.registries.views(&caller));
                 self.reply(reply, r);
             }
             Call::ApplyService { name, spec, reply } => {
@@ -427,7 +427,7 @@ impl Controller {
             let said = format!("job {id} ({}) submitted by {}", doc.name, doc.user);
             self.event_of(now, Some(id), Some(doc.user.clone()), "submitted", said);
             self.jobs.insert(id, doc);
-            self.touched.insert(id);
+            self.out.touch(id);
             ids.push(id);
             if let Some((b, spent)) = over_hard {
                 let (_, next) = super::budgets::month_bounds(now);
@@ -443,7 +443,7 @@ impl Controller {
                 );
             }
         }
-        self.dirty = true;
+        self.out.reschedule();
         Ok(api::Submitted { ids })
     }
 
@@ -518,7 +518,7 @@ impl Controller {
                 let _ = self.snap.remove_pending(JobId(id), false);
                 let ended =
                     self.finish_terminal(id, api::JobState::Cancelled, format!("cancelled by {}", caller.user), now);
-                self.dirty = true;
+                self.out.reschedule();
                 // Its final document is not in the store until this turn commits.
                 if let Some(d) = ended {
                     return Ok(self.view(&d));

@@ -130,7 +130,7 @@ impl Controller {
                         let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
                         let Some(node) = self.snap.node_id(&r.node) else { continue };
                         match self.links.get(&node) {
-                            Some(l) if l.is_local() => self.local.push(LocalOrder::Abandon { key }),
+                            Some(l) if l.is_local() => self.out.local.push(LocalOrder::Abandon { key }),
                             Some(_) => self.push_command(node, api::agent::Command::Kill { replica: key.into() }),
                             None => {}
                         }
@@ -179,7 +179,7 @@ impl Controller {
                 let local = self.snap.node_id(&r.node).and_then(|n| self.links.get(&n)).is_some_and(|l| l.is_local());
                 if local {
                     let devices = self.device_uuids(r);
-                    self.local.push(LocalOrder::Reconcile { key, devices });
+                    self.out.local.push(LocalOrder::Reconcile { key, devices });
                 }
             }
         }

@@ -153,7 +153,7 @@ impl Controller {
             Some(k) if k.len() == 64 => k,
             _ => {
                 let k = new_key()?;
-                self.writes.push(gpool_store::Write::PutMeta(KEY_META.into(), k.clone()));
+                self.out.write(gpool_store::Write::PutMeta(KEY_META.into(), k.clone()));
                 k
             }
         };

@@ -292,7 +292,7 @@ impl Controller {
 
     fn persist_schedules(&mut self) {
         if let Ok(text) = serde_json::to_string(&self.schedules) {
-            self.writes.push(Write::PutMeta(META_KEY.into(), text));
+            self.out.write(Write::PutMeta(META_KEY.into(), text));
         }
     }
 

@@ -478,7 +478,7 @@ impl Controller {
         if state == api::JobState::Pending {
             let _ = self.snap.remove_pending(JobId(job), false);
             self.finish_terminal(job, api::JobState::Cancelled, format!("cancelled by {by}"), now);
-            self.dirty = true;
+            self.out.reschedule();
         } else {
             self.stop_run(job, Stop::Cancel { by }, now);
         }
@@ -500,7 +500,7 @@ impl Controller {
         if std::mem::take(&mut self.services.docs_changed) {
             let docs: Vec<&ServiceDoc> = self.services.by_name.values().map(|e| &e.doc).collect();
             if let Ok(text) = serde_json::to_string(&docs) {
-                self.writes.push(Write::PutMeta("services".into(), text));
+                self.out.write(Write::PutMeta("services".into(), text));
             }
             self.services.routes_changed = true;
         }

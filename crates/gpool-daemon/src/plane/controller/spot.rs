@@ -35,7 +35,7 @@ impl Controller {
         link.doc.draining = true;
         let doc = link.doc.clone();
         self.apply_node_state(id);
-        self.writes.push(super::node_doc::node_row(&doc, now));
+        self.out.write(super::node_doc::node_row(&doc, now));
         let jobs: Vec<u64> = self.snap.jobs_on(id).map(|j| j.0).collect();
         self.event(
             now,
@@ -60,7 +60,7 @@ impl Controller {
             );
         }
         self.audit(caller, from, &format!("gave node {name} a notice of {} s", within_ms / 1000), now);
-        self.dirty = true;
+        self.out.reschedule();
         self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
     }
 }

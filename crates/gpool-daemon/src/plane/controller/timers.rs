@@ -54,7 +54,7 @@ impl Controller {
             }
             self.timers.pop_first();
             match timer {
-                Timer::Wake => self.dirty = true,
+                Timer::Wake => self.out.dirty = true,
                 Timer::Unseen { job, attempt } => self.unseen_check(job, attempt, now),
                 Timer::Lease { node } => self.lease_check(node, now),
                 Timer::StartHold { node } => self.start_hold_check(node, now),

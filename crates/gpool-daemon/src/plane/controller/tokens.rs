@@ -101,7 +101,7 @@ impl Controller {
         if entry.last_used_ms.is_none_or(|t| now - t >= LAST_USED_RESOLUTION_MS) {
             entry.last_used_ms = Some(now);
             let row = entry.row(&hash);
-            self.writes.push(Write::PutToken(row));
+            self.out.write(Write::PutToken(row));
         }
         Ok(entry.caller.clone())
     }
@@ -158,7 +158,7 @@ impl Controller {
             expires_ms,
             last_used_ms: None,
         };
-        self.writes.push(Write::PutToken(entry.row(&hash)));
+        self.out.write(Write::PutToken(entry.row(&hash)));
         let id = token_id(&hash).to_string();
         self.tokens.insert(hash, entry);
         let until = expires_ms.map_or_else(|| "until revoked".to_string(), |at| format!("until {}", rfc3339(at)));
@@ -210,7 +210,7 @@ impl Controller {
         let Some(entry) = self.tokens.remove(&hash) else {
             return Err(ApiError::new(404, format!("no token {id}")));
         };
-        self.writes.push(Write::DeleteToken(hash.clone()));
+        self.out.write(Write::DeleteToken(hash.clone()));
         let view = entry.view(&hash);
         self.audit(caller, from, &format!("revoked token {} of {}", view.id, view.user), now);
         // A node's token revoked: the node is cut off now, not at its next request.
@@ -230,7 +230,7 @@ impl Controller {
             expires_ms: None,
             last_used_ms: None,
         };
-        self.writes.push(Write::PutToken(entry.row(&hash)));
+        self.out.write(Write::PutToken(entry.row(&hash)));
         self.tokens.insert(hash, entry);
         Ok(secret)
     }
@@ -245,7 +245,7 @@ impl Controller {
             .collect();
         for h in hashes {
             self.tokens.remove(&h);
-            self.writes.push(Write::DeleteToken(h));
+            self.out.write(Write::DeleteToken(h));
         }
     }
 

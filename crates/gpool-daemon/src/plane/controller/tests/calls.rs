@@ -300,10 +300,11 @@ fn views_are_answered_from_committed_state_before_their_batch_changes_anything()
         let mut batch = vec![Event::Api { who: ADMIN.into(), call }];
         let answers = h.ctl.answer_views(&mut batch);
         assert_eq!((answers.len(), batch.len()), (1, 0), "{name} answered at once");
-        let writes: Vec<_> = h.ctl.writes.iter().filter(|w| !matches!(w, gpool_store::Write::PutToken(_))).collect();
+        let writes: Vec<_> =
+            h.ctl.out.writes.iter().filter(|w| !matches!(w, gpool_store::Write::PutToken(_))).collect();
         assert!(writes.is_empty(), "{name} wrote {writes:?}");
-        assert!(h.ctl.published.is_empty() && h.ctl.local.is_empty() && h.ctl.touched.is_empty(), "{name}");
-        assert!(!h.ctl.dirty, "{name} asks for a pass");
+        assert!(h.ctl.out.published.is_empty() && h.ctl.out.local.is_empty() && h.ctl.out.touched.is_empty(), "{name}");
+        assert!(!h.ctl.out.dirty, "{name} asks for a pass");
     }
     // A call that changes something stays in the batch for the turn.
     let (reply, _) = tokio::sync::oneshot::channel();
