@@ -9,6 +9,7 @@ use gpool_core::NodeId;
 
 use super::Order;
 use super::docs::Stop;
+use crate::plane::auth::Caller;
 
 #[derive(Debug)]
 pub(super) enum Act {
@@ -43,4 +44,14 @@ impl Acts {
     pub(super) fn node_state(&mut self, node: NodeId) {
         self.0.push(Act::NodeState(node));
     }
+
+    /// What an operator did, in the audit trail (an `audit` event of the pool).
+    pub(super) fn audit(&mut self, caller: &Caller, from: &str, what: &str) {
+        self.event(None, "audit", audit_text(caller, from, what));
+    }
+}
+
+/// An audit event's text: who, as what role, from where, did what.
+pub(super) fn audit_text(caller: &Caller, from: &str, what: &str) -> String {
+    format!("{} ({}) from {from}: {what}", caller.user, caller.role.as_str())
 }

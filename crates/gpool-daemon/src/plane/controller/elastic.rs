@@ -246,7 +246,7 @@ impl Controller {
         let pool = &cfg.pools[pi];
         self.fleet.seq += 1;
         let name = format!("{}-{}", pool.name(), self.fleet.seq);
-        let token = match self.mint_node_token(&name, now) {
+        let token = match self.tokens.mint_node(&name, &mut self.out, now) {
             Ok(t) => t,
             Err(e) => {
                 self.event(now, None, "pool", format!("pool {}: cannot make a node token: {e}", pool.name()));
@@ -332,7 +332,7 @@ impl Controller {
             }
             (ProvisionOp::Delete, Ok(())) => {
                 self.fleet.nodes.remove(&node);
-                self.revoke_node_tokens(&node, now);
+                self.tokens.revoke_node(&node, &mut self.out);
                 if let Some(id) = self.snap.node_id(&node) {
                     let _ = self.snap.set_node_state(id, NodeState::Down);
                     self.links.remove(&id);

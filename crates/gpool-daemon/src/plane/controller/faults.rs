@@ -412,7 +412,7 @@ impl Controller {
             gpool_gpu::InjectedFault::Gone => "the GPU gone from the bus".into(),
         };
         self.order(node, Order::InjectFault { gpu, fault: Some(fault) });
-        self.audit(caller, from, &format!("injected {what} into GPU {gpu} of node {name}"), now);
+        self.out.audit(caller, from, &format!("injected {what} into GPU {gpu} of node {name}"), now);
         self.node_view(name)
     }
 
@@ -435,7 +435,7 @@ impl Controller {
             self.order(node, Order::InjectFault { gpu, fault: None });
         }
         self.back_in_service(node, &key, &format!("restored by {}", caller.user), now);
-        self.audit(caller, from, &format!("restored GPU {gpu} of node {name}"), now);
+        self.out.audit(caller, from, &format!("restored GPU {gpu} of node {name}"), now);
         self.keep_quarantines(now);
         self.node_view(name)
     }
@@ -455,10 +455,6 @@ impl Controller {
             ));
         }
         Ok(node)
-    }
-
-    fn node_view(&self, name: &str) -> Result<api::NodeView, ApiError> {
-        self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
     }
 }
 

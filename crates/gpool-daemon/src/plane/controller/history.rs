@@ -11,12 +11,11 @@
 //! the store, so the start-up cost is bounded however long the store's history.
 
 use gpool_api as api;
-use gpool_core::power_history::DrawKey;
-use gpool_core::runtime_history::{Learned, RunKey};
-use gpool_core::{JobId, JobSpec, Time};
-use gpool_store::JobQuery;
+use gpool_core::power_history::{DrawHistory, DrawKey};
+use gpool_core::runtime_history::{Learned, RunKey, RuntimeHistory};
+use gpool_core::{Job, JobSpec, Policy, Time};
+use gpool_store::{JobQuery, Store};
 
-use super::Controller;
 use super::docs::JobDoc;
 
 /// How many of the latest jobs a starting controller learns from.
@@ -52,15 +51,27 @@ pub(super) fn view(l: &Learned, planned: bool) -> api::LearnedEstimate {
     }
 }
 
-impl Controller {
+/// What the pool learned from finished jobs: run times of successes, and draws per GPU.
+pub(super) struct History {
+    runs: RuntimeHistory,
+    draws: DrawHistory,
+}
+
+impl Default for History {
+    fn default() -> History {
+        History { runs: RuntimeHistory::new(Default::default()), draws: DrawHistory::default() }
+    }
+}
+
+impl History {
     /// Gives a job that came with no estimate the one its history suggests.
-    pub(super) fn learned_estimate(&self, doc: &mut JobDoc, core: &mut JobSpec) {
-        self.similar_runs(doc, core);
+    pub(super) fn learned_estimate(&self, policy: &Policy, doc: &mut JobDoc, core: &mut JobSpec) {
+        self.similar_runs(policy, doc, core);
         if core.estimate.is_some() {
             return;
         }
-        if let Some(l) = self.history.estimate(&run_key(doc, core)) {
-            let planned = self.snap.policy().plans_with_learned_estimates();
+        if let Some(l) = self.runs.estimate(&run_key(doc, core)) {
+            let planned = policy.plans_with_learned_estimates();
             if planned {
                 core.estimate = Some(l.estimate);
                 core.estimate_learned = true;
@@ -72,12 +83,12 @@ impl Controller {
     /// Gives a job the run times of jobs like it, when the policy orders by
     /// them (`within_level=gittins`): at submission, or at a restart for a
     /// job submitted under another policy (from the history as it is then).
-    pub(super) fn similar_runs(&self, doc: &mut JobDoc, core: &mut JobSpec) {
-        if !self.snap.policy().orders_by_history() {
+    pub(super) fn similar_runs(&self, policy: &Policy, doc: &mut JobDoc, core: &mut JobSpec) {
+        if !policy.orders_by_history() {
             return;
         }
         if doc.similar_runs_ms.is_empty()
-            && let Some((runs, _)) = self.history.similar(&run_key(doc, core))
+            && let Some((runs, _)) = self.runs.similar(&run_key(doc, core))
         {
             doc.similar_runs_ms = runs;
         }
@@ -88,36 +99,35 @@ impl Controller {
 
     /// A job succeeded at `now`: its total run time (every attempt) joins the history.
     /// Call before the snapshot forgets the job.
-    pub(super) fn learn_success(&mut self, id: u64, now: i64) {
-        let (Some(doc), Some(job)) = (self.jobs.get(&id), self.snap.job(JobId(id))) else { return };
+    pub(super) fn learn_success(&mut self, doc: &JobDoc, job: &Job, now: i64) {
         let ran = job.runtime(Time::from_millis(now));
         let key = run_key(doc, &job.spec);
-        self.history.record(&key, ran);
+        self.runs.record(&key, ran);
     }
 
     /// The draw per GPU jobs like this one drew at most lately, if any ran.
     pub(super) fn learned_watts(&self, spec: &api::JobSpec, core: &JobSpec) -> Option<u32> {
         let name = spec.name.clone().unwrap_or_else(|| super::docs::default_name(spec));
         let model = core.replica.gpu_model.as_deref().unwrap_or("");
-        self.power.draws.expected(&draw_key(&core.user, &name, model))
+        self.draws.expected(&draw_key(&core.user, &name, model))
     }
 
     /// A run ended with this usage (from its samples) on a GPU of `model`:
     /// its draw per GPU joins the history.
-    pub(super) fn learn_draw(&mut self, id: u64, usage: &api::UsageSummary, model: Option<&str>) {
-        let (Some(doc), Some(w)) = (self.jobs.get(&id), watts_per_gpu(usage)) else { return };
+    pub(super) fn learn_draw(&mut self, doc: &JobDoc, usage: &api::UsageSummary, model: Option<&str>) {
+        let Some(w) = watts_per_gpu(usage) else { return };
         let key = draw_key(&doc.user, &doc.name, model.unwrap_or(""));
-        self.power.draws.record(&key, w);
+        self.draws.record(&key, w);
     }
 
     /// Rebuilds the history from the store's latest jobs.
-    pub(super) fn learn_from_store(&mut self) -> anyhow::Result<()> {
-        let last = self.store.max_job_id()?;
+    pub(super) fn learn_from_store(&mut self, store: &mut dyn Store) -> anyhow::Result<()> {
+        let last = store.max_job_id()?;
         let mut after = last.saturating_sub(REBUILD_JOBS);
         loop {
             let q =
                 JobQuery { states: vec!["succeeded".into()], after: Some(after), limit: 1000, ..JobQuery::default() };
-            let rows = self.store.jobs(&q)?;
+            let rows = store.jobs(&q)?;
             let Some(end) = rows.last().map(|r| r.id) else { break };
             for row in rows {
                 let Ok(doc) = serde_json::from_str::<JobDoc>(&row.doc) else { continue };
@@ -128,10 +138,10 @@ impl Controller {
                     continue;
                 };
                 if let Some(w) = doc.usage.as_ref().and_then(watts_per_gpu) {
-                    self.power.draws.record(&draw_key(&doc.user, &doc.name, ""), w);
+                    self.draws.record(&draw_key(&doc.user, &doc.name, ""), w);
                 }
                 let ran = doc.prior_runtime_ms + u64::try_from(ended - started).unwrap_or(0);
-                self.history.record(&run_key(&doc, &core), std::time::Duration::from_millis(ran));
+                self.runs.record(&run_key(&doc, &core), std::time::Duration::from_millis(ran));
             }
             after = end;
         }

@@ -261,7 +261,9 @@ impl Controller {
         match next {
             Next::Done(state, reason) => {
                 if state == api::JobState::Succeeded {
-                    self.learn_success(id, now);
+                    if let (Some(doc), Some(job)) = (self.jobs.get(&id), self.snap.job(JobId(id))) {
+                        self.history.learn_success(doc, job, now);
+                    }
                 }
                 let _ = self.snap.stop(
                     JobId(id),

@@ -20,7 +20,7 @@
 //!
 //! [`turn`]: Controller::turn
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -246,7 +246,7 @@ pub struct Controller {
     /// The job backfill holds resources for, and when it expects it to start (`Plan::reservation`).
     reserved: Option<(u64, i64)>,
     /// Live tokens by the SHA-256 of their secret (tokens.rs).
-    tokens: HashMap<String, tokens::TokenEntry>,
+    tokens: tokens::Tokens,
     next_id: u64,
     timers: BTreeSet<(i64, Timer)>,
     /// What the next `Turn` carries (`outbox.rs`).
@@ -291,7 +291,7 @@ pub struct Controller {
     /// Profiles under way (`profiles.rs`).
     profiling: profiles::Profiling,
     /// Run times of recent successes, for jobs submitted without an estimate (`history.rs`).
-    history: gpool_core::runtime_history::RuntimeHistory,
+    history: history::History,
     /// GPUs out of service for faults (`faults.rs`).
     faults: faults::GpuFaults,
     /// The nodes agents may ask when no control plane answers (`roster.rs`).
@@ -314,10 +314,11 @@ impl Controller {
     ) -> anyhow::Result<(Controller, Turn)> {
         let mut snap = Snapshot::new(cfg.policy.clone());
         cfg.queues.iter().for_each(|q| snap.set_queue(q.clone()));
-        let tokens = store.tokens()?.into_iter().filter_map(tokens::TokenEntry::from_row).collect();
+        let tokens = tokens::Tokens::from_rows(store.tokens()?);
         let next_id = store.max_job_id()? + 1;
         let next_seq = store.max_event_seq()? + 1;
         let (cfg_telemetry, fault_timing) = (cfg.telemetry.clone(), cfg.health_checks);
+        let power_budgets = cfg.power_budgets.clone();
         let mut c = Controller {
             cfg,
             clock,
@@ -352,12 +353,12 @@ impl Controller {
             idle_gpus: idle::IdleGpus::default(),
             services: services::Services::default(),
             registries: registries::Logins::default(),
-            power: power::Power::default(),
+            power: power::Power::new(power_budgets),
             schedules: schedules::Schedules::new(),
             pulling: BTreeMap::new(),
             prefetched: prefetch::Prefetched::default(),
             profiling: profiles::Profiling::default(),
-            history: gpool_core::runtime_history::RuntimeHistory::new(Default::default()),
+            history: history::History::default(),
             faults: faults::GpuFaults::new(fault_timing),
             roster: roster::Roster::new(String::new()),
         };
@@ -383,7 +384,7 @@ impl Controller {
         c.restore_services()?;
         c.registries = registries::Logins::restore(c.store.as_mut())?;
         c.restore_schedules()?;
-        c.restore_power()?;
+        c.power.restore(c.store.as_mut(), &mut c.snap)?;
         health::restore_degraded(c.store.as_mut(), &mut c.telemetry, &mut c.snap)?;
         c.restore_quarantines()?;
         // The overload gate's count goes on where the last control plane left it.

@@ -32,7 +32,7 @@ impl Controller {
             None if caller.user != super::tokens::ANY_NODE => caller.user.as_str(),
             None => return Err(ApiError::new(400, "node: a fleet-wide node token must name its node")),
         };
-        Controller::check_node_identity(caller, node)?;
+        super::tokens::check_node_identity(caller, node)?;
         let refused = || ApiError::new(403, format!("node {node} does not run replica {rank} of job {job}"));
         // A job that has ended is read back from the store (its log may still
         // be on its way, to a control plane that took over since).

@@ -257,7 +257,7 @@ impl Controller {
         let remote = Remote { registered: true, next_seq, last_seen_ms: now, session_since_ms: now, ..Remote::new() };
         self.roster.registered(&reg.node, reg.peer_addr.clone(), now);
         let id = self.install_node(doc, Link::Remote(remote), now)?;
-        self.set_agent_budget(&reg.node, reg.power_budget_w);
+        self.power.set_agent_budget(&reg.node, reg.power_budget_w, &mut self.snap, &mut self.out);
         self.event(
             now,
             None,
@@ -571,7 +571,7 @@ impl Controller {
             if draining { "node_draining" } else { "node_resumed" },
             format!("node {name} {what} (by {})", caller.user),
         );
-        self.audit(caller, from, &format!("{} node {name}", if draining { "drained" } else { "resumed" }), now);
+        self.out.audit(caller, from, &format!("{} node {name}", if draining { "drained" } else { "resumed" }), now);
         self.out.reschedule();
         self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
     }

@@ -129,7 +129,7 @@ impl Controller {
                 DevRef::Gpu(i) | DevRef::Mig { gpu: i, .. } | DevRef::Share { gpu: i, .. } => *i,
             })
             .collect();
-        self.learn_node_power(&r.node, &r.gpus, &busy);
+        super::power::learn_node_power(&r.node, &r.gpus, &busy, &mut self.snap, &mut self.out);
         if let Some(e) = &r.error
             && self.telemetry.node_error(&r.node) != Some(e.as_str())
         {
@@ -138,7 +138,8 @@ impl Controller {
         self.on_gpu_faults(node, &r, now);
         let (name, at_ms) = (r.node.clone(), r.at_ms);
         let out = self.telemetry.on_report(r, &holders);
-        self.watch_power(&name, at_ms, now);
+        let t = super::power::Power::watch(&name, at_ms, &self.snap, &mut self.telemetry);
+        self.publish_alerts(t, now);
         super::health::on_heat(node, &name, &out.heat, &self.telemetry, &mut self.snap, &mut self.out, now);
         let acts = super::health::on_stragglers(&out.stragglers, &self.jobs, &mut self.snap);
         self.act(acts, now);
@@ -257,8 +258,10 @@ impl Controller {
         transitions.extend(self.telemetry.release_gpus(&held));
         self.publish_alerts(transitions, now);
         if let Some(s) = &summary {
-            let model = self.jobs.get(&id).and_then(|d| self.model_of(d));
-            self.learn_draw(id, s, model.as_deref());
+            if let Some(d) = self.jobs.get(&id) {
+                let model = self.model_of(d);
+                self.history.learn_draw(d, s, model.as_deref());
+            }
         }
         let hours = self.allocated_hours(id, now);
         // Charged from allocation to release: samples start a moment

@@ -58,6 +58,11 @@ impl Outbox {
         self.event_of(now, Some(job.id), Some(job.user.clone()), kind, message);
     }
 
+    /// What an operator did, in the audit trail (an `audit` event of the pool).
+    pub(super) fn audit(&mut self, caller: &crate::plane::auth::Caller, from: &str, what: &str, now: i64) {
+        self.event_of(now, None, None, "audit", super::acts::audit_text(caller, from, what));
+    }
+
     /// An event; `user` is the owner of `job`, whose stream shows it.
     pub(super) fn event_of(&mut self, now: i64, job: Option<u64>, user: Option<String>, kind: &str, message: String) {
         let seq = self.next_seq;

@@ -38,7 +38,7 @@ impl Controller {
 
     /// Identifies the caller, checks its access and carries the call out.
     pub(super) fn api(&mut self, who: &Credential, call: Call, now: i64) {
-        let caller = match self.identify(who, now) {
+        let caller = match self.tokens.identify(who, &self.cfg, &mut self.out, now) {
             Ok(c) => c,
             Err(err) => return self.out.replies.push(call.refuse(err)),
         };
@@ -47,7 +47,20 @@ impl Controller {
         }
         match call {
             Call::Notice { node, within_ms, from, reply } => {
-                let r = self.spot_notice(&caller, &node, within_ms, &from, now);
+                let r = super::spot::notice(
+                    &caller,
+                    &node,
+                    within_ms,
+                    &from,
+                    &self.snap,
+                    &mut self.links,
+                    &mut self.out,
+                    now,
+                )
+                .and_then(|acts| {
+                    self.act(acts, now);
+                    self.node_view(&node)
+                });
                 self.reply(reply, r);
             }
             Call::Drain { node, draining, from, reply } => {
@@ -63,15 +76,15 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Register { reg, reply } => {
-                let r = Controller::check_node_identity(&caller, &reg.node).and_then(|()| self.register(reg, now));
+                let r = super::tokens::check_node_identity(&caller, &reg.node).and_then(|()| self.register(reg, now));
                 self.reply(reply, r);
             }
-            Call::Poll { node, epoch, after, reply } => match Controller::check_node_identity(&caller, &node) {
+            Call::Poll { node, epoch, after, reply } => match super::tokens::check_node_identity(&caller, &node) {
                 Ok(()) => self.poll(&node, epoch, after, reply, now),
                 Err(e) => self.reply(reply, Err(e)),
             },
             Call::Report { report, reply } => {
-                let r = Controller::check_node_identity(&caller, &report.node)
+                let r = super::tokens::check_node_identity(&caller, &report.node)
                     .and_then(|()| self.agent_report(report, now));
                 self.reply(reply, r);
             }
@@ -100,7 +113,10 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::SetPower { req, from, reply } => {
-                let r = self.set_power_budget(&caller, req, &from, now);
+                let r = self
+                    .power
+                    .set(&caller, req, &from, &mut self.snap, &mut self.out, now)
+                    .map(|()| self.power_views());
                 self.reply(reply, r);
             }
             Call::ApplySchedule { name, spec, reply } => {
@@ -156,7 +172,21 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Hold { id, hold, from, reply } => {
-                let r = self.hold(&caller, id, hold, &from, now);
+                let r = self
+                    .visible(&caller, id)
+                    .and_then(|doc| {
+                        super::holds::hold(
+                            &caller,
+                            doc,
+                            hold,
+                            &from,
+                            &mut self.snap,
+                            &mut self.jobs,
+                            &mut self.out,
+                            now,
+                        )
+                    })
+                    .map(|d| self.view(&d));
                 self.reply(reply, r);
             }
             Call::Logs { id, rank, stream, reply } => {
@@ -201,15 +231,21 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::CreateToken { req, from, reply } => {
-                let r = self.create_token(&caller, req, &from, now);
+                let r = self.tokens.create(&caller, req, self.cfg.single_user.as_deref(), &from, &mut self.out, now);
                 self.reply(reply, r);
             }
             Call::Tokens { reply } => {
-                let r = Ok(self.list_tokens(&caller));
+                let r = Ok(self.tokens.list(&caller));
                 self.reply(reply, r);
             }
             Call::RevokeToken { id, from, reply } => {
-                let r = self.revoke_token(&caller, &id, &from, now);
+                let r = self.tokens.revoke(&caller, &id, &from, &mut self.out, now).map(|(view, node)| {
+                    // A node's token revoked: the node is cut off now, not at its next request.
+                    if let Some(node) = node {
+                        self.cut_off(&node, &format!("its token {} was revoked", view.id), now);
+                    }
+                    view
+                });
                 self.reply(reply, r);
             }
             Call::Metrics { reply } => {
@@ -313,7 +349,7 @@ impl Controller {
                 core.preemptible = true;
                 core.priority = i32::MIN;
             }
-            core.watts_per_gpu = self.learned_watts(spec, &core);
+            core.watts_per_gpu = self.history.learned_watts(spec, &core);
             if let Err(why) = self.snap.check_feasible(&core)
                 && !self.pools_could_run(&core)
             {
@@ -418,7 +454,7 @@ impl Controller {
                 pipeline: None,
                 late: None,
             };
-            self.learned_estimate(&mut doc, &mut core);
+            self.history.learned_estimate(self.snap.policy(), &mut doc, &mut core);
             let over_hard =
                 self.exhausted_budget(&caller.team, &core.queue, now).filter(|(b, _)| b.mode == BudgetMode::Hard);
             if let Err(e) = self.snap.submit(JobId(id), core) {
@@ -510,7 +546,7 @@ impl Controller {
     pub(super) fn cancel(&mut self, caller: &Caller, id: u64, from: &str, now: i64) -> Result<api::JobView, ApiError> {
         let doc = self.visible(caller, id)?;
         if doc.user != caller.user && !doc.state.is_terminal() {
-            self.audit(caller, from, &format!("cancelled job {id} of {}", doc.user), now);
+            self.out.audit(caller, from, &format!("cancelled job {id} of {}", doc.user), now);
         }
         match doc.state {
             s if s.is_terminal() => return Err(ApiError::new(409, format!("job {id} already ended ({})", s.as_str()))),

@@ -21,7 +21,7 @@ impl Controller {
     /// Ensures an admin token with this secret exists.
     pub fn ensure_admin_token(&mut self, secret: &str, user: &str) -> anyhow::Result<()> {
         let hash = hash_token(secret);
-        if !self.tokens.contains_key(&hash) {
+        if !self.tokens.knows(&hash) {
             let row = TokenRow {
                 hash: hash.clone(),
                 user: user.into(),
@@ -32,14 +32,14 @@ impl Controller {
                 last_used_ms: None,
             };
             self.store.commit(&[Write::PutToken(row.clone())])?;
-            self.tokens.extend(super::tokens::TokenEntry::from_row(row));
+            self.tokens.learn(row);
         }
         Ok(())
     }
 
     /// Loads unfinished jobs into the snapshot and reconciles running replicas with the agent.
     pub(super) fn restore(&mut self) -> anyhow::Result<()> {
-        self.learn_from_store()?;
+        self.history.learn_from_store(self.store.as_mut())?;
         let rows = self.store.jobs_in_states(&ACTIVE)?;
         let mut deps = BTreeSet::new();
         for row in rows {
@@ -79,7 +79,7 @@ impl Controller {
             };
             core.watts_per_gpu = doc.learned_watts_per_gpu;
             // Kept ones, or (a job submitted under another policy) today's history's.
-            self.similar_runs(&mut doc, &mut core);
+            self.history.similar_runs(self.snap.policy(), &mut doc, &mut core);
             if let Some(d) = self.jobs.get_mut(&id).filter(|d| d.similar_runs_ms.is_empty()) {
                 d.similar_runs_ms.clone_from(&doc.similar_runs_ms);
             }

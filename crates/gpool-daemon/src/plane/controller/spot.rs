@@ -6,61 +6,67 @@
 //! checkpoints; it is requeued and resumes from `GPOOL_CHECKPOINT_DIR`
 //! wherever it lands next (a shared `--checkpoint-root` makes that any node).
 
-use gpool_api as api;
+use std::collections::BTreeMap;
 
-use super::Controller;
+use gpool_api as api;
+use gpool_core::{NodeId, Snapshot};
+
+use super::acts::Acts;
 use super::calls::ApiError;
 use super::docs::Stop;
+use super::nodes::NodeLink;
+use super::outbox::Outbox;
 use crate::plane::auth::{Caller, Role};
 
-impl Controller {
-    /// `POST /api/v1/nodes/{name}/notice`: admins, or the node itself.
-    pub(super) fn spot_notice(
-        &mut self,
-        caller: &Caller,
-        name: &str,
-        within_ms: u64,
-        from: &str,
-        now: i64,
-    ) -> Result<api::NodeView, ApiError> {
-        if caller.role != Role::Admin {
-            if caller.role != Role::Node {
-                return Err(ApiError::new(403, "only admins, or the node itself, give a node notice"));
-            }
-            Controller::check_node_identity(caller, name)?;
+/// `POST /api/v1/nodes/{name}/notice`: admins, or the node itself. The node
+/// is drained at once; its jobs' stops come back as acts.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn notice(
+    caller: &Caller,
+    name: &str,
+    within_ms: u64,
+    from: &str,
+    snap: &Snapshot,
+    links: &mut BTreeMap<NodeId, NodeLink>,
+    out: &mut Outbox,
+    now: i64,
+) -> Result<Acts, ApiError> {
+    let mut acts = Acts::default();
+    if caller.role != Role::Admin {
+        if caller.role != Role::Node {
+            return Err(ApiError::new(403, "only admins, or the node itself, give a node notice"));
         }
-        let id = self.snap.node_id(name).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
-        let link = self.links.get_mut(&id).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
-        let at_ms = now.saturating_add(i64::try_from(within_ms).unwrap_or(i64::MAX / 2));
-        link.doc.draining = true;
-        let doc = link.doc.clone();
-        self.apply_node_state(id);
-        self.out.write(super::node_doc::node_row(&doc, now));
-        let jobs: Vec<u64> = self.snap.jobs_on(id).map(|j| j.0).collect();
-        self.event(
-            now,
-            None,
-            "spot_notice",
-            format!(
-                "node {name} will be taken back by its provider at {} ({} s): nothing new starts there; {} job(s) \
-                 checkpoint and are requeued (by {})",
-                api::time::rfc3339(at_ms),
-                within_ms / 1000,
-                jobs.len(),
-                caller.user
-            ),
-        );
-        for job in jobs {
-            self.stop_run(job, Stop::Reclaim { node: name.to_string(), at_ms }, now);
-            self.event(
-                now,
-                Some(job),
-                "reclaim",
-                format!("job {job}: its node {name} is being taken back; stop signal now, killed at the notice's end"),
-            );
-        }
-        self.audit(caller, from, &format!("gave node {name} a notice of {} s", within_ms / 1000), now);
-        self.out.reschedule();
-        self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
+        super::tokens::check_node_identity(caller, name)?;
     }
+    let id = snap.node_id(name).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
+    let link = links.get_mut(&id).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
+    let at_ms = now.saturating_add(i64::try_from(within_ms).unwrap_or(i64::MAX / 2));
+    link.doc.draining = true;
+    let doc = link.doc.clone();
+    acts.node_state(id);
+    out.write(super::node_doc::node_row(&doc, now));
+    let jobs: Vec<u64> = snap.jobs_on(id).map(|j| j.0).collect();
+    acts.event(
+        None,
+        "spot_notice",
+        format!(
+            "node {name} will be taken back by its provider at {} ({} s): nothing new starts there; {} job(s) \
+                 checkpoint and are requeued (by {})",
+            api::time::rfc3339(at_ms),
+            within_ms / 1000,
+            jobs.len(),
+            caller.user
+        ),
+    );
+    for job in jobs {
+        acts.stop(job, Stop::Reclaim { node: name.to_string(), at_ms });
+        acts.event(
+            Some(job),
+            "reclaim",
+            format!("job {job}: its node {name} is being taken back; stop signal now, killed at the notice's end"),
+        );
+    }
+    acts.audit(caller, from, &format!("gave node {name} a notice of {} s", within_ms / 1000));
+    out.reschedule();
+    Ok(acts)
 }

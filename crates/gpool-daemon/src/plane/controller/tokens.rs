@@ -11,10 +11,12 @@
 
 use gpool_api as api;
 use gpool_api::time::rfc3339;
+use std::collections::HashMap;
+
 use gpool_store::{TokenRow, Write};
 
-use super::Controller;
 use super::calls::ApiError;
+use super::outbox::Outbox;
 use crate::plane::auth::{Caller, Credential, Role, hash_token, token_id};
 
 /// The user of a node token that any node may use.
@@ -69,23 +71,48 @@ impl TokenEntry {
     }
 }
 
-impl Controller {
+/// Live tokens by the SHA-256 of their secret.
+#[derive(Debug, Default)]
+pub(super) struct Tokens(HashMap<String, TokenEntry>);
+
+impl Tokens {
+    /// From the store's rows (a token of a role this gpool does not know is left out).
+    pub(super) fn from_rows(rows: Vec<TokenRow>) -> Tokens {
+        Tokens(rows.into_iter().filter_map(TokenEntry::from_row).collect())
+    }
+
+    pub(super) fn knows(&self, hash: &str) -> bool {
+        self.0.contains_key(hash)
+    }
+
+    /// Takes a token the store has and this controller does not (another control plane made it).
+    pub(super) fn learn(&mut self, row: TokenRow) {
+        if !self.0.contains_key(&row.hash) {
+            self.0.extend(TokenEntry::from_row(row));
+        }
+    }
+
     /// Who makes a call: a token's bearer, or a local caller by its account.
-    pub(super) fn identify(&mut self, who: &Credential, now: i64) -> Result<Caller, ApiError> {
+    pub(super) fn identify(
+        &mut self,
+        who: &Credential,
+        cfg: &super::Config,
+        out: &mut Outbox,
+        now: i64,
+    ) -> Result<Caller, ApiError> {
         match who {
-            Credential::Token(secret) => self.authenticate(secret, now),
-            Credential::Local(local) => self
-                .cfg
+            Credential::Token(secret) => self.authenticate(secret, out, now),
+            Credential::Local(local) => cfg
                 .identities
-                .local_caller(local, self.cfg.daemon_account.as_deref(), self.cfg.single_user.as_deref())
+                .local_caller(local, cfg.daemon_account.as_deref(), cfg.single_user.as_deref())
                 .map_err(|e| ApiError::new(403, e)),
         }
     }
 
     /// Who carries this secret, if it is a live token; records its use.
-    pub(super) fn authenticate(&mut self, secret: &str, now: i64) -> Result<Caller, ApiError> {
+    fn authenticate(&mut self, secret: &str, out: &mut Outbox, now: i64) -> Result<Caller, ApiError> {
         let hash = hash_token(secret);
-        let Some(entry) = self.tokens.get_mut(&hash) else {
+        let Some(entry) = self.0.get_mut(&hash) else {
             return Err(ApiError::new(
                 401,
                 "invalid token (unknown or revoked): use one that `gpool token create` printed, with --token or \
@@ -101,17 +128,19 @@ impl Controller {
         if entry.last_used_ms.is_none_or(|t| now - t >= LAST_USED_RESOLUTION_MS) {
             entry.last_used_ms = Some(now);
             let row = entry.row(&hash);
-            self.out.write(Write::PutToken(row));
+            out.write(Write::PutToken(row));
         }
         Ok(entry.caller.clone())
     }
 
-    /// `POST /api/v1/tokens` (admins).
-    pub(super) fn create_token(
+    /// `POST /api/v1/tokens` (admins). `single_user`: the one user tokens may name (`Config::single_user`).
+    pub(super) fn create(
         &mut self,
         caller: &Caller,
         req: api::TokenRequest,
+        single_user: Option<&str>,
         from: &str,
+        out: &mut Outbox,
         now: i64,
     ) -> Result<api::TokenCreated, ApiError> {
         if caller.role != Role::Admin {
@@ -122,9 +151,9 @@ impl Controller {
             Some(r) => Role::parse(r)
                 .ok_or_else(|| ApiError::new(400, format!("role: {r:?} is not one of user, admin, node, reader")))?,
         };
-        if let Some(only) = &self.cfg.single_user
+        if let Some(only) = single_user
             && matches!(role, Role::User | Role::Admin)
-            && req.user != *only
+            && req.user != only
         {
             return Err(ApiError::new(
                 400,
@@ -158,11 +187,11 @@ impl Controller {
             expires_ms,
             last_used_ms: None,
         };
-        self.out.write(Write::PutToken(entry.row(&hash)));
+        out.write(Write::PutToken(entry.row(&hash)));
         let id = token_id(&hash).to_string();
-        self.tokens.insert(hash, entry);
+        self.0.insert(hash, entry);
         let until = expires_ms.map_or_else(|| "until revoked".to_string(), |at| format!("until {}", rfc3339(at)));
-        self.audit(
+        out.audit(
             caller,
             from,
             &format!("created token {id} for {} (team {team}, role {}) {until}", req.user, role.as_str()),
@@ -172,9 +201,9 @@ impl Controller {
     }
 
     /// `GET /api/v1/tokens`: admins see every token, others their own.
-    pub(super) fn list_tokens(&self, caller: &Caller) -> Vec<api::TokenView> {
+    pub(super) fn list(&self, caller: &Caller) -> Vec<api::TokenView> {
         let mut out: Vec<api::TokenView> = self
-            .tokens
+            .0
             .iter()
             .filter(|(_, e)| caller.role == Role::Admin || e.caller.user == caller.user)
             .map(|(h, e)| e.view(h))
@@ -184,20 +213,22 @@ impl Controller {
     }
 
     /// `DELETE /api/v1/tokens/{id}`: admins revoke any token, others their own.
-    pub(super) fn revoke_token(
+    /// A revoked node token's node comes back with it: the caller cuts it off.
+    pub(super) fn revoke(
         &mut self,
         caller: &Caller,
         id: &str,
         from: &str,
+        out: &mut Outbox,
         now: i64,
-    ) -> Result<api::TokenView, ApiError> {
+    ) -> Result<(api::TokenView, Option<String>), ApiError> {
         let id = id.trim();
         if id.len() < 6 || !id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(ApiError::new(400, "token id: 6 to 64 hex digits, as `gpool token list` shows"));
         }
         let id = id.to_ascii_lowercase();
         let matching: Vec<String> = self
-            .tokens
+            .0
             .iter()
             .filter(|(h, e)| h.starts_with(&id) && (caller.role == Role::Admin || e.caller.user == caller.user))
             .map(|(h, _)| h.clone())
@@ -207,21 +238,19 @@ impl Controller {
             [] => return Err(ApiError::new(404, format!("no token {id} of yours (see `gpool token list`)"))),
             _ => return Err(ApiError::new(400, format!("token id {id} names several tokens: give more digits"))),
         };
-        let Some(entry) = self.tokens.remove(&hash) else {
+        let Some(entry) = self.0.remove(&hash) else {
             return Err(ApiError::new(404, format!("no token {id}")));
         };
-        self.out.write(Write::DeleteToken(hash.clone()));
+        out.write(Write::DeleteToken(hash.clone()));
         let view = entry.view(&hash);
-        self.audit(caller, from, &format!("revoked token {} of {}", view.id, view.user), now);
-        // A node's token revoked: the node is cut off now, not at its next request.
-        if entry.caller.role == Role::Node && entry.caller.user != ANY_NODE {
-            self.cut_off(&entry.caller.user, &format!("its token {} was revoked", view.id), now);
-        }
-        Ok(view)
+        out.audit(caller, from, &format!("revoked token {} of {}", view.id, view.user), now);
+        let node =
+            (entry.caller.role == Role::Node && entry.caller.user != ANY_NODE).then(|| entry.caller.user.clone());
+        Ok((view, node))
     }
 
     /// A token for a node the fleet creates (`elastic.rs`): role node, bound to that node.
-    pub(super) fn mint_node_token(&mut self, node: &str, now: i64) -> Result<String, String> {
+    pub(super) fn mint_node(&mut self, node: &str, out: &mut Outbox, now: i64) -> Result<String, String> {
         let secret = crate::plane::auth::new_secret()?;
         let hash = hash_token(&secret);
         let entry = TokenEntry {
@@ -230,45 +259,39 @@ impl Controller {
             expires_ms: None,
             last_used_ms: None,
         };
-        self.out.write(Write::PutToken(entry.row(&hash)));
-        self.tokens.insert(hash, entry);
+        out.write(Write::PutToken(entry.row(&hash)));
+        self.0.insert(hash, entry);
         Ok(secret)
     }
 
     /// Forgets the node tokens bound to `node` (a deleted fleet node).
-    pub(super) fn revoke_node_tokens(&mut self, node: &str, _now: i64) {
+    pub(super) fn revoke_node(&mut self, node: &str, out: &mut Outbox) {
         let hashes: Vec<String> = self
-            .tokens
+            .0
             .iter()
             .filter(|(_, e)| e.caller.role == Role::Node && e.caller.user == node)
             .map(|(h, _)| h.clone())
             .collect();
         for h in hashes {
-            self.tokens.remove(&h);
-            self.out.write(Write::DeleteToken(h));
+            self.0.remove(&h);
+            out.write(Write::DeleteToken(h));
         }
     }
+}
 
-    /// A node token acts only as the node it names (its user); `*` as any
-    /// node (a fleet-wide token, for machines whose names are not known in
-    /// advance: weaker, since any holder may pose as any node).
-    pub(super) fn check_node_identity(caller: &Caller, node: &str) -> Result<(), ApiError> {
-        if caller.role != Role::Node || caller.user == ANY_NODE || caller.user == node {
-            return Ok(());
-        }
-        Err(ApiError::new(
-            403,
-            format!(
-                "this node token belongs to node {:?}, not {node:?}: each node needs its own \
-                 (`gpool token create --node --user {node}`)",
-                caller.user
-            ),
-        ))
+/// A node token acts only as the node it names (its user); `*` as any
+/// node (a fleet-wide token, for machines whose names are not known in
+/// advance: weaker, since any holder may pose as any node).
+pub(super) fn check_node_identity(caller: &Caller, node: &str) -> Result<(), ApiError> {
+    if caller.role != Role::Node || caller.user == ANY_NODE || caller.user == node {
+        return Ok(());
     }
-
-    /// Writes who did what, when and from where to the event log (kind `audit`).
-    pub(super) fn audit(&mut self, caller: &Caller, from: &str, what: &str, now: i64) {
-        let who = format!("{} ({})", caller.user, caller.role.as_str());
-        self.event(now, None, "audit", format!("{who} from {from}: {what}"));
-    }
+    Err(ApiError::new(
+        403,
+        format!(
+            "this node token belongs to node {:?}, not {node:?}: each node needs its own \
+             (`gpool token create --node --user {node}`)",
+            caller.user
+        ),
+    ))
 }

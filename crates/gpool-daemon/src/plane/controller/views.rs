@@ -125,6 +125,16 @@ impl Controller {
         }
     }
 
+    /// `gpool power`: each budget and what it holds back.
+    pub(super) fn power_views(&self) -> Vec<api::PowerView> {
+        power::Power::views(&self.snap, &self.telemetry, &self.reason_texts, &self.waiting)
+    }
+
+    /// One node's view (after a call that changed it).
+    pub(super) fn node_view(&self, name: &str) -> Result<api::NodeView, ApiError> {
+        self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
+    }
+
     pub(super) fn nodes(&self) -> Vec<api::NodeView> {
         self.nodes_page(0, usize::MAX)
     }
