@@ -182,7 +182,7 @@ impl Controller {
             }
             self.out.reschedule();
         }
-        self.timers.insert((next, super::timers::Timer::Wake));
+        self.timers.at(next, super::timers::Timer::Wake);
         for b in self.cfg.budgets.clone() {
             let spent = self.budget_spend(&b, now);
             let pct = (spent / b.dollars_per_month.max(1e-9) * 100.0).floor() as u32;

@@ -123,7 +123,7 @@ impl Controller {
         let until_ms = now + START_HOLD_MS;
         link.hold = Some(StartHold { until_ms, why: error.clone() });
         let name = link.doc.name.clone();
-        self.timers.insert((until_ms, Timer::StartHold { node: id.0 }));
+        self.timers.at(until_ms, Timer::StartHold { node: id.0 });
         self.apply_node_state(id);
         self.event(
             now,

@@ -108,7 +108,7 @@ impl Controller {
         }
         self.fleet.started_ms = now;
         if let Some(cfg) = &self.cfg.elastic {
-            self.timers.insert((now, Timer::Wake));
+            self.timers.at(now, Timer::Wake);
             let mut largest = gpool_core::Snapshot::new(self.cfg.policy.clone());
             for q in &self.cfg.queues {
                 largest.set_queue(q.clone());
@@ -233,11 +233,11 @@ impl Controller {
             self.save_fleet();
         }
         if let Some(at) = scale.wake_at {
-            self.timers.insert((at.as_millis(), Timer::Wake));
+            self.timers.at(at.as_millis(), Timer::Wake);
         }
         for h in self.fleet.health.values() {
             if let Some(at) = h.next_change(t) {
-                self.timers.insert((at.as_millis(), Timer::Wake));
+                self.timers.at(at.as_millis(), Timer::Wake);
             }
         }
     }
@@ -270,7 +270,7 @@ impl Controller {
         self.event(now, None, "node_create", format!("creating node {name} in pool {} {why}", pool.name()));
         // Look again when its boot time is up, should nothing else happen by then.
         let boot_ms = i64::try_from(pool.boot_timeout.as_millis()).unwrap_or(i64::MAX / 2);
-        self.timers.insert((now.saturating_add(boot_ms), Timer::Wake));
+        self.timers.at(now.saturating_add(boot_ms), Timer::Wake);
         let mut env = provider_env(&self.cfg.data_dir, cfg, pool, &name);
         env.push(("GPOOL_TOKEN".into(), token));
         let p = &cfg.providers[pi];
@@ -352,7 +352,7 @@ impl Controller {
                 if let Some(x) = self.fleet.nodes.get_mut(&node) {
                     x.retry_delete_ms = Some(now + 30_000);
                 }
-                self.timers.insert((now + 30_000, Timer::Wake));
+                self.timers.at(now + 30_000, Timer::Wake);
             }
         }
     }

@@ -210,7 +210,7 @@ impl Controller {
             port: service_port,
         });
         if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
-            self.timers.insert((now + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt }));
+            self.timers.at(now + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt });
         }
         self.out.touch(id);
         let devices = doc
@@ -229,7 +229,7 @@ impl Controller {
             self.order(node, order);
         }
         if remote {
-            self.timers.insert((now + self.start_bound_ms(), Timer::Unseen { job: id, attempt }));
+            self.timers.at(now + self.start_bound_ms(), Timer::Unseen { job: id, attempt });
         }
         self.event(
             now,

@@ -57,6 +57,36 @@ impl Controller {
     }
 
     /// Sends the stop signal to every live replica of a running job and arms the SIGKILL timer.
+    /// A run's grace period is over: SIGKILL whatever of it is left.
+    pub(super) fn kill_what_is_left(&mut self, job: u64, attempt: u32) {
+        let left: Vec<_> = self
+            .jobs
+            .get(&job)
+            .and_then(|d| d.run.as_ref())
+            .filter(|r| r.attempt == attempt)
+            .map(|run| {
+                run.replicas
+                    .iter()
+                    .filter(|r| !r.ended())
+                    .filter_map(|r| Some((self.snap.node_id(&r.node)?, r.rank)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (node, rank) in left {
+            let key = ReplicaKey { job, attempt, rank };
+            self.order(node, Order::Signal { key, signal: Signal::KILL });
+        }
+    }
+
+    /// The run reached its time limit: it is stopped, if it still runs.
+    pub(super) fn time_limit(&mut self, job: u64, attempt: u32, now: i64) {
+        let live = self.jobs.get(&job).and_then(|d| d.run.as_ref()).is_some_and(|r| r.attempt == attempt);
+        if live {
+            self.stop_run(job, Stop::TimeLimit, now);
+            self.event(now, Some(job), "time_limit", format!("job {job} reached its time limit; stop signal sent"));
+        }
+    }
+
     pub(super) fn stop_run(&mut self, id: u64, cause: Stop, now: i64) {
         let Some(doc) = self.jobs.get_mut(&id) else { return };
         let Some(run) = doc.run.as_mut() else { return };
@@ -91,7 +121,7 @@ impl Controller {
                     signals.push((node, Order::Signal { key, signal: sig }));
                 }
             }
-            self.timers.insert((kill_at, Timer::Kill { job: id, attempt: run.attempt }));
+            self.timers.at(kill_at, Timer::Kill { job: id, attempt: run.attempt });
         }
         for (node, order) in signals {
             self.order(node, order);
@@ -292,7 +322,7 @@ impl Controller {
                     }
                 }
                 if not_before > now {
-                    self.timers.insert((not_before, Timer::Wake));
+                    self.timers.at(not_before, Timer::Wake);
                 }
                 self.out.touch(id);
                 self.event(now, Some(id), "requeued", format!("job {id}: {reason}"));

@@ -169,7 +169,7 @@ impl Controller {
             (None, None) => "the node did not report the GPU's instances".to_string(),
         };
         let until = self.mig_changes.failed(&n, o.gpu, now);
-        self.timers.insert((until, Timer::Wake));
+        self.timers.at(until, Timer::Wake);
         self.event(
             now,
             None,

@@ -20,7 +20,7 @@
 //!
 //! [`turn`]: Controller::turn
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -248,7 +248,7 @@ pub struct Controller {
     /// Live tokens by the SHA-256 of their secret (tokens.rs).
     tokens: tokens::Tokens,
     next_id: u64,
-    timers: BTreeSet<(i64, Timer)>,
+    timers: timers::Timers,
     /// What the next `Turn` carries (`outbox.rs`).
     out: outbox::Outbox,
     /// Nodes the elastic pools made (`elastic.rs`).
@@ -333,7 +333,7 @@ impl Controller {
             default_reason: None,
             tokens,
             next_id,
-            timers: BTreeSet::new(),
+            timers: timers::Timers::default(),
             out: outbox::Outbox::new(next_seq),
             fleet: elastic::Fleet::default(),
             mig_changes: mig_layouts::MigChanges::default(),
@@ -377,7 +377,7 @@ impl Controller {
         }
         c.restore_fleet(now)?;
         c.restore_nodes(now)?;
-        c.restore_roster()?;
+        c.roster = roster::Roster::restore(c.store.as_mut(), &c.links, &mut c.out)?;
         c.restore()?;
         c.restore_usage_ledger()?;
         c.restore_budgets(now);
@@ -413,7 +413,7 @@ impl Controller {
             if now >= self.next_pass_ms {
                 self.schedule(now);
             } else {
-                self.timers.insert((self.next_pass_ms, Timer::Wake));
+                self.timers.at(self.next_pass_ms, Timer::Wake);
             }
         }
         self.take_turn()
@@ -421,10 +421,9 @@ impl Controller {
 
     /// When the next timer is due (ms since the epoch): the shell wakes the controller then even if no event comes.
     pub fn next_timer(&self) -> Option<i64> {
-        self.timers.first().map(|(t, _)| *t)
+        self.timers.next()
     }
 
-    /// The controller's clock reading.
     /// Drops writes no turn will commit (the store is away: `Shell::answer_reads`).
     pub fn forget_writes(&mut self) {
         self.out.writes.clear();
@@ -472,7 +471,8 @@ impl Controller {
             Event::Agent(AgentReport::Telemetry(r)) => self.on_telemetry(r, now),
             Event::Agent(AgentReport::Running { .. }) => {}
             Event::Agent(AgentReport::Profiled { key, profile, capture }) => {
-                self.on_profiled(key, profile, capture, now)
+                let acts = self.profiling.on_profiled(key, profile, capture, &mut self.out);
+                self.act(acts, now);
             }
             Event::Provisioned { node, op, result } => self.on_provisioned(node, op, result, now),
             Event::Proxy(r) => self.on_proxy(r, now),
@@ -481,6 +481,25 @@ impl Controller {
                 self.out.replies.push(Answer::open(reply, scrape));
             }
             Event::Shutdown => self.shutdown = true,
+        }
+    }
+
+    /// Carries out the timers due by `now`.
+    fn fire_timers(&mut self, now: i64) {
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::Wake => self.out.reschedule(),
+                Timer::Unseen { job, attempt } => self.unseen_check(job, attempt, now),
+                Timer::Lease { node } => self.lease_check(node, now),
+                Timer::StartHold { node } => self.start_hold_check(node, now),
+                Timer::PollTimeout { node, park } => self.poll_timeout(node, park),
+                Timer::ProfileDeadline { profile } => {
+                    let acts = self.profiling.deadline(profile, &mut self.out);
+                    self.act(acts, now);
+                }
+                Timer::Kill { job, attempt } => self.kill_what_is_left(job, attempt),
+                Timer::TimeLimit { job, attempt } => self.time_limit(job, attempt, now),
+            }
         }
     }
 
@@ -548,7 +567,7 @@ impl Controller {
         self.plan_mig_layouts(now);
         self.autoscale(&plan, now);
         if let Some(at) = plan.wake_at {
-            self.timers.insert((at.as_millis(), Timer::Wake));
+            self.timers.at(at.as_millis(), Timer::Wake);
         }
         self.reason_texts = plan.reason_table.iter().map(views::reason_text).collect();
         self.waiting = std::mem::take(&mut plan.waiting).into_iter().map(|(j, r)| (j.0, r)).collect();

@@ -86,7 +86,7 @@ impl Controller {
             "node_down",
             format!("node {name} is cut off ({why}); its jobs are requeued once its lease runs out"),
         );
-        self.timers.insert((deadline, Timer::Lease { node: id.0 }));
+        self.timers.at(deadline, Timer::Lease { node: id.0 });
         self.out.reschedule();
     }
 }

@@ -188,7 +188,7 @@ impl Controller {
             let link = Link::Remote(Remote { last_seen_ms: now, ..Remote::new() });
             self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });
             // Give its agent a lease's time to find this controller.
-            self.timers.insert((now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 }));
+            self.timers.at(now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 });
         }
         Ok(())
     }
@@ -306,7 +306,7 @@ impl Controller {
         for (key, sig) in stopping {
             self.push_command(id, wire::Command::Signal { replica: replica_id(key), signal: sig.as_raw() });
         }
-        self.timers.insert((now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 }));
+        self.timers.at(now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 });
         Ok(wire::Registered {
             epoch: epoch + 1,
             lease_ms: self.lease_ms() as u64,
@@ -373,7 +373,7 @@ impl Controller {
             self.reply(o, Ok(wire::Commands { commands: Vec::new() }));
         }
         if let Some(p) = parked_timer {
-            self.timers.insert((now + POLL_MS, Timer::PollTimeout { node: id.0, park: p }));
+            self.timers.at(now + POLL_MS, Timer::PollTimeout { node: id.0, park: p });
         }
     }
 
@@ -441,7 +441,8 @@ impl Controller {
                 wire::Event::Lost { replica, why } => self.on_replica_end(replica_key(replica), None, Some(why), now),
                 wire::Event::StartFailed { replica, error } => self.on_start_failed(replica_key(replica), error, now),
                 wire::Event::Profiled { replica, profile, capture } => {
-                    self.on_profiled(replica_key(replica), profile, capture, now);
+                    let acts = self.profiling.on_profiled(replica_key(replica), profile, capture, &mut self.out);
+                    self.act(acts, now);
                 }
             }
         }
@@ -503,14 +504,14 @@ impl Controller {
         let Some(NodeLink { link: Link::Remote(r), doc, .. }) = self.links.get(&id) else { return };
         let deadline = r.last_seen_ms + lease + LEASE_MARGIN_MS;
         if deadline > now {
-            self.timers.insert((deadline, Timer::Lease { node }));
+            self.timers.at(deadline, Timer::Lease { node });
             return;
         }
         // Silent for its lease; declared lost only with a quorum (`roster.rs`),
         // else checked again a heartbeat later.
         let (name, seen) = (doc.name.clone(), r.last_seen_ms);
-        if !self.quorum_for_loss(&name, seen, now) {
-            self.timers.insert((now + (lease / 4).max(100), Timer::Lease { node }));
+        if !self.roster.quorum_for_loss(&name, seen, &self.links, self.lease_ms(), &mut self.out, now) {
+            self.timers.at(now + (lease / 4).max(100), Timer::Lease { node });
             return;
         }
         self.roster.left(&name);

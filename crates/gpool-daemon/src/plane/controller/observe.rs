@@ -368,7 +368,7 @@ impl Controller {
         }
         let a = advise(&usage, &t);
         // The latest profile (`gpool profile`) confirms or corrects what utilisation suggests.
-        let profile = self.latest_profile(d.id).ok().flatten().map(|p| p.view());
+        let profile = profiles::latest(self.store.as_mut(), d.id).ok().flatten().map(|p| p.view());
         let profiled = |kind: &str| -> Option<String> {
             let p = profile.as_ref()?;
             let same =

@@ -269,10 +269,30 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Profile { id, seconds, native, reply } => {
-                self.start_profile(&caller, id, seconds, native, reply, now)
+                match self.visible(&caller, id).and_then(|d| self.profiling.targets(&caller, &d, seconds, &self.snap)) {
+                    Err(e) => self.reply(reply, Err(e)),
+                    Ok(targets) => {
+                        let acts =
+                            self.profiling.start(&caller, id, targets, seconds, native, reply, &mut self.timers, now);
+                        self.act(acts, now);
+                    }
+                }
             }
             Call::LatestProfile { id, reply } => {
-                let r = self.stored_profile(&caller, id).map(Box::new);
+                let r = self
+                    .visible(&caller, id)
+                    .and_then(|_| super::profiles::latest(self.store.as_mut(), id))
+                    .and_then(|p| {
+                        p.ok_or_else(|| {
+                            ApiError::new(
+                                404,
+                                format!(
+                                    "job {id} has not been profiled: `gpool profile {id}` profiles it while it runs"
+                                ),
+                            )
+                        })
+                    })
+                    .map(Box::new);
                 self.reply(reply, r);
             }
             Call::Alerts { reply } => {

@@ -154,13 +154,11 @@ impl Controller {
                 None => {}
             }
             if let Some(k) = run.kill_at_ms {
-                self.timers.insert((k, Timer::Kill { job: id, attempt: run.attempt }));
+                self.timers.at(k, Timer::Kill { job: id, attempt: run.attempt });
             }
             if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
-                self.timers.insert((
-                    run.started_ms + limit.as_millis() as i64,
-                    Timer::TimeLimit { job: id, attempt: run.attempt },
-                ));
+                self.timers
+                    .at(run.started_ms + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt: run.attempt });
             }
             // A start that no agent acknowledged before the restart gets a new bound.
             let unseen_remote = run.replicas.iter().any(|r| {
@@ -169,7 +167,7 @@ impl Controller {
                     && self.snap.node_id(&r.node).and_then(|n| self.links.get(&n)).is_some_and(|l| !l.is_local())
             });
             if unseen_remote {
-                self.timers.insert((now + self.start_bound_ms(), Timer::Unseen { job: id, attempt: run.attempt }));
+                self.timers.at(now + self.start_bound_ms(), Timer::Unseen { job: id, attempt: run.attempt });
             }
             // Replicas on this process's own node are reconciled now; remote
             // ones when their agents register.

@@ -17,8 +17,11 @@ use std::collections::BTreeMap;
 
 use gpool_api::agent as wire;
 
-use super::Controller;
-use super::nodes::{LEASE_MARGIN_MS, Link};
+use gpool_core::NodeId;
+use gpool_store::Store;
+
+use super::nodes::{LEASE_MARGIN_MS, Link, NodeLink};
+use super::outbox::Outbox;
 
 /// Where the roster's key is kept, so that every leader signs with the same one.
 const KEY_META: &str = "peer_key";
@@ -145,51 +148,61 @@ fn new_key() -> anyhow::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-impl Controller {
-    /// The roster's key from the store (made and kept on first start); the
-    /// members are added as nodes are restored.
-    pub(super) fn restore_roster(&mut self) -> anyhow::Result<()> {
-        let key = match self.store.meta(KEY_META)? {
+impl Roster {
+    /// The roster with its key from the store (made and kept on first
+    /// start), and the restored remote nodes as its members.
+    pub(super) fn restore(
+        store: &mut dyn Store,
+        links: &BTreeMap<NodeId, NodeLink>,
+        out: &mut Outbox,
+    ) -> anyhow::Result<Roster> {
+        let key = match store.meta(KEY_META)? {
             Some(k) if k.len() == 64 => k,
             _ => {
                 let k = new_key()?;
-                self.out.write(gpool_store::Write::PutMeta(KEY_META.into(), k.clone()));
+                out.write(gpool_store::Write::PutMeta(KEY_META.into(), k.clone()));
                 k
             }
         };
-        let members: Vec<String> = self.links.values().filter(|l| !l.is_local()).map(|l| l.doc.name.clone()).collect();
-        self.roster = Roster::new(key);
-        for m in members {
-            self.roster.restored(&m);
+        let mut roster = Roster::new(key);
+        for l in links.values().filter(|l| !l.is_local()) {
+            roster.restored(&l.doc.name);
         }
-        Ok(())
+        Ok(roster)
     }
 
     /// Whether a silent node may be declared lost now (see [`may_declare_lost`]);
     /// the first refusal in a row is said as an event.
-    pub(super) fn quorum_for_loss(&mut self, silent: &str, silent_seen_ms: i64, now: i64) -> bool {
-        let members: Vec<Standing> = self
-            .links
+    pub(super) fn quorum_for_loss(
+        &mut self,
+        silent: &str,
+        silent_seen_ms: i64,
+        links: &BTreeMap<NodeId, NodeLink>,
+        lease_ms: i64,
+        out: &mut Outbox,
+        now: i64,
+    ) -> bool {
+        let members: Vec<Standing> = links
             .values()
             .filter_map(|l| match &l.link {
                 Link::Remote(r) => {
-                    let joined_ms = self.roster.joined_ms(&l.doc.name)?;
+                    let joined_ms = self.joined_ms(&l.doc.name)?;
                     let session_since_ms = r.registered.then_some(r.session_since_ms);
                     Some(Standing { joined_ms, session_since_ms, last_seen_ms: r.last_seen_ms })
                 }
                 Link::Local => None,
             })
             .collect();
-        match may_declare_lost(&members, silent_seen_ms, now, self.lease_ms()) {
+        match may_declare_lost(&members, silent_seen_ms, now, lease_ms) {
             Ok(()) => {
-                self.roster.held_back = false;
+                self.held_back = false;
                 true
             }
             Err(why) => {
-                if !self.roster.held_back {
-                    self.roster.held_back = true;
+                if !self.held_back {
+                    self.held_back = true;
                     tracing::warn!("node {silent} is silent, but {why}");
-                    self.event(now, None, "node", format!("node {silent} is silent, but {why}"));
+                    out.event_of(now, None, None, "node", format!("node {silent} is silent, but {why}"));
                 }
                 false
             }

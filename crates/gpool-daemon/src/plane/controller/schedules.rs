@@ -118,7 +118,7 @@ impl Controller {
         self.persist_schedules();
         let view = self.schedule_view(name).ok_or_else(|| ApiError::new(500, "internal error: schedule lost"))?;
         if let Some(next) = view.next_at.as_deref().and_then(api::time::parse_rfc3339) {
-            self.timers.insert((next, Timer::Wake));
+            self.timers.at(next, Timer::Wake);
         }
         self.event_of(
             now,
@@ -215,7 +215,7 @@ impl Controller {
                     Due::Wait { next: Some(t) } => t.as_millis(),
                     _ => i64::MAX,
                 };
-                self.timers.insert((next, Timer::Wake));
+                self.timers.at(next, Timer::Wake);
                 if let Some(doc) = self.schedules.get_mut(&name) {
                     doc.next_ms = Some(next);
                 }
@@ -267,7 +267,7 @@ impl Controller {
                 format!("schedule {name}: {said}{extra}"),
             );
             let next = cron.next_after(occurrence, &rules).map_or(i64::MAX, Time::as_millis);
-            self.timers.insert((next, Timer::Wake));
+            self.timers.at(next, Timer::Wake);
             doc.next_ms = Some(next);
             self.schedules.insert(name.clone(), doc);
             changed = true;

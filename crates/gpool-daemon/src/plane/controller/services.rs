@@ -362,7 +362,7 @@ impl Controller {
                     e.failures += 1;
                     let backoff = (1_000i64 << e.failures.min(16)).min(MAX_BACKOFF_MS);
                     e.retry_at_ms = now + backoff;
-                    self.timers.insert((e.retry_at_ms, Timer::Wake));
+                    self.timers.at(e.retry_at_ms, Timer::Wake);
                 }
                 self.services.docs_changed = true;
                 self.services.routes_changed = true;
@@ -375,7 +375,7 @@ impl Controller {
                 let s = e.scaler.desired(&e.cfg, Time::from_millis(now), e.doc.desired);
                 e.scale_at_ms = s.wake_at.map(Time::as_millis);
                 if let Some(t) = e.scale_at_ms {
-                    self.timers.insert((t, Timer::Wake));
+                    self.timers.at(t, Timer::Wake);
                 }
                 if s.desired != e.doc.desired {
                     e.doc.desired = s.desired;
@@ -403,7 +403,7 @@ impl Controller {
             for id in plan.drain {
                 if e.ready.contains_key(&id) {
                     e.draining.insert(id, now + DRAIN_TIMEOUT_MS);
-                    self.timers.insert((now + DRAIN_TIMEOUT_MS, Timer::Wake));
+                    self.timers.at(now + DRAIN_TIMEOUT_MS, Timer::Wake);
                     self.services.routes_changed = true;
                 } else {
                     stop.push(id);
@@ -438,7 +438,7 @@ impl Controller {
         match self.checked(&caller, std::slice::from_ref(&spec), now) {
             Ok(cores) => match self.admit(&caller, vec![spec], cores, now) {
                 Ok(s) => {
-                    self.timers.insert((now + FULL_AFTER_MS, Timer::Wake));
+                    self.timers.at(now + FULL_AFTER_MS, Timer::Wake);
                     if let Some(e) = self.services.by_name.get_mut(name) {
                         for id in s.ids {
                             e.doc.replicas.insert(id, generation);
@@ -456,7 +456,7 @@ impl Controller {
         let user = self.services.by_name.get_mut(name).map(|e| {
             e.failures += 1;
             e.retry_at_ms = now + (1_000i64 << e.failures.min(16)).min(MAX_BACKOFF_MS);
-            self.timers.insert((e.retry_at_ms, Timer::Wake));
+            self.timers.at(e.retry_at_ms, Timer::Wake);
             e.doc.user.clone()
         });
         self.event_of(

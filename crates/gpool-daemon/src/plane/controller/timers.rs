@@ -3,11 +3,7 @@
 //! check, a parked poll's empty answer). They fire at the first turn whose
 //! clock reading has reached them; the shell sleeps until the earliest.
 
-use rustix::process::Signal;
-
-use super::docs::Stop;
-use super::{Controller, Order};
-use crate::protocol::ReplicaKey;
+use std::collections::BTreeSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Timer {
@@ -46,52 +42,24 @@ pub(super) enum Timer {
     },
 }
 
-impl Controller {
-    pub(super) fn fire_timers(&mut self, now: i64) {
-        while let Some(&(t, timer)) = self.timers.first() {
-            if t > now {
-                break;
-            }
-            self.timers.pop_first();
-            match timer {
-                Timer::Wake => self.out.dirty = true,
-                Timer::Unseen { job, attempt } => self.unseen_check(job, attempt, now),
-                Timer::Lease { node } => self.lease_check(node, now),
-                Timer::StartHold { node } => self.start_hold_check(node, now),
-                Timer::PollTimeout { node, park } => self.poll_timeout(node, park),
-                Timer::ProfileDeadline { profile } => self.profile_deadline(profile, now),
-                Timer::Kill { job, attempt } => {
-                    let left: Vec<_> = self
-                        .jobs
-                        .get(&job)
-                        .and_then(|d| d.run.as_ref())
-                        .filter(|r| r.attempt == attempt)
-                        .map(|run| {
-                            run.replicas
-                                .iter()
-                                .filter(|r| !r.ended())
-                                .filter_map(|r| Some((self.snap.node_id(&r.node)?, r.rank)))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    for (node, rank) in left {
-                        let key = ReplicaKey { job, attempt, rank };
-                        self.order(node, Order::Signal { key, signal: Signal::KILL });
-                    }
-                }
-                Timer::TimeLimit { job, attempt } => {
-                    let live = self.jobs.get(&job).and_then(|d| d.run.as_ref()).is_some_and(|r| r.attempt == attempt);
-                    if live {
-                        self.stop_run(job, Stop::TimeLimit, now);
-                        self.event(
-                            now,
-                            Some(job),
-                            "time_limit",
-                            format!("job {job} reached its time limit; stop signal sent"),
-                        );
-                    }
-                }
-            }
-        }
+/// The timers set, earliest first.
+#[derive(Debug, Default)]
+pub(super) struct Timers(BTreeSet<(i64, Timer)>);
+
+impl Timers {
+    /// `timer` fires at the first turn at or after `at_ms`.
+    pub(super) fn at(&mut self, at_ms: i64, timer: Timer) {
+        self.0.insert((at_ms, timer));
+    }
+
+    /// When the earliest timer is due.
+    pub(super) fn next(&self) -> Option<i64> {
+        self.0.first().map(|(t, _)| *t)
+    }
+
+    /// Takes the earliest timer due by `now`.
+    pub(super) fn pop_due(&mut self, now: i64) -> Option<Timer> {
+        let &(t, _) = self.0.first()?;
+        (t <= now).then(|| self.0.pop_first().map(|(_, timer)| timer)).flatten()
     }
 }
