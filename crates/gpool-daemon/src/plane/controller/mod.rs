@@ -354,7 +354,7 @@ impl Controller {
             services: services::Services::default(),
             registries: registries::Logins::default(),
             power: power::Power::new(power_budgets),
-            schedules: schedules::Schedules::new(),
+            schedules: schedules::Schedules::default(),
             pulling: BTreeMap::new(),
             prefetched: prefetch::Prefetched::default(),
             profiling: profiles::Profiling::default(),
@@ -383,7 +383,7 @@ impl Controller {
         c.restore_budgets(now);
         c.restore_services()?;
         c.registries = registries::Logins::restore(c.store.as_mut())?;
-        c.restore_schedules()?;
+        c.schedules = schedules::Schedules::restore(c.store.as_mut())?;
         c.power.restore(c.store.as_mut(), &mut c.snap)?;
         health::restore_degraded(c.store.as_mut(), &mut c.telemetry, &mut c.snap)?;
         c.restore_quarantines()?;
@@ -501,6 +501,19 @@ impl Controller {
                 Timer::TimeLimit { job, attempt } => self.time_limit(job, attempt, now),
             }
         }
+    }
+
+    /// Submits what the schedules due now ask for, as their owners (`schedules.rs`).
+    fn fire_schedules(&mut self, now: i64) {
+        let due = self.schedules.due(&self.jobs, &mut self.timers, now);
+        if due.is_empty() {
+            return;
+        }
+        for o in due {
+            let submitted = o.submits().then(|| self.submit_scheduled(&o.doc, now));
+            self.schedules.settle(o, submitted, &mut self.timers, &mut self.out, now);
+        }
+        self.schedules.persist(&mut self.out);
     }
 
     fn reply<T: Send + 'static>(&mut self, tx: Reply<T>, v: Result<T, ApiError>) {

@@ -120,15 +120,17 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::ApplySchedule { name, spec, reply } => {
-                let r = self.apply_schedule(&caller, &name, *spec, now);
+                let r = super::schedules::Schedules::check(&name, &spec)
+                    .and_then(|()| self.check_schedule_submits(&caller, &spec, now))
+                    .and_then(|()| self.schedules.apply(&caller, &name, *spec, &mut self.timers, &mut self.out, now));
                 self.reply(reply, r);
             }
             Call::Schedules { reply } => {
-                let r = Ok(self.schedule_views(&caller));
+                let r = Ok(self.schedules.views(&caller));
                 self.reply(reply, r);
             }
             Call::DeleteSchedule { name, reply } => {
-                let r = self.delete_schedule(&caller, &name, now);
+                let r = self.schedules.delete(&caller, &name, &mut self.out, now);
                 self.reply(reply, r);
             }
             Call::CancelPipeline { run, from, reply } => {
@@ -522,6 +524,37 @@ impl Controller {
     }
 
     /// A job the caller may see: their own, or any for admins and readers. Others' jobs are "not found".
+    /// What a schedule submits must be what its owner could submit now.
+    fn check_schedule_submits(
+        &mut self,
+        caller: &Caller,
+        spec: &api::schedule::ScheduleSpec,
+        now: i64,
+    ) -> Result<(), ApiError> {
+        let at = |what: &str, e: ApiError| ApiError::new(e.status, format!("{what}: {}", e.message));
+        match (&spec.job, &spec.pipeline) {
+            (Some(job), None) => {
+                self.checked(caller, std::slice::from_ref(job), now).map(drop).map_err(|e| at("job", e))
+            }
+            (None, Some(p)) => self.prepare_pipeline(caller, p, now).map(drop).map_err(|e| at("pipeline", e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Submits a schedule's job or pipeline run as its owner.
+    pub(super) fn submit_scheduled(&mut self, d: &super::schedules::ScheduleDoc, now: i64) -> Result<u64, ApiError> {
+        let owner = super::schedules::owner(d);
+        match (&d.spec.job, &d.spec.pipeline) {
+            (Some(job), _) => {
+                let mut job = job.clone();
+                job.labels.insert("gpool.io/schedule".into(), d.name.clone());
+                self.submit(&owner, vec![job], now)?.ids.first().copied().ok_or_else(|| ApiError::new(500, "no job"))
+            }
+            (None, Some(p)) => Ok(self.submit_pipeline(&owner, p.clone(), now)?.run),
+            (None, None) => Err(ApiError::new(400, "it names neither a job nor a pipeline")),
+        }
+    }
+
     pub(super) fn visible(&mut self, caller: &Caller, id: u64) -> Result<JobDoc, ApiError> {
         let doc = match self.jobs.get(&id) {
             Some(d) => Some(d.clone()),

@@ -13,11 +13,13 @@ use gpool_api::schedule::{ScheduleSpec, ScheduleView};
 use gpool_core::Time;
 use gpool_core::cron::Cron;
 use gpool_core::recurring::{self, Due};
-use gpool_store::Write;
+use gpool_store::{Store, Write};
 use serde::{Deserialize, Serialize};
 
-use super::timers::Timer;
-use super::{ApiError, Controller};
+use super::ApiError;
+use super::docs::JobDoc;
+use super::outbox::Outbox;
+use super::timers::{Timer, Timers};
 use crate::plane::auth::{Caller, Role};
 
 const META_KEY: &str = "schedules";
@@ -45,7 +47,24 @@ pub(super) struct ScheduleDoc {
 }
 
 /// Every schedule, by name.
-pub(super) type Schedules = BTreeMap<String, ScheduleDoc>;
+#[derive(Debug, Default)]
+pub(super) struct Schedules(BTreeMap<String, ScheduleDoc>);
+
+/// An occurrence of a schedule that is due now, as `Schedules::due` found it:
+/// the router submits what it asks for (`submits`) and hands the outcome to `Schedules::settle`.
+pub(super) struct Occurrence {
+    pub(super) doc: ScheduleDoc,
+    decision: Due,
+    at: Time,
+    next_ms: i64,
+}
+
+impl Occurrence {
+    /// Whether this occurrence submits the schedule's job or run.
+    pub(super) fn submits(&self) -> bool {
+        matches!(self.decision, Due::Fire { .. }) && !self.doc.spec.suspend
+    }
+}
 
 /// A schedule's cron expression and zone, checked.
 fn parsed(spec: &ScheduleSpec) -> Result<(Cron, jiff::tz::TimeZone), String> {
@@ -62,34 +81,36 @@ fn concurrency(spec: &ScheduleSpec) -> Result<bool, String> {
     }
 }
 
-impl Controller {
-    pub(super) fn apply_schedule(
-        &mut self,
-        caller: &Caller,
-        name: &str,
-        spec: ScheduleSpec,
-        now: i64,
-    ) -> Result<ScheduleView, ApiError> {
+impl Schedules {
+    /// Checks what a schedule says of itself: its name, cron expression,
+    /// time zone and concurrency. What it submits is checked by the caller.
+    pub(super) fn check(name: &str, spec: &ScheduleSpec) -> Result<(), ApiError> {
         let bad = |m: String| ApiError::new(400, m);
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return Err(bad(format!("{name:?}: a schedule's name is letters, digits, '-', '_' and '.'")));
         }
-        parsed(&spec).map_err(bad)?;
-        concurrency(&spec).map_err(bad)?;
-        // What it submits must be what this caller could submit now.
+        parsed(spec).map_err(bad)?;
+        concurrency(spec).map_err(bad)?;
         match (&spec.job, &spec.pipeline) {
-            (Some(job), None) => {
-                if job.service.is_some() {
-                    return Err(bad("job: a service runs all the time; it is not scheduled".into()));
-                }
-                self.checked(caller, std::slice::from_ref(job), now).map_err(|e| at("job", e))?;
+            (Some(job), None) if job.service.is_some() => {
+                Err(bad("job: a service runs all the time; it is not scheduled".into()))
             }
-            (None, Some(p)) => {
-                self.prepare_pipeline(caller, p, now).map_err(|e| at("pipeline", e))?;
-            }
-            _ => return Err(bad("a schedule submits a job (job:) or a pipeline (pipeline:), one of the two".into())),
+            (Some(_), None) | (None, Some(_)) => Ok(()),
+            _ => Err(bad("a schedule submits a job (job:) or a pipeline (pipeline:), one of the two".into())),
         }
-        let doc = match self.schedules.get(name) {
+    }
+
+    /// Creates or changes a schedule (checked with `check`, and what it submits by the caller).
+    pub(super) fn apply(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+        spec: ScheduleSpec,
+        timers: &mut Timers,
+        out: &mut Outbox,
+        now: i64,
+    ) -> Result<ScheduleView, ApiError> {
+        let doc = match self.0.get(name) {
             Some(old) if old.user != caller.user && caller.role != Role::Admin => {
                 return Err(ApiError::new(403, format!("schedule {name} belongs to {}; pick another name", old.user)));
             }
@@ -114,13 +135,13 @@ impl Controller {
                 next_ms: None,
             },
         };
-        self.schedules.insert(name.to_string(), doc);
-        self.persist_schedules();
-        let view = self.schedule_view(name).ok_or_else(|| ApiError::new(500, "internal error: schedule lost"))?;
+        self.0.insert(name.to_string(), doc);
+        self.persist(out);
+        let view = self.view(name).ok_or_else(|| ApiError::new(500, "internal error: schedule lost"))?;
         if let Some(next) = view.next_at.as_deref().and_then(api::time::parse_rfc3339) {
-            self.timers.at(next, Timer::Wake);
+            timers.at(next, Timer::Wake);
         }
-        self.event_of(
+        out.event_of(
             now,
             None,
             Some(caller.user.clone()),
@@ -130,14 +151,20 @@ impl Controller {
         Ok(view)
     }
 
-    pub(super) fn delete_schedule(&mut self, caller: &Caller, name: &str, now: i64) -> Result<ScheduleView, ApiError> {
-        let view = self.visible_schedule(caller, name)?;
+    pub(super) fn delete(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+        out: &mut Outbox,
+        now: i64,
+    ) -> Result<ScheduleView, ApiError> {
+        let view = self.visible(caller, name)?;
         if view.user != caller.user && caller.role != Role::Admin {
             return Err(ApiError::new(403, format!("schedule {name} belongs to {}", view.user)));
         }
-        self.schedules.remove(name);
-        self.persist_schedules();
-        self.event_of(
+        self.0.remove(name);
+        self.persist(out);
+        out.event_of(
             now,
             None,
             Some(caller.user.clone()),
@@ -147,22 +174,22 @@ impl Controller {
         Ok(view)
     }
 
-    pub(super) fn schedule_views(&self, caller: &Caller) -> Vec<ScheduleView> {
+    pub(super) fn views(&self, caller: &Caller) -> Vec<ScheduleView> {
         let names: Vec<&String> =
-            self.schedules.values().filter(|d| caller.sees_all() || d.user == caller.user).map(|d| &d.name).collect();
-        names.into_iter().filter_map(|n| self.schedule_view(n)).collect()
+            self.0.values().filter(|d| caller.sees_all() || d.user == caller.user).map(|d| &d.name).collect();
+        names.into_iter().filter_map(|n| self.view(n)).collect()
     }
 
-    fn visible_schedule(&self, caller: &Caller, name: &str) -> Result<ScheduleView, ApiError> {
-        self.schedules
+    fn visible(&self, caller: &Caller, name: &str) -> Result<ScheduleView, ApiError> {
+        self.0
             .get(name)
             .filter(|d| caller.sees_all() || d.user == caller.user)
-            .and_then(|_| self.schedule_view(name))
+            .and_then(|_| self.view(name))
             .ok_or_else(|| ApiError::new(404, format!("schedule {name} not found")))
     }
 
-    fn schedule_view(&self, name: &str) -> Option<ScheduleView> {
-        let d = self.schedules.get(name)?;
+    fn view(&self, name: &str) -> Option<ScheduleView> {
+        let d = self.0.get(name)?;
         let next = parsed(&d.spec).ok().and_then(|(cron, zone)| {
             let last = Time::from_millis(d.last_ms);
             cron.next_after(last, &crate::zones::rules(&zone, last))
@@ -184,126 +211,112 @@ impl Controller {
         })
     }
 
-    /// Whether the run a schedule last submitted is still going.
-    fn still_running(&mut self, d: &ScheduleDoc) -> bool {
-        let Some(first) = d.last_run else { return false };
-        let jobs = match self.jobs.get(&first).and_then(|j| j.pipeline.as_ref()) {
-            Some(p) if p.run == first => u64::from(p.jobs),
-            _ => 1,
-        };
-        (first..first + jobs).any(|id| self.jobs.get(&id).is_some_and(|j| !j.state.is_terminal()))
-    }
-
-    /// Acts on every schedule whose occurrence is due: submits its job or
-    /// run as its owner, or passes the occurrence over; wakes at the next.
-    pub(super) fn fire_schedules(&mut self, now: i64) {
-        let names: Vec<String> = self.schedules.keys().cloned().collect();
-        let mut changed = false;
-        for name in names {
-            let Some(d) = self.schedules.get(&name).cloned() else { continue };
+    /// The occurrences due by `now` (a schedule whose next is later gets a
+    /// timer for it instead).
+    pub(super) fn due(&mut self, jobs: &BTreeMap<u64, JobDoc>, timers: &mut Timers, now: i64) -> Vec<Occurrence> {
+        let mut due = Vec::new();
+        for d in self.0.values_mut() {
             if d.next_ms.is_some_and(|n| now < n) {
                 continue;
             }
             let Ok((cron, zone)) = parsed(&d.spec) else { continue };
             let last = Time::from_millis(d.last_ms);
             let rules = crate::zones::rules(&zone, last);
-            let running = self.still_running(&d);
+            let running = still_running(d, jobs);
             let allow = concurrency(&d.spec) == Ok(true);
             let decision = recurring::due(&cron, &rules, last, Time::from_millis(now), running, allow);
-            let Some(occurrence) = decision.occurrence() else {
+            let Some(at) = decision.occurrence() else {
                 let next = match decision {
                     Due::Wait { next: Some(t) } => t.as_millis(),
                     _ => i64::MAX,
                 };
-                self.timers.at(next, Timer::Wake);
-                if let Some(doc) = self.schedules.get_mut(&name) {
-                    doc.next_ms = Some(next);
-                }
+                timers.at(next, Timer::Wake);
+                d.next_ms = Some(next);
                 continue;
             };
-            let when = api::time::rfc3339(occurrence.as_millis());
-            let mut doc = d.clone();
-            doc.last_ms = occurrence.as_millis();
-            doc.last_occurrence = true;
-            let (missed, said) = match decision {
-                Due::Fire { missed, .. } if d.spec.suspend => {
-                    (missed + 1, format!("suspended; its run of {when} passed"))
-                }
-                Due::Fire { missed, .. } => match self.submit_scheduled(&d, now) {
-                    Ok(id) => {
-                        doc.runs += 1;
-                        doc.last_run = Some(id);
-                        (
-                            missed,
-                            format!(
-                                "submitted {} {id} for {when}",
-                                if d.spec.pipeline.is_some() { "pipeline run" } else { "job" }
-                            ),
-                        )
-                    }
-                    Err(e) => (missed + 1, format!("could not submit its run of {when}: {}", e.message)),
-                },
-                Due::Skip { missed, .. } => (
-                    missed + 1,
-                    format!(
-                        "its run of {when} passed: run {} has not ended (concurrency: forbid)",
-                        d.last_run.unwrap_or(0)
-                    ),
-                ),
-                Due::Wait { .. } => (0, String::new()),
-            };
-            doc.skipped += u64::from(missed);
-            let extra = match decision {
-                Due::Fire { missed: m, .. } | Due::Skip { missed: m, .. } if m > 0 => {
-                    format!(" ({m} earlier occurrence(s) passed while it could not run)")
-                }
-                _ => String::new(),
-            };
-            self.event_of(
-                now,
-                doc.last_run,
-                Some(d.user.clone()),
-                "schedule",
-                format!("schedule {name}: {said}{extra}"),
-            );
-            let next = cron.next_after(occurrence, &rules).map_or(i64::MAX, Time::as_millis);
-            self.timers.at(next, Timer::Wake);
-            doc.next_ms = Some(next);
-            self.schedules.insert(name.clone(), doc);
-            changed = true;
+            let next_ms = cron.next_after(at, &rules).map_or(i64::MAX, Time::as_millis);
+            due.push(Occurrence { doc: d.clone(), decision, at, next_ms });
         }
-        if changed {
-            self.persist_schedules();
-        }
+        due
     }
 
-    fn submit_scheduled(&mut self, d: &ScheduleDoc, now: i64) -> Result<u64, ApiError> {
-        let owner = Caller { user: d.user.clone(), team: d.team.clone(), role: Role::User };
-        match (&d.spec.job, &d.spec.pipeline) {
-            (Some(job), _) => {
-                let mut job = job.clone();
-                job.labels.insert("gpool.io/schedule".into(), d.name.clone());
-                self.submit(&owner, vec![job], now)?.ids.first().copied().ok_or_else(|| ApiError::new(500, "no job"))
+    /// Records an occurrence: `submitted` is what submitting its job or run
+    /// gave (`None` where it `submits` nothing); wakes at the next one.
+    pub(super) fn settle(
+        &mut self,
+        o: Occurrence,
+        submitted: Option<Result<u64, ApiError>>,
+        timers: &mut Timers,
+        out: &mut Outbox,
+        now: i64,
+    ) {
+        let d = &o.doc;
+        let name = d.name.clone();
+        let when = api::time::rfc3339(o.at.as_millis());
+        let mut doc = d.clone();
+        doc.last_ms = o.at.as_millis();
+        doc.last_occurrence = true;
+        let (missed, said) = match (&o.decision, submitted) {
+            (Due::Fire { missed, .. }, _) if d.spec.suspend => {
+                (*missed + 1, format!("suspended; its run of {when} passed"))
             }
-            (None, Some(p)) => Ok(self.submit_pipeline(&owner, p.clone(), now)?.run),
-            (None, None) => Err(ApiError::new(400, "it names neither a job nor a pipeline")),
+            (Due::Fire { missed, .. }, Some(Ok(id))) => {
+                doc.runs += 1;
+                doc.last_run = Some(id);
+                let what = if d.spec.pipeline.is_some() { "pipeline run" } else { "job" };
+                (*missed, format!("submitted {what} {id} for {when}"))
+            }
+            (Due::Fire { missed, .. }, Some(Err(e))) => {
+                (*missed + 1, format!("could not submit its run of {when}: {}", e.message))
+            }
+            (Due::Fire { missed, .. }, None) => (*missed + 1, format!("its run of {when} was not submitted")),
+            (Due::Skip { missed, .. }, _) => (
+                *missed + 1,
+                format!(
+                    "its run of {when} passed: run {} has not ended (concurrency: forbid)",
+                    d.last_run.unwrap_or(0)
+                ),
+            ),
+            (Due::Wait { .. }, _) => (0, String::new()),
+        };
+        doc.skipped += u64::from(missed);
+        let extra = match o.decision {
+            Due::Fire { missed: m, .. } | Due::Skip { missed: m, .. } if m > 0 => {
+                format!(" ({m} earlier occurrence(s) passed while it could not run)")
+            }
+            _ => String::new(),
+        };
+        out.event_of(now, doc.last_run, Some(d.user.clone()), "schedule", format!("schedule {name}: {said}{extra}"));
+        timers.at(o.next_ms, Timer::Wake);
+        doc.next_ms = Some(o.next_ms);
+        self.0.insert(name, doc);
+    }
+
+    pub(super) fn persist(&self, out: &mut Outbox) {
+        if let Ok(text) = serde_json::to_string(&self.0) {
+            out.write(Write::PutMeta(META_KEY.into(), text));
         }
     }
 
-    fn persist_schedules(&mut self) {
-        if let Ok(text) = serde_json::to_string(&self.schedules) {
-            self.out.write(Write::PutMeta(META_KEY.into(), text));
+    pub(super) fn restore(store: &mut dyn Store) -> anyhow::Result<Schedules> {
+        match store.meta(META_KEY)? {
+            Some(text) => Ok(Schedules(serde_json::from_str(&text)?)),
+            None => Ok(Schedules::default()),
         }
-    }
-
-    pub(super) fn restore_schedules(&mut self) -> anyhow::Result<()> {
-        if let Some(text) = self.store.meta(META_KEY)? {
-            self.schedules = serde_json::from_str(&text)?;
-        }
-        Ok(())
     }
 }
 
-fn at(what: &str, e: ApiError) -> ApiError {
-    ApiError::new(e.status, format!("{what}: {}", e.message))
+/// Whether the run a schedule last submitted is still going.
+fn still_running(d: &ScheduleDoc, jobs: &BTreeMap<u64, JobDoc>) -> bool {
+    let Some(first) = d.last_run else { return false };
+    let n = match jobs.get(&first).and_then(|j| j.pipeline.as_ref()) {
+        Some(p) if p.run == first => u64::from(p.jobs),
+        _ => 1,
+    };
+    (first..first + n).any(|id| jobs.get(&id).is_some_and(|j| !j.state.is_terminal()))
+}
+
+/// The owner a schedule submits as.
+pub(super) fn owner(d: &ScheduleDoc) -> Caller {
+    Caller { user: d.user.clone(), team: d.team.clone(), role: Role::User }
 }
