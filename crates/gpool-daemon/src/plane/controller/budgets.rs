@@ -9,9 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use gpool_core::{JobId, Time};
+use gpool_core::usage_ledger::UsageLedger;
+use gpool_core::{JobId, Snapshot, Time};
 
-use super::Controller;
+use super::docs::JobDoc;
+use super::outbox::Outbox;
+use super::timers::{Timer, Timers};
 use crate::plane::webhook::Notice;
 
 /// What a budget limits.
@@ -56,9 +59,19 @@ impl Budget {
     }
 }
 
+/// The budgets (`--budgets`) and this month's spend against them.
+#[derive(Debug, Default)]
+pub(super) struct Budgets {
+    list: Vec<Budget>,
+    state: BudgetState,
+}
+
+/// Running jobs' costs so far (`Costs::live_cost`), by job id.
+pub(super) type LiveCost<'a> = &'a BTreeMap<u64, f64>;
+
 /// What the controller keeps of budgets.
 #[derive(Clone, Debug, Default)]
-pub(super) struct BudgetState {
+struct BudgetState {
     /// The month the spend below is of: its first millisecond (UTC).
     pub month_start_ms: i64,
     /// Dollars of runs that ended this month, per (team, queue).
@@ -72,57 +85,61 @@ pub(super) fn month_bounds(ms: i64) -> (i64, i64) {
     gpool_api::time::utc_month_bounds(ms)
 }
 
-impl Controller {
-    /// This month's spend (once, at start): jobs that ended this month, from
-    /// the usage ledger, and the finished runs of jobs not yet ended.
-    pub(super) fn restore_budgets(&mut self, now: i64) {
+impl Budgets {
+    /// The budgets, with this month's spend (once, at start): jobs that ended
+    /// this month, from the usage ledger, and the finished runs of jobs not yet ended.
+    pub(super) fn restore(list: Vec<Budget>, ledger: &UsageLedger, jobs: &BTreeMap<u64, JobDoc>, now: i64) -> Budgets {
         let (start, _) = month_bounds(now);
-        self.budget.month_start_ms = start;
-        if self.cfg.budgets.is_empty() {
-            return;
-        }
-        // A month starts on an hour: the ledger's hours from it are exactly this month's.
-        for (owner, usage) in self.usage_ledger.since(Time::from_millis(start), |_| true) {
-            *self.budget.spent.entry((owner.team.to_string(), owner.queue.to_string())).or_default() += usage.dollars;
-        }
-        for d in self.jobs.values() {
-            if let Some(c) = d.usage.as_ref().and_then(|u| u.cost_usd) {
-                *self.budget.spent.entry((d.team.clone(), d.queue.clone())).or_default() += c;
+        let mut state = BudgetState { month_start_ms: start, ..BudgetState::default() };
+        if !list.is_empty() {
+            // A month starts on an hour: the ledger's hours from it are exactly this month's.
+            for (owner, usage) in ledger.since(Time::from_millis(start), |_| true) {
+                *state.spent.entry((owner.team.to_string(), owner.queue.to_string())).or_default() += usage.dollars;
+            }
+            for d in jobs.values() {
+                if let Some(c) = d.usage.as_ref().and_then(|u| u.cost_usd) {
+                    *state.spent.entry((d.team.clone(), d.queue.clone())).or_default() += c;
+                }
             }
         }
+        Budgets { list, state }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.list.is_empty()
     }
 
     /// A run's cost, charged to this month.
-    pub(super) fn budget_charge(&mut self, team: &str, queue: &str, dollars: f64) {
-        *self.budget.spent.entry((team.to_string(), queue.to_string())).or_default() += dollars;
+    pub(super) fn charge(&mut self, team: &str, queue: &str, dollars: f64) {
+        *self.state.spent.entry((team.to_string(), queue.to_string())).or_default() += dollars;
     }
 
     /// What a budget's team or queue has spent this month, running jobs included.
-    fn budget_spend(&self, b: &Budget, now: i64) -> f64 {
-        let done: f64 = self.budget.spent.iter().filter(|((t, q), _)| b.covers(t, q)).map(|(_, d)| d).sum();
-        let live: f64 = self
-            .jobs
-            .iter()
-            .filter(|(_, d)| b.covers(&d.team, &d.queue))
-            .filter_map(|(id, _)| self.live_cost(*id, now).map(|(c, _)| c))
-            .sum();
+    fn spend(&self, b: &Budget, jobs: &BTreeMap<u64, JobDoc>, live: LiveCost<'_>) -> f64 {
+        let done: f64 = self.state.spent.iter().filter(|((t, q), _)| b.covers(t, q)).map(|(_, d)| d).sum();
+        let live: f64 =
+            jobs.iter().filter(|(_, d)| b.covers(&d.team, &d.queue)).filter_map(|(id, _)| live.get(id)).sum();
         done + live
     }
 
     /// Every budget and this month's spend (`GET /api/v1/budgets`): budgets are the
     /// organisation's, as queues are, so every reader sees them all.
-    pub(super) fn budget_views(&self, now: i64) -> Vec<gpool_api::BudgetView> {
+    pub(super) fn views(
+        &self,
+        jobs: &BTreeMap<u64, JobDoc>,
+        live: LiveCost<'_>,
+        now: i64,
+    ) -> Vec<gpool_api::BudgetView> {
         let (_, next) = month_bounds(now);
-        self.cfg
-            .budgets
+        self.list
             .iter()
             .map(|b| {
-                let spent = self.budget_spend(b, now);
+                let spent = self.spend(b, jobs, live);
                 let (scope, name) = match &b.scope {
                     BudgetScope::Team(t) => ("team", t.clone()),
                     BudgetScope::Queue(q) => ("queue", q.clone()),
                 };
-                let held = self.jobs.values().filter(|d| d.budget_hold.is_some() && b.covers(&d.team, &d.queue));
+                let held = jobs.values().filter(|d| d.budget_hold.is_some() && b.covers(&d.team, &d.queue));
                 gpool_api::BudgetView {
                     scope: scope.into(),
                     name,
@@ -143,17 +160,22 @@ impl Controller {
     }
 
     /// The budget at or over 100% this job's team or queue is under, if any.
-    pub(super) fn exhausted_budget(&self, team: &str, queue: &str, now: i64) -> Option<(Budget, f64)> {
-        self.cfg
-            .budgets
+    pub(super) fn exhausted(
+        &self,
+        team: &str,
+        queue: &str,
+        jobs: &BTreeMap<u64, JobDoc>,
+        live: LiveCost<'_>,
+    ) -> Option<(Budget, f64)> {
+        self.list
             .iter()
             .filter(|b| b.covers(team, queue))
-            .map(|b| (b.clone(), self.budget_spend(b, now)))
+            .map(|b| (b.clone(), self.spend(b, jobs, live)))
             .find(|(b, spent)| *spent >= b.dollars_per_month)
     }
 
     /// Why a job of an exhausted hard budget waits.
-    pub(super) fn budget_hold_text(b: &Budget, spent: f64, until_ms: i64) -> String {
+    pub(super) fn hold_text(b: &Budget, spent: f64, until_ms: i64) -> String {
         format!(
             "{} is over its hard budget: ${spent:.2} of ${:.2} this month; held until {} (or until the budget is raised)",
             b.key(),
@@ -163,33 +185,39 @@ impl Controller {
     }
 
     /// After a pass: month rollover, threshold alerts, holds of hard budgets.
-    pub(super) fn check_budgets(&mut self, now: i64) {
-        if self.cfg.budgets.is_empty() {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn check(
+        &mut self,
+        snap: &mut Snapshot,
+        jobs: &mut BTreeMap<u64, JobDoc>,
+        live: LiveCost<'_>,
+        timers: &mut Timers,
+        out: &mut Outbox,
+        now: i64,
+    ) {
+        if self.list.is_empty() {
             return;
         }
         let (start, next) = month_bounds(now);
-        if start != self.budget.month_start_ms {
+        if start != self.state.month_start_ms {
             // A new month: spend starts again and held jobs go back to the queue.
-            self.budget = BudgetState { month_start_ms: start, ..BudgetState::default() };
-            let held: Vec<u64> = self.jobs.iter().filter(|(_, d)| d.budget_hold.is_some()).map(|(id, _)| *id).collect();
-            for id in held {
-                if let Some(d) = self.jobs.get_mut(&id) {
-                    d.budget_hold = None;
-                    d.not_before_ms = None;
-                }
-                let _ = self.snap.set_not_before(JobId(id), Time::MIN);
-                self.out.touch(id);
+            self.state = BudgetState { month_start_ms: start, ..BudgetState::default() };
+            for (id, d) in jobs.iter_mut().filter(|(_, d)| d.budget_hold.is_some()) {
+                d.budget_hold = None;
+                d.not_before_ms = None;
+                let _ = snap.set_not_before(JobId(*id), Time::MIN);
+                out.touch(*id);
             }
-            self.out.reschedule();
+            out.reschedule();
         }
-        self.timers.at(next, super::timers::Timer::Wake);
-        for b in self.cfg.budgets.clone() {
-            let spent = self.budget_spend(&b, now);
+        timers.at(next, Timer::Wake);
+        for b in self.list.clone() {
+            let spent = self.spend(&b, jobs, live);
             let pct = (spent / b.dollars_per_month.max(1e-9) * 100.0).floor() as u32;
             let key = b.key();
-            let already = self.budget.alerted.get(&key).copied().unwrap_or(0);
+            let already = self.state.alerted.get(&key).copied().unwrap_or(0);
             if let Some(&t) = b.alert_at.iter().rev().find(|t| pct >= **t && **t > already) {
-                self.budget.alerted.insert(key.clone(), t);
+                self.state.alerted.insert(key.clone(), t);
                 let summary = format!(
                     "{key} has spent ${spent:.2} of its ${:.2} monthly budget ({t}%){}",
                     b.dollars_per_month,
@@ -199,8 +227,8 @@ impl Controller {
                         _ => "",
                     }
                 );
-                self.event(now, None, "budget_alert", summary.clone());
-                self.out.notices.push(Notice {
+                out.event_of(now, None, None, "budget_alert", summary.clone());
+                out.notices.push(Notice {
                     status: "firing".into(),
                     labels: [
                         ("alertname".to_string(), "GpoolBudget".to_string()),
@@ -216,30 +244,36 @@ impl Controller {
                 });
             }
             if b.mode == BudgetMode::Hard && spent >= b.dollars_per_month {
-                let text = Controller::budget_hold_text(&b, spent, next);
-                let pending: Vec<u64> = self
-                    .jobs
+                let text = Budgets::hold_text(&b, spent, next);
+                let pending: Vec<u64> = jobs
                     .iter()
                     .filter(|(_, d)| d.budget_hold.is_none() && b.covers(&d.team, &d.queue))
-                    .filter(|(id, _)| self.snap.job(JobId(**id)).is_some_and(|j| j.running().is_none()))
+                    .filter(|(id, _)| snap.job(JobId(**id)).is_some_and(|j| j.running().is_none()))
                     .map(|(id, _)| *id)
                     .collect();
                 for id in pending {
-                    self.hold_for_budget(id, &text, next);
+                    hold_for_budget(id, &text, next, snap, jobs, out);
                 }
             }
         }
     }
+}
 
-    /// Holds a pending job until `until_ms` for its budget.
-    pub(super) fn hold_for_budget(&mut self, id: u64, text: &str, until_ms: i64) {
-        let _ = self.snap.set_not_before(JobId(id), Time::from_millis(until_ms));
-        if let Some(d) = self.jobs.get_mut(&id) {
-            d.budget_hold = Some(text.to_string());
-            d.not_before_ms = Some(until_ms);
-        }
-        self.out.touch(id);
+/// Holds a pending job until `until_ms` for its budget.
+pub(super) fn hold_for_budget(
+    id: u64,
+    text: &str,
+    until_ms: i64,
+    snap: &mut Snapshot,
+    jobs: &mut BTreeMap<u64, JobDoc>,
+    out: &mut Outbox,
+) {
+    let _ = snap.set_not_before(JobId(id), Time::from_millis(until_ms));
+    if let Some(d) = jobs.get_mut(&id) {
+        d.budget_hold = Some(text.to_string());
+        d.not_before_ms = Some(until_ms);
     }
+    out.touch(id);
 }
 
 #[cfg(test)]

@@ -12,13 +12,35 @@ use std::collections::BTreeMap;
 
 use gpool_api as api;
 use gpool_core::cost::CostGroup;
+use gpool_core::pricing::Prices;
+use gpool_core::usage_ledger::UsageLedger;
 use gpool_core::usage_ledger::{HOUR_MS, Usage, by_group, hour_of};
-use gpool_core::{JobId, PoolKind, Time};
+use gpool_core::{JobId, PoolKind, Snapshot, Time};
+use gpool_store::Store;
 
-use super::Controller;
 use super::calls::ApiError;
-use super::docs::JobDoc;
+use super::docs::{JobDoc, merge_usage};
 use crate::plane::auth::{Caller, Role};
+
+/// Dollars per (team, user, queue, pool).
+pub(super) type Dollars = BTreeMap<(String, String, String, String), f64>;
+
+/// What GPU time costs and what it has cost: the prices, the finished
+/// runs' dollars and GPU-hours since this daemon started (for `/metrics`),
+/// and the usage ledger of finished jobs (for cost reports).
+pub(super) struct Costs {
+    prices: Prices,
+    /// Each configured node pool's price per GPU-hour.
+    pool_prices: BTreeMap<String, f64>,
+    /// Dollars of finished runs.
+    cost_done: Dollars,
+    /// Of those, dollars of allocated GPUs that were idle.
+    waste_done: Dollars,
+    /// GPU-hours of finished runs per (user, team).
+    gpu_hours_done: BTreeMap<(String, String), f64>,
+    /// Finished jobs' usage per hour and owner.
+    pub(super) ledger: UsageLedger,
+}
 
 /// Pages of this many jobs are read from the store for a cost report.
 const PAGE: u32 = 1000;
@@ -72,53 +94,126 @@ fn steps_of(grouped: &[(String, Usage)], dated: Vec<(i64, String, Usage)>, since
         .collect()
 }
 
-impl Controller {
+impl Costs {
+    /// `pool_prices`: each configured node pool's price per GPU-hour.
+    pub(super) fn new(prices: Prices, pool_prices: BTreeMap<String, f64>) -> Costs {
+        Costs {
+            prices,
+            pool_prices,
+            cost_done: Dollars::new(),
+            waste_done: Dollars::new(),
+            gpu_hours_done: BTreeMap::new(),
+            ledger: UsageLedger::default(),
+        }
+    }
+
+    /// The price per GPU-hour of a model's GPU (its spot price if `spot`).
+    pub(super) fn model_price(&self, model: &str, spot: bool) -> Option<f64> {
+        if spot { self.prices.spot_per_gpu_hour(model) } else { self.prices.per_gpu_hour(model) }
+    }
+
     /// The price per GPU-hour of the node a running job holds, and its pool's name.
-    pub(super) fn run_price(&self, id: u64) -> Option<(f64, String)> {
-        let r = self.snap.job(JobId(id))?.running()?;
-        let node = self.snap.node(r.placement.first()?.node)?;
+    pub(super) fn run_price(&self, snap: &Snapshot, id: u64) -> Option<(f64, String)> {
+        let r = snap.job(JobId(id))?.running()?;
+        let node = snap.node(r.placement.first()?.node)?;
         let pool = node.pool.name.to_string();
-        if let Some(p) = self.configured_pool(&pool) {
-            return Some((p.price_per_gpu_hour(), pool));
+        if let Some(p) = self.pool_prices.get(&pool) {
+            return Some((*p, pool));
         }
         let model = node.devices.first().map(|d| d.model.to_string())?;
-        let price = match node.pool.kind {
-            PoolKind::Spot => self.cfg.prices.spot_per_gpu_hour(&model),
-            _ => self.cfg.prices.per_gpu_hour(&model),
-        }?;
+        let price = self.model_price(&model, node.pool.kind == PoolKind::Spot)?;
         Some((price, pool))
     }
 
     /// The current run's cost so far, and its pool.
-    pub(super) fn live_cost(&self, id: u64, now: i64) -> Option<(f64, String)> {
-        let r = self.snap.job(JobId(id))?.running()?;
+    pub(super) fn live_cost(&self, snap: &Snapshot, id: u64, now: i64) -> Option<(f64, String)> {
+        let r = snap.job(JobId(id))?.running()?;
         let hours = r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0;
-        let (price, pool) = self.run_price(id)?;
+        let (price, pool) = self.run_price(snap, id)?;
         Some((price * hours, pool))
     }
 
-    /// A run ends: its cost into the job's record and the exporter's counter.
-    pub(super) fn charge_run(&mut self, id: u64, hours: f64, summary: &mut Option<api::UsageSummary>) {
-        let Some((price, pool)) = self.run_price(id) else { return };
+    /// The price of one GPU-hour of a job's devices, if known.
+    pub(super) fn price_of(&self, snap: &Snapshot, d: &JobDoc) -> Option<f64> {
+        self.model_price(&model_of(snap, d)?, false)
+    }
+
+    /// A job's usage: its finished runs plus the live one (at `now`).
+    pub(super) fn usage_summary(
+        &self,
+        snap: &Snapshot,
+        telemetry: &crate::plane::telemetry::Telemetry,
+        d: &JobDoc,
+        now: i64,
+    ) -> Option<api::UsageSummary> {
+        let live = match (telemetry.summary(d.id), allocated_hours(snap, d.id, now)) {
+            (Some(s), Some(h)) => Some(api::UsageSummary { gpu_hours: h, ..s }),
+            (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
+            (s, _) => s,
+        };
+        let done = d.usage.as_ref().map(|u| {
+            // Runs recorded before costs were kept per run: at the model's price.
+            u.cost_usd.or_else(|| self.price_of(snap, d).map(|p| p * u.gpu_hours))
+        });
+        let live_cost = self.live_cost(snap, d.id, now).map(|(c, _)| c);
+        let mut s = merge_usage(d.usage.clone(), live)?;
+        s.cost_usd = match (done.flatten(), live_cost) {
+            (None, None) => self.price_of(snap, d).map(|p| p * s.gpu_hours),
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+        Some(s)
+    }
+
+    /// Running jobs' costs so far, by job (for the budgets).
+    pub(super) fn live_costs(&self, snap: &Snapshot, jobs: &BTreeMap<u64, JobDoc>, now: i64) -> BTreeMap<u64, f64> {
+        jobs.keys().filter_map(|id| Some((*id, self.live_cost(snap, *id, now)?.0))).collect()
+    }
+
+    /// A run of `d` ends, having held `hours` GPU-hours: its cost into the
+    /// job's record and the exporter's counters; the dollars, for the budgets.
+    pub(super) fn charge_run(
+        &mut self,
+        snap: &Snapshot,
+        d: &mut JobDoc,
+        hours: f64,
+        summary: &mut Option<api::UsageSummary>,
+    ) -> Option<f64> {
+        *self.gpu_hours_done.entry((d.user.clone(), d.team.clone())).or_default() += hours;
+        let (price, pool) = self.run_price(snap, d.id)?;
         let dollars = price * hours;
         let idle = summary.as_ref().map_or(0.0, |s| s.idle_gpu_hours * price);
         if let Some(s) = summary.as_mut() {
             s.cost_usd = Some(dollars);
         }
-        let Some(d) = self.jobs.get_mut(&id) else { return };
         d.pool = Some(pool.clone());
-        let (team, user, queue) = (d.team.clone(), d.user.clone(), d.queue.clone());
-        let key = (team.clone(), user, queue.clone(), pool);
+        let key = (d.team.clone(), d.user.clone(), d.queue.clone(), pool);
         *self.waste_done.entry(key.clone()).or_default() += idle;
         *self.cost_done.entry(key).or_default() += dollars;
-        self.budget_charge(&team, &queue, dollars);
+        Some(dollars)
+    }
+
+    /// GPU-hours per (user, team) since this daemon started, running jobs included.
+    pub(super) fn gpu_hours(
+        &self,
+        snap: &Snapshot,
+        jobs: &BTreeMap<u64, JobDoc>,
+        now: i64,
+    ) -> BTreeMap<(String, String), f64> {
+        let mut gpu_hours = self.gpu_hours_done.clone();
+        for j in snap.running_jobs() {
+            if let (Some(r), Some(d)) = (j.running(), jobs.get(&j.id.0)) {
+                let h = r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0;
+                *gpu_hours.entry((d.user.clone(), d.team.clone())).or_default() += h;
+            }
+        }
+        gpu_hours
     }
 
     /// Dollars per (team, user, queue, pool) since this daemon started, running jobs included.
-    pub(super) fn cost_counters(&self, now: i64) -> BTreeMap<(String, String, String, String), f64> {
+    pub(super) fn cost_counters(&self, snap: &Snapshot, jobs: &BTreeMap<u64, JobDoc>, now: i64) -> Dollars {
         let mut out = self.cost_done.clone();
-        for (id, d) in &self.jobs {
-            if let Some((dollars, pool)) = self.live_cost(*id, now) {
+        for (id, d) in jobs {
+            if let Some((dollars, pool)) = self.live_cost(snap, *id, now) {
                 *out.entry((d.team.clone(), d.user.clone(), d.queue.clone(), pool)).or_default() += dollars;
             }
         }
@@ -127,11 +222,16 @@ impl Controller {
 
     /// Dollars paid for allocated GPUs while they were idle (under 5%), per
     /// (team, user, queue, pool) since this daemon started, running jobs included.
-    pub(super) fn waste_counters(&self) -> BTreeMap<(String, String, String, String), f64> {
+    pub(super) fn waste_counters(
+        &self,
+        snap: &Snapshot,
+        jobs: &BTreeMap<u64, JobDoc>,
+        telemetry: &crate::plane::telemetry::Telemetry,
+    ) -> Dollars {
         let mut out = self.waste_done.clone();
-        for (id, d) in &self.jobs {
-            let idle = self.telemetry.summary(*id).map_or(0.0, |s| s.idle_gpu_hours);
-            if let Some((price, pool)) = self.run_price(*id).filter(|_| idle > 0.0) {
+        for (id, d) in jobs {
+            let idle = telemetry.summary(*id).map_or(0.0, |s| s.idle_gpu_hours);
+            if let Some((price, pool)) = self.run_price(snap, *id).filter(|_| idle > 0.0) {
                 *out.entry((d.team.clone(), d.user.clone(), d.queue.clone(), pool)).or_default() += idle * price;
             }
         }
@@ -166,14 +266,14 @@ impl Controller {
             None => Usage::of_job(0.0, 0.0, 0.0, 0.0, None),
         };
         let pool = d.pool.as_deref().unwrap_or("-");
-        self.usage_ledger.add(Time::from_millis(ended), &d.user, &d.team, &d.queue, pool, usage);
-        self.usage_ledger.note_job(Time::from_millis(ended), d.id);
+        self.ledger.add(Time::from_millis(ended), &d.user, &d.team, &d.queue, pool, usage);
+        self.ledger.note_job(Time::from_millis(ended), d.id);
     }
 
     /// What a job used and cost, as a report counts it: `live` dollars of its current run on top.
-    fn job_usage(&self, d: &JobDoc, live: f64) -> Usage {
+    fn job_usage(d: &JobDoc, summary: Option<api::UsageSummary>, live: f64) -> Usage {
         let done = d.usage.as_ref().and_then(|u| u.cost_usd).unwrap_or(0.0);
-        match self.usage_summary(d) {
+        match summary {
             Some(u) => {
                 Usage::of_job(done + live, u.gpu_hours, u.idle_gpu_hours, u.energy_wh.unwrap_or(0.0), u.mean_gpu_util)
             }
@@ -183,15 +283,15 @@ impl Controller {
 
     /// Builds the usage ledger from the store's finished jobs (once, at start):
     /// one read of every job, so that reports need not read any.
-    pub(super) fn restore_usage_ledger(&mut self) -> anyhow::Result<()> {
+    pub(super) fn restore_ledger(&mut self, store: &mut dyn Store, jobs: &BTreeMap<u64, JobDoc>) -> anyhow::Result<()> {
         let mut after = None;
         loop {
             let q = gpool_store::JobQuery { after, limit: PAGE, ..gpool_store::JobQuery::default() };
-            let rows = self.store.jobs(&q)?;
+            let rows = store.jobs(&q)?;
             let n = rows.len();
             for row in rows {
                 after = Some(row.id);
-                if self.jobs.contains_key(&row.id) {
+                if jobs.contains_key(&row.id) {
                     continue;
                 }
                 if let Ok(mut d) = serde_json::from_str::<Ended>(&row.doc) {
@@ -211,11 +311,17 @@ impl Controller {
     /// Finished jobs come from the usage ledger (hour resolution: the period
     /// starts at the beginning of `since_ms`'s hour), running ones live;
     /// `by=job` reads the store's jobs instead, as it lists each.
-    pub(super) fn cost_report(
-        &mut self,
+    /// `usage`: a job's usage so far (`Costs::usage_summary`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn report(
+        &self,
         caller: &Caller,
         by: &str,
         since_ms: i64,
+        snap: &Snapshot,
+        jobs: &BTreeMap<u64, JobDoc>,
+        store: &mut dyn Store,
+        usage: &dyn Fn(&JobDoc) -> Option<api::UsageSummary>,
         now: i64,
     ) -> Result<api::CostReport, ApiError> {
         let group: CostGroup = by.parse().map_err(|e: String| ApiError::new(400, format!("by: {e}")))?;
@@ -231,23 +337,23 @@ impl Controller {
             };
             // Jobs that ended in the period have ids from the first the ledger
             // noted on; older ones that count are still running, so live.
-            let first = self.usage_ledger.first_job_since(since);
-            for d in self.jobs.range(..first.unwrap_or(u64::MAX)).map(|(_, d)| d).filter(|d| counts(d)) {
-                rows.push((d.id.to_string(), self.report_usage(d, now).1));
+            let first = self.ledger.first_job_since(since);
+            for d in jobs.range(..first.unwrap_or(u64::MAX)).map(|(_, d)| d).filter(|d| counts(d)) {
+                rows.push((d.id.to_string(), self.report_usage(snap, d, usage(d), now).1));
             }
             if let Some(first) = first {
-                self.each_stored_job(first.checked_sub(1), |c, d| {
+                each_stored_job(store, jobs, first.checked_sub(1), |d| {
                     if counts(d) {
-                        rows.push((d.id.to_string(), c.report_usage(d, now).1));
+                        rows.push((d.id.to_string(), self.report_usage(snap, d, usage(d), now).1));
                     }
                 })?;
             }
         } else {
-            for (hour, o, u) in self.usage_ledger.hours_since(since).filter(|(_, o, _)| sees(&o.user)) {
+            for (hour, o, u) in self.ledger.hours_since(since).filter(|(_, o, _)| sees(&o.user)) {
                 dated.push((hour.as_millis(), o.group(group).unwrap_or("-").to_string(), *u));
             }
-            for d in self.jobs.values().filter(|d| d.started_ms.is_some() && sees(&d.user)) {
-                let (pool, usage) = self.report_usage(d, now);
+            for d in jobs.values().filter(|d| d.started_ms.is_some() && sees(&d.user)) {
+                let (pool, usage) = self.report_usage(snap, d, usage(d), now);
                 let name = match group {
                     CostGroup::User => d.user.clone(),
                     CostGroup::Team => d.team.clone(),
@@ -282,37 +388,70 @@ impl Controller {
     }
 
     /// A job's pool (where its current or last run was) and its usage with its live cost.
-    fn report_usage(&self, d: &JobDoc, now: i64) -> (String, Usage) {
-        let (live, live_pool) = self.live_cost(d.id, now).map_or((0.0, None), |(c, p)| (c, Some(p)));
+    fn report_usage(
+        &self,
+        snap: &Snapshot,
+        d: &JobDoc,
+        summary: Option<api::UsageSummary>,
+        now: i64,
+    ) -> (String, Usage) {
+        let (live, live_pool) = self.live_cost(snap, d.id, now).map_or((0.0, None), |(c, p)| (c, Some(p)));
         let pool = live_pool.or_else(|| d.pool.clone()).unwrap_or_else(|| "-".into());
-        (pool, self.job_usage(d, live))
+        (pool, Costs::job_usage(d, summary, live))
     }
+}
 
-    /// Calls `f` with every job of the store with an id over `after`, live
-    /// ones as the controller has them (newer than the store's).
-    fn each_stored_job(
-        &mut self,
-        mut after: Option<u64>,
-        mut f: impl FnMut(&Controller, &JobDoc),
-    ) -> Result<(), ApiError> {
-        loop {
-            let q = gpool_store::JobQuery { after, limit: PAGE, ..gpool_store::JobQuery::default() };
-            let rows = self.store.jobs(&q).map_err(|e| ApiError::new(500, e.to_string()))?;
-            let n = rows.len();
-            for row in rows {
-                after = Some(row.id);
-                match self.jobs.get(&row.id) {
-                    Some(d) => f(self, d),
-                    None => {
-                        if let Ok(d) = serde_json::from_str::<JobDoc>(&row.doc) {
-                            f(self, &d);
-                        }
+/// Calls `f` with every job of the store with an id over `after`, live
+/// ones as the controller has them (newer than the store's).
+fn each_stored_job(
+    store: &mut dyn Store,
+    jobs: &BTreeMap<u64, JobDoc>,
+    mut after: Option<u64>,
+    mut f: impl FnMut(&JobDoc),
+) -> Result<(), ApiError> {
+    loop {
+        let q = gpool_store::JobQuery { after, limit: PAGE, ..gpool_store::JobQuery::default() };
+        let rows = store.jobs(&q).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let n = rows.len();
+        for row in rows {
+            after = Some(row.id);
+            match jobs.get(&row.id) {
+                Some(d) => f(d),
+                None => {
+                    if let Ok(d) = serde_json::from_str::<JobDoc>(&row.doc) {
+                        f(&d);
                     }
                 }
             }
-            if n < PAGE as usize {
-                return Ok(());
-            }
+        }
+        if n < PAGE as usize {
+            return Ok(());
         }
     }
+}
+
+/// The GPU model of a job's (last) run, else the one its spec asks for.
+pub(super) fn model_of(snap: &Snapshot, d: &JobDoc) -> Option<String> {
+    d.run
+        .as_ref()
+        .and_then(|r| r.replicas.first())
+        .and_then(|r| {
+            let node = snap.node(snap.node_id(&r.node)?)?;
+            let index = r.gpus.first().copied().or_else(|| {
+                node.devices
+                    .iter()
+                    .find(|dev| dev.mig.as_ref().is_some_and(|m| m.iter().any(|i| r.mig.contains(&i.uuid.to_string()))))
+                    .map(|dev| dev.index)
+            })?;
+            node.devices.iter().find(|dev| dev.index == index).map(|dev| dev.model.to_string())
+        })
+        .or_else(|| d.spec.gpu_model.clone())
+}
+
+/// GPU-hours of the current run from its allocation to `now`, at its
+/// share (a MIG instance or a GPU share counts its fraction): what is
+/// charged, not what samples happened to see.
+pub(super) fn allocated_hours(snap: &Snapshot, id: u64, now: i64) -> Option<f64> {
+    let r = snap.job(JobId(id))?.running()?;
+    Some(r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0)
 }

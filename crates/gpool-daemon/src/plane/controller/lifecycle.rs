@@ -343,7 +343,7 @@ impl Controller {
         doc.state = state;
         doc.ended_ms = Some(now);
         doc.end_reason = Some(reason.clone());
-        self.ledger_add(&doc);
+        self.costs.ledger_add(&doc);
         self.out.touched.remove(&id);
         self.out.write(put_job(&doc));
         let said = format!("job {id} {}: {reason}", state.as_str());

@@ -266,16 +266,10 @@ pub struct Controller {
     next_pass_ms: i64,
     allocations: u64,
     preemptions: u64,
-    /// GPU-hours of finished runs per (user, team), since the daemon started.
-    gpu_hours_done: BTreeMap<(String, String), f64>,
-    /// Dollars of finished runs per (team, user, queue, pool), since the daemon started (`costs.rs`).
-    cost_done: BTreeMap<(String, String, String, String), f64>,
-    /// Of those, dollars of allocated GPUs that were idle (`costs.rs`).
-    waste_done: BTreeMap<(String, String, String, String), f64>,
-    /// Finished jobs' usage per hour and owner, for cost reports (`costs.rs`).
-    usage_ledger: gpool_core::usage_ledger::UsageLedger,
-    /// This month's spend and the alerts sent (`budgets.rs`).
-    budget: budgets::BudgetState,
+    /// Prices, and what runs have cost (`costs.rs`).
+    costs: costs::Costs,
+    /// Budgets and this month's spend (`budgets.rs`).
+    budgets: budgets::Budgets,
     /// GPUs of each job the idle rule fires on (`idle.rs`).
     idle_gpus: idle::IdleGpus,
     /// Inference services (`services.rs`).
@@ -319,6 +313,10 @@ impl Controller {
         let next_seq = store.max_event_seq()? + 1;
         let (cfg_telemetry, fault_timing) = (cfg.telemetry.clone(), cfg.health_checks);
         let power_budgets = cfg.power_budgets.clone();
+        let prices = cfg.prices.clone();
+        let pool_prices = (cfg.elastic.iter().flat_map(|e| &e.pools))
+            .map(|p| (p.name().to_string(), p.price_per_gpu_hour()))
+            .collect();
         let mut c = Controller {
             cfg,
             clock,
@@ -345,11 +343,8 @@ impl Controller {
             next_pass_ms: 0,
             allocations: 0,
             preemptions: 0,
-            gpu_hours_done: BTreeMap::new(),
-            cost_done: BTreeMap::new(),
-            waste_done: BTreeMap::new(),
-            usage_ledger: Default::default(),
-            budget: budgets::BudgetState::default(),
+            costs: costs::Costs::new(prices, pool_prices),
+            budgets: budgets::Budgets::default(),
             idle_gpus: idle::IdleGpus::default(),
             services: services::Services::default(),
             registries: registries::Logins::default(),
@@ -379,8 +374,8 @@ impl Controller {
         c.restore_nodes(now)?;
         c.roster = roster::Roster::restore(c.store.as_mut(), &c.links, &mut c.out)?;
         c.restore()?;
-        c.restore_usage_ledger()?;
-        c.restore_budgets(now);
+        c.costs.restore_ledger(c.store.as_mut(), &c.jobs)?;
+        c.budgets = budgets::Budgets::restore(c.cfg.budgets.clone(), &c.costs.ledger, &c.jobs, now);
         c.restore_services()?;
         c.registries = registries::Logins::restore(c.store.as_mut())?;
         c.schedules = schedules::Schedules::restore(c.store.as_mut())?;
@@ -547,7 +542,10 @@ impl Controller {
     // ----- scheduling -----
 
     fn schedule(&mut self, now: i64) {
-        self.check_budgets(now);
+        if !self.budgets.is_empty() {
+            let live = self.costs.live_costs(&self.snap, &self.jobs, now);
+            self.budgets.check(&mut self.snap, &mut self.jobs, &live, &mut self.timers, &mut self.out, now);
+        }
         self.out.dirty = false;
         let t0 = self.clock.monotonic();
         let mut plan = gpool_core::schedule(&self.snap, Time::from_millis(now));

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use gpool_api as api;
-use gpool_core::{JobId, NodeId, Time};
+use gpool_core::{JobId, NodeId};
 use gpool_store::Write;
 
 use super::docs::merge_usage;
@@ -172,59 +172,6 @@ impl Controller {
         }
     }
 
-    /// The price of one GPU-hour of a job's devices, if known.
-    pub(super) fn price_of(&self, d: &JobDoc) -> Option<f64> {
-        self.cfg.prices.per_gpu_hour(&self.model_of(d)?)
-    }
-
-    /// The GPU model of a job's (last) run, else the one its spec asks for.
-    pub(super) fn model_of(&self, d: &JobDoc) -> Option<String> {
-        d.run
-            .as_ref()
-            .and_then(|r| r.replicas.first())
-            .and_then(|r| {
-                let node = self.snap.node(self.snap.node_id(&r.node)?)?;
-                let index = r.gpus.first().copied().or_else(|| {
-                    node.devices
-                        .iter()
-                        .find(|dev| {
-                            dev.mig.as_ref().is_some_and(|m| m.iter().any(|i| r.mig.contains(&i.uuid.to_string())))
-                        })
-                        .map(|dev| dev.index)
-                })?;
-                node.devices.iter().find(|dev| dev.index == index).map(|dev| dev.model.to_string())
-            })
-            .or_else(|| d.spec.gpu_model.clone())
-    }
-
-    /// A job's usage: its finished runs plus the live one.
-    /// GPU-hours of the current run from its allocation to `now`, at its
-    /// share (a MIG instance or a GPU share counts its fraction): what is
-    /// charged, not what samples happened to see.
-    fn allocated_hours(&self, id: u64, now: i64) -> Option<f64> {
-        let r = self.snap.job(JobId(id))?.running()?;
-        Some(r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0)
-    }
-
-    pub(super) fn usage_summary(&self, d: &JobDoc) -> Option<api::UsageSummary> {
-        let live = match (self.telemetry.summary(d.id), self.allocated_hours(d.id, self.clock.now_ms())) {
-            (Some(s), Some(h)) => Some(api::UsageSummary { gpu_hours: h, ..s }),
-            (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
-            (s, _) => s,
-        };
-        let done = d.usage.as_ref().map(|u| {
-            // Runs recorded before costs were kept per run: at the model's price.
-            u.cost_usd.or_else(|| self.price_of(d).map(|p| p * u.gpu_hours))
-        });
-        let live_cost = self.live_cost(d.id, self.clock.now_ms()).map(|(c, _)| c);
-        let mut s = merge_usage(d.usage.clone(), live)?;
-        s.cost_usd = match (done.flatten(), live_cost) {
-            (None, None) => self.price_of(d).map(|p| p * s.gpu_hours),
-            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-        };
-        Some(s)
-    }
-
     /// Closes a run's telemetry: its last rows, its usage into the job's record.
     pub(super) fn account_run(&mut self, id: u64, now: i64) {
         // The run's last full-resolution series, so that a short job can be
@@ -259,11 +206,11 @@ impl Controller {
         self.publish_alerts(transitions, now);
         if let Some(s) = &summary {
             if let Some(d) = self.jobs.get(&id) {
-                let model = self.model_of(d);
+                let model = super::costs::model_of(&self.snap, d);
                 self.history.learn_draw(d, s, model.as_deref());
             }
         }
-        let hours = self.allocated_hours(id, now);
+        let hours = super::costs::allocated_hours(&self.snap, id, now);
         // Charged from allocation to release: samples start a moment
         // after the allocation and stop a moment before its end.
         let mut summary = match (summary, hours) {
@@ -271,12 +218,11 @@ impl Controller {
             (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
             (s, _) => s,
         };
-        if let Some(h) = hours {
-            self.charge_run(id, h, &mut summary);
-        }
         if let Some(d) = self.jobs.get_mut(&id) {
-            if let Some(h) = hours {
-                *self.gpu_hours_done.entry((d.user.clone(), d.team.clone())).or_default() += h;
+            if let Some(h) = hours
+                && let Some(dollars) = self.costs.charge_run(&self.snap, d, h, &mut summary)
+            {
+                self.budgets.charge(&d.team, &d.queue, dollars);
             }
             d.usage = merge_usage(d.usage.take(), summary);
         }
@@ -284,7 +230,7 @@ impl Controller {
 
     pub(super) fn usage(&mut self, d: &JobDoc) -> Result<api::JobUsageView, ApiError> {
         let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
-        let summary = self.usage_summary(d).unwrap_or_default();
+        let summary = self.costs.usage_summary(&self.snap, &self.telemetry, d, self.clock.now_ms()).unwrap_or_default();
         // A running job's samples since its last stored row, at full
         // resolution: a job a minute old has a curve too.
         let last = rows.iter().map(|r| r.at_ms).max().unwrap_or(i64::MIN);
@@ -349,9 +295,9 @@ impl Controller {
                 u
             }
         };
-        let summary = self.usage_summary(d).unwrap_or_default();
+        let summary = self.costs.usage_summary(&self.snap, &self.telemetry, d, self.clock.now_ms()).unwrap_or_default();
         usage.runtime = Duration::from_secs_f64(summary.gpu_hours * 3600.0 / usage.devices.len().max(1) as f64);
-        let price = self.price_of(d);
+        let price = self.costs.price_of(&self.snap, d);
         usage.price_per_gpu_hour = price;
         let mut offered: Vec<(gpool_core::MigProfile, u64)> = self
             .snap
@@ -512,13 +458,7 @@ impl Controller {
         for q in queues.values_mut() {
             q.used_gpus = self.snap.queue_usage(&q.name) as f64 / 1000.0;
         }
-        let mut gpu_hours = self.gpu_hours_done.clone();
-        for j in self.snap.running_jobs() {
-            if let (Some(r), Some(d)) = (j.running(), self.jobs.get(&j.id.0)) {
-                let h = r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0;
-                *gpu_hours.entry((d.user.clone(), d.team.clone())).or_default() += h;
-            }
-        }
+        let gpu_hours = self.costs.gpu_hours(&self.snap, &self.jobs, now);
         let mut alerts: BTreeMap<(String, String), u64> =
             self.telemetry.rules().iter().map(|r| ((r.name.clone(), r.severity.as_str().to_string()), 0)).collect();
         for a in self.telemetry.active_alerts() {
@@ -546,8 +486,8 @@ impl Controller {
                     Some((j.id.0, self.jobs.get(&j.id.0)?.user.clone(), wh * 3600.0))
                 })
                 .collect(),
-            cost: self.cost_counters(now),
-            idle_cost: self.waste_counters(),
+            cost: self.costs.cost_counters(&self.snap, &self.jobs, now),
+            idle_cost: self.costs.waste_counters(&self.snap, &self.jobs, &self.telemetry),
             nodes: self
                 .snap
                 .nodes()

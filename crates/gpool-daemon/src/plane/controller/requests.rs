@@ -213,11 +213,14 @@ impl Controller {
             }
             Call::Cost { by, since, reply } => {
                 let since_ms = now.saturating_sub(i64::try_from(since.as_millis()).unwrap_or(i64::MAX / 2));
-                let r = self.cost_report(&caller, &by, since_ms, now);
+                let (costs, snap, telemetry) = (&self.costs, &self.snap, &self.telemetry);
+                let usage = |d: &JobDoc| costs.usage_summary(snap, telemetry, d, now);
+                let r = costs.report(&caller, &by, since_ms, snap, &self.jobs, self.store.as_mut(), &usage, now);
                 self.reply(reply, r);
             }
             Call::Budgets { reply } => {
-                let r = Ok(self.budget_views(now));
+                let live = self.costs.live_costs(&self.snap, &self.jobs, now);
+                let r = Ok(self.budgets.views(&self.jobs, &live, now));
                 self.reply(reply, r);
             }
             Call::Pools { reply } => {
@@ -489,8 +492,8 @@ impl Controller {
             ids.push(id);
             if let Some((b, spent)) = over_hard {
                 let (_, next) = super::budgets::month_bounds(now);
-                let text = Controller::budget_hold_text(&b, spent, next);
-                self.hold_for_budget(id, &text, next);
+                let text = super::budgets::Budgets::hold_text(&b, spent, next);
+                super::budgets::hold_for_budget(id, &text, next, &mut self.snap, &mut self.jobs, &mut self.out);
                 self.event(now, Some(id), "budget_hold", format!("job {id}: {text}"));
             } else if self.snap.job(JobId(id)).is_some_and(|j| j.spec.priority == i32::MIN) {
                 self.event(
@@ -503,6 +506,15 @@ impl Controller {
         }
         self.out.reschedule();
         Ok(api::Submitted { ids })
+    }
+
+    /// The budget at or over 100% a job of this team and queue would be under, if any.
+    fn exhausted_budget(&self, team: &str, queue: &str, now: i64) -> Option<(super::budgets::Budget, f64)> {
+        if self.budgets.is_empty() {
+            return None;
+        }
+        let live = self.costs.live_costs(&self.snap, &self.jobs, now);
+        self.budgets.exhausted(team, queue, &self.jobs, &live)
     }
 
     /// With queues configured, a job must name one of them (a job naming
@@ -523,7 +535,6 @@ impl Controller {
         })
     }
 
-    /// A job the caller may see: their own, or any for admins and readers. Others' jobs are "not found".
     /// What a schedule submits must be what its owner could submit now.
     fn check_schedule_submits(
         &mut self,
@@ -555,6 +566,7 @@ impl Controller {
         }
     }
 
+    /// A job the caller may see: their own, or any for admins and readers. Others' jobs are "not found".
     pub(super) fn visible(&mut self, caller: &Caller, id: u64) -> Result<JobDoc, ApiError> {
         let doc = match self.jobs.get(&id) {
             Some(d) => Some(d.clone()),

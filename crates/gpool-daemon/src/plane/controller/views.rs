@@ -114,7 +114,7 @@ impl Controller {
             restarts: d.restarts,
             replicas,
             exit: d.exit.clone(),
-            usage: self.usage_summary(d),
+            usage: self.costs.usage_summary(&self.snap, &self.telemetry, d, self.clock.now_ms()),
             learned_estimate: d.learned_estimate.clone(),
             late: d.late.clone().filter(|_| !d.state.is_terminal()),
             estimated_start: self
