@@ -18,16 +18,19 @@
 use std::collections::BTreeMap;
 
 use gpool_api as api;
-use gpool_core::NodeId;
 use gpool_core::fault::{Fault, FaultChange, FaultReading, Faults, Quarantine, Returned};
 use gpool_core::time::Time;
-use gpool_store::Write;
+use gpool_core::{NodeId, Snapshot};
+use gpool_store::{Store, Write};
 use serde::{Deserialize, Serialize};
 
+use super::Order;
+use super::acts::Acts;
 use super::calls::ApiError;
 use super::docs::Stop;
-use super::{Controller, Order};
+use super::outbox::Outbox;
 use crate::plane::auth::{Caller, Role};
+use crate::plane::telemetry::Telemetry;
 use crate::plane::webhook::Notice;
 use crate::protocol::NodeReport;
 
@@ -169,153 +172,171 @@ impl GpuFaults {
     }
 }
 
-impl Controller {
+impl GpuFaults {
     /// Acts on what one report says of its node's GPUs' faults and checks.
-    pub(super) fn on_gpu_faults(&mut self, node: NodeId, r: &NodeReport, now: i64) {
+    pub(super) fn on_report(
+        &mut self,
+        node: NodeId,
+        r: &NodeReport,
+        snap: &mut Snapshot,
+        out: &mut Outbox,
+        now: i64,
+    ) -> Acts {
+        let mut acts = Acts::default();
+        let acts_ = &mut acts;
         let name = r.node.clone();
-        let devices: Vec<(u32, String)> = self
-            .snap
+        let devices: Vec<(u32, String)> = snap
             .node(node)
             .map(|n| n.devices.iter().map(|d| (d.index, d.uuid.to_string())).collect())
             .unwrap_or_default();
         let mut changed = false;
         for (gpu, reading) in GpuFaults::readings(&devices, r) {
             let key = (name.clone(), gpu);
-            for change in self.faults.faults.observe(&key, Time::from_millis(now), &reading) {
+            for change in self.faults.observe(&key, Time::from_millis(now), &reading) {
                 changed = true;
                 match change {
-                    FaultChange::Quarantined(fault) => self.quarantine(node, &key, &fault, now),
-                    FaultChange::JobFatal(xid) => self.end_jobs_for_xid(node, &key, xid, now),
+                    FaultChange::Quarantined(fault) => self.quarantine(node, &key, &fault, snap, out, acts_, now),
+                    FaultChange::JobFatal(xid) => self.end_jobs_for_xid(node, &key, xid, snap, acts_),
                     FaultChange::Noted(fault) => {
-                        let out = if self.faults.faults.quarantine(&key).is_some() {
-                            " (already out of service)"
-                        } else {
-                            ""
-                        };
-                        self.event(now, None, "gpu_fault", format!("GPU {gpu} of node {name}: {fault}{out}"));
+                        let gone =
+                            if self.faults.quarantine(&key).is_some() { " (already out of service)" } else { "" };
+                        acts_.event(None, "gpu_fault", format!("GPU {gpu} of node {name}: {fault}{gone}"));
                     }
                 }
             }
         }
         for v in &r.health {
             let key = (name.clone(), v.gpu);
-            if !self.faults.faults.checking(&key) {
+            if !self.faults.checking(&key) {
                 // An answer nobody waits for: the GPU came back meanwhile, or the check timed out.
                 tracing::debug!("node {name}: a health verdict on GPU {} no check waits for", v.gpu);
                 continue;
             }
             changed = true;
             let program = v.program.then(|| (v.passed, v.output.clone()));
-            match self.faults.faults.check_done(&key, Time::from_millis(now), program) {
-                Some(how) => self.back_in_service(node, &key, &how_said(&how), now),
+            match self.faults.check_done(&key, Time::from_millis(now), program) {
+                Some(how) => self.back_in_service(node, &key, &how_said(&how), snap, out, acts_, now),
                 None => {
-                    let said = self.faults.faults.quarantine(&key).and_then(|q| q.last_check.clone()).map(|(_, s)| s);
+                    let said = self.faults.quarantine(&key).and_then(|q| q.last_check.clone()).map(|(_, s)| s);
                     let said = said.unwrap_or_else(|| v.output.clone());
-                    self.event(now, None, "gpu_check", format!("GPU {} of node {name} stays out: {said}", v.gpu));
+                    acts_.event(None, "gpu_check", format!("GPU {} of node {name} stays out: {said}", v.gpu));
                 }
             }
         }
-        self.order_due_checks(node, &name, now);
+        self.order_due_checks(node, &name, snap, acts_, now);
         if changed {
-            self.keep_quarantines(now);
+            self.keep(out, now);
         }
+        acts
     }
 
     /// Takes a GPU out: snapshot, jobs, event, alert.
-    fn quarantine(&mut self, node: NodeId, key: &Key, fault: &Fault, now: i64) {
+    #[allow(clippy::too_many_arguments)]
+    fn quarantine(
+        &mut self,
+        node: NodeId,
+        key: &Key,
+        fault: &Fault,
+        snap: &mut Snapshot,
+        out: &mut Outbox,
+        acts: &mut Acts,
+        now: i64,
+    ) {
         let (name, gpu) = (key.0.clone(), key.1);
-        self.apply_quarantine(node);
-        let jobs = self.jobs_on_gpu(node, gpu);
+        self.apply_quarantine(node, snap, out);
+        let jobs = jobs_on_gpu(snap, node, gpu);
         for &job in &jobs {
             let stop = Stop::GpuFault { node: name.clone(), gpu, fault: fault.to_string() };
-            self.stop_run(job, stop, now);
+            acts.stop(job, stop);
         }
         let action = match jobs.as_slice() {
             [] => "no job ran on it".to_string(),
             j => format!("job {} requeued", j.iter().map(u64::to_string).collect::<Vec<_>>().join(", job ")),
         };
-        let repeat = self.faults.faults.quarantine(key).is_some_and(|q| q.operator_only);
+        let repeat = self.faults.quarantine(key).is_some_and(|q| q.operator_only);
         let back = if repeat {
             format!("it faulted twice within a day: only `gpool nodes restore {name} --gpu {gpu}` brings it back")
         } else {
             format!("it comes back when a health check passes or by `gpool nodes restore {name} --gpu {gpu}`")
         };
         let said = format!("GPU {gpu} of node {name} quarantined: {fault}; {action}; {back}");
-        self.event(now, None, "gpu_quarantined", said.clone());
-        self.faults.actions.insert(key.clone(), action);
-        self.gpu_notice(key, true, said, now);
+        acts.event(None, "gpu_quarantined", said.clone());
+        self.actions.insert(key.clone(), action);
+        self.gpu_notice(key, true, said, out, now);
     }
 
     /// An XID of the application's own: the jobs on the GPU end (or retry).
-    fn end_jobs_for_xid(&mut self, node: NodeId, key: &Key, xid: u64, now: i64) {
+    fn end_jobs_for_xid(&self, node: NodeId, key: &Key, xid: u64, snap: &Snapshot, acts: &mut Acts) {
         let what = gpool_core::xid::xid(xid).to_string();
-        let jobs = self.jobs_on_gpu(node, key.1);
+        let jobs = jobs_on_gpu(snap, node, key.1);
         if jobs.len() > 1 {
             // Several jobs share the GPU (shares, MIG slices) and an XID names none of them:
             // ending all would fail the innocent ones.
             let list = jobs.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
             let said = format!("GPU {} of node {}: {what} while jobs {list} share it; none is ended", key.1, key.0);
-            self.event(now, None, "gpu_xid", said);
+            acts.event(None, "gpu_xid", said);
             return;
         }
         for job in jobs {
-            self.stop_run(job, Stop::GpuXid { node: key.0.clone(), gpu: key.1, xid: what.clone() }, now);
+            acts.stop(job, Stop::GpuXid { node: key.0.clone(), gpu: key.1, xid: what.clone() });
             let said = format!("job {job}: GPU {} of node {} raised {what}; the GPU stays in service", key.1, key.0);
-            self.event(now, Some(job), "gpu_xid", said);
+            acts.event(Some(job), "gpu_xid", said);
         }
     }
 
     /// A GPU came back: placement may use it again.
-    fn back_in_service(&mut self, node: NodeId, key: &Key, how: &str, now: i64) {
-        self.faults.actions.remove(key);
-        self.apply_quarantine(node);
+    #[allow(clippy::too_many_arguments)]
+    fn back_in_service(
+        &mut self,
+        node: NodeId,
+        key: &Key,
+        how: &str,
+        snap: &mut Snapshot,
+        out: &mut Outbox,
+        acts: &mut Acts,
+        now: i64,
+    ) {
+        self.actions.remove(key);
+        self.apply_quarantine(node, snap, out);
         let said = format!("GPU {} of node {} is back in service: {how}", key.1, key.0);
-        self.event(now, None, "gpu_restored", said.clone());
-        self.gpu_notice(key, false, said, now);
+        acts.event(None, "gpu_restored", said.clone());
+        self.gpu_notice(key, false, said, out, now);
     }
 
     /// Orders the checks that are due on this node's idle quarantined GPUs.
-    fn order_due_checks(&mut self, node: NodeId, name: &str, now: i64) {
-        for gpu in self.faults.on_node(name) {
+    fn order_due_checks(&mut self, node: NodeId, name: &str, snap: &Snapshot, acts: &mut Acts, now: i64) {
+        for gpu in self.on_node(name) {
             let key = (name.to_string(), gpu);
-            if !self.faults.faults.check_due(&key, Time::from_millis(now)) || !self.jobs_on_gpu(node, gpu).is_empty() {
+            if !self.faults.check_due(&key, Time::from_millis(now)) || !jobs_on_gpu(snap, node, gpu).is_empty() {
                 continue;
             }
-            let Some(uuid) = self
-                .snap
-                .node(node)
-                .and_then(|n| n.devices.iter().find(|d| d.index == gpu))
-                .map(|d| d.uuid.to_string())
+            let Some(uuid) =
+                snap.node(node).and_then(|n| n.devices.iter().find(|d| d.index == gpu)).map(|d| d.uuid.to_string())
             else {
                 continue;
             };
-            self.faults.faults.check_started(&key, Time::from_millis(now));
-            self.order(node, Order::CheckHealth { gpu, uuid });
+            self.faults.check_started(&key, Time::from_millis(now));
+            acts.order(node, Order::CheckHealth { gpu, uuid });
         }
     }
 
     /// The snapshot's quarantine marks of `node`, from the tracker.
-    pub(super) fn apply_quarantine(&mut self, node: NodeId) {
-        let Some(name) = self.snap.node(node).map(|n| n.name.to_string()) else { return };
-        if self.snap.set_quarantined_gpus(node, &self.faults.on_node(&name)).is_ok() {
-            self.out.reschedule();
+    pub(super) fn apply_quarantine(&self, node: NodeId, snap: &mut Snapshot, out: &mut Outbox) {
+        let Some(name) = snap.node(node).map(|n| n.name.to_string()) else { return };
+        if snap.set_quarantined_gpus(node, &self.on_node(&name)).is_ok() {
+            out.reschedule();
         }
     }
 
-    /// Jobs running on any part of GPU `gpu` of `node` (whole, shared or MIG).
-    fn jobs_on_gpu(&self, node: NodeId, gpu: u32) -> Vec<u64> {
-        self.snap.jobs_on_gpu(node, gpu).into_iter().map(|j| j.0).collect()
-    }
-
     /// A webhook notice, fired once when a GPU goes out and resolved when it comes back.
-    fn gpu_notice(&mut self, (node, gpu): &Key, firing: bool, summary: String, now: i64) {
-        let since = self.faults.faults.quarantine(&(node.clone(), *gpu)).map_or(now, |q| q.since.as_millis());
+    fn gpu_notice(&self, (node, gpu): &Key, firing: bool, summary: String, out: &mut Outbox, now: i64) {
+        let since = self.faults.quarantine(&(node.clone(), *gpu)).map_or(now, |q| q.since.as_millis());
         let labels = [("alertname", "GpuQuarantined"), ("severity", "critical"), ("node", node.as_str())]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .chain([("gpu".to_string(), gpu.to_string()), ("subject".to_string(), format!("{node}/{gpu}"))])
             .collect();
-        self.out.notices.push(Notice {
+        out.notices.push(Notice {
             status: if firing { "firing" } else { "resolved" }.into(),
             labels,
             annotations: [("summary".to_string(), summary)].into_iter().collect(),
@@ -324,13 +345,18 @@ impl Controller {
         });
     }
 
-    fn keep_quarantines(&mut self, now: i64) {
-        self.out.write(Write::PutMeta(QUARANTINE_KEY.into(), self.faults.kept(now)));
+    fn keep(&self, out: &mut Outbox, now: i64) {
+        out.write(Write::PutMeta(QUARANTINE_KEY.into(), self.kept(now)));
     }
 
     /// Quarantines the last control plane kept, on the nodes it knows.
-    pub(super) fn restore_quarantines(&mut self) -> anyhow::Result<()> {
-        let Some(text) = self.store.meta(QUARANTINE_KEY)? else { return Ok(()) };
+    pub(super) fn restore(
+        &mut self,
+        store: &mut dyn Store,
+        snap: &mut Snapshot,
+        out: &mut Outbox,
+    ) -> anyhow::Result<()> {
+        let Some(text) = store.meta(QUARANTINE_KEY)? else { return Ok(()) };
         let kept: Vec<Kept> = match serde_json::from_str(&text) {
             Ok(k) => k,
             Err(e) => {
@@ -341,10 +367,10 @@ impl Controller {
             }
         };
         for k in kept {
-            let Some(node) = self.snap.node_id(&k.node) else { continue };
+            let Some(node) = snap.node_id(&k.node) else { continue };
             let times: Vec<Time> = k.faults_ms.iter().copied().map(Time::from_millis).collect();
             if !k.out {
-                self.faults.faults.restore_history((k.node, k.gpu), times);
+                self.faults.restore_history((k.node, k.gpu), times);
                 continue;
             }
             let q = Quarantine {
@@ -354,22 +380,22 @@ impl Controller {
                 last_check: k.last_check.map(|(t, s)| (Time::from_millis(t), s)),
             };
             let key = (k.node, k.gpu);
-            self.faults.faults.restore(key.clone(), q, times);
-            self.faults.actions.insert(key, k.action);
-            self.apply_quarantine(node);
+            self.faults.restore(key.clone(), q, times);
+            self.actions.insert(key, k.action);
+            self.apply_quarantine(node, snap, out);
         }
         Ok(())
     }
 
     /// Every GPU's health state, for `/metrics`.
-    pub(super) fn gpu_health(&self) -> Vec<(String, u32, &'static str)> {
+    pub(super) fn gpu_health(&self, snap: &Snapshot, telemetry: &Telemetry) -> Vec<(String, u32, &'static str)> {
         let mut out = Vec::new();
-        for (_, n) in self.snap.nodes() {
+        for (_, n) in snap.nodes() {
             for d in &n.devices {
                 let key = (n.name.to_string(), d.index);
-                let state = if self.faults.faults.quarantine(&key).is_some() {
+                let state = if self.faults.quarantine(&key).is_some() {
                     "quarantined"
-                } else if self.telemetry.degraded(&n.name, d.index).is_some() {
+                } else if telemetry.degraded(&n.name, d.index).is_some() {
                     "degraded"
                 } else {
                     "ok"
@@ -380,23 +406,22 @@ impl Controller {
         out
     }
 
-    /// `gpool health`.
-    pub(super) fn health_view(&self) -> Vec<api::QuarantineView> {
-        self.faults.views(self.clock.now_ms())
-    }
-
     /// `gpool nodes inject`: shows a fault on a simulated GPU.
-    pub(super) fn inject_fault(
-        &mut self,
+    /// `source`: where the node reads its devices (`NodeDoc::source`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn inject(
         caller: &Caller,
         name: &str,
         gpu: u32,
         fault: gpool_gpu::InjectedFault,
+        source: &str,
         from: &str,
+        snap: &Snapshot,
+        out: &mut Outbox,
         now: i64,
-    ) -> Result<api::NodeView, ApiError> {
-        let node = self.admin_gpu(caller, name, gpu, "inject faults")?;
-        let source = self.links.get(&node).map(|l| l.doc.source.clone()).unwrap_or_default();
+    ) -> Result<Acts, ApiError> {
+        let mut acts = Acts::default();
+        let node = admin_gpu(caller, name, gpu, "inject faults", snap)?;
         if source != "simulated" {
             return Err(ApiError::new(
                 400,
@@ -411,51 +436,61 @@ impl Controller {
             gpool_gpu::InjectedFault::EccUncorrected => "an uncorrectable ECC error".into(),
             gpool_gpu::InjectedFault::Gone => "the GPU gone from the bus".into(),
         };
-        self.order(node, Order::InjectFault { gpu, fault: Some(fault) });
-        self.out.audit(caller, from, &format!("injected {what} into GPU {gpu} of node {name}"), now);
-        self.node_view(name)
+        acts.order(node, Order::InjectFault { gpu, fault: Some(fault) });
+        out.audit(caller, from, &format!("injected {what} into GPU {gpu} of node {name}"), now);
+        Ok(acts)
     }
 
     /// `gpool nodes restore`: an operator brings a quarantined GPU back.
+    /// `simulated`: whether the node's GPUs are simulated (they forget their injected faults).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn restore_gpu(
         &mut self,
         caller: &Caller,
         name: &str,
         gpu: u32,
+        simulated: bool,
         from: &str,
+        snap: &mut Snapshot,
+        out: &mut Outbox,
         now: i64,
-    ) -> Result<api::NodeView, ApiError> {
-        let node = self.admin_gpu(caller, name, gpu, "restore GPUs")?;
+    ) -> Result<Acts, ApiError> {
+        let mut acts = Acts::default();
+        let node = admin_gpu(caller, name, gpu, "restore GPUs", snap)?;
         let key = (name.to_string(), gpu);
-        if !self.faults.faults.restore_by_operator(&key, Time::from_millis(now)) {
+        if !self.faults.restore_by_operator(&key, Time::from_millis(now)) {
             return Err(ApiError::new(409, format!("GPU {gpu} of node {name} is in service: nothing to restore")));
         }
-        if self.links.get(&node).is_some_and(|l| l.doc.source == "simulated") {
+        if simulated {
             // As a reset would: the simulated GPU forgets what it was told to show.
-            self.order(node, Order::InjectFault { gpu, fault: None });
+            acts.order(node, Order::InjectFault { gpu, fault: None });
         }
-        self.back_in_service(node, &key, &format!("restored by {}", caller.user), now);
-        self.out.audit(caller, from, &format!("restored GPU {gpu} of node {name}"), now);
-        self.keep_quarantines(now);
-        self.node_view(name)
+        self.back_in_service(node, &key, &format!("restored by {}", caller.user), snap, out, &mut acts, now);
+        out.audit(caller, from, &format!("restored GPU {gpu} of node {name}"), now);
+        self.keep(out, now);
+        Ok(acts)
     }
+}
 
-    /// The node of an admin's GPU call, once the caller, node and GPU check out.
-    fn admin_gpu(&self, caller: &Caller, name: &str, gpu: u32, what: &str) -> Result<NodeId, ApiError> {
-        if caller.role != Role::Admin {
-            return Err(ApiError::new(403, format!("only admins {what}")));
-        }
-        let node = self.snap.node_id(name).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
-        let gpus: Vec<u32> =
-            self.snap.node(node).map(|n| n.devices.iter().map(|d| d.index).collect()).unwrap_or_default();
-        if !gpus.contains(&gpu) {
-            return Err(ApiError::new(
-                404,
-                format!("node {name} has no GPU {gpu} (its GPUs: {gpus:?}; see gpool nodes {name})"),
-            ));
-        }
-        Ok(node)
+/// Jobs running on any part of GPU `gpu` of `node` (whole, shared or MIG).
+fn jobs_on_gpu(snap: &Snapshot, node: NodeId, gpu: u32) -> Vec<u64> {
+    snap.jobs_on_gpu(node, gpu).into_iter().map(|j| j.0).collect()
+}
+
+/// The node of an admin's GPU call, once the caller, node and GPU check out.
+fn admin_gpu(caller: &Caller, name: &str, gpu: u32, what: &str, snap: &Snapshot) -> Result<NodeId, ApiError> {
+    if caller.role != Role::Admin {
+        return Err(ApiError::new(403, format!("only admins {what}")));
     }
+    let node = snap.node_id(name).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
+    let gpus: Vec<u32> = snap.node(node).map(|n| n.devices.iter().map(|d| d.index).collect()).unwrap_or_default();
+    if !gpus.contains(&gpu) {
+        return Err(ApiError::new(
+            404,
+            format!("node {name} has no GPU {gpu} (its GPUs: {gpus:?}; see gpool nodes {name})"),
+        ));
+    }
+    Ok(node)
 }
 
 fn how_said(how: &Returned) -> String {

@@ -19,10 +19,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gpool_api as api;
-use gpool_core::{MigInstance, NodeId};
+use gpool_core::{MigInstance, NodeId, Snapshot};
 
-use super::timers::Timer;
-use super::{Controller, Order};
+use super::Order;
+use super::acts::Acts;
+use super::nodes::NodeLink;
+use super::outbox::Outbox;
+use super::timers::{Timer, Timers};
 
 /// The first back-off after a failed layout change; it doubles with each failure.
 const FIRST_BACKOFF_MS: i64 = 30_000;
@@ -54,29 +57,35 @@ impl MigChanges {
     }
 }
 
-impl Controller {
-    /// Lets the planner change the layout of these MIG GPUs of a node.
-    pub(super) fn apply_mig_managed(&mut self, node: NodeId, managed: &[u32]) {
-        for &gpu in managed {
-            // A GPU not in MIG mode cannot be managed; the node's own list says which are.
-            let _ = self.snap.set_mig_managed(node, gpu, true);
-        }
+/// Lets the planner change the layout of these MIG GPUs of a node.
+pub(super) fn apply_mig_managed(snap: &mut Snapshot, node: NodeId, managed: &[u32]) {
+    for &gpu in managed {
+        // A GPU not in MIG mode cannot be managed; the node's own list says which are.
+        let _ = snap.set_mig_managed(node, gpu, true);
     }
+}
 
+impl MigChanges {
     /// Drains, undrains and repartitions for the pending MIG demand.
-    pub(super) fn plan_mig_layouts(&mut self, now: i64) {
-        if !self.links.values().any(|l| !l.doc.mig_managed.is_empty()) {
-            return;
+    pub(super) fn plan(
+        &mut self,
+        snap: &mut Snapshot,
+        links: &BTreeMap<NodeId, NodeLink>,
+        out: &mut Outbox,
+        now: i64,
+    ) -> Acts {
+        let mut acts = Acts::default();
+        if !links.values().any(|l| !l.doc.mig_managed.is_empty()) {
+            return acts;
         }
-        let changes = &self.mig_changes;
-        let plan =
-            gpool_core::mig_planner::plan_for(&self.snap, |node, d| changes.may_change(&node.name, d.index, now));
-        let name = |c: &Controller, id: NodeId| c.snap.node(id).map_or_else(String::new, |n| n.name.to_string());
+        let plan = gpool_core::mig_planner::plan_for(snap, |node, d| self.may_change(&node.name, d.index, now));
+        let name = |snap: &Snapshot, id: NodeId| snap.node(id).map_or_else(String::new, |n| n.name.to_string());
         for (node, gpu) in plan.drain {
-            if !self.snap.mig_gpu_held(node, gpu) && self.snap.hold_mig_gpu(node, gpu, true).is_ok() {
-                let n = name(self, node);
-                self.event(
+            if !snap.mig_gpu_held(node, gpu) && snap.hold_mig_gpu(node, gpu, true).is_ok() {
+                let n = name(snap, node);
+                out.event_of(
                     now,
+                    None,
                     None,
                     "mig_drain",
                     format!("node {n} GPU {gpu}: draining to lay it out for waiting MIG jobs"),
@@ -84,7 +93,7 @@ impl Controller {
             }
         }
         for (node, gpu) in plan.undrain {
-            let _ = self.snap.hold_mig_gpu(node, gpu, false);
+            let _ = snap.hold_mig_gpu(node, gpu, false);
         }
         for (node, gpu, r) in plan.repartitions {
             let Some(geo) = gpool_core::mig_geometry::geometry(&r.model) else { continue };
@@ -96,14 +105,15 @@ impl Controller {
                     Some(gpool_gpu::MigSlot { profile: shape.name.to_string(), start: u32::from(i.start) })
                 })
                 .collect();
-            if self.snap.hold_mig_gpu(node, gpu, true).is_err() {
+            if snap.hold_mig_gpu(node, gpu, true).is_err() {
                 continue;
             }
-            let n = name(self, node);
-            self.mig_changes.changing.insert((n.clone(), gpu));
+            let n = name(snap, node);
+            self.changing.insert((n.clone(), gpu));
             let profiles: Vec<String> = r.profiles.iter().map(ToString::to_string).collect();
-            self.event(
+            out.event_of(
                 now,
+                None,
                 None,
                 "mig_repartition",
                 format!(
@@ -112,25 +122,36 @@ impl Controller {
                     profiles.join(" + ")
                 ),
             );
-            self.order(node, Order::MigLayout { gpu, layout });
+            acts.order(node, Order::MigLayout { gpu, layout });
         }
+        acts
     }
 
     /// A node (re)registered: its inventory is what it says now, so layouts
     /// ordered before are no longer awaited (an agent that restarted midway
     /// will never report them), and their GPUs are no longer held.
-    pub(super) fn forget_mig_changes(&mut self, node: NodeId, name: &str) {
-        let gpus: Vec<u32> = self.mig_changes.changing.iter().filter(|(n, _)| n == name).map(|(_, g)| *g).collect();
+    pub(super) fn forget(&mut self, snap: &mut Snapshot, node: NodeId, name: &str) {
+        let gpus: Vec<u32> = self.changing.iter().filter(|(n, _)| n == name).map(|(_, g)| *g).collect();
         for gpu in gpus {
-            self.mig_changes.changing.remove(&(name.to_string(), gpu));
-            let _ = self.snap.hold_mig_gpu(node, gpu, false);
+            self.changing.remove(&(name.to_string(), gpu));
+            let _ = snap.hold_mig_gpu(node, gpu, false);
         }
     }
 
     /// A node's agent says how a layout went and what its GPUs now are.
-    pub(super) fn on_mig_outcome(&mut self, node: NodeId, o: api::agent::MigOutcome, now: i64) {
-        let Some(n) = self.snap.node(node).map(|x| x.name.to_string()) else { return };
-        self.mig_changes.changing.remove(&(n.clone(), o.gpu));
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_outcome(
+        &mut self,
+        node: NodeId,
+        o: api::agent::MigOutcome,
+        snap: &mut Snapshot,
+        links: &mut BTreeMap<NodeId, NodeLink>,
+        timers: &mut Timers,
+        out: &mut Outbox,
+        now: i64,
+    ) {
+        let Some(n) = snap.node(node).map(|x| x.name.to_string()) else { return };
+        self.changing.remove(&(n.clone(), o.gpu));
         let reported = o.gpus.as_ref().and_then(|g| g.iter().find(|g| g.index == o.gpu)).and_then(|g| g.mig.clone());
         let taken = reported.map(|list| {
             let instances: Vec<MigInstance> = list
@@ -145,20 +166,19 @@ impl Controller {
                 })
                 .collect();
             let shown: Vec<String> = instances.iter().map(|i| i.profile.to_string()).collect();
-            (self.snap.repartition(node, o.gpu, instances), shown.join(" + "))
+            (snap.repartition(node, o.gpu, instances), shown.join(" + "))
         });
         // What the node now reports is what it has, also after a failure.
-        if let (Some(gpus), Some(link)) = (o.gpus, self.links.get_mut(&node)) {
+        if let (Some(gpus), Some(link)) = (o.gpus, links.get_mut(&node)) {
             link.doc.gpus = gpus;
-            let row = super::node_doc::node_row(&link.doc, now);
-            self.out.write(row);
+            out.write(super::node_doc::node_row(&link.doc, now));
         }
-        let _ = self.snap.hold_mig_gpu(node, o.gpu, false);
-        self.out.reschedule();
+        let _ = snap.hold_mig_gpu(node, o.gpu, false);
+        out.reschedule();
         let why = match (o.error, taken) {
             (None, Some((Ok(()), shown))) => {
-                self.mig_changes.backoff.remove(&(n.clone(), o.gpu));
-                self.event(now, None, "mig_repartitioned", format!("node {n} GPU {}: now {shown}", o.gpu));
+                self.backoff.remove(&(n.clone(), o.gpu));
+                out.event_of(now, None, None, "mig_repartitioned", format!("node {n} GPU {}: now {shown}", o.gpu));
                 return;
             }
             (Some(e), taken) => {
@@ -168,10 +188,11 @@ impl Controller {
             (None, Some((Err(e), _))) => e.to_string(),
             (None, None) => "the node did not report the GPU's instances".to_string(),
         };
-        let until = self.mig_changes.failed(&n, o.gpu, now);
-        self.timers.at(until, Timer::Wake);
-        self.event(
+        let until = self.failed(&n, o.gpu, now);
+        timers.at(until, Timer::Wake);
+        out.event_of(
             now,
+            None,
             None,
             "mig_repartition_failed",
             format!("node {n} GPU {}: {why}; its layout is left alone for {} s", o.gpu, (until - now) / 1000),

@@ -381,7 +381,7 @@ impl Controller {
         c.schedules = schedules::Schedules::restore(c.store.as_mut())?;
         c.power.restore(c.store.as_mut(), &mut c.snap)?;
         health::restore_degraded(c.store.as_mut(), &mut c.telemetry, &mut c.snap)?;
-        c.restore_quarantines()?;
+        c.faults.restore(c.store.as_mut(), &mut c.snap, &mut c.out)?;
         // The overload gate's count goes on where the last control plane left it.
         let since = c.store.meta(OVERLOAD_KEY)?.and_then(|t| t.parse().ok()).map(Time::from_millis);
         c.snap.restore_overload(since);
@@ -575,7 +575,8 @@ impl Controller {
         let acts = self.prefetched.on_plan(&plan, &self.jobs, &self.registries);
         self.act(acts, now);
         self.fail_never_startable(&plan, now);
-        self.plan_mig_layouts(now);
+        let acts = self.mig_changes.plan(&mut self.snap, &self.links, &mut self.out, now);
+        self.act(acts, now);
         self.autoscale(&plan, now);
         if let Some(at) = plan.wake_at {
             self.timers.at(at.as_millis(), Timer::Wake);

@@ -136,9 +136,9 @@ impl Controller {
         };
         let state = if doc.draining { NodeState::Draining } else { NodeState::Up };
         let _ = self.snap.set_node_state(id, state);
-        self.apply_mig_managed(id, &doc.mig_managed);
-        self.apply_quarantine(id);
-        self.forget_mig_changes(id, &doc.name);
+        super::mig_layouts::apply_mig_managed(&mut self.snap, id, &doc.mig_managed);
+        self.faults.apply_quarantine(id, &mut self.snap, &mut self.out);
+        self.mig_changes.forget(&mut self.snap, id, &doc.name);
         self.out.write(node_row(&doc, now));
         self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });
         self.out.reschedule();
@@ -184,7 +184,7 @@ impl Controller {
                 }
             };
             self.snap.set_node_state(id, NodeState::Down)?;
-            self.apply_mig_managed(id, &doc.mig_managed);
+            super::mig_layouts::apply_mig_managed(&mut self.snap, id, &doc.mig_managed);
             let link = Link::Remote(Remote { last_seen_ms: now, ..Remote::new() });
             self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });
             // Give its agent a lease's time to find this controller.

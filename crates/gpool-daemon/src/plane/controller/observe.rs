@@ -108,14 +108,23 @@ impl Controller {
         let Some(node) = self.snap.node_id(&r.node) else { return };
         if r.gpus.is_empty() && r.error.is_none() && r.mig.is_none() && !r.health.is_empty() {
             // Only health verdicts (`agent/gpu_health.rs`): no reading to take.
-            self.on_gpu_faults(node, &r, now);
+            let acts = self.faults.on_report(node, &r, &mut self.snap, &mut self.out, now);
+            self.act(acts, now);
             return;
         }
         self.set_conditions(node, r.conditions.clone(), now);
         let acts = super::gpu_shares::enforce_gpu_shares(&r, &self.snap, &self.jobs);
         self.act(acts, now);
         if let Some(outcome) = r.mig.clone() {
-            self.on_mig_outcome(node, outcome, now);
+            self.mig_changes.on_outcome(
+                node,
+                outcome,
+                &mut self.snap,
+                &mut self.links,
+                &mut self.timers,
+                &mut self.out,
+                now,
+            );
         }
         // Replicas pulling their image: shown as such, and their GPUs are not theirs to idle yet.
         self.pulling.retain(|_, (n, _)| *n != r.node);
@@ -135,7 +144,8 @@ impl Controller {
         {
             self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
         }
-        self.on_gpu_faults(node, &r, now);
+        let acts = self.faults.on_report(node, &r, &mut self.snap, &mut self.out, now);
+        self.act(acts, now);
         let (name, at_ms) = (r.node.clone(), r.at_ms);
         let out = self.telemetry.on_report(r, &holders);
         let t = super::power::Power::watch(&name, at_ms, &self.snap, &mut self.telemetry);
@@ -496,7 +506,7 @@ impl Controller {
                     (n.name.to_string(), n.state.as_str().to_string(), ok)
                 })
                 .collect(),
-            gpu_health: self.gpu_health(),
+            gpu_health: self.faults.gpu_health(&self.snap, &self.telemetry),
             alerts,
             services: self.service_series(),
         }

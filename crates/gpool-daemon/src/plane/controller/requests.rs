@@ -5,10 +5,10 @@ use gpool_api as api;
 use gpool_core::JobId;
 use gpool_store::JobQuery;
 
-use super::Controller;
 use super::budgets::BudgetMode;
 use super::calls::{ApiError, Call, ListQuery, LogTarget};
 use super::docs::{JobDoc, Stop, default_name};
+use super::{Controller, faults};
 use crate::plane::auth::{Caller, Credential};
 use crate::plane::convert::to_core;
 
@@ -68,11 +68,33 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::InjectFault { node, gpu, fault, from, reply } => {
-                let r = self.inject_fault(&caller, &node, gpu, fault, &from, now);
+                let source = self.node_doc(&node).map(|d| d.source.clone()).unwrap_or_default();
+                let r = faults::GpuFaults::inject(
+                    &caller,
+                    &node,
+                    gpu,
+                    fault,
+                    &source,
+                    &from,
+                    &self.snap,
+                    &mut self.out,
+                    now,
+                )
+                .and_then(|acts| {
+                    self.act(acts, now);
+                    self.node_view(&node)
+                });
                 self.reply(reply, r);
             }
             Call::RestoreGpu { node, gpu, from, reply } => {
-                let r = self.restore_gpu(&caller, &node, gpu, &from, now);
+                let simulated = self.node_doc(&node).is_some_and(|d| d.source == "simulated");
+                let r = self
+                    .faults
+                    .restore_gpu(&caller, &node, gpu, simulated, &from, &mut self.snap, &mut self.out, now)
+                    .and_then(|acts| {
+                        self.act(acts, now);
+                        self.node_view(&node)
+                    });
                 self.reply(reply, r);
             }
             Call::Register { reg, reply } => {
@@ -309,7 +331,7 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Health { reply } => {
-                let r = Ok(self.health_view());
+                let r = Ok(self.faults.views(now));
                 self.reply(reply, r);
             }
         }

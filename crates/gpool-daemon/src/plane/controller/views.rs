@@ -130,6 +130,11 @@ impl Controller {
         power::Power::views(&self.snap, &self.telemetry, &self.reason_texts, &self.waiting)
     }
 
+    /// A node's record, by name.
+    pub(super) fn node_doc(&self, name: &str) -> Option<&NodeDoc> {
+        self.snap.node_id(name).and_then(|id| self.links.get(&id)).map(|l| &l.doc)
+    }
+
     /// One node's view (after a call that changed it).
     pub(super) fn node_view(&self, name: &str) -> Result<api::NodeView, ApiError> {
         self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
