@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use gpool_core::autoscale::{DeleteWhy, PoolNode, PoolNodeState, PoolState, plan_scaling, waiting_for_room};
 use gpool_core::pools::{PoolConfig, PoolHealth};
-use gpool_core::{NodeState, Plan, Time};
-use gpool_store::Write;
+use gpool_core::{NodeId, NodeState, Plan, Policy, QueueConfig, Snapshot, Time};
+use gpool_store::{Store, Write};
 use serde::{Deserialize, Serialize};
 
-use super::Controller;
-use super::timers::Timer;
+use super::nodes::NodeLink;
+use super::outbox::Outbox;
+use super::timers::{Timer, Timers};
+use super::tokens::Tokens;
 
 /// A pool's provider, as the controller orders it: programs called with
 /// `POOL NODE` after their own words (the `local` provider is `gpool
@@ -92,25 +94,38 @@ pub(super) struct Fleet {
     /// the feasibility check of submissions.
     #[serde(skip)]
     pub largest: Option<gpool_core::Snapshot>,
+    /// The pools and their providers (`--pools`); `None`: a fixed cluster.
+    #[serde(skip)]
+    cfg: Option<ElasticConfig>,
+    /// The control plane's data directory (providers are told where to keep their state).
+    #[serde(skip)]
+    data_dir: std::path::PathBuf,
 }
 
-impl Controller {
-    fn elastic(&self) -> Option<&ElasticConfig> {
-        self.cfg.elastic.as_ref()
-    }
-
+impl Fleet {
     /// The fleet as the store last had it.
     /// With pools configured, the first turn runs a pass so that pools
     /// below their minimum grow and forgotten nodes go, with no event needed.
-    pub(super) fn restore_fleet(&mut self, now: i64) -> anyhow::Result<()> {
-        if let Some(text) = self.store.meta("fleet")? {
-            self.fleet = serde_json::from_str(&text).unwrap_or_default();
-        }
-        self.fleet.started_ms = now;
-        if let Some(cfg) = &self.cfg.elastic {
-            self.timers.at(now, Timer::Wake);
-            let mut largest = gpool_core::Snapshot::new(self.cfg.policy.clone());
-            for q in &self.cfg.queues {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn restore(
+        store: &mut dyn Store,
+        cfg: Option<ElasticConfig>,
+        data_dir: &std::path::Path,
+        policy: &Policy,
+        queues: &[QueueConfig],
+        timers: &mut Timers,
+        now: i64,
+    ) -> anyhow::Result<Fleet> {
+        let mut fleet: Fleet = match store.meta("fleet")? {
+            Some(text) => serde_json::from_str(&text).unwrap_or_default(),
+            None => Fleet::default(),
+        };
+        fleet.started_ms = now;
+        fleet.data_dir = data_dir.to_path_buf();
+        if let Some(cfg) = &cfg {
+            timers.at(now, Timer::Wake);
+            let mut largest = gpool_core::Snapshot::new(policy.clone());
+            for q in queues {
                 largest.set_queue(q.clone());
             }
             for p in &cfg.pools {
@@ -118,72 +133,82 @@ impl Controller {
                     largest.add_node(p.template(&format!("{}-largest-{i}", p.name())))?;
                 }
             }
-            self.fleet.largest = Some(largest);
+            fleet.largest = Some(largest);
         }
-        Ok(())
+        fleet.cfg = cfg;
+        Ok(fleet)
     }
 
-    fn save_fleet(&mut self) {
-        if let Ok(text) = serde_json::to_string(&self.fleet) {
-            self.out.write(Write::PutMeta("fleet".into(), text));
+    fn save(&self, out: &mut Outbox) {
+        if let Ok(text) = serde_json::to_string(self) {
+            out.write(Write::PutMeta("fleet".into(), text));
         }
     }
 
     /// Whether nodes the pools could make would run `spec` (a job no node
     /// that exists now could run is accepted then: nodes are made for it).
-    pub(super) fn pools_could_run(&self, spec: &gpool_core::JobSpec) -> bool {
-        self.fleet.largest.as_ref().is_some_and(|s| s.check_feasible(spec).is_ok())
+    pub(super) fn could_run(&self, spec: &gpool_core::JobSpec) -> bool {
+        self.largest.as_ref().is_some_and(|s| s.check_feasible(spec).is_ok())
     }
 
     /// The configured pool a node registering under `pool` belongs to, if any.
     pub(super) fn configured_pool(&self, pool: &str) -> Option<&PoolConfig> {
-        self.elastic()?.pools.iter().find(|p| p.name() == pool)
+        self.cfg.as_ref()?.pools.iter().find(|p| p.name() == pool)
     }
 
     /// A node's agent registered: a node the fleet made is up.
-    pub(super) fn fleet_registered(&mut self, name: &str) {
-        let Some(n) = self.fleet.nodes.get_mut(name) else { return };
+    pub(super) fn registered(&mut self, name: &str, out: &mut Outbox) {
+        let Some(n) = self.nodes.get_mut(name) else { return };
         if !n.registered {
             n.registered = true;
             let pool = n.pool.clone();
-            self.fleet.health.entry(pool).or_default().succeeded();
-            self.save_fleet();
+            self.health.entry(pool).or_default().succeeded();
+            self.save(out);
         }
     }
 
     /// After a pass: the autoscaler's plan, carried out.
-    pub(super) fn autoscale(&mut self, plan: &Plan, now: i64) {
-        let Some(cfg) = self.cfg.elastic.clone() else { return };
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn autoscale(
+        &mut self,
+        plan: &Plan,
+        snap: &mut Snapshot,
+        tokens: &mut Tokens,
+        lease_ms: i64,
+        timers: &mut Timers,
+        out: &mut Outbox,
+        now: i64,
+    ) {
+        let Some(cfg) = self.cfg.clone() else { return };
         let t = Time::from_millis(now);
         // Registered nodes: idle since when, or lost (deleted at once).
         let mut lost = Vec::new();
-        let settled = now - self.fleet.started_ms > 2 * self.lease_ms() + 1000;
-        for (name, n) in self.fleet.nodes.iter_mut().filter(|(_, n)| n.registered && !n.deleting) {
-            let Some(id) = self.snap.node_id(name) else { continue };
-            if self.snap.node(id).is_some_and(|x| x.state == NodeState::Down) {
+        let settled = now - self.started_ms > 2 * lease_ms + 1000;
+        for (name, n) in self.nodes.iter_mut().filter(|(_, n)| n.registered && !n.deleting) {
+            let Some(id) = snap.node_id(name) else { continue };
+            if snap.node(id).is_some_and(|x| x.state == NodeState::Down) {
                 if settled {
                     lost.push(name.clone());
                 }
                 continue;
             }
-            let busy = self.snap.jobs_on(id).next().is_some();
+            let busy = snap.jobs_on(id).next().is_some();
             n.idle_since_ms = if busy { None } else { Some(n.idle_since_ms.unwrap_or(now)) };
         }
         for name in lost {
-            self.delete_fleet_node(&cfg, &name, "its agent was lost", now);
+            self.delete_node(&cfg, &name, "its agent was lost", snap, out, now);
         }
         let again: Vec<String> = self
-            .fleet
             .nodes
             .iter()
             .filter(|(_, n)| n.deleting && n.retry_delete_ms.is_some_and(|t| t <= now))
             .map(|(name, _)| name.clone())
             .collect();
         for name in again {
-            if let Some(n) = self.fleet.nodes.get_mut(&name) {
+            if let Some(n) = self.nodes.get_mut(&name) {
                 n.retry_delete_ms = None;
             }
-            self.delete_fleet_node(&cfg, &name, "trying again", now);
+            self.delete_node(&cfg, &name, "trying again", snap, out, now);
         }
         let states: Vec<PoolState<'_>> = cfg
             .pools
@@ -191,7 +216,6 @@ impl Controller {
             .map(|p| PoolState {
                 config: p,
                 nodes: self
-                    .fleet
                     .nodes
                     .iter()
                     .filter(|(_, n)| n.pool == p.name() && !n.deleting)
@@ -204,10 +228,10 @@ impl Controller {
                         },
                     })
                     .collect(),
-                health: self.fleet.health.get(p.name()).cloned().unwrap_or_default(),
+                health: self.health.get(p.name()).cloned().unwrap_or_default(),
             })
             .collect();
-        let waiting = waiting_for_room(&self.snap, plan);
+        let waiting = waiting_for_room(snap, plan);
         let scale = plan_scaling(&states, &waiting, cfg.max_dollars_per_hour, t);
         drop(states);
         for d in &scale.delete {
@@ -215,45 +239,55 @@ impl Controller {
                 DeleteWhy::Idle => "idle for its pool's idle time",
                 DeleteWhy::BootTimeout => {
                     if let Some(p) = cfg.pools.iter().find(|p| *p.pool.name == *d.pool) {
-                        self.fleet.health.entry(d.pool.to_string()).or_default().failed(&p.retry, t);
+                        self.health.entry(d.pool.to_string()).or_default().failed(&p.retry, t);
                     }
                     "it did not register within its pool's boot timeout"
                 }
                 DeleteWhy::AboveMax => "its pool is above its maximum",
             };
-            self.delete_fleet_node(&cfg, &d.node, why, now);
+            self.delete_node(&cfg, &d.node, why, snap, out, now);
         }
         for c in &scale.create {
             let Some(pi) = cfg.pools.iter().position(|p| p.pool.name == c.pool) else { continue };
             for _ in 0..c.count {
-                self.create_fleet_node(&cfg, pi, &c.for_jobs, now);
+                self.create_node(&cfg, pi, &c.for_jobs, tokens, timers, out, now);
             }
         }
         if !scale.create.is_empty() || !scale.delete.is_empty() {
-            self.save_fleet();
+            self.save(out);
         }
         if let Some(at) = scale.wake_at {
-            self.timers.at(at.as_millis(), Timer::Wake);
+            timers.at(at.as_millis(), Timer::Wake);
         }
-        for h in self.fleet.health.values() {
+        for h in self.health.values() {
             if let Some(at) = h.next_change(t) {
-                self.timers.at(at.as_millis(), Timer::Wake);
+                timers.at(at.as_millis(), Timer::Wake);
             }
         }
     }
 
-    fn create_fleet_node(&mut self, cfg: &ElasticConfig, pi: usize, for_jobs: &[gpool_core::JobId], now: i64) {
+    #[allow(clippy::too_many_arguments)]
+    fn create_node(
+        &mut self,
+        cfg: &ElasticConfig,
+        pi: usize,
+        for_jobs: &[gpool_core::JobId],
+        tokens: &mut Tokens,
+        timers: &mut Timers,
+        out: &mut Outbox,
+        now: i64,
+    ) {
         let pool = &cfg.pools[pi];
-        self.fleet.seq += 1;
-        let name = format!("{}-{}", pool.name(), self.fleet.seq);
-        let token = match self.tokens.mint_node(&name, &mut self.out, now) {
+        self.seq += 1;
+        let name = format!("{}-{}", pool.name(), self.seq);
+        let token = match tokens.mint_node(&name, out, now) {
             Ok(t) => t,
             Err(e) => {
-                self.event(now, None, "pool", format!("pool {}: cannot make a node token: {e}", pool.name()));
+                out.event_of(now, None, None, "pool", format!("pool {}: cannot make a node token: {e}", pool.name()));
                 return;
             }
         };
-        self.fleet.nodes.insert(
+        self.nodes.insert(
             name.clone(),
             FleetNode {
                 pool: pool.name().to_string(),
@@ -267,16 +301,16 @@ impl Controller {
         let jobs: Vec<String> = for_jobs.iter().map(|j| j.0.to_string()).collect();
         let why =
             if jobs.is_empty() { "to keep its minimum".to_string() } else { format!("for job(s) {}", jobs.join(", ")) };
-        self.event(now, None, "node_create", format!("creating node {name} in pool {} {why}", pool.name()));
+        out.event_of(now, None, None, "node_create", format!("creating node {name} in pool {} {why}", pool.name()));
         // Look again when its boot time is up, should nothing else happen by then.
         let boot_ms = i64::try_from(pool.boot_timeout.as_millis()).unwrap_or(i64::MAX / 2);
-        self.timers.at(now.saturating_add(boot_ms), Timer::Wake);
-        let mut env = provider_env(&self.cfg.data_dir, cfg, pool, &name);
+        timers.at(now.saturating_add(boot_ms), Timer::Wake);
+        let mut env = provider_env(&self.data_dir, cfg, pool, &name);
         env.push(("GPOOL_TOKEN".into(), token));
         let p = &cfg.providers[pi];
         let mut argv = p.create.clone();
         argv.extend([pool.name().to_string(), name.clone()]);
-        self.out.provision.push(ProvisionOrder {
+        out.provision.push(ProvisionOrder {
             op: ProvisionOp::Create,
             pool: pool.name().to_string(),
             node: name,
@@ -286,20 +320,28 @@ impl Controller {
         });
     }
 
-    fn delete_fleet_node(&mut self, cfg: &ElasticConfig, name: &str, why: &str, now: i64) {
-        let Some(n) = self.fleet.nodes.get_mut(name) else { return };
+    fn delete_node(
+        &mut self,
+        cfg: &ElasticConfig,
+        name: &str,
+        why: &str,
+        snap: &mut Snapshot,
+        out: &mut Outbox,
+        now: i64,
+    ) {
+        let Some(n) = self.nodes.get_mut(name) else { return };
         n.deleting = true;
         let pool = n.pool.clone();
-        if let Some(id) = self.snap.node_id(name) {
-            let _ = self.snap.set_node_state(id, NodeState::Draining);
+        if let Some(id) = snap.node_id(name) {
+            let _ = snap.set_node_state(id, NodeState::Draining);
         }
-        self.event(now, None, "node_delete", format!("deleting node {name} of pool {pool}: {why}"));
+        out.event_of(now, None, None, "node_delete", format!("deleting node {name} of pool {pool}: {why}"));
         let Some(pi) = cfg.pools.iter().position(|p| p.name() == pool) else { return };
         let p = &cfg.providers[pi];
         let mut argv = p.delete.clone();
         argv.extend([pool.clone(), name.to_string()]);
-        let env = provider_env(&self.cfg.data_dir, cfg, &cfg.pools[pi], name);
-        self.out.provision.push(ProvisionOrder {
+        let env = provider_env(&self.data_dir, cfg, &cfg.pools[pi], name);
+        out.provision.push(ProvisionOrder {
             op: ProvisionOp::Delete,
             pool,
             node: name.to_string(),
@@ -307,67 +349,80 @@ impl Controller {
             env,
             timeout: p.timeout,
         });
-        self.save_fleet();
+        self.save(out);
     }
 
     /// A provider program ended.
-    pub(super) fn on_provisioned(&mut self, node: String, op: ProvisionOp, result: Result<(), String>, now: i64) {
-        let Some(cfg) = self.cfg.elastic.clone() else { return };
-        let Some(n) = self.fleet.nodes.get(&node).cloned() else { return };
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_provisioned(
+        &mut self,
+        node: String,
+        op: ProvisionOp,
+        result: Result<(), String>,
+        snap: &mut Snapshot,
+        links: &mut BTreeMap<NodeId, NodeLink>,
+        tokens: &mut Tokens,
+        timers: &mut Timers,
+        out: &mut Outbox,
+        now: i64,
+    ) {
+        let Some(cfg) = self.cfg.clone() else { return };
+        let Some(n) = self.nodes.get(&node).cloned() else { return };
         match (op, result) {
             (ProvisionOp::Create, Ok(())) => {}
             (ProvisionOp::Create, Err(e)) => {
                 if let Some(p) = cfg.pools.iter().find(|p| p.name() == n.pool) {
-                    self.fleet.health.entry(n.pool.clone()).or_default().failed(&p.retry, Time::from_millis(now));
+                    self.health.entry(n.pool.clone()).or_default().failed(&p.retry, Time::from_millis(now));
                 }
-                self.event(
+                out.event_of(
                     now,
+                    None,
                     None,
                     "node_create_failed",
                     format!("pool {}: creating node {node} failed: {e}", n.pool),
                 );
                 // Clean up whatever the program left behind.
-                self.delete_fleet_node(&cfg, &node, "its creation failed", now);
-                self.out.reschedule();
+                self.delete_node(&cfg, &node, "its creation failed", snap, out, now);
+                out.reschedule();
             }
             (ProvisionOp::Delete, Ok(())) => {
-                self.fleet.nodes.remove(&node);
-                self.tokens.revoke_node(&node, &mut self.out);
-                if let Some(id) = self.snap.node_id(&node) {
-                    let _ = self.snap.set_node_state(id, NodeState::Down);
-                    self.links.remove(&id);
+                self.nodes.remove(&node);
+                tokens.revoke_node(&node, out);
+                if let Some(id) = snap.node_id(&node) {
+                    let _ = snap.set_node_state(id, NodeState::Down);
+                    links.remove(&id);
                 }
-                self.out.write(Write::DeleteNode(node.clone()));
-                self.event(now, None, "node_deleted", format!("node {node} of pool {} deleted", n.pool));
-                self.save_fleet();
-                self.out.reschedule();
+                out.write(Write::DeleteNode(node.clone()));
+                out.event_of(now, None, None, "node_deleted", format!("node {node} of pool {} deleted", n.pool));
+                self.save(out);
+                out.reschedule();
             }
             (ProvisionOp::Delete, Err(e)) => {
-                self.event(
+                out.event_of(
                     now,
+                    None,
                     None,
                     "node_delete_failed",
                     format!("pool {}: deleting node {node} failed: {e}; trying again in 30 s", n.pool),
                 );
-                if let Some(x) = self.fleet.nodes.get_mut(&node) {
+                if let Some(x) = self.nodes.get_mut(&node) {
                     x.retry_delete_ms = Some(now + 30_000);
                 }
-                self.timers.at(now + 30_000, Timer::Wake);
+                timers.at(now + 30_000, Timer::Wake);
             }
         }
     }
 
     /// `GET /api/v1/pools`.
-    pub(super) fn pools_view(&self, now: i64) -> Vec<gpool_api::PoolView> {
-        let Some(cfg) = self.elastic() else { return Vec::new() };
+    pub(super) fn views(&self, now: i64) -> Vec<gpool_api::PoolView> {
+        let Some(cfg) = &self.cfg else { return Vec::new() };
         let t = Time::from_millis(now);
         cfg.pools
             .iter()
             .map(|p| {
-                let mine: Vec<(&String, &FleetNode)> =
-                    self.fleet.nodes.iter().filter(|(_, n)| n.pool == p.name()).collect();
+                let mine: Vec<(&String, &FleetNode)> = self.nodes.iter().filter(|(_, n)| n.pool == p.name()).collect();
                 let count = |f: &dyn Fn(&FleetNode) -> bool| mine.iter().filter(|(_, n)| f(n)).count() as u32;
-                let health = self.fleet.health.get(p.name()).cloned().unwrap_or_default();
+                let health = self.health.get(p.name()).cloned().unwrap_or_default();
                 let idle = count(&|n| n.registered && !n.deleting && n.idle_since_ms.is_some());
                 let busy = count(&|n| n.registered && !n.deleting && n.idle_since_ms.is_none());
                 let paid = if p.pool.kind == gpool_core::PoolKind::Reserved {

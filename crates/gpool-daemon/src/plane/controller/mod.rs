@@ -370,7 +370,15 @@ impl Controller {
             }
             c.install_node(doc, Link::Local, now).map_err(|e| anyhow::anyhow!(e.message))?;
         }
-        c.restore_fleet(now)?;
+        c.fleet = elastic::Fleet::restore(
+            c.store.as_mut(),
+            c.cfg.elastic.clone(),
+            &c.cfg.data_dir,
+            &c.cfg.policy,
+            &c.cfg.queues,
+            &mut c.timers,
+            now,
+        )?;
         c.restore_nodes(now)?;
         c.roster = roster::Roster::restore(c.store.as_mut(), &c.links, &mut c.out)?;
         c.restore()?;
@@ -469,7 +477,17 @@ impl Controller {
                 let acts = self.profiling.on_profiled(key, profile, capture, &mut self.out);
                 self.act(acts, now);
             }
-            Event::Provisioned { node, op, result } => self.on_provisioned(node, op, result, now),
+            Event::Provisioned { node, op, result } => self.fleet.on_provisioned(
+                node,
+                op,
+                result,
+                &mut self.snap,
+                &mut self.links,
+                &mut self.tokens,
+                &mut self.timers,
+                &mut self.out,
+                now,
+            ),
             Event::Proxy(r) => self.on_proxy(r, now),
             Event::Open(Open::Metrics { reply }) => {
                 let scrape = self.scrape(now);
@@ -577,7 +595,8 @@ impl Controller {
         self.fail_never_startable(&plan, now);
         let acts = self.mig_changes.plan(&mut self.snap, &self.links, &mut self.out, now);
         self.act(acts, now);
-        self.autoscale(&plan, now);
+        let lease_ms = self.lease_ms();
+        self.fleet.autoscale(&plan, &mut self.snap, &mut self.tokens, lease_ms, &mut self.timers, &mut self.out, now);
         if let Some(at) = plan.wake_at {
             self.timers.at(at.as_millis(), Timer::Wake);
         }

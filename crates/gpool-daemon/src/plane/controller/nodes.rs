@@ -106,10 +106,10 @@ impl Controller {
     /// Adds (or updates) a node in the snapshot and the link table.
     pub(super) fn install_node(&mut self, doc: NodeDoc, link: Link, now: i64) -> Result<NodeId, ApiError> {
         let mut node = core_node(&doc);
-        if let Some(p) = doc.pool.as_deref().and_then(|p| self.configured_pool(p)) {
+        if let Some(p) = doc.pool.as_deref().and_then(|p| self.fleet.configured_pool(p)) {
             node.pool = p.pool.clone();
         }
-        self.fleet_registered(&doc.name);
+        self.fleet.registered(&doc.name, &mut self.out);
         let id = match self.snap.node_id(&doc.name) {
             Some(id) => {
                 let same = self.snap.node(id).is_some_and(|n| n.devices == node.devices);
@@ -168,7 +168,7 @@ impl Controller {
                 }
             };
             let mut node = core_node(&doc);
-            if let Some(p) = doc.pool.as_deref().and_then(|p| self.configured_pool(p)) {
+            if let Some(p) = doc.pool.as_deref().and_then(|p| self.fleet.configured_pool(p)) {
                 node.pool = p.pool.clone();
             }
             let id = match super::node_doc::check(&doc)

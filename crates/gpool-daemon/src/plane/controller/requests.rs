@@ -246,7 +246,7 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Pools { reply } => {
-                let r = Ok(self.pools_view(now));
+                let r = Ok(self.fleet.views(now));
                 self.reply(reply, r);
             }
             Call::Queues { reply } => {
@@ -398,7 +398,7 @@ impl Controller {
             }
             core.watts_per_gpu = self.history.learned_watts(spec, &core);
             if let Err(why) = self.snap.check_feasible(&core)
-                && !self.pools_could_run(&core)
+                && !self.fleet.could_run(&core)
             {
                 return Err(ApiError::new(400, at(i, format!("rejected: {why}"))));
             }
