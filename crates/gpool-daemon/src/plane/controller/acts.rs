@@ -19,6 +19,8 @@ pub(super) enum Act {
     Stop { job: u64, why: Stop },
     /// An order to a node, routed to the local agent or the node's outbox (`orders.rs`).
     Order { node: NodeId, order: Order },
+    /// A job its room no longer wants: a pending one is cancelled at once, a running one stopped (`lifecycle.rs`).
+    Withdraw { job: u64, by: String },
     /// The node's record changed: the snapshot's view of it is redone (`conditions.rs`).
     NodeState(NodeId),
 }
@@ -39,6 +41,10 @@ impl Acts {
 
     pub(super) fn order(&mut self, node: NodeId, order: Order) {
         self.0.push(Act::Order { node, order });
+    }
+
+    pub(super) fn withdraw(&mut self, job: u64, by: String) {
+        self.0.push(Act::Withdraw { job, by });
     }
 
     pub(super) fn node_state(&mut self, node: NodeId) {

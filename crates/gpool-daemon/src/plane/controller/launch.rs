@@ -39,7 +39,7 @@ impl Controller {
             (true, _, Some(m)) => self.reserve_remote_port(m, id),
         };
         // A service replica listens on `PORT`: any free one here, else one from the range on its node.
-        let service = self.jobs.get(&id).is_some_and(|d| Controller::is_service_replica(&d.spec));
+        let service = self.jobs.get(&id).is_some_and(|d| super::services::is_service_replica(&d.spec));
         let service_port = match (service, master) {
             (true, Some(m)) => self.reserve_port(m, id),
             _ => None,

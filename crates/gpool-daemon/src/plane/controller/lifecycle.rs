@@ -57,6 +57,19 @@ impl Controller {
     }
 
     /// Sends the stop signal to every live replica of a running job and arms the SIGKILL timer.
+    /// A job its room no longer wants (a service's replica): pending, it is
+    /// cancelled at once; running, it gets its stop signal.
+    pub(super) fn withdraw(&mut self, job: u64, by: String, now: i64) {
+        let Some(state) = self.jobs.get(&job).map(|d| d.state) else { return };
+        if state == api::JobState::Pending {
+            let _ = self.snap.remove_pending(JobId(job), false);
+            self.finish_terminal(job, api::JobState::Cancelled, format!("cancelled by {by}"), now);
+            self.out.reschedule();
+        } else {
+            self.stop_run(job, Stop::Cancel { by }, now);
+        }
+    }
+
     /// A run's grace period is over: SIGKILL whatever of it is left.
     pub(super) fn kill_what_is_left(&mut self, job: u64, attempt: u32) {
         let left: Vec<_> = self

@@ -384,7 +384,7 @@ impl Controller {
         c.restore()?;
         c.costs.restore_ledger(c.store.as_mut(), &c.jobs)?;
         c.budgets = budgets::Budgets::restore(c.cfg.budgets.clone(), &c.costs.ledger, &c.jobs, now);
-        c.restore_services()?;
+        c.services.restore(c.store.as_mut())?;
         c.registries = registries::Logins::restore(c.store.as_mut())?;
         c.schedules = schedules::Schedules::restore(c.store.as_mut())?;
         c.power.restore(c.store.as_mut(), &mut c.snap)?;
@@ -456,7 +456,8 @@ impl Controller {
 
     /// Packs what this turn produced.
     fn take_turn(&mut self) -> Turn {
-        let routes = self.take_service_changes();
+        let world = services::World { jobs: &self.jobs, snap: &self.snap, links: &self.links };
+        let routes = self.services.take_changes(&world, &mut self.out);
         for id in std::mem::take(&mut self.out.touched) {
             if let Some(d) = self.jobs.get(&id) {
                 self.out.write(docs::put_job(d));
@@ -488,7 +489,11 @@ impl Controller {
                 &mut self.out,
                 now,
             ),
-            Event::Proxy(r) => self.on_proxy(r, now),
+            Event::Proxy(r) => {
+                let world = services::World { jobs: &self.jobs, snap: &self.snap, links: &self.links };
+                let acts = self.services.on_proxy(r, &world, now);
+                self.act(acts, now);
+            }
             Event::Open(Open::Metrics { reply }) => {
                 let scrape = self.scrape(now);
                 self.out.replies.push(Answer::open(reply, scrape));
@@ -549,6 +554,7 @@ impl Controller {
                 acts::Act::Stop { job, why } => self.stop_run(job, why, now),
                 acts::Act::Order { node, order } => self.order(node, order),
                 acts::Act::NodeState(node) => self.apply_node_state(node),
+                acts::Act::Withdraw { job, by } => self.withdraw(job, by, now),
             }
         }
     }

@@ -508,7 +508,7 @@ impl Controller {
                 .collect(),
             gpu_health: self.faults.gpu_health(&self.snap, &self.telemetry),
             alerts,
-            services: self.service_series(),
+            services: self.services.series(),
         }
     }
 }

@@ -172,15 +172,24 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::ApplyService { name, spec, reply } => {
-                let r = self.apply_service(&caller, &name, *spec, now);
+                let r = self.services.check(&name, *spec).and_then(|(spec, cfg, probe)| {
+                    // A replica must be a job this caller could submit.
+                    self.checked(&caller, std::slice::from_ref(&probe), now)?;
+                    self.services.apply(&caller, &name, (spec, cfg), &mut self.out, now)
+                });
                 self.reply(reply, r);
             }
             Call::DeleteService { name, reply } => {
-                let r = self.delete_service(&caller, &name, now);
+                let world = super::services::World { jobs: &self.jobs, snap: &self.snap, links: &self.links };
+                let r = self.services.delete(&caller, &name, &world, &mut self.out, now).map(|(view, acts)| {
+                    self.act(acts, now);
+                    view
+                });
                 self.reply(reply, r);
             }
             Call::Services { reply } => {
-                let r = Ok(self.service_views(&caller));
+                let world = super::services::World { jobs: &self.jobs, snap: &self.snap, links: &self.links };
+                let r = Ok(self.services.views(&caller, &world));
                 self.reply(reply, r);
             }
             Call::Get { id, reply } => {
@@ -555,6 +564,22 @@ impl Controller {
             Some(q) => format!("queue: unknown queue {q:?}; the queues are {}", known.join(", ")),
             None => format!("queue: this cluster has no default queue; name one of {}", known.join(", ")),
         })
+    }
+
+    /// Brings every service's replicas toward what its scaler and rollout want (`services.rs`).
+    pub(super) fn reconcile_services(&mut self, now: i64) {
+        let (acts, actions) = self.services.reconcile(&self.jobs, &mut self.timers, now);
+        self.act(acts, now);
+        for a in actions {
+            for _ in 0..a.start {
+                let Some((owner, spec, generation)) = self.services.next_replica(&a.name, self.next_id) else { break };
+                let submitted = self
+                    .checked(&owner, std::slice::from_ref(&spec), now)
+                    .and_then(|cores| self.admit(&owner, vec![spec], cores, now))
+                    .map(|s| s.ids);
+                self.services.replica_submitted(&a.name, generation, submitted, &mut self.timers, &mut self.out, now);
+            }
+        }
     }
 
     /// What a schedule submits must be what its owner could submit now.

@@ -20,14 +20,17 @@ use std::sync::Arc;
 use gpool_api as api;
 use gpool_core::service_rollout::{ReplicaState, plan_replicas};
 use gpool_core::service_scaler::{LoadSample, ScalerConfig, ScalerState};
-use gpool_core::{JobId, Time};
-use gpool_store::Write;
+use gpool_core::{NodeId, Snapshot, Time};
+use gpool_store::{Store, Write};
 use serde::{Deserialize, Serialize};
 
-use super::docs::Stop;
+use super::ApiError;
+use super::acts::Acts;
+use super::docs::JobDoc;
+use super::nodes::NodeLink;
+use super::outbox::Outbox;
 use super::proxy_wire::{Backend, LATENCY_BOUNDS, ProxyReport, Route, Routes, ServiceLoad};
-use super::timers::Timer;
-use super::{ApiError, Controller};
+use super::timers::{Timer, Timers};
 use crate::plane::auth::{Caller, Role};
 use crate::plane::metrics::{Histogram, ServiceSeries};
 
@@ -113,22 +116,43 @@ pub(super) struct Services {
     published: Option<Arc<Routes>>,
 }
 
-/// What to do for one service this turn (gathered first: carrying it out needs the whole controller).
-struct Actions {
-    name: String,
-    stop: Vec<u64>,
-    start: u32,
+/// What to do for one service this turn: replicas to withdraw, and how many
+/// to start (the router submits them: `Services::next_replica`).
+pub(super) struct Actions {
+    pub(super) name: String,
+    pub(super) stop: Vec<u64>,
+    pub(super) start: u32,
 }
 
-impl Controller {
-    /// Applies a service spec: creates the service, or starts a rolling update if its spec changed.
-    pub(super) fn apply_service(
-        &mut self,
-        caller: &Caller,
+/// What the services read of the rest: the live jobs, the snapshot and the nodes (for replicas' addresses).
+pub(super) struct World<'a> {
+    pub(super) jobs: &'a BTreeMap<u64, JobDoc>,
+    pub(super) snap: &'a Snapshot,
+    pub(super) links: &'a BTreeMap<NodeId, NodeLink>,
+}
+
+impl World<'_> {
+    /// Where a running replica listens (`host:port`).
+    fn replica_addr(&self, job: u64) -> Option<String> {
+        let d = self.jobs.get(&job).filter(|d| d.state == api::JobState::Running)?;
+        let run = d.run.as_ref()?;
+        let port = run.port?;
+        let node = run.replicas.first()?;
+        let link = self.snap.node_id(&node.node).and_then(|id| self.links.get(&id))?;
+        let host = if link.is_local() { "127.0.0.1".to_string() } else { link.doc.addr.clone() };
+        Some(format!("{host}:{port}"))
+    }
+}
+
+impl Services {
+    /// Checks an applied spec against its name and this plane: the spec as
+    /// it will be kept, its scaler's settings, and a replica's job spec (which
+    /// the caller must be able to submit: the router checks it).
+    pub(super) fn check(
+        &self,
         name: &str,
         mut spec: api::JobSpec,
-        now: i64,
-    ) -> Result<api::ServiceApplied, ApiError> {
+    ) -> Result<(api::JobSpec, ScalerConfig, api::JobSpec), ApiError> {
         if spec.name.as_deref().is_some_and(|n| n != name) {
             return Err(ApiError::new(
                 400,
@@ -137,17 +161,27 @@ impl Controller {
         }
         spec.name = Some(name.to_string());
         let cfg = crate::plane::convert::service_config(&spec).map_err(|e| ApiError::new(400, e.to_string()))?;
-        let Some(proxy) = self.services.proxy_url.clone() else {
+        if self.proxy_url.is_none() {
             return Err(ApiError::new(
                 400,
                 "this control plane runs no service proxy: start it with --proxy-listen 127.0.0.1:8780, then apply the service again",
             ));
-        };
-        // A replica must be a job this caller could submit.
+        }
         let probe = replica_spec(&spec, 1, 0);
-        self.checked(caller, std::slice::from_ref(&probe), now)?;
-        let endpoint = format!("{proxy}/{name}/");
-        if let Some(e) = self.services.by_name.get_mut(name) {
+        Ok((spec, cfg, probe))
+    }
+
+    /// Applies a checked spec (`check`): creates the service, or starts a rolling update if its spec changed.
+    pub(super) fn apply(
+        &mut self,
+        caller: &Caller,
+        name: &str,
+        (spec, cfg): (api::JobSpec, ScalerConfig),
+        out: &mut Outbox,
+        now: i64,
+    ) -> Result<api::ServiceApplied, ApiError> {
+        let endpoint = format!("{}/{name}/", self.proxy_url.as_deref().unwrap_or(""));
+        if let Some(e) = self.by_name.get_mut(name) {
             if e.doc.user != caller.user && caller.role != Role::Admin {
                 return Err(ApiError::new(403, format!("service {name} belongs to {}; pick another name", e.doc.user)));
             }
@@ -165,8 +199,8 @@ impl Controller {
             e.doc.desired = e.doc.desired.clamp(cfg.min, cfg.max);
             e.cfg = cfg;
             let generation = e.doc.generation;
-            self.services.docs_changed = true;
-            self.event_of(
+            self.docs_changed = true;
+            out.event_of(
                 now,
                 None,
                 Some(caller.user.clone()),
@@ -185,9 +219,9 @@ impl Controller {
             replicas: BTreeMap::new(),
             desired: cfg.min,
         };
-        self.services.by_name.insert(name.into(), ServiceEntry::new(doc, cfg));
-        self.services.docs_changed = true;
-        self.event_of(
+        self.by_name.insert(name.into(), ServiceEntry::new(doc, cfg));
+        self.docs_changed = true;
+        out.event_of(
             now,
             None,
             Some(caller.user.clone()),
@@ -197,43 +231,45 @@ impl Controller {
         Ok(api::ServiceApplied { name: name.into(), generation: 1, outcome: "created".into(), endpoint })
     }
 
-    /// Deletes a service: its replicas stop at once (the proxy answers 404 for it from now on).
-    pub(super) fn delete_service(
+    /// Deletes a service: its replicas are withdrawn at once (the proxy answers 404 for it from now on).
+    pub(super) fn delete(
         &mut self,
         caller: &Caller,
         name: &str,
+        world: &World<'_>,
+        out: &mut Outbox,
         now: i64,
-    ) -> Result<api::ServiceView, ApiError> {
-        let view = self.service_views(caller).into_iter().find(|v| v.name == name);
+    ) -> Result<(api::ServiceView, Acts), ApiError> {
+        let view = self.views(caller, world).into_iter().find(|v| v.name == name);
         let Some(view) = view else { return Err(ApiError::new(404, format!("no service {name}"))) };
         if view.user != caller.user && caller.role != Role::Admin {
             return Err(ApiError::new(403, format!("service {name} belongs to {}", view.user)));
         }
-        if let Some(e) = self.services.by_name.remove(name) {
+        let mut acts = Acts::default();
+        if let Some(e) = self.by_name.remove(name) {
             for job in e.doc.replicas.keys() {
-                self.stop_replica(*job, name, now);
+                acts.withdraw(*job, withdrawn_by(name));
             }
         }
-        self.services.docs_changed = true;
-        self.services.routes_changed = true;
-        self.event_of(
+        self.docs_changed = true;
+        self.routes_changed = true;
+        out.event_of(
             now,
             None,
             Some(caller.user.clone()),
             "service_deleted",
             format!("service {name} deleted by {}", caller.user),
         );
-        Ok(view)
+        Ok((view, acts))
     }
 
     /// What `gpool services` shows: every service for admins and readers, one's own for users.
-    pub(super) fn service_views(&self, caller: &Caller) -> Vec<api::ServiceView> {
-        let endpoint = |name: &str| match &self.services.proxy_url {
+    pub(super) fn views(&self, caller: &Caller, world: &World<'_>) -> Vec<api::ServiceView> {
+        let endpoint = |name: &str| match &self.proxy_url {
             Some(u) => format!("{u}/{name}/"),
             None => format!("/{name}/"),
         };
-        self.services
-            .by_name
+        self.by_name
             .values()
             .filter(|e| caller.sees_all() || e.doc.user == caller.user)
             .map(|e| api::ServiceView {
@@ -258,10 +294,10 @@ impl Controller {
                     .map(|(job, generation)| api::ServiceReplicaView {
                         job: *job,
                         generation: *generation,
-                        state: self.jobs.get(job).map_or("ended", |d| d.state.as_str()).into(),
+                        state: world.jobs.get(job).map_or("ended", |d| d.state.as_str()).into(),
                         ready: e.ready.contains_key(job),
                         draining: e.draining.contains_key(job),
-                        address: self.replica_addr(*job),
+                        address: world.replica_addr(*job),
                     })
                     .collect(),
             })
@@ -269,9 +305,8 @@ impl Controller {
     }
 
     /// The series `/metrics` shows per service.
-    pub(super) fn service_series(&self) -> Vec<ServiceSeries> {
-        self.services
-            .by_name
+    pub(super) fn series(&self) -> Vec<ServiceSeries> {
+        self.by_name
             .values()
             .map(|e| ServiceSeries {
                 name: e.doc.name.clone(),
@@ -285,13 +320,15 @@ impl Controller {
             .collect()
     }
 
-    pub(super) fn on_proxy(&mut self, report: ProxyReport, now: i64) {
+    /// What the proxy reports: its address, replicas' readiness, drains done, load.
+    pub(super) fn on_proxy(&mut self, report: ProxyReport, world: &World<'_>, now: i64) -> Acts {
+        let mut acts = Acts::default();
         match report {
-            ProxyReport::Bound { url } => self.services.proxy_url = Some(url),
+            ProxyReport::Bound { url } => self.proxy_url = Some(url),
             ProxyReport::Ready { job, addr, ready } => {
-                let current = self.replica_addr(job);
-                let Some(e) = self.services.by_name.values_mut().find(|e| e.doc.replicas.contains_key(&job)) else {
-                    return;
+                let current = world.replica_addr(job);
+                let Some(e) = self.by_name.values_mut().find(|e| e.doc.replicas.contains_key(&job)) else {
+                    return acts;
                 };
                 if ready && current.as_deref() == Some(addr.as_str()) {
                     e.ready.insert(job, addr);
@@ -302,19 +339,19 @@ impl Controller {
             }
             ProxyReport::Drained { job } => {
                 let mut name = None;
-                for e in self.services.by_name.values_mut() {
+                for e in self.by_name.values_mut() {
                     if e.draining.remove(&job).is_some() {
                         name = Some(e.doc.name.clone());
                     }
                 }
                 if let Some(name) = name {
-                    self.stop_replica(job, &name, now);
-                    self.services.routes_changed = true;
+                    self.withdraw(job, &name, &mut acts);
+                    self.routes_changed = true;
                 }
             }
             ProxyReport::Load(loads) => {
                 for l in loads {
-                    let Some(e) = self.services.by_name.get_mut(&l.name) else { continue };
+                    let Some(e) = self.by_name.get_mut(&l.name) else { continue };
                     let rps = if l.period_s > 0.0 { l.requests as f64 / l.period_s } else { 0.0 };
                     e.scaler.observe(&e.cfg, LoadSample { at: Time::from_millis(now), in_flight: l.in_flight, rps });
                     e.requests_total += l.requests;
@@ -338,20 +375,26 @@ impl Controller {
                 }
             }
         }
+        acts
     }
 
-    /// Brings every service's replicas toward what its scaler and rollout want.
-    pub(super) fn reconcile_services(&mut self, now: i64) {
+    /// What each service needs to move toward what its scaler and rollout
+    /// want: the replicas to withdraw come back as acts, the starts as `Actions`.
+    pub(super) fn reconcile(
+        &mut self,
+        jobs: &BTreeMap<u64, JobDoc>,
+        timers: &mut Timers,
+        now: i64,
+    ) -> (Acts, Vec<Actions>) {
         let mut actions = Vec::new();
         let running: BTreeMap<u64, bool> =
-            self.jobs.iter().map(|(id, d)| (*id, d.state == api::JobState::Running)).collect();
-        let queued_since: BTreeMap<u64, i64> = self
-            .jobs
+            jobs.iter().map(|(id, d)| (*id, d.state == api::JobState::Running)).collect();
+        let queued_since: BTreeMap<u64, i64> = jobs
             .iter()
             .filter(|(_, d)| d.state == api::JobState::Pending)
             .map(|(id, d)| (*id, d.queued_ms.unwrap_or(d.submitted_ms)))
             .collect();
-        for e in self.services.by_name.values_mut() {
+        for e in self.by_name.values_mut() {
             // Replicas that ended: gone from the table; a failure unless this room stopped them.
             let ended: Vec<u64> = e.doc.replicas.keys().copied().filter(|j| !running.contains_key(j)).collect();
             for j in ended {
@@ -362,24 +405,24 @@ impl Controller {
                     e.failures += 1;
                     let backoff = (1_000i64 << e.failures.min(16)).min(MAX_BACKOFF_MS);
                     e.retry_at_ms = now + backoff;
-                    self.timers.at(e.retry_at_ms, Timer::Wake);
+                    timers.at(e.retry_at_ms, Timer::Wake);
                 }
-                self.services.docs_changed = true;
-                self.services.routes_changed = true;
+                self.docs_changed = true;
+                self.routes_changed = true;
             }
             // A replica not running (queued, requeued) is not ready, whatever was probed before.
             let before = e.ready.len();
             e.ready.retain(|j, _| running.get(j).copied().unwrap_or(false));
-            self.services.routes_changed |= before != e.ready.len();
+            self.routes_changed |= before != e.ready.len();
             if e.scale_at_ms.is_some_and(|t| t <= now) {
                 let s = e.scaler.desired(&e.cfg, Time::from_millis(now), e.doc.desired);
                 e.scale_at_ms = s.wake_at.map(Time::as_millis);
                 if let Some(t) = e.scale_at_ms {
-                    self.timers.at(t, Timer::Wake);
+                    timers.at(t, Timer::Wake);
                 }
                 if s.desired != e.doc.desired {
                     e.doc.desired = s.desired;
-                    self.services.docs_changed = true;
+                    self.docs_changed = true;
                 }
             }
             let states: Vec<ReplicaState> = e
@@ -403,8 +446,8 @@ impl Controller {
             for id in plan.drain {
                 if e.ready.contains_key(&id) {
                     e.draining.insert(id, now + DRAIN_TIMEOUT_MS);
-                    self.timers.at(now + DRAIN_TIMEOUT_MS, Timer::Wake);
-                    self.services.routes_changed = true;
+                    timers.at(now + DRAIN_TIMEOUT_MS, Timer::Wake);
+                    self.routes_changed = true;
                 } else {
                     stop.push(id);
                 }
@@ -419,100 +462,88 @@ impl Controller {
                 actions.push(Actions { name: e.doc.name.clone(), stop, start });
             }
         }
-        for a in actions {
-            for j in a.stop {
-                self.stop_replica(j, &a.name, now);
-            }
-            for _ in 0..a.start {
-                self.start_replica(&a.name, now);
+        let mut acts = Acts::default();
+        for a in &mut actions {
+            for j in std::mem::take(&mut a.stop) {
+                self.withdraw(j, &a.name, &mut acts);
             }
         }
+        (acts, actions)
     }
 
-    fn start_replica(&mut self, name: &str, now: i64) {
-        let Some(e) = self.services.by_name.get(name) else { return };
+    /// The next replica of a service to submit (`id`: the job id it will get), and as whom.
+    pub(super) fn next_replica(&self, name: &str, id: u64) -> Option<(Caller, api::JobSpec, u64)> {
+        let e = self.by_name.get(name)?;
         let generation = e.doc.generation;
         // Named after the job id it is about to get.
-        let spec = replica_spec(&e.doc.spec, generation, self.next_id);
+        let spec = replica_spec(&e.doc.spec, generation, id);
         let caller = Caller { user: e.doc.user.clone(), team: e.doc.team.clone(), role: Role::User };
-        match self.checked(&caller, std::slice::from_ref(&spec), now) {
-            Ok(cores) => match self.admit(&caller, vec![spec], cores, now) {
-                Ok(s) => {
-                    self.timers.at(now + FULL_AFTER_MS, Timer::Wake);
-                    if let Some(e) = self.services.by_name.get_mut(name) {
-                        for id in s.ids {
-                            e.doc.replicas.insert(id, generation);
-                        }
+        Some((caller, spec, generation))
+    }
+
+    /// A replica was submitted (`ids`) or refused (`Err`).
+    pub(super) fn replica_submitted(
+        &mut self,
+        name: &str,
+        generation: u64,
+        submitted: Result<Vec<u64>, ApiError>,
+        timers: &mut Timers,
+        out: &mut Outbox,
+        now: i64,
+    ) {
+        match submitted {
+            Ok(ids) => {
+                timers.at(now + FULL_AFTER_MS, Timer::Wake);
+                if let Some(e) = self.by_name.get_mut(name) {
+                    for id in ids {
+                        e.doc.replicas.insert(id, generation);
                     }
-                    self.services.docs_changed = true;
                 }
-                Err(err) => self.replica_refused(name, &err.message, now),
-            },
-            Err(err) => self.replica_refused(name, &err.message, now),
+                self.docs_changed = true;
+            }
+            Err(err) => {
+                let user = self.by_name.get_mut(name).map(|e| {
+                    e.failures += 1;
+                    e.retry_at_ms = now + (1_000i64 << e.failures.min(16)).min(MAX_BACKOFF_MS);
+                    timers.at(e.retry_at_ms, Timer::Wake);
+                    e.doc.user.clone()
+                });
+                out.event_of(
+                    now,
+                    None,
+                    user,
+                    "service_replica_refused",
+                    format!("service {name}: a new replica was refused: {}", err.message),
+                );
+            }
         }
     }
 
-    fn replica_refused(&mut self, name: &str, why: &str, now: i64) {
-        let user = self.services.by_name.get_mut(name).map(|e| {
-            e.failures += 1;
-            e.retry_at_ms = now + (1_000i64 << e.failures.min(16)).min(MAX_BACKOFF_MS);
-            self.timers.at(e.retry_at_ms, Timer::Wake);
-            e.doc.user.clone()
-        });
-        self.event_of(
-            now,
-            None,
-            user,
-            "service_replica_refused",
-            format!("service {name}: a new replica was refused: {why}"),
-        );
-    }
-
-    /// Stops a replica job this room no longer wants (pending: cancelled at once).
-    fn stop_replica(&mut self, job: u64, name: &str, now: i64) {
-        if let Some(e) = self.services.by_name.get_mut(name) {
+    /// A replica job this room no longer wants: withdrawn (its end is no failure).
+    fn withdraw(&mut self, job: u64, name: &str, acts: &mut Acts) {
+        if let Some(e) = self.by_name.get_mut(name) {
             e.stopping.insert(job);
         }
-        let Some(state) = self.jobs.get(&job).map(|d| d.state) else { return };
-        let by = format!("service {name} (scaled down or updated)");
-        if state == api::JobState::Pending {
-            let _ = self.snap.remove_pending(JobId(job), false);
-            self.finish_terminal(job, api::JobState::Cancelled, format!("cancelled by {by}"), now);
-            self.out.reschedule();
-        } else {
-            self.stop_run(job, Stop::Cancel { by }, now);
-        }
-    }
-
-    /// Where a running replica listens (`host:port`).
-    fn replica_addr(&self, job: u64) -> Option<String> {
-        let d = self.jobs.get(&job).filter(|d| d.state == api::JobState::Running)?;
-        let run = d.run.as_ref()?;
-        let port = run.port?;
-        let node = run.replicas.first()?;
-        let link = self.snap.node_id(&node.node).and_then(|id| self.links.get(&id))?;
-        let host = if link.is_local() { "127.0.0.1".to_string() } else { link.doc.addr.clone() };
-        Some(format!("{host}:{port}"))
+        acts.withdraw(job, withdrawn_by(name));
     }
 
     /// The routing table and the services' documents, when they changed this turn.
-    pub(super) fn take_service_changes(&mut self) -> Option<Arc<Routes>> {
-        if std::mem::take(&mut self.services.docs_changed) {
-            let docs: Vec<&ServiceDoc> = self.services.by_name.values().map(|e| &e.doc).collect();
+    pub(super) fn take_changes(&mut self, world: &World<'_>, out: &mut Outbox) -> Option<Arc<Routes>> {
+        if std::mem::take(&mut self.docs_changed) {
+            let docs: Vec<&ServiceDoc> = self.by_name.values().map(|e| &e.doc).collect();
             if let Ok(text) = serde_json::to_string(&docs) {
-                self.out.write(Write::PutMeta("services".into(), text));
+                out.write(Write::PutMeta("services".into(), text));
             }
-            self.services.routes_changed = true;
+            self.routes_changed = true;
         }
         // Replicas start and stop in other rooms (the pass, lifecycle.rs): with any service, the
         // table is rebuilt each turn and sent only when it differs from the last one sent.
-        let changed = std::mem::take(&mut self.services.routes_changed);
-        if !changed && self.services.by_name.is_empty() {
+        let changed = std::mem::take(&mut self.routes_changed);
+        if !changed && self.by_name.is_empty() {
             return None;
         }
         let routes = Routes {
             services: self
-                .services
                 .by_name
                 .values()
                 .map(|e| Route {
@@ -523,41 +554,46 @@ impl Controller {
                         .replicas
                         .keys()
                         .filter_map(|j| {
-                            let addr = self.replica_addr(*j)?;
+                            let addr = world.replica_addr(*j)?;
                             Some(Backend { job: *j, addr, draining: e.draining.contains_key(j) })
                         })
                         .collect(),
                 })
                 .collect(),
         };
-        if self.services.published.as_deref() == Some(&routes) {
+        if self.published.as_deref() == Some(&routes) {
             return None;
         }
         let routes = Arc::new(routes);
-        self.services.published = Some(routes.clone());
+        self.published = Some(routes.clone());
         Some(routes)
     }
 
     /// Rebuilds the services from the store (their replica jobs are restored with the other jobs).
-    pub(super) fn restore_services(&mut self) -> anyhow::Result<()> {
-        let Some(text) = self.store.meta("services")? else { return Ok(()) };
+    pub(super) fn restore(&mut self, store: &mut dyn Store) -> anyhow::Result<()> {
+        let Some(text) = store.meta("services")? else { return Ok(()) };
         let docs: Vec<ServiceDoc> = serde_json::from_str(&text)?;
         for doc in docs {
             match crate::plane::convert::service_config(&doc.spec) {
                 Ok(cfg) => {
-                    self.services.by_name.insert(doc.name.clone(), ServiceEntry::new(doc, cfg));
+                    self.by_name.insert(doc.name.clone(), ServiceEntry::new(doc, cfg));
                 }
                 Err(e) => tracing::warn!("service {} not restored: {e}", doc.name),
             }
         }
-        self.services.routes_changed = true;
+        self.routes_changed = true;
         Ok(())
     }
+}
 
-    /// Whether a job is a service replica (it gets a `PORT`).
-    pub(super) fn is_service_replica(spec: &api::JobSpec) -> bool {
-        spec.labels.contains_key(SERVICE_LABEL)
-    }
+/// Whether a job is a service replica (it gets a `PORT`).
+pub(super) fn is_service_replica(spec: &api::JobSpec) -> bool {
+    spec.labels.contains_key(SERVICE_LABEL)
+}
+
+/// Who a withdrawn replica's cancellation names.
+fn withdrawn_by(name: &str) -> String {
+    format!("service {name} (scaled down or updated)")
 }
 
 /// A replica's job spec: the service's, without its `service:` block, labelled and named.
