@@ -226,7 +226,7 @@ impl Controller {
             .unwrap_or_default();
         let remote = starts.iter().any(|(n, _)| self.links.get(n).is_some_and(|l| !l.is_local()));
         for (node, order) in starts {
-            self.order(node, order);
+            super::orders::order(&mut self.links, &mut self.out, node, order);
         }
         if remote {
             self.timers.at(now + self.start_bound_ms(), Timer::Unseen { job: id, attempt });

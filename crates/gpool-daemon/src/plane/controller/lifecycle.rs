@@ -57,6 +57,23 @@ impl Controller {
     }
 
     /// Sends the stop signal to every live replica of a running job and arms the SIGKILL timer.
+    /// An agent could not start a replica: the replica is lost (its job
+    /// requeued) and its node held.
+    pub(super) fn on_start_failed(&mut self, key: ReplicaKey, error: String, now: i64) {
+        let node = self
+            .jobs
+            .get(&key.job)
+            .and_then(|d| d.run.as_ref())
+            .filter(|r| r.attempt == key.attempt)
+            .and_then(|r| r.replicas.iter().find(|x| x.rank == key.rank))
+            .and_then(|r| self.snap.node_id(&r.node));
+        self.on_replica_end(key, None, Some(format!("its agent could not start it: {error}")), now);
+        if let Some(id) = node {
+            let (links, timers, out) = (&mut self.links, &mut self.timers, &mut self.out);
+            super::conditions::hold_after_failed_start(&mut self.snap, links, id, key.job, &error, timers, out, now);
+        }
+    }
+
     /// A job its room no longer wants (a service's replica): pending, it is
     /// cancelled at once; running, it gets its stop signal.
     pub(super) fn withdraw(&mut self, job: u64, by: String, now: i64) {
@@ -87,7 +104,7 @@ impl Controller {
             .unwrap_or_default();
         for (node, rank) in left {
             let key = ReplicaKey { job, attempt, rank };
-            self.order(node, Order::Signal { key, signal: Signal::KILL });
+            super::orders::order(&mut self.links, &mut self.out, node, Order::Signal { key, signal: Signal::KILL });
         }
     }
 
@@ -137,7 +154,7 @@ impl Controller {
             self.timers.at(kill_at, Timer::Kill { job: id, attempt: run.attempt });
         }
         for (node, order) in signals {
-            self.order(node, order);
+            super::orders::order(&mut self.links, &mut self.out, node, order);
         }
         self.out.touch(id);
     }

@@ -256,8 +256,8 @@ pub struct Controller {
     /// MIG GPUs being laid out, and those left alone after a failed change (`mig_layouts.rs`).
     mig_changes: mig_layouts::MigChanges,
     shutdown: bool,
-    /// The store said its disk is full (conditions.rs): submissions are refused.
-    state_disk_full: bool,
+    /// Whether the store's disk is full (`conditions.rs`): submissions are refused then.
+    state_disk: conditions::StateDisk,
     // Telemetry and the exporter's counters.
     telemetry: Telemetry,
     wait: Histogram,
@@ -336,7 +336,7 @@ impl Controller {
             fleet: elastic::Fleet::default(),
             mig_changes: mig_layouts::MigChanges::default(),
             shutdown: false,
-            state_disk_full: false,
+            state_disk: conditions::StateDisk::default(),
             telemetry: Telemetry::new(cfg_telemetry),
             wait: Histogram::wait_seconds(),
             passes: Histogram::pass_seconds(),
@@ -401,7 +401,7 @@ impl Controller {
     /// runs a scheduling pass if needed, and returns what the shell must carry out.
     pub fn turn(&mut self, events: impl IntoIterator<Item = Event>) -> Turn {
         let now = self.clock.now_ms();
-        self.check_state_disk(now);
+        self.state_disk.check(self.store.as_mut(), &self.cfg.data_dir, &mut self.out, now);
         for e in events {
             self.handle(e, now);
         }
@@ -509,7 +509,9 @@ impl Controller {
                 Timer::Wake => self.out.reschedule(),
                 Timer::Unseen { job, attempt } => self.unseen_check(job, attempt, now),
                 Timer::Lease { node } => self.lease_check(node, now),
-                Timer::StartHold { node } => self.start_hold_check(node, now),
+                Timer::StartHold { node } => {
+                    conditions::start_hold_check(&mut self.snap, &mut self.links, node, &mut self.out, now)
+                }
                 Timer::PollTimeout { node, park } => self.poll_timeout(node, park),
                 Timer::ProfileDeadline { profile } => {
                     let acts = self.profiling.deadline(profile, &mut self.out);
@@ -552,8 +554,10 @@ impl Controller {
             match a {
                 acts::Act::Event { job, kind, message } => self.event(now, job, kind, message),
                 acts::Act::Stop { job, why } => self.stop_run(job, why, now),
-                acts::Act::Order { node, order } => self.order(node, order),
-                acts::Act::NodeState(node) => self.apply_node_state(node),
+                acts::Act::Order { node, order } => orders::order(&mut self.links, &mut self.out, node, order),
+                acts::Act::NodeState(node) => {
+                    conditions::apply_node_state(&mut self.snap, &self.links, node, &mut self.out)
+                }
                 acts::Act::Withdraw { job, by } => self.withdraw(job, by, now),
             }
         }

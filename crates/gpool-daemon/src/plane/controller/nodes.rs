@@ -287,11 +287,11 @@ impl Controller {
             let cmd = resend
                 .remove(&replica_id(*key))
                 .unwrap_or_else(|| wire::Command::Reconcile { replica: replica_id(*key), devices: devices.clone() });
-            self.push_command(id, cmd);
+            super::orders::push_command(&mut self.links, &mut self.out, id, cmd);
         }
         for r in &reg.running {
             if !expected.iter().any(|(k, _)| replica_id(*k) == *r) {
-                self.push_command(id, wire::Command::Kill { replica: *r });
+                super::orders::push_command(&mut self.links, &mut self.out, id, wire::Command::Kill { replica: *r });
             }
         }
         // Runs being stopped: their stop signal again (the old session may not have delivered it).
@@ -304,7 +304,12 @@ impl Controller {
             })
             .collect();
         for (key, sig) in stopping {
-            self.push_command(id, wire::Command::Signal { replica: replica_id(key), signal: sig.as_raw() });
+            super::orders::push_command(
+                &mut self.links,
+                &mut self.out,
+                id,
+                wire::Command::Signal { replica: replica_id(key), signal: sig.as_raw() },
+            );
         }
         self.timers.at(now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 });
         Ok(wire::Registered {
@@ -387,18 +392,6 @@ impl Controller {
         }
     }
 
-    /// Queues a command for a remote node (and answers its parked poll).
-    pub(super) fn push_command(&mut self, id: NodeId, command: wire::Command) {
-        let Some(NodeLink { link: Link::Remote(r), .. }) = self.links.get_mut(&id) else { return };
-        let seq = r.next_seq;
-        r.next_seq += 1;
-        r.outbox.push_back(wire::Sequenced { seq, command });
-        if let Some((_, reply)) = r.parked.take() {
-            let ready: Vec<wire::Sequenced> = r.outbox.iter().cloned().collect();
-            self.out.replies.push(Answer::new(reply, Ok(wire::Commands { commands: ready })));
-        }
-    }
-
     /// `POST /agent/v1/report`.
     pub(super) fn agent_report(&mut self, rep: wire::Report, now: i64) -> Result<wire::Reported, ApiError> {
         let id = self.session(&rep.node, rep.epoch, now)?;
@@ -413,7 +406,7 @@ impl Controller {
                 | wire::Event::StartFailed { replica, .. }
                 | wire::Event::Profiled { replica, .. } => replica_key(*replica),
             };
-            if let Some(elsewhere) = self.placed_elsewhere(replica, &rep.node) {
+            if let Some(elsewhere) = super::node_trust::placed_elsewhere(&self.jobs, replica, &rep.node) {
                 return Err(ApiError::new(
                     403,
                     format!(
@@ -491,7 +484,12 @@ impl Controller {
             .collect();
         let bound = self.start_bound_ms() / 1000;
         for (node, key) in unseen {
-            self.push_command(node, wire::Command::Kill { replica: replica_id(key) });
+            super::orders::push_command(
+                &mut self.links,
+                &mut self.out,
+                node,
+                wire::Command::Kill { replica: replica_id(key) },
+            );
             let why = format!("its agent did not say it runs within {bound} s of its start");
             self.on_replica_end(key, None, Some(why), now);
         }
@@ -559,7 +557,7 @@ impl Controller {
         let link = self.links.get_mut(&id).ok_or_else(|| ApiError::new(404, format!("node {name} not found")))?;
         link.doc.draining = draining;
         let doc = link.doc.clone();
-        self.apply_node_state(id);
+        super::conditions::apply_node_state(&mut self.snap, &self.links, id, &mut self.out);
         self.out.write(node_row(&doc, now));
         let what = if draining {
             "draining: running jobs finish, nothing new starts there"

@@ -112,7 +112,14 @@ impl Controller {
             self.act(acts, now);
             return;
         }
-        self.set_conditions(node, r.conditions.clone(), now);
+        super::conditions::set_conditions(
+            &mut self.snap,
+            &mut self.links,
+            node,
+            r.conditions.clone(),
+            &mut self.out,
+            now,
+        );
         let acts = super::gpu_shares::enforce_gpu_shares(&r, &self.snap, &self.jobs);
         self.act(acts, now);
         if let Some(outcome) = r.mig.clone() {
@@ -154,7 +161,7 @@ impl Controller {
         let acts = super::health::on_stragglers(&out.stragglers, &self.jobs, &mut self.snap);
         self.act(acts, now);
         // A full state disk keeps the readings in memory only (conditions.rs).
-        if !out.rows.is_empty() && !self.state_disk_full {
+        if !out.rows.is_empty() && !self.state_disk.is_full() {
             self.out.write(Write::AppendSamples(out.rows));
         }
         self.publish_alerts(out.transitions, now);

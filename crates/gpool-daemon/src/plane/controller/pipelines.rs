@@ -107,7 +107,7 @@ impl Controller {
             }
             specs.push(job);
         }
-        self.check_room_for_new_work()?;
+        self.state_disk.room_for_new_work(&self.cfg.data_dir)?;
         let at = |i: usize, msg: String| format!("stage {:?}: {msg}", labels[i]);
         let cores = self.checked_as(caller, &specs, now, &at)?;
         Ok(Prepared { name, shapes, instances, labels, specs, cores })

@@ -111,7 +111,14 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::ShipLog { node, job, rank, reply } => {
-                let r = self.may_ship_log(&caller, node.as_deref(), job, rank);
+                let r = super::node_trust::may_ship_log(
+                    &self.jobs,
+                    self.store.as_mut(),
+                    &caller,
+                    node.as_deref(),
+                    job,
+                    rank,
+                );
                 self.reply(reply, r);
             }
             Call::Submit { specs, reply } => {
@@ -278,7 +285,11 @@ impl Controller {
                 let r = self.tokens.revoke(&caller, &id, &from, &mut self.out, now).map(|(view, node)| {
                     // A node's token revoked: the node is cut off now, not at its next request.
                     if let Some(node) = node {
-                        self.cut_off(&node, &format!("its token {} was revoked", view.id), now);
+                        let why = format!("its token {} was revoked", view.id);
+                        let lease = self.lease_ms();
+                        let (snap, links, timers, out) =
+                            (&mut self.snap, &mut self.links, &mut self.timers, &mut self.out);
+                        super::node_trust::cut_off(&node, &why, lease, snap, links, timers, out, now);
                     }
                     view
                 });
@@ -355,7 +366,7 @@ impl Controller {
         if specs.is_empty() {
             return Err(ApiError::new(400, "jobs: the batch is empty"));
         }
-        self.check_room_for_new_work()?;
+        self.state_disk.room_for_new_work(&self.cfg.data_dir)?;
         let cores = self.checked(caller, &specs, now)?;
         self.admit(caller, specs, cores, now)
     }

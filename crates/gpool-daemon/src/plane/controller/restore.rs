@@ -131,7 +131,12 @@ impl Controller {
                         let Some(node) = self.snap.node_id(&r.node) else { continue };
                         match self.links.get(&node) {
                             Some(l) if l.is_local() => self.out.local.push(LocalOrder::Abandon { key }),
-                            Some(_) => self.push_command(node, api::agent::Command::Kill { replica: key.into() }),
+                            Some(_) => super::orders::push_command(
+                                &mut self.links,
+                                &mut self.out,
+                                node,
+                                api::agent::Command::Kill { replica: key.into() },
+                            ),
                             None => {}
                         }
                     }
