@@ -3,12 +3,12 @@
 //! (success, failure and retry with back-off, requeue, a terminal state).
 
 use gpool_api as api;
-use gpool_core::{JobId, StopCause, StopOutcome, Time};
+use gpool_core::{JobId, Placement, StopCause, StopOutcome, Time};
 use rustix::process::Signal;
 
 use super::docs::{JobDoc, ReplicaDoc, Stop, put_job};
 use super::timers::Timer;
-use super::{Controller, Order};
+use super::{Controller, Order, launch, orders};
 use crate::protocol::{ExitRecord, ReplicaKey, parse_signal};
 
 impl Controller {
@@ -72,6 +72,58 @@ impl Controller {
             let (links, timers, out) = (&mut self.links, &mut self.timers, &mut self.out);
             super::conditions::hold_after_failed_start(&mut self.snap, links, id, key.job, &error, timers, out, now);
         }
+    }
+
+    /// Starts a run of job `id` on the placement the pass chose (`launch.rs` writes its orders).
+    pub(super) fn start(&mut self, id: u64, placement: Placement, now: i64) {
+        if let Err(e) = self.snap.start(JobId(id), placement.clone(), Time::from_millis(now)) {
+            tracing::error!("internal error: the plan's start of job {id} was refused: {e}");
+            return;
+        }
+        let registry_auth = self
+            .jobs
+            .get(&id)
+            .and_then(|d| d.spec.image.as_deref().and_then(|i| self.registries.auth(&d.user, i)))
+            .map(crate::protocol::Secret);
+        let ground =
+            launch::Ground { snap: &self.snap, links: &self.links, identities: &self.cfg.identities, registry_auth };
+        let Some(doc) = self.jobs.get_mut(&id) else { return };
+        self.pass.allocations += 1;
+        self.pass.wait.observe((now - doc.queued_ms.unwrap_or(doc.submitted_ms)).max(0) as f64 / 1000.0);
+        doc.attempt += 1;
+        doc.state = api::JobState::Running;
+        doc.started_ms.get_or_insert(now);
+        doc.not_before_ms = None;
+        let attempt = doc.attempt;
+        let started = launch::plan(doc, &placement, &ground, &mut self.ports, now);
+        // The nodes of the run it replaces: their output may still be on its way.
+        if let Some(old) = &doc.run {
+            for r in &old.replicas {
+                if !doc.earlier_nodes.contains(&r.node) {
+                    doc.earlier_nodes.push(r.node.clone());
+                }
+            }
+            let over = doc.earlier_nodes.len().saturating_sub(super::docs::EARLIER_NODES);
+            doc.earlier_nodes.drain(..over);
+        }
+        let devices = (started.run.replicas.iter())
+            .map(|x| format!("{}:{}", x.node, x.cuda_visible_devices))
+            .collect::<Vec<_>>()
+            .join(" ");
+        doc.run = Some(started.run);
+        if let Some(limit) = self.snap.job(JobId(id)).and_then(|j| j.spec.time_limit) {
+            self.timers.at(now + limit.as_millis() as i64, Timer::TimeLimit { job: id, attempt });
+        }
+        self.out.touch(id);
+        let remote = started.starts.iter().any(|(n, _)| self.links.get(n).is_some_and(|l| !l.is_local()));
+        for (node, order) in started.starts {
+            orders::order(&mut self.links, &mut self.out, node, order);
+        }
+        if remote {
+            self.timers.at(now + self.start_bound_ms(), Timer::Unseen { job: id, attempt });
+        }
+        let said = format!("job {id} attempt {attempt} started on {devices} (node:CUDA_VISIBLE_DEVICES)");
+        self.event(now, Some(id), "started", said);
     }
 
     /// A job its room no longer wants (a service's replica): pending, it is
@@ -204,7 +256,7 @@ impl Controller {
     /// All replicas of the current run are gone: free the devices and decide what next.
     pub(super) fn finish_run(&mut self, id: u64, now: i64) {
         self.account_run(id, now);
-        self.master_ports.retain(|_, j| *j != id);
+        self.ports.release(id);
         let Some(doc) = self.jobs.get(&id).cloned() else { return };
         let Some(run) = doc.run.clone() else { return };
         let exits: Vec<&ExitRecord> = run.replicas.iter().filter_map(|r| r.exit.as_ref()).collect();

@@ -29,7 +29,6 @@ use gpool_core::{NodeId, Policy, QueueConfig, Snapshot, Time};
 use gpool_store::{Store, StoreError, Write};
 use rustix::process::Signal;
 
-use crate::plane::metrics::Histogram;
 use crate::plane::telemetry::{Telemetry, TelemetryConfig};
 use crate::plane::webhook::Notice;
 use crate::protocol::{AgentReport, Launch, NodeInfo, ReplicaKey};
@@ -59,6 +58,7 @@ mod observe;
 mod orders;
 mod outbox;
 mod overview;
+mod pass_record;
 mod pipelines;
 mod power;
 mod prefetch;
@@ -235,16 +235,12 @@ pub struct Controller {
     snap: Snapshot,
     /// Every node's agent link and record.
     links: BTreeMap<NodeId, NodeLink>,
-    /// `MASTER_PORT`s in use, per master node.
-    master_ports: BTreeMap<(NodeId, u16), u64>,
+    /// Ports given to jobs, per node (`launch.rs`).
+    ports: launch::Ports,
     /// Jobs not yet finished.
     jobs: BTreeMap<u64, JobDoc>,
-    /// Why each job the last pass examined waits: (job, index into `reason_texts`), sorted by job; one reason per job shape.
-    waiting: Vec<(u64, u32)>,
-    reason_texts: Vec<String>,
-    default_reason: Option<String>,
-    /// The job backfill holds resources for, and when it expects it to start (`Plan::reservation`).
-    reserved: Option<(u64, i64)>,
+    /// What the passes leave for others to read (`pass_record.rs`).
+    pass: pass_record::PassRecord,
     /// Live tokens by the SHA-256 of their secret (tokens.rs).
     tokens: tokens::Tokens,
     next_id: u64,
@@ -260,12 +256,6 @@ pub struct Controller {
     state_disk: conditions::StateDisk,
     // Telemetry and the exporter's counters.
     telemetry: Telemetry,
-    wait: Histogram,
-    passes: Histogram,
-    /// No scheduling pass before this (see `turn`).
-    next_pass_ms: i64,
-    allocations: u64,
-    preemptions: u64,
     /// Prices, and what runs have cost (`costs.rs`).
     costs: costs::Costs,
     /// Budgets and this month's spend (`budgets.rs`).
@@ -313,6 +303,7 @@ impl Controller {
         let next_seq = store.max_event_seq()? + 1;
         let (cfg_telemetry, fault_timing) = (cfg.telemetry.clone(), cfg.health_checks);
         let power_budgets = cfg.power_budgets.clone();
+        let ports = launch::Ports::new(cfg.master_ports.clone(), cfg.local_port);
         let prices = cfg.prices.clone();
         let pool_prices = (cfg.elastic.iter().flat_map(|e| &e.pools))
             .map(|p| (p.name().to_string(), p.price_per_gpu_hour()))
@@ -323,12 +314,9 @@ impl Controller {
             store,
             snap,
             links: BTreeMap::new(),
-            master_ports: BTreeMap::new(),
+            ports,
             jobs: BTreeMap::new(),
-            waiting: Vec::new(),
-            reserved: None,
-            reason_texts: Vec::new(),
-            default_reason: None,
+            pass: pass_record::PassRecord::default(),
             tokens,
             next_id,
             timers: timers::Timers::default(),
@@ -338,11 +326,6 @@ impl Controller {
             shutdown: false,
             state_disk: conditions::StateDisk::default(),
             telemetry: Telemetry::new(cfg_telemetry),
-            wait: Histogram::wait_seconds(),
-            passes: Histogram::pass_seconds(),
-            next_pass_ms: 0,
-            allocations: 0,
-            preemptions: 0,
             costs: costs::Costs::new(prices, pool_prices),
             budgets: budgets::Budgets::default(),
             idle_gpus: idle::IdleGpus::default(),
@@ -413,10 +396,10 @@ impl Controller {
             // pass of P ms, the next waits P ms, and the requests and
             // reports of that time are answered in between. A pass of a
             // few hundred µs (most clusters) delays nothing.
-            if now >= self.next_pass_ms {
+            if now >= self.pass.next_pass_ms {
                 self.schedule(now);
             } else {
-                self.timers.at(self.next_pass_ms, Timer::Wake);
+                self.timers.at(self.pass.next_pass_ms, Timer::Wake);
             }
         }
         self.take_turn()
@@ -578,12 +561,12 @@ impl Controller {
         let t0 = self.clock.monotonic();
         let mut plan = gpool_core::schedule(&self.snap, Time::from_millis(now));
         let took = self.clock.monotonic().saturating_sub(t0);
-        self.passes.observe(took.as_secs_f64());
-        self.next_pass_ms = self.clock.now_ms() + took.as_millis() as i64;
+        self.pass.passes.observe(took.as_secs_f64());
+        self.pass.next_pass_ms = self.clock.now_ms() + took.as_millis() as i64;
         self.stop_for_plan(&plan, now);
         self.report_late(&plan.late, now);
         for p in &plan.preemptions {
-            self.preemptions += 1;
+            self.pass.preemptions += 1;
             self.stop_run(p.victim.0, Stop::Preempt { for_job: p.for_job.0 }, now);
             self.event(
                 now,
@@ -610,10 +593,6 @@ impl Controller {
         if let Some(at) = plan.wake_at {
             self.timers.at(at.as_millis(), Timer::Wake);
         }
-        self.reason_texts = plan.reason_table.iter().map(views::reason_text).collect();
-        self.waiting = std::mem::take(&mut plan.waiting).into_iter().map(|(j, r)| (j.0, r)).collect();
-        self.waiting.sort_unstable();
-        self.default_reason = plan.others.as_ref().map(ToString::to_string);
-        self.reserved = plan.reservation.as_ref().filter(|r| r.at < Time::NEVER).map(|r| (r.job.0, r.at.as_millis()));
+        self.pass.record(&mut plan);
     }
 }

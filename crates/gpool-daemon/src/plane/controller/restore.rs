@@ -146,7 +146,7 @@ impl Controller {
             }
             if let Some(node) = run.replicas.first().and_then(|r| self.snap.node_id(&r.node)) {
                 for port in run.master_port.into_iter().chain(run.port) {
-                    self.master_ports.insert((node, port), id);
+                    self.ports.restored(node, port, id);
                 }
             }
             match &run.stop {

@@ -19,12 +19,6 @@ pub(super) fn reason_text(r: &gpool_core::PendingReason) -> String {
 }
 
 impl Controller {
-    /// Why a pending job waits, as the last pass said.
-    pub(super) fn reason(&self, id: u64) -> Option<&str> {
-        let i = self.waiting.binary_search_by_key(&id, |(j, _)| *j).ok()?;
-        self.reason_texts.get(self.waiting[i].1 as usize).map(String::as_str)
-    }
-
     // ----- views -----
 
     pub(super) fn view(&self, d: &JobDoc) -> api::JobView {
@@ -39,13 +33,13 @@ impl Controller {
                     (at > self.clock.now_ms())
                         .then(|| format!("waiting for its begin time, {}", api::time::rfc3339(at)))
                 })
-                .or_else(|| self.reason(d.id).map(String::from))
+                .or_else(|| self.pass.reason(d.id).map(String::from))
                 .or_else(|| {
                     d.not_before_ms
                         .filter(|t| *t > self.clock.now_ms())
                         .map(|t| format!("retry back-off until {}", api::time::rfc3339(t)))
                 })
-                .or_else(|| self.default_reason.clone())
+                .or_else(|| self.pass.default_reason.clone())
                 .or_else(|| d.end_reason.clone()),
             api::JobState::Stopping => d.run.as_ref().and_then(|r| r.stop.as_ref()).map(|s| match s {
                 Stop::Cancel { by } => format!("cancelled by {by}; waiting for its processes to exit"),
@@ -118,6 +112,7 @@ impl Controller {
             learned_estimate: d.learned_estimate.clone(),
             late: d.late.clone().filter(|_| !d.state.is_terminal()),
             estimated_start: self
+                .pass
                 .reserved
                 .filter(|(j, _)| *j == d.id && d.state == api::JobState::Pending)
                 .map(|(_, at)| api::time::rfc3339(at)),
@@ -127,7 +122,7 @@ impl Controller {
 
     /// `gpool power`: each budget and what it holds back.
     pub(super) fn power_views(&self) -> Vec<api::PowerView> {
-        power::Power::views(&self.snap, &self.telemetry, &self.reason_texts, &self.waiting)
+        power::Power::views(&self.snap, &self.telemetry, &self.pass.reason_texts, &self.pass.waiting)
     }
 
     /// A node's record, by name.
