@@ -6,7 +6,7 @@ use gpool_api as api;
 use gpool_core::{JobId, Placement, StopCause, StopOutcome, Time};
 use rustix::process::Signal;
 
-use super::docs::{JobDoc, ReplicaDoc, Stop, put_job};
+use super::docs::{JobDoc, ReplicaDoc, Stop, merge_usage, put_job};
 use super::timers::Timer;
 use super::{Controller, Order, launch, orders};
 use crate::protocol::{ExitRecord, ReplicaKey, parse_signal};
@@ -124,6 +124,62 @@ impl Controller {
         }
         let said = format!("job {id} attempt {attempt} started on {devices} (node:CUDA_VISIBLE_DEVICES)");
         self.event(now, Some(id), "started", said);
+    }
+
+    /// Closes a run's telemetry: its last rows, its usage into the job's record.
+    pub(super) fn account_run(&mut self, id: u64, now: i64) {
+        // The run's last full-resolution series, so that a short job can be
+        // advised after it ends (its minute rows are too few).
+        if let Some(series) = self.telemetry.job_usage(id).filter(|u| u.devices.iter().any(|d| !d.points.is_empty())) {
+            let key = crate::plane::usage_rows::final_series_key(id);
+            self.out.write(gpool_store::Write::PutMeta(key, crate::plane::usage_rows::encode_final_series(&series)));
+        }
+        let (rows, summary, mut transitions) = self.telemetry.end_job(id);
+        if !rows.is_empty() {
+            self.out.write(gpool_store::Write::AppendSamples(rows));
+        }
+        // The GPUs it held (whole, or the parents of its MIG instances).
+        let held: Vec<(String, u32)> = self
+            .snap
+            .job(JobId(id))
+            .and_then(|j| j.running())
+            .map(|r| {
+                r.placement
+                    .iter()
+                    .flat_map(|p| {
+                        let name = self.snap.node(p.node).map_or_else(String::new, |n| n.name.to_string());
+                        let (gpus, mig) = self.snap.replica_devices(p);
+                        let idx: Vec<u32> =
+                            gpus.iter().map(|d| d.index).chain(mig.iter().map(|(d, _)| d.index)).collect();
+                        idx.into_iter().map(move |i| (name.clone(), i))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        transitions.extend(self.telemetry.release_gpus(&held));
+        self.publish_alerts(transitions, now);
+        if let Some(s) = &summary {
+            if let Some(d) = self.jobs.get(&id) {
+                let model = super::costs::model_of(&self.snap, d);
+                self.history.learn_draw(d, s, model.as_deref());
+            }
+        }
+        let hours = super::costs::allocated_hours(&self.snap, id, now);
+        // Charged from allocation to release: samples start a moment
+        // after the allocation and stop a moment before its end.
+        let mut summary = match (summary, hours) {
+            (Some(s), Some(h)) => Some(api::UsageSummary { gpu_hours: h, ..s }),
+            (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
+            (s, _) => s,
+        };
+        if let Some(d) = self.jobs.get_mut(&id) {
+            if let Some(h) = hours
+                && let Some(dollars) = self.costs.charge_run(&self.snap, d, h, &mut summary)
+            {
+                self.budgets.charge(&d.team, &d.queue, dollars);
+            }
+            d.usage = merge_usage(d.usage.take(), summary);
+        }
     }
 
     /// A job its room no longer wants (a service's replica): pending, it is

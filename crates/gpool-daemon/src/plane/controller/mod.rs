@@ -21,24 +21,38 @@
 //! [`turn`]: Controller::turn
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
 
-use gpool_api as api;
-use gpool_core::{NodeId, Policy, QueueConfig, Snapshot, Time};
+use gpool_core::{NodeId, Snapshot, Time};
 use gpool_store::{Store, StoreError, Write};
-use rustix::process::Signal;
 
-use crate::plane::telemetry::{Telemetry, TelemetryConfig};
-use crate::plane::webhook::Notice;
-use crate::protocol::{AgentReport, Launch, NodeInfo, ReplicaKey};
-use gpool_core::pricing::Prices;
+use crate::plane::telemetry::Telemetry;
+use crate::protocol::{AgentReport, NodeInfo};
+
+/// The state as views read it (`views.rs`), borrowing the fields one by
+/// one, so that the store may be borrowed beside it (`Controller::reading`).
+macro_rules! reading {
+    ($c:expr) => {
+        $crate::plane::controller::views::Reading {
+            now: $c.clock.now_ms(),
+            snap: &$c.snap,
+            jobs: &$c.jobs,
+            links: &$c.links,
+            telemetry: &$c.telemetry,
+            faults: &$c.faults,
+            costs: &$c.costs,
+            pass: &$c.pass,
+            pulling: &$c.pulling,
+            services: &$c.services,
+        }
+    };
+}
 
 mod acts;
 mod budgets;
 mod calls;
 mod clock;
 mod conditions;
+mod config;
 mod costs;
 mod docs;
 mod elastic;
@@ -74,6 +88,7 @@ mod shell;
 mod spot;
 mod timers;
 mod tokens;
+mod turn;
 mod views;
 
 #[cfg(test)]
@@ -82,6 +97,7 @@ mod tests;
 pub use budgets::{Budget, BudgetMode, BudgetScope};
 pub use calls::{Access, Answer, ApiError, Call, EVENTS_PAGE, ListQuery, LogTarget, Open, Reply};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::Config;
 pub use docs::{JobDoc, ReplicaDoc, RunDoc, Stop};
 pub use elastic::{ElasticConfig, ProviderPrograms, ProvisionOp, ProvisionOrder};
 pub use launch::free_local_port;
@@ -89,143 +105,14 @@ pub use node_doc::{NodeDoc, core_node};
 pub use proxy_wire::{Backend, LATENCY_BOUNDS, ProxyReport, Route, Routes, ServiceLoad};
 pub use services::SERVICE_LABEL;
 pub use shell::{LocalNode, Provision, Shell, StoreFailed};
+pub(crate) use turn::Order;
+pub use turn::{Event, LocalOrder, Turn};
 
 use nodes::{Link, NodeLink};
 use timers::Timer;
 
 /// Where the store keeps when the current overload began (ms; empty: none).
 const OVERLOAD_KEY: &str = "overload_since";
-
-/// Everything the controller reacts to.
-#[derive(Debug)]
-pub enum Event {
-    /// An API call and who makes it.
-    Api {
-        who: crate::plane::auth::Credential,
-        call: Call,
-    },
-    Open(Open),
-    /// What the agent in this process reports.
-    Agent(AgentReport),
-    /// A node pool's provider program ended (`elastic.rs`).
-    Provisioned {
-        node: String,
-        op: ProvisionOp,
-        result: Result<(), String>,
-    },
-    /// What the service proxy reports (`services.rs`).
-    Proxy(ProxyReport),
-    Shutdown,
-}
-
-/// An order to the agent in this process (`gpool up`), carried out by the shell.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LocalOrder {
-    /// Start a replica on these devices (GPU or MIG UUIDs).
-    Start {
-        key: ReplicaKey,
-        launch: Box<Launch>,
-        devices: Vec<String>,
-    },
-    Signal {
-        key: ReplicaKey,
-        signal: Signal,
-    },
-    /// After a restart: watch the replica again, or report it `Lost` if nothing runs it.
-    Reconcile {
-        key: ReplicaKey,
-        devices: Vec<String>,
-    },
-    /// After a restart: the replica cannot be run any more; kill whatever is left of it.
-    Abandon {
-        key: ReplicaKey,
-    },
-    /// Lay MIG GPU `gpu` out as `layout` (`mig_layouts.rs`).
-    MigLayout {
-        gpu: u32,
-        layout: Vec<gpool_gpu::MigSlot>,
-    },
-    /// Pull `image` now, for a job that will run here once its victims are gone (`prefetch.rs`).
-    Prefetch {
-        image: String,
-        registry_auth: Option<crate::protocol::Secret>,
-    },
-    /// Profile a replica (`profiles.rs`).
-    Profile {
-        key: ReplicaKey,
-        order: crate::protocol::ProfileOrder,
-    },
-    /// Show or clear a fault on a simulated GPU (`faults.rs`).
-    InjectFault {
-        gpu: u32,
-        fault: Option<gpool_gpu::InjectedFault>,
-    },
-    /// Run the health check on a quarantined GPU (`faults.rs`).
-    CheckHealth {
-        gpu: u32,
-        uuid: String,
-    },
-}
-
-/// An order to some node: routed to the local agent or a remote outbox.
-#[derive(Debug)]
-pub(crate) enum Order {
-    Start { key: ReplicaKey, launch: Box<Launch>, devices: Vec<String> },
-    Signal { key: ReplicaKey, signal: Signal },
-    MigLayout { gpu: u32, layout: Vec<gpool_gpu::MigSlot> },
-    Prefetch { image: String, registry_auth: Option<crate::protocol::Secret> },
-    Profile { key: ReplicaKey, order: crate::protocol::ProfileOrder },
-    InjectFault { gpu: u32, fault: Option<gpool_gpu::InjectedFault> },
-    CheckHealth { gpu: u32, uuid: String },
-}
-
-/// What one turn asks of the outside world; see the module docs for the order.
-#[derive(Debug, Default)]
-pub struct Turn {
-    pub writes: Vec<Write>,
-    pub answers: Vec<Answer>,
-    pub local: Vec<LocalOrder>,
-    pub published: Vec<api::EventView>,
-    pub notices: Vec<Notice>,
-    /// Node pool provider programs to run (`elastic.rs`).
-    pub provision: Vec<ProvisionOrder>,
-    /// The proxy's new routing table, when it changed (`services.rs`).
-    pub routes: Option<std::sync::Arc<Routes>>,
-}
-
-/// Settings of the controller.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Where job logs are kept (agents ship theirs here).
-    pub data_dir: PathBuf,
-    pub policy: Policy,
-    pub queues: Vec<QueueConfig>,
-    /// Power budgets from the configuration (`--power-budget`); `gpool power set` overrides them (`power.rs`).
-    pub power_budgets: Vec<gpool_core::power::PowerBudget>,
-    /// First retry back-off; doubles with each failure, at most ten minutes.
-    pub retry_backoff: Duration,
-    /// When quarantined GPUs are checked (`faults.rs`).
-    pub health_checks: gpool_core::fault::CheckTiming,
-    pub telemetry: TelemetryConfig,
-    pub prices: Prices,
-    /// A remote node silent for this long is down.
-    pub lease: Duration,
-    /// `MASTER_PORT`s for gangs spread over several nodes.
-    pub master_ports: std::ops::Range<u16>,
-    /// A free port of this host, for the `MASTER_PORT` of a gang on the local node only.
-    pub local_port: fn() -> Option<u16>,
-    /// Single-user mode (`gpool up` whose jobs all run as its own account):
-    /// the one user that user and admin tokens may name.
-    pub single_user: Option<String>,
-    /// The daemon's own Unix account (an admin when it calls locally).
-    pub daemon_account: Option<String>,
-    /// Local callers' roles and teams, and token users' accounts (`identity.rs`).
-    pub identities: crate::plane::identity::Identities,
-    /// Elastic node pools and their providers (`--pools`); `None`: a fixed cluster.
-    pub elastic: Option<ElasticConfig>,
-    /// Monthly budgets per team or queue (`--budgets`, `budgets.rs`).
-    pub budgets: Vec<Budget>,
-}
 
 /// The owner of all state. See the module docs.
 pub struct Controller {
@@ -478,7 +365,7 @@ impl Controller {
                 self.act(acts, now);
             }
             Event::Open(Open::Metrics { reply }) => {
-                let scrape = self.scrape(now);
+                let scrape = self.reading().scrape(now);
                 self.out.replies.push(Answer::open(reply, scrape));
             }
             Event::Shutdown => self.shutdown = true,
@@ -531,6 +418,89 @@ impl Controller {
     /// An event of a job whose document is not among the live ones (being
     /// submitted, or just ended): its owner is given, so that the owner's
     /// own event stream shows it.
+    /// What a node's agent reports of its devices, routed to the rooms that act on it.
+    fn on_telemetry(&mut self, r: crate::protocol::NodeReport, now: i64) {
+        let Some(node) = self.snap.node_id(&r.node) else { return };
+        if r.gpus.is_empty() && r.error.is_none() && r.mig.is_none() && !r.health.is_empty() {
+            // Only health verdicts (`agent/gpu_health.rs`): no reading to take.
+            let acts = self.faults.on_report(node, &r, &mut self.snap, &mut self.out, now);
+            self.act(acts, now);
+            return;
+        }
+        conditions::set_conditions(&mut self.snap, &mut self.links, node, r.conditions.clone(), &mut self.out, now);
+        let acts = gpu_shares::enforce_gpu_shares(&r, &self.snap, &self.jobs);
+        self.act(acts, now);
+        if let Some(outcome) = r.mig.clone() {
+            self.mig_changes.on_outcome(
+                node,
+                outcome,
+                &mut self.snap,
+                &mut self.links,
+                &mut self.timers,
+                &mut self.out,
+                now,
+            );
+        }
+        // Replicas pulling their image: shown as such, and their GPUs are not theirs to idle yet.
+        self.pulling.retain(|_, (n, _)| *n != r.node);
+        for (key, text) in &r.pulling {
+            self.pulling.insert(key.job, (r.node.clone(), text.clone()));
+        }
+        let holders = self.reading().holders(node);
+        let busy: Vec<u32> = holders
+            .keys()
+            .map(|d| match d {
+                crate::plane::telemetry::DevRef::Gpu(i)
+                | crate::plane::telemetry::DevRef::Mig { gpu: i, .. }
+                | crate::plane::telemetry::DevRef::Share { gpu: i, .. } => *i,
+            })
+            .collect();
+        power::learn_node_power(&r.node, &r.gpus, &busy, &mut self.snap, &mut self.out);
+        if let Some(e) = &r.error
+            && self.telemetry.node_error(&r.node) != Some(e.as_str())
+        {
+            self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
+        }
+        let acts = self.faults.on_report(node, &r, &mut self.snap, &mut self.out, now);
+        self.act(acts, now);
+        let (name, at_ms) = (r.node.clone(), r.at_ms);
+        let out = self.telemetry.on_report(r, &holders);
+        let t = power::Power::watch(&name, at_ms, &self.snap, &mut self.telemetry);
+        self.publish_alerts(t, now);
+        health::on_heat(node, &name, &out.heat, &self.telemetry, &mut self.snap, &mut self.out, now);
+        let acts = health::on_stragglers(&out.stragglers, &self.jobs, &mut self.snap);
+        self.act(acts, now);
+        // A full state disk keeps the readings in memory only (conditions.rs).
+        if !out.rows.is_empty() && !self.state_disk.is_full() {
+            self.out.write(gpool_store::Write::AppendSamples(out.rows));
+        }
+        self.publish_alerts(out.transitions, now);
+    }
+
+    /// Alert transitions become events (`alert_firing`, `alert_resolved`) and webhook notices;
+    /// the idle rule's also act on idle jobs (`idle.rs`).
+    fn publish_alerts(&mut self, transitions: Vec<gpool_core::alert::Transition>, now: i64) {
+        let acts = self.idle_gpus.on_transitions(&transitions, &self.snap, &self.jobs);
+        self.act(acts, now);
+        for t in transitions {
+            let job = t.labels.iter().find(|(k, _)| k == "job_id").and_then(|(_, v)| v.parse().ok());
+            let kind = if t.firing { "alert_firing" } else { "alert_resolved" };
+            self.event(now, job, kind, format!("[{}] {}", t.severity.as_str(), t.summary));
+            self.out.notices.push(observe::alert_notice(&t, now));
+        }
+    }
+
+    /// A node went down: its GPUs' readings go, and their alerts resolve.
+    pub(super) fn telemetry_forget_node(&mut self, node: &str, now: i64) {
+        let t = self.telemetry.forget_node(node);
+        self.publish_alerts(t, now);
+    }
+
+    /// The state as views read it (`views.rs`).
+    fn reading(&self) -> views::Reading<'_> {
+        reading!(self)
+    }
+
     /// Carries out what a room asked of state it does not own, in order (`acts.rs`).
     fn act(&mut self, acts: acts::Acts, now: i64) {
         for a in acts.0 {

@@ -270,7 +270,7 @@ impl Controller {
         }
         // Re-synchronise: what the store says runs here is reconciled; anything else is killed.
         let expected: Vec<(ReplicaKey, Vec<String>)> =
-            self.live_replicas_on(id).into_iter().map(|(key, r)| (key, self.device_uuids(&r))).collect();
+            self.live_replicas_on(id).into_iter().map(|(key, r)| (key, self.reading().device_uuids(&r))).collect();
         // A start the old session never acknowledged may never have reached the
         // agent (it restarted within its lease): unless the replica runs, the
         // start goes again. Starts are idempotent on the agent (a replica
@@ -572,6 +572,6 @@ impl Controller {
         );
         self.out.audit(caller, from, &format!("{} node {name}", if draining { "drained" } else { "resumed" }), now);
         self.out.reschedule();
-        self.nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
+        self.reading().nodes().into_iter().find(|n| n.name == name).ok_or_else(|| ApiError::new(404, "node vanished"))
     }
 }

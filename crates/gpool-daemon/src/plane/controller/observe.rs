@@ -1,46 +1,32 @@
-//! The controller's telemetry side: who holds which device, reports from
-//! agents, alerts, usage and advice, and what `/metrics` shows.
+//! What the controller shows of telemetry: who holds which device, alerts,
+//! a job's usage and advice, and what `/metrics` shows. (Reports from
+//! agents are routed in `mod.rs`, `Controller::on_telemetry`.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use gpool_api as api;
-use gpool_core::{JobId, NodeId};
-use gpool_store::Write;
+use gpool_core::alert::Transition;
+use gpool_core::{JobId, NodeId, Snapshot};
+use gpool_store::Store;
 
-use super::docs::merge_usage;
-use super::*;
+use super::ApiError;
+use super::docs::{JobDoc, ReplicaDoc};
+use super::views::Reading;
 use crate::plane::auth::Caller;
 use crate::plane::metrics::{self, Scrape};
 use crate::plane::telemetry::{DevRef, Holder};
 use crate::plane::webhook::Notice;
-use crate::protocol::NodeReport;
 
-impl Controller {
-    // ----- telemetry -----
-
+impl Reading<'_> {
     /// UUIDs of the devices a replica record names (for the agent's sampler).
     pub(super) fn device_uuids(&self, r: &ReplicaDoc) -> Vec<String> {
-        let Some(node) = self.snap.node_id(&r.node).and_then(|id| self.snap.node(id)) else { return Vec::new() };
-        let mut v: Vec<String> = r
-            .gpus
-            .iter()
-            .filter_map(|i| node.devices.iter().find(|d| d.index == *i))
-            .map(|d| d.uuid.to_string())
-            .collect();
-        v.extend(r.mig.iter().cloned());
-        v
+        device_uuids(self.snap, r)
     }
 
     /// What the node's agent said about one of its GPUs (driver name, PCI bus id).
     pub(super) fn gpu_meta(&self, node: NodeId, index: u32) -> Option<&api::agent::GpuWire> {
         self.links.get(&node)?.doc.gpus.iter().find(|g| g.index == index)
-    }
-
-    /// A node went down: its GPUs' readings go, and their alerts resolve.
-    pub(super) fn telemetry_forget_node(&mut self, node: &str, now: i64) {
-        let t = self.telemetry.forget_node(node);
-        self.publish_alerts(t, now);
     }
 
     /// Who holds each device of a node now.
@@ -104,150 +90,9 @@ impl Controller {
         out
     }
 
-    pub(super) fn on_telemetry(&mut self, r: NodeReport, now: i64) {
-        let Some(node) = self.snap.node_id(&r.node) else { return };
-        if r.gpus.is_empty() && r.error.is_none() && r.mig.is_none() && !r.health.is_empty() {
-            // Only health verdicts (`agent/gpu_health.rs`): no reading to take.
-            let acts = self.faults.on_report(node, &r, &mut self.snap, &mut self.out, now);
-            self.act(acts, now);
-            return;
-        }
-        super::conditions::set_conditions(
-            &mut self.snap,
-            &mut self.links,
-            node,
-            r.conditions.clone(),
-            &mut self.out,
-            now,
-        );
-        let acts = super::gpu_shares::enforce_gpu_shares(&r, &self.snap, &self.jobs);
-        self.act(acts, now);
-        if let Some(outcome) = r.mig.clone() {
-            self.mig_changes.on_outcome(
-                node,
-                outcome,
-                &mut self.snap,
-                &mut self.links,
-                &mut self.timers,
-                &mut self.out,
-                now,
-            );
-        }
-        // Replicas pulling their image: shown as such, and their GPUs are not theirs to idle yet.
-        self.pulling.retain(|_, (n, _)| *n != r.node);
-        for (key, text) in &r.pulling {
-            self.pulling.insert(key.job, (r.node.clone(), text.clone()));
-        }
-        let holders = self.holders(node);
-        let busy: Vec<u32> = holders
-            .keys()
-            .map(|d| match d {
-                DevRef::Gpu(i) | DevRef::Mig { gpu: i, .. } | DevRef::Share { gpu: i, .. } => *i,
-            })
-            .collect();
-        super::power::learn_node_power(&r.node, &r.gpus, &busy, &mut self.snap, &mut self.out);
-        if let Some(e) = &r.error
-            && self.telemetry.node_error(&r.node) != Some(e.as_str())
-        {
-            self.event(now, None, "telemetry", format!("node {}: cannot read its GPUs: {e}", r.node));
-        }
-        let acts = self.faults.on_report(node, &r, &mut self.snap, &mut self.out, now);
-        self.act(acts, now);
-        let (name, at_ms) = (r.node.clone(), r.at_ms);
-        let out = self.telemetry.on_report(r, &holders);
-        let t = super::power::Power::watch(&name, at_ms, &self.snap, &mut self.telemetry);
-        self.publish_alerts(t, now);
-        super::health::on_heat(node, &name, &out.heat, &self.telemetry, &mut self.snap, &mut self.out, now);
-        let acts = super::health::on_stragglers(&out.stragglers, &self.jobs, &mut self.snap);
-        self.act(acts, now);
-        // A full state disk keeps the readings in memory only (conditions.rs).
-        if !out.rows.is_empty() && !self.state_disk.is_full() {
-            self.out.write(Write::AppendSamples(out.rows));
-        }
-        self.publish_alerts(out.transitions, now);
-    }
-
-    /// Alert transitions become events (`alert_firing`, `alert_resolved`) and webhook notices.
-    pub(super) fn publish_alerts(&mut self, transitions: Vec<gpool_core::alert::Transition>, now: i64) {
-        let acts = self.idle_gpus.on_transitions(&transitions, &self.snap, &self.jobs);
-        self.act(acts, now);
-        for t in transitions {
-            let job = t.labels.iter().find(|(k, _)| k == "job_id").and_then(|(_, v)| v.parse().ok());
-            let kind = if t.firing { "alert_firing" } else { "alert_resolved" };
-            self.event(now, job, kind, format!("[{}] {}", t.severity.as_str(), t.summary));
-            let mut labels: BTreeMap<String, String> = t.labels.iter().cloned().collect();
-            labels.insert("alertname".into(), t.rule.clone());
-            labels.insert("severity".into(), t.severity.as_str().into());
-            labels.insert("subject".into(), t.subject.clone());
-            self.out.notices.push(Notice {
-                status: if t.firing { "firing" } else { "resolved" }.into(),
-                labels,
-                annotations: [("summary".to_string(), t.summary.clone())].into_iter().collect(),
-                starts_at: api::time::rfc3339(t.since.as_millis()),
-                ends_at: if t.firing { "0001-01-01T00:00:00Z".into() } else { api::time::rfc3339(now) },
-            });
-        }
-    }
-
-    /// Closes a run's telemetry: its last rows, its usage into the job's record.
-    pub(super) fn account_run(&mut self, id: u64, now: i64) {
-        // The run's last full-resolution series, so that a short job can be
-        // advised after it ends (its minute rows are too few).
-        if let Some(series) = self.telemetry.job_usage(id).filter(|u| u.devices.iter().any(|d| !d.points.is_empty())) {
-            let key = crate::plane::usage_rows::final_series_key(id);
-            self.out.write(Write::PutMeta(key, crate::plane::usage_rows::encode_final_series(&series)));
-        }
-        let (rows, summary, mut transitions) = self.telemetry.end_job(id);
-        if !rows.is_empty() {
-            self.out.write(Write::AppendSamples(rows));
-        }
-        // The GPUs it held (whole, or the parents of its MIG instances).
-        let held: Vec<(String, u32)> = self
-            .snap
-            .job(JobId(id))
-            .and_then(|j| j.running())
-            .map(|r| {
-                r.placement
-                    .iter()
-                    .flat_map(|p| {
-                        let name = self.snap.node(p.node).map_or_else(String::new, |n| n.name.to_string());
-                        let (gpus, mig) = self.snap.replica_devices(p);
-                        let idx: Vec<u32> =
-                            gpus.iter().map(|d| d.index).chain(mig.iter().map(|(d, _)| d.index)).collect();
-                        idx.into_iter().map(move |i| (name.clone(), i))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        transitions.extend(self.telemetry.release_gpus(&held));
-        self.publish_alerts(transitions, now);
-        if let Some(s) = &summary {
-            if let Some(d) = self.jobs.get(&id) {
-                let model = super::costs::model_of(&self.snap, d);
-                self.history.learn_draw(d, s, model.as_deref());
-            }
-        }
-        let hours = super::costs::allocated_hours(&self.snap, id, now);
-        // Charged from allocation to release: samples start a moment
-        // after the allocation and stop a moment before its end.
-        let mut summary = match (summary, hours) {
-            (Some(s), Some(h)) => Some(api::UsageSummary { gpu_hours: h, ..s }),
-            (None, Some(h)) if h > 0.0 => Some(api::UsageSummary { gpu_hours: h, ..api::UsageSummary::default() }),
-            (s, _) => s,
-        };
-        if let Some(d) = self.jobs.get_mut(&id) {
-            if let Some(h) = hours
-                && let Some(dollars) = self.costs.charge_run(&self.snap, d, h, &mut summary)
-            {
-                self.budgets.charge(&d.team, &d.queue, dollars);
-            }
-            d.usage = merge_usage(d.usage.take(), summary);
-        }
-    }
-
-    pub(super) fn usage(&mut self, d: &JobDoc) -> Result<api::JobUsageView, ApiError> {
-        let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
-        let summary = self.costs.usage_summary(&self.snap, &self.telemetry, d, self.clock.now_ms()).unwrap_or_default();
+    pub(super) fn usage(&self, store: &mut dyn Store, d: &JobDoc) -> Result<api::JobUsageView, ApiError> {
+        let rows = store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let summary = self.costs.usage_summary(self.snap, self.telemetry, d, self.now).unwrap_or_default();
         // A running job's samples since its last stored row, at full
         // resolution: a job a minute old has a curve too.
         let last = rows.iter().map(|r| r.at_ms).max().unwrap_or(i64::MIN);
@@ -286,20 +131,25 @@ impl Controller {
         Ok(api::JobUsageView { job: d.id, summary, points })
     }
 
-    pub(super) fn advice(&mut self, d: &JobDoc, min_span: Option<Duration>) -> Result<api::AdviceView, ApiError> {
+    pub(super) fn advice(
+        &self,
+        store: &mut dyn Store,
+        d: &JobDoc,
+        min_span: Option<Duration>,
+    ) -> Result<api::AdviceView, ApiError> {
         use gpool_core::advice::{Thresholds, advise};
         // A running job: its recent full-resolution series; a finished one: the stored rows.
         let mut usage = match self.telemetry.job_usage(d.id) {
             Some(u) => u,
             None => {
                 use crate::plane::usage_rows::{coverage, decode_final_series, final_series_key, usage_from_rows};
-                let rows = self.store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
+                let rows = store.samples(d.id).map_err(|e| ApiError::new(500, e.to_string()))?;
                 let mut u = usage_from_rows(&rows);
                 // Minute rows judge a long run; a short one, its last series.
                 let wanted = Thresholds::default();
                 let (span, points) = coverage(&u);
                 if span < min_span.unwrap_or(wanted.min_span) || points < wanted.min_points {
-                    let kept = self.store.meta(&final_series_key(d.id)).ok().flatten();
+                    let kept = store.meta(&final_series_key(d.id)).ok().flatten();
                     if let Some(last) = kept.as_deref().and_then(decode_final_series)
                         && coverage(&last).1 > points
                     {
@@ -312,9 +162,9 @@ impl Controller {
                 u
             }
         };
-        let summary = self.costs.usage_summary(&self.snap, &self.telemetry, d, self.clock.now_ms()).unwrap_or_default();
+        let summary = self.costs.usage_summary(self.snap, self.telemetry, d, self.now).unwrap_or_default();
         usage.runtime = Duration::from_secs_f64(summary.gpu_hours * 3600.0 / usage.devices.len().max(1) as f64);
-        let price = self.costs.price_of(&self.snap, d);
+        let price = self.costs.price_of(self.snap, d);
         usage.price_per_gpu_hour = price;
         let mut offered: Vec<(gpool_core::MigProfile, u64)> = self
             .snap
@@ -331,7 +181,7 @@ impl Controller {
         }
         let a = advise(&usage, &t);
         // The latest profile (`gpool profile`) confirms or corrects what utilisation suggests.
-        let profile = profiles::latest(self.store.as_mut(), d.id).ok().flatten().map(|p| p.view());
+        let profile = super::profiles::latest(store, d.id).ok().flatten().map(|p| p.view());
         let profiled = |kind: &str| -> Option<String> {
             let p = profile.as_ref()?;
             let same =
@@ -517,5 +367,30 @@ impl Controller {
             alerts,
             services: self.services.series(),
         }
+    }
+}
+
+/// UUIDs of the devices a replica record names (for the agent's sampler).
+pub(super) fn device_uuids(snap: &Snapshot, r: &ReplicaDoc) -> Vec<String> {
+    let Some(node) = snap.node_id(&r.node).and_then(|id| snap.node(id)) else { return Vec::new() };
+
+    let mut v: Vec<String> =
+        r.gpus.iter().filter_map(|i| node.devices.iter().find(|d| d.index == *i)).map(|d| d.uuid.to_string()).collect();
+    v.extend(r.mig.iter().cloned());
+    v
+}
+
+/// An alert's transition as a webhook notice (Alertmanager's shape).
+pub(super) fn alert_notice(t: &Transition, now: i64) -> Notice {
+    let mut labels: BTreeMap<String, String> = t.labels.iter().cloned().collect();
+    labels.insert("alertname".into(), t.rule.clone());
+    labels.insert("severity".into(), t.severity.as_str().into());
+    labels.insert("subject".into(), t.subject.clone());
+    Notice {
+        status: if t.firing { "firing" } else { "resolved" }.into(),
+        labels,
+        annotations: [("summary".to_string(), t.summary.clone())].into_iter().collect(),
+        starts_at: api::time::rfc3339(t.since.as_millis()),
+        ends_at: if t.firing { "0001-01-01T00:00:00Z".into() } else { api::time::rfc3339(now) },
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use gpool_api as api;
 
-use super::Controller;
+use super::views::Reading;
 use crate::plane::auth::Caller;
 use crate::plane::telemetry::IDLE_UTIL;
 
@@ -21,7 +21,7 @@ fn percent(x: f64) -> u8 {
     x.clamp(0.0, 100.0).round() as u8
 }
 
-impl Controller {
+impl Reading<'_> {
     pub(super) fn overview(&self, caller: &Caller, now: i64) -> api::Overview {
         let mut counts: BTreeMap<(String, String, String), api::GpuCount> = BTreeMap::new();
         let mut heat = Vec::new();

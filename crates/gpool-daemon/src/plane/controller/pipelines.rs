@@ -146,7 +146,7 @@ impl Controller {
         let mut states = Vec::with_capacity(docs.len());
         for d in docs {
             let Some(p) = &d.pipeline else { continue };
-            let v = self.view(d);
+            let v = self.reading().view(d);
             states.push(stage_state(d.state));
             stages.push(StageView {
                 stage: p.stage.clone(),

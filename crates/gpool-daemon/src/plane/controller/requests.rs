@@ -59,7 +59,7 @@ impl Controller {
                 )
                 .and_then(|acts| {
                     self.act(acts, now);
-                    self.node_view(&node)
+                    self.reading().node_view(&node)
                 });
                 self.reply(reply, r);
             }
@@ -68,7 +68,7 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::InjectFault { node, gpu, fault, from, reply } => {
-                let source = self.node_doc(&node).map(|d| d.source.clone()).unwrap_or_default();
+                let source = self.reading().node_doc(&node).map(|d| d.source.clone()).unwrap_or_default();
                 let r = faults::GpuFaults::inject(
                     &caller,
                     &node,
@@ -82,18 +82,18 @@ impl Controller {
                 )
                 .and_then(|acts| {
                     self.act(acts, now);
-                    self.node_view(&node)
+                    self.reading().node_view(&node)
                 });
                 self.reply(reply, r);
             }
             Call::RestoreGpu { node, gpu, from, reply } => {
-                let simulated = self.node_doc(&node).is_some_and(|d| d.source == "simulated");
+                let simulated = self.reading().node_doc(&node).is_some_and(|d| d.source == "simulated");
                 let r = self
                     .faults
                     .restore_gpu(&caller, &node, gpu, simulated, &from, &mut self.snap, &mut self.out, now)
                     .and_then(|acts| {
                         self.act(acts, now);
-                        self.node_view(&node)
+                        self.reading().node_view(&node)
                     });
                 self.reply(reply, r);
             }
@@ -138,14 +138,14 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Power { reply } => {
-                let r = Ok(self.power_views());
+                let r = Ok(self.reading().power_views());
                 self.reply(reply, r);
             }
             Call::SetPower { req, from, reply } => {
                 let r = self
                     .power
                     .set(&caller, req, &from, &mut self.snap, &mut self.out, now)
-                    .map(|()| self.power_views());
+                    .map(|()| self.reading().power_views());
                 self.reply(reply, r);
             }
             Call::ApplySchedule { name, spec, reply } => {
@@ -200,7 +200,7 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Get { id, reply } => {
-                let r = self.visible(&caller, id).map(|d| self.view(&d));
+                let r = self.visible(&caller, id).map(|d| self.reading().view(&d));
                 self.reply(reply, r);
             }
             Call::List { query, reply } => {
@@ -226,7 +226,7 @@ impl Controller {
                             now,
                         )
                     })
-                    .map(|d| self.view(&d));
+                    .map(|d| self.reading().view(&d));
                 self.reply(reply, r);
             }
             Call::Logs { id, rank, stream, reply } => {
@@ -246,7 +246,7 @@ impl Controller {
             }
             Call::Nodes { page, reply } => {
                 let (offset, limit) = page.unwrap_or((0, usize::MAX));
-                let r = Ok(self.nodes_page(offset, limit));
+                let r = Ok(self.reading().nodes_page(offset, limit));
                 self.reply(reply, r);
             }
             Call::Cost { by, since, reply } => {
@@ -266,7 +266,7 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Queues { reply } => {
-                let r = Ok(self.queues());
+                let r = Ok(self.reading().queues());
                 self.reply(reply, r);
             }
             Call::Events { after, job, reply } => {
@@ -296,7 +296,7 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Metrics { reply } => {
-                let r = Ok(self.scrape(now));
+                let r = Ok(self.reading().scrape(now));
                 self.reply(reply, r);
             }
             Call::WhoAmI { reply } => {
@@ -308,11 +308,12 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Usage { id, reply } => {
-                let r = self.visible(&caller, id).and_then(|d| self.usage(&d));
+                let r = self.visible(&caller, id).and_then(|d| reading!(self).usage(self.store.as_mut(), &d));
                 self.reply(reply, r);
             }
             Call::Advice { id, min_span, reply } => {
-                let r = self.visible(&caller, id).and_then(|d| self.advice(&d, min_span));
+                let r =
+                    self.visible(&caller, id).and_then(|d| reading!(self).advice(self.store.as_mut(), &d, min_span));
                 self.reply(reply, r);
             }
             Call::Profile { id, seconds, native, reply } => {
@@ -343,11 +344,11 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Alerts { reply } => {
-                let r = Ok(self.alerts(&caller));
+                let r = Ok(self.reading().alerts(&caller));
                 self.reply(reply, r);
             }
             Call::Overview { reply } => {
-                let r = Ok(self.overview(&caller, now));
+                let r = Ok(self.reading().overview(&caller, now));
                 self.reply(reply, r);
             }
             Call::Health { reply } => {
@@ -660,7 +661,7 @@ impl Controller {
                 Some(d) => d.clone(),
                 None => serde_json::from_str(&r.doc).map_err(|e| ApiError::new(500, e.to_string()))?,
             };
-            jobs.push(self.view(&doc));
+            jobs.push(self.reading().view(&doc));
         }
         let next = if more { jobs.last().map(|j| j.id) } else { None };
         Ok(api::JobList { jobs, next })
@@ -680,7 +681,7 @@ impl Controller {
                 self.out.reschedule();
                 // Its final document is not in the store until this turn commits.
                 if let Some(d) = ended {
-                    return Ok(self.view(&d));
+                    return Ok(self.reading().view(&d));
                 }
             }
             _ => {
@@ -694,7 +695,7 @@ impl Controller {
             }
         }
         let d = self.jobs.get(&id).cloned().or_else(|| self.visible(caller, id).ok()).unwrap_or(doc);
-        Ok(self.view(&d))
+        Ok(self.reading().view(&d))
     }
 
     pub(super) fn history(

@@ -181,7 +181,7 @@ impl Controller {
                 let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
                 let local = self.snap.node_id(&r.node).and_then(|n| self.links.get(&n)).is_some_and(|l| l.is_local());
                 if local {
-                    let devices = self.device_uuids(r);
+                    let devices = self.reading().device_uuids(r);
                     self.out.local.push(LocalOrder::Reconcile { key, devices });
                 }
             }

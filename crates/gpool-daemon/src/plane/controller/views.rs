@@ -1,11 +1,33 @@
 //! What the API shows of jobs, nodes and queues.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpool_api as api;
-use gpool_core::JobId;
+use gpool_core::{JobId, NodeId, Snapshot};
 
-use super::*;
+use super::costs::Costs;
+use super::faults::GpuFaults;
+use super::nodes::{Link, NodeLink};
+use super::pass_record::PassRecord;
+use super::services::Services;
+use super::{ApiError, JobDoc, NodeDoc, Stop, power};
+use crate::plane::telemetry::Telemetry;
+
+/// The controller's state as what the API and `/metrics` show read it:
+/// shared references only, so nothing shown changes what it shows.
+pub(super) struct Reading<'a> {
+    pub(super) now: i64,
+    pub(super) snap: &'a Snapshot,
+    pub(super) jobs: &'a BTreeMap<u64, JobDoc>,
+    pub(super) links: &'a BTreeMap<NodeId, NodeLink>,
+    pub(super) telemetry: &'a Telemetry,
+    pub(super) faults: &'a GpuFaults,
+    pub(super) costs: &'a Costs,
+    pub(super) pass: &'a PassRecord,
+    /// Jobs pulling their image, by node, as the nodes last reported.
+    pub(super) pulling: &'a BTreeMap<u64, (String, String)>,
+    pub(super) services: &'a Services,
+}
 
 /// A pass's reason as the API says it: times as RFC 3339, not the core's `t=…s`.
 pub(super) fn reason_text(r: &gpool_core::PendingReason) -> String {
@@ -18,7 +40,7 @@ pub(super) fn reason_text(r: &gpool_core::PendingReason) -> String {
     }
 }
 
-impl Controller {
+impl Reading<'_> {
     // ----- views -----
 
     pub(super) fn view(&self, d: &JobDoc) -> api::JobView {
@@ -30,13 +52,13 @@ impl Controller {
                 .or_else(|| d.budget_hold.clone())
                 .or_else(|| {
                     let at = d.spec.begin_at.as_deref().and_then(api::time::parse_rfc3339)?;
-                    (at > self.clock.now_ms())
+                    (at > self.now)
                         .then(|| format!("waiting for its begin time, {}", api::time::rfc3339(at)))
                 })
                 .or_else(|| self.pass.reason(d.id).map(String::from))
                 .or_else(|| {
                     d.not_before_ms
-                        .filter(|t| *t > self.clock.now_ms())
+                        .filter(|t| *t > self.now)
                         .map(|t| format!("retry back-off until {}", api::time::rfc3339(t)))
                 })
                 .or_else(|| self.pass.default_reason.clone())
@@ -108,7 +130,7 @@ impl Controller {
             restarts: d.restarts,
             replicas,
             exit: d.exit.clone(),
-            usage: self.costs.usage_summary(&self.snap, &self.telemetry, d, self.clock.now_ms()),
+            usage: self.costs.usage_summary(self.snap, self.telemetry, d, self.now),
             learned_estimate: d.learned_estimate.clone(),
             late: d.late.clone().filter(|_| !d.state.is_terminal()),
             estimated_start: self
@@ -122,7 +144,7 @@ impl Controller {
 
     /// `gpool power`: each budget and what it holds back.
     pub(super) fn power_views(&self) -> Vec<api::PowerView> {
-        power::Power::views(&self.snap, &self.telemetry, &self.pass.reason_texts, &self.pass.waiting)
+        power::Power::views(self.snap, self.telemetry, &self.pass.reason_texts, &self.pass.waiting)
     }
 
     /// A node's record, by name.
@@ -225,7 +247,7 @@ impl Controller {
                                 crate::plane::telemetry::device_view(t, |pid| self.telemetry.job_of_pid(&n.name, pid))
                             }),
                             degraded: self.telemetry.degraded(&n.name, d.index).map(str::to_string),
-                            quarantine: self.faults.view_of(&n.name, d.index, self.clock.now_ms()),
+                            quarantine: self.faults.view_of(&n.name, d.index, self.now),
                         }
                     })
                     .collect();
@@ -249,13 +271,13 @@ impl Controller {
                     degraded: self.links.get(&id).map(|l| l.doc.degraded.clone()).unwrap_or_default(),
                     addr: self.links.get(&id).map(|l| l.doc.addr.clone()).filter(|a| !a.is_empty()),
                     agent: self.links.get(&id).map(|l| match &l.link {
-                        super::Link::Local => "local".to_string(),
-                        super::Link::Remote(r) if r.registered => format!("remote, epoch {}", l.doc.epoch),
-                        super::Link::Remote(_) => "remote, not registered".to_string(),
+                        Link::Local => "local".to_string(),
+                        Link::Remote(r) if r.registered => format!("remote, epoch {}", l.doc.epoch),
+                        Link::Remote(_) => "remote, not registered".to_string(),
                     }),
                     devices,
                     jobs,
-                    conditions: self.links.get(&id).map(super::NodeLink::shown_conditions).unwrap_or_default(),
+                    conditions: self.links.get(&id).map(NodeLink::shown_conditions).unwrap_or_default(),
                 }
             })
             .collect()
@@ -291,7 +313,7 @@ impl Controller {
                     pending,
                     running,
                     window: cfg.and_then(|c| c.windows.as_deref()).map(|w| {
-                        let now = gpool_core::Time::from_millis(self.clock.now_ms());
+                        let now = gpool_core::Time::from_millis(self.now);
                         let state = if w.is_open(now) { "open" } else { "closed" };
                         match w.next_change(now) {
                             Some(t) => format!("{state} until {}", api::time::rfc3339(t.as_millis())),
