@@ -2,10 +2,13 @@
 //! current run) as the store's JSON, and how documents become store writes.
 //! A restart rebuilds everything from these (`restore.rs`).
 
+use std::collections::BTreeMap;
+
 use gpool_api as api;
 use gpool_store::Write;
 use serde::{Deserialize, Serialize};
 
+use super::calls::ApiError;
 use crate::protocol::ExitRecord;
 
 /// The states of jobs not yet finished (loaded at restore).
@@ -251,4 +254,24 @@ pub(super) fn default_name(spec: &api::JobSpec) -> String {
         api::Command::Argv(_) => argv.first().cloned().unwrap_or_else(|| "job".into()),
     };
     std::path::Path::new(&prog).file_name().map_or(prog.clone(), |f| f.to_string_lossy().into_owned())
+}
+
+/// A job the caller may see: their own, or any for admins and readers. Others' jobs are "not found".
+pub(super) fn visible(
+    jobs: &BTreeMap<u64, JobDoc>,
+    store: &mut dyn gpool_store::Store,
+    caller: &crate::plane::auth::Caller,
+    id: u64,
+) -> Result<JobDoc, ApiError> {
+    let doc = match jobs.get(&id) {
+        Some(d) => Some(d.clone()),
+        None => store
+            .job(id)
+            .map_err(|e| ApiError::new(500, e.to_string()))?
+            .and_then(|r| serde_json::from_str::<JobDoc>(&r.doc).ok()),
+    };
+    match doc {
+        Some(d) if caller.sees_all() || d.user == caller.user => Ok(d),
+        _ => Err(ApiError::new(404, format!("job {id} not found"))),
+    }
 }

@@ -158,11 +158,11 @@ impl Controller {
             .unwrap_or_default();
         transitions.extend(self.telemetry.release_gpus(&held));
         self.publish_alerts(transitions, now);
-        if let Some(s) = &summary {
-            if let Some(d) = self.jobs.get(&id) {
-                let model = super::costs::model_of(&self.snap, d);
-                self.history.learn_draw(d, s, model.as_deref());
-            }
+        if let Some(s) = &summary
+            && let Some(d) = self.jobs.get(&id)
+        {
+            let model = super::costs::model_of(&self.snap, d);
+            self.history.learn_draw(d, s, model.as_deref());
         }
         let hours = super::costs::allocated_hours(&self.snap, id, now);
         // Charged from allocation to release: samples start a moment
@@ -428,10 +428,10 @@ impl Controller {
         };
         match next {
             Next::Done(state, reason) => {
-                if state == api::JobState::Succeeded {
-                    if let (Some(doc), Some(job)) = (self.jobs.get(&id), self.snap.job(JobId(id))) {
-                        self.history.learn_success(doc, job, now);
-                    }
+                if state == api::JobState::Succeeded
+                    && let (Some(doc), Some(job)) = (self.jobs.get(&id), self.snap.job(JobId(id)))
+                {
+                    self.history.learn_success(doc, job, now);
                 }
                 let _ = self.snap.stop(
                     JobId(id),

@@ -47,7 +47,28 @@ macro_rules! reading {
     };
 }
 
+/// Admission (`admission.rs`), borrowing the fields it needs one by one.
+macro_rules! admission {
+    ($c:expr) => {
+        $crate::plane::controller::admission::Admission {
+            snap: &mut $c.snap,
+            jobs: &mut $c.jobs,
+            next_id: &mut $c.next_id,
+            store: $c.store.as_mut(),
+            out: &mut $c.out,
+            queues: &$c.cfg.queues,
+            data_dir: &$c.cfg.data_dir,
+            state_disk: &$c.state_disk,
+            costs: &$c.costs,
+            budgets: &$c.budgets,
+            history: &$c.history,
+            fleet: &$c.fleet,
+        }
+    };
+}
+
 mod acts;
+mod admission;
 mod budgets;
 mod calls;
 mod clock;
@@ -83,6 +104,7 @@ mod requests;
 mod restore;
 mod roster;
 mod schedules;
+mod service_entry;
 mod services;
 mod shell;
 mod spot;

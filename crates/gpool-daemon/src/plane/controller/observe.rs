@@ -325,7 +325,7 @@ impl Reading<'_> {
         for q in queues.values_mut() {
             q.used_gpus = self.snap.queue_usage(&q.name) as f64 / 1000.0;
         }
-        let gpu_hours = self.costs.gpu_hours(&self.snap, &self.jobs, now);
+        let gpu_hours = self.costs.gpu_hours(self.snap, self.jobs, now);
         let mut alerts: BTreeMap<(String, String), u64> =
             self.telemetry.rules().iter().map(|r| ((r.name.clone(), r.severity.as_str().to_string()), 0)).collect();
         for a in self.telemetry.active_alerts() {
@@ -353,8 +353,8 @@ impl Reading<'_> {
                     Some((j.id.0, self.jobs.get(&j.id.0)?.user.clone(), wh * 3600.0))
                 })
                 .collect(),
-            cost: self.costs.cost_counters(&self.snap, &self.jobs, now),
-            idle_cost: self.costs.waste_counters(&self.snap, &self.jobs, &self.telemetry),
+            cost: self.costs.cost_counters(self.snap, self.jobs, now),
+            idle_cost: self.costs.waste_counters(self.snap, self.jobs, self.telemetry),
             nodes: self
                 .snap
                 .nodes()
@@ -363,7 +363,7 @@ impl Reading<'_> {
                     (n.name.to_string(), n.state.as_str().to_string(), ok)
                 })
                 .collect(),
-            gpu_health: self.faults.gpu_health(&self.snap, &self.telemetry),
+            gpu_health: self.faults.gpu_health(self.snap, self.telemetry),
             alerts,
             services: self.services.series(),
         }

@@ -13,9 +13,12 @@ use gpool_api::pipeline::{PipelineCreated, PipelineList, PipelineSpec, PipelineV
 use gpool_core::JobId;
 use gpool_core::pipeline::{self, Instance, StageShape, StageState};
 
-use super::Controller;
+use gpool_store::Store;
+
+use super::admission::Admission;
 use super::calls::ApiError;
-use super::docs::{JobDoc, PipelineRef};
+use super::docs::{JobDoc, PipelineRef, visible};
+use super::views::Reading;
 use crate::plane::auth::Caller;
 
 /// A pipeline checked and made into its jobs' specs.
@@ -31,7 +34,7 @@ pub(super) struct Prepared {
 /// How many of the latest jobs a listing of runs looks through.
 const LIST_WINDOW: u64 = 5000;
 
-impl Controller {
+impl Admission<'_> {
     pub(super) fn submit_pipeline(
         &mut self,
         caller: &Caller,
@@ -40,7 +43,7 @@ impl Controller {
     ) -> Result<PipelineCreated, ApiError> {
         let p = self.prepare_pipeline(caller, &spec, now)?;
         let Prepared { name, shapes, instances, labels, mut specs, mut cores } = p;
-        let run = self.next_id;
+        let run = *self.next_id;
         // Each instance after those it needs: their ids are the run's id on.
         for (i, inst) in instances.iter().enumerate() {
             let deps: Vec<u64> = inst.needs.iter().map(|&n| run + n as u64).collect();
@@ -68,7 +71,7 @@ impl Controller {
             }
         }
         let said = format!("pipeline {name} run {run} submitted by {}: {} job(s)", caller.user, ids.len());
-        self.event_of(now, Some(run), Some(caller.user.clone()), "pipeline_submitted", said);
+        self.out.event_of(now, Some(run), Some(caller.user.clone()), "pipeline_submitted", said);
         Ok(PipelineCreated { run, jobs: ids })
     }
 
@@ -107,16 +110,18 @@ impl Controller {
             }
             specs.push(job);
         }
-        self.state_disk.room_for_new_work(&self.cfg.data_dir)?;
+        self.state_disk.room_for_new_work(self.data_dir)?;
         let at = |i: usize, msg: String| format!("stage {:?}: {msg}", labels[i]);
         let cores = self.checked_as(caller, &specs, now, &at)?;
         Ok(Prepared { name, shapes, instances, labels, specs, cores })
     }
+}
 
+impl Reading<'_> {
     /// A run's jobs, in order; 404 when `run` is not the first job of a run the caller may see.
-    fn run_docs(&mut self, caller: &Caller, run: u64) -> Result<Vec<JobDoc>, ApiError> {
-        let first =
-            self.visible(caller, run).map_err(|_| ApiError::new(404, format!("pipeline run {run} not found")))?;
+    pub(super) fn run_docs(&self, store: &mut dyn Store, caller: &Caller, run: u64) -> Result<Vec<JobDoc>, ApiError> {
+        let first = visible(self.jobs, store, caller, run)
+            .map_err(|_| ApiError::new(404, format!("pipeline run {run} not found")))?;
         let Some(p) = first.pipeline.clone() else {
             return Err(ApiError::new(
                 404,
@@ -131,22 +136,27 @@ impl Controller {
         }
         let mut docs = vec![first];
         for id in run + 1..run + u64::from(p.jobs) {
-            docs.push(self.visible(caller, id)?);
+            docs.push(visible(self.jobs, store, caller, id)?);
         }
         Ok(docs)
     }
 
-    pub(super) fn pipeline_view(&mut self, caller: &Caller, run: u64) -> Result<PipelineView, ApiError> {
-        let docs = self.run_docs(caller, run)?;
+    pub(super) fn pipeline_view(
+        &self,
+        store: &mut dyn Store,
+        caller: &Caller,
+        run: u64,
+    ) -> Result<PipelineView, ApiError> {
+        let docs = self.run_docs(store, caller, run)?;
         Ok(self.run_view(&docs))
     }
 
-    fn run_view(&self, docs: &[JobDoc]) -> PipelineView {
+    pub(super) fn run_view(&self, docs: &[JobDoc]) -> PipelineView {
         let mut stages = Vec::with_capacity(docs.len());
         let mut states = Vec::with_capacity(docs.len());
         for d in docs {
             let Some(p) = &d.pipeline else { continue };
-            let v = self.reading().view(d);
+            let v = self.view(d);
             states.push(stage_state(d.state));
             stages.push(StageView {
                 stage: p.stage.clone(),
@@ -173,9 +183,15 @@ impl Controller {
     }
 
     /// Runs among the latest jobs, newest first.
-    pub(super) fn pipelines(&mut self, caller: &Caller, limit: u32) -> Result<PipelineList, ApiError> {
+    /// `last`: the newest job's id.
+    pub(super) fn pipelines(
+        &self,
+        store: &mut dyn Store,
+        caller: &Caller,
+        limit: u32,
+        last: u64,
+    ) -> Result<PipelineList, ApiError> {
         let limit = limit.clamp(1, 200) as usize;
-        let last = self.next_id.saturating_sub(1);
         let query = gpool_store::JobQuery {
             user: (!caller.sees_all()).then(|| caller.user.clone()),
             queue: None,
@@ -183,7 +199,7 @@ impl Controller {
             after: Some(last.saturating_sub(LIST_WINDOW)),
             limit: LIST_WINDOW as u32,
         };
-        let rows = self.store.jobs(&query).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let rows = store.jobs(&query).map_err(|e| ApiError::new(500, e.to_string()))?;
         let firsts: Vec<u64> = rows
             .iter()
             .rev()
@@ -199,35 +215,11 @@ impl Controller {
             .collect();
         let mut runs = Vec::with_capacity(firsts.len());
         for run in firsts {
-            if let Ok(docs) = self.run_docs(caller, run) {
+            if let Ok(docs) = self.run_docs(store, caller, run) {
                 runs.push(self.run_view(&docs));
             }
         }
         Ok(PipelineList { runs })
-    }
-
-    /// Cancels every job of a run that has not ended, those that need others first.
-    pub(super) fn cancel_pipeline(
-        &mut self,
-        caller: &Caller,
-        run: u64,
-        from: &str,
-        now: i64,
-    ) -> Result<PipelineView, ApiError> {
-        let docs = self.run_docs(caller, run)?;
-        if docs.iter().all(|d| d.state.is_terminal()) {
-            return Err(ApiError::new(409, format!("pipeline run {run} already ended")));
-        }
-        let mut docs = docs;
-        for d in docs.iter_mut().rev().filter(|d| !d.state.is_terminal()) {
-            // One that ended meanwhile (409) is left as it ended. A job ended
-            // now is in the store only once this turn commits: its answer says how it stands.
-            if let Ok(v) = self.cancel(caller, d.id, from, now) {
-                d.state = v.state;
-                d.end_reason = v.reason;
-            }
-        }
-        Ok(self.run_view(&docs))
     }
 }
 

@@ -5,12 +5,10 @@ use gpool_api as api;
 use gpool_core::JobId;
 use gpool_store::JobQuery;
 
-use super::budgets::BudgetMode;
 use super::calls::{ApiError, Call, ListQuery, LogTarget};
-use super::docs::{JobDoc, Stop, default_name};
+use super::docs::{JobDoc, Stop};
 use super::{Controller, faults};
 use crate::plane::auth::{Caller, Credential};
-use crate::plane::convert::to_core;
 
 impl Controller {
     /// Answers the views of `batch` (calls that only read, `Call::only_reads`)
@@ -122,19 +120,20 @@ impl Controller {
                 self.reply(reply, r);
             }
             Call::Submit { specs, reply } => {
-                let r = self.submit(&caller, specs, now);
+                let r = admission!(self).submit(&caller, specs, now);
                 self.reply(reply, r);
             }
             Call::SubmitPipeline { spec, reply } => {
-                let r = self.submit_pipeline(&caller, *spec, now);
+                let r = admission!(self).submit_pipeline(&caller, *spec, now);
                 self.reply(reply, r);
             }
             Call::Pipeline { run, reply } => {
-                let r = self.pipeline_view(&caller, run);
+                let r = reading!(self).pipeline_view(self.store.as_mut(), &caller, run);
                 self.reply(reply, r);
             }
             Call::Pipelines { limit, reply } => {
-                let r = self.pipelines(&caller, limit);
+                let last = self.next_id.saturating_sub(1);
+                let r = reading!(self).pipelines(self.store.as_mut(), &caller, limit, last);
                 self.reply(reply, r);
             }
             Call::Power { reply } => {
@@ -181,7 +180,7 @@ impl Controller {
             Call::ApplyService { name, spec, reply } => {
                 let r = self.services.check(&name, *spec).and_then(|(spec, cfg, probe)| {
                     // A replica must be a job this caller could submit.
-                    self.checked(&caller, std::slice::from_ref(&probe), now)?;
+                    admission!(self).checked(&caller, std::slice::from_ref(&probe), now)?;
                     self.services.apply(&caller, &name, (spec, cfg), &mut self.out, now)
                 });
                 self.reply(reply, r);
@@ -358,226 +357,6 @@ impl Controller {
         }
     }
 
-    pub(super) fn submit(
-        &mut self,
-        caller: &Caller,
-        specs: Vec<api::JobSpec>,
-        now: i64,
-    ) -> Result<api::Submitted, ApiError> {
-        if specs.is_empty() {
-            return Err(ApiError::new(400, "jobs: the batch is empty"));
-        }
-        self.state_disk.room_for_new_work(&self.cfg.data_dir)?;
-        let cores = self.checked(caller, &specs, now)?;
-        self.admit(caller, specs, cores, now)
-    }
-
-    /// Checks a batch of specs as a submission would; their core specs.
-    pub(super) fn checked(
-        &mut self,
-        caller: &Caller,
-        specs: &[api::JobSpec],
-        now: i64,
-    ) -> Result<Vec<gpool_core::JobSpec>, ApiError> {
-        let batch = specs.len() > 1;
-        self.checked_as(caller, specs, now, &|i, msg| if batch { format!("jobs[{i}].{msg}") } else { msg })
-    }
-
-    /// [`Self::checked`], with `at` saying which spec of the batch an error is about.
-    pub(super) fn checked_as(
-        &mut self,
-        caller: &Caller,
-        specs: &[api::JobSpec],
-        now: i64,
-        at: &dyn Fn(usize, String) -> String,
-    ) -> Result<Vec<gpool_core::JobSpec>, ApiError> {
-        // Check everything first: a batch is accepted whole or not at all.
-        let mut cores = Vec::with_capacity(specs.len());
-        for (i, spec) in specs.iter().enumerate() {
-            if spec.service.is_some() {
-                return Err(ApiError::new(
-                    400,
-                    at(i, "service: a service is applied with PUT /api/v1/services/NAME (`gpool submit -f` does it), not submitted as a job".into()),
-                ));
-            }
-            crate::plane::input::spec(spec, caller.role == crate::plane::auth::Role::Admin)
-                .map_err(|r| ApiError::new(400, at(i, format!("{}: {}", r.field, r.message))))?;
-            self.check_queue(spec.queue.as_deref()).map_err(|m| ApiError::new(400, at(i, m)))?;
-            let mut core =
-                to_core(spec, &caller.user, &caller.team, now).map_err(|e| ApiError::new(400, at(i, e.to_string())))?;
-            if spec.spot.is_none()
-                && let Some(p) = self.snap.queues().find(|q| q.name == core.queue).and_then(|q| q.spot)
-            {
-                core.spot = p;
-            }
-            // Over a soft budget: it runs only as preemptible, at the lowest priority.
-            if let Some((b, _)) = self.exhausted_budget(&caller.team, &core.queue, now)
-                && b.mode == BudgetMode::Soft
-            {
-                core.preemptible = true;
-                core.priority = i32::MIN;
-            }
-            core.watts_per_gpu = self.history.learned_watts(spec, &core);
-            if let Err(why) = self.snap.check_feasible(&core)
-                && !self.fleet.could_run(&core)
-            {
-                return Err(ApiError::new(400, at(i, format!("rejected: {why}"))));
-            }
-            // Whether it exists is for the node to find, as the job's user
-            // (`node/handover.rs`): checked here, as root, the answer would
-            // tell anyone whether a path they cannot see exists.
-            if let Some(dir) = &spec.workdir
-                && spec.image.is_none()
-                && !std::path::Path::new(dir).is_absolute()
-            {
-                return Err(ApiError::new(
-                    400,
-                    at(i, format!("workdir: {dir:?} is not an absolute path; name the directory from /")),
-                ));
-            }
-            // (job, field, whether it must have succeeded: afterok, afternotok; None: afterany)
-            let deps = (spec.depends_on.iter().map(|d| (*d, "dependsOn", Some(true))))
-                .chain(spec.after_not_ok.iter().map(|d| (*d, "afterNotOk", Some(false))))
-                .chain(spec.after_any.iter().map(|d| (*d, "afterAny", None)));
-            for (d, field, must) in deps {
-                // Another user's job is "not found" as everywhere else (admins see every job).
-                let Ok(dep) = self.visible(caller, d) else {
-                    return Err(ApiError::new(400, at(i, format!("{field}: job {d} does not exist"))));
-                };
-                if dep.state.is_terminal() {
-                    let ok = dep.state == api::JobState::Succeeded;
-                    self.snap.record_finished(JobId(d), ok);
-                    if must == Some(true) && !ok {
-                        return Err(ApiError::new(
-                            400,
-                            at(
-                                i,
-                                format!(
-                                    "dependsOn: job {d} {}, so this job could never start; submit it without the dependency, or depend on a new run of job {d}",
-                                    dep.state.as_str()
-                                ),
-                            ),
-                        ));
-                    }
-                    if must == Some(false) && ok {
-                        return Err(ApiError::new(
-                            400,
-                            at(
-                                i,
-                                format!(
-                                    "afterNotOk: job {d} succeeded, so this job (to run only if it fails) could never start; use afterAny to run after it whatever its end"
-                                ),
-                            ),
-                        ));
-                    }
-                }
-            }
-            cores.push(core);
-        }
-        Ok(cores)
-    }
-
-    /// Takes checked specs into the queue.
-    pub(super) fn admit(
-        &mut self,
-        caller: &Caller,
-        specs: Vec<api::JobSpec>,
-        cores: Vec<gpool_core::JobSpec>,
-        now: i64,
-    ) -> Result<api::Submitted, ApiError> {
-        let mut ids = Vec::new();
-        for (spec, mut core) in specs.into_iter().zip(cores) {
-            let id = self.next_id;
-            self.next_id += 1;
-            let mut doc = JobDoc {
-                id,
-                name: spec.name.clone().unwrap_or_else(|| default_name(&spec)),
-                user: caller.user.clone(),
-                team: caller.team.clone(),
-                queue: core.queue.to_string(),
-                priority: core.priority,
-                spec,
-                state: api::JobState::Pending,
-                end_reason: None,
-                submitted_ms: now,
-                started_ms: None,
-                ended_ms: None,
-                attempt: 0,
-                restarts: 0,
-                failures: 0,
-                not_before_ms: None,
-                prior_runtime_ms: 0,
-                prior_gpu_milli_secs: 0,
-                run: None,
-                earlier_nodes: Vec::new(),
-                exit: None,
-                queued_ms: Some(now),
-                usage: None,
-                pool: None,
-                budget_hold: None,
-                learned_estimate: None,
-                similar_runs_ms: Vec::new(),
-                learned_watts_per_gpu: core.watts_per_gpu,
-                held_by: None,
-                pipeline: None,
-                late: None,
-            };
-            self.history.learned_estimate(self.snap.policy(), &mut doc, &mut core);
-            let over_hard =
-                self.exhausted_budget(&caller.team, &core.queue, now).filter(|(b, _)| b.mode == BudgetMode::Hard);
-            if let Err(e) = self.snap.submit(JobId(id), core) {
-                return Err(ApiError::new(500, format!("internal error: {e}")));
-            }
-            let said = format!("job {id} ({}) submitted by {}", doc.name, doc.user);
-            self.event_of(now, Some(id), Some(doc.user.clone()), "submitted", said);
-            self.jobs.insert(id, doc);
-            self.out.touch(id);
-            ids.push(id);
-            if let Some((b, spent)) = over_hard {
-                let (_, next) = super::budgets::month_bounds(now);
-                let text = super::budgets::Budgets::hold_text(&b, spent, next);
-                super::budgets::hold_for_budget(id, &text, next, &mut self.snap, &mut self.jobs, &mut self.out);
-                self.event(now, Some(id), "budget_hold", format!("job {id}: {text}"));
-            } else if self.snap.job(JobId(id)).is_some_and(|j| j.spec.priority == i32::MIN) {
-                self.event(
-                    now,
-                    Some(id),
-                    "budget_soft",
-                    format!("job {id}: its team or queue is over its soft budget; it runs preemptible, at the lowest priority"),
-                );
-            }
-        }
-        self.out.reschedule();
-        Ok(api::Submitted { ids })
-    }
-
-    /// The budget at or over 100% a job of this team and queue would be under, if any.
-    fn exhausted_budget(&self, team: &str, queue: &str, now: i64) -> Option<(super::budgets::Budget, f64)> {
-        if self.budgets.is_empty() {
-            return None;
-        }
-        let live = self.costs.live_costs(&self.snap, &self.jobs, now);
-        self.budgets.exhausted(team, queue, &self.jobs, &live)
-    }
-
-    /// With queues configured, a job must name one of them (a job naming
-    /// none goes to `default`, which must then be one): a misspelled queue
-    /// would otherwise be a new queue without a quota.
-    fn check_queue(&self, queue: Option<&str>) -> Result<(), String> {
-        if self.cfg.queues.is_empty() {
-            return Ok(());
-        }
-        let name = queue.unwrap_or("default");
-        if self.cfg.queues.iter().any(|q| &*q.name == name) {
-            return Ok(());
-        }
-        let known: Vec<&str> = self.cfg.queues.iter().map(|q| &*q.name).collect();
-        Err(match queue {
-            Some(q) => format!("queue: unknown queue {q:?}; the queues are {}", known.join(", ")),
-            None => format!("queue: this cluster has no default queue; name one of {}", known.join(", ")),
-        })
-    }
-
     /// Brings every service's replicas toward what its scaler and rollout want (`services.rs`).
     pub(super) fn reconcile_services(&mut self, now: i64) {
         let (acts, actions) = self.services.reconcile(&self.jobs, &mut self.timers, now);
@@ -585,9 +364,10 @@ impl Controller {
         for a in actions {
             for _ in 0..a.start {
                 let Some((owner, spec, generation)) = self.services.next_replica(&a.name, self.next_id) else { break };
-                let submitted = self
+                let mut admission = admission!(self);
+                let submitted = admission
                     .checked(&owner, std::slice::from_ref(&spec), now)
-                    .and_then(|cores| self.admit(&owner, vec![spec], cores, now))
+                    .and_then(|cores| admission.admit(&owner, vec![spec], cores, now))
                     .map(|s| s.ids);
                 self.services.replica_submitted(&a.name, generation, submitted, &mut self.timers, &mut self.out, now);
             }
@@ -604,9 +384,11 @@ impl Controller {
         let at = |what: &str, e: ApiError| ApiError::new(e.status, format!("{what}: {}", e.message));
         match (&spec.job, &spec.pipeline) {
             (Some(job), None) => {
-                self.checked(caller, std::slice::from_ref(job), now).map(drop).map_err(|e| at("job", e))
+                admission!(self).checked(caller, std::slice::from_ref(job), now).map(drop).map_err(|e| at("job", e))
             }
-            (None, Some(p)) => self.prepare_pipeline(caller, p, now).map(drop).map_err(|e| at("pipeline", e)),
+            (None, Some(p)) => {
+                admission!(self).prepare_pipeline(caller, p, now).map(drop).map_err(|e| at("pipeline", e))
+            }
             _ => Ok(()),
         }
     }
@@ -618,27 +400,45 @@ impl Controller {
             (Some(job), _) => {
                 let mut job = job.clone();
                 job.labels.insert("gpool.io/schedule".into(), d.name.clone());
-                self.submit(&owner, vec![job], now)?.ids.first().copied().ok_or_else(|| ApiError::new(500, "no job"))
+                admission!(self)
+                    .submit(&owner, vec![job], now)?
+                    .ids
+                    .first()
+                    .copied()
+                    .ok_or_else(|| ApiError::new(500, "no job"))
             }
-            (None, Some(p)) => Ok(self.submit_pipeline(&owner, p.clone(), now)?.run),
+            (None, Some(p)) => Ok(admission!(self).submit_pipeline(&owner, p.clone(), now)?.run),
             (None, None) => Err(ApiError::new(400, "it names neither a job nor a pipeline")),
         }
     }
 
     /// A job the caller may see: their own, or any for admins and readers. Others' jobs are "not found".
     pub(super) fn visible(&mut self, caller: &Caller, id: u64) -> Result<JobDoc, ApiError> {
-        let doc = match self.jobs.get(&id) {
-            Some(d) => Some(d.clone()),
-            None => self
-                .store
-                .job(id)
-                .map_err(|e| ApiError::new(500, e.to_string()))?
-                .and_then(|r| serde_json::from_str::<JobDoc>(&r.doc).ok()),
-        };
-        match doc {
-            Some(d) if caller.sees_all() || d.user == caller.user => Ok(d),
-            _ => Err(ApiError::new(404, format!("job {id} not found"))),
+        super::docs::visible(&self.jobs, self.store.as_mut(), caller, id)
+    }
+
+    /// Cancels every job of a run that has not ended, those that need others first.
+    pub(super) fn cancel_pipeline(
+        &mut self,
+        caller: &Caller,
+        run: u64,
+        from: &str,
+        now: i64,
+    ) -> Result<api::pipeline::PipelineView, ApiError> {
+        let docs = reading!(self).run_docs(self.store.as_mut(), caller, run)?;
+        if docs.iter().all(|d| d.state.is_terminal()) {
+            return Err(ApiError::new(409, format!("pipeline run {run} already ended")));
         }
+        let mut docs = docs;
+        for d in docs.iter_mut().rev().filter(|d| !d.state.is_terminal()) {
+            // One that ended meanwhile (409) is left as it ended. A job ended
+            // now is in the store only once this turn commits: its answer says how it stands.
+            if let Ok(v) = self.cancel(caller, d.id, from, now) {
+                d.state = v.state;
+                d.end_reason = v.reason;
+            }
+        }
+        Ok(self.reading().run_view(&docs))
     }
 
     pub(super) fn list(&mut self, caller: &Caller, q: ListQuery) -> Result<api::JobList, ApiError> {

@@ -14,25 +14,25 @@
 //! times out). A replica that ends by itself is replaced, after a back-off
 //! that doubles with each failure in a row (a crash loop does not spin).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpool_api as api;
 use gpool_core::service_rollout::{ReplicaState, plan_replicas};
-use gpool_core::service_scaler::{LoadSample, ScalerConfig, ScalerState};
+use gpool_core::service_scaler::{LoadSample, ScalerConfig};
 use gpool_core::{NodeId, Snapshot, Time};
 use gpool_store::{Store, Write};
-use serde::{Deserialize, Serialize};
 
 use super::ApiError;
 use super::acts::Acts;
 use super::docs::JobDoc;
 use super::nodes::NodeLink;
 use super::outbox::Outbox;
-use super::proxy_wire::{Backend, LATENCY_BOUNDS, ProxyReport, Route, Routes, ServiceLoad};
+use super::proxy_wire::{Backend, ProxyReport, Route, Routes};
+use super::service_entry::{ServiceDoc, ServiceEntry};
 use super::timers::{Timer, Timers};
 use crate::plane::auth::{Caller, Role};
-use crate::plane::metrics::{Histogram, ServiceSeries};
+use crate::plane::metrics::ServiceSeries;
 
 /// The label that names a replica's service.
 pub const SERVICE_LABEL: &str = "gpool.io/service";
@@ -43,66 +43,6 @@ const DRAIN_TIMEOUT_MS: i64 = 30_000;
 const FULL_AFTER_MS: i64 = 3_000;
 /// The longest back-off between replacements of failing replicas.
 const MAX_BACKOFF_MS: i64 = 60_000;
-/// A service as persisted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(super) struct ServiceDoc {
-    pub name: String,
-    pub user: String,
-    pub team: String,
-    pub spec: api::JobSpec,
-    pub generation: u64,
-    pub created_ms: i64,
-    /// Its replica jobs, and the generation each runs.
-    pub replicas: BTreeMap<u64, u64>,
-    /// The replicas the scaler last wanted.
-    pub desired: u32,
-}
-
-/// A service and what this control plane knows of it since it started.
-pub(super) struct ServiceEntry {
-    doc: ServiceDoc,
-    cfg: ScalerConfig,
-    scaler: ScalerState,
-    /// Replicas whose probe answers, at the address they answer on.
-    ready: BTreeMap<u64, String>,
-    /// Replicas draining, and when they are stopped even so.
-    draining: BTreeMap<u64, i64>,
-    /// Replicas this room stopped (their end is no failure).
-    stopping: BTreeSet<u64>,
-    failures: u32,
-    retry_at_ms: i64,
-    /// Ask the scaler again at this time, even with no new sample.
-    scale_at_ms: Option<i64>,
-    load: ServiceLoad,
-    requests_total: u64,
-    failed_total: u64,
-    latency: Histogram,
-}
-
-impl ServiceEntry {
-    fn new(doc: ServiceDoc, cfg: ScalerConfig) -> ServiceEntry {
-        ServiceEntry {
-            doc,
-            cfg,
-            scaler: ScalerState::default(),
-            ready: BTreeMap::new(),
-            draining: BTreeMap::new(),
-            stopping: BTreeSet::new(),
-            failures: 0,
-            retry_at_ms: 0,
-            scale_at_ms: None,
-            load: ServiceLoad::default(),
-            requests_total: 0,
-            failed_total: 0,
-            latency: latency_histogram(),
-        }
-    }
-}
-
-fn latency_histogram() -> Histogram {
-    Histogram { bounds: LATENCY_BOUNDS.to_vec(), counts: vec![0; LATENCY_BOUNDS.len()], sum: 0.0, count: 0 }
-}
-
 /// The services of this control plane.
 #[derive(Default)]
 pub(super) struct Services {
