@@ -16,8 +16,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::resources::{MIG_COMPUTE_SLICES, MigProfile};
-use crate::time::{Time, human_duration};
+use crate::model::resources::{MIG_COMPUTE_SLICES, MigProfile};
+use crate::model::time::{Time, human_duration};
 
 pub use crate::series::{DevicePoint, DeviceSeries};
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::time::{Time, human_duration};
+use crate::model::time::{Time, human_duration};
 
 /// What a rule looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

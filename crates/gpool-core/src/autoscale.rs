@@ -24,11 +24,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::job::{GpuRequest, GpuShare, JobId, JobSpec};
+use crate::model::job::{GpuRequest, GpuShare, JobId, JobSpec};
+use crate::model::time::Time;
 use crate::plan::{PendingReason, Plan};
 use crate::pools::{PoolConfig, PoolHealth};
 use crate::snapshot::Snapshot;
-use crate::time::Time;
 
 /// Where a pool's node stands, as the shell knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +60,7 @@ impl PoolState<'_> {
     /// What the pool costs per hour now: its nodes, and at least the
     /// committed `min` of a reserved pool.
     pub fn spend_per_hour(&self) -> f64 {
-        let paid = if self.config.pool.kind == crate::node::PoolKind::Reserved {
+        let paid = if self.config.pool.kind == crate::model::node::PoolKind::Reserved {
             self.nodes.len().max(self.config.min as usize)
         } else {
             self.nodes.len()
@@ -435,7 +435,7 @@ pub fn plan_scaling(
             }
             let n = p.config.min - have;
             // A reserved pool's minimum is paid already.
-            let price = if p.config.pool.kind == crate::node::PoolKind::Reserved {
+            let price = if p.config.pool.kind == crate::model::node::PoolKind::Reserved {
                 0.0
             } else {
                 f64::from(n) * p.config.price_per_node_hour
@@ -499,7 +499,7 @@ impl Wake {
 fn rank_pools(
     eligible: &[usize],
     pools: &[PoolState<'_>],
-    templates: &[crate::node::Node],
+    templates: &[crate::model::node::Node],
     spec: &JobSpec,
     job: JobId,
 ) -> Vec<usize> {

@@ -12,10 +12,10 @@
 use std::collections::BTreeMap;
 
 use crate::capacity::{Capacity, fit_on};
-use crate::job::{Job, Placement, ReplicaPlacement};
-use crate::node::NodeId;
+use crate::model::job::{Job, Placement, ReplicaPlacement};
+use crate::model::node::NodeId;
+use crate::model::time::Time;
 use crate::snapshot::NodeFree;
-use crate::time::Time;
 
 /// A job holding resources and when it is planned to release them.
 pub(crate) struct Release<'p> {

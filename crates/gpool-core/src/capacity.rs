@@ -5,15 +5,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::fragmentation::node_fragmentation;
-use crate::job::{GpuRequest, GpuShare, Job, JobId, JobSpec, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy};
-use crate::node::{GpuSharing, NodeId, NodeState, PoolKind};
+use crate::model::job::{
+    GpuRequest, GpuShare, Job, JobId, JobSpec, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy,
+};
+use crate::model::node::{GpuSharing, NodeId, NodeState, PoolKind};
+use crate::model::resources::{GpuMilli, same_model};
+use crate::model::time::Time;
 use crate::plan::{Need, PendingReason};
 use crate::policy::PlacementStrategy;
 use crate::releasing::{Pieces, Releasing};
-use crate::resources::{GpuMilli, same_model};
 use crate::shares;
 use crate::snapshot::{NodeEntry, NodeFree, Snapshot, bits};
-use crate::time::Time;
 
 /// Resources held back for the EASY reservation on one node.
 #[derive(Clone, Debug, Default)]
@@ -111,7 +113,7 @@ impl<'s> Capacity<'s> {
             let preempted = snap
                 .job(e.id)
                 .and_then(|j| j.running())
-                .is_some_and(|r| matches!(r.stopping, Some(crate::job::StopCause::Preempted { .. })));
+                .is_some_and(|r| matches!(r.stopping, Some(crate::model::job::StopCause::Preempted { .. })));
             if preempted {
                 c.releasing.add(e.id, &e.placement);
             }

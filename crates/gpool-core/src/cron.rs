@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use crate::Time;
+use crate::model::time::Time;
 
 /// A parsed cron expression.
 #[derive(Clone, Debug, PartialEq, Eq)]

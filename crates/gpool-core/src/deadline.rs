@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use crate::job::JobSpec;
-use crate::time::Time;
+use crate::model::job::JobSpec;
+use crate::model::time::Time;
 
 /// What the order and the reports go by: its estimate, else its time limit.
 pub fn expected_run(spec: &JobSpec) -> Option<Duration> {

@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::model::resources::{DeviceKind, KindMask, KindUnits};
+use crate::model::time::Time;
 use crate::policy::FairShare;
-use crate::resources::{DeviceKind, KindMask, KindUnits};
-use crate::time::Time;
 
 const KINDS: usize = DeviceKind::ALL.len();
 
@@ -171,7 +171,7 @@ impl FactorTable<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::GpuMilli;
+    use crate::model::resources::GpuMilli;
 
     fn arc(s: &str) -> Arc<str> {
         Arc::from(s)

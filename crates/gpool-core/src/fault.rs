@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::time::Time;
+use crate::model::time::Time;
 use crate::xid::{XidAction, xid};
 
 /// How long a quarantined GPU waits before its first health check, by default (the

@@ -6,12 +6,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::capacity::fit_on;
-use crate::job::{Job, JobId, JobSpec, JobState, Service};
-use crate::node::{NodeId, NodeState};
+use crate::model::job::{Job, JobId, JobSpec, JobState, Service};
+use crate::model::node::{NodeId, NodeState};
+use crate::model::resources::GpuMilli;
+use crate::model::time::Time;
 use crate::plan::Need;
-use crate::resources::GpuMilli;
 use crate::snapshot::{NodeFree, Snapshot};
-use crate::time::Time;
 
 /// Why a job can never run here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +67,7 @@ impl Snapshot {
     /// Whether managed MIG GPUs could be laid out for this MIG request:
     /// on one node, as many instances of its profile as it asks for.
     fn managed_mig_could_host(&self, spec: &JobSpec) -> bool {
-        let crate::job::GpuRequest::Mig { profile, count } = &spec.replica.gpu else { return false };
+        let crate::model::job::GpuRequest::Mig { profile, count } = &spec.replica.gpu else { return false };
         self.nodes.iter().any(|e| {
             if e.mig_managed == 0 || e.node.state == NodeState::Down || !spec.node_matches(&e.node) {
                 return false;
@@ -77,7 +77,7 @@ impl Snapshot {
                 let managed = e.mig_range(di).is_some_and(|r| e.mig_managed & r != 0);
                 let model_ok = spec.kind_allows(d.kind)
                     && spec.replica.gpu_model.as_deref().is_none_or(|m| d.model.eq_ignore_ascii_case(m));
-                let Some(geo) = crate::mig_geometry::geometry(&d.model).filter(|_| managed && model_ok) else {
+                let Some(geo) = crate::model::mig_geometry::geometry(&d.model).filter(|_| managed && model_ok) else {
                     continue;
                 };
                 // The most instances of the profile one GPU of this model holds.
@@ -95,14 +95,18 @@ impl Snapshot {
         if spec.replicas == 0 {
             return Err(Infeasible::Invalid("a job needs at least one replica"));
         }
-        if let crate::job::GpuRequest::Share { milli, memory_mb } = &spec.replica.gpu {
+        if let crate::model::job::GpuRequest::Share { milli, memory_mb } = &spec.replica.gpu {
             if milli.is_none() && memory_mb.is_none() {
                 return Err(Infeasible::Invalid("a GPU share needs a fraction, a memory size or both"));
             }
             if milli.is_some_and(|m| m == 0 || m > 1000) {
                 return Err(Infeasible::Invalid("a GPU fraction must be above 0 and at most 1"));
             }
-            if !self.nodes.iter().any(|e| e.node.sharing != crate::node::GpuSharing::Off && !e.gpu_slots.is_empty()) {
+            if !self
+                .nodes
+                .iter()
+                .any(|e| e.node.sharing != crate::model::node::GpuSharing::Off && !e.gpu_slots.is_empty())
+            {
                 return Err(Infeasible::NoSharing);
             }
         }

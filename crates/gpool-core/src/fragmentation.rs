@@ -15,7 +15,7 @@
 //! needs to configure nothing, and the simulator, replaying a trace, learns
 //! the trace's mix as the daemon would.
 
-use crate::job::{GpuRequest, JobSpec};
+use crate::model::job::{GpuRequest, JobSpec};
 
 /// The kinds of request considered at most (the most frequent ones).
 pub const MIX_CLASSES: usize = 32;
@@ -173,7 +173,7 @@ mod tests {
     #[test]
     fn a_quarter_on_a_shared_gpu_fragments_less_than_on_a_free_one() {
         let mut mix = DemandMix::default();
-        let mut spec = JobSpec::new("u", crate::Time::MIN);
+        let mut spec = JobSpec::new("u", crate::model::time::Time::MIN);
         spec.replica.gpu = GpuRequest::Gpus { count: 1 };
         for _ in 0..3 {
             mix.record(&spec);

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::time::Time;
+use crate::model::time::Time;
 
 /// "Within a few degrees" of the slowdown temperature. NVIDIA's boards start
 /// slowing at the threshold; 3 °C is under one sample's rise of a GPU under

@@ -34,14 +34,10 @@ pub mod fragmentation;
 pub mod gittins;
 pub mod heat;
 mod intern;
-pub mod job;
-pub mod mig_geometry;
 pub mod mig_planner;
 mod mig_slots;
-pub mod node;
 mod order;
 mod overload;
-pub mod pipeline;
 pub mod plan;
 pub mod policy;
 pub mod policy_knobs;
@@ -55,7 +51,6 @@ pub mod profile;
 pub mod quota;
 pub mod recurring;
 mod releasing;
-pub mod resources;
 mod running;
 pub mod runtime_history;
 mod schedule;
@@ -67,21 +62,23 @@ mod shares;
 mod slices;
 pub mod snapshot;
 pub mod straggler;
-pub mod time;
 pub mod usage_ledger;
 pub mod windows;
 pub mod xid;
 
+mod model;
+pub use model::{job, mig_geometry, node, pipeline, resources, time};
+
 pub use feasible::Infeasible;
-pub use job::{
+pub use model::job::{
     GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy,
     StopCause,
 };
-pub use node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
+pub use model::node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
+pub use model::resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};
+pub use model::time::Time;
 pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
 pub use policy::{Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard};
 pub use quota::QueueConfig;
-pub use resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};
 pub use schedule::schedule;
 pub use snapshot::{Snapshot, SnapshotError, StopOutcome};
-pub use time::Time;

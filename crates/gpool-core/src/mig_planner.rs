@@ -30,10 +30,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::job::GpuRequest;
-use crate::mig_geometry::{Instance, geometry};
-use crate::node::{Device, Node, NodeId, NodeState};
-use crate::resources::MigProfile;
+use crate::model::job::GpuRequest;
+use crate::model::mig_geometry::{Instance, geometry};
+use crate::model::node::{Device, Node, NodeId, NodeState};
+use crate::model::resources::MigProfile;
 use crate::snapshot::Snapshot;
 
 /// A GPU whose MIG layout gpool manages.
@@ -85,11 +85,11 @@ impl Repartition {
     /// The instances the layout makes, as the snapshot holds them, with the
     /// UUID `uuid(i)` for the `i`-th: where no driver names them (the
     /// simulator), or until the node reports the real ones.
-    pub fn instances(&self, uuid: impl Fn(usize) -> String) -> Vec<crate::node::MigInstance> {
+    pub fn instances(&self, uuid: impl Fn(usize) -> String) -> Vec<crate::model::node::MigInstance> {
         self.profiles
             .iter()
             .enumerate()
-            .map(|(i, p)| crate::node::MigInstance {
+            .map(|(i, p)| crate::model::node::MigInstance {
                 profile: p.clone(),
                 uuid: std::sync::Arc::from(uuid(i)),
                 gi_id: Some(i as u32 + 1),

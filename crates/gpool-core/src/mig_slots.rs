@@ -4,7 +4,7 @@
 //! range of slots of its own (`MIG_SLOTS_PER_GPU`), so its instances can
 //! change without renumbering anyone else's.
 
-use crate::node::{MigInstance, NodeId};
+use crate::model::node::{MigInstance, NodeId};
 use crate::snapshot::{MIG_SLOTS_PER_GPU, NodeEntry, Snapshot, SnapshotError};
 
 impl Snapshot {

@@ -15,11 +15,11 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound::{Excluded, Unbounded};
 
-use crate::job::JobId;
+use crate::model::job::JobId;
+use crate::model::resources::{GpuMilli, KindUnits};
+use crate::model::time::Time;
 use crate::policy::Ordering;
-use crate::resources::{GpuMilli, KindUnits};
 use crate::snapshot::{GroupKey, PendingKey, Snapshot};
-use crate::time::Time;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Head {

@@ -7,9 +7,9 @@
 //! snapshot carries it to the next pass ([`crate::Snapshot::carry_over`]).
 //! Time only moves through `now`, so the daemon and the simulator agree.
 
+use crate::model::resources::GpuMilli;
+use crate::model::time::Time;
 use crate::policy::Overload;
-use crate::resources::GpuMilli;
-use crate::time::Time;
 
 impl Overload {
     /// The state after a pass at `now` with `demand` pending and `capacity`

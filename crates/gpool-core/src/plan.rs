@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::job::{GpuRequest, JobId, Placement};
-use crate::node::NodeId;
+use crate::model::job::{GpuRequest, JobId, Placement};
+use crate::model::node::NodeId;
+use crate::model::resources::{DeviceKind, GpuMilli};
+use crate::model::time::Time;
 use crate::quota::QuotaBlock;
-use crate::resources::{DeviceKind, GpuMilli};
-use crate::time::Time;
 
 /// Start a job on a placement.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,9 +133,9 @@ pub enum PendingReason {
 }
 
 /// `4 GPUs`, or `4 chips` for TPUs.
-fn devices(kind: crate::resources::DeviceKind, milli: GpuMilli) -> String {
+fn devices(kind: crate::model::resources::DeviceKind, milli: GpuMilli) -> String {
     let n = gpus(milli);
-    if kind == crate::resources::DeviceKind::Tpu { n.replace("GPUs", "chips") } else { n }
+    if kind == crate::model::resources::DeviceKind::Tpu { n.replace("GPUs", "chips") } else { n }
 }
 
 fn gpus(milli: GpuMilli) -> String {
@@ -301,7 +301,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::GPU;
+    use crate::model::resources::GPU;
 
     #[test]
     fn reasons_read_like_the_issue_promised() {

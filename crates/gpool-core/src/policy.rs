@@ -9,8 +9,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::job::{JobSpec, Service};
-use crate::time::Time;
+use crate::model::job::{JobSpec, Service};
+use crate::model::time::Time;
 
 /// How pending jobs are ordered within a priority class. Higher priority
 /// classes always come first.

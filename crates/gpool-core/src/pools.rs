@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::{Labels, Node, Pool, PoolKind};
-use crate::time::Time;
+use crate::model::node::{Labels, Node, Pool, PoolKind};
+use crate::model::time::Time;
 
 /// What every node of a pool has.
 #[derive(Clone, Debug, PartialEq)]

@@ -14,10 +14,10 @@
 //! higher-priority work first. Budgets never preempt for a pending job. A
 //! budget already exceeded (lowered live) starts nothing more there.
 
-use crate::job::Job;
-pub use crate::node::NodePower;
+use crate::model::job::Job;
+pub use crate::model::node::NodePower;
+use crate::model::resources::GpuMilli;
 pub use crate::power_budget::{PowerBudget, PowerScope};
-use crate::resources::GpuMilli;
 use crate::snapshot::Snapshot;
 
 /// Watts a replica of `job` adds on a node over its GPUs' idle draw, for `units` thousandths of GPUs.
@@ -124,9 +124,9 @@ pub fn budget_use(snap: &Snapshot) -> Vec<(PowerBudget, u64)> {
 /// budget, preemptible jobs first, then the lowest priority, then the
 /// latest started (the least work lost), until what stays is within the
 /// budget. Jobs already stopping count as gone, and are not listed again.
-pub(crate) fn over_budget_stops(snap: &Snapshot) -> Vec<crate::job::JobId> {
+pub(crate) fn over_budget_stops(snap: &Snapshot) -> Vec<crate::model::job::JobId> {
     let Some(state) = PowerState::new(snap) else { return Vec::new() };
-    let mut chosen: Vec<crate::job::JobId> = Vec::new();
+    let mut chosen: Vec<crate::model::job::JobId> = Vec::new();
     // A job's counted watts on the nodes of budget `b`.
     let watts_in = |job: &Job, b: &PowerBudget| -> u64 {
         let Some(run) = job.running() else { return 0 };

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::node::Node;
+use crate::model::node::Node;
 
 /// Which nodes a budget covers.
 #[derive(Clone, Debug, PartialEq, Eq)]

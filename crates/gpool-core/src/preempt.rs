@@ -12,14 +12,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::capacity::{Capacity, fit_on};
-use crate::job::{Job, JobId, Placement};
-use crate::node::NodeId;
+use crate::model::job::{Job, JobId, Placement};
+use crate::model::node::NodeId;
+use crate::model::resources::GpuMilli;
+use crate::model::time::Time;
 use crate::plan::PreemptWhy;
 use crate::policy::{Ordering, PreemptKey};
 use crate::quota::QuotaState;
-use crate::resources::GpuMilli;
 use crate::snapshot::{NodeFree, Snapshot};
-use crate::time::Time;
 
 /// A running job that could be preempted by someone.
 #[derive(Clone, Debug)]

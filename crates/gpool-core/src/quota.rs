@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::resources::{DeviceKind, GpuMilli, KindUnits};
+use crate::model::resources::{DeviceKind, GpuMilli, KindUnits};
 
 /// A quota queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub struct QueueConfig {
     /// none beyond `max`. Guarantees and borrowing stay across kinds.
     pub kind_max: std::collections::BTreeMap<DeviceKind, GpuMilli>,
     /// Whether its jobs may run on spot nodes when they do not say (`None`: allowed).
-    pub spot: Option<crate::job::SpotPolicy>,
+    pub spot: Option<crate::model::job::SpotPolicy>,
     /// Jobs whose GPUs all stay idle are stopped (the daemon's `idle: stop`), not only warned.
     pub idle_stop: bool,
     /// When its jobs may start (`windows.rs`); `None`: at any time.
@@ -176,7 +176,7 @@ impl QuotaState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::GPU;
+    use crate::model::resources::GPU;
 
     fn queues(list: &[(&str, Option<&str>, u64, Option<u64>)]) -> BTreeMap<Arc<str>, QueueConfig> {
         list.iter()

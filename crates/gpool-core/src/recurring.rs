@@ -8,8 +8,8 @@
 //! CronJobs and Slurm's scrontab do the same): ten missed nightly runs are
 //! one run, not ten at once.
 
-use crate::Time;
 use crate::cron::{Cron, ZoneRules};
+use crate::model::time::Time;
 
 /// What a schedule does at `now`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::job::{JobId, ReplicaPlacement};
+use crate::model::job::{JobId, ReplicaPlacement};
 use crate::snapshot::NodeFree;
 
 /// Per node: what each stopping job will give back and nobody has claimed.
@@ -94,7 +94,7 @@ impl Releasing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::NodeId;
+    use crate::model::node::NodeId;
 
     fn rp(gpus: u64, cpus: u64) -> ReplicaPlacement {
         ReplicaPlacement { node: NodeId(0), gpus, mig: 0, cpus_milli: cpus, memory_mb: 0, share: None }

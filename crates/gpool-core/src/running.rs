@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::intern::Interner;
-use crate::job::{Job, JobId, Placement, Service};
+use crate::model::job::{Job, JobId, Placement, Service};
+use crate::model::resources::GpuMilli;
+use crate::model::time::Time;
 use crate::policy::{Ordering, Policy, PreemptKey};
-use crate::resources::GpuMilli;
-use crate::time::Time;
 
 /// What a job's preemption key depends on.
 #[derive(Clone, Copy, Debug)]
@@ -247,8 +247,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::job::{JobSpec, JobState, ReplicaPlacement, Running};
-    use crate::node::NodeId;
+    use crate::model::job::{JobSpec, JobState, ReplicaPlacement, Running};
+    use crate::model::node::NodeId;
 
     fn running(id: u64, queue: &str, nodes: &[u32], planned: Option<u64>, anti: bool) -> Job {
         let mut spec = JobSpec::new("u", Time::from_secs(id as i64));
@@ -268,7 +268,7 @@ mod tests {
                 placement,
                 started: Time::from_secs(100),
                 gpu_milli: 1000,
-                by_kind: crate::resources::KindUnits([1000, 0, 0]),
+                by_kind: crate::model::resources::KindUnits([1000, 0, 0]),
                 stopping: None,
             }),
             service: Service::default(),

@@ -16,17 +16,17 @@ use std::time::Duration;
 
 use crate::backfill::{Release, reserve};
 use crate::capacity::{Capacity, Held, placement_units};
-use crate::job::StopCause;
-use crate::job::{Job, JobId, Placement};
+use crate::model::job::StopCause;
+use crate::model::job::{Job, JobId, Placement};
+use crate::model::resources::{DeviceKind, GpuMilli, KindUnits};
+use crate::model::time::Time;
 use crate::order::Candidates;
 use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
 use crate::policy::{Backfill, Policy, PreemptKey};
 use crate::preempt::{Search, VictimPool};
 use crate::quota::{QuotaBlock, QuotaState};
-use crate::resources::{DeviceKind, GpuMilli, KindUnits};
 use crate::running::preemption_key;
 use crate::snapshot::{PendingKey, Snapshot, device_need};
-use crate::time::Time;
 
 /// Runs one scheduling pass over `snap` at time `now`. Pure: equal inputs give equal plans.
 pub fn schedule(snap: &Snapshot, now: Time) -> Plan {
@@ -404,7 +404,7 @@ impl<'s> Pass<'s> {
         // A job that names its kind is held by that kind's maximum before any search;
         // one that takes any GPU is checked once placed, on the kinds it got.
         let kind = job.spec.replica.gpu_kind?;
-        let mut by_kind = crate::resources::KindUnits::default();
+        let mut by_kind = crate::model::resources::KindUnits::default();
         by_kind.add(kind, units);
         self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind).err().map(PendingReason::Quota)
     }
@@ -643,7 +643,7 @@ fn planned_end(job: &Job, started: Time) -> Time {
 /// overload gate, and so preemption, must not act on them). O(pending jobs
 /// with dependencies or begin times).
 fn unready_gpu(snap: &Snapshot, now: Time) -> GpuMilli {
-    let ready = |spec: &crate::JobSpec| {
+    let ready = |spec: &crate::model::job::JobSpec| {
         spec.dependencies.iter().all(|d| snap.finished(*d) == Some(true))
             && spec.after_not_ok.iter().all(|d| snap.finished(*d) == Some(false))
             && spec.after_any.iter().all(|d| snap.finished(*d).is_some())

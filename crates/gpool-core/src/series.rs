@@ -1,8 +1,8 @@
 //! The telemetry series of the devices a job holds, as the advisor
 //! (`advice.rs`) and the straggler check (`straggler.rs`) read them.
 
-use crate::resources::MigProfile;
-use crate::time::Time;
+use crate::model::resources::MigProfile;
+use crate::model::time::Time;
 
 /// One sample of one device.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

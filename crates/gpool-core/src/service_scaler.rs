@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::time::Time;
+use crate::model::time::Time;
 
 /// What one replica should carry.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::intern::Interner;
-use crate::job::{GpuRequest, NodeAffinity};
-use crate::node::Labels;
-use crate::resources::DeviceKind;
+use crate::model::job::{GpuRequest, NodeAffinity};
+use crate::model::node::Labels;
+use crate::model::resources::DeviceKind;
 
 /// Everything except CPU, memory and the preemption key that decides whether
 /// a pending job can be placed or can preempt (dependencies and back-off

@@ -5,7 +5,7 @@
 //! listed here and out of `gpus`, so a whole-GPU job never lands on it. It
 //! goes back to `gpus` when its last share is released.
 
-use crate::job::GpuShare;
+use crate::model::job::GpuShare;
 
 /// What has been given out of one shared GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]

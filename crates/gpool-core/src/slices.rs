@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 
 use crate::capacity::Capacity;
-use crate::job::{Job, Placement};
+use crate::model::job::{Job, Placement};
+use crate::model::time::Time;
 use crate::policy::PlacementStrategy;
-use crate::time::Time;
 
 impl Capacity<'_> {
     /// The values of `label` on the nodes `job` may use (power aside), lowest first.

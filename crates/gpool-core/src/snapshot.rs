@@ -16,15 +16,17 @@ use std::sync::Arc;
 
 use crate::fairshare::UsageLedger;
 use crate::fragmentation::DemandMix;
-use crate::job::{GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, Running, Service, StopCause};
-use crate::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
+use crate::model::job::{
+    GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, Running, Service, StopCause,
+};
+use crate::model::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
+use crate::model::resources::{GPU, GpuMilli, KindMask, KindUnits, MigProfile, same_model};
+use crate::model::time::Time;
 use crate::policy::{Ordering, Policy, PreemptKey};
 use crate::quota::QueueConfig;
-use crate::resources::{GPU, GpuMilli, KindMask, KindUnits, MigProfile, same_model};
 use crate::running::RunningJobs;
 use crate::shapes::{BaseShape, Shapes};
 use crate::shares::{self, SlotShare};
-use crate::time::Time;
 
 mod health;
 mod pending;
@@ -298,7 +300,7 @@ pub(crate) fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
 pub(crate) struct ModelInfo {
     pub(crate) name: Arc<str>,
     pub(crate) memory_mb: u64,
-    pub(crate) kind: crate::DeviceKind,
+    pub(crate) kind: crate::model::resources::DeviceKind,
 }
 
 /// A MIG profile present in the cluster.
@@ -411,7 +413,7 @@ pub struct Snapshot {
     pub(crate) queues: BTreeMap<Arc<str>, QueueConfig>,
     pub(crate) queue_usage: BTreeMap<Arc<str>, GpuMilli>,
     /// The same per accelerator kind (queues' per-kind maximums).
-    pub(crate) queue_kind_usage: BTreeMap<Arc<str>, crate::resources::KindUnits>,
+    pub(crate) queue_kind_usage: BTreeMap<Arc<str>, crate::model::resources::KindUnits>,
     finished: HashMap<JobId, bool, IdHash>,
     /// Placements promised to pending jobs that preempted others, until they start.
     pub(crate) nominations: BTreeMap<JobId, Placement>,
@@ -503,7 +505,11 @@ impl Snapshot {
     /// Replaces a node's inventory (e.g. after a MIG re-partition). Refused while jobs run there.
     /// Sets a node's GPU draw for power budgets (`power.rs`); nothing else
     /// of the node changes, whatever runs on it.
-    pub fn set_node_power(&mut self, id: NodeId, power: Option<crate::node::NodePower>) -> Result<(), SnapshotError> {
+    pub fn set_node_power(
+        &mut self,
+        id: NodeId,
+        power: Option<crate::model::node::NodePower>,
+    ) -> Result<(), SnapshotError> {
         let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
         e.node.power = power;
         Ok(())
@@ -622,9 +628,9 @@ impl Snapshot {
 
     /// A placement's GPU units per accelerator kind: each whole GPU (or
     /// share of one) counts for its device's kind; MIG instances are NVIDIA's.
-    pub(crate) fn units_by_kind(&self, placement: &Placement) -> crate::resources::KindUnits {
-        use crate::resources::{DeviceKind, GPU};
-        let mut out = crate::resources::KindUnits::default();
+    pub(crate) fn units_by_kind(&self, placement: &Placement) -> crate::model::resources::KindUnits {
+        use crate::model::resources::{DeviceKind, GPU};
+        let mut out = crate::model::resources::KindUnits::default();
         for r in placement {
             let Some(e) = self.nodes.get(r.node.index()) else { continue };
             let kind_of = |slot: usize| {
@@ -649,7 +655,7 @@ impl Snapshot {
     }
 
     /// A queue's use per accelerator kind.
-    pub fn queue_kind_usage(&self, queue: &str) -> crate::resources::KindUnits {
+    pub fn queue_kind_usage(&self, queue: &str) -> crate::model::resources::KindUnits {
         self.queue_kind_usage.get(queue).copied().unwrap_or_default()
     }
 

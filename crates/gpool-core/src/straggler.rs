@@ -27,8 +27,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::heat::throttle;
+use crate::model::time::{Time, human_duration};
 use crate::series::DeviceSeries;
-use crate::time::{Time, human_duration};
 
 /// How far back the comparison looks.
 pub const WINDOW: Duration = Duration::from_secs(30);

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::cost::CostGroup;
-use crate::time::Time;
+use crate::model::time::Time;
 
 /// One hour, in milliseconds: the ledger's resolution.
 pub const HOUR_MS: i64 = 3_600_000;

@@ -14,7 +14,7 @@
 //! The planner (`mig_planner.rs`) chooses layouts from these; nothing here
 //! knows about jobs.
 
-use crate::resources::MigProfile;
+use crate::model::resources::MigProfile;
 
 /// One GPU-instance profile of a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::resources::{DeviceKind, MigProfile};
+use crate::model::resources::{DeviceKind, MigProfile};
 
 /// Index of a node in a [`crate::Snapshot`]. Stable for the snapshot's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

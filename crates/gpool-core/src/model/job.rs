@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::{Labels, Node, NodeId};
-use crate::resources::{DeviceKind, GPU, GpuMilli, MigProfile, same_model};
-use crate::time::Time;
+use crate::model::node::{Labels, Node, NodeId};
+use crate::model::resources::{DeviceKind, GPU, GpuMilli, MigProfile, same_model};
+use crate::model::time::Time;
 
 /// A job's identity, assigned by whoever submits to the snapshot (the daemon
 /// or the simulator). Smaller ids were submitted earlier.
@@ -285,12 +285,12 @@ impl JobSpec {
     pub fn node_matches(&self, node: &Node) -> bool {
         self.node_selector.iter().all(|(k, v)| node.label(k) == Some(v.as_str()))
             && self.affinity.required.iter().all(|e| e.matches(node.label(&e.key)))
-            && !(self.spot == SpotPolicy::Never && node.pool.kind == crate::node::PoolKind::Spot)
+            && !(self.spot == SpotPolicy::Never && node.pool.kind == crate::model::node::PoolKind::Spot)
     }
 
     /// Sum of the preferred-affinity weights this node earns.
     pub fn node_preference(&self, node: &Node) -> u32 {
-        let spot = if self.spot == SpotPolicy::Preferred && node.pool.kind == crate::node::PoolKind::Spot {
+        let spot = if self.spot == SpotPolicy::Preferred && node.pool.kind == crate::model::node::PoolKind::Spot {
             SPOT_PREFERENCE_WEIGHT
         } else {
             0
@@ -316,8 +316,8 @@ impl JobSpec {
 
     /// The accelerator kinds whose use weighs on this job's fair share: those
     /// it may run on, or every kind for a job that asks for none.
-    pub fn fair_share_kinds(&self) -> crate::resources::KindMask {
-        use crate::resources::{DeviceKind, KindMask};
+    pub fn fair_share_kinds(&self) -> crate::model::resources::KindMask {
+        use crate::model::resources::{DeviceKind, KindMask};
         if self.gpu_units() == 0 {
             return KindMask::ALL;
         }
@@ -399,7 +399,7 @@ pub struct Running {
     /// Thousandths of a GPU the placement holds (MIG instances count by compute slices).
     pub gpu_milli: GpuMilli,
     /// The same, per accelerator kind (for the queues' per-kind maximums).
-    pub by_kind: crate::resources::KindUnits,
+    pub by_kind: crate::model::resources::KindUnits,
     /// `Some` once a stop was requested (preemption, cancel, time limit): the
     /// job still holds its devices until its processes are gone.
     pub stopping: Option<StopCause>,
