@@ -25,8 +25,6 @@ pub mod autoscale;
 mod backfill;
 mod capacity;
 pub mod cost;
-pub mod cron;
-pub mod deadline;
 pub mod fairshare;
 pub mod fault;
 mod feasible;
@@ -49,7 +47,6 @@ mod preempt;
 pub mod pricing;
 pub mod profile;
 pub mod quota;
-pub mod recurring;
 mod releasing;
 mod running;
 pub mod runtime_history;
@@ -63,10 +60,12 @@ mod slices;
 pub mod snapshot;
 pub mod straggler;
 pub mod usage_ledger;
-pub mod windows;
 pub mod xid;
 
+mod calendar;
 mod model;
+pub use calendar::{cron, deadline, recurring, windows};
+
 pub use model::{job, mig_geometry, node, pipeline, resources, time};
 
 pub use feasible::Infeasible;

@@ -108,7 +108,7 @@ impl<'s> Candidates<'s> {
             let (Ok(g), Some(deadline)) = (self.groups.binary_search(&group), job.spec.deadline) else { continue };
             self.heap.push(Head {
                 class: key.class.0,
-                primary: crate::deadline::urgent_rank(deadline),
+                primary: crate::calendar::deadline::urgent_rank(deadline),
                 points: key.points.0.saturating_add(self.group_points[g]),
                 submit_ms: Reverse(key.submit_ms),
                 id: Reverse(id),

@@ -264,7 +264,7 @@ pub struct Plan {
     /// over its watts (lowered live), lowest-priority preemptible work first (`power.rs`).
     pub power_stops: Vec<JobId>,
     /// Jobs with deadlines that, as of this pass, will miss them (`deadline.rs`).
-    pub late: Vec<(JobId, crate::deadline::Late)>,
+    pub late: Vec<(JobId, crate::calendar::deadline::Late)>,
     pub stats: PassStats,
 }
 

@@ -27,7 +27,7 @@ pub struct QueueConfig {
     /// Jobs whose GPUs all stay idle are stopped (the daemon's `idle: stop`), not only warned.
     pub idle_stop: bool,
     /// When its jobs may start (`windows.rs`); `None`: at any time.
-    pub windows: Option<Arc<crate::windows::QueueWindows>>,
+    pub windows: Option<Arc<crate::calendar::windows::QueueWindows>>,
 }
 
 impl QueueConfig {

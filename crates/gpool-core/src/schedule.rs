@@ -672,7 +672,7 @@ fn unready_gpu(snap: &Snapshot, now: Time) -> GpuMilli {
 }
 
 /// The windows of `queue`, if it has some and they are closed at `now`.
-fn closed_window<'a>(snap: &'a Snapshot, queue: &str, now: Time) -> Option<&'a crate::windows::QueueWindows> {
+fn closed_window<'a>(snap: &'a Snapshot, queue: &str, now: Time) -> Option<&'a crate::calendar::windows::QueueWindows> {
     snap.queues.get(queue).and_then(|q| q.windows.as_deref()).filter(|w| !w.is_open(now))
 }
 
@@ -692,12 +692,12 @@ fn window_stops(snap: &Snapshot, now: Time) -> Vec<JobId> {
 
 /// Jobs with deadlines that will miss them: pending ones (all in the
 /// `urgent` index) and running ones.
-fn late_jobs(snap: &Snapshot, now: Time) -> Vec<(JobId, crate::deadline::Late)> {
+fn late_jobs(snap: &Snapshot, now: Time) -> Vec<(JobId, crate::calendar::deadline::Late)> {
     let pending = snap.urgent.iter().filter_map(|(_, id)| snap.job(*id)).map(|j| (j, None));
     let running =
         snap.running_jobs().filter(|j| j.spec.deadline.is_some()).map(|j| (j, j.running().map(|r| r.started)));
     pending
         .chain(running)
-        .filter_map(|(j, started)| crate::deadline::late(&j.spec, now, started).map(|l| (j.id, l)))
+        .filter_map(|(j, started)| crate::calendar::deadline::late(&j.spec, now, started).map(|l| (j.id, l)))
         .collect()
 }

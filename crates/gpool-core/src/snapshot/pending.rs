@@ -101,7 +101,7 @@ impl Snapshot {
         if let Some(at) = spec.begin {
             self.begins.insert((at, id));
         }
-        if let Some(at) = crate::deadline::urgent_at(spec) {
+        if let Some(at) = crate::calendar::deadline::urgent_at(spec) {
             self.urgent.insert((at, id));
         }
         let group = self.group_of(spec);
@@ -123,7 +123,7 @@ impl Snapshot {
         if let Some(at) = self.jobs.get(&id).and_then(|j| j.spec.begin) {
             self.begins.remove(&(at, id));
         }
-        if let Some(at) = self.jobs.get(&id).and_then(|j| crate::deadline::urgent_at(&j.spec)) {
+        if let Some(at) = self.jobs.get(&id).and_then(|j| crate::calendar::deadline::urgent_at(&j.spec)) {
             self.urgent.remove(&(at, id));
         }
         if let Some(set) = self.pending.get_mut(&group) {

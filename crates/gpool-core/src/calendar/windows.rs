@@ -4,7 +4,7 @@
 //! midnight into the next day. Times are local to the queue's time zone,
 //! whose offsets the shell gives as [`ZoneRules`]; the core reads no clock.
 
-use crate::cron::{ZoneRules, days_from_civil};
+use crate::calendar::cron::{ZoneRules, days_from_civil};
 use crate::model::time::Time;
 
 /// One weekly window.

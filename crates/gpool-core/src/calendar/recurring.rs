@@ -8,7 +8,7 @@
 //! CronJobs and Slurm's scrontab do the same): ten missed nightly runs are
 //! one run, not ten at once.
 
-use crate::cron::{Cron, ZoneRules};
+use crate::calendar::cron::{Cron, ZoneRules};
 use crate::model::time::Time;
 
 /// What a schedule does at `now`.
