@@ -12,7 +12,7 @@ use crate::model::node::{GpuSharing, NodeId, NodeState, PoolKind};
 use crate::model::resources::{GpuMilli, same_model};
 use crate::model::time::Time;
 use crate::plan::{Need, PendingReason};
-use crate::policy::PlacementStrategy;
+use crate::policies::policy::PlacementStrategy;
 use crate::releasing::{Pieces, Releasing};
 use crate::shares;
 use crate::snapshot::{NodeEntry, NodeFree, Snapshot, bits};

@@ -25,7 +25,6 @@ pub mod autoscale;
 mod backfill;
 mod capacity;
 pub mod cost;
-pub mod fairshare;
 pub mod fault;
 mod feasible;
 pub mod fragmentation;
@@ -37,16 +36,12 @@ mod mig_slots;
 mod order;
 mod overload;
 pub mod plan;
-pub mod policy;
-pub mod policy_knobs;
 pub mod pools;
 pub mod power;
-mod power_budget;
 pub mod power_history;
 mod preempt;
 pub mod pricing;
 pub mod profile;
-pub mod quota;
 mod releasing;
 mod running;
 pub mod runtime_history;
@@ -64,6 +59,9 @@ pub mod xid;
 
 mod calendar;
 mod model;
+mod policies;
+pub use policies::{fairshare, policy, policy_knobs, quota};
+
 pub use calendar::{cron, deadline, recurring, windows};
 
 pub use model::{job, mig_geometry, node, pipeline, resources, time};
@@ -77,7 +75,9 @@ pub use model::node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, 
 pub use model::resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};
 pub use model::time::Time;
 pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
-pub use policy::{Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard};
-pub use quota::QueueConfig;
+pub use policies::policy::{
+    Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard,
+};
+pub use policies::quota::QueueConfig;
 pub use schedule::schedule;
 pub use snapshot::{Snapshot, SnapshotError, StopOutcome};

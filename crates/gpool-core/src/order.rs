@@ -7,7 +7,7 @@
 //! costs O(users + examined · log users), not a sort of every pending job.
 //!
 //! Jobs the starvation guard has promoted by `now` (see
-//! [`crate::policy::StarvationGuard`]) enter the heap once more under their
+//! [`crate::policies::policy::StarvationGuard`]) enter the heap once more under their
 //! promoted points and are skipped when their group reaches them; so do
 //! jobs whose deadlines made them urgent (`deadline.rs`), first in their class.
 
@@ -18,7 +18,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 use crate::model::job::JobId;
 use crate::model::resources::{GpuMilli, KindUnits};
 use crate::model::time::Time;
-use crate::policy::Ordering;
+use crate::policies::policy::Ordering;
 use crate::snapshot::{GroupKey, PendingKey, Snapshot};
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

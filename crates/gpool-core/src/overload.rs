@@ -9,7 +9,7 @@
 
 use crate::model::resources::GpuMilli;
 use crate::model::time::Time;
-use crate::policy::Overload;
+use crate::policies::policy::Overload;
 
 impl Overload {
     /// The state after a pass at `now` with `demand` pending and `capacity`

@@ -9,7 +9,7 @@ use crate::model::job::{GpuRequest, JobId, Placement};
 use crate::model::node::NodeId;
 use crate::model::resources::{DeviceKind, GpuMilli};
 use crate::model::time::Time;
-use crate::quota::QuotaBlock;
+use crate::policies::quota::QuotaBlock;
 
 /// Start a job on a placement.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -250,7 +250,7 @@ pub struct Plan {
     /// The reason of every pending job not in `starts` or `waiting`.
     pub others: Option<PendingReason>,
     /// When the current overload began, judged on what the pass leaves
-    /// waiting (see [`crate::policy::Overload`]); the snapshot carries it to
+    /// waiting (see [`crate::policies::policy::Overload`]); the snapshot carries it to
     /// the next pass.
     pub overloaded_since: Option<Time>,
     /// The earliest time a pass could decide differently with no event in

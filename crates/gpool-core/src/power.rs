@@ -17,7 +17,7 @@
 use crate::model::job::Job;
 pub use crate::model::node::NodePower;
 use crate::model::resources::GpuMilli;
-pub use crate::power_budget::{PowerBudget, PowerScope};
+pub use crate::policies::power_budget::{PowerBudget, PowerScope};
 use crate::snapshot::Snapshot;
 
 /// Watts a replica of `job` adds on a node over its GPUs' idle draw, for `units` thousandths of GPUs.

@@ -17,8 +17,8 @@ use crate::model::node::NodeId;
 use crate::model::resources::GpuMilli;
 use crate::model::time::Time;
 use crate::plan::PreemptWhy;
-use crate::policy::{Ordering, PreemptKey};
-use crate::quota::QuotaState;
+use crate::policies::policy::{Ordering, PreemptKey};
+use crate::policies::quota::QuotaState;
 use crate::snapshot::{NodeFree, Snapshot};
 
 /// A running job that could be preempted by someone.

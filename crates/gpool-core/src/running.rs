@@ -15,7 +15,7 @@ use crate::intern::Interner;
 use crate::model::job::{Job, JobId, Placement, Service};
 use crate::model::resources::GpuMilli;
 use crate::model::time::Time;
-use crate::policy::{Ordering, Policy, PreemptKey};
+use crate::policies::policy::{Ordering, Policy, PreemptKey};
 
 /// What a job's preemption key depends on.
 #[derive(Clone, Copy, Debug)]

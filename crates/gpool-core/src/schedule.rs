@@ -22,9 +22,9 @@ use crate::model::resources::{DeviceKind, GpuMilli, KindUnits};
 use crate::model::time::Time;
 use crate::order::Candidates;
 use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
-use crate::policy::{Backfill, Policy, PreemptKey};
+use crate::policies::policy::{Backfill, Policy, PreemptKey};
+use crate::policies::quota::{QuotaBlock, QuotaState};
 use crate::preempt::{Search, VictimPool};
-use crate::quota::{QuotaBlock, QuotaState};
 use crate::running::preemption_key;
 use crate::snapshot::{PendingKey, Snapshot, device_need};
 
@@ -61,7 +61,7 @@ struct Pass<'s> {
     /// Free devices held for nominated jobs until they are examined.
     held: BTreeMap<JobId, Vec<Held>>,
     preemption_possible: bool,
-    /// Within-class preemption may act in this pass (see [`crate::policy::Overload`]).
+    /// Within-class preemption may act in this pass (see [`crate::policies::policy::Overload`]).
     within_class_acts: bool,
     /// GPUs of the nodes that are up, thousandths.
     capacity: GpuMilli,
@@ -192,7 +192,7 @@ impl<'s> Pass<'s> {
     /// every job of the shape at that level or above, whenever submitted.
     fn cache_key(&self, k: PreemptKey) -> PreemptKey {
         let w = &self.policy.weights;
-        if self.policy.ordering == crate::policy::Ordering::Multifactor
+        if self.policy.ordering == crate::policies::policy::Ordering::Multifactor
             && w.age_per_hour == 0.0
             && w.preemption_age_per_hour == 0.0
         {

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use crate::capacity::Capacity;
 use crate::model::job::{Job, Placement};
 use crate::model::time::Time;
-use crate::policy::PlacementStrategy;
+use crate::policies::policy::PlacementStrategy;
 
 impl Capacity<'_> {
     /// The values of `label` on the nodes `job` may use (power aside), lowest first.

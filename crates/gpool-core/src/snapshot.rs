@@ -14,7 +14,6 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::fairshare::UsageLedger;
 use crate::fragmentation::DemandMix;
 use crate::model::job::{
     GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, Running, Service, StopCause,
@@ -22,8 +21,9 @@ use crate::model::job::{
 use crate::model::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
 use crate::model::resources::{GPU, GpuMilli, KindMask, KindUnits, MigProfile, same_model};
 use crate::model::time::Time;
-use crate::policy::{Ordering, Policy, PreemptKey};
-use crate::quota::QueueConfig;
+use crate::policies::fairshare::UsageLedger;
+use crate::policies::policy::{Ordering, Policy, PreemptKey};
+use crate::policies::quota::QueueConfig;
 use crate::running::RunningJobs;
 use crate::shapes::{BaseShape, Shapes};
 use crate::shares::{self, SlotShare};
@@ -392,7 +392,7 @@ pub struct Snapshot {
     /// Pending jobs the starvation guard promotes, by when (see [`Policy::promotion_time`]).
     pub(crate) promotions: BTreeSet<(Time, JobId)>,
     /// Power budgets the pass keeps (`power.rs`).
-    pub(crate) power_budgets: Vec<crate::power_budget::PowerBudget>,
+    pub(crate) power_budgets: Vec<crate::policies::power_budget::PowerBudget>,
     /// Pending jobs with deadlines, by when they become urgent (`deadline.rs`).
     pub(crate) urgent: BTreeSet<(Time, JobId)>,
     /// Pending jobs with a begin time, by it: a pass wakes at the next one.
@@ -406,7 +406,7 @@ pub struct Snapshot {
     /// Pending jobs that name dependencies: whether they are demand yet is
     /// decided at each pass, as their dependencies end (`schedule::unready_gpu`).
     pub(crate) pending_with_deps: BTreeSet<JobId>,
-    /// When the current overload began, as the last pass saw it (see [`crate::policy::Overload`]).
+    /// When the current overload began, as the last pass saw it (see [`crate::policies::policy::Overload`]).
     pub(crate) overloaded_since: Option<Time>,
     /// Running jobs, compact (see [`crate::running`]).
     pub(crate) running: RunningJobs,
@@ -609,11 +609,11 @@ impl Snapshot {
     }
 
     /// The power budgets passes keep from now on (`power.rs`); set live, lowered or raised.
-    pub fn set_power_budgets(&mut self, budgets: Vec<crate::power_budget::PowerBudget>) {
+    pub fn set_power_budgets(&mut self, budgets: Vec<crate::policies::power_budget::PowerBudget>) {
         self.power_budgets = budgets;
     }
 
-    pub fn power_budgets(&self) -> &[crate::power_budget::PowerBudget] {
+    pub fn power_budgets(&self) -> &[crate::policies::power_budget::PowerBudget] {
         &self.power_budgets
     }
 
@@ -770,7 +770,7 @@ impl Snapshot {
     /// higher class took what one freed, a reclaim stopped it, and the
     /// preemptor preempted again, the same loop (docs/scheduling.md).
     ///
-    /// Also carries the overload state the pass saw (see [`crate::policy::Overload`]).
+    /// Also carries the overload state the pass saw (see [`crate::policies::policy::Overload`]).
     pub fn carry_over(&mut self, plan: &crate::Plan) {
         self.overloaded_since = plan.overloaded_since;
         let held_for = |job: JobId| plan.preemptions.iter().any(|p| p.for_job == job);

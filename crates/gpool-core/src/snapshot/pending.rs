@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::time::Duration;
 
 use super::*;
-use crate::policy::WithinLevel;
+use crate::policies::policy::WithinLevel;
 
 /// Milli-points a job loses within its level for its Gittins cost in
 /// GPU-seconds (`gittins.rs`): 6% of a level per doubling above a minute

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::model::resources::{DeviceKind, KindMask, KindUnits};
 use crate::model::time::Time;
-use crate::policy::FairShare;
+use crate::policies::policy::FairShare;
 
 const KINDS: usize = DeviceKind::ALL.len();
 

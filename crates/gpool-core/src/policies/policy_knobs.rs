@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::policy::{Overload, Policy, StarvationGuard};
+use crate::policies::policy::{Overload, Policy, StarvationGuard};
 
 /// A `--set KEY=VALUE` that names no knob or gives it a value it cannot take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -142,9 +142,9 @@ impl Policy {
             "open_reservation_after" => self.open_reservation_after = duration(value).map_err(wrap)?,
             "backfill" => {
                 self.backfill = match value.trim() {
-                    "none" => crate::policy::Backfill::None,
-                    "first-fit" => crate::policy::Backfill::FirstFit,
-                    "easy" => crate::policy::Backfill::Easy,
+                    "none" => crate::policies::policy::Backfill::None,
+                    "first-fit" => crate::policies::policy::Backfill::FirstFit,
+                    "easy" => crate::policies::policy::Backfill::Easy,
                     _ => return Err(wrap("expected none, first-fit or easy".into())),
                 }
             }
@@ -158,8 +158,8 @@ impl Policy {
             }
             "within_level" => {
                 self.within_level = match value.trim() {
-                    "submit" => crate::policy::WithinLevel::Submit,
-                    "gittins" => crate::policy::WithinLevel::Gittins,
+                    "submit" => crate::policies::policy::WithinLevel::Submit,
+                    "gittins" => crate::policies::policy::WithinLevel::Gittins,
                     _ => return Err(wrap("expected submit or gittins".into())),
                 }
             }
@@ -186,7 +186,7 @@ mod tests {
         p.set("service_levels=100,1000").unwrap();
         assert_eq!(p.service_levels, vec![100, 1000]);
         p.set("backfill=first-fit").unwrap();
-        assert_eq!(p.backfill, crate::policy::Backfill::FirstFit);
+        assert_eq!(p.backfill, crate::policies::policy::Backfill::FirstFit);
         p.set("guard=off").unwrap();
         assert_eq!(p.starvation_guard, None);
         p.set("within_level=gittins").unwrap();
