@@ -28,7 +28,6 @@ pub mod cost;
 pub mod fault;
 mod feasible;
 pub mod fragmentation;
-pub mod gittins;
 pub mod heat;
 mod intern;
 pub mod mig_planner;
@@ -38,13 +37,11 @@ mod overload;
 pub mod plan;
 pub mod pools;
 pub mod power;
-pub mod power_history;
 mod preempt;
 pub mod pricing;
 pub mod profile;
 mod releasing;
 mod running;
-pub mod runtime_history;
 mod schedule;
 pub mod series;
 pub mod service_rollout;
@@ -58,8 +55,11 @@ pub mod usage_ledger;
 pub mod xid;
 
 mod calendar;
+mod history;
 mod model;
 mod policies;
+pub use history::{gittins, power_history, runtime_history};
+
 pub use policies::{fairshare, policy, policy_knobs, quota};
 
 pub use calendar::{cron, deadline, recurring, windows};

@@ -40,7 +40,7 @@ pub enum WithinLevel {
     /// First come, first served (Tiresias).
     Submit,
     /// Highest Gittins index first, over the run times of jobs like it
-    /// (`JobSpec::similar_runs`; see [`crate::gittins`]); jobs with no such
+    /// (`JobSpec::similar_runs`; see [`crate::history::gittins`]); jobs with no such
     /// history first, as least attained service would put them.
     Gittins,
 }

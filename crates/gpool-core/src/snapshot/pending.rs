@@ -19,7 +19,7 @@ fn gittins_points(policy: &Policy, job: &Job) -> i64 {
     let back = (level as i64 - 1).max(0);
     let Some(samples) = job.spec.similar_runs.as_deref() else { return 0 };
     let attained = u64::try_from(job.service.prior_runtime.as_millis()).unwrap_or(u64::MAX);
-    let Some(cost_ms) = crate::gittins::gittins_cost(samples, attained) else { return back };
+    let Some(cost_ms) = crate::history::gittins::gittins_cost(samples, attained) else { return back };
     let gpu_secs = cost_ms as f64 / 1000.0 * (job.spec.gpu_units().max(1000) as f64 / 1000.0);
     ((0.06 * level * (1.0 + gpu_secs / 60.0).log2()) as i64).clamp(0, back)
 }
