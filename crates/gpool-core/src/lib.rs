@@ -25,10 +25,8 @@ pub mod autoscale;
 mod backfill;
 mod capacity;
 pub mod cost;
-pub mod fault;
 mod feasible;
 pub mod fragmentation;
-pub mod heat;
 mod intern;
 pub mod mig_planner;
 mod mig_slots;
@@ -52,12 +50,14 @@ mod slices;
 pub mod snapshot;
 pub mod straggler;
 pub mod usage_ledger;
-pub mod xid;
 
 mod calendar;
+mod health;
 mod history;
 mod model;
 mod policies;
+pub use health::{fault, heat, xid};
+
 pub use history::{gittins, power_history, runtime_history};
 
 pub use policies::{fairshare, policy, policy_knobs, quota};

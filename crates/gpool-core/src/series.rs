@@ -13,7 +13,7 @@ pub struct DevicePoint {
     pub memory_used_mb: Option<u64>,
     /// The GPU's SM clock, MHz, where known.
     pub sm_clock_mhz: Option<u32>,
-    /// The GPU's active clock-event reasons ([`crate::heat::throttle`] bits).
+    /// The GPU's active clock-event reasons ([`crate::health::heat::throttle`] bits).
     pub throttle: u32,
     /// The whole GPU's utilisation, where the device is a share of it
     /// (`util` is then the job's own part).

@@ -26,7 +26,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::heat::throttle;
+use crate::health::heat::throttle;
 use crate::model::time::{Time, human_duration};
 use crate::series::DeviceSeries;
 

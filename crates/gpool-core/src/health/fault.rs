@@ -3,7 +3,7 @@
 //! quarantined GPU may come back.
 //!
 //! A GPU is quarantined at the first reading that shows a fault fatal to it:
-//! an XID the table ([`crate::xid`]) marks so, a rise of its uncorrectable
+//! an XID the table ([`crate::health::xid`]) marks so, a rise of its uncorrectable
 //! ECC count, a failed row remap, a remap or page retirement waiting for a
 //! reset, the device's own word that it is unhealthy, or its absence from a
 //! report that read the node's other GPUs (fallen off the bus). It comes
@@ -23,8 +23,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::health::xid::{XidAction, xid};
 use crate::model::time::Time;
-use crate::xid::{XidAction, xid};
 
 /// How long a quarantined GPU waits before its first health check, by default (the
 /// job on it gets its grace period first, and a fault storm settles).
