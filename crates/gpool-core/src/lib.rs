@@ -19,8 +19,6 @@
 //! The invariants every plan keeps are listed in ARCHITECTURE.md and checked
 //! by the property tests in `tests/`.
 
-pub mod advice;
-pub mod alert;
 pub mod autoscale;
 mod backfill;
 mod capacity;
@@ -37,25 +35,25 @@ pub mod pools;
 pub mod power;
 mod preempt;
 pub mod pricing;
-pub mod profile;
 mod releasing;
 mod running;
 mod schedule;
-pub mod series;
 pub mod service_rollout;
 pub mod service_scaler;
 mod shapes;
 mod shares;
 mod slices;
 pub mod snapshot;
-pub mod straggler;
 pub mod usage_ledger;
 
 mod calendar;
+mod diagnosis;
 mod health;
 mod history;
 mod model;
 mod policies;
+pub use diagnosis::{advice, alert, profile, series, straggler};
+
 pub use health::{fault, heat, xid};
 
 pub use history::{gittins, power_history, runtime_history};

@@ -31,7 +31,7 @@ pub struct DeviceSeries {
     pub points: Vec<DevicePoint>,
     /// The node it is on, its GPU, the rank of the replica that holds it, its GPU
     /// model, NUMA node, and whether it is a share of a GPU: what
-    /// [`crate::straggler`] compares. Empty or `None` where unknown.
+    /// [`crate::diagnosis::straggler`] compares. Empty or `None` where unknown.
     pub node: String,
     /// The index of its GPU on the node.
     pub gpu: Option<u32>,

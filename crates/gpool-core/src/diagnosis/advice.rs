@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::model::resources::{MIG_COMPUTE_SLICES, MigProfile};
 use crate::model::time::{Time, human_duration};
 
-pub use crate::series::{DevicePoint, DeviceSeries};
+pub use crate::diagnosis::series::{DevicePoint, DeviceSeries};
 
 /// CPU cores the job's processes used, summed over its replicas.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -202,16 +202,16 @@ fn stats(d: &DeviceSeries, t: &Thresholds) -> DevStats {
 }
 
 /// The straggler of a running gang (several devices); none for a job that ended.
-fn straggler_of(u: &JobUsage, now: Time) -> Option<crate::straggler::Straggler> {
+fn straggler_of(u: &JobUsage, now: Time) -> Option<crate::diagnosis::straggler::Straggler> {
     if u.ended || u.devices.len() < 2 {
         return None;
     }
-    crate::straggler::find_straggler(&u.devices, now, crate::straggler::WINDOW)
+    crate::diagnosis::straggler::find_straggler(&u.devices, now, crate::diagnosis::straggler::WINDOW)
 }
 
 /// A straggler as a finding, with what to do about it.
-pub fn straggler_finding(s: &crate::straggler::Straggler) -> Finding {
-    use crate::straggler::StragglerReason as R;
+pub fn straggler_finding(s: &crate::diagnosis::straggler::Straggler) -> Finding {
+    use crate::diagnosis::straggler::StragglerReason as R;
     let fix = match &s.reason {
         R::Thermal { .. } => {
             "the GPU is marked degraded and new gangs avoid it; check its cooling (fans, air path, a blocked filter)"

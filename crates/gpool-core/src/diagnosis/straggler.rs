@@ -26,9 +26,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::diagnosis::series::DeviceSeries;
 use crate::health::heat::throttle;
 use crate::model::time::{Time, human_duration};
-use crate::series::DeviceSeries;
 
 /// How far back the comparison looks.
 pub const WINDOW: Duration = Duration::from_secs(30);
