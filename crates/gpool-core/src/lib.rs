@@ -22,7 +22,6 @@
 pub mod autoscale;
 mod backfill;
 mod capacity;
-pub mod cost;
 mod feasible;
 pub mod fragmentation;
 mod intern;
@@ -34,7 +33,6 @@ pub mod plan;
 pub mod pools;
 pub mod power;
 mod preempt;
-pub mod pricing;
 mod releasing;
 mod running;
 mod schedule;
@@ -44,14 +42,16 @@ mod shapes;
 mod shares;
 mod slices;
 pub mod snapshot;
-pub mod usage_ledger;
 
+mod accounting;
 mod calendar;
 mod diagnosis;
 mod health;
 mod history;
 mod model;
 mod policies;
+pub use accounting::{cost, pricing, usage_ledger};
+
 pub use diagnosis::{advice, alert, profile, series, straggler};
 
 pub use health::{fault, heat, xid};

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-const BUILT_IN: &str = include_str!("../../../data/pricing/gpu-hour-prices.csv");
+const BUILT_IN: &str = include_str!("../../../../data/pricing/gpu-hour-prices.csv");
 
 /// Prices per GPU-hour by model name.
 #[derive(Clone, Debug, Default)]

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::cost::CostGroup;
+use crate::accounting::cost::CostGroup;
 use crate::model::time::Time;
 
 /// One hour, in milliseconds: the ledger's resolution.
