@@ -19,25 +19,20 @@
 //! The invariants every plan keeps are listed in ARCHITECTURE.md and checked
 //! by the property tests in `tests/`.
 
-pub mod autoscale;
 mod backfill;
 mod capacity;
 mod feasible;
 pub mod fragmentation;
 mod intern;
-pub mod mig_planner;
 mod mig_slots;
 mod order;
 mod overload;
 pub mod plan;
-pub mod pools;
 pub mod power;
 mod preempt;
 mod releasing;
 mod running;
 mod schedule;
-pub mod service_rollout;
-pub mod service_scaler;
 mod shapes;
 mod shares;
 mod slices;
@@ -49,7 +44,10 @@ mod diagnosis;
 mod health;
 mod history;
 mod model;
+mod planners;
 mod policies;
+pub use planners::{autoscale, mig_planner, pools, service_rollout, service_scaler};
+
 pub use accounting::{cost, pricing, usage_ledger};
 
 pub use diagnosis::{advice, alert, profile, series, straggler};

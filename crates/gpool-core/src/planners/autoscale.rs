@@ -27,7 +27,7 @@ use std::sync::Arc;
 use crate::model::job::{GpuRequest, GpuShare, JobId, JobSpec};
 use crate::model::time::Time;
 use crate::plan::{PendingReason, Plan};
-use crate::pools::{PoolConfig, PoolHealth};
+use crate::planners::pools::{PoolConfig, PoolHealth};
 use crate::snapshot::Snapshot;
 
 /// Where a pool's node stands, as the shell knows it.
