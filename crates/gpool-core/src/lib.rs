@@ -19,33 +19,17 @@
 //! The invariants every plan keeps are listed in ARCHITECTURE.md and checked
 //! by the property tests in `tests/`.
 
-mod backfill;
-mod capacity;
-mod feasible;
-pub mod fragmentation;
-mod intern;
-mod mig_slots;
-mod order;
-mod overload;
-pub mod plan;
-pub mod power;
-mod preempt;
-mod releasing;
-mod running;
-mod schedule;
-mod shapes;
-mod shares;
-mod slices;
-pub mod snapshot;
-
 mod accounting;
 mod calendar;
 mod diagnosis;
 mod health;
 mod history;
 mod model;
+mod pass;
 mod planners;
 mod policies;
+pub use pass::{fragmentation, plan, power, snapshot};
+
 pub use planners::{autoscale, mig_planner, pools, service_rollout, service_scaler};
 
 pub use accounting::{cost, pricing, usage_ledger};
@@ -62,7 +46,6 @@ pub use calendar::{cron, deadline, recurring, windows};
 
 pub use model::{job, mig_geometry, node, pipeline, resources, time};
 
-pub use feasible::Infeasible;
 pub use model::job::{
     GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy,
     StopCause,
@@ -70,10 +53,11 @@ pub use model::job::{
 pub use model::node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
 pub use model::resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};
 pub use model::time::Time;
-pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
+pub use pass::feasible::Infeasible;
+pub use pass::plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
+pub use pass::schedule::schedule;
+pub use pass::snapshot::{Snapshot, SnapshotError, StopOutcome};
 pub use policies::policy::{
     Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard,
 };
 pub use policies::quota::QueueConfig;
-pub use schedule::schedule;
-pub use snapshot::{Snapshot, SnapshotError, StopOutcome};

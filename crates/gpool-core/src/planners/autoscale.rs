@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use crate::model::job::{GpuRequest, GpuShare, JobId, JobSpec};
 use crate::model::time::Time;
-use crate::plan::{PendingReason, Plan};
+use crate::pass::plan::{PendingReason, Plan};
+use crate::pass::snapshot::Snapshot;
 use crate::planners::pools::{PoolConfig, PoolHealth};
-use crate::snapshot::Snapshot;
 
 /// Where a pool's node stands, as the shell knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -34,7 +34,7 @@ use crate::model::job::GpuRequest;
 use crate::model::mig_geometry::{Instance, geometry};
 use crate::model::node::{Device, Node, NodeId, NodeState};
 use crate::model::resources::MigProfile;
-use crate::snapshot::Snapshot;
+use crate::pass::snapshot::Snapshot;
 
 /// A GPU whose MIG layout gpool manages.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -65,7 +65,7 @@ pub enum PlacementStrategy {
     /// Use the emptiest node (spreads load and heat).
     Spread,
     /// Place where the cluster's GPU fragmentation, measured against the mix
-    /// of requests it sees, grows least (FGD; see [`crate::fragmentation`]).
+    /// of requests it sees, grows least (FGD; see [`crate::pass::fragmentation`]).
     Fragmentation,
 }
 

@@ -92,7 +92,7 @@ impl Snapshot {
                 && job.not_before == Time::MIN
                 && spec.begin.is_none(),
             left_ms,
-            pkey: crate::running::preemption_key(&self.policy, job, Time::MIN)
+            pkey: crate::pass::running::preemption_key(&self.policy, job, Time::MIN)
                 .unwrap_or(PreemptKey { rank: i64::MAX, submit_ms: i64::MAX }),
         };
         if let Some(at) = self.policy.promotion_time(spec, &job.service) {

@@ -1,6 +1,6 @@
 //! One scheduling pass: `schedule(&snapshot, now) -> Plan`.
 //!
-//! The pass walks pending jobs in policy order (see [`crate::order`]) and for
+//! The pass walks pending jobs in policy order (see [`crate::pass::order`]) and for
 //! each one: checks dependencies, back-off and quota; tries to place every
 //! replica on the working copy of free resources; if that fails, tries to
 //! find a minimal set of victims to preempt; if that fails too, the job is
@@ -14,19 +14,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::backfill::{Release, reserve};
-use crate::capacity::{Capacity, Held, placement_units};
 use crate::model::job::StopCause;
 use crate::model::job::{Job, JobId, Placement};
 use crate::model::resources::{DeviceKind, GpuMilli, KindUnits};
 use crate::model::time::Time;
-use crate::order::Candidates;
-use crate::plan::{PendingReason, Plan, Preempt, Reservation, Start};
+use crate::pass::backfill::{Release, reserve};
+use crate::pass::capacity::{Capacity, Held, placement_units};
+use crate::pass::order::Candidates;
+use crate::pass::plan::{PendingReason, Plan, Preempt, Reservation, Start};
+use crate::pass::preempt::{Search, VictimPool};
+use crate::pass::running::preemption_key;
+use crate::pass::snapshot::{PendingKey, Snapshot, device_need};
 use crate::policies::policy::{Backfill, Policy, PreemptKey};
 use crate::policies::quota::{QuotaBlock, QuotaState};
-use crate::preempt::{Search, VictimPool};
-use crate::running::preemption_key;
-use crate::snapshot::{PendingKey, Snapshot, device_need};
 
 /// Runs one scheduling pass over `snap` at time `now`. Pure: equal inputs give equal plans.
 pub fn schedule(snap: &Snapshot, now: Time) -> Plan {
@@ -166,7 +166,7 @@ impl<'s> Pass<'s> {
                 overloaded_since,
                 wake_at: promotion.into_iter().chain(begin).chain(window).chain(urgent).min(),
                 window_stops: window_stops(snap, now),
-                power_stops: crate::power::over_budget_stops(snap),
+                power_stops: crate::pass::power::over_budget_stops(snap),
                 late: late_jobs(snap, now),
                 ..Plan::default()
             },
@@ -538,7 +538,7 @@ impl<'s> Pass<'s> {
         job: &Job,
         ends: Time,
         prereleased: &[JobId],
-    ) -> Option<(Vec<(JobId, crate::plan::PreemptWhy)>, Placement)> {
+    ) -> Option<(Vec<(JobId, crate::pass::plan::PreemptWhy)>, Placement)> {
         // Without a key, nothing is preempted within the class.
         let key = preemption_key(self.policy, job, self.now).filter(|_| self.within_class_acts);
         let units = job.spec.gpu_units();

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::intern::Interner;
 use crate::model::job::{GpuRequest, NodeAffinity};
 use crate::model::node::Labels;
 use crate::model::resources::DeviceKind;
+use crate::pass::intern::Interner;
 
 /// Everything except CPU, memory and the preemption key that decides whether
 /// a pending job can be placed or can preempt (dependencies and back-off

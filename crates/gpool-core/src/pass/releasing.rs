@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::job::{JobId, ReplicaPlacement};
-use crate::snapshot::NodeFree;
+use crate::pass::snapshot::NodeFree;
 
 /// Per node: what each stopping job will give back and nobody has claimed.
 #[derive(Clone, Debug, Default)]

@@ -4,18 +4,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::fragmentation::node_fragmentation;
 use crate::model::job::{
     GpuRequest, GpuShare, Job, JobId, JobSpec, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy,
 };
 use crate::model::node::{GpuSharing, NodeId, NodeState, PoolKind};
 use crate::model::resources::{GpuMilli, same_model};
 use crate::model::time::Time;
-use crate::plan::{Need, PendingReason};
+use crate::pass::fragmentation::node_fragmentation;
+use crate::pass::plan::{Need, PendingReason};
+use crate::pass::releasing::{Pieces, Releasing};
+use crate::pass::shares;
+use crate::pass::snapshot::{NodeEntry, NodeFree, Snapshot, bits};
 use crate::policies::policy::PlacementStrategy;
-use crate::releasing::{Pieces, Releasing};
-use crate::shares;
-use crate::snapshot::{NodeEntry, NodeFree, Snapshot, bits};
 
 /// Resources held back for the EASY reservation on one node.
 #[derive(Clone, Debug, Default)]
@@ -83,7 +83,7 @@ pub(crate) struct Capacity<'s> {
     /// While a `same_label` gang is tried on one value: (label, value).
     pub(crate) only: Option<(std::sync::Arc<str>, String)>,
     /// Power budgets and their use (`power.rs`), when any is set.
-    power: Option<crate::power::PowerState>,
+    power: Option<crate::pass::power::PowerState>,
 }
 
 /// What [`Capacity::hold`] took for a nominated job: free resources and releasing ones.
@@ -107,7 +107,7 @@ impl<'s> Capacity<'s> {
             anti_affinity_in_use: snap.running.with_anti_affinity > 0,
             releasing: Releasing::default(),
             only: None,
-            power: crate::power::PowerState::new(snap),
+            power: crate::pass::power::PowerState::new(snap),
         };
         for e in snap.running.values().filter(|e| e.stopping) {
             let preempted = snap
@@ -294,7 +294,7 @@ impl<'s> Capacity<'s> {
     fn replica_watts(&self, n: u32, job: &Job) -> u64 {
         let Some(power) = self.entry(n).node.power else { return 0 };
         let units = job.spec.gpu_units() / GpuMilli::from(job.spec.replicas.max(1));
-        crate::power::replica_watts(job, &power, units)
+        crate::pass::power::replica_watts(job, &power, units)
     }
 
     /// Takes a replica's resources.
@@ -314,7 +314,7 @@ impl<'s> Capacity<'s> {
     fn power_delta(&mut self, r: &ReplicaPlacement, job: JobId, add: bool) {
         let (Some(power), Some(j)) = (self.entry(r.node.0).node.power, self.snap.jobs.get(&job)) else { return };
         let units = r.gpu_units() + self.entry(r.node.0).mig_units(r.mig);
-        let watts = crate::power::replica_watts(j, &power, units);
+        let watts = crate::pass::power::replica_watts(j, &power, units);
         if let Some(p) = &mut self.power {
             if add { p.add(r.node.0, watts) } else { p.remove(r.node.0, watts) }
         }

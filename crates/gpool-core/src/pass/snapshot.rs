@@ -14,19 +14,19 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::fragmentation::DemandMix;
 use crate::model::job::{
     GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, Running, Service, StopCause,
 };
 use crate::model::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
 use crate::model::resources::{GPU, GpuMilli, KindMask, KindUnits, MigProfile, same_model};
 use crate::model::time::Time;
+use crate::pass::fragmentation::DemandMix;
+use crate::pass::running::RunningJobs;
+use crate::pass::shapes::{BaseShape, Shapes};
+use crate::pass::shares::{self, SlotShare};
 use crate::policies::fairshare::UsageLedger;
 use crate::policies::policy::{Ordering, Policy, PreemptKey};
 use crate::policies::quota::QueueConfig;
-use crate::running::RunningJobs;
-use crate::shapes::{BaseShape, Shapes};
-use crate::shares::{self, SlotShare};
 
 mod health;
 mod pending;
@@ -408,7 +408,7 @@ pub struct Snapshot {
     pub(crate) pending_with_deps: BTreeSet<JobId>,
     /// When the current overload began, as the last pass saw it (see [`crate::policies::policy::Overload`]).
     pub(crate) overloaded_since: Option<Time>,
-    /// Running jobs, compact (see [`crate::running`]).
+    /// Running jobs, compact (see [`crate::pass::running`]).
     pub(crate) running: RunningJobs,
     pub(crate) queues: BTreeMap<Arc<str>, QueueConfig>,
     pub(crate) queue_usage: BTreeMap<Arc<str>, GpuMilli>,
@@ -771,7 +771,7 @@ impl Snapshot {
     /// preemptor preempted again, the same loop (docs/scheduling.md).
     ///
     /// Also carries the overload state the pass saw (see [`crate::policies::policy::Overload`]).
-    pub fn carry_over(&mut self, plan: &crate::Plan) {
+    pub fn carry_over(&mut self, plan: &crate::pass::plan::Plan) {
         self.overloaded_since = plan.overloaded_since;
         let held_for = |job: JobId| plan.preemptions.iter().any(|p| p.for_job == job);
         let held: BTreeMap<JobId, Placement> = plan

@@ -11,11 +11,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::capacity::{Capacity, fit_on};
 use crate::model::job::{Job, Placement, ReplicaPlacement};
 use crate::model::node::NodeId;
 use crate::model::time::Time;
-use crate::snapshot::NodeFree;
+use crate::pass::capacity::{Capacity, fit_on};
+use crate::pass::snapshot::NodeFree;
 
 /// A job holding resources and when it is planned to release them.
 pub(crate) struct Release<'p> {

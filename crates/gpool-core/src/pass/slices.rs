@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::capacity::Capacity;
 use crate::model::job::{Job, Placement};
 use crate::model::time::Time;
+use crate::pass::capacity::Capacity;
 use crate::policies::policy::PlacementStrategy;
 
 impl Capacity<'_> {

@@ -17,8 +17,8 @@
 use crate::model::job::Job;
 pub use crate::model::node::NodePower;
 use crate::model::resources::GpuMilli;
+use crate::pass::snapshot::Snapshot;
 pub use crate::policies::power_budget::{PowerBudget, PowerScope};
-use crate::snapshot::Snapshot;
 
 /// Watts a replica of `job` adds on a node over its GPUs' idle draw, for `units` thousandths of GPUs.
 pub(crate) fn replica_watts(job: &Job, power: &NodePower, units: GpuMilli) -> u64 {

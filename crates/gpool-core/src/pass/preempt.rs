@@ -11,15 +11,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::capacity::{Capacity, fit_on};
 use crate::model::job::{Job, JobId, Placement};
 use crate::model::node::NodeId;
 use crate::model::resources::GpuMilli;
 use crate::model::time::Time;
-use crate::plan::PreemptWhy;
+use crate::pass::capacity::{Capacity, fit_on};
+use crate::pass::plan::PreemptWhy;
+use crate::pass::snapshot::{NodeFree, Snapshot};
 use crate::policies::policy::{Ordering, PreemptKey};
 use crate::policies::quota::QuotaState;
-use crate::snapshot::{NodeFree, Snapshot};
 
 /// A running job that could be preempted by someone.
 #[derive(Clone, Debug)]
@@ -54,7 +54,7 @@ impl Candidate {
 }
 
 /// A node a replica could go on: (new victims, their GPU units, node), the victims, and the devices.
-type NodeChoice = ((usize, GpuMilli, u32), Vec<(usize, PreemptWhy)>, crate::capacity::Fit);
+type NodeChoice = ((usize, GpuMilli, u32), Vec<(usize, PreemptWhy)>, crate::pass::capacity::Fit);
 
 /// The running jobs that could be preempted.
 ///

@@ -5,7 +5,7 @@
 //! change without renumbering anyone else's.
 
 use crate::model::node::{MigInstance, NodeId};
-use crate::snapshot::{MIG_SLOTS_PER_GPU, NodeEntry, Snapshot, SnapshotError};
+use crate::pass::snapshot::{MIG_SLOTS_PER_GPU, NodeEntry, Snapshot, SnapshotError};
 
 impl Snapshot {
     /// The MIG instances of GPU `gpu` (driver index) of node `id`, each

@@ -18,8 +18,8 @@ use std::ops::Bound::{Excluded, Unbounded};
 use crate::model::job::JobId;
 use crate::model::resources::{GpuMilli, KindUnits};
 use crate::model::time::Time;
+use crate::pass::snapshot::{GroupKey, PendingKey, Snapshot};
 use crate::policies::policy::Ordering;
-use crate::snapshot::{GroupKey, PendingKey, Snapshot};
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Head {

@@ -5,13 +5,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::capacity::fit_on;
 use crate::model::job::{Job, JobId, JobSpec, JobState, Service};
 use crate::model::node::{NodeId, NodeState};
 use crate::model::resources::GpuMilli;
 use crate::model::time::Time;
-use crate::plan::Need;
-use crate::snapshot::{NodeFree, Snapshot};
+use crate::pass::capacity::fit_on;
+use crate::pass::plan::Need;
+use crate::pass::snapshot::{NodeFree, Snapshot};
 
 /// Why a job can never run here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,7 +132,7 @@ impl Snapshot {
         };
         let mut fit = 0u32;
         // Budgets as if every GPU idled: what a replica adds must fit in what is left.
-        let mut power = crate::power::PowerState::idle(self);
+        let mut power = crate::pass::power::PowerState::idle(self);
         let mut over_power = None;
         for (n, e) in self.nodes.iter().enumerate() {
             if e.node.state == NodeState::Down || !spec.node_matches(&e.node) {
@@ -143,7 +143,8 @@ impl Snapshot {
                 let Some(x) = fit_on(self, e, &f, &job) else { break };
                 let placed = x.replica(NodeId(n as u32), &spec.replica);
                 if let (Some(ps), Some(p)) = (power.as_mut(), e.node.power) {
-                    let watts = crate::power::replica_watts(&job, &p, placed.gpu_units() + e.mig_units(placed.mig));
+                    let watts =
+                        crate::pass::power::replica_watts(&job, &p, placed.gpu_units() + e.mig_units(placed.mig));
                     if let Some((b, used)) = ps.blocking(n as u32, watts) {
                         over_power = Some(Infeasible::OverPowerBudget {
                             budget: b.scope.to_string(),

@@ -1,7 +1,7 @@
 //! The running jobs as a pass reads them: one compact entry per job.
 //!
 //! Every pass that may preempt ranks all running jobs (see
-//! [`crate::preempt::VictimPool`]). Reading them through the job table costs
+//! [`crate::pass::preempt::VictimPool`]). Reading them through the job table costs
 //! a few cache misses per job, which at a few hundred running jobs and one
 //! pass per event was most of a trace replay's time. The entries here hold
 //! just what ranking needs, side by side, and the snapshot keeps them
@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::intern::Interner;
 use crate::model::job::{Job, JobId, Placement, Service};
 use crate::model::resources::GpuMilli;
 use crate::model::time::Time;
+use crate::pass::intern::Interner;
 use crate::policies::policy::{Ordering, Policy, PreemptKey};
 
 /// What a job's preemption key depends on.
