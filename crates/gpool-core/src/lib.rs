@@ -18,6 +18,35 @@
 //!
 //! The invariants every plan keeps are listed in ARCHITECTURE.md and checked
 //! by the property tests in `tests/`.
+//!
+//! ## Rooms
+//! The source is in rooms by concern; each room's `mod.rs` says what it is
+//! for and which rooms it may use. Listed from the bottom up: a room uses
+//! only rooms listed before it (`tests/workspace_rules.rs` holds the crate to
+//! that order, and to no import circle between any two modules):
+//! - `model/`: time, accelerator kinds, nodes and devices, jobs, MIG
+//!   geometry, pipelines. Plain data.
+//! - `calendar/`: cron, recurring schedules, queue windows, deadlines.
+//! - `policies/`: the scheduling policy and its knobs, quotas, fair share,
+//!   power budgets.
+//! - `history/`: run times, draw and the Gittins index, learned from
+//!   finished jobs.
+//! - `pass/`: [`schedule`] and the state it reads: the [`Snapshot`], free
+//!   capacity and the placement search, order, preemption, backfill, the
+//!   [`Plan`].
+//! - `planners/`: planners beside the pass (autoscaler and pools, MIG
+//!   layouts, services' scaling and rollout).
+//! - `health/`, `diagnosis/`, `accounting/`: GPU faults and heat; alerts,
+//!   advice, stragglers and profiles; costs, prices and usage. None uses the
+//!   pass.
+//!
+//! ## Public surface
+//! The rooms are private. What other crates use is re-exported here, at the
+//! paths it had before the rooms (`gpool_core::pricing::Prices`,
+//! `gpool_core::snapshot::Snapshot`, `gpool_core::Time`): the modules below,
+//! each under its own name, and the main types at the root. Inside the
+//! crate, code names a module by its room (`crate::model::time::Time`), so
+//! that every dependency between rooms is written where it is used.
 
 mod accounting;
 mod calendar;
@@ -28,24 +57,19 @@ mod model;
 mod pass;
 mod planners;
 mod policies;
-pub use pass::{fragmentation, plan, power, snapshot};
 
-pub use planners::{autoscale, mig_planner, pools, service_rollout, service_scaler};
-
+// The modules other crates name, at their paths before the rooms.
 pub use accounting::{cost, pricing, usage_ledger};
-
+pub use calendar::{cron, deadline, recurring, windows};
 pub use diagnosis::{advice, alert, profile, series, straggler};
-
 pub use health::{fault, heat, xid};
-
 pub use history::{gittins, power_history, runtime_history};
-
+pub use model::{job, mig_geometry, node, pipeline, resources, time};
+pub use pass::{fragmentation, plan, power, snapshot};
+pub use planners::{autoscale, mig_planner, pools, service_rollout, service_scaler};
 pub use policies::{fairshare, policy, policy_knobs, quota};
 
-pub use calendar::{cron, deadline, recurring, windows};
-
-pub use model::{job, mig_geometry, node, pipeline, resources, time};
-
+// The main types, at the root.
 pub use model::job::{
     GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy,
     StopCause,
