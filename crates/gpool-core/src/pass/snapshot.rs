@@ -9,6 +9,12 @@
 //!
 //! Every mutation checks its preconditions and returns a typed error instead
 //! of corrupting state: a start on a busy device is refused, not applied.
+//!
+//! This file holds the snapshot itself, its errors, its node events and its
+//! queries; its parts are beside it in `snapshot/`: a node's slot masks and
+//! free resources (`slots.rs`), a job's events from submission to stop
+//! (`jobs.rs`), the pending index (`pending.rs`) and the GPUs to avoid or
+//! leave out (`health.rs`).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -18,18 +24,23 @@ use crate::model::job::{
     GpuRequest, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, Running, Service, StopCause,
 };
 use crate::model::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState};
-use crate::model::resources::{GPU, GpuMilli, KindMask, KindUnits, MigProfile, same_model};
+use crate::model::resources::{GPU, GpuMilli, KindMask, KindUnits};
 use crate::model::time::Time;
 use crate::pass::fragmentation::DemandMix;
 use crate::pass::running::RunningJobs;
 use crate::pass::shapes::{BaseShape, Shapes};
-use crate::pass::shares::{self, SlotShare};
+use crate::pass::shares;
 use crate::policies::fairshare::UsageLedger;
 use crate::policies::policy::{Ordering, Policy, PreemptKey};
 use crate::policies::quota::QueueConfig;
 
 mod health;
+mod jobs;
 mod pending;
+mod slots;
+
+pub use slots::MIG_SLOTS_PER_GPU;
+pub(crate) use slots::{ModelInfo, NO_INSTANCE, NodeEntry, NodeFree, ProfileInfo, bits, low_bits};
 
 /// Hashing for maps keyed by job id: ids are already well spread integers,
 /// so a multiply-shift (Fibonacci hashing) is enough and much cheaper than
@@ -60,254 +71,6 @@ impl std::hash::Hasher for IdHasher {
     fn write_u64(&mut self, v: u64) {
         self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
-}
-
-/// Free resources of one node.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct NodeFree {
-    pub(crate) gpus: u64,
-    pub(crate) mig: u64,
-    pub(crate) cpus: u64,
-    pub(crate) mem: u64,
-    /// The whole-GPU slots that hold shares, and how much of each is taken
-    /// (empty on most nodes, so cloning it costs nothing). A slot listed
-    /// here is not in `gpus`.
-    pub(crate) shares: Vec<SlotShare>,
-}
-
-impl NodeFree {
-    /// Takes a replica's devices, CPU and memory. CPU and memory stop at
-    /// zero rather than wrap: a claim may name resources its victims still hold.
-    pub(crate) fn take(&mut self, r: &ReplicaPlacement) {
-        if let Some(share) = r.share {
-            shares::take(&mut self.shares, r.gpus, share);
-        }
-        self.gpus &= !r.gpus;
-        self.mig &= !r.mig;
-        self.cpus = self.cpus.saturating_sub(r.cpus_milli);
-        self.mem = self.mem.saturating_sub(r.memory_mb);
-    }
-
-    /// Gives a replica's devices, CPU and memory back (the reverse of [`NodeFree::take`]).
-    pub(crate) fn release(&mut self, r: &ReplicaPlacement) {
-        match r.share {
-            Some(share) => shares::release(&mut self.shares, &mut self.gpus, r.gpus, share),
-            None => self.gpus |= r.gpus,
-        }
-        self.mig |= r.mig;
-        self.cpus += r.cpus_milli;
-        self.mem += r.memory_mb;
-    }
-}
-
-/// A node plus the bit masks placement works with.
-#[derive(Clone, Debug)]
-pub(crate) struct NodeEntry {
-    pub(crate) node: Node,
-    /// Whole-GPU slot → index into `node.devices`.
-    pub(crate) gpu_slots: Vec<usize>,
-    /// MIG slot → (index into `node.devices`, index into that device's
-    /// instances); [`NO_INSTANCE`] for a slot a GPU keeps for an instance it
-    /// may have after a repartition.
-    pub(crate) mig_slots: Vec<(usize, usize)>,
-    /// The MIG slots that hold an instance.
-    pub(crate) mig_exists: u64,
-    /// MIG slots nothing new is placed on: their GPU is being emptied for a
-    /// repartition (`Snapshot::hold_mig_gpu`).
-    pub(crate) mig_held: u64,
-    /// MIG slot ranges of the GPUs whose layout gpool may change
-    /// (`Snapshot::set_mig_managed`).
-    pub(crate) mig_managed: u64,
-    /// Each MIG slot range is the GPU's own (`MIG_SLOTS_PER_GPU` per MIG
-    /// GPU), so one GPU can be repartitioned while others run jobs.
-    pub(crate) mig_ranges: bool,
-    /// Per model (index into `Snapshot::models`): mask of whole-GPU slots.
-    pub(crate) model_masks: Vec<(usize, u64)>,
-    /// Per MIG profile (index into `Snapshot::profiles`): mask of MIG slots.
-    pub(crate) profile_masks: Vec<(usize, u64)>,
-    /// Per model: mask of MIG slots whose parent GPU is that model.
-    pub(crate) mig_model_masks: Vec<(usize, u64)>,
-    /// NVLink islands, then NUMA nodes, as masks of whole-GPU slots.
-    pub(crate) nvlink_groups: Vec<u64>,
-    pub(crate) numa_groups: Vec<u64>,
-    /// Quota weight of each MIG slot.
-    pub(crate) mig_milli: Vec<u16>,
-    /// Jobs holding resources here.
-    pub(crate) jobs: BTreeSet<JobId>,
-    /// Whole-GPU slots that are degraded, and slots one job is to avoid (`health.rs`).
-    pub(crate) degraded: u64,
-    pub(crate) avoided_by: Vec<(JobId, u64)>,
-    /// Whole-GPU and MIG slots of quarantined GPUs: nothing new goes there (`health.rs`).
-    pub(crate) quarantined: u64,
-    pub(crate) quarantined_mig: u64,
-}
-
-impl NodeEntry {
-    pub(crate) fn new(node: Node, models: &mut Vec<ModelInfo>, profiles: &mut Vec<ProfileInfo>) -> NodeEntry {
-        let mut e = NodeEntry {
-            gpu_slots: Vec::new(),
-            mig_slots: Vec::new(),
-            mig_exists: 0,
-            mig_held: 0,
-            mig_managed: 0,
-            mig_ranges: false,
-            model_masks: Vec::new(),
-            profile_masks: Vec::new(),
-            mig_model_masks: Vec::new(),
-            nvlink_groups: Vec::new(),
-            numa_groups: Vec::new(),
-            mig_milli: Vec::new(),
-            jobs: BTreeSet::new(),
-            degraded: 0,
-            avoided_by: Vec::new(),
-            quarantined: 0,
-            quarantined_mig: 0,
-            node,
-        };
-        let mut nvlink: BTreeMap<u32, u64> = BTreeMap::new();
-        let mut numa: BTreeMap<u32, u64> = BTreeMap::new();
-        let mig_gpus = e.node.devices.iter().filter(|d| d.mig.is_some()).count();
-        e.mig_ranges = mig_gpus * MIG_SLOTS_PER_GPU <= 64
-            && e.node.devices.iter().all(|d| d.mig.as_ref().is_none_or(|m| m.len() <= MIG_SLOTS_PER_GPU));
-        let mut mig_gpus_seen = 0;
-        for (di, d) in e.node.devices.iter().enumerate() {
-            let m = intern_model(models, d);
-            match &d.mig {
-                None => {
-                    let bit = 1u64 << e.gpu_slots.len();
-                    e.gpu_slots.push(di);
-                    add_mask(&mut e.model_masks, m, bit);
-                    if let Some(g) = d.nvlink_group {
-                        *nvlink.entry(g).or_default() |= bit;
-                    }
-                    if let Some(n) = d.numa_node {
-                        *numa.entry(n).or_default() |= bit;
-                    }
-                }
-                Some(instances) => {
-                    for (ii, inst) in instances.iter().enumerate() {
-                        let bit = 1u64 << e.mig_slots.len();
-                        e.mig_slots.push((di, ii));
-                        e.mig_exists |= bit;
-                        let p = intern_profile(profiles, &inst.profile, inst.memory_mb);
-                        add_mask(&mut e.profile_masks, p, bit);
-                        add_mask(&mut e.mig_model_masks, m, bit);
-                        e.mig_milli.push(inst.profile.gpu_milli() as u16);
-                    }
-                    if e.mig_ranges {
-                        // This GPU's range ends where the next one's starts.
-                        mig_gpus_seen += 1;
-                        while e.mig_slots.len() < mig_gpus_seen * MIG_SLOTS_PER_GPU {
-                            e.mig_slots.push(NO_INSTANCE);
-                            e.mig_milli.push(0);
-                        }
-                    }
-                }
-            }
-        }
-        e.nvlink_groups = nvlink.into_values().collect();
-        e.numa_groups = numa.into_values().collect();
-        e
-    }
-
-    pub(crate) fn full(&self) -> NodeFree {
-        NodeFree {
-            gpus: low_bits(self.gpu_slots.len()),
-            mig: self.mig_exists,
-            cpus: self.node.cpus_milli,
-            mem: self.node.memory_mb,
-            shares: Vec::new(),
-        }
-    }
-
-    pub(crate) fn profile_mask(&self, profile: usize) -> u64 {
-        self.profile_masks.iter().find(|(p, _)| *p == profile).map_or(0, |(_, k)| *k)
-    }
-
-    /// MIG slots whose parent GPU passes the job's model constraint.
-    pub(crate) fn mig_mask_for_model(&self, models: &[ModelInfo], model: Option<&str>) -> u64 {
-        match model {
-            None => self.mig_exists,
-            Some(want) => self
-                .mig_model_masks
-                .iter()
-                .filter(|(m, _)| same_model(&models[*m].name, want))
-                .fold(0, |acc, (_, k)| acc | k),
-        }
-    }
-
-    /// The MIG slots of device `di` (its range), if each MIG GPU has one.
-    pub(crate) fn mig_range(&self, di: usize) -> Option<u64> {
-        if !self.mig_ranges {
-            return None;
-        }
-        let k = self.node.devices[..di].iter().filter(|d| d.mig.is_some()).count();
-        Some(low_bits(MIG_SLOTS_PER_GPU) << (k * MIG_SLOTS_PER_GPU))
-    }
-
-    pub(crate) fn mig_units(&self, mask: u64) -> GpuMilli {
-        bits(mask).map(|i| GpuMilli::from(self.mig_milli[i])).sum()
-    }
-}
-
-/// MIG instances a GPU can have at most (seven compute slices).
-pub const MIG_SLOTS_PER_GPU: usize = 7;
-
-/// A MIG slot kept free for a GPU's future instances.
-pub(crate) const NO_INSTANCE: (usize, usize) = (usize::MAX, usize::MAX);
-
-fn add_mask(masks: &mut Vec<(usize, u64)>, key: usize, bit: u64) {
-    match masks.iter_mut().find(|(k, _)| *k == key) {
-        Some((_, m)) => *m |= bit,
-        None => masks.push((key, bit)),
-    }
-}
-
-fn intern_model(models: &mut Vec<ModelInfo>, d: &Device) -> usize {
-    if let Some(i) = models.iter().position(|m| *m.name == *d.model && m.kind == d.kind) {
-        return i;
-    }
-    models.push(ModelInfo { name: d.model.clone(), memory_mb: d.memory_mb, kind: d.kind });
-    models.len() - 1
-}
-
-fn intern_profile(profiles: &mut Vec<ProfileInfo>, p: &MigProfile, memory_mb: u64) -> usize {
-    if let Some(i) = profiles.iter().position(|x| x.profile == *p) {
-        return i;
-    }
-    profiles.push(ProfileInfo { profile: p.clone(), memory_mb });
-    profiles.len() - 1
-}
-
-/// A mask with the lowest `n` bits set.
-pub(crate) fn low_bits(n: usize) -> u64 {
-    if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
-}
-
-/// Indices of the set bits, lowest first.
-pub(crate) fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        (mask != 0).then(|| {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            i
-        })
-    })
-}
-
-/// A GPU model present in the cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ModelInfo {
-    pub(crate) name: Arc<str>,
-    pub(crate) memory_mb: u64,
-    pub(crate) kind: crate::model::resources::DeviceKind,
-}
-
-/// A MIG profile present in the cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ProfileInfo {
-    pub(crate) profile: MigProfile,
-    pub(crate) memory_mb: u64,
 }
 
 /// Group of the pending index: a user (team, user) and the accelerator kinds
@@ -502,7 +265,6 @@ impl Snapshot {
         Ok(id)
     }
 
-    /// Replaces a node's inventory (e.g. after a MIG re-partition). Refused while jobs run there.
     /// Sets a node's GPU draw for power budgets (`power.rs`); nothing else
     /// of the node changes, whatever runs on it.
     pub fn set_node_power(
@@ -515,6 +277,7 @@ impl Snapshot {
         Ok(())
     }
 
+    /// Replaces a node's inventory (e.g. after a MIG re-partition). Refused while jobs run there.
     pub fn replace_node(&mut self, id: NodeId, node: Node) -> Result<(), SnapshotError> {
         node.validate()?;
         let old = self.nodes.get(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
@@ -692,7 +455,6 @@ impl Snapshot {
         self.pending_keys.keys().copied()
     }
 
-    /// Outcome of a finished job, if the snapshot remembers it (for dependencies).
     /// When the current overload began, as the last pass saw it: the shell
     /// keeps it, so that the gate's count goes on across a restart.
     pub fn overloaded_since(&self) -> Option<Time> {
@@ -704,6 +466,7 @@ impl Snapshot {
         self.overloaded_since = since;
     }
 
+    /// Outcome of a finished job, if the snapshot remembers it (for dependencies).
     pub fn finished(&self, id: JobId) -> Option<bool> {
         self.finished.get(&id).copied()
     }
@@ -711,231 +474,6 @@ impl Snapshot {
     /// Records the outcome of a job that ended outside this snapshot's life (e.g. before a restart).
     pub fn record_finished(&mut self, id: JobId, success: bool) {
         self.finished.insert(id, success);
-    }
-
-    /// Adds a pending job.
-    pub fn submit(&mut self, id: JobId, spec: JobSpec) -> Result<(), SnapshotError> {
-        self.insert_job(id, Arc::new(spec), Service::default())?;
-        Ok(())
-    }
-
-    /// Adds a pending job that already has a history (restored from a store).
-    pub fn restore_pending(
-        &mut self,
-        id: JobId,
-        spec: Arc<JobSpec>,
-        service: Service,
-        not_before: Time,
-    ) -> Result<(), SnapshotError> {
-        self.insert_job(id, spec, service)?;
-        if let Some(j) = self.jobs.get_mut(&id) {
-            j.not_before = not_before;
-        }
-        Ok(())
-    }
-
-    fn insert_job(&mut self, id: JobId, spec: Arc<JobSpec>, service: Service) -> Result<(), SnapshotError> {
-        if self.jobs.contains_key(&id) {
-            return Err(SnapshotError::DuplicateJob(id));
-        }
-        self.ledger.change_rate(&spec.team, &spec.user, &KindUnits::default(), true);
-        self.demand.record(&spec);
-        self.jobs.insert(id, Job { id, spec, state: JobState::Pending, service, not_before: Time::MIN });
-        self.index_pending(id);
-        Ok(())
-    }
-
-    /// Delays a pending job (retry back-off, hold).
-    pub fn set_not_before(&mut self, id: JobId, t: Time) -> Result<(), SnapshotError> {
-        let j = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
-        j.not_before = t;
-        if self.pending_keys.contains_key(&id) {
-            self.unindex_pending(id);
-            self.index_pending(id);
-        }
-        Ok(())
-    }
-
-    /// Takes a plan's nominations: pending jobs that preempted others and
-    /// will take a placement once their victims
-    /// are gone. The next pass holds the free part of each such placement
-    /// until it examines the job, so that a job the order puts first cannot
-    /// take what was freed. For reclaim, that job would be another queue's,
-    /// borrowing, and reclaim would take it back again: a loop. For priority,
-    /// a higher class borrowing from another queue's guarantee took the
-    /// space, the freed job reclaimed it, the preemptor preempted it again:
-    /// a loop of three (found by the property tests). A nomination lives
-    /// until the job is examined again; it is renewed only while the job
-    /// still waits for its victims. Within-class preemptors are held too: a
-    /// higher class took what one freed, a reclaim stopped it, and the
-    /// preemptor preempted again, the same loop (docs/scheduling.md).
-    ///
-    /// Also carries the overload state the pass saw (see [`crate::policies::policy::Overload`]).
-    pub fn carry_over(&mut self, plan: &crate::pass::plan::Plan) {
-        self.overloaded_since = plan.overloaded_since;
-        let held_for = |job: JobId| plan.preemptions.iter().any(|p| p.for_job == job);
-        let held: BTreeMap<JobId, Placement> = plan
-            .nominated
-            .iter()
-            .filter(|(id, _)| {
-                self.pending_keys.contains_key(id) && (held_for(*id) || self.nominations.contains_key(id))
-            })
-            .map(|(id, p)| (*id, p.clone()))
-            .collect();
-        self.nominations = held;
-    }
-
-    /// Removes a pending job (cancelled, or failed for good).
-    pub fn remove_pending(&mut self, id: JobId, success: bool) -> Result<(), SnapshotError> {
-        let j = self.jobs.get(&id).ok_or(SnapshotError::UnknownJob(id))?;
-        if j.running().is_some() {
-            return Err(SnapshotError::NotPending(id));
-        }
-        self.unindex_pending(id);
-        self.jobs.remove(&id);
-        self.nominations.remove(&id);
-        self.finished.insert(id, success);
-        self.clear_avoid(id);
-        Ok(())
-    }
-
-    /// Starts a pending job on `placement` at `now`.
-    pub fn start(&mut self, id: JobId, placement: Placement, now: Time) -> Result<(), SnapshotError> {
-        let job = self.jobs.get(&id).ok_or(SnapshotError::UnknownJob(id))?;
-        if job.running().is_some() {
-            return Err(SnapshotError::NotPending(id));
-        }
-        if placement.len() != job.spec.replicas as usize {
-            return Err(SnapshotError::ReplicaCount { job: id, got: placement.len(), want: job.spec.replicas });
-        }
-        if let Some(key) = &job.spec.same_label {
-            let value = |r: &ReplicaPlacement| self.node(r.node).and_then(|n| n.labels.get(&**key).cloned());
-            let first = placement.first().and_then(value);
-            if first.is_none() || placement.iter().any(|r| value(r) != first) {
-                return Err(SnapshotError::SplitGang { job: id, label: key.to_string() });
-            }
-        }
-        // Check everything before changing anything: a refused start changes
-        // nothing. Each replica is taken from a trial copy of its node's free
-        // resources, so replicas that share a node are checked together.
-        let mut trial: BTreeMap<NodeId, NodeFree> = BTreeMap::new();
-        for r in &placement {
-            let e = self.nodes.get(r.node.index()).ok_or(SnapshotError::UnknownNode(r.node))?;
-            if r.gpus & !low_bits(e.gpu_slots.len()) != 0 || r.mig & !e.mig_exists != 0 {
-                return Err(self.busy(id, r.node, "a device that does not exist"));
-            }
-            let f = trial.entry(r.node).or_insert_with(|| self.free[r.node.index()].clone());
-            match r.share {
-                Some(share) => {
-                    let slot = r.gpus.trailing_zeros() as usize;
-                    let device_mb = e.gpu_slots.get(slot).map_or(0, |&di| e.node.devices[di].memory_mb);
-                    let room = if f.gpus & r.gpus != 0 {
-                        Some((1000, device_mb))
-                    } else {
-                        shares::left(&f.shares, slot, device_mb)
-                    };
-                    if r.gpus.count_ones() != 1 || !room.is_some_and(|room| shares::fits(room, share)) {
-                        return Err(self.busy(id, r.node, "room on a shared GPU"));
-                    }
-                }
-                None if r.gpus & !f.gpus != 0 => return Err(self.busy(id, r.node, "a GPU")),
-                None => {}
-            }
-            if r.mig & !f.mig != 0 {
-                return Err(self.busy(id, r.node, "a MIG instance"));
-            }
-            if r.cpus_milli > f.cpus {
-                return Err(self.busy(id, r.node, "enough CPU"));
-            }
-            if r.memory_mb > f.mem {
-                return Err(self.busy(id, r.node, "enough memory"));
-            }
-            f.take(r);
-        }
-        for (node, f) in trial {
-            self.free[node.index()] = f;
-        }
-        let by_kind = self.units_by_kind(&placement);
-        let mut units = 0;
-        for r in &placement {
-            let e = &mut self.nodes[r.node.index()];
-            e.jobs.insert(id);
-            units += r.gpu_units() + e.mig_units(r.mig);
-        }
-        self.unindex_pending(id);
-        self.nominations.remove(&id);
-        let half_life = self.policy.fair_share.half_life;
-        self.ledger.advance(now, half_life);
-        let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
-        self.ledger.change_rate(&job.spec.team, &job.spec.user, &by_kind, true);
-        *self.queue_usage.entry(job.spec.queue.clone()).or_default() += units;
-        self.queue_kind_usage.entry(job.spec.queue.clone()).or_default().add_all(&by_kind);
-        job.state = JobState::Running(Running { placement, started: now, gpu_milli: units, by_kind, stopping: None });
-        self.running.insert(job);
-        self.clear_avoid(id);
-        Ok(())
-    }
-
-    fn busy(&self, job: JobId, node: NodeId, what: &'static str) -> SnapshotError {
-        let node = self.nodes.get(node.index()).map_or_else(|| node.to_string(), |e| e.node.name.to_string());
-        SnapshotError::Busy { job, node, what }
-    }
-
-    /// Marks a running job as stopping; it keeps its resources until [`Snapshot::stop`].
-    pub fn request_stop(&mut self, id: JobId, cause: StopCause) -> Result<(), SnapshotError> {
-        let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
-        match &mut job.state {
-            JobState::Running(r) => {
-                r.stopping = Some(cause);
-                self.running.mark_stopping(id);
-                Ok(())
-            }
-            JobState::Pending => Err(SnapshotError::NotRunning(id)),
-        }
-    }
-
-    /// A running job's processes are gone: frees its resources and either
-    /// requeues it or forgets it.
-    pub fn stop(&mut self, id: JobId, now: Time, outcome: StopOutcome) -> Result<(), SnapshotError> {
-        let job = self.jobs.get_mut(&id).ok_or(SnapshotError::UnknownJob(id))?;
-        let JobState::Running(run) = std::mem::replace(&mut job.state, JobState::Pending) else {
-            return Err(SnapshotError::NotRunning(id));
-        };
-        let ran = now.since(run.started);
-        job.service.prior_runtime += ran;
-        job.service.prior_gpu_milli_secs =
-            job.service.prior_gpu_milli_secs.saturating_add(run.gpu_milli.saturating_mul(ran.as_secs()));
-        let spec = job.spec.clone();
-        for r in &run.placement {
-            if let (Some(f), Some(e)) = (self.free.get_mut(r.node.index()), self.nodes.get_mut(r.node.index())) {
-                f.release(r);
-                e.jobs.remove(&id);
-            }
-        }
-        self.running.remove(id);
-        self.ledger.advance(now, self.policy.fair_share.half_life);
-        self.ledger.change_rate(&spec.team, &spec.user, &run.by_kind, false);
-        if let Some(u) = self.queue_usage.get_mut(&spec.queue) {
-            *u = u.saturating_sub(run.gpu_milli);
-        }
-        if let Some(u) = self.queue_kind_usage.get_mut(&spec.queue) {
-            u.sub_all(&run.by_kind);
-        }
-        match outcome {
-            StopOutcome::Requeue { not_before } => {
-                if let Some(job) = self.jobs.get_mut(&id) {
-                    job.service.restarts += 1;
-                    job.not_before = not_before;
-                }
-                self.index_pending(id);
-            }
-            StopOutcome::Finished { success } => {
-                self.jobs.remove(&id);
-                self.finished.insert(id, success);
-                self.clear_avoid(id);
-            }
-        }
-        Ok(())
     }
 }
 
