@@ -3,15 +3,15 @@
 //! quarantined GPU may come back.
 //!
 //! A GPU is quarantined at the first reading that shows a fault fatal to it:
-//! an XID the table ([`crate::health::xid`]) marks so, a rise of its uncorrectable
-//! ECC count, a failed row remap, a remap or page retirement waiting for a
-//! reset, the device's own word that it is unhealthy, or its absence from a
-//! report that read the node's other GPUs (fallen off the bus). It comes
-//! back only when an operator restores it, or when a health check passes:
-//! the operator's program if the node has one, else the built-in check (it
-//! answers, shows no fault, and nothing rose for [`QUIET_FOR`]). A GPU that
-//! faults again within [`REPEAT_WINDOW`] of an earlier fault stays out until
-//! an operator restores it.
+//! an XID the table ([`crate::health::xid`]) marks so, a rise of its
+//! uncorrectable ECC count, a failed row remap, a remap or page retirement
+//! waiting for a reset, the device's own word that it is unhealthy, or its
+//! absence from a report that read the node's other GPUs (fallen off the bus).
+//! It comes back only when an operator restores it, or when a health check
+//! passes: the operator's program if the node has one, else the built-in check
+//! (it answers, shows no fault, and nothing rose for [`QUIET_FOR`]). A GPU that
+//! faults again within [`REPEAT_WINDOW`] of an earlier fault stays out until an
+//! operator restores it.
 //!
 //! Counters (XIDs, ECC) are compared with the GPU's previous reading: the
 //! first reading of a GPU sets the baseline, so an agent restart does not

@@ -7,8 +7,8 @@
 //! costs O(users + examined · log users), not a sort of every pending job.
 //!
 //! Jobs the starvation guard has promoted by `now` (see
-//! [`crate::policies::policy::StarvationGuard`]) enter the heap once more under their
-//! promoted points and are skipped when their group reaches them; so do
+//! [`crate::policies::policy::StarvationGuard`]) enter the heap once more under
+//! their promoted points and are skipped when their group reaches them; so do
 //! jobs whose deadlines made them urgent (`deadline.rs`), first in their class.
 
 use std::cmp::Reverse;

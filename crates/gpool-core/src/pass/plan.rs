@@ -250,8 +250,8 @@ pub struct Plan {
     /// The reason of every pending job not in `starts` or `waiting`.
     pub others: Option<PendingReason>,
     /// When the current overload began, judged on what the pass leaves
-    /// waiting (see [`crate::policies::policy::Overload`]); the snapshot carries it to
-    /// the next pass.
+    /// waiting (see [`crate::policies::policy::Overload`]); the snapshot
+    /// carries it to the next pass.
     pub overloaded_since: Option<Time>,
     /// The earliest time a pass could decide differently with no event in
     /// between (a starvation-guard promotion, the overload gate starting to

@@ -1,11 +1,11 @@
 //! The running jobs as a pass reads them: one compact entry per job.
 //!
 //! Every pass that may preempt ranks all running jobs (see
-//! [`crate::pass::preempt::VictimPool`]). Reading them through the job table costs
-//! a few cache misses per job, which at a few hundred running jobs and one
-//! pass per event was most of a trace replay's time. The entries here hold
-//! just what ranking needs, side by side, and the snapshot keeps them
-//! current as jobs start, are asked to stop, and stop.
+//! [`crate::pass::preempt::VictimPool`]). Reading them through the job table
+//! costs a few cache misses per job, which at a few hundred running jobs and
+//! one pass per event was most of a trace replay's time. The entries here hold
+//! just what ranking needs, side by side, and the snapshot keeps them current
+//! as jobs start, are asked to stop, and stop.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

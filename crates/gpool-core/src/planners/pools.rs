@@ -1,6 +1,6 @@
 //! Node pools: named groups of nodes of one shape, bought one way, that the
-//! autoscaler ([`crate::planners::autoscale`]) grows and shrinks between `min` and
-//! `max`. A pool's health ([`PoolHealth`]) remembers failed creations, so
+//! autoscaler ([`crate::planners::autoscale`]) grows and shrinks between `min`
+//! and `max`. A pool's health ([`PoolHealth`]) remembers failed creations, so
 //! that a pool that keeps failing (a spot market with no capacity) is left
 //! alone for a while and its demand falls back to the next pool.
 

@@ -40,8 +40,8 @@ pub enum WithinLevel {
     /// First come, first served (Tiresias).
     Submit,
     /// Highest Gittins index first, over the run times of jobs like it
-    /// (`JobSpec::similar_runs`; see [`crate::history::gittins`]); jobs with no such
-    /// history first, as least attained service would put them.
+    /// (`JobSpec::similar_runs`; see [`crate::history::gittins`]); jobs with no
+    /// such history first, as least attained service would put them.
     Gittins,
 }
 
@@ -65,7 +65,8 @@ pub enum PlacementStrategy {
     /// Use the emptiest node (spreads load and heat).
     Spread,
     /// Place where the cluster's GPU fragmentation, measured against the mix
-    /// of requests it sees, grows least (FGD; see [`crate::pass::fragmentation`]).
+    /// of requests it sees, grows least (FGD; see
+    /// [`crate::pass::fragmentation`]).
     Fragmentation,
 }
 
