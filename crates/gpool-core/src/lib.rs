@@ -18,70 +18,70 @@
 //!
 //! The invariants every plan keeps are listed in ARCHITECTURE.md and checked
 //! by the property tests in `tests/`.
+//!
+//! ## Rooms
+//! The source is in rooms by concern; each room's `mod.rs` says what it is
+//! for and which rooms it may use. Listed from the bottom up: a room uses
+//! only rooms listed before it (`tests/workspace_rules.rs` holds the crate to
+//! that order, and to no import circle between any two modules):
+//! - `model/`: time, accelerator kinds, nodes and devices, jobs, MIG
+//!   geometry, pipelines. Plain data.
+//! - `calendar/`: cron, recurring schedules, queue windows, deadlines.
+//! - `policies/`: the scheduling policy and its knobs, quotas, fair share,
+//!   power budgets.
+//! - `history/`: run times, draw and the Gittins index, learned from
+//!   finished jobs.
+//! - `pass/`: [`schedule`] and the state it reads: the [`Snapshot`], free
+//!   capacity and the placement search, order, preemption, backfill, the
+//!   [`Plan`].
+//! - `planners/`: planners beside the pass (autoscaler and pools, MIG
+//!   layouts, services' scaling and rollout).
+//! - `health/`, `diagnosis/`, `accounting/`: GPU faults and heat; alerts,
+//!   advice, stragglers and profiles; costs, prices and usage. None uses the
+//!   pass.
+//!
+//! ## Public surface
+//! The rooms are private. What other crates use is re-exported here, at the
+//! paths it had before the rooms (`gpool_core::pricing::Prices`,
+//! `gpool_core::snapshot::Snapshot`, `gpool_core::Time`): the modules below,
+//! each under its own name, and the main types at the root. Inside the
+//! crate, code names a module by its room (`crate::model::time::Time`), so
+//! that every dependency between rooms is written where it is used.
 
-pub mod advice;
-pub mod alert;
-pub mod autoscale;
-mod backfill;
-mod capacity;
-pub mod cost;
-pub mod cron;
-pub mod deadline;
-pub mod fairshare;
-pub mod fault;
-mod feasible;
-pub mod fragmentation;
-pub mod gittins;
-pub mod heat;
-mod intern;
-pub mod job;
-pub mod mig_geometry;
-pub mod mig_planner;
-mod mig_slots;
-pub mod node;
-mod order;
-mod overload;
-pub mod pipeline;
-pub mod plan;
-pub mod policy;
-pub mod policy_knobs;
-pub mod pools;
-pub mod power;
-mod power_budget;
-pub mod power_history;
-mod preempt;
-pub mod pricing;
-pub mod profile;
-pub mod quota;
-pub mod recurring;
-mod releasing;
-pub mod resources;
-mod running;
-pub mod runtime_history;
-mod schedule;
-pub mod series;
-pub mod service_rollout;
-pub mod service_scaler;
-mod shapes;
-mod shares;
-mod slices;
-pub mod snapshot;
-pub mod straggler;
-pub mod time;
-pub mod usage_ledger;
-pub mod windows;
-pub mod xid;
+mod accounting;
+mod calendar;
+mod diagnosis;
+mod health;
+mod history;
+mod model;
+mod pass;
+mod planners;
+mod policies;
 
-pub use feasible::Infeasible;
-pub use job::{
+// The modules other crates name, at their paths before the rooms.
+pub use accounting::{cost, pricing, usage_ledger};
+pub use calendar::{cron, deadline, recurring, windows};
+pub use diagnosis::{advice, alert, profile, series, straggler};
+pub use health::{fault, heat, xid};
+pub use history::{gittins, power_history, runtime_history};
+pub use model::{job, mig_geometry, node, pipeline, resources, time};
+pub use pass::{fragmentation, plan, power, snapshot};
+pub use planners::{autoscale, mig_planner, pools, service_rollout, service_scaler};
+pub use policies::{fairshare, policy, policy_knobs, quota};
+
+// The main types, at the root.
+pub use model::job::{
     GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy,
     StopCause,
 };
-pub use node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
-pub use plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
-pub use policy::{Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard};
-pub use quota::QueueConfig;
-pub use resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};
-pub use schedule::schedule;
-pub use snapshot::{Snapshot, SnapshotError, StopOutcome};
-pub use time::Time;
+pub use model::node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
+pub use model::resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};
+pub use model::time::Time;
+pub use pass::feasible::Infeasible;
+pub use pass::plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
+pub use pass::schedule::schedule;
+pub use pass::snapshot::{Snapshot, SnapshotError, StopOutcome};
+pub use policies::policy::{
+    Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard,
+};
+pub use policies::quota::QueueConfig;

@@ -1,0 +1,186 @@
+//! The order a pass looks at pending jobs in.
+//!
+//! The snapshot keeps pending jobs in per-user sorted sets whose keys do not
+//! change while a job waits. A pass merges the users' heads through a heap
+//! keyed by the part of the order that does change (a user's fair-share
+//! factor, or for max-min fairness the GPUs the user holds right now), so it
+//! costs O(users + examined · log users), not a sort of every pending job.
+//!
+//! Jobs the starvation guard has promoted by `now` (see
+//! [`crate::policies::policy::StarvationGuard`]) enter the heap once more under
+//! their promoted points and are skipped when their group reaches them; so do
+//! jobs whose deadlines made them urgent (`deadline.rs`), first in their class.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::ops::Bound::{Excluded, Unbounded};
+
+use crate::model::job::JobId;
+use crate::model::resources::{GpuMilli, KindUnits};
+use crate::model::time::Time;
+use crate::pass::snapshot::{GroupKey, PendingKey, Snapshot};
+use crate::policies::policy::Ordering;
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Head {
+    class: i32,
+    /// Orders groups before points (max-min fairness); 0 otherwise.
+    primary: i64,
+    points: i64,
+    submit_ms: Reverse<i64>,
+    id: Reverse<JobId>,
+    group: usize,
+    key: PendingKey,
+}
+
+/// Pending jobs, best first, with feedback when one starts.
+pub(crate) struct Candidates<'s> {
+    snap: &'s Snapshot,
+    groups: Vec<&'s GroupKey>,
+    /// Each group's pending jobs (looked up once: group keys compare as strings).
+    sets: Vec<&'s BTreeSet<PendingKey>>,
+    /// Dynamic points per group (fair share), milli-points.
+    group_points: Vec<i64>,
+    /// GPUs (thousandths) each group holds, for max-min fairness.
+    rates: Vec<GpuMilli>,
+    shares: Vec<f64>,
+    heap: BinaryHeap<Head>,
+    /// The group whose successor is pushed on the next call (after feedback).
+    deferred: Option<(usize, PendingKey)>,
+    max_min: bool,
+    /// Jobs promoted by the starvation guard, sorted.
+    promoted: Vec<JobId>,
+}
+
+/// The group of a promoted job's own heap entry: it has no successor.
+const PROMOTED: usize = usize::MAX;
+
+impl<'s> Candidates<'s> {
+    pub(crate) fn new(snap: &'s Snapshot, now: Time) -> Candidates<'s> {
+        let policy = snap.policy();
+        let (groups, sets): (Vec<&GroupKey>, Vec<&BTreeSet<PendingKey>>) = snap.pending.iter().unzip();
+        let max_min = policy.ordering == Ordering::MaxMinFair;
+        let mut group_points = vec![0; groups.len()];
+        if policy.ordering == Ordering::Multifactor && policy.weights.fair_share != 0.0 {
+            let factors = snap.ledger.factor_table(now, &policy.fair_share);
+            for (i, g) in groups.iter().enumerate() {
+                let f = factors.get(&g.user, g.kinds).unwrap_or(1.0);
+                group_points[i] = (f * policy.weights.fair_share * 1000.0) as i64;
+            }
+        }
+        let (mut rates, mut shares) = (vec![0; groups.len()], vec![1.0; groups.len()]);
+        if max_min {
+            let held: BTreeMap<_, KindUnits> = snap.ledger.rates().collect();
+            for (i, g) in groups.iter().enumerate() {
+                rates[i] = held.get(&g.user).map_or(0, |u| g.kinds.sum(u));
+                shares[i] = policy.fair_share.team_share(&g.user.0) * policy.fair_share.user_share(&g.user.1);
+            }
+        }
+        let mut c = Candidates {
+            snap,
+            groups,
+            sets,
+            group_points,
+            rates,
+            shares,
+            heap: BinaryHeap::new(),
+            deferred: None,
+            max_min,
+            promoted: Vec::new(),
+        };
+        c.promote(now);
+        for g in 0..c.groups.len() {
+            if let Some(first) = c.sets[g].first().copied() {
+                c.push(g, first);
+            }
+        }
+        c
+    }
+
+    /// Pushes every job promoted by `now` under its promoted points: its
+    /// age and fair share, no attained-service level.
+    fn promote(&mut self, now: Time) {
+        let snap = self.snap;
+        let policy = snap.policy();
+        // Jobs with deadlines that became urgent: first in their class, earliest deadline first.
+        for &(_, id) in snap.urgent.range(..=(now, JobId(u64::MAX))) {
+            let (Some((group, key)), Some(job)) = (snap.pending_entry(id), snap.job(id)) else { continue };
+            let (Ok(g), Some(deadline)) = (self.groups.binary_search(&group), job.spec.deadline) else { continue };
+            self.heap.push(Head {
+                class: key.class.0,
+                primary: crate::calendar::deadline::urgent_rank(deadline),
+                points: key.points.0.saturating_add(self.group_points[g]),
+                submit_ms: Reverse(key.submit_ms),
+                id: Reverse(id),
+                group: PROMOTED,
+                key: *key,
+            });
+            self.promoted.push(id);
+        }
+        self.promoted.sort_unstable();
+        let urgent = self.promoted.len();
+        for &(_, id) in snap.promotions.range(..=(now, JobId(u64::MAX))) {
+            if self.promoted[..urgent].binary_search(&id).is_ok() {
+                continue;
+            }
+            let (Some((group, key)), Some(job)) = (snap.pending_entry(id), snap.job(id)) else { continue };
+            let Ok(g) = self.groups.binary_search(&group) else { continue };
+            let points = policy.multifactor_points(job.spec.submit_time.as_millis(), 0);
+            if points <= key.points.0 {
+                continue;
+            }
+            let key = PendingKey { points: Reverse(points), ..*key };
+            self.heap.push(Head {
+                class: key.class.0,
+                primary: 0,
+                points: points.saturating_add(self.group_points[g]),
+                submit_ms: Reverse(key.submit_ms),
+                id: Reverse(id),
+                group: PROMOTED,
+                key,
+            });
+            self.promoted.push(id);
+        }
+        self.promoted.sort_unstable();
+    }
+
+    fn push(&mut self, group: usize, key: PendingKey) {
+        let primary = if self.max_min { -((self.rates[group] as f64 / self.shares[group]) as i64) } else { 0 };
+        self.heap.push(Head {
+            class: key.class.0,
+            primary,
+            points: key.points.0.saturating_add(self.group_points[group]),
+            submit_ms: Reverse(key.submit_ms),
+            id: Reverse(key.id),
+            group,
+            key,
+        });
+    }
+
+    /// Tells the order that a job of the last returned group started holding `units`.
+    pub(crate) fn started(&mut self, units: GpuMilli) {
+        if let Some((g, _)) = self.deferred
+            && g != PROMOTED
+        {
+            self.rates[g] += units;
+        }
+    }
+
+    /// The next job to look at.
+    pub(crate) fn next_job(&mut self) -> Option<PendingKey> {
+        loop {
+            if let Some((g, key)) = self.deferred.take()
+                && g != PROMOTED
+                && let Some(next) = self.sets[g].range((Excluded(key), Unbounded)).next().copied()
+            {
+                self.push(g, next);
+            }
+            let head = self.heap.pop()?;
+            self.deferred = Some((head.group, head.key));
+            // A promoted job comes once, under its promoted points.
+            if head.group == PROMOTED || self.promoted.binary_search(&head.key.id).is_err() {
+                return Some(head.key);
+            }
+        }
+    }
+}

@@ -1,0 +1,550 @@
+//! Choosing a minimal set of victims so that a blocked job fits.
+//!
+//! Invariants (checked by property tests):
+//! - a victim is preemptible and of a lower priority class, or of the same
+//!   class and worse on the policy's preemption key by the policy's margin, or (reclaim)
+//!   held by a queue above its guarantee while the preemptor's queue stays
+//!   within its own;
+//! - victims are chosen only if the job then fits: nothing is preempted in vain;
+//! - no victim can be dropped from the set and still let the job fit.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::model::job::{Job, JobId, Placement};
+use crate::model::node::NodeId;
+use crate::model::resources::GpuMilli;
+use crate::model::time::Time;
+use crate::pass::capacity::{Capacity, fit_on};
+use crate::pass::plan::PreemptWhy;
+use crate::pass::snapshot::{NodeFree, Snapshot};
+use crate::policies::policy::{Ordering, PreemptKey};
+use crate::policies::quota::QuotaState;
+
+/// A running job that could be preempted by someone.
+#[derive(Clone, Debug)]
+pub(crate) struct Candidate {
+    pub(crate) id: JobId,
+    pub(crate) class: i32,
+    pub(crate) key: PreemptKey,
+    /// Its queue: an id among [`Snapshot::running_queues`] (searches compare
+    /// queues millions of times).
+    pub(crate) qix: usize,
+    pub(crate) units: GpuMilli,
+    pub(crate) preemptible: bool,
+    /// Started less than `min_runtime` ago: exempt from within-class preemption.
+    pub(crate) young: bool,
+    /// How long its current run has lasted.
+    ran: std::time::Duration,
+}
+
+/// Candidates' order, most preemptible first: lowest class, worst key
+/// (highest rank, newest submission), then the job that would lose the least
+/// work, then the newest id. Ids are unique, so it is total. Packed into
+/// words compared in order, since a pass sorts every running job.
+type Rank = [u64; 5];
+
+impl Candidate {
+    fn rank(&self) -> Rank {
+        // Flipping the sign bit orders signed values as unsigned; `!` reverses.
+        let flip = |x: i64| (x as u64) ^ (1 << 63);
+        let ran = u64::try_from(self.ran.as_nanos()).unwrap_or(u64::MAX);
+        [flip(i64::from(self.class)), !flip(self.key.rank), !flip(self.key.submit_ms), ran, !self.id.0]
+    }
+}
+
+/// A node a replica could go on: (new victims, their GPU units, node), the victims, and the devices.
+type NodeChoice = ((usize, GpuMilli, u32), Vec<(usize, PreemptWhy)>, crate::pass::capacity::Fit);
+
+/// The running jobs that could be preempted.
+///
+/// A pool is built almost every pass of a busy cluster, and most passes
+/// only ask [`Search::possible`], which needs the most preemptible candidate
+/// per queue and the newest per rank. The per-node index a search walks is
+/// built on the first search. A search only needs the order per node, and
+/// sorting the few jobs of each node is cheaper than sorting them all.
+pub(crate) struct VictimPool {
+    pub(crate) list: Vec<Candidate>,
+    ranks: Vec<Rank>,
+    /// Each candidate's first node (`u32::MAX`: none), and the other nodes
+    /// of candidates on several.
+    homes: Vec<u32>,
+    spread: Vec<(u32, Box<[u32]>)>,
+    node_count: usize,
+    by_node: std::cell::OnceCell<ByNode>,
+    /// Per queue id: its most preemptible preemptible candidate, and the
+    /// same among those not young.
+    first: Vec<Option<u32>>,
+    first_old: Vec<Option<u32>>,
+    /// Per (class, rank) of preemptible candidates: the newest submission,
+    /// the easiest victim of that rank under multifactor preemption.
+    newest: BTreeMap<(i32, i64), i64>,
+    /// Per queue id: whether a candidate is in it.
+    queue_used: Vec<bool>,
+}
+
+/// Candidates per node, most preemptible first: node n's are
+/// `hosted[node_starts[n]..node_starts[n + 1]]` (indexes into the list).
+struct ByNode {
+    node_starts: Vec<u32>,
+    hosted: Vec<u32>,
+    /// The nodes hosting a candidate, ascending.
+    nodes: Vec<u32>,
+}
+
+/// Borrowed quota per queue id (see [`Candidate::qix`]), thousandths of a
+/// GPU; `NOT_BORROWING` for a queue within its guarantee or without candidates.
+type Borrowed = Vec<i64>;
+const NOT_BORROWING: i64 = i64::MIN;
+
+impl VictimPool {
+    pub(crate) fn new(snap: &Snapshot, now: Time) -> VictimPool {
+        let policy = snap.policy();
+        let node_count = snap.nodes.len();
+        // One walk over the entries; the loops after it read only these vectors.
+        let mut list: Vec<Candidate> = Vec::with_capacity(snap.running.len());
+        let mut ranks: Vec<Rank> = Vec::with_capacity(snap.running.len());
+        // Each candidate's first node (`u32::MAX`: none), and the entries with more.
+        let mut homes: Vec<u32> = Vec::with_capacity(snap.running.len());
+        let mut spread: Vec<(u32, Box<[u32]>)> = Vec::new();
+        for e in snap.running.values().filter(|e| !e.stopping) {
+            let ran = now.since(e.started);
+            let c = Candidate {
+                id: e.id,
+                class: e.class,
+                key: e.key.key(policy, now).unwrap_or(PreemptKey { rank: 0, submit_ms: 0 }),
+                qix: e.queue as usize,
+                units: e.units,
+                preemptible: e.preemptible,
+                young: ran < policy.preemption.min_runtime,
+                ran,
+            };
+            if !e.more_nodes.is_empty() {
+                spread.push((list.len() as u32, e.more_nodes.clone()));
+            }
+            homes.push(e.first_node.filter(|n| (*n as usize) < node_count).unwrap_or(u32::MAX));
+            ranks.push(c.rank());
+            list.push(c);
+        }
+        let queues = snap.running.queues.len();
+        let mut queue_used = vec![false; queues];
+        let mut first: Vec<Option<u32>> = vec![None; queues];
+        let mut first_old: Vec<Option<u32>> = vec![None; queues];
+        let mut newest: BTreeMap<(i32, i64), i64> = BTreeMap::new();
+        let lower = |best: &mut Option<u32>, i: usize| {
+            if best.is_none_or(|b| ranks[i] < ranks[b as usize]) {
+                *best = Some(i as u32);
+            }
+        };
+        for (i, c) in list.iter().enumerate() {
+            if let Some(u) = queue_used.get_mut(c.qix) {
+                *u = true;
+            }
+            if c.preemptible {
+                if let Some(f) = first.get_mut(c.qix) {
+                    lower(f, i);
+                }
+                if !c.young
+                    && let Some(f) = first_old.get_mut(c.qix)
+                {
+                    lower(f, i);
+                }
+            }
+            if c.preemptible && !c.young {
+                let e = newest.entry((c.class, c.key.rank)).or_insert(i64::MIN);
+                *e = (*e).max(c.key.submit_ms);
+            }
+        }
+        VictimPool {
+            list,
+            ranks,
+            homes,
+            spread,
+            node_count,
+            by_node: std::cell::OnceCell::new(),
+            first,
+            first_old,
+            newest,
+            queue_used,
+        }
+    }
+
+    /// The most preemptible candidate that is preemptible, not taken, not
+    /// young if `old`, and in a queue `in_queue` accepts.
+    fn most_preemptible(
+        &self,
+        taken: &BTreeSet<JobId>,
+        old: bool,
+        in_queue: impl Fn(usize) -> bool,
+    ) -> Option<&Candidate> {
+        let best = if taken.is_empty() {
+            // The per-queue minima answer directly.
+            let firsts = if old { &self.first_old } else { &self.first };
+            firsts
+                .iter()
+                .enumerate()
+                .filter(|(q, _)| in_queue(*q))
+                .filter_map(|(_, f)| *f)
+                .min_by_key(|i| &self.ranks[*i as usize])
+        } else {
+            (0..self.list.len() as u32)
+                .filter(|i| {
+                    let c = &self.list[*i as usize];
+                    c.preemptible && !(old && c.young) && !taken.contains(&c.id) && in_queue(c.qix)
+                })
+                .min_by_key(|i| &self.ranks[*i as usize])
+        };
+        best.map(|i| &self.list[i as usize])
+    }
+
+    /// A queue's id (`None`: no candidate is in it).
+    pub(crate) fn queue_ix(&self, snap: &Snapshot, q: &str) -> Option<usize> {
+        let i = snap.running.queues.id_of(q)? as usize;
+        self.queue_used.get(i).copied().unwrap_or(false).then_some(i)
+    }
+
+    fn by_node(&self) -> &ByNode {
+        self.by_node.get_or_init(|| {
+            let node_count = self.node_count;
+            let firsts = self.homes.iter().enumerate().filter(|(_, n)| **n != u32::MAX).map(|(i, n)| (i as u32, *n));
+            let more = self
+                .spread
+                .iter()
+                .flat_map(|(i, more)| more.iter().filter(|n| (**n as usize) < node_count).map(move |n| (*i, *n)));
+            let on_nodes = firsts.chain(more);
+            // Counts, offsets, the entries, then a sort per node.
+            let mut node_starts = vec![0u32; node_count + 1];
+            for (_, n) in on_nodes.clone() {
+                node_starts[n as usize + 1] += 1;
+            }
+            let nodes: Vec<u32> = (0..node_count as u32).filter(|n| node_starts[*n as usize + 1] > 0).collect();
+            for n in 0..node_count {
+                node_starts[n + 1] += node_starts[n];
+            }
+            let mut hosted = vec![0u32; node_starts[node_count] as usize];
+            let mut next: Vec<u32> = node_starts[..node_count].to_vec();
+            for (i, n) in on_nodes {
+                hosted[next[n as usize] as usize] = i;
+                next[n as usize] += 1;
+            }
+            for &n in &nodes {
+                let (a, b) = (node_starts[n as usize] as usize, node_starts[n as usize + 1] as usize);
+                hosted[a..b].sort_unstable_by(|x, y| self.ranks[*x as usize].cmp(&self.ranks[*y as usize]));
+            }
+            ByNode { node_starts, hosted, nodes }
+        })
+    }
+
+    /// The nodes hosting a candidate, ascending.
+    fn nodes(&self) -> &[u32] {
+        &self.by_node().nodes
+    }
+
+    /// The candidates on node `n`, as indexes into `list`.
+    fn hosted(&self, n: u32) -> &[u32] {
+        let b = self.by_node();
+        let n = n as usize;
+        match (b.node_starts.get(n), b.node_starts.get(n + 1)) {
+            (Some(&a), Some(&e)) => &b.hosted[a as usize..e as usize],
+            _ => &[],
+        }
+    }
+}
+
+/// Everything a victim search reads.
+pub(crate) struct Search<'a, 's> {
+    pub(crate) cap: &'a Capacity<'s>,
+    pub(crate) pool: &'a VictimPool,
+    pub(crate) quota: &'a QuotaState,
+    pub(crate) job: &'a Job,
+    /// The preemptor's key and quota units.
+    pub(crate) key: Option<PreemptKey>,
+    pub(crate) units: GpuMilli,
+    pub(crate) ends: Time,
+    pub(crate) taken: &'a BTreeSet<JobId>,
+    /// Jobs already stopping for this job: counted as gone.
+    pub(crate) prereleased: &'a [JobId],
+    /// The preemptor's queue id ([`VictimPool::queue_ix`]).
+    pub(crate) job_q: Option<usize>,
+}
+
+/// A working view of free resources with some jobs' resources given back.
+struct Trial<'a, 's> {
+    cap: &'a Capacity<'s>,
+    ends: Time,
+    over: BTreeMap<u32, NodeFree>,
+}
+
+impl<'a, 's> Trial<'a, 's> {
+    /// What the job may use on node `n`: free, or given back by a victim.
+    fn get(&self, n: u32) -> NodeFree {
+        self.over.get(&n).cloned().unwrap_or_else(|| {
+            let mut f = self.cap.usable(n, self.ends);
+            self.cap.releasing.overlay(n, &mut f);
+            f.exclude(self.cap.snap.nodes[n as usize].out_of_service());
+            f
+        })
+    }
+
+    fn release(&mut self, snap: &Snapshot, id: JobId) {
+        let Some(r) = snap.job(id).and_then(Job::running) else {
+            return;
+        };
+        for p in &r.placement {
+            let mut f = self.get(p.node.0);
+            f.release(p);
+            f.exclude(snap.nodes[p.node.0 as usize].out_of_service());
+            self.over.insert(p.node.0, f);
+        }
+    }
+}
+
+impl Search<'_, '_> {
+    fn snap(&self) -> &Snapshot {
+        self.cap.snap
+    }
+
+    /// Why `v` may be preempted for this job, if it may.
+    fn allowed(&self, v: &Candidate, borrowed_left: &[i64]) -> Option<PreemptWhy> {
+        let policy = self.snap().policy();
+        let j = &self.job.spec;
+        if self.taken.contains(&v.id) || v.id == self.job.id {
+            return None;
+        }
+        // Another queue's guarantee is not overridden by priority: across
+        // queues only borrowed capacity can be taken (Kueue's rule). Without
+        // this, priority and reclaim can each undo the other forever.
+        let borrowed = || borrowed_left.get(v.qix).is_some_and(|left| *left >= v.units as i64);
+        let same_queue = Some(v.qix) == self.job_q;
+        let same_queue_or_borrowed = same_queue || borrowed();
+        if v.preemptible && policy.preemption.by_priority && v.class < j.priority && same_queue_or_borrowed {
+            return Some(PreemptWhy::HigherPriority);
+        }
+        if v.preemptible
+            && same_queue_or_borrowed
+            && !v.young
+            && policy.preemption.within_class
+            && v.class == j.priority
+            && let Some(k) = self.key
+            && policy.outranks(k, v.key)
+        {
+            return Some(match policy.ordering {
+                Ordering::ShortestRemaining => PreemptWhy::LongerRemaining,
+                _ => PreemptWhy::MoreService,
+            });
+        }
+        if !same_queue && borrowed() && self.may_reclaim() {
+            let queue = self.snap().running.queues.get(v.qix as u32).cloned().unwrap_or_else(|| Arc::from(""));
+            return Some(PreemptWhy::Reclaim { queue });
+        }
+        None
+    }
+
+    /// Whether this job may reclaim at all: its queue stays within its guarantee.
+    fn may_reclaim(&self) -> bool {
+        self.snap().policy().preemption.reclaim
+            && self.quota.within_guarantee(&self.snap().queues, &self.job.spec.queue, self.units)
+    }
+
+    /// Cheap test: could any running job be a victim for this job?
+    pub(crate) fn possible(&self) -> bool {
+        if !self.prereleased.is_empty() {
+            return true;
+        }
+        // The most preemptible candidate decides for priority and within-class preemption.
+        let borrowed = self.borrowed();
+        // The priority class is monotone along the list; only candidates the
+        // queue rule lets us take count.
+        let in_queue = |q: usize| Some(q) == self.job_q || borrowed.get(q).is_some_and(|o| *o > 0);
+        let by_priority = self.pool.most_preemptible(self.taken, false, in_queue);
+        if by_priority.is_some_and(|c| self.allowed(c, &borrowed).is_some()) {
+            return true;
+        }
+        // Within a class, only a single-part key is monotone along the list.
+        let policy = self.snap().policy();
+        if policy.preemption.within_class && self.key.is_some() {
+            let found = match (policy.ordering, self.key) {
+                // A newer victim of a rank is easier to preempt than an older
+                // one, so the newest of each rank decides (conservatively: it
+                // may already be taken; the search then finds out).
+                (Ordering::Multifactor, Some(k)) => self
+                    .pool
+                    .newest
+                    .range((self.job.spec.priority, i64::MIN)..=(self.job.spec.priority, i64::MAX))
+                    .any(|(&(_, rank), &submit_ms)| policy.outranks(k, PreemptKey { rank, submit_ms })),
+                _ => {
+                    let within = self.pool.most_preemptible(self.taken, true, in_queue);
+                    within.is_some_and(|c| self.allowed(c, &borrowed).is_some())
+                }
+            };
+            if found {
+                return true;
+            }
+        }
+        self.may_reclaim() && borrowed.iter().enumerate().any(|(i, o)| *o > 0 && Some(i) != self.job_q)
+    }
+
+    /// Borrowed quota per queue (usage above guarantee) that preemption from
+    /// other queues may take, thousandths of a GPU: judged on usage before
+    /// this pass (jobs started in the pass are not taken in the same pass),
+    /// less victims already taken.
+    fn borrowed(&self) -> Borrowed {
+        let snap = self.snap();
+        let mut over: Borrowed = (0..snap.running.queues.len())
+            .map(|i| match snap.running.queues.get(i as u32) {
+                Some(q) if self.pool.queue_used[i] => {
+                    let used = snap.queue_usage.get(q).copied().unwrap_or(0) as i64;
+                    used - snap.queues.get(q).map_or(0, |c| c.guarantee) as i64
+                }
+                _ => 0,
+            })
+            .collect();
+        for id in self.taken {
+            if let Some(e) = snap.running.get(id)
+                && let Some(o) = over.get_mut(e.queue as usize)
+                && self.pool.queue_used[e.queue as usize]
+            {
+                *o -= e.units as i64;
+            }
+        }
+        for o in &mut over {
+            if *o <= 0 {
+                *o = NOT_BORROWING;
+            }
+        }
+        over
+    }
+
+    /// A minimal victim set and the placement it makes possible.
+    pub(crate) fn run(&self) -> Option<(Vec<(JobId, PreemptWhy)>, Placement)> {
+        let mut borrowed = self.borrowed();
+        let mut chosen: Vec<(usize, PreemptWhy)> = Vec::new();
+        let mut placement = self.place_all(&mut chosen, &mut borrowed, true)?;
+        // Minimality: drop every victim the job can do without.
+        let mut i = chosen.len();
+        while i > 0 {
+            i -= 1;
+            let mut without = chosen.clone();
+            without.remove(i);
+            let mut fixed = without.clone();
+            if let Some(p) = self.place_all(&mut fixed, &mut Vec::new(), false) {
+                chosen = without;
+                placement = p;
+            }
+        }
+        Some((chosen.into_iter().map(|(i, why)| (self.pool.list[i].id, why)).collect(), placement))
+    }
+
+    /// A placement on free devices and devices that victims give back, with
+    /// no new victim: for a job that may not preempt, or finds nobody to.
+    pub(crate) fn releasing_only(&self) -> Option<Placement> {
+        if self.cap.releasing.is_empty() {
+            return None;
+        }
+        self.place_all(&mut Vec::new(), &mut Vec::new(), false)
+    }
+
+    /// Places every replica, adding victims node by node when `grow`.
+    fn place_all(
+        &self,
+        chosen: &mut Vec<(usize, PreemptWhy)>,
+        borrowed: &mut Borrowed,
+        grow: bool,
+    ) -> Option<Placement> {
+        let snap = self.snap();
+        // The jobs already stopping for this one are in `cap.releasing`.
+        let mut trial = Trial { cap: self.cap, ends: self.ends, over: BTreeMap::new() };
+        for &(i, _) in chosen.iter() {
+            trial.release(snap, self.pool.list[i].id);
+        }
+        let job = self.job;
+        // A single replica did not fit anywhere as things are, so only nodes
+        // where something can be given back are worth a look; a gang may put
+        // some replicas on free nodes and needs them all.
+        let nodes: Vec<u32> = if job.spec.replicas == 1 {
+            let mut n: BTreeSet<u32> = self.cap.releasing.nodes().collect();
+            n.extend(trial.over.keys().copied());
+            if grow {
+                n.extend(self.pool.nodes().iter().copied());
+            }
+            n.into_iter().collect()
+        } else {
+            (0..snap.nodes.len() as u32).collect()
+        };
+        let mut placement = Vec::with_capacity(job.spec.replicas as usize);
+        for _ in 0..job.spec.replicas {
+            // (new victims, their GPU units, node) → fewest victims, least GPU work lost, lowest node.
+            let mut best: Option<NodeChoice> = None;
+            for &n in &nodes {
+                // Power budgets are left to the start: the victims give back their watts too.
+                if !self.cap.eligible_ignoring_power(n, job) {
+                    continue;
+                }
+                let e = &snap.nodes[n as usize];
+                let mut nf = trial.get(n);
+                if let Some(fit) = fit_on(snap, e, &nf, job) {
+                    let cost = (0, 0, n);
+                    if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                        best = Some((cost, Vec::new(), fit));
+                    }
+                    continue;
+                }
+                if !grow {
+                    continue;
+                }
+                let hosted = self.pool.hosted(n);
+                let mut added: Vec<(usize, PreemptWhy)> = Vec::new();
+                // Copied only if a victim from another queue uses up some of its borrowed quota.
+                let mut left: Option<Borrowed> = None;
+                for &vi in hosted {
+                    let vi = vi as usize;
+                    if chosen.iter().any(|(c, _)| *c == vi) {
+                        continue;
+                    }
+                    let v = &self.pool.list[vi];
+                    let Some(why) = self.allowed(v, left.as_ref().unwrap_or(borrowed)) else {
+                        continue;
+                    };
+                    if Some(v.qix) != self.job_q
+                        && let Some(l) = left.get_or_insert_with(|| borrowed.clone()).get_mut(v.qix)
+                    {
+                        *l = l.saturating_sub(v.units as i64);
+                    }
+                    if let Some(r) = snap.job(v.id).and_then(Job::running) {
+                        for p in r.placement.iter().filter(|p| p.node.0 == n) {
+                            nf.release(p);
+                        }
+                        nf.exclude(e.out_of_service());
+                    }
+                    added.push((vi, why));
+                    if let Some(fit) = fit_on(snap, e, &nf, job) {
+                        let units = added.iter().map(|(i, _)| self.pool.list[*i].units).sum();
+                        let cost = (added.len(), units, n);
+                        if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                            best = Some((cost, added, fit));
+                        }
+                        break;
+                    }
+                }
+            }
+            let ((_, _, n), added, fit) = best?;
+            for (vi, why) in added {
+                // Any victim of another queue comes out of that queue's borrowed quota.
+                let v = &self.pool.list[vi];
+                if Some(v.qix) != self.job_q
+                    && let Some(l) = borrowed.get_mut(v.qix)
+                {
+                    *l = l.saturating_sub(v.units as i64);
+                }
+                trial.release(snap, self.pool.list[vi].id);
+                chosen.push((vi, why));
+            }
+            let r = fit.replica(NodeId(n), &job.spec.replica);
+            let mut f = trial.get(n);
+            f.take(&r);
+            trial.over.insert(n, f);
+            placement.push(r);
+        }
+        Some(placement)
+    }
+}

@@ -1,0 +1,305 @@
+//! The running jobs as a pass reads them: one compact entry per job.
+//!
+//! Every pass that may preempt ranks all running jobs (see
+//! [`crate::pass::preempt::VictimPool`]). Reading them through the job table
+//! costs a few cache misses per job, which at a few hundred running jobs and
+//! one pass per event was most of a trace replay's time. The entries here hold
+//! just what ranking needs, side by side, and the snapshot keeps them current
+//! as jobs start, are asked to stop, and stop.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::model::job::{Job, JobId, Placement, Service};
+use crate::model::resources::GpuMilli;
+use crate::model::time::Time;
+use crate::pass::intern::Interner;
+use crate::policies::policy::{Ordering, Policy, PreemptKey};
+
+/// What a job's preemption key depends on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyInputs {
+    pub(crate) submit: Time,
+    pub(crate) service: Service,
+    pub(crate) planned: Option<Duration>,
+    /// The current run: when it started and the GPU share it holds.
+    pub(crate) run: Option<(Time, GpuMilli)>,
+}
+
+impl KeyInputs {
+    pub(crate) fn of(job: &Job) -> KeyInputs {
+        KeyInputs {
+            submit: job.spec.submit_time,
+            service: job.service,
+            planned: job.spec.planned_runtime(),
+            run: job.running().map(|r| (r.started, r.gpu_milli)),
+        }
+    }
+
+    /// Same as [`Job::runtime`].
+    fn runtime(&self, now: Time) -> Duration {
+        self.service.prior_runtime + self.run.map_or(Duration::ZERO, |(started, _)| now.since(started))
+    }
+
+    /// Same as [`Job::attained_gpu_milli_secs`].
+    fn attained_gpu_milli_secs(&self, now: Time) -> u64 {
+        let current = self.run.map_or(0, |(started, milli)| milli.saturating_mul(now.since(started).as_secs()));
+        self.service.prior_gpu_milli_secs.saturating_add(current)
+    }
+
+    /// Until when the run a starvation-guard promotion started keeps level 0
+    /// (while the job's run time stays below the guard's limit); `None`: it
+    /// is not such a run.
+    fn promoted_until(&self, policy: &Policy) -> Option<Time> {
+        let (started, _) = self.run?;
+        let guard = policy.starvation_guard.as_ref()?;
+        let at = policy.promotion_time_at(self.submit, &self.service)?;
+        (at <= started).then(|| started.plus(guard.max_runtime.saturating_sub(self.service.prior_runtime)))
+    }
+
+    /// The key a policy compares within one priority class (see [`PreemptKey`]).
+    pub(crate) fn key(&self, policy: &Policy, now: Time) -> Option<PreemptKey> {
+        let level = || i64::from(policy.service_level(self.attained_gpu_milli_secs(now) / 1000));
+        match policy.ordering {
+            Ordering::AttainedService => Some(PreemptKey { rank: level(), submit_ms: 0 }),
+            Ordering::Multifactor => {
+                let promoted = self.promoted_until(policy).is_some_and(|until| now < until);
+                let rank = if promoted { 0 } else { level() };
+                Some(PreemptKey { rank, submit_ms: self.submit.as_millis() })
+            }
+            Ordering::ShortestRemaining => Some(PreemptKey {
+                rank: self
+                    .planned
+                    .map(|p| p.saturating_sub(self.runtime(now)))
+                    .map_or(i64::MAX, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                submit_ms: 0,
+            }),
+            Ordering::Fifo | Ordering::ShortestFirst | Ordering::MaxMinFair => None,
+        }
+    }
+}
+
+/// A running job, as ranking victims reads it.
+#[derive(Clone, Debug)]
+pub(crate) struct RunEntry {
+    pub(crate) id: JobId,
+    pub(crate) class: i32,
+    /// Its queue, interned among the running jobs' queues.
+    pub(crate) queue: u32,
+    pub(crate) preemptible: bool,
+    /// A stop was requested: it is no longer anyone's victim.
+    pub(crate) stopping: bool,
+    pub(crate) started: Time,
+    pub(crate) units: GpuMilli,
+    pub(crate) key: KeyInputs,
+    /// The nodes of its replicas in placement order, a node repeated by the
+    /// next replica listed once: the first here, the others in `more_nodes`.
+    pub(crate) first_node: Option<u32>,
+    pub(crate) more_nodes: Box<[u32]>,
+    /// What it holds (read by backfill reservations).
+    pub(crate) placement: Placement,
+    pub(crate) grace: Duration,
+    pub(crate) anti_affinity: bool,
+    /// Its planned run time is a learned estimate (not a given one or a limit).
+    learned: bool,
+    /// When its time limit stops it, if it has one.
+    limit_end: Option<Time>,
+}
+
+impl RunEntry {
+    /// The entry of a job that has just started (`None` if it is not running).
+    pub(crate) fn of(job: &Job, queue: u32) -> Option<RunEntry> {
+        let r = job.running()?;
+        let mut nodes: Vec<u32> = r.placement.iter().map(|p| p.node.0).collect();
+        nodes.dedup();
+        let (first_node, more) = match nodes.split_first() {
+            Some((first, more)) => (Some(*first), more),
+            None => (None, &[][..]),
+        };
+        Some(RunEntry {
+            id: job.id,
+            class: job.spec.priority,
+            queue,
+            preemptible: job.spec.preemptible,
+            stopping: r.stopping.is_some(),
+            started: r.started,
+            units: r.gpu_milli,
+            key: KeyInputs::of(job),
+            first_node,
+            more_nodes: more.into(),
+            placement: r.placement.clone(),
+            grace: job.spec.grace,
+            anti_affinity: !job.spec.anti_affinity.is_empty(),
+            learned: job.spec.estimate_learned
+                && job.spec.estimate.is_some_and(|e| job.spec.time_limit.is_none_or(|l| e < l)),
+            limit_end: job.spec.time_limit.map(|l| r.started.plus(l.saturating_sub(job.service.prior_runtime))),
+        })
+    }
+
+    /// When it is expected to release its resources, seen at `now`: its
+    /// planned end while that is ahead. A given estimate or a limit that ran
+    /// out means any moment (`now`). A learned estimate that ran out means
+    /// the run goes on as long again as it has lasted (at most to its time
+    /// limit): run times are heavy-tailed, so a job that outlived the
+    /// median of its kind is likely to run on. Backfilling on "any moment"
+    /// would keep a reservation at `now` and let nothing use those devices
+    /// until the job ends; Tsafrir, Etsion and Feitelson (2007) extend
+    /// predictions that fail the same way.
+    pub(crate) fn expected_end(&self, now: Time) -> Time {
+        let end = self.planned_end();
+        if end > now || !self.learned {
+            return end.max(now);
+        }
+        let again = now.plus(now.since(self.started));
+        self.limit_end.map_or(again, |l| again.min(l.max(now)))
+    }
+
+    /// When it is planned to end: start + planned run time left; [`Time::NEVER`] without an estimate or limit.
+    pub(crate) fn planned_end(&self) -> Time {
+        match self.key.planned {
+            Some(p) => self.started.plus(p.saturating_sub(self.key.service.prior_runtime)),
+            None => Time::NEVER,
+        }
+    }
+
+    /// Whether it releases its resources at a known time.
+    fn known_end(&self) -> bool {
+        self.stopping || self.key.planned.is_some()
+    }
+}
+
+/// The running jobs' entries and the counts a pass checks before walking them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RunningJobs {
+    entries: BTreeMap<JobId, RunEntry>,
+    /// The running jobs' queues, interned for [`RunEntry::queue`].
+    pub(crate) queues: Interner<Arc<str>>,
+    /// How many have anti-affinity terms.
+    pub(crate) with_anti_affinity: usize,
+    /// How many release their resources at a known time: stopping, or with a planned end.
+    pub(crate) with_known_end: usize,
+}
+
+impl RunningJobs {
+    /// Records a job that has just started.
+    pub(crate) fn insert(&mut self, job: &Job) {
+        let queue = self.queues.acquire(job.spec.queue.clone());
+        let Some(e) = RunEntry::of(job, queue) else {
+            self.queues.release(queue);
+            return;
+        };
+        self.with_anti_affinity += usize::from(!job.spec.anti_affinity.is_empty());
+        self.with_known_end += usize::from(e.known_end());
+        if let Some(old) = self.entries.insert(job.id, e) {
+            self.forget(&old);
+        }
+    }
+
+    /// A stop was requested.
+    pub(crate) fn mark_stopping(&mut self, id: JobId) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            let before = e.known_end();
+            e.stopping = true;
+            self.with_known_end += usize::from(!before);
+        }
+    }
+
+    pub(crate) fn remove(&mut self, id: JobId) {
+        if let Some(e) = self.entries.remove(&id) {
+            self.forget(&e);
+        }
+    }
+
+    fn forget(&mut self, e: &RunEntry) {
+        self.queues.release(e.queue);
+        self.with_anti_affinity = self.with_anti_affinity.saturating_sub(usize::from(e.anti_affinity));
+        self.with_known_end = self.with_known_end.saturating_sub(usize::from(e.known_end()));
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn get(&self, id: &JobId) -> Option<&RunEntry> {
+        self.entries.get(id)
+    }
+
+    pub(crate) fn ids(&self) -> impl Iterator<Item = &JobId> {
+        self.entries.keys()
+    }
+
+    /// In job id order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &RunEntry> {
+        self.entries.values()
+    }
+}
+
+/// The key a policy compares within one priority class (see [`PreemptKey`]).
+pub(crate) fn preemption_key(policy: &Policy, job: &Job, now: Time) -> Option<PreemptKey> {
+    KeyInputs::of(job).key(policy, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::model::job::{JobSpec, JobState, ReplicaPlacement, Running};
+    use crate::model::node::NodeId;
+
+    fn running(id: u64, queue: &str, nodes: &[u32], planned: Option<u64>, anti: bool) -> Job {
+        let mut spec = JobSpec::new("u", Time::from_secs(id as i64));
+        spec.queue = Arc::from(queue);
+        spec.estimate = planned.map(Duration::from_secs);
+        if anti {
+            spec.anti_affinity = vec![BTreeMap::from([("app".to_string(), "x".to_string())])];
+        }
+        let placement = nodes
+            .iter()
+            .map(|n| ReplicaPlacement { node: NodeId(*n), gpus: 1, mig: 0, cpus_milli: 0, memory_mb: 0, share: None })
+            .collect();
+        Job {
+            id: JobId(id),
+            spec: Arc::new(spec),
+            state: JobState::Running(Running {
+                placement,
+                started: Time::from_secs(100),
+                gpu_milli: 1000,
+                by_kind: crate::model::resources::KindUnits([1000, 0, 0]),
+                stopping: None,
+            }),
+            service: Service::default(),
+            not_before: Time::MIN,
+        }
+    }
+
+    #[test]
+    fn counts_and_queues_follow_starts_stop_requests_and_stops() {
+        let mut r = RunningJobs::default();
+        r.insert(&running(1, "a", &[0], None, false));
+        r.insert(&running(2, "a", &[3, 3, 5, 3], Some(60), true));
+        r.insert(&running(3, "b", &[1], None, true));
+        assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end), (3, 2, 1));
+        let e = r.get(&JobId(2)).expect("entry");
+        // Consecutive replicas on one node list it once.
+        assert_eq!((e.first_node, &*e.more_nodes), (Some(3), &[5, 3][..]));
+        assert_eq!(e.planned_end(), Time::from_secs(160));
+        let (a, b) = (r.queues.id_of("a"), r.queues.id_of("b"));
+        assert!(a.is_some() && b.is_some() && a != b);
+        // A stop request makes the end known once, however often it comes.
+        r.mark_stopping(JobId(1));
+        r.mark_stopping(JobId(1));
+        r.mark_stopping(JobId(2));
+        assert_eq!(r.with_known_end, 2);
+        r.remove(JobId(3));
+        assert_eq!((r.with_anti_affinity, r.queues.id_of("b")), (1, None));
+        r.remove(JobId(1));
+        assert_eq!(r.queues.id_of("a"), a, "job 2 still holds queue a");
+        r.remove(JobId(2));
+        r.remove(JobId(2));
+        assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end, r.queues.id_of("a")), (0, 0, 0, None));
+    }
+}

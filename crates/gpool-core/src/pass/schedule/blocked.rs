@@ -1,0 +1,184 @@
+//! What a pass does for a job that does not fit now: look for a minimal set
+//! of victims to preempt for it (`try_preempt`, per label value for a gang
+//! kept on one slice), and, for the first blocked job under EASY backfill,
+//! reserve the earliest place it could start as running jobs end
+//! (`make_reservation`).
+
+use std::collections::BTreeSet;
+
+use super::Pass;
+use crate::model::job::{Job, JobId, Placement};
+use crate::model::resources::DeviceKind;
+use crate::model::time::Time;
+use crate::pass::backfill::{Release, reserve};
+use crate::pass::capacity::placement_units;
+use crate::pass::order::Candidates;
+use crate::pass::plan::{PendingReason, Preempt, PreemptWhy, Reservation, Start};
+use crate::pass::preempt::{Search, VictimPool};
+use crate::pass::running::preemption_key;
+use crate::policies::quota::QuotaBlock;
+
+impl<'s> Pass<'s> {
+    /// Looks for victims; on success records the preemptions and the job's claim.
+    pub(super) fn try_preempt(&mut self, job: &'s Job, ends: Time, candidates: &mut Candidates<'_>) -> bool {
+        let prereleased: Vec<JobId> = self.nominations.get(&job.id).cloned().unwrap_or_default();
+        if !self.policy.preemption.any() && prereleased.is_empty() {
+            return false;
+        }
+        let mut found = self.find_victims(job, ends, &prereleased);
+        // Preempting others must not take the queue over a per-kind maximum
+        // either: an any-GPU job whose victims are on a kind at its maximum
+        // looks again on each other kind it may use, as a start does.
+        let full = found.as_ref().and_then(|(_, placement)| {
+            match self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &self.snap.units_by_kind(placement)) {
+                Ok(()) => None,
+                Err(QuotaBlock::KindAtMax { kind, .. }) => Some(Some(kind)),
+                Err(_) => Some(None),
+            }
+        });
+        if let Some(full) = full {
+            found = None;
+            if let Some(full) = full
+                && job.spec.replica.gpu_kind.is_none()
+            {
+                for kind in DeviceKind::ALL.into_iter().filter(|k| *k != full && job.spec.kind_allows(*k)) {
+                    let mut spec = (*job.spec).clone();
+                    spec.replica.gpu_kind = Some(kind);
+                    let on_kind = Job { spec: std::sync::Arc::new(spec), ..job.clone() };
+                    let Some((victims, placement)) = self.find_victims(&on_kind, ends, &prereleased) else { continue };
+                    let by_kind = self.snap.units_by_kind(&placement);
+                    if self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind).is_ok() {
+                        found = Some((victims, placement));
+                        break;
+                    }
+                }
+            }
+        }
+        let Some((victims, placement)) = found else { return false };
+        let by_kind = self.snap.units_by_kind(&placement);
+        if victims.is_empty() && self.cap.fits_free(&placement) {
+            // Fits as is (only reachable when the index and the search disagree): start it.
+            for r in &placement {
+                self.cap.commit(r, job.id);
+            }
+            let units = placement_units(self.snap, &placement);
+            self.quota.add(&self.snap.queues, &job.spec.queue, units);
+            self.quota.add_kinds(&job.spec.queue, &by_kind);
+            candidates.started(units);
+            self.plan.starts.push(Start { job: job.id, placement, backfilled: self.first_blocked.is_some() });
+            self.started_ends.push(ends);
+            return true;
+        }
+        // Victims keep their quota until they have stopped: releasing it now
+        // would let their queue start more work in this pass and overshoot.
+        let mut waits_for: BTreeSet<JobId> = prereleased.iter().copied().collect();
+        for (v, why) in victims {
+            self.taken.insert(v);
+            if let Some(e) = self.snap.running.get(&v) {
+                self.cap.releasing.add(v, &e.placement);
+            }
+            waits_for.insert(v);
+            self.plan.preemptions.push(Preempt { victim: v, for_job: job.id, why });
+        }
+        // The claim takes the victims' devices it uses; the rest of them stay
+        // releasing, for the next job of this pass.
+        for r in &placement {
+            waits_for.extend(self.cap.claim(r, job.id).into_iter().map(|(from, _)| from));
+        }
+        self.quota.add(&self.snap.queues, &job.spec.queue, placement_units(self.snap, &placement));
+        self.quota.add_kinds(&job.spec.queue, &by_kind);
+        self.plan.nominated.push((job.id, placement));
+        let victims = (waits_for.len() as u32).max(1);
+        self.plan.wait(job.id, PendingReason::WaitingForPreemption { victims });
+        true
+    }
+
+    /// A minimal set of victims for `job` and the placement they make
+    /// possible (none needed when victims already stopping or their
+    /// leftovers do). A gang that must stay on one value of a label (a TPU
+    /// slice) is searched one value at a time, lowest first, as it is placed.
+    fn find_victims(
+        &mut self,
+        job: &Job,
+        ends: Time,
+        prereleased: &[JobId],
+    ) -> Option<(Vec<(JobId, PreemptWhy)>, Placement)> {
+        // Without a key, nothing is preempted within the class.
+        let key = preemption_key(self.policy, job, self.now).filter(|_| self.within_class_acts);
+        let units = job.spec.gpu_units();
+        let values: Vec<Option<(std::sync::Arc<str>, String)>> = match &job.spec.same_label {
+            None => vec![None],
+            Some(label) => self.cap.label_values(job, label).into_iter().map(|v| Some((label.clone(), v))).collect(),
+        };
+        let mut found = None;
+        for only in values {
+            self.cap.restrict_to(only);
+            let pool = self.pool.get_or_insert_with(|| VictimPool::new(self.snap, self.now));
+            let search = Search {
+                cap: &self.cap,
+                pool,
+                quota: &self.quota,
+                job,
+                key,
+                units,
+                ends,
+                taken: &self.taken,
+                prereleased,
+                job_q: pool.queue_ix(self.snap, &job.spec.queue),
+            };
+            found = if search.possible() {
+                self.plan.stats.preemption_searches += 1;
+                search.run()
+            } else {
+                // Nobody to preempt, but a victim's leftover devices may do.
+                search.releasing_only().map(|p| (Vec::new(), p))
+            };
+            if found.is_some() {
+                break;
+            }
+        }
+        self.cap.restrict_to(None);
+        found
+    }
+
+    /// An EASY reservation for a blocked job, when none is held yet: the
+    /// earliest time and the nodes it could start on as running jobs end;
+    /// jobs behind it may use what it holds only if they end by then.
+    pub(super) fn make_reservation(&mut self, job: &Job) {
+        // Before `open_reservation_after`, only a reservation at a known time
+        // is kept, so jobs without a planned end are not worth releasing.
+        let open = self.now.since(job.spec.submit_time) >= self.policy.open_reservation_after;
+        let mut releases: Vec<Release<'_>> = Vec::new();
+        // Without an open reservation only known ends count, and often no running job has one.
+        if open || self.snap.running.with_known_end > 0 || !self.taken.is_empty() {
+            for e in self.snap.running.values() {
+                let at = if e.stopping || self.taken.contains(&e.id) {
+                    self.now.plus(e.grace)
+                } else {
+                    e.expected_end(self.now)
+                };
+                if open || at != Time::NEVER {
+                    releases.push(Release { at, placement: &e.placement });
+                }
+            }
+        }
+        for (s, at) in self.plan.starts.iter().zip(&self.started_ends) {
+            if open || *at != Time::NEVER {
+                releases.push(Release { at: *at, placement: &s.placement });
+            }
+        }
+        if releases.is_empty() {
+            return;
+        }
+        if let Some((at, placement)) = reserve(&self.cap, job, releases) {
+            if at == Time::NEVER && !open {
+                return;
+            }
+            let mut nodes: Vec<_> = placement.iter().map(|r| r.node).collect();
+            nodes.dedup();
+            self.cap.set_reservation(&placement, at);
+            self.plan.reservation = Some(Reservation { job: job.id, at, nodes });
+            self.reservation = Some((job.id, at));
+        }
+    }
+}
