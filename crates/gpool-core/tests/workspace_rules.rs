@@ -295,6 +295,50 @@ fn files_stay_readable_in_size() {
     assert!(big.is_empty(), "{}", big.join("\n"));
 }
 
+/// `impl Controller` blocks in the controller's sources (tests left out), per file.
+fn controller_extensions(dir: &Path) -> BTreeMap<String, usize> {
+    let mut files = Vec::new();
+    rs_files(dir, &mut files);
+    let mut found = BTreeMap::new();
+    for f in files.iter().filter(|f| !f.components().any(|c| c.as_os_str() == "tests")) {
+        let text = strip(&std::fs::read_to_string(f).unwrap_or_default());
+        let n = text.matches("impl Controller").count() + text.matches("impl super::Controller").count();
+        if n > 0 {
+            let rel = f.strip_prefix(dir).unwrap_or(f).display().to_string();
+            found.insert(rel, n);
+        }
+    }
+    found
+}
+
+/// Issue 37: the controller's state is in parts its rooms own. Only the
+/// routers (`mod.rs`, `requests.rs`, `lifecycle.rs`, `nodes.rs`,
+/// `restore.rs`) extend `Controller`; every other room is a type, or
+/// functions, given what it touches (ARCHITECTURE.md, "The controller's rooms").
+#[test]
+fn only_the_routers_extend_the_controller() {
+    let dir = workspace().join("crates/gpool-daemon/src/plane/controller");
+    let found = controller_extensions(&dir);
+    let total: usize = found.values().sum();
+    assert!(total > 0, "no impl Controller found under {}: the rule reads the wrong place", dir.display());
+    assert!(
+        total <= 5,
+        "{total} impl Controller blocks (at most 5): {found:?}; give the room its own type and pass it what it reads"
+    );
+}
+
+#[test]
+fn the_extension_count_sees_a_new_impl_block() {
+    let dir = std::env::temp_dir().join(format!("gpool-impl-count-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(dir.join("tests"));
+    let _ = std::fs::write(dir.join("a.rs"), "impl Controller {}\n// impl Controller\n");
+    let _ = std::fs::write(dir.join("b.rs"), "impl super::Controller { fn f() {} }\nimpl Other {}\n");
+    let _ = std::fs::write(dir.join("tests/c.rs"), "impl Controller {}\n");
+    let found = controller_extensions(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(found, BTreeMap::from([("a.rs".to_string(), 1), ("b.rs".to_string(), 1)]));
+}
+
 #[test]
 fn only_the_binary_exits_the_process() {
     let mut found = Vec::new();

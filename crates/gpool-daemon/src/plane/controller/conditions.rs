@@ -21,31 +21,10 @@ use std::path::Path;
 use gpool_core::{NodeId, NodeState, Snapshot};
 use gpool_store::Store;
 
-use super::NodeLink;
 use super::calls::ApiError;
+use super::links::{NodeLink, START_HOLD_MS, StartHold};
 use super::outbox::Outbox;
 use super::timers::{Timer, Timers};
-
-/// How long a node whose agent could not start a replica takes no new work.
-pub(crate) const START_HOLD_MS: i64 = 30_000;
-
-/// A node held after a failed start.
-#[derive(Clone, Debug)]
-pub(crate) struct StartHold {
-    pub until_ms: i64,
-    pub why: String,
-}
-
-impl NodeLink {
-    /// The reasons shown for a node that takes no new work (`gpool nodes`).
-    pub(super) fn shown_conditions(&self) -> Vec<String> {
-        let mut shown = self.conditions.clone();
-        if let Some(h) = &self.hold {
-            shown.push(format!("start failed ({}); held for {} s", h.why, START_HOLD_MS / 1000));
-        }
-        shown
-    }
-}
 
 /// Whether the disk of the control plane's state is full (`Store::disk_full`).
 #[derive(Debug, Default)]

@@ -22,7 +22,7 @@ use gpool_core::{NodeId, NodeState, Plan, Policy, QueueConfig, Snapshot, Time};
 use gpool_store::{Store, Write};
 use serde::{Deserialize, Serialize};
 
-use super::nodes::NodeLink;
+use super::links::NodeLink;
 use super::outbox::Outbox;
 use super::timers::{Timer, Timers};
 use super::tokens::Tokens;

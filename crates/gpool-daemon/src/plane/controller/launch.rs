@@ -11,7 +11,7 @@ use gpool_core::{DeviceKind, NodeId, Placement, Snapshot};
 
 use super::Order;
 use super::docs::{JobDoc, ReplicaDoc, RunDoc};
-use super::nodes::NodeLink;
+use super::links::NodeLink;
 use crate::protocol::{Launch, ReplicaKey};
 
 /// The ports jobs are given: `MASTER_PORT`s of gangs and `PORT`s of service

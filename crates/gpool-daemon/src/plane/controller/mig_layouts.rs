@@ -23,7 +23,7 @@ use gpool_core::{MigInstance, NodeId, Snapshot};
 
 use super::Order;
 use super::acts::Acts;
-use super::nodes::NodeLink;
+use super::links::NodeLink;
 use super::outbox::Outbox;
 use super::timers::{Timer, Timers};
 

@@ -85,6 +85,7 @@ mod holds;
 mod idle;
 mod launch;
 mod lifecycle;
+mod links;
 mod mig_layouts;
 mod node_doc;
 mod node_trust;
@@ -130,7 +131,7 @@ pub use shell::{LocalNode, Provision, Shell, StoreFailed};
 pub(crate) use turn::Order;
 pub use turn::{Event, LocalOrder, Turn};
 
-use nodes::{Link, NodeLink};
+use links::{Link, NodeLink};
 use timers::Timer;
 
 /// Where the store keeps when the current overload began (ms; empty: none).

@@ -10,7 +10,7 @@ use gpool_store::Store;
 
 use super::calls::ApiError;
 use super::docs::JobDoc;
-use super::nodes::{LEASE_MARGIN_MS, Link, NodeLink};
+use super::links::{LEASE_MARGIN_MS, Link, NodeLink};
 use super::outbox::Outbox;
 use super::timers::{Timer, Timers};
 use crate::protocol::ReplicaKey;

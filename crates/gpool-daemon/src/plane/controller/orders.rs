@@ -9,7 +9,7 @@ use gpool_api::agent as wire;
 use gpool_core::NodeId;
 
 use super::calls::Answer;
-use super::nodes::{Link, NodeLink};
+use super::links::{Link, NodeLink};
 use super::outbox::Outbox;
 use super::{LocalOrder, Order};
 

@@ -2,6 +2,7 @@
 //! job waits, the job backfill reserves for and when, and the counters and
 //! histograms `/metrics` shows (starts, preemptions, waits, pass times).
 
+use gpool_api as api;
 use gpool_core::Plan;
 
 use crate::plane::metrics::Histogram;
@@ -43,7 +44,7 @@ impl Default for PassRecord {
 impl PassRecord {
     /// Keeps what a pass said of the jobs it did not start.
     pub(super) fn record(&mut self, plan: &mut Plan) {
-        self.reason_texts = plan.reason_table.iter().map(super::views::reason_text).collect();
+        self.reason_texts = plan.reason_table.iter().map(reason_text).collect();
         self.waiting = std::mem::take(&mut plan.waiting).into_iter().map(|(j, r)| (j.0, r)).collect();
         self.waiting.sort_unstable();
         self.default_reason = plan.others.as_ref().map(ToString::to_string);
@@ -55,5 +56,16 @@ impl PassRecord {
     pub(super) fn reason(&self, id: u64) -> Option<&str> {
         let i = self.waiting.binary_search_by_key(&id, |(j, _)| *j).ok()?;
         self.reason_texts.get(self.waiting[i].1 as usize).map(String::as_str)
+    }
+}
+
+/// A pass's reason as the API says it: times as RFC 3339, not the core's `t=…s`.
+pub(super) fn reason_text(r: &gpool_core::PendingReason) -> String {
+    match r {
+        gpool_core::PendingReason::Window { queue, opens: Some(at) } => format!(
+            "queue {queue} starts jobs only in its windows; the next opens at {}",
+            api::time::rfc3339(at.as_millis())
+        ),
+        other => other.to_string(),
     }
 }

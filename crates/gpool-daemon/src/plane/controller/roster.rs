@@ -20,7 +20,7 @@ use gpool_api::agent as wire;
 use gpool_core::NodeId;
 use gpool_store::Store;
 
-use super::nodes::{LEASE_MARGIN_MS, Link, NodeLink};
+use super::links::{LEASE_MARGIN_MS, Link, NodeLink};
 use super::outbox::Outbox;
 
 /// Where the roster's key is kept, so that every leader signs with the same one.

@@ -26,7 +26,7 @@ use gpool_store::{Store, Write};
 use super::ApiError;
 use super::acts::Acts;
 use super::docs::JobDoc;
-use super::nodes::NodeLink;
+use super::links::NodeLink;
 use super::outbox::Outbox;
 use super::proxy_wire::{Backend, ProxyReport, Route, Routes};
 use super::service_entry::{ServiceDoc, ServiceEntry};

@@ -14,7 +14,7 @@ use gpool_core::{NodeId, Snapshot};
 use super::acts::Acts;
 use super::calls::ApiError;
 use super::docs::Stop;
-use super::nodes::NodeLink;
+use super::links::NodeLink;
 use super::outbox::Outbox;
 use crate::plane::auth::{Caller, Role};
 

@@ -7,7 +7,7 @@ use gpool_core::{JobId, NodeId, Snapshot};
 
 use super::costs::Costs;
 use super::faults::GpuFaults;
-use super::nodes::{Link, NodeLink};
+use super::links::{Link, NodeLink};
 use super::pass_record::PassRecord;
 use super::services::Services;
 use super::{ApiError, JobDoc, NodeDoc, Stop, power};
@@ -27,17 +27,6 @@ pub(super) struct Reading<'a> {
     /// Jobs pulling their image, by node, as the nodes last reported.
     pub(super) pulling: &'a BTreeMap<u64, (String, String)>,
     pub(super) services: &'a Services,
-}
-
-/// A pass's reason as the API says it: times as RFC 3339, not the core's `t=…s`.
-pub(super) fn reason_text(r: &gpool_core::PendingReason) -> String {
-    match r {
-        gpool_core::PendingReason::Window { queue, opens: Some(at) } => format!(
-            "queue {queue} starts jobs only in its windows; the next opens at {}",
-            api::time::rfc3339(at.as_millis())
-        ),
-        other => other.to_string(),
-    }
 }
 
 impl Reading<'_> {
