@@ -21,15 +21,20 @@ use crate::protocol::{AgentReport, ExitRecord, Found, Launch, NodeInfo, ReplicaK
 use gpool_core::pricing::Prices;
 
 mod calls;
+mod costs;
 mod deadlines;
+mod elastic;
 mod faults;
 mod gittins;
 mod health;
+mod holds;
+mod idle;
 mod lifecycle;
 mod mig_layouts;
 mod node_trust;
 mod nodes;
 mod outages;
+mod overview;
 mod pipelines;
 mod power;
 mod preemption;
@@ -38,6 +43,7 @@ mod registries;
 mod restore;
 mod schedules;
 mod services;
+mod spot;
 mod store;
 mod windows;
 
