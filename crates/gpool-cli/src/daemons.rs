@@ -410,7 +410,7 @@ fn node_token(file: Option<&Path>) -> anyhow::Result<String> {
 pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
     a.log.init()?;
     let data_dir = a.data_dir.unwrap_or_else(|| default_data_dir().join("agent"));
-    gpool_daemon::node::remote::run(gpool_daemon::node::remote::AgentProcessConfig {
+    gpool_daemon::agent::run(gpool_daemon::agent::AgentProcessConfig {
         servers: a.server,
         token: node_token(a.token_file.as_deref())?,
         trust: match (a.ca_file, a.ca_fingerprint) {

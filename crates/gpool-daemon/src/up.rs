@@ -9,7 +9,7 @@ use gpool_store::Sqlite;
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::Signal;
 
-use crate::node::agent::{Agent, AgentConfig, ReportSink};
+use crate::node::agent::{Agent, ReportSink};
 use crate::node::host::{NodeConfig, describe, discover, host_name};
 use crate::node::sampler::{self, Replicas, Sampler};
 use crate::plane::controller::{Controller, Event, LocalNode, SystemClock};
@@ -108,22 +108,17 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let agent_cfg = AgentConfig {
-        data_dir: plane.data_dir.clone(),
+    let agent_cfg = crate::node::host::agent_config(
+        &cfg.node,
+        &plane.data_dir,
         exe,
-        node: node_name.clone(),
-        simulated: cfg.node.simulate_gpus.is_some(),
-        lease: None,
-        log_limit: cfg.node.log_limit,
-        run_as: cfg.node.run_as,
-        cgroups: cgroups.clone(),
-        device_files: crate::node::devices::DeviceFiles::of(&gpus),
-        sampler: sampler_ctl.clone(),
-        checkpoint_root: cfg.node.checkpoint_root.clone(),
-        image_cache: crate::node::host::image_cache(&cfg.node, &plane.data_dir, container.as_ref()),
-        health_check: cfg.node.health_check.clone(),
-        container: container.clone(),
-    };
+        &node_name,
+        None,
+        cgroups.clone(),
+        &gpus,
+        sampler_ctl.clone(),
+        container.clone(),
+    );
     let agent = Agent::new(agent_cfg, sink, replicas.clone());
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;
     let n = gpus.len();

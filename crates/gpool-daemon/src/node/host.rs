@@ -238,3 +238,36 @@ pub fn discover(
         Err(e) => Err(e.into()),
     }
 }
+
+/// What a node's agent is given, from the node's settings: the same for the
+/// agent inside `gpool up` and for `gpool agent` (whose shims also watch a
+/// `lease` file). `sampler`: the thread that owns the GPU backend, if any.
+#[allow(clippy::too_many_arguments)]
+pub fn agent_config(
+    cfg: &NodeConfig,
+    data_dir: &std::path::Path,
+    exe: std::path::PathBuf,
+    name: &str,
+    lease: Option<std::path::PathBuf>,
+    cgroups: Option<crate::node::cgroup::Hierarchy>,
+    gpus: &[GpuInfo],
+    sampler: Option<std::sync::mpsc::Sender<crate::node::sampler::SamplerCtl>>,
+    container: Option<crate::node::container::Runtime>,
+) -> crate::node::agent::AgentConfig {
+    crate::node::agent::AgentConfig {
+        data_dir: data_dir.to_path_buf(),
+        exe,
+        node: name.to_string(),
+        simulated: cfg.simulate_gpus.is_some(),
+        lease,
+        log_limit: cfg.log_limit,
+        run_as: cfg.run_as,
+        cgroups,
+        device_files: crate::node::devices::DeviceFiles::of(gpus),
+        sampler,
+        checkpoint_root: cfg.checkpoint_root.clone(),
+        image_cache: image_cache(cfg, data_dir, container.as_ref()),
+        health_check: cfg.health_check.clone(),
+        container,
+    }
+}

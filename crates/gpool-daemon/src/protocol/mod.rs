@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use rustix::process::Signal;
 use serde::{Deserialize, Serialize};
 
+mod orders;
 mod telemetry;
+
+pub use orders::{Order, command_of};
 
 pub use telemetry::{
     NodeReport, fault_from_wire, fault_to_wire, merge_telemetry, telemetry_from_wire, telemetry_to_wire,
@@ -230,6 +233,32 @@ pub struct ExitRecord {
     /// not the job, so the job is requeued rather than failed.
     #[serde(default)]
     pub fenced: bool,
+}
+
+impl From<ExitRecord> for gpool_api::agent::ExitWire {
+    fn from(e: ExitRecord) -> Self {
+        gpool_api::agent::ExitWire {
+            code: e.code,
+            signal: e.signal,
+            started_ms: e.started_ms,
+            ended_ms: e.ended_ms,
+            error: e.error,
+            fenced: e.fenced,
+        }
+    }
+}
+
+impl From<gpool_api::agent::ExitWire> for ExitRecord {
+    fn from(e: gpool_api::agent::ExitWire) -> Self {
+        ExitRecord {
+            code: e.code,
+            signal: e.signal,
+            started_ms: e.started_ms,
+            ended_ms: e.ended_ms,
+            error: e.error,
+            fenced: e.fenced,
+        }
+    }
 }
 
 /// A signal by name (`SIGTERM`, `TERM`, `15`).

@@ -117,6 +117,7 @@ mod views;
 #[cfg(test)]
 mod tests;
 
+pub use crate::protocol::Order;
 pub use budgets::{Budget, BudgetMode, BudgetScope};
 pub use calls::{Access, Answer, ApiError, Call, EVENTS_PAGE, ListQuery, LogTarget, Open, Reply};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -128,8 +129,7 @@ pub use node_doc::{NodeDoc, core_node};
 pub use proxy_wire::{Backend, LATENCY_BOUNDS, ProxyReport, Route, Routes, ServiceLoad};
 pub use services::SERVICE_LABEL;
 pub use shell::{LocalNode, Provision, Shell, StoreFailed};
-pub(crate) use turn::Order;
-pub use turn::{Event, LocalOrder, Turn};
+pub use turn::{Event, Turn};
 
 use links::{Link, NodeLink};
 use timers::Timer;

@@ -23,17 +23,9 @@ use super::docs::ReplicaDoc;
 use super::links::{LEASE_MARGIN_MS, Link, NodeLink, POLL_MS, Remote};
 use super::timers::Timer;
 use crate::plane::auth::{Caller, Role};
-use crate::protocol::{ExitRecord, ReplicaKey, parse_signal};
+use crate::protocol::{ReplicaKey, parse_signal};
 
 use super::node_doc::{NodeDoc, core_node, node_row};
-
-fn replica_id(k: ReplicaKey) -> wire::ReplicaId {
-    wire::ReplicaId { job: k.job, attempt: k.attempt, rank: k.rank }
-}
-
-fn replica_key(r: wire::ReplicaId) -> ReplicaKey {
-    ReplicaKey { job: r.job, attempt: r.attempt, rank: r.rank }
-}
 
 impl Controller {
     /// Adds (or updates) a node in the snapshot and the link table.
@@ -217,13 +209,14 @@ impl Controller {
             })
             .collect();
         for (key, devices) in &expected {
-            let cmd = resend
-                .remove(&replica_id(*key))
-                .unwrap_or_else(|| wire::Command::Reconcile { replica: replica_id(*key), devices: devices.clone() });
+            let cmd = resend.remove(&wire::ReplicaId::from(*key)).unwrap_or_else(|| wire::Command::Reconcile {
+                replica: wire::ReplicaId::from(*key),
+                devices: devices.clone(),
+            });
             super::orders::push_command(&mut self.links, &mut self.out, id, cmd);
         }
         for r in &reg.running {
-            if !expected.iter().any(|(k, _)| replica_id(*k) == *r) {
+            if !expected.iter().any(|(k, _)| wire::ReplicaId::from(*k) == *r) {
                 super::orders::push_command(&mut self.links, &mut self.out, id, wire::Command::Kill { replica: *r });
             }
         }
@@ -241,7 +234,7 @@ impl Controller {
                 &mut self.links,
                 &mut self.out,
                 id,
-                wire::Command::Signal { replica: replica_id(key), signal: sig.as_raw() },
+                wire::Command::Signal { replica: wire::ReplicaId::from(key), signal: sig.as_raw() },
             );
         }
         self.timers.at(now + self.lease_ms() + LEASE_MARGIN_MS, Timer::Lease { node: id.0 });
@@ -337,7 +330,7 @@ impl Controller {
                 | wire::Event::Exited { replica, .. }
                 | wire::Event::Lost { replica, .. }
                 | wire::Event::StartFailed { replica, .. }
-                | wire::Event::Profiled { replica, .. } => replica_key(*replica),
+                | wire::Event::Profiled { replica, .. } => ReplicaKey::from(*replica),
             };
             if let Some(elsewhere) = super::node_trust::placed_elsewhere(&self.jobs, replica, &rep.node) {
                 return Err(ApiError::new(
@@ -352,22 +345,18 @@ impl Controller {
         }
         for e in rep.events {
             match e {
-                wire::Event::Running { replica } => self.mark_seen(replica_key(replica)),
+                wire::Event::Running { replica } => self.mark_seen(ReplicaKey::from(replica)),
                 wire::Event::Exited { replica, exit } => {
-                    let exit = ExitRecord {
-                        code: exit.code,
-                        signal: exit.signal,
-                        started_ms: exit.started_ms,
-                        ended_ms: exit.ended_ms,
-                        error: exit.error,
-                        fenced: exit.fenced,
-                    };
-                    self.on_replica_end(replica_key(replica), Some(exit), None, now);
+                    self.on_replica_end(ReplicaKey::from(replica), Some(exit.into()), None, now)
                 }
-                wire::Event::Lost { replica, why } => self.on_replica_end(replica_key(replica), None, Some(why), now),
-                wire::Event::StartFailed { replica, error } => self.on_start_failed(replica_key(replica), error, now),
+                wire::Event::Lost { replica, why } => {
+                    self.on_replica_end(ReplicaKey::from(replica), None, Some(why), now)
+                }
+                wire::Event::StartFailed { replica, error } => {
+                    self.on_start_failed(ReplicaKey::from(replica), error, now)
+                }
                 wire::Event::Profiled { replica, profile, capture } => {
-                    let acts = self.profiling.on_profiled(replica_key(replica), profile, capture, &mut self.out);
+                    let acts = self.profiling.on_profiled(ReplicaKey::from(replica), profile, capture, &mut self.out);
                     self.act(acts, now);
                 }
             }
@@ -421,7 +410,7 @@ impl Controller {
                 &mut self.links,
                 &mut self.out,
                 node,
-                wire::Command::Kill { replica: replica_id(key) },
+                wire::Command::Kill { replica: wire::ReplicaId::from(key) },
             );
             let why = format!("its agent did not say it runs within {bound} s of its start");
             self.on_replica_end(key, None, Some(why), now);

@@ -11,7 +11,7 @@ use gpool_store::{EventRow, Write};
 
 use super::calls::{Answer, ApiError, Reply};
 use super::docs::JobDoc;
-use super::{LocalOrder, ProvisionOrder, Turn};
+use super::{Order, ProvisionOrder, Turn};
 use crate::plane::webhook::Notice;
 
 #[derive(Default)]
@@ -20,7 +20,7 @@ pub(super) struct Outbox {
     /// Jobs whose documents changed this turn (written once, at its end).
     pub(super) touched: BTreeSet<u64>,
     pub(super) replies: Vec<Answer>,
-    pub(super) local: Vec<LocalOrder>,
+    pub(super) local: Vec<Order>,
     pub(super) published: Vec<api::EventView>,
     pub(super) notices: Vec<Notice>,
     pub(super) provision: Vec<ProvisionOrder>,

@@ -12,7 +12,7 @@ use gpool_store::{TokenRow, Write};
 
 use super::docs::{ACTIVE, JobDoc, Stop};
 use super::timers::Timer;
-use super::{Controller, LocalOrder};
+use super::{Controller, Order};
 use crate::plane::auth::hash_token;
 use crate::plane::convert::to_core;
 use crate::protocol::ReplicaKey;
@@ -130,7 +130,7 @@ impl Controller {
                         let key = ReplicaKey { job: id, attempt: run.attempt, rank: r.rank };
                         let Some(node) = self.snap.node_id(&r.node) else { continue };
                         match self.links.get(&node) {
-                            Some(l) if l.is_local() => self.out.local.push(LocalOrder::Abandon { key }),
+                            Some(l) if l.is_local() => self.out.local.push(Order::Abandon { key }),
                             Some(_) => super::orders::push_command(
                                 &mut self.links,
                                 &mut self.out,
@@ -182,7 +182,7 @@ impl Controller {
                 let local = self.snap.node_id(&r.node).and_then(|n| self.links.get(&n)).is_some_and(|l| l.is_local());
                 if local {
                     let devices = self.reading().device_uuids(r);
-                    self.out.local.push(LocalOrder::Reconcile { key, devices });
+                    self.out.local.push(Order::Reconcile { key, devices });
                 }
             }
         }

@@ -12,7 +12,7 @@ use gpool_store::StoreError;
 use rustix::process::Signal;
 use tokio::sync::broadcast;
 
-use super::{Controller, Event, LocalOrder, Turn};
+use super::{Controller, Event, Order, Turn};
 use crate::plane::webhook::Webhook;
 use crate::protocol::{AgentReport, Found, Launch, ReplicaKey};
 
@@ -181,39 +181,39 @@ impl Shell {
 }
 
 /// One order to the local agent, and the report it must produce, if any.
-pub(super) fn carry_out_order(node: &dyn LocalNode, order: LocalOrder) -> Option<AgentReport> {
+pub(super) fn carry_out_order(node: &dyn LocalNode, order: Order) -> Option<AgentReport> {
     match order {
-        LocalOrder::Start { key, launch, devices } => match node.start(key, *launch, devices) {
+        Order::Start { key, launch, devices } => match node.start(key, *launch, devices) {
             Ok(()) => None,
             Err(err) => Some(AgentReport::StartFailed { key, error: format!("cannot start its shim: {err}") }),
         },
-        LocalOrder::Signal { key, signal } => {
+        Order::Signal { key, signal } => {
             node.signal(key, signal);
             None
         }
-        LocalOrder::Reconcile { key, devices } => (node.reconcile(key, devices) == Found::Lost)
+        Order::Reconcile { key, devices } => (node.reconcile(key, devices) == Found::Lost)
             .then(|| AgentReport::Lost { key, why: "its shim was gone when the daemon restarted".into() }),
-        LocalOrder::Abandon { key } => {
+        Order::Abandon { key } => {
             node.reconcile(key, Vec::new());
             None
         }
-        LocalOrder::MigLayout { gpu, layout } => {
+        Order::MigLayout { gpu, layout } => {
             node.mig_layout(gpu, layout);
             None
         }
-        LocalOrder::Prefetch { image, registry_auth } => {
+        Order::Prefetch { image, registry_auth } => {
             node.prefetch(image, registry_auth);
             None
         }
-        LocalOrder::Profile { key, order } => {
+        Order::Profile { key, order } => {
             node.profile(key, order);
             None
         }
-        LocalOrder::InjectFault { gpu, fault } => {
+        Order::InjectFault { gpu, fault } => {
             node.inject_fault(gpu, fault);
             None
         }
-        LocalOrder::CheckHealth { gpu, uuid } => {
+        Order::CheckHealth { gpu, uuid } => {
             node.check_health(gpu, uuid);
             None
         }

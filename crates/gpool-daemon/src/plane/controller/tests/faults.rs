@@ -111,7 +111,7 @@ fn an_xid_79_quarantines_the_gpu_and_requeues_its_job_as_an_infrastructure_failu
     assert_eq!(err.status, 403);
     restore(&mut h, ADMIN, 1).expect("restored");
     assert!(
-        h.orders().iter().any(|o| matches!(o, LocalOrder::InjectFault { gpu: 1, fault: None })),
+        h.orders().iter().any(|o| matches!(o, Order::InjectFault { gpu: 1, fault: None })),
         "a simulated GPU forgets its faults"
     );
     assert_eq!(quarantine_of(&mut h, 1), None);
@@ -147,8 +147,7 @@ fn a_quarantined_gpu_is_checked_once_idle_and_comes_back_when_the_check_passes()
     let ecc = |g: &mut GpuSample| g.ecc_uncorrected_volatile = Some(1);
     h.step(vec![report(2, 1, Some((1, &ecc)))]);
     assert!(quarantine_of(&mut h, 1).is_some_and(|q| q.fault.contains("uncorrectable ECC")));
-    let checks =
-        |h: &mut Harness| h.orders().iter().filter(|o| matches!(o, LocalOrder::CheckHealth { gpu: 1, .. })).count();
+    let checks = |h: &mut Harness| h.orders().iter().filter(|o| matches!(o, Order::CheckHealth { gpu: 1, .. })).count();
     assert_eq!(checks(&mut h), 0, "not before CHECK_AFTER");
     h.clock.advance(gpool_core::fault::CHECK_AFTER);
     h.step(vec![report(2, 70, Some((1, &ecc)))]);
@@ -200,7 +199,7 @@ fn faults_are_injected_only_into_simulated_gpus_by_admins() {
     assert_eq!(inject(&mut h, &user, 1).expect_err("admins only").status, 403);
     assert_eq!(inject(&mut h, ADMIN, 7).expect_err("no GPU 7").status, 404);
     inject(&mut h, ADMIN, 1).expect("injected");
-    assert!(h.orders().iter().any(|o| matches!(o, LocalOrder::InjectFault { gpu: 1, fault: Some(_) })));
+    assert!(h.orders().iter().any(|o| matches!(o, Order::InjectFault { gpu: 1, fault: Some(_) })));
     let n2 = token(&mut h, "n2", "node");
     h.call(&n2, |reply| Call::Register { reg: registration_with_source("n2", "nvml"), reply }).expect("joins");
     let fault = gpool_gpu::InjectedFault::Gone;

@@ -14,7 +14,7 @@ use rustix::process::Signal;
 use tokio::sync::broadcast;
 
 use super::{
-    ApiError, Call, Config, Controller, Event, LocalNode, LocalOrder, ManualClock, Reply, Shell, StoreFailed, Turn,
+    ApiError, Call, Config, Controller, Event, LocalNode, ManualClock, Order, Reply, Shell, StoreFailed, Turn,
 };
 use crate::plane::telemetry::TelemetryConfig;
 use crate::protocol::{AgentReport, ExitRecord, Found, Launch, NodeInfo, ReplicaKey};
@@ -55,7 +55,7 @@ const T0: i64 = 1_700_000_000_000;
 /// The fake agent of the local node: records orders, answers reconciles as told.
 #[derive(Clone, Default)]
 struct FakeAgent {
-    orders: Arc<Mutex<Vec<LocalOrder>>>,
+    orders: Arc<Mutex<Vec<Order>>>,
     /// What a reconcile finds (default: the shim is alive).
     lost: Arc<Mutex<bool>>,
     /// Starts fail (the shim cannot be spawned).
@@ -64,7 +64,7 @@ struct FakeAgent {
 
 impl LocalNode for FakeAgent {
     fn start(&self, key: ReplicaKey, launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
-        self.orders.lock().expect("lock").push(LocalOrder::Start { key, launch: Box::new(launch), devices });
+        self.orders.lock().expect("lock").push(Order::Start { key, launch: Box::new(launch), devices });
         if *self.broken.lock().expect("lock") {
             return Err(std::io::Error::other("fork failed"));
         }
@@ -72,33 +72,33 @@ impl LocalNode for FakeAgent {
     }
 
     fn signal(&self, key: ReplicaKey, signal: Signal) {
-        self.orders.lock().expect("lock").push(LocalOrder::Signal { key, signal });
+        self.orders.lock().expect("lock").push(Order::Signal { key, signal });
     }
 
     fn reconcile(&self, key: ReplicaKey, devices: Vec<String>) -> Found {
         let lost = *self.lock_lost();
-        self.orders.lock().expect("lock").push(LocalOrder::Reconcile { key, devices });
+        self.orders.lock().expect("lock").push(Order::Reconcile { key, devices });
         if lost { Found::Lost } else { Found::Adopted }
     }
 
     fn mig_layout(&self, gpu: u32, layout: Vec<gpool_gpu::MigSlot>) {
-        self.orders.lock().expect("lock").push(LocalOrder::MigLayout { gpu, layout });
+        self.orders.lock().expect("lock").push(Order::MigLayout { gpu, layout });
     }
 
     fn prefetch(&self, image: String, registry_auth: Option<crate::protocol::Secret>) {
-        self.orders.lock().expect("lock").push(LocalOrder::Prefetch { image, registry_auth });
+        self.orders.lock().expect("lock").push(Order::Prefetch { image, registry_auth });
     }
 
     fn profile(&self, key: ReplicaKey, order: crate::protocol::ProfileOrder) {
-        self.orders.lock().expect("lock").push(LocalOrder::Profile { key, order });
+        self.orders.lock().expect("lock").push(Order::Profile { key, order });
     }
 
     fn inject_fault(&self, gpu: u32, fault: Option<gpool_gpu::InjectedFault>) {
-        self.orders.lock().expect("lock").push(LocalOrder::InjectFault { gpu, fault });
+        self.orders.lock().expect("lock").push(Order::InjectFault { gpu, fault });
     }
 
     fn check_health(&self, gpu: u32, uuid: String) {
-        self.orders.lock().expect("lock").push(LocalOrder::CheckHealth { gpu, uuid });
+        self.orders.lock().expect("lock").push(Order::CheckHealth { gpu, uuid });
     }
 }
 
@@ -347,7 +347,7 @@ impl Harness {
     }
 
     /// The local orders carried out since the last call.
-    fn orders(&mut self) -> Vec<LocalOrder> {
+    fn orders(&mut self) -> Vec<Order> {
         std::mem::take(&mut *self.agent.orders.lock().expect("lock"))
     }
 
@@ -356,7 +356,7 @@ impl Harness {
         self.orders()
             .into_iter()
             .filter_map(|o| match o {
-                LocalOrder::Start { key, launch, .. } => Some((key, launch.env)),
+                Order::Start { key, launch, .. } => Some((key, launch.env)),
                 _ => None,
             })
             .collect()
@@ -421,11 +421,11 @@ fn env<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
     env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
-fn signals(orders: &[LocalOrder]) -> Vec<(ReplicaKey, Signal)> {
+fn signals(orders: &[Order]) -> Vec<(ReplicaKey, Signal)> {
     orders
         .iter()
         .filter_map(|o| match o {
-            LocalOrder::Signal { key, signal } => Some((*key, *signal)),
+            Order::Signal { key, signal } => Some((*key, *signal)),
             _ => None,
         })
         .collect()

@@ -28,7 +28,7 @@ fn profile_orders(h: &mut Harness) -> Vec<(ReplicaKey, u64, u32)> {
     h.orders()
         .into_iter()
         .filter_map(|o| match o {
-            LocalOrder::Profile { key, order } => Some((key, order.profile, order.seconds)),
+            Order::Profile { key, order } => Some((key, order.profile, order.seconds)),
             _ => None,
         })
         .collect()

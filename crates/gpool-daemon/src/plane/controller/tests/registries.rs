@@ -26,7 +26,7 @@ fn auths(h: &mut Harness) -> Vec<Option<String>> {
     h.orders()
         .into_iter()
         .filter_map(|o| match o {
-            LocalOrder::Start { launch, .. } => Some(launch.registry_auth.map(|s| s.0)),
+            Order::Start { launch, .. } => Some(launch.registry_auth.map(|s| s.0)),
             _ => None,
         })
         .collect()
@@ -110,11 +110,11 @@ fn a_preemptor_s_image_is_pulled_ahead_on_its_nominated_node_with_its_owner_s_lo
     )
     .expect("spec");
     h.call(ana.as_str(), |reply| Call::Submit { specs: vec![spec], reply }).expect("submitted");
-    let prefetches = |orders: Vec<LocalOrder>| -> Vec<(String, Option<String>)> {
+    let prefetches = |orders: Vec<Order>| -> Vec<(String, Option<String>)> {
         orders
             .into_iter()
             .filter_map(|o| match o {
-                LocalOrder::Prefetch { image, registry_auth } => Some((image, registry_auth.map(|s| s.0))),
+                Order::Prefetch { image, registry_auth } => Some((image, registry_auth.map(|s| s.0))),
                 _ => None,
             })
             .collect()

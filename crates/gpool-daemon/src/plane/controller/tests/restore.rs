@@ -47,7 +47,7 @@ fn a_restart_readopts_what_runs_and_its_end_is_still_heard() {
         .orders()
         .into_iter()
         .filter_map(|o| match o {
-            LocalOrder::Reconcile { key, devices } if devices.len() == 2 => Some(key),
+            Order::Reconcile { key, devices } if devices.len() == 2 => Some(key),
             _ => None,
         })
         .collect();
@@ -82,7 +82,7 @@ fn a_restart_abandons_runs_whose_devices_are_no_longer_there() {
     let id = restart(&state, &clock, FakeAgent::default()).submit("command: [x]\nresources: {nvidia.com/gpu: 8}\n");
     let mut h = Setup::new().store(state.open()).clock(clock.clone()).local_gpus(2).build();
     // Abandoning is a reconcile with no devices: the agent kills strays and forgets it.
-    assert!(h.orders().contains(&LocalOrder::Reconcile { key: key(id, 1, 0), devices: Vec::new() }));
+    assert!(h.orders().contains(&Order::Reconcile { key: key(id, 1, 0), devices: Vec::new() }));
     let j = h.job(id);
     assert_eq!(j.state, api::JobState::Pending);
     assert!(j.reason.unwrap_or_default().contains("no longer in its nodes' inventory"));

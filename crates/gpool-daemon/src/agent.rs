@@ -24,7 +24,7 @@ use anyhow::{Context, bail};
 use gpool_api::agent as wire;
 use rustix::fs::{FlockOperation, flock};
 
-use crate::node::agent::{Agent, AgentConfig, ReportSink};
+use crate::node::agent::{Agent, ReportSink};
 use crate::node::conn::{Conn, Current, End, request_timeout};
 use crate::node::host::{NodeConfig, describe, discover, host_name};
 use crate::node::lease;
@@ -134,22 +134,17 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         None => None,
     };
     let agent = Agent::new(
-        AgentConfig {
-            data_dir: cfg.data_dir.clone(),
+        crate::node::host::agent_config(
+            &cfg.node,
+            &cfg.data_dir,
             exe,
-            node: name.clone(),
-            simulated: cfg.node.simulate_gpus.is_some(),
-            lease: Some(lease_path.clone()),
-            log_limit: cfg.node.log_limit,
-            run_as: cfg.node.run_as,
-            cgroups: cgroups.clone(),
-            device_files: crate::node::devices::DeviceFiles::of(&gpus),
-            sampler: sampler_ctl.clone(),
-            checkpoint_root: cfg.node.checkpoint_root.clone(),
-            image_cache: crate::node::host::image_cache(&cfg.node, &cfg.data_dir, container.as_ref()),
-            health_check: cfg.node.health_check.clone(),
-            container: container.clone(),
-        },
+            &name,
+            Some(lease_path.clone()),
+            cgroups.clone(),
+            &gpus,
+            sampler_ctl.clone(),
+            container.clone(),
+        ),
         sink,
         replicas.clone(),
     );
@@ -331,17 +326,9 @@ fn run_session(
 fn absorb(r: AgentReport, pending: &mut Vec<wire::Event>, telemetry: &mut Option<wire::TelemetryWire>) {
     match r {
         AgentReport::Running { key } => pending.push(wire::Event::Running { replica: key.into() }),
-        AgentReport::Exited { key, exit } => pending.push(wire::Event::Exited {
-            replica: key.into(),
-            exit: wire::ExitWire {
-                code: exit.code,
-                signal: exit.signal,
-                started_ms: exit.started_ms,
-                ended_ms: exit.ended_ms,
-                error: exit.error,
-                fenced: exit.fenced,
-            },
-        }),
+        AgentReport::Exited { key, exit } => {
+            pending.push(wire::Event::Exited { replica: key.into(), exit: exit.into() })
+        }
         AgentReport::Lost { key, why } => pending.push(wire::Event::Lost { replica: key.into(), why }),
         AgentReport::Profiled { key, profile, capture } => {
             pending.push(wire::Event::Profiled { replica: key.into(), profile, capture });
