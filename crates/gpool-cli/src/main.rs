@@ -31,6 +31,7 @@ mod logging;
 mod output;
 mod progress;
 mod replica_demo;
+mod sbatch;
 mod sim;
 #[cfg(test)]
 mod testkit;

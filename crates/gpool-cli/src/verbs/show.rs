@@ -72,6 +72,14 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
         } else if let Some(e) = &j.spec.estimate {
             lines.push(format!("  estimate         {} (given)", e.text()));
         }
+        if let Some(t) = &j.spec.time_limit {
+            let text = t.text();
+            let shown = match gpool_api::quantity::parse_duration(&text) {
+                Ok(d) => format_duration(d),
+                Err(_) => text,
+            };
+            lines.push(format!("  time limit       {shown}"));
+        }
         if let Some(d) = &j.spec.deadline {
             let late = j.late.as_deref().map_or_else(String::new, |l| format!(" — late: {l}"));
             lines.push(format!("  deadline         {}{late}", when(d)));

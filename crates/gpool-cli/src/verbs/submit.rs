@@ -41,7 +41,8 @@ pub(crate) struct SubmitArgs {
     /// Priority: low, normal, high or a number.
     #[arg(long, short = 'p')]
     priority: Option<String>,
-    /// Time limit, e.g. 2h or 90m.
+    /// Time limit. A bare number is minutes, as in sbatch (`-t 90`: 1 h 30 min); also Slurm's
+    /// MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, and 90s, 2h, 1h30m, 1d.
     #[arg(long, short = 't')]
     time: Option<String>,
     /// Replicas started together, with WORLD_SIZE/RANK/MASTER_ADDR/MASTER_PORT set.
@@ -84,8 +85,12 @@ pub(crate) struct SubmitArgs {
     #[arg(long = "env", short = 'e')]
     env: Vec<String>,
     /// Job spec file (YAML or JSON); flags and a command override its fields.
-    #[arg(long, short = 'f')]
+    #[arg(long, short = 'f', conflicts_with = "script")]
     file: Option<PathBuf>,
+    /// A batch script, as sbatch takes one: its `#SBATCH` lines (and `#GPOOL` lines, in these flags) say
+    /// what it needs, flags given here win over both, and the script is the command (words after -- are
+    /// its arguments). See docs/slurm.md.
+    script: Option<PathBuf>,
     #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     /// The command (after --).
@@ -95,7 +100,80 @@ pub(crate) struct SubmitArgs {
     connect: Connect,
 }
 
+/// `#GPOOL` lines: `gpool submit`'s own flags.
+#[derive(clap::Parser, Debug)]
+#[command(name = "#GPOOL", no_binary_name = true)]
+struct GpoolLines {
+    #[command(flatten)]
+    args: SubmitArgs,
+}
+
+/// Takes what the flags left unset from `from` (directives lose to flags).
+fn fill(a: &mut SubmitArgs, from: SubmitArgs) {
+    macro_rules! unset {
+        ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = from.$f; } )* };
+    }
+    unset!(
+        gpus,
+        mig,
+        gpu_memory,
+        gpu_fraction,
+        gpu_model,
+        cpus,
+        memory,
+        queue,
+        priority,
+        time,
+        replicas,
+        name,
+        spot,
+        image,
+        grace,
+        retries,
+        begin,
+        deadline
+    );
+    a.preemptible |= from.preemptible;
+    if a.after.is_empty() {
+        a.after = from.after;
+    }
+    // The flags' variables are set last, so theirs win.
+    a.env = from.env.into_iter().chain(std::mem::take(&mut a.env)).collect();
+}
+
+/// A batch script's directives into the flags, and the script as the command.
+fn with_script(mut a: SubmitArgs, path: &std::path::Path) -> anyhow::Result<(SubmitArgs, Option<String>)> {
+    let script = crate::sbatch::read(path)?;
+    let lines = <GpoolLines as clap::Parser>::try_parse_from(&script.gpool_words)
+        .map_err(|e| anyhow::anyhow!("{}: #GPOOL lines: {e}", path.display()))?;
+    fill(&mut a, lines.args);
+    let s = script.slurm;
+    if let Some(array) = &s.array {
+        bail!(
+            "{}: #SBATCH --array={array}: job arrays are not in gpool yet; submit the tasks as jobs \
+             (a pipeline's matrix: runs one per value, docs/pipelines.md)",
+            path.display()
+        );
+    }
+    for ignored in &s.ignored {
+        eprintln!("{}: #SBATCH --{ignored} has no effect in gpool", path.display());
+    }
+    macro_rules! unset {
+        ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = s.$f.clone(); } )* };
+    }
+    unset!(gpus, gpu_model, time, name, queue, replicas, cpus, memory, begin);
+    if a.after.is_empty() {
+        a.after = s.after.clone();
+    }
+    a.command = script.argv.into_iter().chain(std::mem::take(&mut a.command)).collect();
+    Ok((a, s.workdir))
+}
+
 pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
+    let (a, script_workdir) = match a.script.clone() {
+        Some(path) => with_script(a, &path)?,
+        None => (a, None),
+    };
     let mut specs: Vec<JobSpec> = match &a.file {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -128,7 +206,12 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         }
         // A job in an image starts in the image's working directory, not this machine's.
         if s.workdir.is_none() && s.image.is_none() && a.image.is_none() {
-            s.workdir = cwd.clone();
+            // `#SBATCH --chdir` is relative to where the script was submitted from, as in sbatch.
+            let chdir = script_workdir.as_ref().map(|d| match &cwd {
+                Some(here) if !d.starts_with('/') => format!("{here}/{d}"),
+                _ => d.clone(),
+            });
+            s.workdir = chdir.or_else(|| cwd.clone());
         }
         let res = &mut s.resources;
         if let Some(g) = a.gpus {
@@ -159,7 +242,7 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
             s.priority = Some(p.parse::<i32>().map_or_else(|_| Priority::Class(p.clone()), Priority::Value));
         }
         if let Some(t) = &a.time {
-            s.time_limit = Some(DurationText::Text(t.clone()));
+            s.time_limit = Some(DurationText::Text(slurm_minutes(t)));
         }
         if let Some(g) = &a.grace {
             s.grace_period = Some(DurationText::Text(g.clone()));
@@ -298,6 +381,13 @@ fn begin_time(text: &str, zone: &jiff::tz::TimeZone, now: jiff::Timestamp) -> Re
     Ok(gpool_api::time::rfc3339(at))
 }
 
+/// A time limit as sbatch reads it: a bare number is minutes (`90` → `90m`);
+/// every other form (`90s`, `2h`, `HH:MM:SS`, `D-HH`) is left as it is.
+fn slurm_minutes(t: &str) -> String {
+    let t = t.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') { format!("{t}m") } else { t.to_string() }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -320,6 +410,25 @@ mod tests {
 
     use super::*;
     use crate::testkit::assert_snapshot;
+
+    #[test]
+    fn a_bare_time_is_minutes_as_in_sbatch() {
+        let secs = |t: &str| api::quantity::parse_duration(&slurm_minutes(t)).map(|d| d.as_secs()).expect(t);
+        let cases = [
+            ("90", 5_400),
+            ("1.5", 90),
+            ("90s", 90),
+            ("2h", 7_200),
+            ("1h30m", 5_400),
+            ("10:30", 630),
+            ("01:30:00", 5_400),
+            ("1-00:00:00", 86_400),
+            ("2-12", 216_000),
+        ];
+        for (text, want) in cases {
+            assert_eq!(secs(text), want, "{text}");
+        }
+    }
 
     #[test]
     fn after_reads_slurms_dependency_forms() {

@@ -115,6 +115,11 @@ pub(super) fn plan(doc: &JobDoc, placement: &Placement, ground: &Ground<'_>, por
         .collect();
     hosts.sort();
     let hosts: Vec<String> = hosts.into_iter().map(|(_, a)| a).collect();
+    // The run's nodes by name, in node-rank order (Slurm's node list, unabridged).
+    let mut by_rank: Vec<(usize, String)> =
+        node_rank.iter().map(|(n, i)| (*i, snap.node(*n).map_or_else(String::new, |x| x.name.to_string()))).collect();
+    by_rank.sort();
+    let node_list = by_rank.into_iter().map(|(_, n)| n).collect::<Vec<_>>().join(",");
     let mut replicas = Vec::new();
     let mut starts = Vec::new();
     let mut per_node: BTreeMap<NodeId, u32> = BTreeMap::new();
@@ -162,6 +167,31 @@ pub(super) fn plan(doc: &JobDoc, placement: &Placement, ground: &Ground<'_>, por
             // A multi-host slice: libtpu finds its peers by these (one worker per host).
             set("TPU_WORKER_ID", node_rank.get(&r.node).copied().unwrap_or(0).to_string());
             set("TPU_WORKER_HOSTNAMES", hosts.join(","));
+        }
+        // What Slurm would set, so that scripts written for sbatch read what they expect (docs/slurm.md).
+        for (k, v) in [
+            ("SLURM_JOB_ID", id.to_string()),
+            ("SLURM_JOB_NAME", doc.name.clone()),
+            ("SLURM_JOB_USER", doc.user.clone()),
+            ("SLURM_JOB_PARTITION", doc.queue.clone()),
+            ("SLURM_NTASKS", world.to_string()),
+            ("SLURM_NPROCS", world.to_string()),
+            ("SLURM_PROCID", rank.to_string()),
+            ("SLURM_LOCALID", local_rank.to_string()),
+            ("SLURM_NODEID", node_rank.get(&r.node).copied().unwrap_or(0).to_string()),
+            ("SLURM_NNODES", node_rank.len().to_string()),
+            ("SLURM_JOB_NUM_NODES", node_rank.len().to_string()),
+            ("SLURM_JOB_NODELIST", node_list.clone()),
+            ("SLURM_GPUS_ON_NODE", (gpu_idx.len() + mig_uuids.len()).to_string()),
+            ("SLURM_RESTART_COUNT", doc.restarts.to_string()),
+        ] {
+            set(k, v);
+        }
+        if r.cpus_milli > 0 {
+            set("SLURM_CPUS_PER_TASK", r.cpus_milli.div_ceil(1000).to_string());
+        }
+        if let Some(dir) = &doc.spec.workdir {
+            set("SLURM_SUBMIT_DIR", dir.clone());
         }
         set("GPOOL_JOB_ID", id.to_string());
         set("GPOOL_JOB_NAME", doc.name.clone());

@@ -167,6 +167,37 @@ fn a_gang_gets_torchrun_variables_and_one_rendezvous_port() {
     assert_eq!(gpus.len(), 3, "no GPU given to two replicas");
 }
 
+/// Scripts written for sbatch read Slurm's variables: gpool sets them beside its own.
+#[test]
+fn replicas_get_the_variables_slurm_would_set() {
+    let mut h = Setup::new().build();
+    let id = h.submit(
+        "command: [sh]\nname: bars\nworkdir: /home/ana\nresources: {nvidia.com/gpu: 2, cpu: 1500m}\nreplicas: 2\n",
+    );
+    let starts = h.starts();
+    assert_eq!(starts.len(), 2);
+    for (rank, (_, e)) in starts.iter().enumerate() {
+        let want = [
+            ("SLURM_JOB_ID", id.to_string()),
+            ("SLURM_JOB_NAME", "bars".into()),
+            ("SLURM_NTASKS", "2".into()),
+            ("SLURM_PROCID", rank.to_string()),
+            ("SLURM_LOCALID", rank.to_string()),
+            ("SLURM_NODEID", "0".into()),
+            ("SLURM_NNODES", "1".into()),
+            ("SLURM_JOB_NODELIST", "n1".into()),
+            ("SLURM_GPUS_ON_NODE", "2".into()),
+            ("SLURM_CPUS_PER_TASK", "2".into()),
+            ("SLURM_SUBMIT_DIR", "/home/ana".into()),
+            ("SLURM_RESTART_COUNT", "0".into()),
+        ];
+        for (k, v) in want {
+            assert_eq!(env(e, k), Some(v.as_str()), "rank {rank}: {k}");
+        }
+        assert_eq!(env(e, "GPOOL_JOB_ID"), Some(id.to_string().as_str()), "gpool's own beside them");
+    }
+}
+
 #[test]
 fn a_gang_member_that_fails_stops_the_others_and_fails_the_job() {
     let mut h = Setup::new().build();
