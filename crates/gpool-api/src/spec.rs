@@ -253,6 +253,11 @@ pub struct JobSpec {
     /// Start only after these jobs failed or were cancelled (`afternotok`): clean-up and fallbacks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_not_ok: Vec<u64>,
+    /// A job array, as sbatch's `--array`: `0-99`, `1,3,5-7`, `0-20:2`, with
+    /// `%N` for at most N tasks running at once (`0-99%8`). The submission
+    /// becomes one job per index, with consecutive ids; the first is the array's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
     /// Retries after a failure (non-zero exit), with exponential back-off.
     #[serde(default)]
     pub retries: u32,
@@ -386,6 +391,7 @@ impl JobSpec {
             begin_at: None,
             deadline: None,
             after_not_ok: Vec::new(),
+            array: None,
             retries: 0,
             on_node_failure: None,
             on_straggler: None,
@@ -403,9 +409,81 @@ pub struct Batch {
     pub jobs: Vec<JobSpec>,
 }
 
+/// The most tasks one array may have.
+pub const MAX_ARRAY_TASKS: usize = 10_000;
+
+/// A job array's indexes, in order, and how many may run at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArraySpec {
+    pub indexes: Vec<u32>,
+    pub limit: Option<u32>,
+}
+
+/// Reads sbatch's `--array` forms: `0-99`, `1,3,5-7`, `0-20:2`, each with an
+/// optional `%N` (at most N tasks at once). Indexes are kept in the order
+/// written, without repeats.
+pub fn parse_array(text: &str) -> Result<ArraySpec, String> {
+    let bad = |why: &str| format!("{text:?}: {why} (e.g. 0-99, 1,3,5-7, 0-20:2, 0-99%8)");
+    let (list, limit) = match text.trim().split_once('%') {
+        Some((l, n)) => {
+            (l, Some(n.trim().parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| bad("%N needs N of 1 or more"))?))
+        }
+        None => (text.trim(), None),
+    };
+    let mut indexes = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for item in list.split(',') {
+        let (range, step) = match item.split_once(':') {
+            Some((r, s)) => {
+                (r, s.trim().parse::<u32>().ok().filter(|s| *s > 0).ok_or_else(|| bad("a step is 1 or more"))?)
+            }
+            None => (item, 1),
+        };
+        let num = |s: &str| s.trim().parse::<u32>().map_err(|_| bad("indexes are whole numbers"));
+        let (from, to) = match range.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(range)?, num(range)?),
+        };
+        if to < from {
+            return Err(bad("a range goes up"));
+        }
+        let mut i = from;
+        while i <= to {
+            if seen.insert(i) {
+                indexes.push(i);
+            }
+            if indexes.len() > MAX_ARRAY_TASKS {
+                return Err(bad(&format!("at most {MAX_ARRAY_TASKS} tasks")));
+            }
+            i = match i.checked_add(step) {
+                Some(n) => n,
+                None => break,
+            };
+        }
+    }
+    if indexes.is_empty() {
+        return Err(bad("no index"));
+    }
+    Ok(ArraySpec { indexes, limit })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrays_read_as_sbatch_reads_them() {
+        let a = |t: &str| parse_array(t).map(|a| (a.indexes, a.limit));
+        assert_eq!(a("0-3"), Ok((vec![0, 1, 2, 3], None)));
+        assert_eq!(a("0-9%3").map(|(i, l)| (i.len(), l)), Ok((10, Some(3))));
+        assert_eq!(a("1,3,5-7"), Ok((vec![1, 3, 5, 6, 7], None)));
+        assert_eq!(a("0-20:5"), Ok((vec![0, 5, 10, 15, 20], None)));
+        assert_eq!(a("3,1,3"), Ok((vec![3, 1], None)), "in the order written, once");
+        for bad in ["", "a-b", "5-1", "0-9%0", "0-9:0", "0-99999", "1,,2"] {
+            let e = parse_array(bad).expect_err(bad);
+            assert!(e.contains("0-99%8"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn yaml_specs_read_like_kubernetes() {

@@ -128,7 +128,26 @@ pub struct JobView {
     /// for (the head of the queue that does not fit yet), as of the last pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start: Option<String>,
+    /// The array this job is a task of (`spec.array`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayView>,
     pub spec: JobSpec,
+}
+
+/// A task of a job array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ArrayView {
+    /// The array's id: its first task's job id (`ID_INDEX` names one task).
+    pub job: u64,
+    /// This task's index (`SLURM_ARRAY_TASK_ID`).
+    pub index: u32,
+    pub tasks: u32,
+    /// The array's lowest and highest index (`SLURM_ARRAY_TASK_MIN`, `_MAX`).
+    pub min_index: u32,
+    pub max_index: u32,
+    /// At most this many of its tasks run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
 }
 
 /// A run time learned from the jobs like this one that succeeded.

@@ -26,6 +26,7 @@ mod client;
 mod config_file;
 mod daemon_config;
 mod daemons;
+mod job_ref;
 mod local_node;
 mod logging;
 mod output;

@@ -92,6 +92,7 @@ pub(crate) fn job(id: u64) -> JobB {
         learned_estimate: None,
         late: None,
         estimated_start: None,
+        array: None,
         spec: JobSpec::new(vec!["python".into(), "train.py".into()]),
     })
 }

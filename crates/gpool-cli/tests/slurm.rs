@@ -61,3 +61,70 @@ fn a_batch_script_runs_with_what_its_sbatch_lines_ask() {
     let (ok, _, err) = d.cli(&["submit", &path]);
     assert!(!ok && err.contains("gpool logs"), "{err}");
 }
+
+/// Most intervals overlapping at one instant.
+fn most_at_once(intervals: &[(i64, i64)]) -> usize {
+    let mut edges: Vec<(i64, i32)> = intervals.iter().flat_map(|(s, e)| [(*s, 1), (*e, -1)]).collect();
+    // An end before a start at the same instant: the slot was freed first.
+    edges.sort_by_key(|(t, d)| (*t, *d));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+#[test]
+fn an_array_runs_its_tasks_at_most_n_at_once_each_knowing_its_index() {
+    let s = Scratch::new("slurm-array");
+    let d = Daemon::start(&s.0.join("data"), "8xH100-80GB", &[]);
+    let (ok, out, err) = d.cli(&[
+        "submit",
+        "--array",
+        "0-9%3",
+        "--gpus",
+        "1",
+        "-o",
+        "json",
+        "--",
+        "sh",
+        "-c",
+        "echo task $SLURM_ARRAY_TASK_ID $GPOOL_ARRAY_TASK_ID; sleep 0.3",
+    ]);
+    assert!(ok, "{err}");
+    let ids: Vec<u64> = serde_json::from_str::<serde_json::Value>(&out).expect("json")["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .collect();
+    assert_eq!(ids.len(), 10);
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "consecutive ids: {ids:?}");
+    d.wait_ended(&ids, Duration::from_secs(120));
+    let mut intervals = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let job = d.job(*id);
+        assert_eq!(job["state"], "succeeded", "{job}");
+        assert_eq!((job["array"]["job"].as_u64(), job["array"]["index"].as_u64()), (Some(ids[0]), Some(i as u64)));
+        let (_, logs, _) = d.cli(&["logs", &format!("{}_{i}", ids[0])]);
+        assert_eq!(logs.trim(), format!("task {i} {i}"), "task {i} by its array id and index");
+        let at = |k: &str| gpool_api::time::parse_rfc3339(job[k].as_str().expect(k)).expect(k);
+        intervals.push((at("started_at"), at("ended_at")));
+    }
+    let most = most_at_once(&intervals);
+    assert!((2..=3).contains(&most), "at most three at once, and more than one: {most} ({intervals:?})");
+    // An array's id cancels every task of it, as scancel does; ID_INDEX one task.
+    let (ok, out, err) = d.cli(&["submit", "-a", "1,3,5", "-o", "json", "--begin", "now+1h", "--", "true"]);
+    assert!(ok, "{err}");
+    let first = serde_json::from_str::<serde_json::Value>(&out).expect("json")["ids"][0].as_u64().expect("id");
+    let (ok, _, err) = d.cli(&["cancel", &format!("{first}_3")]);
+    assert!(ok, "{err}");
+    assert_eq!(d.job(first + 1)["state"], "cancelled");
+    assert_eq!(d.job(first)["state"], "pending");
+    let (ok, _, err) = d.cli(&["cancel", &first.to_string()]);
+    assert!(ok, "{err}");
+    assert!((first..first + 3).all(|id| d.job(id)["state"] == "cancelled"));
+    let (ok, _, err) = d.cli(&["show", &format!("{first}_4")]);
+    assert!(!ok && err.contains("no task 4"), "{err}");
+}

@@ -71,8 +71,8 @@ pub use policies::{fairshare, policy, policy_knobs, quota};
 
 // The main types, at the root.
 pub use model::job::{
-    GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest, SpotPolicy,
-    StopCause,
+    ArrayLimit, GpuRequest, GpuShare, Job, JobId, JobSpec, JobState, Placement, ReplicaPlacement, ReplicaRequest,
+    SpotPolicy, StopCause,
 };
 pub use model::node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, Pool, PoolKind};
 pub use model::resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};

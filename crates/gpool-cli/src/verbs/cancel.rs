@@ -8,8 +8,9 @@ use crate::output::{Output, emit, text};
 
 #[derive(Args, Debug)]
 pub(crate) struct CancelArgs {
-    /// Job id(s); or none, with -u and/or --state, for every job that matches (as scancel -u).
-    ids: Vec<u64>,
+    /// Job id(s) (an array's id is every task of it, `1234_7` one task); or none, with -u and/or
+    /// --state, for every job that matches (as scancel -u).
+    ids: Vec<crate::job_ref::JobRef>,
     /// Every job of this user (any user's: admins only).
     #[arg(long, short = 'u', conflicts_with = "ids")]
     user: Option<String>,
@@ -57,7 +58,7 @@ pub(crate) fn run(a: CancelArgs) -> anyhow::Result<()> {
         }
         ids
     } else {
-        a.ids.clone()
+        crate::job_ref::resolve(&client, &a.ids, Some("active"))?
     };
     let mut failures = Vec::new();
     let mut out = Vec::new();

@@ -9,9 +9,9 @@ use crate::output::{Output, emit};
 
 #[derive(Args, Debug)]
 pub(crate) struct HoldArgs {
-    /// Job id(s), pending.
+    /// Job id(s), pending; an array's id is every task of it, `1234_7` one task.
     #[arg(required = true)]
-    ids: Vec<u64>,
+    ids: Vec<crate::job_ref::JobRef>,
     #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]
@@ -24,7 +24,8 @@ pub(crate) fn run(a: HoldArgs, hold: bool) -> anyhow::Result<()> {
     let verb = if hold { "hold" } else { "release" };
     let mut out = Vec::new();
     let mut failures = Vec::new();
-    for id in &a.ids {
+    let ids = crate::job_ref::resolve(&client, &a.ids, Some("pending"))?;
+    for id in &ids {
         match client.post_empty::<api::JobView>(&format!("/jobs/{id}/{verb}")) {
             Ok(j) => out.push(j),
             Err(e) => {
@@ -38,7 +39,7 @@ pub(crate) fn run(a: HoldArgs, hold: bool) -> anyhow::Result<()> {
         None => Ok(()),
         Some(first) => {
             let kind = if failures.iter().all(|k| k == first) { *first } else { ErrorKind::Failed };
-            Err(ClientError::new(kind, format!("{} of {} jobs could not be {verb}ed", failures.len(), a.ids.len()))
+            Err(ClientError::new(kind, format!("{} of {} jobs could not be {verb}ed", failures.len(), ids.len()))
                 .into())
         }
     }

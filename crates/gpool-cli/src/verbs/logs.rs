@@ -13,6 +13,11 @@ use crate::client::{Client, Connect};
 
 #[derive(Args, Debug)]
 pub(crate) struct LogsArgs {
+    /// The job (`1234_7`: task 7 of array 1234).
+    #[arg(value_name = "ID")]
+    job: crate::job_ref::JobRef,
+    /// The job id `job` names (resolved once connected).
+    #[arg(skip)]
     id: u64,
     /// Replica rank.
     #[arg(long, default_value_t = 0)]
@@ -144,8 +149,9 @@ fn all_ranks(client: &Client, a: &LogsArgs) -> anyhow::Result<()> {
     exit_status(client, a.id)
 }
 
-pub(crate) fn run(a: LogsArgs) -> anyhow::Result<()> {
+pub(crate) fn run(mut a: LogsArgs) -> anyhow::Result<()> {
     let client = a.connect.client()?;
+    a.id = crate::job_ref::resolve(&client, &[a.job], None)?.first().copied().unwrap_or(0);
     if a.all_ranks {
         return all_ranks(&client, &a);
     }

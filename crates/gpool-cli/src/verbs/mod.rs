@@ -37,9 +37,9 @@ pub(crate) mod whoami;
 /// Arguments of the verbs that take job ids (`show`, `cancel`).
 #[derive(Args, Debug)]
 pub(crate) struct IdArgs {
-    /// Job id(s).
+    /// Job id(s); `1234_7` names task 7 of array 1234.
     #[arg(required = true)]
-    ids: Vec<u64>,
+    ids: Vec<crate::job_ref::JobRef>,
     #[arg(long, short = 'o', value_enum, default_value_t = crate::config_file::default_output())]
     output: Output,
     #[command(flatten)]

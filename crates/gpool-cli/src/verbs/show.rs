@@ -19,8 +19,10 @@ pub(crate) struct Shown {
 /// its error (exit code 3 for a job that does not exist) and nothing printed.
 pub(crate) fn run(a: IdArgs) -> anyhow::Result<()> {
     let client = a.connect.client()?;
-    let jobs: Vec<api::JobView> =
-        a.ids.iter().map(|id| client.get(&format!("/jobs/{id}"))).collect::<anyhow::Result<_>>()?;
+    let jobs: Vec<api::JobView> = crate::job_ref::resolve(&client, &a.ids, None)?
+        .iter()
+        .map(|id| client.get(&format!("/jobs/{id}")))
+        .collect::<anyhow::Result<_>>()?;
     let shown: Vec<Shown> = jobs
         .into_iter()
         .map(|job| {

@@ -51,6 +51,11 @@ pub(crate) struct SubmitArgs {
     /// Job name.
     #[arg(long)]
     name: Option<String>,
+    /// A job array, as sbatch's --array: 0-99, 1,3,5-7, 0-20:2, with %N for at most N tasks at once
+    /// (0-99%8). One job per index, with consecutive ids (the first is the array's; `ID_INDEX` names a
+    /// task); each reads its index in GPOOL_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID.
+    #[arg(long, short = 'a')]
+    array: Option<String>,
     /// May be preempted by higher-priority or less-served work (gets the stop signal, then SIGKILL after --grace).
     #[arg(long)]
     preemptible: bool,
@@ -131,7 +136,8 @@ fn fill(a: &mut SubmitArgs, from: SubmitArgs) {
         grace,
         retries,
         begin,
-        deadline
+        deadline,
+        array
     );
     a.preemptible |= from.preemptible;
     if a.after.is_empty() {
@@ -148,20 +154,13 @@ fn with_script(mut a: SubmitArgs, path: &std::path::Path) -> anyhow::Result<(Sub
         .map_err(|e| anyhow::anyhow!("{}: #GPOOL lines: {e}", path.display()))?;
     fill(&mut a, lines.args);
     let s = script.slurm;
-    if let Some(array) = &s.array {
-        bail!(
-            "{}: #SBATCH --array={array}: job arrays are not in gpool yet; submit the tasks as jobs \
-             (a pipeline's matrix: runs one per value, docs/pipelines.md)",
-            path.display()
-        );
-    }
     for ignored in &s.ignored {
         eprintln!("{}: #SBATCH --{ignored} has no effect in gpool", path.display());
     }
     macro_rules! unset {
         ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = s.$f.clone(); } )* };
     }
-    unset!(gpus, gpu_model, time, name, queue, replicas, cpus, memory, begin);
+    unset!(gpus, gpu_model, time, name, queue, replicas, cpus, memory, begin, array);
     if a.after.is_empty() {
         a.after = s.after.clone();
     }
@@ -252,6 +251,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         }
         if let Some(n) = &a.name {
             s.name = Some(n.clone());
+        }
+        if let Some(array) = &a.array {
+            s.array = Some(array.clone());
         }
         if a.preemptible {
             s.preemptible = true;

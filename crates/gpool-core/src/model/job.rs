@@ -196,6 +196,15 @@ pub struct JobSpec {
     /// Whether the job may run on spot nodes, which the provider can take back.
     pub spot: SpotPolicy,
     pub submit_time: Time,
+    /// A task of a job array that runs at most `limit` tasks at once (sbatch's `--array=…%N`).
+    pub array: Option<ArrayLimit>,
+}
+
+/// The array a task belongs to (its first task's id) and how many of its tasks may run at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ArrayLimit {
+    pub of: JobId,
+    pub limit: u32,
 }
 
 /// Whether a job may run on spot capacity (`spot: never | allowed | preferred`).
@@ -265,6 +274,7 @@ impl JobSpec {
             after_not_ok: Vec::new(),
             spot: SpotPolicy::Allowed,
             submit_time,
+            array: None,
         }
     }
 

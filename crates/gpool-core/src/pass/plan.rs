@@ -106,6 +106,8 @@ pub enum PendingReason {
     DependencyFailed { on: JobId, succeeded: bool },
     /// Held back (retry back-off) until then.
     NotBefore { until: Time },
+    /// Its array already runs as many tasks as it may at once (`%N`).
+    ArrayLimit { of: JobId, limit: u32 },
     /// Its begin time (`beginAt`) has not come.
     Begin { at: Time },
     /// A node has room, but a power budget over it does not (`power.rs`).
@@ -157,6 +159,9 @@ impl fmt::Display for PendingReason {
                 write!(f, "job {on} succeeded, and this job runs only if it fails (afternotok); it can never start")
             }
             PendingReason::NotBefore { until } => write!(f, "held until {until} (retry back-off)"),
+            PendingReason::ArrayLimit { of, limit } => {
+                write!(f, "array {of} runs at most {limit} task(s) at once (--array=…%{limit})")
+            }
             PendingReason::Begin { at } => write!(f, "waiting for its begin time, {at}"),
             PendingReason::Window { queue, opens: Some(at) } => {
                 write!(f, "queue {queue} starts jobs only in its windows; the next opens {at}")

@@ -57,6 +57,8 @@ struct Pass<'s> {
     first_blocked: Option<JobId>,
     strict_blocked: Option<JobId>,
     reservation: Option<(JobId, Time)>,
+    /// Tasks of each array with a limit that run, or started in this pass (`ArrayLimit`).
+    array_running: BTreeMap<JobId, u32>,
     /// Planned ends of the jobs started in this pass (index into `plan.starts`).
     started_ends: Vec<Time>,
     /// Pending jobs not yet examined, by devices per replica.
@@ -183,6 +185,7 @@ impl<'s> Pass<'s> {
             strict_blocked: None,
             reservation: None,
             started_ends: Vec::new(),
+            array_running: array_running(snap),
             remaining: snap.pending_by_devices.clone(),
             held,
             preemption_possible,
@@ -322,6 +325,7 @@ impl<'s> Pass<'s> {
                 candidates.started(units);
                 self.plan.starts.push(Start { job: id, placement, backfilled: self.first_blocked.is_some() });
                 self.started_ends.push(ends);
+                self.array_started(job);
             }
             Err(reason) => {
                 if self.try_preempt(job, ends, candidates) {
@@ -377,6 +381,13 @@ impl<'s> Pass<'s> {
         None
     }
 
+    /// A task of a limited array started in this pass: it counts against its array's limit.
+    fn array_started(&mut self, job: &Job) {
+        if let Some(a) = job.spec.array {
+            *self.array_running.entry(a.of).or_default() += 1;
+        }
+    }
+
     /// Reasons that need no placement search: dependencies, back-off, quota.
     fn gate(&self, job: &Job) -> Option<PendingReason> {
         // (job, whether it must have succeeded: Some(true) afterok, Some(false) afternotok, None afterany)
@@ -400,6 +411,11 @@ impl<'s> Pass<'s> {
         }
         if job.not_before > self.now {
             return Some(PendingReason::NotBefore { until: job.not_before });
+        }
+        if let Some(a) = job.spec.array
+            && self.array_running.get(&a.of).copied().unwrap_or(0) >= a.limit
+        {
+            return Some(PendingReason::ArrayLimit { of: a.of, limit: a.limit });
         }
         let units = job.spec.gpu_units();
         if let Err(block) = self.quota.check(&self.snap.queues, &job.spec.queue, units) {
@@ -544,4 +560,15 @@ fn late_jobs(snap: &Snapshot, now: Time) -> Vec<(JobId, crate::calendar::deadlin
         .chain(running)
         .filter_map(|(j, started)| crate::calendar::deadline::late(&j.spec, now, started).map(|l| (j.id, l)))
         .collect()
+}
+
+/// Tasks running now of each array that limits its running tasks.
+fn array_running(snap: &Snapshot) -> BTreeMap<JobId, u32> {
+    let mut running = BTreeMap::new();
+    for e in snap.running.values() {
+        if let Some(a) = snap.job(e.id).and_then(|j| j.spec.array) {
+            *running.entry(a.of).or_default() += 1;
+        }
+    }
+    running
 }

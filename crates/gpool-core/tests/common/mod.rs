@@ -271,6 +271,12 @@ impl J {
         self.spec.time_limit = Some(Duration::from_secs(secs));
         self
     }
+    /// A task of array `of` that runs at most `limit` tasks at once.
+    pub fn array(mut self, of: JobId, limit: u32) -> J {
+        self.spec.array = Some(gpool_core::ArrayLimit { of, limit });
+        self
+    }
+
     pub fn after(mut self, dep: JobId) -> J {
         self.spec.dependencies.push(dep);
         self

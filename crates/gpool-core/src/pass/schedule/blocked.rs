@@ -67,6 +67,7 @@ impl<'s> Pass<'s> {
             candidates.started(units);
             self.plan.starts.push(Start { job: job.id, placement, backfilled: self.first_blocked.is_some() });
             self.started_ends.push(ends);
+            self.array_started(job);
             return true;
         }
         // Victims keep their quota until they have stopped: releasing it now

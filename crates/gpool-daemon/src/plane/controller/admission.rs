@@ -51,8 +51,22 @@ impl Admission<'_> {
             return Err(ApiError::new(400, "jobs: the batch is empty"));
         }
         self.state_disk.room_for_new_work(self.data_dir)?;
-        let cores = self.checked(caller, &specs, now)?;
-        self.admit(caller, specs, cores, now)
+        let (specs, tasks) = expand_arrays(specs)?;
+        let mut cores = self.checked(caller, &specs, now)?;
+        // A task's array is its first task's id: ids are given in order from the next one.
+        let first_id = *self.next_id;
+        for (core, task) in cores.iter_mut().zip(&tasks) {
+            if let Some(t) = task {
+                core.array = t.limit.map(|limit| gpool_core::ArrayLimit { of: JobId(first_id + t.job), limit });
+            }
+        }
+        let submitted = self.admit(caller, specs, cores, now)?;
+        for (id, task) in submitted.ids.iter().zip(&tasks) {
+            if let (Some(t), Some(doc)) = (task, self.jobs.get_mut(id)) {
+                doc.array = Some(api::ArrayView { job: first_id + t.job, ..*t });
+            }
+        }
+        Ok(submitted)
     }
 
     /// Checks a batch of specs as a submission would; their core specs.
@@ -203,6 +217,7 @@ impl Admission<'_> {
                 learned_watts_per_gpu: core.watts_per_gpu,
                 held_by: None,
                 pipeline: None,
+                array: None,
                 late: None,
             };
             self.history.learned_estimate(self.snap.policy(), &mut doc, &mut core);
@@ -258,4 +273,42 @@ impl Admission<'_> {
             None => format!("queue: this cluster has no default queue; name one of {}", known.join(", ")),
         })
     }
+}
+
+/// Each array spec made into its tasks (one spec per index, in order), with
+/// each task's place: `job` is its array's offset in the batch until ids are
+/// known. A batch without arrays comes back as it was.
+#[allow(clippy::type_complexity)]
+fn expand_arrays(specs: Vec<api::JobSpec>) -> Result<(Vec<api::JobSpec>, Vec<Option<api::ArrayView>>), ApiError> {
+    let batch = specs.len() > 1;
+    let mut out = Vec::with_capacity(specs.len());
+    let mut tasks = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.into_iter().enumerate() {
+        let Some(text) = spec.array.clone() else {
+            out.push(spec);
+            tasks.push(None);
+            continue;
+        };
+        let at = if batch { format!("jobs[{i}].array") } else { "array".to_string() };
+        let a = api::spec::parse_array(&text).map_err(|e| ApiError::new(400, format!("{at}: {e}")))?;
+        if spec.service.is_some() {
+            return Err(ApiError::new(400, format!("{at}: a service scales itself; it is not an array")));
+        }
+        let offset = out.len() as u64;
+        let count = a.indexes.len() as u32;
+        if out.len() + a.indexes.len() > api::spec::MAX_ARRAY_TASKS {
+            return Err(ApiError::new(
+                400,
+                format!("{at}: at most {} jobs in one submission, arrays' tasks included", api::spec::MAX_ARRAY_TASKS),
+            ));
+        }
+        let (min_index, max_index) = (a.indexes.iter().min().copied(), a.indexes.iter().max().copied());
+        let (min_index, max_index) = (min_index.unwrap_or(0), max_index.unwrap_or(0));
+        for index in a.indexes {
+            out.push(spec.clone());
+            let task = api::ArrayView { job: offset, index, tasks: count, limit: a.limit, min_index, max_index };
+            tasks.push(Some(task));
+        }
+    }
+    Ok((out, tasks))
 }

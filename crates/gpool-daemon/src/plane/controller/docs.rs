@@ -185,6 +185,9 @@ pub struct JobDoc {
     /// The pipeline run it is a stage of (`pipelines.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<PipelineRef>,
+    /// The job array it is a task of (`spec.array`, `admission.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<api::ArrayView>,
 }
 
 /// A job's place in a pipeline run. A run's jobs have consecutive ids from

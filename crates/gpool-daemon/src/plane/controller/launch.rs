@@ -193,6 +193,20 @@ pub(super) fn plan(doc: &JobDoc, placement: &Placement, ground: &Ground<'_>, por
         if let Some(dir) = &doc.spec.workdir {
             set("SLURM_SUBMIT_DIR", dir.clone());
         }
+        if let Some(a) = &doc.array {
+            let (min, max) = (a.min_index, a.max_index);
+            for (k, v) in [
+                ("GPOOL_ARRAY_JOB_ID", a.job.to_string()),
+                ("GPOOL_ARRAY_TASK_ID", a.index.to_string()),
+                ("SLURM_ARRAY_JOB_ID", a.job.to_string()),
+                ("SLURM_ARRAY_TASK_ID", a.index.to_string()),
+                ("SLURM_ARRAY_TASK_COUNT", a.tasks.to_string()),
+                ("SLURM_ARRAY_TASK_MIN", min.to_string()),
+                ("SLURM_ARRAY_TASK_MAX", max.to_string()),
+            ] {
+                set(k, v);
+            }
+        }
         set("GPOOL_JOB_ID", id.to_string());
         set("GPOOL_JOB_NAME", doc.name.clone());
         set("GPOOL_ATTEMPT", attempt.to_string());

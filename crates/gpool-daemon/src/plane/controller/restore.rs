@@ -78,6 +78,9 @@ impl Controller {
                 continue;
             };
             core.watts_per_gpu = doc.learned_watts_per_gpu;
+            core.array = doc
+                .array
+                .and_then(|a| a.limit.map(|limit| gpool_core::ArrayLimit { of: gpool_core::JobId(a.job), limit }));
             // Kept ones, or (a job submitted under another policy) today's history's.
             self.history.similar_runs(self.snap.policy(), &mut doc, &mut core);
             if let Some(d) = self.jobs.get_mut(&id).filter(|d| d.similar_runs_ms.is_empty()) {

@@ -127,6 +127,7 @@ impl Reading<'_> {
                 .reserved
                 .filter(|(j, _)| *j == d.id && d.state == api::JobState::Pending)
                 .map(|(_, at)| api::time::rfc3339(at)),
+            array: d.array,
             spec: d.spec.clone(),
         }
     }
