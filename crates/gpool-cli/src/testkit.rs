@@ -144,6 +144,12 @@ impl JobB {
         self.0.spec.replicas = n;
         self
     }
+    /// Task `index` of array `of` (of `tasks` tasks from 0, at most `limit` at once).
+    pub(crate) fn array(mut self, of: u64, index: u32, tasks: u32, limit: Option<u32>) -> JobB {
+        let max_index = tasks.saturating_sub(1);
+        self.0.array = Some(api::ArrayView { job: of, index, tasks, limit, min_index: 0, max_index });
+        self
+    }
     pub(crate) fn state(mut self, s: JobState) -> JobB {
         self.0.state = s;
         self

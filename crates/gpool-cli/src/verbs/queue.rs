@@ -91,7 +91,20 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
         "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<23} REASON",
         "ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "STARTED"
     )];
-    for j in jobs {
+    let mut rest = jobs;
+    while let Some(j) = rest.first() {
+        // An array's pending tasks that wait for the same reason are one line, as squeue shows them.
+        let folded = rest.iter().take_while(|k| same_pending_array(j, k)).count().max(1);
+        let id = match (j.array, folded) {
+            (Some(a), 1) => format!("{}_{}", a.job, a.index),
+            (Some(a), _) => {
+                let indexes: Vec<u32> = rest[..folded].iter().filter_map(|k| k.array.map(|x| x.index)).collect();
+                let limit = a.limit.map_or_else(String::new, |l| format!("%{l}"));
+                format!("{}_[{}{limit}]", a.job, ranges(&indexes))
+            }
+            (None, _) => j.id.to_string(),
+        };
+        rest = &rest[folded..];
         let devices: Vec<String> = j.replicas.iter().map(|r| r.cuda_visible_devices.clone()).collect();
         let reason = match j.state {
             JobState::Running => {
@@ -107,7 +120,7 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
         };
         lines.push(format!(
             "{:>6}  {:<16} {:<10} {:<10} {:<9} {:<14} {:<23} {}",
-            j.id,
+            id,
             truncate(&j.name, 16),
             truncate(&j.user, 10),
             truncate(&j.queue, 10),
@@ -121,6 +134,32 @@ pub(crate) fn render(jobs: &[api::JobView], output: Output) -> anyhow::Result<St
 }
 
 /// `-o wide`: every name whole, and the team, priority, attempt, submission time and image.
+/// Whether `k` is a pending task of `j`'s array waiting for the same reason as `j`.
+fn same_pending_array(j: &api::JobView, k: &api::JobView) -> bool {
+    let pending = |x: &api::JobView| x.state == JobState::Pending;
+    matches!((j.array, k.array), (Some(a), Some(b)) if a.job == b.job)
+        && pending(j)
+        && pending(k)
+        && j.reason == k.reason
+}
+
+/// Indexes as Slurm compresses them: `0-3,7,9-10`.
+fn ranges(indexes: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < indexes.len() {
+        let start = indexes[i];
+        let mut end = start;
+        while i + 1 < indexes.len() && indexes[i + 1] == end + 1 {
+            i += 1;
+            end = indexes[i];
+        }
+        out.push(if end == start { start.to_string() } else { format!("{start}-{end}") });
+        i += 1;
+    }
+    out.join(",")
+}
+
 fn wide(jobs: &[api::JobView]) -> String {
     let mut lines = vec![format!(
         "{:>6}  {:<24} {:<12} {:<12} {:<12} {:<9} {:>8} {:>7} {:<14} {:<23} {:<23} {:<28} REASON",
@@ -194,6 +233,24 @@ mod tests {
         ];
         assert_snapshot("queue.txt", &render(&jobs, Output::Table).unwrap());
         assert_snapshot("queue.json", &render(&jobs, Output::Json).unwrap());
+    }
+
+    #[test]
+    fn an_arrays_pending_tasks_are_one_line_as_squeue_shows_them() {
+        let limit = "array 10 runs at most 2 task(s) at once";
+        let mut jobs = vec![
+            job(10).array(10, 0, 8, Some(2)).running_on("n1", &["0"]).build(),
+            job(11).array(10, 1, 8, Some(2)).running_on("n1", &["1"]).build(),
+        ];
+        jobs.extend((2..7).map(|i| job(10 + u64::from(i)).array(10, i, 8, Some(2)).reason(limit).build()));
+        jobs.push(job(17).array(10, 7, 8, Some(2)).reason("held by ana").build());
+        jobs.push(job(18).reason("waiting for 8 GPUs").build());
+        let table = render(&jobs, Output::Table).expect("a table");
+        let ids: Vec<&str> = table.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+        assert_eq!(ids, ["10_0", "10_1", "10_[2-6%2]", "10_7", "18"], "{table}");
+        assert_eq!(ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3,7,9-10");
+        // Data output lists every task.
+        assert_eq!(render(&jobs, Output::Json).expect("json").matches("\"array\"").count(), 8);
     }
 
     #[test]
