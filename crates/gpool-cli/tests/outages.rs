@@ -24,7 +24,7 @@ const OUTAGE: Duration = Duration::from_secs(10 * LEASE_S);
 
 struct Cluster {
     s: Scratch,
-    pg: gpool_store::testing::TestPostgres,
+    pg: gpool_testpg::TestPostgres,
     planes: Vec<Proc>,
     servers: String,
     admin: String,
@@ -36,7 +36,7 @@ struct Cluster {
 impl Cluster {
     fn start(name: &str) -> Cluster {
         let s = Scratch::new(name);
-        let pg = gpool_store::testing::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
+        let pg = gpool_testpg::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
         let db = pg.fresh_database(&name.replace('-', "_")).expect("database");
         let free = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
         let ports = [free(), free()];

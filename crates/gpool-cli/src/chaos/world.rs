@@ -68,7 +68,7 @@ impl Drop for Proc {
 
 pub(crate) struct World {
     pub dir: PathBuf,
-    pub pg: gpool_store::testing::TestPostgres,
+    pub pg: gpool_testpg::TestPostgres,
     /// Makes the database server's flushes slow (the slow-disk fault).
     pub slow_disk: SlowDisk,
     pub planes: Vec<(u16, Proc)>,
@@ -95,8 +95,8 @@ impl World {
     pub(crate) fn start(dir: &Path, agents: usize, lease: &str) -> anyhow::Result<World> {
         let slow_disk = SlowDisk::build(dir)?;
         // Durable, as in production: every commit waits for its flush, which the slow-disk fault delays.
-        let options = gpool_store::testing::TestPostgresOptions { durable: true, env: slow_disk.env(), tls: false };
-        let pg = gpool_store::testing::TestPostgres::start_with(options)
+        let options = gpool_testpg::TestPostgresOptions { durable: true, env: slow_disk.env(), tls: false };
+        let pg = gpool_testpg::TestPostgres::start_with(options)
             .context("PostgreSQL for the chaos run (apt-get install -y postgresql)")?;
         let db = pg.fresh_database("chaos")?;
         let mut planes = Vec::new();
