@@ -6,7 +6,7 @@
 //! SIGSTOP for ten leases, kill no job; an agent cut off from the control
 //! planes alone still has its jobs killed by the end of its lease, and they
 //! run again on the other node, never twice at once. CI uses a 4 s lease;
-//! `gpool bench chaos` runs the long outages (BENCHMARKS.md).
+//! `gpool-devtools bench chaos` runs the long outages (BENCHMARKS.md).
 
 mod common;
 
