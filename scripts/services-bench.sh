@@ -6,12 +6,15 @@
 #     50 ms (min 1, max 6, inFlight 4): replicas over time, failed requests,
 #     p99 before and after the step, and the way back to 1 replica;
 #  3. a cold start: the first request to a service scaled to zero.
-# Needs wrk (apt-get install wrk) and a release build (cargo build --release).
+# Needs wrk (apt-get install wrk) and a release build of gpool and of the
+# developers' gpool-devtools, whose replica-demo the services run (cargo build --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${GPOOL:-target/release/gpool}
+DT=${GPOOL_DEVTOOLS:-target/release/gpool-devtools}
 command -v wrk >/dev/null || { echo "needs wrk: apt-get install -y wrk" >&2; exit 1; }
 [ -x "$B" ] || { echo "needs $B: cargo build --release -p gpool-cli" >&2; exit 1; }
+[ -x "$DT" ] || { echo "needs $DT: cargo build --release -p gpool-devtools" >&2; exit 1; }
 D=$(mktemp -d)
 PROXY=127.0.0.1:${PROXY_PORT:-18790}
 "$B" up --listen 127.0.0.1:0 --data-dir "$D" --simulate-gpus 8xA100-80GB --proxy-listen "$PROXY" >"$D/up.log" 2>&1 &
@@ -21,7 +24,7 @@ for _ in $(seq 100); do [ -S "$D/gpool.sock" ] && break; sleep 0.1; done
 svc() { # name min max delay down window
   cat >"$D/$1.yaml" <<YAML
 name: $1
-command: [$(realpath "$B"), replica-demo, --delay, $4]
+command: [$(realpath "$DT"), replica-demo, --delay, $4]
 resources: {nvidia.com/gpu: 1}
 service: {readiness: /health, replicas: {min: $2, max: $3}, target: {inFlight: 4}, scaleDownDelay: $5, window: $6}
 YAML

@@ -1,4 +1,6 @@
-//! `gpool bench …`: benchmarks whose figures go into BENCHMARKS.md.
+//! `gpool bench …`: benchmarks whose figures go into BENCHMARKS.md, those a
+//! user runs to measure a set-up of their own. The ones that bring up a real
+//! fleet or inject faults (`bench cluster`, `bench chaos`) are gpool-devtools'.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -19,10 +21,6 @@ pub(crate) enum BenchCommand {
     Latency(crate::bench_daemon::LatencyArgs),
     /// The cost of GPU telemetry: sampler CPU and /metrics scrape latency.
     Telemetry(crate::bench_daemon::TelemetryArgs),
-    /// The control plane at scale: simulated nodes speaking the agent protocol, a large queue.
-    Cluster(crate::bench_cluster::ClusterArgs),
-    /// A real cluster under seeded random faults, checked from the jobs' own records.
-    Chaos(crate::chaos::ChaosArgs),
     /// Static MIG layouts against layouts that follow the queue, on a day of changing MIG demand.
     Mig(MigArgs),
     /// GPU shares placed by each strategy on the openb cluster as requests grow to 130% of its GPUs.
@@ -101,8 +99,6 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Submit(a) => crate::bench_daemon::submit(a),
         BenchCommand::Latency(a) => crate::bench_daemon::latency(a),
         BenchCommand::Telemetry(a) => crate::bench_daemon::telemetry(a),
-        BenchCommand::Cluster(a) => crate::bench_cluster::cluster(a),
-        BenchCommand::Chaos(a) => crate::chaos::run(a),
         BenchCommand::Mig(a) => mig(a),
         BenchCommand::Sharing(a) => crate::bench_sharing::sharing(a),
         BenchCommand::Policies(a) => crate::bench_policies::policies(a),

@@ -1,4 +1,6 @@
 //! `gpool`: one binary for the daemon, the CLI client, the simulator and the benchmarks.
+//! What only gpool's developers run (the chaos suite, benchmarks that start
+//! real servers, the replica demo) is the `gpool-devtools` binary (issue 37).
 
 /// `println!` that ends the program quietly when standard output is closed
 /// (`gpool queue | head`) instead of panicking.
@@ -17,11 +19,9 @@ macro_rules! outln {
 }
 
 mod bench;
-mod bench_cluster;
 mod bench_daemon;
 mod bench_policies;
 mod bench_sharing;
-mod chaos;
 mod client;
 mod config_file;
 mod daemon_config;
@@ -31,7 +31,6 @@ mod local_node;
 mod logging;
 mod output;
 mod progress;
-mod replica_demo;
 mod sbatch;
 mod sim;
 #[cfg(test)]
@@ -175,9 +174,6 @@ enum Command {
     /// Supervise one job replica (started by the agent, not by hand).
     #[command(hide = true)]
     Shim { dir: std::path::PathBuf },
-    /// A small HTTP server on $PORT to try services with (answers after --delay; /health, /stream).
-    #[command(hide = true)]
-    ReplicaDemo(replica_demo::ReplicaDemoArgs),
     /// The `local` provider of node pools (run by the control plane, not by hand).
     #[command(subcommand, hide = true)]
     LocalNode(local_node::LocalNodeCommand),
@@ -333,7 +329,6 @@ fn main() -> ExitCode {
         Command::Cost(a) => verbs::cost::run(a),
         Command::Budgets(a) => verbs::budgets::run(a),
         Command::LocalNode(c) => local_node::run(c),
-        Command::ReplicaDemo(a) => replica_demo::run(a),
         Command::Events(a) => events::run(a),
         Command::Whoami(a) => whoami::run(a),
         Command::Advise(a) => advise::run(a),

@@ -4,21 +4,24 @@
 //! running twice at once, no GPU held by two runs, nothing left running;
 //! and (issue 39) no job killed by the long outages, held 15 s here (two
 //! and a half leases; tests/outages.rs holds ten).
-//! `gpool bench chaos --faults 200` is the long run (BENCHMARKS.md).
+//! `gpool-devtools bench chaos --faults 200` is the long run (BENCHMARKS.md).
+//! The suite is gpool-devtools' (`common::devtools` builds it); what it
+//! disturbs, and what this test holds to its promises, is this package's
+//! `gpool`, which it is given with `--gpool`.
 
 mod common;
 
 use std::process::Command;
 
-use common::BIN;
+use common::{BIN, devtools};
 use serde_json::Value;
 
 #[test]
 fn twenty_faults_of_every_kind_break_no_promise() {
-    let out = Command::new(BIN)
-        .args(["bench", "chaos", "--faults", "20", "--seed", "11", "--outage", "15s", "--json"])
+    let out = Command::new(devtools())
+        .args(["--gpool", BIN, "bench", "chaos", "--faults", "20", "--seed", "11", "--outage", "15s", "--json"])
         .output()
-        .expect("run gpool bench chaos");
+        .expect("run gpool-devtools bench chaos");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!("no report ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr));

@@ -2,7 +2,7 @@
 //! a standby), three `gpool agent`s as separate processes on 127.0.0.x
 //! addresses with simulated GPUs, real jobs, `kill -9` of an agent and of the
 //! leader. PostgreSQL is a real server started on loopback by the test
-//! (`gpool_store::testing`); `.ci/run` installs it.
+//! (`gpool_testpg`); `.ci/run` installs it.
 
 mod common;
 
@@ -20,9 +20,8 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover_all_ov
     // One CA for both control planes (issue 12): agents pin its fingerprint.
     let ca_dir = s.0.join("ca");
     // PostgreSQL over TLS too, verified against its own CA.
-    let options = gpool_store::testing::TestPostgresOptions { tls: true, ..Default::default() };
-    let pg =
-        gpool_store::testing::TestPostgres::start_with(options).expect("PostgreSQL (apt-get install -y postgresql)");
+    let options = gpool_testpg::TestPostgresOptions { tls: true, ..Default::default() };
+    let pg = gpool_testpg::TestPostgres::start_with(options).expect("PostgreSQL (apt-get install -y postgresql)");
     let db = format!(
         "{}?sslmode=require&sslrootcert={}",
         pg.fresh_database("cluster").expect("database"),
@@ -398,7 +397,7 @@ fn a_database_outage_is_ridden_out_without_losing_a_running_job() {
 /// simulated GPUs, and one job of `secs` seconds, running.
 struct Pair {
     s: Scratch,
-    pg: gpool_store::testing::TestPostgres,
+    pg: gpool_testpg::TestPostgres,
     ports: (u16, u16),
     leader: Proc,
     standby: Proc,
@@ -410,7 +409,7 @@ struct Pair {
 
 fn pair_with_a_running_job(name: &str, lease: &str, secs: &str) -> Pair {
     let s = Scratch::new(name);
-    let pg = gpool_store::testing::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
+    let pg = gpool_testpg::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
     let db = pg.fresh_database(&name.replace('-', "_")).expect("database");
     let free =
         || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");

@@ -6,7 +6,7 @@
 //! SIGSTOP for ten leases, kill no job; an agent cut off from the control
 //! planes alone still has its jobs killed by the end of its lease, and they
 //! run again on the other node, never twice at once. CI uses a 4 s lease;
-//! `gpool bench chaos` runs the long outages (BENCHMARKS.md).
+//! `gpool-devtools bench chaos` runs the long outages (BENCHMARKS.md).
 
 mod common;
 
@@ -24,7 +24,7 @@ const OUTAGE: Duration = Duration::from_secs(10 * LEASE_S);
 
 struct Cluster {
     s: Scratch,
-    pg: gpool_store::testing::TestPostgres,
+    pg: gpool_testpg::TestPostgres,
     planes: Vec<Proc>,
     servers: String,
     admin: String,
@@ -36,7 +36,7 @@ struct Cluster {
 impl Cluster {
     fn start(name: &str) -> Cluster {
         let s = Scratch::new(name);
-        let pg = gpool_store::testing::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
+        let pg = gpool_testpg::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
         let db = pg.fresh_database(&name.replace('-', "_")).expect("database");
         let free = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port");
         let ports = [free(), free()];

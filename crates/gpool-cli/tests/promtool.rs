@@ -25,7 +25,7 @@ fn promtool_finds_nothing_to_say_about_gpools_own_series() {
         "PUT",
         "/api/v1/services/echo",
         &d.token,
-        Some(&json!({"name": "echo", "command": [BIN, "replica-demo", "--delay", "0"],
+        Some(&json!({"name": "echo", "command": [devtools(), "replica-demo", "--delay", "0"],
             "resources": {"nvidia.com/gpu": 1}, "service": {"readiness": "/health"}})),
     );
     assert_eq!(code, 201, "{v}");

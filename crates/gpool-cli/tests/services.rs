@@ -1,5 +1,5 @@
 //! Inference services end to end: `gpool up --proxy-listen` with replicas
-//! of `gpool replica-demo` (answers in 50 ms), load from real keep-alive
+//! of `gpool-devtools replica-demo` (answers in 50 ms; `common::devtools`), load from real keep-alive
 //! HTTP clients on loopback. Waits are on conditions (the services API),
 //! never on the clock; the one timing asserted is that no request fails.
 
@@ -155,7 +155,7 @@ fn proxy_addr(endpoint: &str) -> String {
 fn spec(name: &str, min: u32, max: u32, extra: Value) -> Value {
     let mut s = json!({
         "name": name,
-        "command": [BIN, "replica-demo", "--delay", "50ms"],
+        "command": [devtools(), "replica-demo", "--delay", "50ms"],
         "resources": {"nvidia.com/gpu": 1},
         "priority": "high",
         "service": {"readiness": "/health", "replicas": {"min": min, "max": max}, "target": {"inFlight": 4},

@@ -42,15 +42,14 @@
 //! Neither backend fences writes: a store that does not lead can still
 //! commit, so the controller must not write before `lead` says it leads.
 //!
-//! [`testing::TestPostgres`] starts a throwaway PostgreSQL server for tests
-//! and benchmarks.
+//! The throwaway PostgreSQL server of the tests and the chaos suite is
+//! `gpool-testpg`, a crate of its own so that the `gpool` binary does not carry it.
 
 pub mod conformance;
 mod pg_error;
 mod postgres;
 mod reserve;
 mod sqlite;
-pub mod testing;
 
 pub use postgres::Postgres;
 pub use sqlite::Sqlite;

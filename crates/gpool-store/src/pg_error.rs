@@ -1,4 +1,4 @@
-//! PostgreSQL driver errors as text, for the backend and the test server alike.
+//! PostgreSQL driver errors as text, for the backend.
 
 /// A driver error with its cause (the server's message, or the I/O error).
 pub(crate) fn describe(e: &postgres::Error) -> String {

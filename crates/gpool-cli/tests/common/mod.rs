@@ -12,10 +12,62 @@ use serde_json::Value;
 pub mod fleet;
 pub mod image;
 /// The chaos suite's cuttable TCP proxy, shared rather than copied.
-#[path = "../../src/chaos/proxy.rs"]
+#[path = "../../../gpool-devtools/src/chaos/proxy.rs"]
 pub mod proxy;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_gpool");
+
+/// The `gpool-devtools` binary (the chaos suite, the replica demo), next to
+/// [`BIN`]. A test can name only its own package's binaries
+/// (`CARGO_BIN_EXE_gpool`), and `gpool` must not depend on its developer
+/// tools, so the first call builds the other package's binary into the same
+/// target directory and profile with the cargo that runs the tests: up to
+/// date at once when `cargo test --workspace` has built it already, and
+/// never stale after a change to gpool-devtools (issue 37).
+pub fn devtools() -> &'static str {
+    static DEVTOOLS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DEVTOOLS.get_or_init(|| {
+        let exe = Path::new(BIN).with_file_name("gpool-devtools");
+        // BIN is <target>/<profile>/gpool, or <target>/<triple>/<profile>/gpool.
+        let profile_dir = Path::new(BIN).parent().expect("the binary's directory");
+        let target_dir = profile_dir
+            .ancestors()
+            .find(|d| d.join("CACHEDIR.TAG").is_file())
+            .or(profile_dir.parent())
+            .expect("cargo's target directory");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+        let mut build = Command::new(cargo);
+        // Not this test's package variables (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, …): a
+        // build script that watches one (ring's) would run again, and everything above it
+        // be rebuilt, in this build and in the next plain `cargo build`.
+        let package_vars = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_", "CARGO_TARGET_TMPDIR"];
+        for (k, _) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| package_vars.iter().any(|p| k.starts_with(p))) {
+                build.env_remove(k);
+            }
+        }
+        build
+            .args(["build", "--quiet", "-p", "gpool-devtools", "--bin", "gpool-devtools", "--manifest-path"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"))
+            .arg("--target-dir")
+            .arg(target_dir);
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => {}
+            Some("release") => {
+                build.arg("--release");
+            }
+            Some(other) => {
+                build.args(["--profile", other]);
+            }
+        }
+        if let Some(triple) = profile_dir.parent().filter(|p| *p != target_dir).and_then(Path::file_name) {
+            build.arg("--target").arg(triple);
+        }
+        let status = build.status().expect("run cargo build -p gpool-devtools");
+        assert!(status.success() && exe.is_file(), "cargo build -p gpool-devtools: {status}, {}", exe.display());
+        exe.display().to_string()
+    })
+}
 
 /// A scratch directory removed at drop.
 pub struct Scratch(pub PathBuf);

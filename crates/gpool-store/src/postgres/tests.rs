@@ -1,4 +1,4 @@
-//! The PostgreSQL backend against a real server (`crate::testing`).
+//! The PostgreSQL backend against a real server (`gpool_testpg`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier, OnceLock};
@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::conformance;
-use crate::testing::{TestPostgres, TestPostgresOptions};
+use gpool_testpg::{TestPostgres, TestPostgresOptions};
 
 /// One server for the whole test binary; each test takes its own databases.
 fn server() -> &'static TestPostgres {

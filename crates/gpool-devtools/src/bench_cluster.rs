@@ -1,5 +1,5 @@
-//! `gpool bench cluster`: the control plane at scale. A real `gpool serve`
-//! (this binary) with N simulated nodes, whose agents are lightweight
+//! `gpool-devtools bench cluster`: the control plane at scale. A real `gpool
+//! serve` (the `gpool` binary, see `--gpool`) with N simulated nodes, whose agents are lightweight
 //! clients in this process speaking the real agent protocol over HTTP
 //! (register, long poll, reports with telemetry as heartbeats), and a queue of
 //! M jobs. The fake agents "run" each job they are told to start for 30–120
@@ -7,7 +7,8 @@
 //! scheduler works under steady churn. Measured: heartbeat (report) latency
 //! and rate, scheduling pass time (the daemon's own histogram), API latency.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -297,10 +298,10 @@ fn scalar(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} "))?.trim().parse().ok())
 }
 
-pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
+pub(crate) fn cluster(a: ClusterArgs, gpool: &Path) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("gpool-bench-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut cmd = Command::new(std::env::current_exe()?);
+    let mut cmd = Command::new(gpool);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--lease", &a.lease, "--data-dir"]).arg(&dir);
     if let Some(db) = &a.db {
         cmd.args(["--db", db]);
@@ -454,11 +455,9 @@ pub(crate) fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
         "api_get_p99_ms": show.p(0.99),
         "errors": errors,
     });
-    if a.json {
-        outln!("{v}");
-    } else {
-        outln!("{}", serde_json::to_string_pretty(&v)?);
-    }
+    // A closed standard output (`| head`) must not end the run before the server is stopped.
+    let text = if a.json { v.to_string() } else { serde_json::to_string_pretty(&v)? };
+    let _ = writeln!(std::io::stdout(), "{text}");
     drop(serve);
     Ok(())
 }

@@ -1,5 +1,10 @@
 //! A throwaway PostgreSQL server on loopback, for tests and benchmarks only.
 //!
+//! A crate of its own (issue 37) so that the `gpool` binary does not carry it:
+//! `gpool-store`'s and `gpool-cli`'s tests take it as a dev-dependency, and
+//! `gpool-devtools` (the chaos suite) as a dependency. It depends on no gpool
+//! crate, so a dev-dependency on it makes no second copy of one.
+//!
 //! [`TestPostgres::start`] runs `initdb` into a new directory (in `/dev/shm`
 //! when it has 1 GiB free, else in the temporary directory) and starts
 //! `postgres` on `127.0.0.1` on a free port, with `trust` authentication for
@@ -70,6 +75,12 @@ pub enum TestPostgresError {
     Postgres(String),
     #[error("invalid database name {0:?} (expected 1 to 63 of a-z, 0-9, _, not starting with a digit)")]
     BadName(String),
+}
+
+/// A driver error as text: the server's message, else the error and its causes.
+fn describe(e: &postgres::Error) -> String {
+    let chain = || std::iter::successors(Some(e as &dyn std::error::Error), |e| e.source());
+    e.as_db_error().map_or_else(|| chain().map(|e| e.to_string()).collect::<Vec<_>>().join(": "), |db| db.to_string())
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestPostgresError {
@@ -202,7 +213,7 @@ impl TestPostgres {
         if !valid {
             return Err(TestPostgresError::BadName(name.into()));
         }
-        let pg = |e: postgres::Error| TestPostgresError::Postgres(crate::pg_error::describe(&e));
+        let pg = |e: postgres::Error| TestPostgresError::Postgres(describe(&e));
         let mut admin = postgres::Client::connect(&self.url(), postgres::NoTls).map_err(pg)?;
         admin.batch_execute(&format!("CREATE DATABASE {name}")).map_err(pg)?;
         Ok(self.database_url(name))
@@ -431,7 +442,7 @@ fn wait_ready(mut server: Child, port: u16, log_path: &Path) -> Result<Result<Ch
                 stop_server(server);
                 return Err(TestPostgresError::Start(format!(
                     "no connection within {START_DEADLINE:?} ({}): {}",
-                    crate::pg_error::describe(&e),
+                    describe(&e),
                     log_tail(log_path)
                 )));
             }

@@ -1,4 +1,4 @@
-//! `gpool replica-demo`: a small HTTP/1.1 server to try services with and to
+//! `gpool-devtools replica-demo`: a small HTTP/1.1 server to try services with and to
 //! test the proxy against, with no Python or image needed. It listens on
 //! `$PORT`, answers `GET /health` at once, `/stream` with five server-sent
 //! events 100 ms apart (chunked), and anything else after `--delay`

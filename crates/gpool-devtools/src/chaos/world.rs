@@ -1,6 +1,7 @@
 //! The cluster a chaos run disturbs: a real PostgreSQL server, two `gpool
 //! serve` (a leader and a standby) and N `gpool agent`s with simulated GPUs,
 //! each agent talking to the control planes through proxies that can be cut.
+//! Every process is the `gpool` binary the run was given (`--gpool`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,21 +15,26 @@ use super::slow_disk::SlowDisk;
 
 /// A `gpool` process that can be killed, stopped and started again with the same arguments.
 pub(crate) struct Proc {
+    exe: PathBuf,
     args: Vec<String>,
     log: PathBuf,
     child: Option<Child>,
 }
 
 impl Proc {
-    fn new(args: Vec<String>, log: PathBuf) -> Proc {
-        Proc { args, log, child: None }
+    fn new(exe: &Path, args: Vec<String>, log: PathBuf) -> Proc {
+        Proc { exe: exe.into(), args, log, child: None }
     }
 
     pub(crate) fn start(&mut self) -> anyhow::Result<()> {
-        let exe = std::env::current_exe().context("the gpool executable")?;
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
-        let child =
-            Command::new(exe).args(&self.args).stdout(out.try_clone()?).stderr(out).stdin(Stdio::null()).spawn()?;
+        let child = Command::new(&self.exe)
+            .args(&self.args)
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("start {}", self.exe.display()))?;
         self.child = Some(child);
         Ok(())
     }
@@ -68,7 +74,7 @@ impl Drop for Proc {
 
 pub(crate) struct World {
     pub dir: PathBuf,
-    pub pg: gpool_store::testing::TestPostgres,
+    pub pg: gpool_testpg::TestPostgres,
     /// Makes the database server's flushes slow (the slow-disk fault).
     pub slow_disk: SlowDisk,
     pub planes: Vec<(u16, Proc)>,
@@ -92,11 +98,11 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 impl World {
-    pub(crate) fn start(dir: &Path, agents: usize, lease: &str) -> anyhow::Result<World> {
+    pub(crate) fn start(gpool: &Path, dir: &Path, agents: usize, lease: &str) -> anyhow::Result<World> {
         let slow_disk = SlowDisk::build(dir)?;
         // Durable, as in production: every commit waits for its flush, which the slow-disk fault delays.
-        let options = gpool_store::testing::TestPostgresOptions { durable: true, env: slow_disk.env(), tls: false };
-        let pg = gpool_store::testing::TestPostgres::start_with(options)
+        let options = gpool_testpg::TestPostgresOptions { durable: true, env: slow_disk.env(), tls: false };
+        let pg = gpool_testpg::TestPostgres::start_with(options)
             .context("PostgreSQL for the chaos run (apt-get install -y postgresql)")?;
         let db = pg.fresh_database("chaos")?;
         let mut planes = Vec::new();
@@ -108,7 +114,7 @@ impl World {
                     .map(|s| s.to_string())
                     .chain([dir.join(name).display().to_string()])
                     .collect();
-            planes.push((port, Proc::new(args, dir.join(format!("{name}.log")))));
+            planes.push((port, Proc::new(gpool, args, dir.join(format!("{name}.log")))));
         }
         let http: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -186,7 +192,7 @@ impl World {
             .map(|s| s.to_string())
             .chain([data.display().to_string()])
             .collect();
-            let mut p = Proc::new(args, dir.join(format!("agent-{i}.log")));
+            let mut p = Proc::new(gpool, args, dir.join(format!("agent-{i}.log")));
             p.start()?;
             w.agents.push(p);
             w.proxies.push(proxies);
@@ -333,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_signal_that_cannot_be_sent_is_an_error_not_a_fault_the_run_believes_in() {
-        let mut p = Proc::new(Vec::new(), PathBuf::from("/dev/null"));
+        let mut p = Proc::new(Path::new("gpool"), Vec::new(), PathBuf::from("/dev/null"));
         assert!(p.signal("STOP").is_err_and(|e| e.to_string().contains("not running")));
         let live = Command::new("sleep").arg("30").spawn().expect("sleep");
         p.child = Some(live);

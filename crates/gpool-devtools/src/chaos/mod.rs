@@ -1,4 +1,4 @@
-//! `gpool bench chaos`: a real cluster under random faults, checked from the
+//! `gpool-devtools bench chaos`: a real cluster under random faults, checked from the
 //! jobs' own records. A PostgreSQL server, a leader and a standby `gpool
 //! serve`, and agents with simulated GPUs run a steady stream of jobs (one
 //! in ten a gang across nodes) while a seeded schedule of faults hits them
@@ -81,7 +81,7 @@ sleep "$2"
 echo "$GPOOL_JOB_ID $GPOOL_ATTEMPT ${RANK:-0} $GPOOL_NODE" >> "$D/done"
 "#;
 
-pub(crate) fn run(a: ChaosArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: ChaosArgs, gpool: &Path) -> anyhow::Result<()> {
     let lease = gpool_api::quantity::parse_duration(&a.lease).map_err(|e| anyhow::anyhow!("--lease: {e}"))?;
     anyhow::ensure!(a.agents >= 2, "--agents: at least 2 (gangs span two nodes)");
     let outage = match &a.outage {
@@ -106,7 +106,7 @@ pub(crate) fn run(a: ChaosArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("locks"))?;
     std::fs::write(dir.join("job.sh"), JOB)?;
-    let result = chaos(&a, &dir, &faults);
+    let result = chaos(&a, gpool, &dir, &faults);
     if !a.keep && result.as_ref().is_ok_and(|r| r["ok"] == true) {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -120,8 +120,8 @@ pub(crate) fn run(a: ChaosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn chaos(a: &ChaosArgs, dir: &Path, faults: &[Fault]) -> anyhow::Result<Value> {
-    let mut w = World::start(dir, a.agents, &a.lease)?;
+fn chaos(a: &ChaosArgs, gpool: &Path, dir: &Path, faults: &[Fault]) -> anyhow::Result<Value> {
+    let mut w = World::start(gpool, dir, a.agents, &a.lease)?;
     // The stream of jobs, submitted to whichever control plane leads.
     let acknowledged: Arc<Mutex<Vec<u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
