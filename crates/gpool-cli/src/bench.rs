@@ -74,6 +74,10 @@ pub(crate) struct ScheduleArgs {
     /// Nodes with one GPU degraded for heat: placement avoids it and weighs every node.
     #[arg(long, default_value_t = 0)]
     degraded_nodes: u32,
+    /// Jobs come in arrays of this many tasks of one shape, each running at most a quarter of its tasks
+    /// at once (sbatch's --array=…%N); 0: plain jobs.
+    #[arg(long, default_value_t = 0)]
+    array_tasks: u32,
     /// Scheduling policy preset.
     #[arg(long, default_value = "default")]
     policy: String,
@@ -228,6 +232,7 @@ fn schedule(a: ScheduleArgs) -> anyhow::Result<()> {
         policy,
         seed: a.seed,
         degraded_nodes: a.degraded_nodes,
+        array_tasks: a.array_tasks,
     };
     let mut bar = Progress::new("passes");
     let r =

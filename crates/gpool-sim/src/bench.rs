@@ -23,6 +23,37 @@ pub struct ScheduleBench {
     pub seed: u64,
     /// Nodes with one degraded GPU (GPU 0): placement then weighs every node (`snapshot/health.rs`).
     pub degraded_nodes: u32,
+    /// Jobs come in arrays of this many tasks of one shape, each array running at most a
+    /// quarter of its tasks at once (`--array=…%N`); 0 or 1: plain jobs.
+    pub array_tasks: u32,
+}
+
+/// The synthetic workload: plain jobs, or arrays of one shape with a limit.
+struct Workload {
+    array_tasks: u32,
+    /// The array being submitted: its first id, its task, and the tasks left.
+    current: Option<(JobId, gpool_core::JobSpec, u32)>,
+}
+
+impl Workload {
+    fn next(&mut self, rng: &mut Rng, gpus_per_node: u32, id: u64, submit: Time) -> gpool_core::JobSpec {
+        if self.array_tasks <= 1 {
+            return synthetic::job(rng, gpus_per_node, submit);
+        }
+        let (first, spec, left) = match self.current.take() {
+            Some((first, spec, left)) if left > 0 => (first, spec, left),
+            _ => {
+                let mut spec = synthetic::job(rng, gpus_per_node, submit);
+                let limit = (self.array_tasks / 4).max(1);
+                spec.array = Some(gpool_core::ArrayLimit { of: JobId(id), limit });
+                (JobId(id), spec, self.array_tasks)
+            }
+        };
+        let mut task = spec.clone();
+        task.submit_time = submit;
+        self.current = Some((first, spec, left - 1));
+        task
+    }
 }
 
 /// Benchmark results. Times in milliseconds.
@@ -95,9 +126,10 @@ pub fn run(
     }
     let mut next_id = 1u64;
     let mut now = Time::from_secs(1_700_000_000);
+    let mut work = Workload { array_tasks: cfg.array_tasks, current: None };
     for i in 0..cfg.pending {
         let submit = Time::from_secs(now.as_millis() / 1000 - i64::from(cfg.pending - i));
-        snap.submit(JobId(next_id), synthetic::job(&mut rng, cfg.gpus_per_node, submit))?;
+        snap.submit(JobId(next_id), work.next(&mut rng, cfg.gpus_per_node, next_id, submit))?;
         next_id += 1;
     }
     let (plan, first_pass_ms) = timed(&snap, now);
@@ -122,7 +154,7 @@ pub fn run(
             }
         }
         while snap.pending_count() < cfg.pending as usize {
-            snap.submit(JobId(next_id), synthetic::job(&mut rng, cfg.gpus_per_node, now))?;
+            snap.submit(JobId(next_id), work.next(&mut rng, cfg.gpus_per_node, next_id, now))?;
             next_id += 1;
         }
         let (plan, ms) = timed(&snap, now);
@@ -172,6 +204,7 @@ mod tests {
             policy: Policy::gpool_default(),
             seed: 1,
             degraded_nodes: 0,
+            array_tasks: 0,
         };
         let mut calls = 0;
         let r = run(&cfg, |_, _| calls += 1).expect("bench");
@@ -179,5 +212,24 @@ mod tests {
         assert!(r.first_pass_started > 0 && r.jobs_started >= r.first_pass_started);
         assert!(r.pending >= 250, "queue refilled: {r:?}");
         assert!(r.running > 0);
+    }
+
+    #[test]
+    fn arrays_hold_their_tasks_to_their_limit_in_the_bench() {
+        let cfg = ScheduleBench {
+            pending: 400,
+            nodes: 1_000,
+            gpus_per_node: 8,
+            passes: 2,
+            policy: Policy::gpool_default(),
+            seed: 1,
+            degraded_nodes: 0,
+            array_tasks: 40,
+        };
+        let arrays = run(&cfg, |_, _| {}).expect("bench");
+        let plain = run(&ScheduleBench { array_tasks: 0, ..cfg }, |_, _| {}).expect("bench");
+        // Room for every job: plain, nearly all start; ten arrays of forty, at most ten each at once.
+        assert!(arrays.first_pass_started <= 100, "{arrays:?}");
+        assert!(plain.first_pass_started > 300, "{plain:?}");
     }
 }
