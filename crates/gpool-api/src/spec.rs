@@ -253,6 +253,11 @@ pub struct JobSpec {
     /// Start only after these jobs failed or were cancelled (`afternotok`): clean-up and fallbacks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_not_ok: Vec<u64>,
+    /// Once started, preempted by no one (priority, fair share, reclaim) for
+    /// this long (`minRuntime: 5m`); overrides its queue's. Power and health
+    /// stops still apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_runtime: Option<DurationText>,
     /// A job array, as sbatch's `--array`: `0-99`, `1,3,5-7`, `0-20:2`, with
     /// `%N` for at most N tasks running at once (`0-99%8`). The submission
     /// becomes one job per index, with consecutive ids; the first is the array's.
@@ -392,6 +397,7 @@ impl JobSpec {
             deadline: None,
             after_not_ok: Vec::new(),
             array: None,
+            min_runtime: None,
             retries: 0,
             on_node_failure: None,
             on_straggler: None,

@@ -47,6 +47,9 @@ struct QueueFile {
     /// warn (default) or stop: what happens to a job whose GPUs all stay idle.
     #[serde(default)]
     idle: Option<String>,
+    /// How long a started job of this queue is preempted by no one (`5m`; default: no protection).
+    #[serde(default)]
+    min_runtime: Option<String>,
     /// When its jobs may start: `[{days: mon-fri, from: "20:00", to: "07:00"}]`, in `timeZone`.
     #[serde(default)]
     windows: Vec<WindowFile>,
@@ -197,9 +200,16 @@ pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
                 Some(other) => bail!("{}: queue {}: idle {other:?} is not warn or stop", path.display(), q.name),
             };
             let windows = queue_windows(&q, path)?;
+            let min_runtime = match q.min_runtime.as_deref() {
+                None => std::time::Duration::ZERO,
+                Some(t) => gpool_api::quantity::parse_duration(t).map_err(|e| {
+                    anyhow::anyhow!("{}: queue {}: minRuntime: {e}", path.display(), q.name)
+                })?,
+            };
             Ok(QueueConfig {
                 spot,
                 idle_stop,
+                min_runtime,
                 windows,
                 name: Arc::from(q.name.as_str()),
                 cohort: q.cohort.map(|c| Arc::from(c.as_str())),
@@ -248,6 +258,19 @@ pub fn this_account() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_reads_its_minimum_run_time() {
+        let f = std::env::temp_dir().join(format!("gpool-queues-min-{}.yaml", std::process::id()));
+        std::fs::write(&f, "- {name: batch, minRuntime: 5m}\n- {name: any}\n").expect("file");
+        let qs = read_queues(&f).expect("valid");
+        std::fs::write(&f, "- {name: x, minRuntime: soon}\n").expect("file");
+        let e = format!("{:#}", read_queues(&f).expect_err("bad minRuntime"));
+        let _ = std::fs::remove_file(&f);
+        let secs: Vec<u64> = qs.iter().map(|q| q.min_runtime.as_secs()).collect();
+        assert_eq!(secs, [300, 0]);
+        assert!(e.contains("queue x: minRuntime"), "{e}");
+    }
 
     #[test]
     fn a_queue_sets_its_jobs_spot_default() {

@@ -198,6 +198,8 @@ pub struct JobSpec {
     pub submit_time: Time,
     /// A task of a job array that runs at most `limit` tasks at once (sbatch's `--array=…%N`).
     pub array: Option<ArrayLimit>,
+    /// Once started, preempted by no one for this long (`minRuntime`); `None`: its queue's.
+    pub min_runtime: Option<Duration>,
 }
 
 /// The array a task belongs to (its first task's id) and how many of its tasks may run at once.
@@ -275,6 +277,7 @@ impl JobSpec {
             spot: SpotPolicy::Allowed,
             submit_time,
             array: None,
+            min_runtime: None,
         }
     }
 

@@ -108,6 +108,9 @@ pub enum PendingReason {
     NotBefore { until: Time },
     /// Its array already runs as many tasks as it may at once (`%N`).
     ArrayLimit { of: JobId, limit: u32 },
+    /// It could preempt what it needs, but that work is protected by a
+    /// minimum run time (`minRuntime`) until then.
+    Protected { until: Time },
     /// Its begin time (`beginAt`) has not come.
     Begin { at: Time },
     /// A node has room, but a power budget over it does not (`power.rs`).
@@ -159,6 +162,9 @@ impl fmt::Display for PendingReason {
                 write!(f, "job {on} succeeded, and this job runs only if it fails (afternotok); it can never start")
             }
             PendingReason::NotBefore { until } => write!(f, "held until {until} (retry back-off)"),
+            PendingReason::Protected { until } => {
+                write!(f, "the work it would preempt is protected until {until} (minRuntime)")
+            }
             PendingReason::ArrayLimit { of, limit } => {
                 write!(f, "array {of} runs at most {limit} task(s) at once (--array=…%{limit})")
             }

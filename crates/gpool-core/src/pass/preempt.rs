@@ -34,6 +34,8 @@ pub(crate) struct Candidate {
     pub(crate) preemptible: bool,
     /// Started less than `min_runtime` ago: exempt from within-class preemption.
     pub(crate) young: bool,
+    /// Protected from any preemption until then (its queue's or its own `minRuntime`).
+    pub(crate) protected_until: Option<Time>,
     /// How long its current run has lasted.
     ran: std::time::Duration,
 }
@@ -81,6 +83,8 @@ pub(crate) struct VictimPool {
     newest: BTreeMap<(i32, i64), i64>,
     /// Per queue id: whether a candidate is in it.
     queue_used: Vec<bool>,
+    /// Whether any candidate is protected by a minimum run time (the lists above leave them out).
+    pub(crate) any_protected: bool,
 }
 
 /// Candidates per node, most preemptible first: node n's are
@@ -117,6 +121,7 @@ impl VictimPool {
                 units: e.units,
                 preemptible: e.preemptible,
                 young: ran < policy.preemption.min_runtime,
+                protected_until: (e.protected_until > now).then_some(e.protected_until),
                 ran,
             };
             if !e.more_nodes.is_empty() {
@@ -136,9 +141,14 @@ impl VictimPool {
                 *best = Some(i as u32);
             }
         };
+        let mut any_protected = false;
         for (i, c) in list.iter().enumerate() {
             if let Some(u) = queue_used.get_mut(c.qix) {
                 *u = true;
+            }
+            if c.protected_until.is_some() {
+                any_protected = true;
+                continue;
             }
             if c.preemptible {
                 if let Some(f) = first.get_mut(c.qix) {
@@ -166,6 +176,7 @@ impl VictimPool {
             first_old,
             newest,
             queue_used,
+            any_protected,
         }
     }
 
@@ -266,6 +277,9 @@ pub(crate) struct Search<'a, 's> {
     pub(crate) prereleased: &'a [JobId],
     /// The preemptor's queue id ([`VictimPool::queue_ix`]).
     pub(crate) job_q: Option<usize>,
+    /// Search as if no candidate were protected by a minimum run time (to
+    /// say until when a job waits on them; nothing found so is preempted).
+    pub(crate) ignore_protection: bool,
 }
 
 /// A working view of free resources with some jobs' resources given back.
@@ -309,6 +323,9 @@ impl Search<'_, '_> {
         let policy = self.snap().policy();
         let j = &self.job.spec;
         if self.taken.contains(&v.id) || v.id == self.job.id {
+            return None;
+        }
+        if v.protected_until.is_some() && !self.ignore_protection {
             return None;
         }
         // Another queue's guarantee is not overridden by priority: across

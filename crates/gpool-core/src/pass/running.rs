@@ -91,6 +91,8 @@ pub(crate) struct RunEntry {
     /// A stop was requested: it is no longer anyone's victim.
     pub(crate) stopping: bool,
     pub(crate) started: Time,
+    /// Preempted by no one before this (`minRuntime`).
+    pub(crate) protected_until: Time,
     pub(crate) units: GpuMilli,
     pub(crate) key: KeyInputs,
     /// The nodes of its replicas in placement order, a node repeated by the
@@ -109,7 +111,7 @@ pub(crate) struct RunEntry {
 
 impl RunEntry {
     /// The entry of a job that has just started (`None` if it is not running).
-    pub(crate) fn of(job: &Job, queue: u32) -> Option<RunEntry> {
+    pub(crate) fn of(job: &Job, queue: u32, protect: Duration) -> Option<RunEntry> {
         let r = job.running()?;
         let mut nodes: Vec<u32> = r.placement.iter().map(|p| p.node.0).collect();
         nodes.dedup();
@@ -124,6 +126,7 @@ impl RunEntry {
             preemptible: job.spec.preemptible,
             stopping: r.stopping.is_some(),
             started: r.started,
+            protected_until: r.started.plus(protect),
             units: r.gpu_milli,
             key: KeyInputs::of(job),
             first_node,
@@ -182,10 +185,10 @@ pub(crate) struct RunningJobs {
 }
 
 impl RunningJobs {
-    /// Records a job that has just started.
-    pub(crate) fn insert(&mut self, job: &Job) {
+    /// Records a job that has just started; it is protected from preemption for `protect`.
+    pub(crate) fn insert(&mut self, job: &Job, protect: Duration) {
         let queue = self.queues.acquire(job.spec.queue.clone());
-        let Some(e) = RunEntry::of(job, queue) else {
+        let Some(e) = RunEntry::of(job, queue, protect) else {
             self.queues.release(queue);
             return;
         };
@@ -279,9 +282,9 @@ mod tests {
     #[test]
     fn counts_and_queues_follow_starts_stop_requests_and_stops() {
         let mut r = RunningJobs::default();
-        r.insert(&running(1, "a", &[0], None, false));
-        r.insert(&running(2, "a", &[3, 3, 5, 3], Some(60), true));
-        r.insert(&running(3, "b", &[1], None, true));
+        r.insert(&running(1, "a", &[0], None, false), Duration::ZERO);
+        r.insert(&running(2, "a", &[3, 3, 5, 3], Some(60), true), Duration::ZERO);
+        r.insert(&running(3, "b", &[1], None, true), Duration::ZERO);
         assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end), (3, 2, 1));
         let e = r.get(&JobId(2)).expect("entry");
         // Consecutive replicas on one node list it once.

@@ -59,6 +59,8 @@ struct Pass<'s> {
     reservation: Option<(JobId, Time)>,
     /// Tasks of each array with a limit that run, or started in this pass (`ArrayLimit`).
     array_running: BTreeMap<JobId, u32>,
+    /// Set by a failed `try_preempt`: the job waits on work protected until then.
+    protected_wait: Option<Time>,
     /// Planned ends of the jobs started in this pass (index into `plan.starts`).
     started_ends: Vec<Time>,
     /// Pending jobs not yet examined, by devices per replica.
@@ -186,6 +188,7 @@ impl<'s> Pass<'s> {
             reservation: None,
             started_ends: Vec::new(),
             array_running: array_running(snap),
+            protected_wait: None,
             remaining: snap.pending_by_devices.clone(),
             held,
             preemption_possible,
@@ -331,6 +334,7 @@ impl<'s> Pass<'s> {
                 if self.try_preempt(job, ends, candidates) {
                     return;
                 }
+                let protected = self.protected_wait.take();
                 if matches!(reason, PendingReason::NoFit { .. }) {
                     self.first_blocked.get_or_insert(id);
                     match self.policy.backfill {
@@ -343,6 +347,8 @@ impl<'s> Pass<'s> {
                         }
                     }
                 }
+                // A job waiting on protected work is blocked all the same; its reason says until when.
+                let reason = protected.map_or(reason, |until| PendingReason::Protected { until });
                 let r = self.plan.wait(id, reason);
                 if cacheable && key.simple && !self.nominations.contains_key(&id) {
                     let cached = self.cache_key(key.pkey);

@@ -166,6 +166,7 @@ pub fn waiting_for_room<'a>(snap: &'a Snapshot, plan: &Plan) -> Vec<(JobId, &'a 
                 PendingReason::Dependency { .. }
                     | PendingReason::DependencyFailed { .. }
                     | PendingReason::NotBefore { .. }
+                    | PendingReason::ArrayLimit { .. }
                     | PendingReason::Begin { .. }
                     | PendingReason::Window { .. }
                     | PendingReason::Quota(_)

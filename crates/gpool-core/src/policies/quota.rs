@@ -28,6 +28,11 @@ pub struct QueueConfig {
     pub idle_stop: bool,
     /// When its jobs may start (`windows.rs`); `None`: at any time.
     pub windows: Option<Arc<crate::calendar::windows::QueueWindows>>,
+    /// A started job of this queue is preempted by no one (priority, within
+    /// its class, reclaim) for this long (`minRuntime`; KAI's
+    /// `preemptMinRuntime`, Slurm's `PreemptExemptTime`); zero: off. A job's own
+    /// `JobSpec::min_runtime` wins. Power and health stops are not preemptions.
+    pub min_runtime: std::time::Duration,
 }
 
 impl QueueConfig {
@@ -41,6 +46,7 @@ impl QueueConfig {
             spot: None,
             idle_stop: false,
             windows: None,
+            min_runtime: std::time::Duration::ZERO,
         }
     }
 }
@@ -189,6 +195,7 @@ mod tests {
                     kind_max: BTreeMap::new(),
                     spot: None,
                     idle_stop: false,
+                    min_runtime: std::time::Duration::ZERO,
                     windows: None,
                 };
                 (q.name.clone(), q)

@@ -101,6 +101,7 @@ impl Cluster {
             kind_max: Default::default(),
             spot: None,
             idle_stop: false,
+            min_runtime: std::time::Duration::ZERO,
             windows: None,
         });
         self

@@ -54,7 +54,13 @@ impl<'s> Pass<'s> {
                 }
             }
         }
-        let Some((victims, placement)) = found else { return false };
+        let Some((victims, placement)) = found else {
+            self.protected_wait = self.waits_on_protection(job, ends, &prereleased);
+            if let Some(until) = self.protected_wait {
+                self.plan.wake_at = Some(self.plan.wake_at.map_or(until, |w| w.min(until)));
+            }
+            return false;
+        };
         let by_kind = self.snap.units_by_kind(&placement);
         if victims.is_empty() && self.cap.fits_free(&placement) {
             // Fits as is (only reachable when the index and the search disagree): start it.
@@ -98,6 +104,29 @@ impl<'s> Pass<'s> {
     /// possible (none needed when victims already stopping or their
     /// leftovers do). A gang that must stay on one value of a label (a TPU
     /// slice) is searched one value at a time, lowest first, as it is placed.
+    /// When a job that found no victims could preempt what it needs once the
+    /// work protected by a minimum run time is no longer protected: the last
+    /// protection of the victims it would then choose.
+    fn waits_on_protection(&mut self, job: &Job, ends: Time, prereleased: &[JobId]) -> Option<Time> {
+        let pool = self.pool.as_ref().filter(|p| p.any_protected)?;
+        let search = Search {
+            cap: &self.cap,
+            pool,
+            quota: &self.quota,
+            job,
+            key: preemption_key(self.policy, job, self.now).filter(|_| self.within_class_acts),
+            units: job.spec.gpu_units(),
+            ends,
+            taken: &self.taken,
+            prereleased,
+            job_q: pool.queue_ix(self.snap, &job.spec.queue),
+            ignore_protection: true,
+        };
+        let (victims, _) = search.run()?;
+        let until = |id: JobId| pool.list.iter().find(|c| c.id == id).and_then(|c| c.protected_until);
+        victims.iter().filter_map(|(id, _)| until(*id)).max()
+    }
+
     fn find_victims(
         &mut self,
         job: &Job,
@@ -126,6 +155,7 @@ impl<'s> Pass<'s> {
                 taken: &self.taken,
                 prereleased,
                 job_q: pool.queue_ix(self.snap, &job.spec.queue),
+                ignore_protection: false,
             };
             found = if search.possible() {
                 self.plan.stats.preemption_searches += 1;

@@ -165,7 +165,11 @@ impl Snapshot {
         *self.queue_usage.entry(job.spec.queue.clone()).or_default() += units;
         self.queue_kind_usage.entry(job.spec.queue.clone()).or_default().add_all(&by_kind);
         job.state = JobState::Running(Running { placement, started: now, gpu_milli: units, by_kind, stopping: None });
-        self.running.insert(job);
+        let protect = job
+            .spec
+            .min_runtime
+            .unwrap_or_else(|| self.queues.get(&job.spec.queue).map_or(std::time::Duration::ZERO, |q| q.min_runtime));
+        self.running.insert(job, protect);
         self.clear_avoid(id);
         Ok(())
     }

@@ -66,6 +66,10 @@ pub(super) fn reason_text(r: &gpool_core::PendingReason) -> String {
             "queue {queue} starts jobs only in its windows; the next opens at {}",
             api::time::rfc3339(at.as_millis())
         ),
+        gpool_core::PendingReason::Protected { until } => format!(
+            "the work it would preempt is protected until {} (minRuntime)",
+            api::time::rfc3339(until.as_millis())
+        ),
         other => other.to_string(),
     }
 }

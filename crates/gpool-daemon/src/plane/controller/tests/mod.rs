@@ -159,6 +159,7 @@ impl Setup {
                 kind_max: Default::default(),
                 spot: None,
                 idle_stop: false,
+                min_runtime: std::time::Duration::ZERO,
                 windows: None,
             })
             .collect();

@@ -29,6 +29,29 @@ fn a_higher_class_preempts_after_the_victims_grace_period() {
     assert!(h.event_kinds().contains(&"preempted".to_string()));
 }
 
+/// Issue 41: a queue's minimum run time ends ping-pong. A job that started
+/// 10 s ago is not preempted by a higher class until it has run 60 s; the
+/// waiting job says until when, and the controller wakes for it then.
+#[test]
+fn a_queues_minimum_run_time_protects_a_job_that_just_started() {
+    let mut h = Setup::new().policy("fifo").queues(&["default"]).build();
+    let mut q = h.ctl.snap.queues().find(|q| &*q.name == "default").cloned().expect("the queue");
+    q.min_runtime = Duration::from_secs(60);
+    h.ctl.snap.set_queue(q);
+    let low = h.submit(LOW);
+    h.orders();
+    h.advance(Duration::from_secs(10));
+    let high = h.submit(HIGH);
+    assert!(signals(&h.orders()).is_empty(), "protected: no stop signal");
+    let reason = h.job(high).reason.unwrap_or_default();
+    let until = api::time::rfc3339(T0 + 60_000);
+    assert!(reason.contains(&format!("protected until {until}")), "{reason}");
+    assert!(h.ctl.next_timer().is_some_and(|t| t <= T0 + 60_000), "woken when the protection ends");
+    h.advance(Duration::from_secs(50));
+    assert_eq!(signals(&h.orders()), [(key(low, 1, 0), Signal::TERM)], "preempted once it has run 60 s");
+    assert_eq!(h.state(low), api::JobState::Stopping);
+}
+
 #[test]
 fn a_victim_that_checkpoints_and_exits_early_frees_its_gpus_at_once() {
     let mut h = Setup::new().policy("fifo").build();
