@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 mod orders;
 mod telemetry;
 
-pub use orders::{Order, command_of};
+pub use orders::{Order, command_of, order_of};
 
 pub use telemetry::{
     NodeReport, fault_from_wire, fault_to_wire, merge_telemetry, telemetry_from_wire, telemetry_to_wire,

@@ -57,11 +57,10 @@ pub enum Order {
     },
 }
 
-/// The protocol command a remote agent is sent for an order (`None`: remote agents need none).
-pub fn command_of(order: Order) -> Option<wire::Command> {
-    let cmd = match order {
-        // A remote agent reconciles what it runs when it registers.
-        Order::Reconcile { .. } => return None,
+/// The protocol command a remote agent is sent for an order.
+pub fn command_of(order: Order) -> wire::Command {
+    match order {
+        Order::Reconcile { key, devices } => wire::Command::Reconcile { replica: key.into(), devices },
         Order::Abandon { key } => wire::Command::Kill { replica: key.into() },
         Order::Start { key, launch, devices } => {
             let launch = *launch;
@@ -97,8 +96,60 @@ pub fn command_of(order: Order) -> Option<wire::Command> {
             wire::Command::InjectFault { gpu, fault: fault.as_ref().map(crate::protocol::fault_to_wire) }
         }
         Order::CheckHealth { gpu, uuid } => wire::Command::CheckHealth { gpu, uuid },
-    };
-    Some(cmd)
+    }
+}
+
+/// The order a remote agent carries out for a protocol command (what
+/// [`command_of`] made of it; what only a node knows of a launch is left to
+/// the node: its log files, lease, account and pull step). `None`: a signal
+/// number this node does not know, which it leaves alone.
+pub fn order_of(command: wire::Command) -> Option<Order> {
+    Some(match command {
+        wire::Command::Start {
+            replica,
+            registry_auth,
+            argv,
+            env,
+            cwd,
+            devices,
+            user,
+            cpus_milli,
+            memory_mb,
+            image,
+        } => {
+            let launch = Launch {
+                argv,
+                env,
+                cwd: cwd.map(std::path::PathBuf::from).unwrap_or_default(),
+                user,
+                cpus_milli: cpus_milli.unwrap_or(0),
+                memory_mb: memory_mb.unwrap_or(0),
+                image,
+                registry_auth: registry_auth.map(Secret),
+                ..Launch::default()
+            };
+            Order::Start { key: replica.into(), launch: Box::new(launch), devices }
+        }
+        wire::Command::Signal { replica, signal } => {
+            Order::Signal { key: replica.into(), signal: Signal::from_named_raw(signal)? }
+        }
+        wire::Command::Reconcile { replica, devices } => Order::Reconcile { key: replica.into(), devices },
+        wire::Command::Kill { replica } => Order::Abandon { key: replica.into() },
+        wire::Command::Profile { replica, profile, seconds, native } => {
+            Order::Profile { key: replica.into(), order: ProfileOrder { profile, seconds, native } }
+        }
+        wire::Command::Prefetch { image, registry_auth } => {
+            Order::Prefetch { image, registry_auth: registry_auth.map(Secret) }
+        }
+        wire::Command::InjectFault { gpu, fault } => {
+            Order::InjectFault { gpu, fault: fault.map(crate::protocol::fault_from_wire) }
+        }
+        wire::Command::CheckHealth { gpu, uuid } => Order::CheckHealth { gpu, uuid },
+        wire::Command::MigLayout { gpu, layout } => Order::MigLayout {
+            gpu,
+            layout: layout.into_iter().map(|s| gpool_gpu::MigSlot { profile: s.profile, start: s.start }).collect(),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -106,7 +157,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_order_has_its_command_and_only_reconcile_has_none() {
+    fn each_order_has_its_command_and_comes_back_from_it() {
         let key = ReplicaKey { job: 7, attempt: 2, rank: 1 };
         let launch = Launch {
             argv: vec!["python".into(), "train.py".into()],
@@ -116,21 +167,30 @@ mod tests {
             registry_auth: Some(Secret("{}".into())),
             ..Launch::default()
         };
-        let start = command_of(Order::Start { key, launch: Box::new(launch), devices: vec!["GPU-1".into()] });
-        let Some(wire::Command::Start {
-            replica, argv, cwd, devices, user, cpus_milli, memory_mb, registry_auth, ..
-        }) = start
+        let order = Order::Start { key, launch: Box::new(launch), devices: vec!["GPU-1".into()] };
+        assert_eq!(order_of(command_of(order.clone())), Some(order.clone()), "what travels comes back as it left");
+        let wire::Command::Start { replica, argv, cwd, devices, user, cpus_milli, memory_mb, registry_auth, .. } =
+            command_of(order)
         else {
-            panic!("a start is a start: {start:?}");
+            panic!("a start is a start");
         };
         assert_eq!((replica.job, replica.attempt, replica.rank), (7, 2, 1));
         assert_eq!((argv.len(), cwd.as_deref(), devices.len(), user.as_deref()), (2, Some("/work"), 1, Some("ana")));
         assert_eq!((cpus_milli, memory_mb, registry_auth.as_deref()), (Some(4_000), None, Some("{}")));
-        assert_eq!(command_of(Order::Reconcile { key, devices: Vec::new() }), None, "agents reconcile at registration");
-        assert!(
-            matches!(command_of(Order::Abandon { key }), Some(wire::Command::Kill { replica }) if replica.job == 7)
-        );
+        assert!(matches!(command_of(Order::Abandon { key }), wire::Command::Kill { replica } if replica.job == 7));
         let signal = command_of(Order::Signal { key, signal: Signal::TERM });
-        assert!(matches!(signal, Some(wire::Command::Signal { signal: 15, .. })), "{signal:?}");
+        assert!(matches!(signal, wire::Command::Signal { signal: 15, .. }), "{signal:?}");
+        for o in [
+            Order::Signal { key, signal: Signal::KILL },
+            Order::Reconcile { key, devices: vec!["GPU-2".into()] },
+            Order::Abandon { key },
+            Order::Prefetch { image: "img".into(), registry_auth: None },
+            Order::CheckHealth { gpu: 3, uuid: "GPU-3".into() },
+            Order::MigLayout { gpu: 1, layout: vec![gpool_gpu::MigSlot { profile: "1g.10gb".into(), start: 0 }] },
+        ] {
+            assert_eq!(order_of(command_of(o.clone())), Some(o));
+        }
+        // A signal number this node does not know is left alone, as before.
+        assert_eq!(order_of(wire::Command::Signal { replica: key.into(), signal: 999 }), None);
     }
 }

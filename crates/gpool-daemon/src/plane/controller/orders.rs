@@ -18,8 +18,8 @@ pub(super) fn order(links: &mut BTreeMap<NodeId, NodeLink>, out: &mut Outbox, no
     let Some(link) = links.get(&node) else { return };
     if link.is_local() {
         out.local.push(order);
-    } else if let Some(cmd) = crate::protocol::command_of(order) {
-        push_command(links, out, node, cmd);
+    } else {
+        push_command(links, out, node, crate::protocol::command_of(order));
     }
 }
 
