@@ -118,6 +118,8 @@ enum Command {
     Resume(drain::DrainArgs),
     /// Submit a job; prints its id.
     Submit(Box<submit::SubmitArgs>),
+    /// Submit a job and print its output as it runs, waiting for resources first; exits with its status (srun).
+    Run(Box<submit::RunArgs>),
     /// Pipelines: stages that need each other, fan out over a matrix and pass files on (run, status, list, cancel).
     #[command(subcommand)]
     Pipeline(PipelineCommand),
@@ -303,6 +305,7 @@ fn main() -> ExitCode {
         Command::Drain(a) => drain::run(a, true),
         Command::Resume(a) => drain::run(a, false),
         Command::Submit(a) => submit::run(*a),
+        Command::Run(a) => submit::run_attached(*a),
         Command::Pipeline(PipelineCommand::Run(a)) => verbs::pipeline::run(a),
         Command::Pipeline(PipelineCommand::Status(a)) => verbs::pipeline::status(a),
         Command::Pipeline(PipelineCommand::List(a)) => verbs::pipeline::list(a),

@@ -128,3 +128,22 @@ fn an_array_runs_its_tasks_at_most_n_at_once_each_knowing_its_index() {
     let (ok, _, err) = d.cli(&["show", &format!("{first}_4")]);
     assert!(!ok && err.contains("no task 4"), "{err}");
 }
+
+/// `gpool run` is srun without a terminal: it waits for resources, prints the
+/// job's output as it runs, and exits with the job's status.
+#[test]
+fn gpool_run_prints_the_jobs_output_and_exits_with_its_status() {
+    let s = Scratch::new("slurm-run");
+    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &[]);
+    let (code, out, err) =
+        d.cli_code(&["run", "--gpus", "1", "--", "sh", "-c", "echo gpus=$CUDA_VISIBLE_DEVICES; echo oops >&2; exit 7"]);
+    assert_eq!(code, Some(7), "{out}{err}");
+    assert!(out.starts_with("gpus=") && out.trim().len() > "gpus=".len(), "{out}");
+    assert!(err.contains("submitted; waiting") && err.contains("oops"), "{err}");
+    let (code, _, err) = d.cli_code(&["run", "--pty", "--", "bash"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("not in gpool yet"), "{err}");
+    let (_, _, err) = d.cli_code(&["run", "--array", "0-3", "--", "true"]);
+    assert!(err.contains("nothing was submitted"), "{err}");
+    assert_eq!(d.get("/api/v1/jobs")["jobs"].as_array().map(Vec::len), Some(1), "only the first run's job");
+}

@@ -159,23 +159,31 @@ pub(crate) fn run(mut a: LogsArgs) -> anyhow::Result<()> {
         let stream = if a.stderr { "stderr" } else { "stdout" };
         return client.stream(&path(&a, stream), &mut std::io::stdout().lock());
     }
-    let header = format!("== job {} rank {}: stderr ==\n", a.id, a.rank);
-    let err_to = |client: &Client| {
-        let mut err = Headed { out: std::io::stderr().lock(), header: Some(header.as_str()) };
-        client.stream(&path(&a, "stderr"), &mut err)
-    };
     if !a.follow {
+        let header = format!("== job {} rank {}: stderr ==\n", a.id, a.rank);
         client.stream(&path(&a, "stdout"), &mut std::io::stdout().lock())?;
-        return err_to(&client);
+        let mut err = Headed { out: std::io::stderr().lock(), header: Some(header.as_str()) };
+        return client.stream(&path(&a, "stderr"), &mut err);
     }
-    // Following: both at once, each to its own descriptor.
+    follow(&client, a.id, a.rank)
+}
+
+/// Prints a replica's output as it comes, standard output and error each to
+/// its own descriptor, waiting for the job to start if it is pending, until
+/// it ends; then the job's status as the command's (`logs -f`, `gpool run`).
+pub(crate) fn follow(client: &Client, id: u64, rank: u32) -> anyhow::Result<()> {
+    let at = |stream: &str| format!("/jobs/{id}/logs?stream={stream}&rank={rank}&follow=true");
+    let header = format!("== job {id} rank {rank}: stderr ==\n");
     std::thread::scope(|s| {
-        let errs = s.spawn(|| err_to(&client));
-        let outs = client.stream(&path(&a, "stdout"), &mut std::io::stdout().lock());
+        let errs = s.spawn(|| {
+            let mut err = Headed { out: std::io::stderr().lock(), header: Some(header.as_str()) };
+            client.stream(&at("stderr"), &mut err)
+        });
+        let outs = client.stream(&at("stdout"), &mut std::io::stdout().lock());
         let errs = errs.join().unwrap_or_else(|_| Err(anyhow::anyhow!("following standard error failed")));
         outs.and(errs)
     })?;
-    exit_status(&client, a.id)
+    exit_status(client, id)
 }
 
 /// After following a job to its end: its status as the command's.

@@ -103,6 +103,31 @@ pub(crate) struct SubmitArgs {
     command: Vec<String>,
     #[command(flatten)]
     connect: Connect,
+    /// `gpool run`: follow the job instead of printing its id.
+    #[arg(skip)]
+    attach: bool,
+}
+
+/// `gpool run`: Slurm's `srun` without `--pty`.
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    submit: SubmitArgs,
+    /// A terminal attached to the job (srun --pty): not in gpool yet.
+    #[arg(long)]
+    pty: bool,
+}
+
+/// Submits the job, then prints its output as it runs (waiting for resources
+/// first) and exits with its status, as `srun CMD` does.
+pub(crate) fn run_attached(r: RunArgs) -> anyhow::Result<()> {
+    if r.pty {
+        bail!(
+            "gpool run --pty: an interactive terminal on a job is not in gpool yet; without --pty, gpool run \
+             prints the job's output as it runs and exits with its status"
+        );
+    }
+    run(SubmitArgs { attach: true, ..r.submit })
 }
 
 /// `#GPOOL` lines: `gpool submit`'s own flags.
@@ -296,6 +321,11 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
             s.env.insert(k.to_string(), v.to_string());
         }
     }
+    if a.attach && (specs.len() > 1 || specs.iter().any(|s| s.array.is_some() || s.service.is_some())) {
+        bail!(
+            "gpool run follows one job: submit batches, arrays and services with gpool submit (nothing was submitted)"
+        );
+    }
     let client = a.connect.client()?;
     if specs.iter().any(|s| s.service.is_some()) {
         return crate::verbs::services::apply(&client, specs, a.output);
@@ -305,6 +335,11 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
     } else {
         client.post("/jobs", &api::spec::Batch { jobs: specs })?
     };
+    if a.attach {
+        let Some(&id) = out.ids.first() else { bail!("nothing was submitted") };
+        eprintln!("gpool: job {id} submitted; waiting for it to start");
+        return crate::verbs::logs::follow(&client, id, 0);
+    }
     emit(&render(&out, a.output)?);
     if a.wait {
         return crate::verbs::wait::wait_for(&client, &out.ids);
