@@ -127,8 +127,7 @@ impl Costs {
 
     /// The current run's cost so far, and its pool.
     pub(super) fn live_cost(&self, snap: &Snapshot, id: u64, now: i64) -> Option<(f64, String)> {
-        let r = snap.job(JobId(id))?.running()?;
-        let hours = r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0;
+        let hours = allocated_hours(snap, id, now)?;
         let (price, pool) = self.run_price(snap, id)?;
         Some((price * hours, pool))
     }
@@ -201,8 +200,7 @@ impl Costs {
     ) -> BTreeMap<(String, String), f64> {
         let mut gpu_hours = self.gpu_hours_done.clone();
         for j in snap.running_jobs() {
-            if let (Some(r), Some(d)) = (j.running(), jobs.get(&j.id.0)) {
-                let h = r.gpu_milli as f64 / 1000.0 * Time::from_millis(now).since(r.started).as_secs_f64() / 3600.0;
+            if let (Some(h), Some(d)) = (allocated_hours(snap, j.id.0, now), jobs.get(&j.id.0)) {
                 *gpu_hours.entry((d.user.clone(), d.team.clone())).or_default() += h;
             }
         }
