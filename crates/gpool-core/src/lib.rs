@@ -78,7 +78,7 @@ pub use model::node::{Device, GpuSharing, MigInstance, Node, NodeId, NodeState, 
 pub use model::resources::{DeviceKind, GpuMilli, KindUnits, MigProfile};
 pub use model::time::Time;
 pub use pass::feasible::Infeasible;
-pub use pass::plan::{PendingReason, Plan, Preempt, PreemptWhy, Start};
+pub use pass::plan::{PendingReason, Plan, Preempt, PreemptWhy, Resize, ResizeWhy, Start};
 pub use pass::schedule::schedule;
 pub use pass::snapshot::{Snapshot, SnapshotError, StopOutcome};
 pub use policies::policy::{

@@ -152,7 +152,12 @@ pub struct JobSpec {
     pub priority: i32,
     pub replica: ReplicaRequest,
     /// Gang width: every replica is placed in the same plan, or none is.
+    /// For an elastic job, the fewest replicas it may run with.
     pub replicas: u32,
+    /// An elastic job (`replicas: {min, max}`): it may run with any number
+    /// of replicas from `replicas` up to this, grows into idle devices and
+    /// shrinks instead of being preempted whole (`pass/elastic.rs`).
+    pub max_replicas: Option<u32>,
     /// Labels the node must have, exactly.
     pub node_selector: Labels,
     /// Every replica on nodes that share this label's value (e.g.
@@ -257,6 +262,7 @@ impl JobSpec {
             priority: 0,
             replica: ReplicaRequest::default(),
             replicas: 1,
+            max_replicas: None,
             node_selector: Labels::new(),
             same_label: None,
             affinity: NodeAffinity::default(),
@@ -279,6 +285,16 @@ impl JobSpec {
             array: None,
             min_runtime: None,
         }
+    }
+
+    /// The most replicas it may run with: `max_replicas` for an elastic job, else `replicas`.
+    pub fn most_replicas(&self) -> u32 {
+        self.max_replicas.map_or(self.replicas, |m| m.max(self.replicas))
+    }
+
+    /// Whether it may run at more than one size.
+    pub fn is_elastic(&self) -> bool {
+        self.most_replicas() > self.replicas
     }
 
     /// The least quota all replicas can be charged, thousandths of a GPU.
@@ -425,6 +441,10 @@ pub enum StopCause {
     Preempted { for_job: JobId },
     /// Cancelled by a user or a limit; it will not come back.
     Cancelled,
+    /// An elastic job restarting at another size (`Plan::resizes`): it goes
+    /// back to the queue holding a nomination for its new placement; shrunk
+    /// for `for_job`, or grown (`None`).
+    Resized { for_job: Option<JobId> },
 }
 
 /// Where a job is.

@@ -85,10 +85,10 @@ impl<'s> Capacity<'s> {
             power: crate::pass::power::PowerState::new(snap),
         };
         for e in snap.running.values().filter(|e| e.stopping) {
-            let preempted = snap
-                .job(e.id)
-                .and_then(|j| j.running())
-                .is_some_and(|r| matches!(r.stopping, Some(crate::model::job::StopCause::Preempted { .. })));
+            let preempted = snap.job(e.id).and_then(|j| j.running()).is_some_and(|r| {
+                use crate::model::job::StopCause;
+                matches!(r.stopping, Some(StopCause::Preempted { .. } | StopCause::Resized { .. }))
+            });
             if preempted {
                 c.releasing.add(e.id, &e.placement);
             }

@@ -41,6 +41,27 @@ pub struct Preempt {
     pub why: PreemptWhy,
 }
 
+/// Why an elastic job changes size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResizeWhy {
+    /// Devices were left idle by every pending job, and it was below its maximum.
+    Grow,
+    /// `for_job` needs some of its devices; it may take them for `why`, and
+    /// the job gives them up above its minimum instead of being preempted whole.
+    Shrink { for_job: JobId, why: PreemptWhy },
+}
+
+/// Restart a running elastic job at another size: stop it (its grace
+/// period is its checkpoint) and start it again on `placement`, which the
+/// snapshot holds for it meanwhile (a nomination). A grown placement keeps
+/// the job's devices and adds free ones; a shrunk one keeps a subset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resize {
+    pub job: JobId,
+    pub placement: Placement,
+    pub why: ResizeWhy,
+}
+
 /// The earliest start EASY backfill protects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
@@ -249,6 +270,8 @@ pub struct Plan {
     pub now: Time,
     pub starts: Vec<Start>,
     pub preemptions: Vec<Preempt>,
+    /// Running elastic jobs to restart at another size (`pass/elastic.rs`).
+    pub resizes: Vec<Resize>,
     pub reservation: Option<Reservation>,
     /// Where each job that preempted others will start once its victims are
     /// gone: the nominations valid after this pass (give them to
@@ -305,7 +328,7 @@ impl Plan {
 
     /// Whether the plan changes anything.
     pub fn is_empty(&self) -> bool {
-        self.starts.is_empty() && self.preemptions.is_empty()
+        self.starts.is_empty() && self.preemptions.is_empty() && self.resizes.is_empty()
     }
 }
 

@@ -55,6 +55,14 @@ impl Candidate {
     }
 }
 
+/// An elastic job that gives up some replicas (indexes into its placement) for a job, and why it may be asked to.
+#[derive(Clone, Debug)]
+pub(crate) struct Shrunk {
+    pub(crate) job: JobId,
+    pub(crate) given_up: Vec<usize>,
+    pub(crate) why: PreemptWhy,
+}
+
 /// A node a replica could go on: (new victims, their GPU units, node), the victims, and the devices.
 type NodeChoice = ((usize, GpuMilli, u32), Vec<(usize, PreemptWhy)>, crate::pass::capacity::Fit);
 
@@ -305,11 +313,15 @@ impl<'a, 's> Trial<'a, 's> {
             return;
         };
         for p in &r.placement {
-            let mut f = self.get(p.node.0);
-            f.release(p);
-            f.exclude(snap.nodes[p.node.0 as usize].out_of_service());
-            self.over.insert(p.node.0, f);
+            self.release_one(snap, p);
         }
+    }
+
+    fn release_one(&mut self, snap: &Snapshot, p: &crate::model::job::ReplicaPlacement) {
+        let mut f = self.get(p.node.0);
+        f.release(p);
+        f.exclude(snap.nodes[p.node.0 as usize].out_of_service());
+        self.over.insert(p.node.0, f);
     }
 }
 
@@ -436,7 +448,7 @@ impl Search<'_, '_> {
     pub(crate) fn run(&self) -> Option<(Vec<(JobId, PreemptWhy)>, Placement)> {
         let mut borrowed = self.borrowed();
         let mut chosen: Vec<(usize, PreemptWhy)> = Vec::new();
-        let mut placement = self.place_all(&mut chosen, &mut borrowed, true)?;
+        let mut placement = self.place_all(&mut chosen, &mut borrowed, true, &[])?;
         // Minimality: drop every victim the job can do without.
         let mut i = chosen.len();
         while i > 0 {
@@ -444,7 +456,7 @@ impl Search<'_, '_> {
             let mut without = chosen.clone();
             without.remove(i);
             let mut fixed = without.clone();
-            if let Some(p) = self.place_all(&mut fixed, &mut Vec::new(), false) {
+            if let Some(p) = self.place_all(&mut fixed, &mut Vec::new(), false, &[]) {
                 chosen = without;
                 placement = p;
             }
@@ -458,21 +470,92 @@ impl Search<'_, '_> {
         if self.cap.releasing.is_empty() {
             return None;
         }
-        self.place_all(&mut Vec::new(), &mut Vec::new(), false)
+        self.place_all(&mut Vec::new(), &mut Vec::new(), false, &[])
+    }
+
+    /// Replicas that elastic jobs above their minimum could give up for this
+    /// job, found before any whole victim (`pass/elastic.rs`): the fewest,
+    /// most preemptible jobs' highest ranks first, each allowed by the same
+    /// rules as a whole preemption (priority, within class, reclaim; never a
+    /// job protected by its minimum run time), and the placement they make
+    /// possible. `None` when shrinking every such job to its minimum is not
+    /// enough.
+    pub(crate) fn shrink(&self) -> Option<(Vec<Shrunk>, Placement)> {
+        let snap = self.snap();
+        // (candidate, replica index, its GPU units), in the order they are given up.
+        let mut spares: Vec<(usize, usize, GpuMilli)> = Vec::new();
+        for (i, c) in self.pool.list.iter().enumerate() {
+            let Some(j) = snap.job(c.id).filter(|j| j.spec.is_elastic() && !self.taken.contains(&c.id)) else {
+                continue;
+            };
+            let Some(r) = j.running() else { continue };
+            let min = j.spec.replicas as usize;
+            spares.extend((min..r.placement.len()).rev().map(|k| (i, k, r.placement[k].gpu_units())));
+        }
+        if spares.is_empty() {
+            return None;
+        }
+        // Stable: within one job, the highest rank goes first.
+        spares.sort_by(|a, b| self.pool.ranks[a.0].cmp(&self.pool.ranks[b.0]));
+        let mut borrowed = self.borrowed();
+        let mut chosen: Vec<(usize, usize, PreemptWhy)> = Vec::new();
+        let mut placement = None;
+        for (ci, k, units) in spares {
+            let mut c = self.pool.list[ci].clone();
+            c.units = units;
+            let Some(why) = self.allowed(&c, &borrowed) else { continue };
+            if Some(c.qix) != self.job_q
+                && let Some(l) = borrowed.get_mut(c.qix)
+            {
+                *l = l.saturating_sub(units as i64);
+            }
+            chosen.push((ci, k, why));
+            let given: Vec<(usize, usize)> = chosen.iter().map(|(c, k, _)| (*c, *k)).collect();
+            if let Some(p) = self.place_all(&mut Vec::new(), &mut Vec::new(), false, &given) {
+                placement = Some(p);
+                break;
+            }
+        }
+        let mut placement = placement?;
+        // Minimality: keep every replica the job can do without.
+        let mut i = chosen.len();
+        while i > 0 {
+            i -= 1;
+            let mut without = chosen.clone();
+            without.remove(i);
+            let given: Vec<(usize, usize)> = without.iter().map(|(c, k, _)| (*c, *k)).collect();
+            if let Some(p) = self.place_all(&mut Vec::new(), &mut Vec::new(), false, &given) {
+                chosen = without;
+                placement = p;
+            }
+        }
+        let mut by_job: BTreeMap<JobId, Shrunk> = BTreeMap::new();
+        for (ci, k, why) in chosen {
+            let id = self.pool.list[ci].id;
+            by_job.entry(id).or_insert_with(|| Shrunk { job: id, given_up: Vec::new(), why }).given_up.push(k);
+        }
+        Some((by_job.into_values().collect(), placement))
     }
 
     /// Places every replica, adding victims node by node when `grow`.
+    /// `given_up`: replicas (candidate, replica index) of elastic jobs counted as gone.
     fn place_all(
         &self,
         chosen: &mut Vec<(usize, PreemptWhy)>,
         borrowed: &mut Borrowed,
         grow: bool,
+        given_up: &[(usize, usize)],
     ) -> Option<Placement> {
         let snap = self.snap();
         // The jobs already stopping for this one are in `cap.releasing`.
         let mut trial = Trial { cap: self.cap, ends: self.ends, over: BTreeMap::new() };
         for &(i, _) in chosen.iter() {
             trial.release(snap, self.pool.list[i].id);
+        }
+        for &(i, k) in given_up {
+            if let Some(p) = snap.job(self.pool.list[i].id).and_then(Job::running).and_then(|r| r.placement.get(k)) {
+                trial.release_one(snap, p);
+            }
         }
         let job = self.job;
         // A single replica did not fit anywhere as things are, so only nodes

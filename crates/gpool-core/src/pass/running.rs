@@ -103,6 +103,8 @@ pub(crate) struct RunEntry {
     pub(crate) placement: Placement,
     pub(crate) grace: Duration,
     pub(crate) anti_affinity: bool,
+    /// An elastic job (`JobSpec::is_elastic`).
+    pub(crate) elastic: bool,
     /// Its planned run time is a learned estimate (not a given one or a limit).
     learned: bool,
     /// When its time limit stops it, if it has one.
@@ -134,6 +136,7 @@ impl RunEntry {
             placement: r.placement.clone(),
             grace: job.spec.grace,
             anti_affinity: !job.spec.anti_affinity.is_empty(),
+            elastic: job.spec.is_elastic(),
             learned: job.spec.estimate_learned
                 && job.spec.estimate.is_some_and(|e| job.spec.time_limit.is_none_or(|l| e < l)),
             limit_end: job.spec.time_limit.map(|l| r.started.plus(l.saturating_sub(job.service.prior_runtime))),
@@ -182,6 +185,8 @@ pub(crate) struct RunningJobs {
     pub(crate) with_anti_affinity: usize,
     /// How many release their resources at a known time: stopping, or with a planned end.
     pub(crate) with_known_end: usize,
+    /// How many are elastic (the pass looks for shrinks and growth only when some are).
+    pub(crate) elastic: usize,
 }
 
 impl RunningJobs {
@@ -193,6 +198,7 @@ impl RunningJobs {
             return;
         };
         self.with_anti_affinity += usize::from(!job.spec.anti_affinity.is_empty());
+        self.elastic += usize::from(e.elastic);
         self.with_known_end += usize::from(e.known_end());
         if let Some(old) = self.entries.insert(job.id, e) {
             self.forget(&old);
@@ -217,6 +223,7 @@ impl RunningJobs {
     fn forget(&mut self, e: &RunEntry) {
         self.queues.release(e.queue);
         self.with_anti_affinity = self.with_anti_affinity.saturating_sub(usize::from(e.anti_affinity));
+        self.elastic = self.elastic.saturating_sub(usize::from(e.elastic));
         self.with_known_end = self.with_known_end.saturating_sub(usize::from(e.known_end()));
     }
 

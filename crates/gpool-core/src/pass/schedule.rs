@@ -30,6 +30,7 @@ use crate::policies::policy::{Backfill, Policy, PreemptKey};
 use crate::policies::quota::{QuotaBlock, QuotaState};
 
 mod blocked;
+mod elastic;
 
 /// Runs one scheduling pass over `snap` at time `now`. Pure: equal inputs give equal plans.
 pub fn schedule(snap: &Snapshot, now: Time) -> Plan {
@@ -126,7 +127,8 @@ impl<'s> Pass<'s> {
         // Only jobs asked to stop can be stopping for someone.
         for j in snap.running.values().filter(|e| e.stopping).filter_map(|e| snap.job(e.id)) {
             if let Some(r) = j.running()
-                && let Some(StopCause::Preempted { for_job }) = &r.stopping
+                && let Some(StopCause::Preempted { for_job } | StopCause::Resized { for_job: Some(for_job) }) =
+                    &r.stopping
                 && snap.job(*for_job).is_some_and(|f| f.running().is_none())
             {
                 nominations.entry(*for_job).or_default().push(j.id);
@@ -139,7 +141,8 @@ impl<'s> Pass<'s> {
         let mut cap = Capacity::new(snap);
         let mut held = BTreeMap::new();
         for (job, placement) in &snap.nominations {
-            if snap.job(*job).is_some_and(|j| j.running().is_none()) {
+            // An elastic job stopping to restart at another size holds its new placement meanwhile.
+            if snap.job(*job).is_some_and(|j| j.running().is_none() || elastic::resizing(j)) {
                 held.insert(*job, placement.iter().map(|r| cap.hold(r)).collect());
             }
         }
@@ -271,6 +274,7 @@ impl<'s> Pass<'s> {
             self.plan.overloaded_since = since;
             self.plan.wake_at = [self.plan.wake_at, gate.acts_at(since, self.now)].into_iter().flatten().min();
         }
+        self.grow_elastic();
         // Nominated jobs the pass did not reach keep their nominations.
         for job in std::mem::take(&mut self.held).into_keys() {
             if let Some(p) = self.snap.nominations.get(&job) {
@@ -291,6 +295,10 @@ impl<'s> Pass<'s> {
             if quota_blocked && key.simple {
                 self.dead[slot].add(0, 0, ANY_KEY, r);
             }
+            return;
+        }
+        // An elastic job resized by an earlier pass starts on what was held for it.
+        if nominated && self.start_at_nomination(job, ends, candidates) {
             return;
         }
         // A nominated job just got its held devices back: cached failures do not apply to it.

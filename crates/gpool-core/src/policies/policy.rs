@@ -225,6 +225,10 @@ pub struct Policy {
     /// head this long (so nothing starves behind a stream of smaller jobs),
     /// and backfills first-fit before that.
     pub open_reservation_after: Duration,
+    /// An elastic job grows into idle devices only once its current run has
+    /// lasted this long: each resize restarts it from its checkpoint, so
+    /// growing into every short gap would spend more than it gains.
+    pub resize_after: Duration,
     /// Attained-service level boundaries in GPU-seconds, ascending: level 0 is
     /// below the first, level `k` between boundary `k-1` and `k`.
     pub service_levels: Vec<u64>,
@@ -321,6 +325,7 @@ impl Policy {
             },
             fair_share: FairShare::default(),
             open_reservation_after: Duration::from_secs(1000 * 3600),
+            resize_after: Duration::from_secs(30),
             // Tiresias' two thresholds: 3,200 and 32,000 GPU-seconds.
             service_levels: vec![3_200, 32_000],
             starvation_guard: Some(StarvationGuard {

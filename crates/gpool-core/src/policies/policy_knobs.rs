@@ -35,6 +35,7 @@ pub const KNOBS: &[&str] = &[
     "service_level_weight",
     "service_levels",
     "open_reservation_after",
+    "resize_after",
     "backfill",
     "learned_estimates",
     "within_level",
@@ -140,6 +141,7 @@ impl Policy {
                 self.service_levels = levels;
             }
             "open_reservation_after" => self.open_reservation_after = duration(value).map_err(wrap)?,
+            "resize_after" => self.resize_after = duration(value).map_err(wrap)?,
             "backfill" => {
                 self.backfill = match value.trim() {
                     "none" => crate::policies::policy::Backfill::None,

@@ -154,6 +154,10 @@ impl Cluster {
         for p in &plan.preemptions {
             self.snap.stop(p.victim, plan.now, StopOutcome::Requeue { not_before: Time::MIN }).expect("preempt");
         }
+        // A resize restarts the job: it stops now and starts again on its nomination.
+        for r in &plan.resizes {
+            self.snap.stop(r.job, plan.now, StopOutcome::Requeue { not_before: Time::MIN }).expect("resize");
+        }
         for s in &plan.starts {
             self.snap.start(s.job, s.placement.clone(), plan.now).expect("start");
         }
@@ -233,6 +237,12 @@ impl J {
     }
     pub fn replicas(mut self, r: u32) -> J {
         self.spec.replicas = r;
+        self
+    }
+    /// An elastic job of `min` to `max` replicas.
+    pub fn elastic(mut self, min: u32, max: u32) -> J {
+        self.spec.replicas = min;
+        self.spec.max_replicas = Some(max);
         self
     }
     pub fn priority(mut self, p: i32) -> J {

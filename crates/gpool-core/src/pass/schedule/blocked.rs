@@ -25,6 +25,10 @@ impl<'s> Pass<'s> {
         if !self.policy.preemption.any() && prereleased.is_empty() {
             return false;
         }
+        // Elastic jobs above their minimum give up replicas before anyone is preempted whole.
+        if self.try_shrink(job, ends, &prereleased) {
+            return true;
+        }
         let mut found = self.find_victims(job, ends, &prereleased);
         // Preempting others must not take the queue over a per-kind maximum
         // either: an any-GPU job whose victims are on a kind at its maximum

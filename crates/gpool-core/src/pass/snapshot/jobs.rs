@@ -67,12 +67,27 @@ impl Snapshot {
     /// Also carries the overload state the pass saw (see [`crate::policies::policy::Overload`]).
     pub fn carry_over(&mut self, plan: &crate::pass::plan::Plan) {
         self.overloaded_since = plan.overloaded_since;
-        let held_for = |job: JobId| plan.preemptions.iter().any(|p| p.for_job == job);
+        use crate::pass::plan::ResizeWhy;
+        let shrunk_for = |job: JobId| {
+            plan.resizes.iter().any(|r| matches!(r.why, ResizeWhy::Shrink { for_job, .. } if for_job == job))
+        };
+        let held_for = |job: JobId| plan.preemptions.iter().any(|p| p.for_job == job) || shrunk_for(job);
+        // An elastic job restarting at another size keeps its nomination
+        // while it stops, and once back in the queue until it starts.
+        let resizing = |job: JobId| {
+            plan.resizes.iter().any(|r| r.job == job)
+                || self
+                    .jobs
+                    .get(&job)
+                    .and_then(Job::running)
+                    .is_some_and(|r| matches!(r.stopping, Some(StopCause::Resized { .. })))
+        };
         let held: BTreeMap<JobId, Placement> = plan
             .nominated
             .iter()
             .filter(|(id, _)| {
-                self.pending_keys.contains_key(id) && (held_for(*id) || self.nominations.contains_key(id))
+                (self.pending_keys.contains_key(id) && (held_for(*id) || self.nominations.contains_key(id)))
+                    || resizing(*id)
             })
             .map(|(id, p)| (*id, p.clone()))
             .collect();
@@ -99,7 +114,7 @@ impl Snapshot {
         if job.running().is_some() {
             return Err(SnapshotError::NotPending(id));
         }
-        if placement.len() != job.spec.replicas as usize {
+        if !(job.spec.replicas as usize..=job.spec.most_replicas() as usize).contains(&placement.len()) {
             return Err(SnapshotError::ReplicaCount { job: id, got: placement.len(), want: job.spec.replicas });
         }
         if let Some(key) = &job.spec.same_label {
