@@ -87,6 +87,16 @@ pub(crate) struct SimArgs {
     /// Treat trace jobs as not preemptible.
     #[arg(long)]
     no_preemption: bool,
+    /// Also replay every whole-GPU job as an elastic one (one-GPU replicas from
+    /// half its GPUs to twice them) and compare with the rigid run; see docs/elastic.md.
+    #[arg(long)]
+    elastic: bool,
+    /// With --elastic: throughput gained per doubling of a job's GPUs (1 = linear, 0 = none).
+    #[arg(long, default_value_t = 0.8, requires = "elastic")]
+    scaling_efficiency: f64,
+    /// With --elastic: the replicas each job may run at, as MIN fraction : MAX factor of its GPUs.
+    #[arg(long, default_value = "0.5:2", requires = "elastic")]
+    elastic_range: String,
     /// GPU faults to replay, a CSV line each: at,node,gpu,fault (fault: xid:79, ecc, gone or restore); see docs/health.md.
     #[arg(long, value_name = "FILE")]
     faults: Option<PathBuf>,
@@ -205,8 +215,25 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
     } else {
         fleets.into_iter().map(|(name, f)| (name, a.policy.clone(), Some(f))).collect()
     };
+    let elastic = match a.elastic {
+        true => {
+            let m = gpool_sim::elastic::ElasticModel { efficiency: a.scaling_efficiency, ..Default::default() };
+            let m = m.with_range(&a.elastic_range).map_err(|e| anyhow::anyhow!(e))?;
+            vec![None, Some(m)]
+        }
+        false => vec![None],
+    };
+    let setups: Vec<_> = setups
+        .into_iter()
+        .flat_map(|(label, name, fleet)| {
+            elastic.iter().map(move |m| {
+                let label = if m.is_some() { format!("{label} elastic") } else { label.clone() };
+                (label, name.clone(), fleet.clone(), *m)
+            })
+        })
+        .collect();
     let mut runs = Vec::new();
-    for (label, name, fleet) in setups {
+    for (label, name, fleet, elastic) in setups {
         let mut policy = Policy::by_name(&name)?;
         for knob in &a.set {
             policy.set(knob)?;
@@ -226,6 +253,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             );
         }
         let cfg = SimConfig {
+            elastic: None,
             policy,
             nodes: nodes.clone(),
             estimates,
@@ -237,6 +265,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             faults: faults.clone(),
             fleet,
         };
+        let cfg = SimConfig { elastic, ..cfg };
         let mut bar = Progress::new(&format!("{label:>13}"));
         let result = run(&jobs, &cfg, |d, t| bar.update(d, t))?;
         let summary = summarize(&result);
@@ -258,6 +287,11 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
                         .map(|(line, why)| serde_json::json!({"line": line, "reason": why}))
                         .collect();
                     o.insert("rejected_jobs".into(), jobs.into());
+                }
+                if let Some(o) = v.as_object_mut()
+                    && a.elastic
+                {
+                    o.insert("resizes".into(), r.result.resizes.into());
                 }
                 if let (Some(f), Some(o)) = (&r.result.fleet, v.as_object_mut()) {
                     o.insert("fleet".into(), fleet_json(f));
@@ -288,6 +322,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             outln!("{} jobs from {} on {} nodes, {gpus} GPUs", jobs.len(), a.trace.display(), nodes.len());
             print!("{}", table(&runs));
             print!("{}", kind_table(&runs));
+            print!("{}", elastic_lines(&runs, a.scaling_efficiency));
             for r in &runs {
                 if let Some(l) = &r.summary.learned {
                     outln!(
@@ -571,6 +606,30 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
         return Err(format!("{s:?}: a budget is more than 0% and at most 100% of the nameplate power"));
     }
     Ok(v)
+}
+
+/// Each elastic run against the rigid run before it: the ratios the goal is stated in.
+fn elastic_lines(runs: &[Run], efficiency: f64) -> String {
+    let mut out = String::new();
+    for pair in runs.windows(2) {
+        let (rigid, elastic) = (&pair[0], &pair[1]);
+        if !elastic.policy.ends_with(" elastic") || rigid.policy.ends_with(" elastic") {
+            continue;
+        }
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+        let _ = writeln!(
+            out,
+            "{}: avg JCT {:.2}× rigid, p99 JCT {:.2}×, GPU util {:.1}% against {:.1}%; {} resizes (scaling {:.0}% per doubling)",
+            elastic.policy,
+            ratio(elastic.summary.avg_jct_s, rigid.summary.avg_jct_s),
+            ratio(elastic.summary.p99_jct_s, rigid.summary.p99_jct_s),
+            elastic.summary.gpu_utilization * 100.0,
+            rigid.summary.gpu_utilization * 100.0,
+            elastic.result.resizes,
+            efficiency * 100.0
+        );
+    }
+    out
 }
 
 #[cfg(test)]

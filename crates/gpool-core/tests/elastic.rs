@@ -118,14 +118,36 @@ fn a_job_inside_its_minimum_run_time_is_not_shrunk() {
     assert_eq!(resizes(&plan).len(), 1, "{plan:#?}");
 }
 
+/// Replicas above the minimum are lent: a peer of the same class takes
+/// them (not preemptible, an elastic job still gives them up), a lower class
+/// does not, nor does anyone under a policy that never stops work.
 #[test]
-fn a_job_of_the_same_class_neither_shrinks_nor_preempts_under_the_default_policy_rules() {
-    let mut c = Cluster::new("fifo").node("n", 8, "H100-80GB");
-    c.submit(job("e").gpus(1).elastic(2, 8).preemptible());
-    c.apply(&c.plan(t(0)));
-    c.submit(job("peer").gpus(4).at(10));
-    let plan = c.plan(t(10));
-    assert!(plan.resizes.is_empty() && plan.preemptions.is_empty(), "{plan:#?}");
+fn replicas_above_the_minimum_are_lent_to_peers_but_not_to_lower_classes() {
+    let cases = [
+        // (policy, elastic job's class, arrival's class, replicas left or None)
+        ("default", 0, 0, Some(4)),
+        ("default", 5, 0, None),
+        ("default", 0, 5, Some(4)),
+        ("no preemption", 0, 0, None),
+    ];
+    for (policy, class, arrival, want) in cases {
+        let c = match policy {
+            "default" => Cluster::new(policy),
+            _ => {
+                let mut p = gpool_core::Policy::by_name("fifo").expect("fifo");
+                p.preemption = gpool_core::Preemption::off();
+                Cluster::with_policy(p)
+            }
+        };
+        let mut c = c.node("n", 8, "H100-80GB");
+        let e = c.submit(job("e").gpus(1).elastic(2, 8).priority(class));
+        c.apply(&c.plan(t(0)));
+        c.submit(job("peer").gpus(4).priority(arrival).at(10));
+        let plan = c.plan(t(10));
+        assert!(plan.preemptions.is_empty(), "{plan:#?}");
+        let got = plan.resizes.iter().find(|r| r.job == e).map(|r| r.placement.len());
+        assert_eq!(got, want, "{policy}, class {class}, arrival {arrival}: {plan:#?}");
+    }
 }
 
 #[test]

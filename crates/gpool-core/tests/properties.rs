@@ -196,6 +196,7 @@ fn check_plan(snap: &Snapshot, plan: &Plan) -> Result<(), String> {
                 let left = |job: &Job| job.remaining(plan.now).unwrap_or(Duration::MAX);
                 v.spec.preemptible && v.spec.priority == j.spec.priority && left(v) > left(j)
             }
+            PreemptWhy::AboveMinimum => false,
             PreemptWhy::Reclaim { queue } => {
                 let g = |q: &str| snap.queues().find(|c| &*c.name == q).map_or(0, |c| c.guarantee);
                 **queue == *v.spec.queue && snap.queue_usage(queue) > g(queue) && v.spec.queue != j.spec.queue

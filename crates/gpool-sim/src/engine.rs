@@ -89,6 +89,8 @@ pub struct SimConfig {
     pub power_budgets: Vec<gpool_core::power::PowerBudget>,
     /// GPU faults to replay (`gpool sim --faults`, `faults.rs`).
     pub faults: Vec<crate::faults::FaultEvent>,
+    /// Replay whole-GPU jobs as elastic ones under this scaling model (`gpool sim --elastic`, `elastic.rs`).
+    pub elastic: Option<crate::elastic::ElasticModel>,
 }
 
 /// What happened to one job.
@@ -133,6 +135,8 @@ pub struct SimResult {
     pub series: Vec<Sample>,
     pub capacity_gpus: u64,
     pub preemptions: u64,
+    /// Elastic jobs restarted at another size (`SimConfig::elastic`).
+    pub resizes: u64,
     /// MIG GPUs laid out anew (`SimConfig::mig_planner`).
     pub repartitions: u64,
     /// Calls of `schedule` and the wall time they took.
@@ -178,8 +182,10 @@ pub enum SimError {
 
 /// Per-job simulation state.
 struct State {
-    /// Useful work left, ms.
+    /// Useful work left, ms at the GPU count the job asked for.
     left_ms: i64,
+    /// Its speed in the current run relative to that count (1 for a rigid job).
+    speed: f64,
     /// Start of the current run and the overhead it pays first.
     run: Option<(i64, i64)>,
     epoch: u32,
@@ -266,7 +272,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
     let total = records.len() as u64;
     let mut states: Vec<State> = records
         .iter()
-        .map(|r| State { left_ms: (r.duration_s * 1000.0).round() as i64, run: None, epoch: 0, runs: 0 })
+        .map(|r| State { left_ms: (r.duration_s * 1000.0).round() as i64, speed: 1.0, run: None, epoch: 0, runs: 0 })
         .collect();
     let delay_ms = i64::try_from(cfg.restart_delay.as_millis()).unwrap_or(i64::MAX);
 
@@ -334,7 +340,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
                         let done_ms = (now_ms - start - overhead).max(0);
                         let every = f.checkpoint_ms().max(1);
                         let saved = if every == i64::MAX { 0 } else { done_ms - done_ms % every };
-                        s.left_ms -= saved;
+                        s.left_ms -= (saved as f64 * s.speed).round() as i64;
                         f.lost((done_ms - saved) as f64 * gpus as f64 / 3_600_000.0);
                     }
                     s.epoch += 1;
@@ -400,6 +406,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
             mig_planner: cfg.mig_planner,
             wake: &mut wake,
             delay_ms,
+            elastic: cfg.elastic,
         };
         if finished_any && specs.get(next_arrival).is_some_and(|s| s.submit_time.as_millis() == now_ms) {
             ctx.schedule(now)?;
@@ -446,6 +453,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         series: series.finish(),
         capacity_gpus,
         preemptions: stats.preemptions,
+        resizes: stats.resizes,
         repartitions: stats.repartitions,
         sched_calls: stats.calls,
         sched_time: stats.time,
@@ -461,6 +469,7 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
 #[derive(Default)]
 struct Stats {
     preemptions: u64,
+    resizes: u64,
     repartitions: u64,
     calls: u64,
     time: Duration,
@@ -478,6 +487,7 @@ struct Ctx<'a> {
     mig_planner: bool,
     wake: &'a mut Option<i64>,
     delay_ms: i64,
+    elastic: Option<crate::elastic::ElasticModel>,
 }
 
 impl Ctx<'_> {
@@ -506,11 +516,24 @@ impl Ctx<'_> {
                 self.snap.stop(victim, now, StopOutcome::Requeue { not_before: Time::MIN }).map_err(apply_err)?;
                 let s = &mut self.states[idx];
                 if let Some((start, overhead)) = s.run.take() {
-                    s.left_ms -= (now_ms - start - overhead).max(0);
+                    s.left_ms -= ((now_ms - start - overhead).max(0) as f64 * s.speed).round() as i64;
                 }
                 s.epoch += 1;
                 self.records[idx].preemptions += 1;
                 self.stats.preemptions += 1;
+            }
+            // A resize restarts the job from its checkpoint at the new size.
+            for r in &plan.resizes {
+                let idx = r.job.0 as usize;
+                *self.allocated_gpus -=
+                    self.snap.job(r.job).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
+                self.snap.stop(r.job, now, StopOutcome::Requeue { not_before: Time::MIN }).map_err(apply_err)?;
+                let s = &mut self.states[idx];
+                if let Some((start, overhead)) = s.run.take() {
+                    s.left_ms -= ((now_ms - start - overhead).max(0) as f64 * s.speed).round() as i64;
+                }
+                s.epoch += 1;
+                self.stats.resizes += 1;
             }
             for st in &plan.starts {
                 let idx = st.job.0 as usize;
@@ -521,12 +544,20 @@ impl Ctx<'_> {
                 let overhead = if s.runs > 0 { self.delay_ms } else { 0 };
                 s.runs += 1;
                 s.run = Some((now_ms, overhead));
-                self.completions.push(Reverse((now_ms + overhead + s.left_ms.max(0), idx, s.epoch)));
+                s.speed = match (self.elastic, self.records[idx].gpus) {
+                    (Some(m), gpus) if gpus > 0 => m.speed(gpus, st.placement.len() as u32),
+                    _ => 1.0,
+                };
+                let left = (s.left_ms.max(0) as f64 / s.speed).ceil() as i64;
+                self.completions.push(Reverse((now_ms + overhead + left, idx, s.epoch)));
                 self.records[idx].first_start_s.get_or_insert(now.as_secs_f64());
             }
             self.snap.carry_over(&plan);
             *self.wake = plan.wake_at.map(Time::as_millis).filter(|t| *t > now_ms);
-            let again = !plan.preemptions.is_empty() || !plan.window_stops.is_empty() || !plan.power_stops.is_empty();
+            let again = !plan.preemptions.is_empty()
+                || !plan.resizes.is_empty()
+                || !plan.window_stops.is_empty()
+                || !plan.power_stops.is_empty();
             last = plan;
             if !again {
                 break;
@@ -593,6 +624,19 @@ fn job_spec(j: &TraceJob, group: &Arc<str>, gpus_per_node: u32, cfg: &SimConfig)
     }
     if cfg.estimates == Estimates::Oracle {
         spec.estimate = Some(Duration::from_secs_f64(j.duration_s));
+    }
+    // Whole-GPU jobs replay as elastic ones of one-GPU replicas (`elastic.rs`).
+    if let Some(m) = cfg.elastic
+        && j.mig.is_none()
+        && j.gpu_milli.is_none()
+        && j.gpus > 0
+    {
+        let (min, max) = m.range(j.gpus);
+        spec.replica.gpu = GpuRequest::Gpus { count: 1 };
+        spec.replicas = min;
+        spec.max_replicas = Some(max);
+        spec.replica.cpus_milli = j.cpus_milli / u64::from(j.gpus);
+        spec.replica.memory_mb = j.memory_mb / u64::from(j.gpus);
     }
     spec
 }

@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod elastic;
 pub mod engine;
 pub mod faults;
 pub mod fleet;

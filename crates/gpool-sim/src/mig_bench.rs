@@ -181,6 +181,7 @@ fn row(layout: String, b: &MigBench, trace: &[TraceJob], cfg: &SimConfig) -> Res
 pub fn compare(b: &MigBench, policy: &Policy) -> Result<Vec<MigRow>, SimError> {
     let trace = workload(b);
     let cfg = |nodes: Vec<Node>, planner: bool| SimConfig {
+        elastic: None,
         policy: policy.clone(),
         nodes,
         estimates: Estimates::None,

@@ -19,6 +19,7 @@ const FLEET: &str = "nodes:
 fn sim(rows: &str) -> gpool_sim::metrics::Summary {
     let trace = parse(&format!("submit,duration,gpus,user,kind\n{rows}"), Format::Csv).expect("trace");
     let cfg = SimConfig {
+        elastic: None,
         policy: Policy::by_name("default").expect("policy"),
         nodes: cluster::from_yaml(FLEET).expect("fleet"),
         estimates: Estimates::None,
@@ -73,6 +74,7 @@ fn a_tpu_job_runs_on_chips_and_a_job_too_big_for_its_kind_is_rejected() {
 fn one_kind_of_device_and_jobs_that_name_none_need_no_rows_per_kind() {
     let trace = parse("submit,duration,gpus\n0,100,8\n0,100,8\n", Format::Csv).expect("trace");
     let cfg = SimConfig {
+        elastic: None,
         policy: Policy::by_name("default").expect("policy"),
         nodes: cluster::uniform(1, 8, "H100-80GB"),
         estimates: Estimates::None,
@@ -94,6 +96,7 @@ fn learned_estimates_come_from_the_jobs_that_ended_before() {
     let rows: String = (0..6).map(|i| format!("{},100,1,a\n", i * 1000)).collect();
     let trace = parse(&format!("submit,duration,gpus,user\n{rows}"), Format::Csv).expect("trace");
     let cfg = SimConfig {
+        elastic: None,
         policy: Policy::by_name("sjf").expect("policy"),
         nodes: cluster::uniform(1, 1, "H100-80GB"),
         estimates: Estimates::parse("learned").expect("mode"),

@@ -131,6 +131,7 @@ fn hand_computed_schedules() {
         let jobs = parse(&text, Format::Csv).expect("trace");
         let policy = Policy::by_name(c.policy).expect("policy");
         let cfg = SimConfig {
+            elastic: None,
             estimates: Estimates::for_policy(&policy),
             policy,
             nodes: cluster::uniform(c.gpus, 1, "H100-80GB"),
@@ -160,6 +161,7 @@ fn utilisation_and_makespan_follow_their_definitions() {
     // Two 1-GPU jobs of 100 s side by side on 2 GPUs: busy 200 GPU-s over 2 GPUs × 100 s.
     let jobs = parse("submit,duration,gpus\n0,100,1\n0,100,1\n", Format::Csv).expect("trace");
     let cfg = SimConfig {
+        elastic: None,
         policy: Policy::by_name("fifo").expect("policy"),
         nodes: cluster::uniform(2, 1, "H100-80GB"),
         estimates: Estimates::None,
@@ -182,6 +184,7 @@ fn utilisation_and_makespan_follow_their_definitions() {
 fn impossible_jobs_are_rejected_not_lost() {
     let jobs = parse("submit,duration,gpus,gpu_model\n0,10,16,\n0,10,1,B200\n0,10,1,\n", Format::Csv).expect("trace");
     let cfg = SimConfig {
+        elastic: None,
         policy: Policy::gpool_default(),
         nodes: cluster::uniform(1, 8, "H100-80GB"),
         estimates: Estimates::None,

@@ -16,6 +16,7 @@ fn avg_jct(policy: &str, gpus: u32) -> f64 {
     let jobs = trace::prepare(trace::parse(&text, trace::Format::Itp).expect("trace"), None, 1.0);
     assert_eq!(jobs.len(), 15_802);
     let cfg = SimConfig {
+        elastic: None,
         estimates: Estimates::for_policy(&Policy::by_name(policy).expect("policy")),
         policy: Policy::by_name(policy).expect("policy"),
         nodes: cluster::uniform(gpus, 1, "H100-80GB"),

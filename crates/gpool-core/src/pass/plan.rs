@@ -31,6 +31,10 @@ pub enum PreemptWhy {
     LongerRemaining,
     /// The victim's queue borrows; the preemptor's queue is within its guarantee.
     Reclaim { queue: Arc<str> },
+    /// An elastic job's replicas above its minimum are lent, not owned: a job
+    /// of its class or a higher one, in its queue (or while its queue
+    /// borrows), may take them. Only ever a shrink, never a whole preemption.
+    AboveMinimum,
 }
 
 /// Stop a running job (SIGTERM, then SIGKILL after its grace period) so that `for_job` can run.

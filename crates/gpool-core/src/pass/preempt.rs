@@ -369,6 +369,21 @@ impl Search<'_, '_> {
         None
     }
 
+    /// Whether this job may take replicas above an elastic job's minimum
+    /// that a whole preemption could not: its class is no lower, and the
+    /// replicas are its queue's or borrowed (see [`PreemptWhy::AboveMinimum`]).
+    fn lendable(&self, v: &Candidate, borrowed_left: &[i64]) -> Option<PreemptWhy> {
+        if self.taken.contains(&v.id) || v.id == self.job.id {
+            return None;
+        }
+        if v.protected_until.is_some() && !self.ignore_protection {
+            return None;
+        }
+        let queue_ok =
+            Some(v.qix) == self.job_q || borrowed_left.get(v.qix).is_some_and(|left| *left >= v.units as i64);
+        (queue_ok && v.class <= self.job.spec.priority).then_some(PreemptWhy::AboveMinimum)
+    }
+
     /// Whether this job may reclaim at all: its queue stays within its guarantee.
     fn may_reclaim(&self) -> bool {
         self.snap().policy().preemption.reclaim
@@ -503,7 +518,7 @@ impl Search<'_, '_> {
         for (ci, k, units) in spares {
             let mut c = self.pool.list[ci].clone();
             c.units = units;
-            let Some(why) = self.allowed(&c, &borrowed) else { continue };
+            let Some(why) = self.allowed(&c, &borrowed).or_else(|| self.lendable(&c, &borrowed)) else { continue };
             if Some(c.qix) != self.job_q
                 && let Some(l) = borrowed.get_mut(c.qix)
             {

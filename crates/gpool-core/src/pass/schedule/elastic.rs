@@ -4,7 +4,9 @@
 //! - **grow**: devices the pass leaves free, after every pending job it
 //!   examined, go to elastic jobs up to their maximum, in the policy's order
 //!   (jobs started in this pass first, at no cost; running ones restart at
-//!   the larger size, so only once their run has lasted `resize_after`). A
+//!   the larger size, so only once they have run `resize_after` in all: a
+//!   job that has run that long is likely to run on long enough to repay
+//!   the restart, as run times are heavy-tailed). A
 //!   growth uses free devices only as backfill would: never those an EASY
 //!   reservation holds for a job that ends later, never under strict order
 //!   with a blocked head.
@@ -143,13 +145,18 @@ impl<'s> Pass<'s> {
                 (r.stopping.is_none() && r.placement.len() < j.spec.most_replicas() as usize).then_some((j, r.started))
             })
             .collect();
-        // The policy's order: higher classes first, then the better preemption key, then the older job.
+        // Higher classes first; within a class the job furthest below its
+        // maximum (so work shrunk long ago is not left slow for ever, which
+        // would lengthen the tail), then the policy's key, then the older job.
         growable.sort_by_key(|(j, _)| {
             let key = preemption_key(self.policy, j, self.now);
-            (std::cmp::Reverse(j.spec.priority), key.map(|k| (k.rank, k.submit_ms)), j.id)
+            let have = j.running().map_or(0, |r| r.placement.len() as u64);
+            let share = have * 1000 / u64::from(j.spec.most_replicas().max(1));
+            (std::cmp::Reverse(j.spec.priority), share, key.map(|k| (k.rank, k.submit_ms)), j.id)
         });
-        for (job, started) in growable {
-            let ready = started.plus(self.policy.resize_after);
+        for (job, _) in growable {
+            // A job that has run this long, over all its runs, is likely to run on long enough to repay a restart.
+            let ready = self.now.plus(self.policy.resize_after.saturating_sub(job.runtime(self.now)));
             if ready > self.now {
                 self.plan.wake_at = Some(self.plan.wake_at.map_or(ready, |w| w.min(ready)));
                 continue;
