@@ -44,7 +44,7 @@ fn an_elastic_job_starts_with_as_many_replicas_as_fit_up_to_its_maximum() {
 
 /// The scenario, step by step: 8 replicas; a 4-GPU job of higher
 /// priority shrinks it to 4 (never preempted whole); when that job ends it
-/// grows back to 8 once its run has lasted `resize_after`.
+/// grows back to 8 at once, having run more than `resize_after` in all.
 #[test]
 fn shrinks_for_a_higher_priority_job_and_grows_back_when_it_ends() {
     let mut c = Cluster::new("default").node("n", 8, "H100-80GB");
@@ -69,13 +69,28 @@ fn shrinks_for_a_higher_priority_job_and_grows_back_when_it_ends() {
 
     c.finish(high, t(110));
     let plan = c.plan(t(110));
-    assert!(plan.resizes.is_empty(), "its run is 10 s old, not yet {:?}", c.snap.policy().resize_after);
-    assert_eq!(plan.wake_at, Some(t(130)), "the pass wakes when it may grow");
-    let plan = c.plan(t(130));
     assert_eq!(resizes(&plan), [(e, 8, true)]);
     c.apply(&plan);
-    let plan = c.plan(t(130));
+    let plan = c.plan(t(110));
     assert_eq!(sizes(&plan), [(e, 8)], "restarted at 8 on the devices held for it");
+}
+
+/// A job that has run less than `resize_after` in all does not grow yet:
+/// restarting something that may end any moment costs more than it gains.
+#[test]
+fn a_young_job_grows_only_once_it_has_run_resize_after() {
+    let mut c = Cluster::new("default").node("n", 8, "H100-80GB");
+    let e = c.submit(job("e").gpus(1).elastic(2, 8).preemptible());
+    c.apply(&c.plan(t(0)));
+    let high = c.submit(job("high").gpus(4).priority(10).at(5));
+    let plan = c.plan(t(5));
+    c.apply(&plan);
+    c.apply(&c.plan(t(5)));
+    c.finish(high, t(15));
+    let plan = c.plan(t(15));
+    assert!(plan.resizes.is_empty(), "15 s run in all, not yet {:?}", c.snap.policy().resize_after);
+    assert_eq!(plan.wake_at, Some(t(30)), "the pass wakes when it may grow");
+    assert_eq!(resizes(&c.plan(t(30))), [(e, 8, true)]);
 }
 
 #[test]
