@@ -210,8 +210,10 @@ pub struct JobSpec {
     /// `gpool.io/tpu-slice`) whose `gpool.io/tpu-topology` is this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpu_topology: Option<String>,
-    #[serde(default = "one")]
-    pub replicas: u32,
+    /// A number, or `{min, max}` for an elastic job (docs/elastic.md).
+    #[serde(default)]
+    #[schemars(with = "ReplicasSchema")]
+    pub replicas: Replicas,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -316,6 +318,111 @@ fn root_path() -> String {
     "/".into()
 }
 
+/// How many replicas a job runs: a number (a gang of that width), or
+/// `{min: 2, max: 8}` for an elastic job, which runs with any number in
+/// between and is resized by the scheduler (docs/elastic.md). Written back
+/// as a number when `min == max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replicas {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Replicas {
+    pub const ONE: Replicas = Replicas { min: 1, max: 1 };
+
+    /// A gang of exactly `n`.
+    pub fn fixed(n: u32) -> Replicas {
+        Replicas { min: n, max: n }
+    }
+
+    /// Whether it may run at more than one size.
+    pub fn is_elastic(&self) -> bool {
+        self.max > self.min
+    }
+}
+
+impl Default for Replicas {
+    fn default() -> Replicas {
+        Replicas::ONE
+    }
+}
+
+impl std::fmt::Display for Replicas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_elastic() { write!(f, "{}:{}", self.min, self.max) } else { write!(f, "{}", self.min) }
+    }
+}
+
+impl std::str::FromStr for Replicas {
+    type Err = String;
+    /// `4`, or `2:8` for an elastic job (`--replicas`).
+    fn from_str(s: &str) -> Result<Replicas, String> {
+        let num = |t: &str| {
+            t.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("replicas {s:?}: expected a number (4) or MIN:MAX for an elastic job (2:8)"))
+        };
+        match s.split_once(':') {
+            None => Ok(Replicas::fixed(num(s)?)),
+            Some((a, b)) => {
+                let (min, max) = (num(a)?, num(b)?);
+                if min > max {
+                    return Err(format!("replicas {s:?}: the minimum {min} is above the maximum {max}"));
+                }
+                Ok(Replicas { min, max })
+            }
+        }
+    }
+}
+
+impl Serialize for Replicas {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.is_elastic() {
+            ReplicaRange { min: self.min, max: self.max }.serialize(s)
+        } else {
+            s.serialize_u32(self.min)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Replicas {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Replicas, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Replicas;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number of replicas (2), or {min: 2, max: 8} for an elastic job")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Replicas, E> {
+                u32::try_from(v).map(Replicas::fixed).map_err(|_| E::custom(format!("replicas: {v} is too many")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Replicas, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("replicas: {v} is negative")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Replicas, A::Error> {
+                let r = ReplicaRange::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                if r.min > r.max {
+                    return Err(serde::de::Error::custom(format!("replicas: min {} is above max {}", r.min, r.max)));
+                }
+                Ok(Replicas { min: r.min, max: r.max })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What `replicas` looks like in the API document.
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum ReplicasSchema {
+    Fixed(u32),
+    Elastic(ReplicaRange),
+}
+
 /// The fewest and the most replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -379,7 +486,7 @@ impl JobSpec {
             resources: BTreeMap::new(),
             gpu_model: None,
             tpu_topology: None,
-            replicas: 1,
+            replicas: Replicas::ONE,
             queue: None,
             priority: None,
             preemptible: false,
@@ -498,7 +605,7 @@ mod tests {
         assert_eq!(s.command.argv(), ["python", "train.py"]);
         assert_eq!(s.resources.get("nvidia.com/gpu"), Some(&Quantity::Number(4.0)));
         assert_eq!(s.priority, Some(Priority::Class("high".into())));
-        assert_eq!(s.replicas, 2);
+        assert_eq!(s.replicas, Replicas::fixed(2));
         let shell: JobSpec = serde_yaml_ng::from_str("command: echo hi && sleep 1\n").expect("valid");
         assert_eq!(shell.command.argv(), ["/bin/sh", "-c", "echo hi && sleep 1"]);
         let scalars: JobSpec =
@@ -540,5 +647,24 @@ mod tests {
             serde_json::from_str(r#"{"jobs":[{"command":["true"]},{"command":"true"}]}"#).expect("batch");
         assert_eq!(batch.jobs.len(), 2);
         assert!(serde_json::from_str::<Batch>(r#"{"jobs":[],"extra":1}"#).is_err());
+    }
+
+    #[test]
+    fn replicas_are_a_number_or_an_elastic_range_and_bad_ones_say_what_to_write() {
+        let parse = |r: &str| serde_yaml_ng::from_str::<JobSpec>(&format!("command: [x]\nreplicas: {r}\n"));
+        assert_eq!(parse("4").expect("number").replicas, Replicas::fixed(4));
+        let elastic = parse("{min: 2, max: 8}").expect("range").replicas;
+        assert_eq!((elastic, elastic.is_elastic()), (Replicas { min: 2, max: 8 }, true));
+        assert_eq!(serde_json::to_value(elastic).expect("json"), serde_json::json!({"min": 2, "max": 8}));
+        assert_eq!(serde_json::to_value(Replicas::fixed(3)).expect("json"), serde_json::json!(3));
+        for (bad, says) in
+            [("{min: 8, max: 2}", "above max"), ("-1", "negative"), ("{low: 2}", "low"), ("two", "a number")]
+        {
+            let e = parse(bad).expect_err(bad).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert_eq!("2:8".parse::<Replicas>(), Ok(Replicas { min: 2, max: 8 }));
+        assert_eq!("3".parse::<Replicas>().map(|r| r.to_string()), Ok("3".into()));
+        assert!("8:2".parse::<Replicas>().is_err() && "x".parse::<Replicas>().is_err());
     }
 }

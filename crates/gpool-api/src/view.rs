@@ -131,7 +131,24 @@ pub struct JobView {
     /// The array this job is a task of (`spec.array`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<ArrayView>,
+    /// Replicas of its current run whose processes have not ended (0 when not running).
+    #[serde(default)]
+    pub running_replicas: u32,
+    /// An elastic job's changes of size, oldest first (the last 64).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resizes: Vec<ResizeView>,
     pub spec: JobSpec,
+}
+
+/// One change of an elastic job's size.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ResizeView {
+    /// When the scheduler decided it (RFC 3339).
+    pub at: String,
+    pub from: u32,
+    pub to: u32,
+    /// Why: "idle GPUs", or the job it gave replicas to and the rule that let it.
+    pub why: String,
 }
 
 /// A task of a job array.

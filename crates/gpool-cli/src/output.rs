@@ -162,7 +162,7 @@ pub(crate) fn gpus_of(j: &api::JobView) -> String {
         })
         .collect();
     let per = if per.is_empty() { "-".to_string() } else { per.join(",") };
-    if j.spec.replicas > 1 { format!("{}x{per}", j.spec.replicas) } else { per }
+    if j.spec.replicas.max > 1 { format!("{}x{per}", j.spec.replicas) } else { per }
 }
 
 /// Lines describing a job's usage, for `gpool show`.

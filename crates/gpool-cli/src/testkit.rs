@@ -93,6 +93,8 @@ pub(crate) fn job(id: u64) -> JobB {
         late: None,
         estimated_start: None,
         array: None,
+        running_replicas: 0,
+        resizes: Vec::new(),
         spec: JobSpec::new(vec!["python".into(), "train.py".into()]),
     })
 }
@@ -141,7 +143,7 @@ impl JobB {
         self.resource("gpool.io/gpu-memory", Quantity::Text(text.into()))
     }
     pub(crate) fn replicas(mut self, n: u32) -> JobB {
-        self.0.spec.replicas = n;
+        self.0.spec.replicas = gpool_api::spec::Replicas::fixed(n);
         self
     }
     /// Task `index` of array `of` (of `tasks` tasks from 0, at most `limit` at once).

@@ -128,7 +128,7 @@ fn all_ranks(client: &Client, a: &LogsArgs) -> anyhow::Result<()> {
         client.stream(&path_of(a, rank, stream), &mut lines)?;
         Ok(lines.finish()?)
     };
-    let ranks = 0..job.spec.replicas.max(1);
+    let ranks = 0..job.spec.replicas.max.max(1);
     if !a.follow {
         for rank in ranks {
             for stream in streams {

@@ -94,6 +94,14 @@ pub(crate) fn render(shown: &[Shown], output: Output) -> anyhow::Result<String> 
             lines.push(format!("  ended            {}", when(e)));
         }
         lines.push(format!("  attempt/restarts {}/{}", j.attempt, j.restarts));
+        if j.spec.replicas.is_elastic() {
+            let (min, max) = (j.spec.replicas.min, j.spec.replicas.max);
+            lines.push(format!("  elastic          {} of {min}:{max} replicas running", j.running_replicas));
+            // Each change of size and why: the job's size over time.
+            for r in &j.resizes {
+                lines.push(format!("  resized          {}  {} → {}  {}", when(&r.at), r.from, r.to, r.why));
+            }
+        }
         for r in &j.replicas {
             lines.push(format!("  rank {:<3} on {}  CUDA_VISIBLE_DEVICES={}", r.rank, r.node, r.cuda_visible_devices));
         }
@@ -214,5 +222,21 @@ mod tests {
         let both = [Shown { job: done, curve, advice: Some(adv.build()) }, shown(killed)];
         assert_snapshot("show-finished.txt", &render(&both, Output::Table).unwrap());
         assert_snapshot("show-finished.json", &render(&both, Output::Json).unwrap());
+    }
+
+    #[test]
+    fn show_prints_an_elastic_jobs_size_and_each_resize() {
+        let mut j = crate::testkit::job(7).state(gpool_api::JobState::Running).build();
+        j.spec.replicas = gpool_api::spec::Replicas { min: 2, max: 8 };
+        j.running_replicas = 4;
+        j.resizes = vec![gpool_api::ResizeView {
+            at: "2025-03-01T09:00:05Z".into(),
+            from: 8,
+            to: 4,
+            why: "for job 9 (higher priority)".into(),
+        }];
+        let out = render(&[shown(j)], Output::Table).expect("render");
+        assert!(out.contains("elastic          4 of 2:8 replicas running"), "{out}");
+        assert!(out.contains("8 → 4  for job 9 (higher priority)"), "{out}");
     }
 }

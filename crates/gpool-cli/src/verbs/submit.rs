@@ -45,9 +45,10 @@ pub(crate) struct SubmitArgs {
     /// MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, and 90s, 2h, 1h30m, 1d.
     #[arg(long, short = 't')]
     time: Option<String>,
-    /// Replicas started together, with WORLD_SIZE/RANK/MASTER_ADDR/MASTER_PORT set.
+    /// Replicas started together, with WORLD_SIZE/RANK/MASTER_ADDR/MASTER_PORT set;
+    /// MIN:MAX (2:8) for an elastic job the scheduler grows and shrinks (docs/elastic.md).
     #[arg(long, short = 'n')]
-    replicas: Option<u32>,
+    replicas: Option<gpool_api::spec::Replicas>,
     /// Job name.
     #[arg(long)]
     name: Option<String>,
@@ -185,7 +186,10 @@ fn with_script(mut a: SubmitArgs, path: &std::path::Path) -> anyhow::Result<(Sub
     macro_rules! unset {
         ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = s.$f.clone(); } )* };
     }
-    unset!(gpus, gpu_model, time, name, queue, replicas, cpus, memory, begin, array);
+    unset!(gpus, gpu_model, time, name, queue, cpus, memory, begin, array);
+    if a.replicas.is_none() {
+        a.replicas = s.replicas.map(gpool_api::spec::Replicas::fixed);
+    }
     if a.after.is_empty() {
         a.after = s.after.clone();
     }

@@ -133,7 +133,7 @@ pub fn service_config(spec: &gpool_api::JobSpec) -> Result<gpool_core::service_s
             format!("a service needs a name of 1 to 63 lowercase letters, digits and '-' (a DNS label), got {name:?}"),
         ));
     }
-    if spec.replicas != 1 {
+    if spec.replicas != gpool_api::spec::Replicas::ONE {
         return Err(bad(
             "replicas",
             "a service's replicas are set by service.replicas {min, max}; leave replicas at 1",
@@ -181,8 +181,15 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     if spec.command.is_empty() {
         return Err(bad("command", "must name a program (a list like [python, train.py] or a shell line)"));
     }
-    if spec.replicas == 0 || spec.replicas > 1024 {
-        return Err(bad("replicas", format!("must be from 1 to 1024, got {}", spec.replicas)));
+    let gpool_api::spec::Replicas { min, max } = spec.replicas;
+    if min == 0 || max > 1024 || min > max {
+        return Err(bad(
+            "replicas",
+            format!("must be from 1 to 1024 (min ≤ max for an elastic job), got {}", spec.replicas),
+        ));
+    }
+    if spec.replicas.is_elastic() && spec.tpu_topology.is_some() {
+        return Err(bad("replicas", "a TPU slice has one replica per host and cannot be elastic; give a number"));
     }
     let mut core = JobSpec::new(user, Time::from_millis(submit_ms));
     core.team = Arc::from(team);
@@ -190,7 +197,8 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     if core.queue.is_empty() {
         return Err(bad("queue", "must not be empty"));
     }
-    core.replicas = spec.replicas;
+    core.replicas = min;
+    core.max_replicas = spec.replicas.is_elastic().then_some(max);
     core.preemptible = spec.preemptible;
     if let Some(s) = &spec.spot {
         core.spot = s.parse().map_err(|e: String| bad("spot", e))?;

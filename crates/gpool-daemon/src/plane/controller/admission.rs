@@ -219,6 +219,7 @@ impl Admission<'_> {
                 pipeline: None,
                 array: None,
                 late: None,
+                resizes: Vec::new(),
             };
             self.history.learned_estimate(self.snap.policy(), &mut doc, &mut core);
             let over_hard =

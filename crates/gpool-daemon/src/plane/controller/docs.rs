@@ -24,6 +24,13 @@ pub enum Stop {
     Preempt {
         for_job: u64,
     },
+    /// An elastic job restarting at another size (`Plan::resizes`): shrunk
+    /// for `for_job`, or grown into idle devices (`None`).
+    Resize {
+        from: u32,
+        to: u32,
+        for_job: Option<u64>,
+    },
     TimeLimit,
     /// Another replica of the gang failed.
     GangFailure {
@@ -188,6 +195,21 @@ pub struct JobDoc {
     /// The job array it is a task of (`spec.array`, `admission.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<api::ArrayView>,
+    /// An elastic job's changes of size, oldest first (at most [`RESIZES_KEPT`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resizes: Vec<ResizeDoc>,
+}
+
+/// How many changes of size a job keeps.
+pub(super) const RESIZES_KEPT: usize = 64;
+
+/// One change of an elastic job's size, as persisted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResizeDoc {
+    pub at_ms: i64,
+    pub from: u32,
+    pub to: u32,
+    pub why: String,
 }
 
 /// A job's place in a pipeline run. A run's jobs have consecutive ids from

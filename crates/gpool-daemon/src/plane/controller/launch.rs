@@ -84,7 +84,9 @@ pub(super) fn plan(doc: &JobDoc, placement: &Placement, ground: &Ground<'_>, por
         || "127.0.0.1".to_string(),
         |l| if l.is_local() { "127.0.0.1".into() } else { l.doc.addr.clone() },
     );
-    let master_port = match (world > 1, spread, master) {
+    // An elastic job gets torchrun's variables at every size, one included (it may grow).
+    let elastic = doc.spec.replicas.is_elastic();
+    let master_port = match (world > 1 || elastic, spread, master) {
         (false, _, _) | (_, _, None) => None,
         // All replicas here: any free port of this host.
         (true, false, Some(m)) if is_local(m) => (ports.local)(),
@@ -222,7 +224,21 @@ pub(super) fn plan(doc: &JobDoc, placement: &Placement, ground: &Ground<'_>, por
                 set(k, v);
             }
         }
-        if world > 1 {
+        if elastic {
+            // torchrun reads its flags from PET_* (`--nnodes=MIN:MAX`, a c10d
+            // rendezvous with an id that outlives resizes): one agent per replica.
+            let gpus_here = gpu_idx.len() + mig_uuids.len();
+            set("PET_NNODES", format!("{}:{}", doc.spec.replicas.min, doc.spec.replicas.max));
+            set("PET_NPROC_PER_NODE", gpus_here.max(1).to_string());
+            set("PET_RDZV_BACKEND", "c10d".into());
+            set("PET_RDZV_ID", format!("gpool-{id}"));
+            if let Some(p) = master_port {
+                set("PET_RDZV_ENDPOINT", format!("{master_addr}:{p}"));
+            }
+            set("GPOOL_REPLICAS_MIN", doc.spec.replicas.min.to_string());
+            set("GPOOL_REPLICAS_MAX", doc.spec.replicas.max.to_string());
+        }
+        if world > 1 || elastic {
             set("WORLD_SIZE", world.to_string());
             set("RANK", rank.to_string());
             set("LOCAL_RANK", local_rank.to_string());

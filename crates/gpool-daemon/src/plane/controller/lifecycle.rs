@@ -225,6 +225,30 @@ impl Controller {
         }
     }
 
+    /// An elastic job changes size (`Plan::resizes`): it stops with its
+    /// grace period (its checkpoint) and restarts on the placement the
+    /// snapshot holds for it; the change and its reason are kept on the job.
+    pub(super) fn resize(&mut self, r: &gpool_core::Resize, now: i64) {
+        let id = r.job.0;
+        let Some(doc) = self.jobs.get_mut(&id) else { return };
+        let from = doc.run.as_ref().map_or(0, |run| run.replicas.len() as u32);
+        let to = r.placement.len() as u32;
+        let (for_job, why) = match &r.why {
+            gpool_core::ResizeWhy::Grow => (None, "idle GPUs".to_string()),
+            gpool_core::ResizeWhy::Shrink { for_job, why } => {
+                (Some(for_job.0), format!("for job {for_job} ({})", why_text(why)))
+            }
+        };
+        doc.resizes.push(super::docs::ResizeDoc { at_ms: now, from, to, why: why.clone() });
+        if doc.resizes.len() > super::docs::RESIZES_KEPT {
+            doc.resizes.remove(0);
+        }
+        self.pass.resizes += 1;
+        self.stop_run(id, Stop::Resize { from, to, for_job }, now);
+        let verb = if to > from { "grows" } else { "shrinks" };
+        self.event(now, Some(id), "resized", format!("job {id} {verb} from {from} to {to} replicas: {why}"));
+    }
+
     pub(super) fn stop_run(&mut self, id: u64, cause: Stop, now: i64) {
         let Some(doc) = self.jobs.get_mut(&id) else { return };
         let Some(run) = doc.run.as_mut() else { return };
@@ -237,6 +261,7 @@ impl Controller {
         }
         let core_cause = match &cause {
             Stop::Preempt { for_job } => StopCause::Preempted { for_job: JobId(*for_job) },
+            Stop::Resize { for_job, .. } => StopCause::Resized { for_job: for_job.map(JobId) },
             _ => StopCause::Cancelled,
         };
         let mut grace = self.snap.job(JobId(id)).map_or(crate::plane::convert::DEFAULT_GRACE, |j| j.spec.grace);
@@ -348,6 +373,10 @@ impl Controller {
                 ),
             ),
             Some(Stop::Preempt { for_job }) => Next::Requeue(format!("preempted for job {for_job}"), now, false),
+            Some(Stop::Resize { from, to, for_job }) => {
+                let why = for_job.map_or_else(|| "into idle GPUs".to_string(), |j| format!("for job {j}"));
+                Next::Requeue(format!("resized from {from} to {to} replicas {why}; restarting"), now, false)
+            }
             Some(Stop::Power) => {
                 Next::Requeue("stopped for a power budget lowered below what ran; requeued".into(), now, false)
             }
@@ -521,5 +550,16 @@ impl Controller {
                 self.out.reschedule();
             }
         }
+    }
+}
+
+/// Why a job may be preempted or shrunk, in words.
+pub(super) fn why_text(why: &gpool_core::PreemptWhy) -> String {
+    match why {
+        gpool_core::PreemptWhy::HigherPriority => "higher priority".into(),
+        gpool_core::PreemptWhy::MoreService => "it had more GPU service".into(),
+        gpool_core::PreemptWhy::LongerRemaining => "it had longer to run".into(),
+        gpool_core::PreemptWhy::Reclaim { queue } => format!("queue {queue} borrowed the GPUs and they were reclaimed"),
+        gpool_core::PreemptWhy::AboveMinimum => "replicas above its minimum are lent".into(),
     }
 }

@@ -565,8 +565,11 @@ impl Controller {
                 now,
                 Some(p.victim.0),
                 "preempted",
-                format!("job {} preempted for job {} ({:?})", p.victim, p.for_job, p.why),
+                format!("job {} preempted for job {} ({})", p.victim, p.for_job, lifecycle::why_text(&p.why)),
             );
+        }
+        for r in &plan.resizes {
+            self.resize(r, now);
         }
         for s in &plan.starts {
             self.start(s.job.0, s.placement.clone(), now);

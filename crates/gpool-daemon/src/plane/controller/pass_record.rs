@@ -23,6 +23,8 @@ pub(super) struct PassRecord {
     pub(super) next_pass_ms: i64,
     pub(super) allocations: u64,
     pub(super) preemptions: u64,
+    /// Elastic jobs restarted at another size.
+    pub(super) resizes: u64,
 }
 
 impl Default for PassRecord {
@@ -37,6 +39,7 @@ impl Default for PassRecord {
             next_pass_ms: 0,
             allocations: 0,
             preemptions: 0,
+            resizes: 0,
         }
     }
 }

@@ -230,10 +230,10 @@ impl Controller {
             }
             Call::Logs { id, rank, stream, reply } => {
                 let r = self.visible(&caller, id).and_then(|d| {
-                    if rank >= d.spec.replicas {
+                    if rank >= d.spec.replicas.max {
                         return Err(ApiError::new(
                             400,
-                            format!("rank {rank}: job {id} has {} replica(s)", d.spec.replicas),
+                            format!("rank {rank}: job {id} has at most {} replica(s)", d.spec.replicas.max),
                         ));
                     }
                     Ok(LogTarget {

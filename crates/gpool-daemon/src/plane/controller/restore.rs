@@ -156,6 +156,11 @@ impl Controller {
                 Some(Stop::Preempt { for_job }) => {
                     let _ = self.snap.request_stop(JobId(id), StopCause::Preempted { for_job: JobId(*for_job) });
                 }
+                // The placement it was to restart on was not kept: it restarts wherever it fits.
+                Some(Stop::Resize { for_job, .. }) => {
+                    let cause = StopCause::Resized { for_job: for_job.map(JobId) };
+                    let _ = self.snap.request_stop(JobId(id), cause);
+                }
                 Some(_) => {
                     let _ = self.snap.request_stop(JobId(id), StopCause::Cancelled);
                 }

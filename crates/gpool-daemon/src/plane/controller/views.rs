@@ -55,6 +55,9 @@ impl Reading<'_> {
             api::JobState::Stopping => d.run.as_ref().and_then(|r| r.stop.as_ref()).map(|s| match s {
                 Stop::Cancel { by } => format!("cancelled by {by}; waiting for its processes to exit"),
                 Stop::Preempt { for_job } => format!("preempted for job {for_job}; checkpointing before it exits"),
+                Stop::Resize { from, to, .. } => {
+                    format!("resizing from {from} to {to} replicas; checkpointing before it restarts at the new size")
+                }
                 Stop::Window { queue } => format!("queue {queue}'s window closed; checkpointing before it exits"),
                 Stop::Power => "a power budget was lowered below what runs; checkpointing before it exits".into(),
                 Stop::Straggler { device } => {
@@ -128,6 +131,21 @@ impl Reading<'_> {
                 .filter(|(j, _)| *j == d.id && d.state == api::JobState::Pending)
                 .map(|(_, at)| api::time::rfc3339(at)),
             array: d.array,
+            running_replicas: d
+                .run
+                .as_ref()
+                .filter(|_| matches!(d.state, api::JobState::Running | api::JobState::Stopping))
+                .map_or(0, |r| r.replicas.iter().filter(|x| !x.ended()).count() as u32),
+            resizes: d
+                .resizes
+                .iter()
+                .map(|r| api::ResizeView {
+                    at: api::time::rfc3339(r.at_ms),
+                    from: r.from,
+                    to: r.to,
+                    why: r.why.clone(),
+                })
+                .collect(),
             spec: d.spec.clone(),
         }
     }

@@ -24,6 +24,7 @@ mod calls;
 mod costs;
 mod deadlines;
 mod elastic;
+mod elastic_jobs;
 mod faults;
 mod gittins;
 mod health;
