@@ -232,6 +232,9 @@ pub(super) fn plan(doc: &JobDoc, placement: &Placement, ground: &Ground<'_>, por
             set("PET_NPROC_PER_NODE", gpus_here.max(1).to_string());
             set("PET_RDZV_BACKEND", "c10d".into());
             set("PET_RDZV_ID", format!("gpool-{id}"));
+            // Each incarnation starts all its replicas at once: the rendezvous
+            // need not wait torchrun's default 30 s for more once MIN joined.
+            set("PET_RDZV_CONF", "last_call_timeout=5".into());
             if let Some(p) = master_port {
                 set("PET_RDZV_ENDPOINT", format!("{master_addr}:{p}"));
             }
