@@ -327,7 +327,9 @@
   const gpusOf = (j) => {
     const r = (j.spec && j.spec.resources) || {};
     const parts = Object.entries(r).filter(([k]) => k !== 'cpu' && k !== 'memory').map(([k, v]) => `${k}: ${v}`);
-    const n = j.spec && j.spec.replicas > 1 ? j.spec.replicas + '× ' : '';
+    const rep = j.spec && j.spec.replicas;
+    // An elastic job's replicas are {min, max}: say how many run of how many it may.
+    const n = rep && typeof rep === 'object' ? `${j.running_replicas || 0} of ${rep.min}–${rep.max}× ` : rep > 1 ? rep + '× ' : '';
     return parts.length ? n + parts.join(' ') : '–';
   };
 
@@ -419,6 +421,11 @@
         { key: 'gpus', label: 'GPUs', render: (r) => (r.gpus || []).join(', ') || (r.mig || []).join(', ') || '–' },
         { key: 'cuda_visible_devices', label: 'CUDA_VISIBLE_DEVICES' },
       ], j.replicas || [], { label: 'Replicas', empty: 'not running' }),
+      // An elastic job's size over time: each resize and why (replaceChildren would print a null).
+      ...((j.resizes || []).length ? [h('h2', {}, 'Size over time'), table([
+        { key: 'at', label: 'When', render: (r) => new Date(r.at).toLocaleString() },
+        { key: 'from', label: 'From', num: true }, { key: 'to', label: 'To', num: true }, { key: 'why', label: 'Why' },
+      ], j.resizes, { label: 'Resizes' })] : []),
       h('h2', {}, 'Utilisation and memory'), charts,
       h('h2', {}, 'Advice'),
       advice && advice.findings.length
