@@ -112,9 +112,14 @@ impl Request {
     fn post(run_dir: &Path, seconds: u32) -> Option<Request> {
         use std::os::unix::fs::PermissionsExt;
         let path = run_dir.join(REQUEST_FILE);
-        std::fs::write(&path, format!("seconds={seconds}\n")).ok()?;
-        // A job running as its user reads it (the agent's umask is 077).
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
+        // Readable before it appears: a job running as its user reads it (the
+        // agent's umask is 077), and one that saw it exist between the write
+        // and a chmod would fail to open it (a race the multi-user test hit
+        // under load). Written aside, opened up, then renamed into place.
+        let aside = run_dir.join(format!(".{REQUEST_FILE}.tmp"));
+        std::fs::write(&aside, format!("seconds={seconds}\n")).ok()?;
+        let _ = std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o644));
+        std::fs::rename(&aside, &path).ok()?;
         Some(Request(path))
     }
 }
