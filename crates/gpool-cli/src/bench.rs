@@ -27,6 +27,8 @@ pub(crate) enum BenchCommand {
     Sharing(crate::bench_sharing::SharingArgs),
     /// Every policy on the five job traces at three loads: the default's ratios against the baselines, worst case first.
     Policies(crate::bench_policies::PoliciesArgs),
+    /// `gpool acct` on a seeded store: a month of jobs (1,000,000 by default) through the real daemon.
+    Acct(crate::bench_acct::AcctBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -106,6 +108,7 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Mig(a) => mig(a),
         BenchCommand::Sharing(a) => crate::bench_sharing::sharing(a),
         BenchCommand::Policies(a) => crate::bench_policies::policies(a),
+        BenchCommand::Acct(a) => crate::bench_acct::acct(a),
     }
 }
 

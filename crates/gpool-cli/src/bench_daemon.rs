@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     url: String,
     token: String,
@@ -21,7 +21,7 @@ struct Daemon {
 
 /// Scratch directories of the runs, removed when the benchmark ends (not between
 /// runs: deleting thousands of inodes right before a run slows ext4's inode allocation).
-struct Scratch(Vec<PathBuf>);
+pub(crate) struct Scratch(pub(crate) Vec<PathBuf>);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -40,9 +40,14 @@ impl Daemon {
         let dir = std::env::temp_dir().join(format!("gpool-bench-{}-{}", std::process::id(), scratch.0.len()));
         let _ = std::fs::remove_dir_all(&dir);
         scratch.0.push(dir.clone());
+        Daemon::start_in(&dir, gpus, extra)
+    }
+
+    /// Starts `gpool up` on `dir` as it is (a state prepared beforehand).
+    pub(crate) fn start_in(dir: &std::path::Path, gpus: &str, extra: &[&str]) -> anyhow::Result<Daemon> {
         let mut child = Command::new(std::env::current_exe()?)
             .args(["up", "--simulate-gpus", gpus, "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&dir)
+            .arg(dir)
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -103,7 +108,7 @@ impl Daemon {
 }
 
 impl Daemon {
-    fn get_text(&self, path: &str) -> anyhow::Result<String> {
+    pub(crate) fn get_text(&self, path: &str) -> anyhow::Result<String> {
         let mut r = self
             .agent
             .get(format!("{}{path}", self.url))

@@ -19,6 +19,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod bench_acct;
 mod bench_daemon;
 mod bench_policies;
 mod bench_sharing;
@@ -147,6 +148,9 @@ enum Command {
     Queues(verbs::ListArgs),
     /// What jobs cost, by team, user, queue, pool or job, over a period (-o table, json or csv).
     Cost(verbs::cost::CostArgs),
+    /// Jobs that ended in a period, and those running, with Slurm-like fields (sacct; -o table, json or csv).
+    #[command(alias = "sacct")]
+    Acct(verbs::acct::AcctArgs),
     /// Monthly budgets per team or queue: this month's spend, the share used, jobs held back.
     Budgets(verbs::ListArgs),
     /// Elastic node pools: shape, price, limits, nodes being created, idle or deleted, and health.
@@ -330,6 +334,7 @@ fn main() -> ExitCode {
         Command::Services(ServicesArgs { command: Some(ServicesCommand::Delete(a)), .. }) => verbs::services::delete(a),
         Command::Services(ServicesArgs { command: None, list }) => verbs::services::run(list),
         Command::Cost(a) => verbs::cost::run(a),
+        Command::Acct(a) => verbs::acct::run(a),
         Command::Budgets(a) => verbs::budgets::run(a),
         Command::LocalNode(c) => local_node::run(c),
         Command::Events(a) => events::run(a),

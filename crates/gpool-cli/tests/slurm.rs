@@ -147,3 +147,48 @@ fn gpool_run_prints_the_jobs_output_and_exits_with_its_status() {
     assert!(err.contains("nothing was submitted"), "{err}");
     assert_eq!(d.get("/api/v1/jobs")["jobs"].as_array().map(Vec::len), Some(1), "only the first run's job");
 }
+
+/// `gpool acct` (sacct): the jobs that ended in the period with elapsed,
+/// GPU-hours and exit code, from the store's index on when jobs ended;
+/// a running job is listed too unless `--ended-only`.
+#[test]
+fn acct_lists_what_ended_in_the_period_like_sacct() {
+    let s = Scratch::new("slurm-acct");
+    let d = Daemon::start(&s.0.join("data"), "2xH100-80GB", &[]);
+    let (ok, out, err) = d.cli(&["submit", "--gpus", "1", "--name", "ok-job", "-o", "json", "--", "true"]);
+    assert!(ok, "{err}");
+    let ok_id = id_of(&out);
+    let (ok, out, err) = d.cli(&["submit", "--gpus", "1", "--name", "bad-job", "-o", "json", "--", "sh", "-c", "exit 3"]);
+    assert!(ok, "{err}");
+    let bad_id = id_of(&out);
+    d.wait_ended(&[ok_id, bad_id], Duration::from_secs(60));
+    let (ok, out, err) = d.cli(&["submit", "--gpus", "1", "--name", "still", "-o", "json", "--", "sleep", "600"]);
+    assert!(ok, "{err}");
+    let running = id_of(&out);
+    d.until(&format!("/api/v1/jobs/{running}"), Duration::from_secs(30), |j| j["state"] == "running");
+
+    let (ok, out, err) = d.cli(&["acct", "--since", "1h", "-o", "json"]);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).expect("json");
+    let row = |id: u64| rows.iter().find(|r| r["jobid"] == id.to_string()).cloned().unwrap_or_else(|| panic!("{id}: {out}"));
+    let (good, bad, live) = (row(ok_id), row(bad_id), row(running));
+    assert_eq!((good["state"].as_str(), good["exit_code"].as_str()), (Some("succeeded"), Some("0:0")), "{good}");
+    assert_eq!((bad["state"].as_str(), bad["exit_code"].as_str()), (Some("failed"), Some("3:0")), "{bad}");
+    assert!(good["elapsed_s"].is_u64() && good["gpu_hours"].is_f64() && good["gpus"] == 1, "{good}");
+    assert!(good["nodes"].as_str().is_some_and(|n| !n.is_empty()), "{good}");
+    assert_eq!(live["state"], "running");
+
+    let (ok, out, _) = d.cli(&["acct", "--since", "1h", "--ended-only", "--state", "failed", "--format", "jobid,name,exitcode"]);
+    assert!(ok);
+    assert!(out.contains("bad-job") && out.contains("3:0") && !out.contains("ok-job") && !out.contains("still"), "{out}");
+    let (ok, out, _) = d.cli(&["acct", "--since", "1h", "--until", "30m", "--ended-only"]);
+    assert!(ok && out.contains("(no jobs ended in the period)"), "nothing ended an hour to half an hour ago: {out}");
+    let (ok, _, err) = d.cli(&["acct", "--since", "last week"]);
+    assert!(!ok && err.contains("--since \"last week\""), "{err}");
+    let (ok, _, err) = d.cli(&["acct", "--format", "jobid,tres"]);
+    assert!(!ok && err.contains("\"tres\" is not a field"), "{err}");
+    let (status, body) = d.req("GET", "/api/v1/jobs?ended_since=yesterday", &d.token, None);
+    assert_eq!(status, 400, "{body}");
+    let (ok, _, err) = d.cli(&["cancel", &running.to_string()]);
+    assert!(ok, "{err}");
+}

@@ -11,6 +11,7 @@ fn job(id: u64, user: &str, state: &str) -> JobRow {
         queue: if id.is_multiple_of(2) { "even".into() } else { "odd".into() },
         state: state.into(),
         submitted_ms: id as i64 * 1000,
+        ended_ms: None,
         doc: format!("{{\"id\":{id}}}"),
     }
 }
@@ -19,6 +20,7 @@ fn job(id: u64, user: &str, state: &str) -> JobRow {
 pub fn run_all(make: &mut dyn FnMut() -> Box<dyn Store>) {
     commits_are_all_or_nothing(make());
     jobs_are_replaced_and_queried(make());
+    ended_jobs_are_found_by_period_and_team(make());
     tokens_round_trip(make());
     events_page_in_order(make());
     samples_keep_absent_values_and_order(make());
@@ -64,6 +66,23 @@ fn commits_are_all_or_nothing(mut s: Box<dyn Store>) {
     assert!(s.commit(&bad).is_err(), "duplicate event seq must fail");
     assert_eq!(s.job(2).expect("query"), None, "a failed batch leaves nothing behind");
     assert_eq!(s.max_job_id().expect("max"), 1);
+}
+
+/// `gpool acct`: the jobs that ended in [from, before), of a team, in id order;
+/// a job still running (no end) is never in a period.
+fn ended_jobs_are_found_by_period_and_team(mut s: Box<dyn Store>) {
+    let ended = |id: u64, at: Option<i64>, team: &str| JobRow { ended_ms: at, team: team.into(), ..job(id, "ana", "succeeded") };
+    let rows =
+        [ended(1, Some(100), "a"), ended(2, Some(200), "b"), ended(3, None, "a"), ended(4, Some(300), "a"), ended(5, Some(50), "a")];
+    s.commit(&rows.iter().cloned().map(Write::PutJob).collect::<Vec<_>>()).expect("commit");
+    let ids = |s: &mut Box<dyn Store>, q: JobQuery| -> Vec<u64> {
+        s.jobs(&JobQuery { limit: 100, ..q }).expect("query").iter().map(|j| j.id).collect()
+    };
+    assert_eq!(ids(&mut s, JobQuery { ended_from: Some(100), ended_before: Some(300), ..JobQuery::default() }), [1, 2]);
+    assert_eq!(ids(&mut s, JobQuery { ended_from: Some(100), team: Some("a".into()), ..JobQuery::default() }), [1, 4]);
+    assert_eq!(ids(&mut s, JobQuery { ended_before: Some(101), ..JobQuery::default() }), [1, 5]);
+    assert_eq!(s.job(4).expect("job").and_then(|j| j.ended_ms), Some(300), "the end round-trips");
+    assert_eq!(s.job(3).expect("job").and_then(|j| j.ended_ms), None);
 }
 
 fn jobs_are_replaced_and_queried(mut s: Box<dyn Store>) {

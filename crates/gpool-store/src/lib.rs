@@ -63,6 +63,8 @@ pub struct JobRow {
     pub queue: String,
     pub state: String,
     pub submitted_ms: i64,
+    /// When it ended (ms since the epoch); `None` while it has not.
+    pub ended_ms: Option<i64>,
     pub doc: String,
 }
 
@@ -141,6 +143,11 @@ pub struct JobQuery {
     pub queue: Option<String>,
     /// Any of these states (empty = all).
     pub states: Vec<String>,
+    pub team: Option<String>,
+    /// Only jobs that ended at or after this time (ms since the epoch; `gpool acct`).
+    pub ended_from: Option<i64>,
+    /// Only jobs that ended before this time.
+    pub ended_before: Option<i64>,
     /// Only ids greater than this (pagination cursor).
     pub after: Option<u64>,
     pub limit: u32,

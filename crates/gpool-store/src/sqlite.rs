@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0002_job_samples.sql"),
     include_str!("../migrations/sqlite/0003_nodes.sql"),
     include_str!("../migrations/sqlite/0004_token_lifecycle.sql"),
+    include_str!("../migrations/sqlite/0005_job_ended.sql"),
 ];
 
 /// A SQLite database file.
@@ -93,10 +94,11 @@ fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
         state: r.get(4)?,
         submitted_ms: r.get(5)?,
         doc: r.get(6)?,
+        ended_ms: r.get(7)?,
     })
 }
 
-const JOB_COLS: &str = "id, user_name, team, queue, state, submitted_ms, doc";
+const JOB_COLS: &str = "id, user_name, team, queue, state, submitted_ms, doc, ended_ms";
 
 impl Sqlite {
     /// One transaction with every write.
@@ -104,7 +106,8 @@ impl Sqlite {
         let tx = self.conn.transaction()?;
         {
             let mut put_job = tx.prepare_cached(
-                "INSERT OR REPLACE INTO jobs (id, user_name, team, queue, state, submitted_ms, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT OR REPLACE INTO jobs (id, user_name, team, queue, state, submitted_ms, doc, ended_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?;
             let mut put_event = tx
                 .prepare_cached("INSERT INTO events (seq, at_ms, job_id, kind, message) VALUES (?1, ?2, ?3, ?4, ?5)")?;
@@ -118,7 +121,8 @@ impl Sqlite {
                             j.queue,
                             j.state,
                             j.submitted_ms,
-                            j.doc
+                            j.doc,
+                            j.ended_ms
                         ])?;
                     }
                     Write::PutToken(t) => {
@@ -225,6 +229,18 @@ impl Store for Sqlite {
         if let Some(qu) = &q.queue {
             args.push(qu.clone().into());
             sql.push_str(&format!(" AND queue = ?{}", args.len()));
+        }
+        if let Some(t) = &q.team {
+            args.push(t.clone().into());
+            sql.push_str(&format!(" AND team = ?{}", args.len()));
+        }
+        if let Some(t) = q.ended_from {
+            args.push(t.into());
+            sql.push_str(&format!(" AND ended_ms >= ?{}", args.len()));
+        }
+        if let Some(t) = q.ended_before {
+            args.push(t.into());
+            sql.push_str(&format!(" AND ended_ms < ?{}", args.len()));
         }
         if !q.states.is_empty() {
             let mut marks = Vec::new();

@@ -8,6 +8,7 @@ use clap::Args;
 use crate::client::Connect;
 use crate::output::Output;
 
+pub(crate) mod acct;
 pub(crate) mod advise;
 pub(crate) mod alerts;
 pub(crate) mod budgets;

@@ -76,6 +76,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0003_nodes.sql"),
     include_str!("../../migrations/postgres/0004_leadership.sql"),
     include_str!("../../migrations/postgres/0005_token_lifecycle.sql"),
+    include_str!("../../migrations/postgres/0006_job_ended.sql"),
 ];
 
 /// Rows per multi-row statement in a commit (bigger batches take several).
@@ -104,7 +105,7 @@ const fn fnv1a64(s: &str) -> u64 {
     h
 }
 
-const JOB_COLS: &str = "id, user_name, team, queue, state, submitted_ms, doc";
+const JOB_COLS: &str = "id, user_name, team, queue, state, submitted_ms, doc, ended_ms";
 
 /// A connection to a PostgreSQL database, migrated to this gpool's schema.
 pub struct Postgres {
@@ -147,10 +148,11 @@ impl Statements {
     fn prepare(c: &mut Client) -> Result<Statements, postgres::Error> {
         Ok(Statements {
             put_jobs: c.prepare(
-                "INSERT INTO jobs (id, user_name, team, queue, state, submitted_ms, doc) \
-                 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[]) \
+                "INSERT INTO jobs (id, user_name, team, queue, state, submitted_ms, doc, ended_ms) \
+                 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[]) \
                  ON CONFLICT (id) DO UPDATE SET user_name = EXCLUDED.user_name, team = EXCLUDED.team, \
-                 queue = EXCLUDED.queue, state = EXCLUDED.state, submitted_ms = EXCLUDED.submitted_ms, doc = EXCLUDED.doc",
+                 queue = EXCLUDED.queue, state = EXCLUDED.state, submitted_ms = EXCLUDED.submitted_ms, doc = EXCLUDED.doc, \
+                 ended_ms = EXCLUDED.ended_ms",
             )?,
             put_events: c.prepare(
                 "INSERT INTO events (seq, at_ms, job_id, kind, message) \
@@ -339,7 +341,8 @@ impl Postgres {
             let states: Vec<&str> = chunk.iter().map(|j| j.state.as_str()).collect();
             let submitted: Vec<i64> = chunk.iter().map(|j| j.submitted_ms).collect();
             let docs: Vec<&str> = chunk.iter().map(|j| j.doc.as_str()).collect();
-            tx.execute(&st.put_jobs, &[&ids, &users, &teams, &queues, &states, &submitted, &docs])?;
+            let ended: Vec<Option<i64>> = chunk.iter().map(|j| j.ended_ms).collect();
+            tx.execute(&st.put_jobs, &[&ids, &users, &teams, &queues, &states, &submitted, &docs, &ended])?;
         }
         for chunk in events.chunks(CHUNK) {
             let seqs = chunk.iter().map(|e| int(e.seq, "event seq")).collect::<Result<Vec<_>, _>>()?;
@@ -550,6 +553,7 @@ fn job_row(r: &Row) -> Result<JobRow, StoreError> {
         state: r.try_get(4)?,
         submitted_ms: r.try_get(5)?,
         doc: r.try_get(6)?,
+        ended_ms: r.try_get(7)?,
     })
 }
 
@@ -593,6 +597,18 @@ impl Store for Postgres {
         if let Some(qu) = &q.queue {
             params.push(qu);
             sql.push_str(&format!(" AND queue = ${}", params.len()));
+        }
+        if let Some(t) = &q.team {
+            params.push(t);
+            sql.push_str(&format!(" AND team = ${}", params.len()));
+        }
+        if let Some(t) = &q.ended_from {
+            params.push(t);
+            sql.push_str(&format!(" AND ended_ms >= ${}", params.len()));
+        }
+        if let Some(t) = &q.ended_before {
+            params.push(t);
+            sql.push_str(&format!(" AND ended_ms < ${}", params.len()));
         }
         if !q.states.is_empty() {
             params.push(&q.states);

@@ -216,6 +216,7 @@ fn big_batches_commit_in_few_statements() {
                 queue: "q".into(),
                 state: "pending".into(),
                 submitted_ms: i as i64,
+                ended_ms: None,
                 doc: "{}".into(),
             })
         })
@@ -285,6 +286,7 @@ fn values_beyond_bigint_are_refused_and_leave_nothing() {
         queue: "q".into(),
         state: "pending".into(),
         submitted_ms: 0,
+        ended_ms: None,
         doc: "{}".into(),
     };
     let err = s.commit(&[Write::PutJob(job(1)), Write::PutJob(job(u64::MAX))]).expect_err("too big");

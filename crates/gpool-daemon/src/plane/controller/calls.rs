@@ -105,7 +105,11 @@ pub struct LogTarget {
 pub struct ListQuery {
     pub states: Vec<api::JobState>,
     pub user: Option<String>,
+    pub team: Option<String>,
     pub queue: Option<String>,
+    /// Jobs that ended in [from, before), ms since the epoch (`gpool acct`).
+    pub ended_from: Option<i64>,
+    pub ended_before: Option<i64>,
     pub after: Option<u64>,
     pub limit: u32,
 }

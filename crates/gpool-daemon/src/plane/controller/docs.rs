@@ -268,6 +268,7 @@ pub(super) fn put_job(d: &JobDoc) -> Write {
         queue: d.queue.clone(),
         state: d.state.as_str().into(),
         submitted_ms: d.submitted_ms,
+        ended_ms: d.ended_ms,
         doc: serde_json::to_string(d).unwrap_or_default(),
     })
 }

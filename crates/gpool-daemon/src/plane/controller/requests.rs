@@ -448,8 +448,11 @@ impl Controller {
             .store
             .jobs(&JobQuery {
                 user,
+                team: q.team,
                 queue: q.queue,
                 states: q.states.iter().map(|s| s.as_str().to_string()).collect(),
+                ended_from: q.ended_from,
+                ended_before: q.ended_before,
                 after: q.after,
                 limit: limit + 1,
             })

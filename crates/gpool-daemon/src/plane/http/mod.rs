@@ -245,7 +245,13 @@ async fn list(
     who: Who,
     Query(p): Query<HashMap<String, String>>,
 ) -> Result<Json<api::JobList>> {
-    only(&p, &["state", "user", "queue", "after", "limit"])?;
+    only(&p, &["state", "user", "team", "queue", "ended_since", "ended_until", "after", "limit"])?;
+    // `gpool acct`: jobs that ended in [since, until), RFC 3339.
+    let time = |key: &str| {
+        p.get(key)
+            .map(|v| api::time::parse_rfc3339(v).ok_or_else(|| bad(format!("{key}: {v:?} is not an RFC 3339 time"))))
+            .transpose()
+    };
     let mut states = Vec::new();
     for s in p.get("state").map(|s| s.split(',').filter(|x| !x.is_empty()).collect::<Vec<_>>()).unwrap_or_default() {
         let st = match s {
@@ -262,7 +268,10 @@ async fn list(
     let query = ListQuery {
         states,
         user: p.get("user").cloned(),
+        team: p.get("team").cloned(),
         queue: p.get("queue").cloned(),
+        ended_from: time("ended_since")?,
+        ended_before: time("ended_until")?,
         after: number(&p, "after")?,
         limit: match number(&p, "limit")? {
             Some(l) if !(1..=1000).contains(&l) => return Err(bad(format!("limit: {l} is not between 1 and 1000"))),

@@ -264,6 +264,7 @@ fn a_stored_job_record_that_does_not_load_is_set_aside_and_the_rest_served() {
         queue: "default".into(),
         state: "pending".into(),
         submitted_ms: T0,
+        ended_ms: None,
         doc: "{\"not\": \"a job\"}".into(),
     };
     store.commit(&[gpool_store::Write::PutJob(bad)]).expect("stored");
