@@ -42,7 +42,8 @@ fn doc(id: u64, user: &str, submitted: i64, started: i64, ended: i64) -> Value {
         "run": {"attempt": 1, "started_ms": started, "replicas": [{
             "rank": 0, "node": format!("gpu-{:03}", id % 128), "gpus": [id % 8], "mig": [],
             "cpus_milli": 4000, "memory_mb": 32768, "cuda_visible_devices": (id % 8).to_string(),
-            "exit": {"code": if ok { 0 } else { 1 }, "signal": null, "fenced": false}
+            "exit": {"code": if ok { 0 } else { 1 }, "signal": null, "started_ms": started, "ended_ms": ended,
+                     "error": null, "fenced": false}
         }]},
         "exit": {"code": if ok { 0 } else { 1 }},
         "usage": {"gpu_hours": (ended - started) as f64 / 3.6e6, "idle_gpu_hours": 0.0, "energy_wh": 120.0, "cost_usd": 2.5},
@@ -123,7 +124,10 @@ pub(crate) fn acct(a: AcctBenchArgs) -> anyhow::Result<()> {
     let day_ago = now - 86_400_000;
     let cases = [
         ("the period, one user's jobs", format!("{month}&user=u7")),
-        ("one hour a day ago, everyone's", format!("ended_since={}&ended_until={}", t(day_ago), t(day_ago + 3_600_000))),
+        (
+            "one hour a day ago, everyone's",
+            format!("ended_since={}&ended_until={}", t(day_ago), t(day_ago + 3_600_000)),
+        ),
         ("one day, everyone's", format!("ended_since={}", t(day_ago))),
         ("the period, everyone's (every page)", month.clone()),
     ];

@@ -115,7 +115,8 @@ impl Daemon {
             .header("Authorization", format!("Bearer {}", self.token))
             .call()?;
         if !r.status().is_success() {
-            bail!("{path}: HTTP {}", r.status().as_u16());
+            let status = r.status().as_u16();
+            bail!("{path}: HTTP {status}: {}", r.body_mut().read_to_string().unwrap_or_default());
         }
         Ok(r.body_mut().with_config().limit(64 * 1024 * 1024).read_to_string()?)
     }

@@ -158,7 +158,8 @@ fn acct_lists_what_ended_in_the_period_like_sacct() {
     let (ok, out, err) = d.cli(&["submit", "--gpus", "1", "--name", "ok-job", "-o", "json", "--", "true"]);
     assert!(ok, "{err}");
     let ok_id = id_of(&out);
-    let (ok, out, err) = d.cli(&["submit", "--gpus", "1", "--name", "bad-job", "-o", "json", "--", "sh", "-c", "exit 3"]);
+    let (ok, out, err) =
+        d.cli(&["submit", "--gpus", "1", "--name", "bad-job", "-o", "json", "--", "sh", "-c", "exit 3"]);
     assert!(ok, "{err}");
     let bad_id = id_of(&out);
     d.wait_ended(&[ok_id, bad_id], Duration::from_secs(60));
@@ -170,7 +171,12 @@ fn acct_lists_what_ended_in_the_period_like_sacct() {
     let (ok, out, err) = d.cli(&["acct", "--since", "1h", "-o", "json"]);
     assert!(ok, "{err}");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&out).expect("json");
-    let row = |id: u64| rows.iter().find(|r| r["jobid"] == id.to_string()).cloned().unwrap_or_else(|| panic!("{id}: {out}"));
+    let row = |id: u64| {
+        rows.iter()
+            .find(|r| r["jobid"].as_str() == Some(id.to_string().as_str()))
+            .cloned()
+            .unwrap_or_else(|| panic!("{id}: {out}"))
+    };
     let (good, bad, live) = (row(ok_id), row(bad_id), row(running));
     assert_eq!((good["state"].as_str(), good["exit_code"].as_str()), (Some("succeeded"), Some("0:0")), "{good}");
     assert_eq!((bad["state"].as_str(), bad["exit_code"].as_str()), (Some("failed"), Some("3:0")), "{bad}");
@@ -178,9 +184,13 @@ fn acct_lists_what_ended_in_the_period_like_sacct() {
     assert!(good["nodes"].as_str().is_some_and(|n| !n.is_empty()), "{good}");
     assert_eq!(live["state"], "running");
 
-    let (ok, out, _) = d.cli(&["acct", "--since", "1h", "--ended-only", "--state", "failed", "--format", "jobid,name,exitcode"]);
+    let (ok, out, _) =
+        d.cli(&["acct", "--since", "1h", "--ended-only", "--state", "failed", "--format", "jobid,name,exitcode"]);
     assert!(ok);
-    assert!(out.contains("bad-job") && out.contains("3:0") && !out.contains("ok-job") && !out.contains("still"), "{out}");
+    assert!(
+        out.contains("bad-job") && out.contains("3:0") && !out.contains("ok-job") && !out.contains("still"),
+        "{out}"
+    );
     let (ok, out, _) = d.cli(&["acct", "--since", "1h", "--until", "30m", "--ended-only"]);
     assert!(ok && out.contains("(no jobs ended in the period)"), "nothing ended an hour to half an hour ago: {out}");
     let (ok, _, err) = d.cli(&["acct", "--since", "last week"]);

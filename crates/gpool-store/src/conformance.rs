@@ -71,9 +71,18 @@ fn commits_are_all_or_nothing(mut s: Box<dyn Store>) {
 /// `gpool acct`: the jobs that ended in [from, before), of a team, in id order;
 /// a job still running (no end) is never in a period.
 fn ended_jobs_are_found_by_period_and_team(mut s: Box<dyn Store>) {
-    let ended = |id: u64, at: Option<i64>, team: &str| JobRow { ended_ms: at, team: team.into(), ..job(id, "ana", "succeeded") };
-    let rows =
-        [ended(1, Some(100), "a"), ended(2, Some(200), "b"), ended(3, None, "a"), ended(4, Some(300), "a"), ended(5, Some(50), "a")];
+    let ended = |id: u64, at: Option<i64>, team: &str| JobRow {
+        ended_ms: at,
+        team: team.into(),
+        ..job(id, "ana", "succeeded")
+    };
+    let rows = [
+        ended(1, Some(100), "a"),
+        ended(2, Some(200), "b"),
+        ended(3, None, "a"),
+        ended(4, Some(300), "a"),
+        ended(5, Some(50), "a"),
+    ];
     s.commit(&rows.iter().cloned().map(Write::PutJob).collect::<Vec<_>>()).expect("commit");
     let ids = |s: &mut Box<dyn Store>, q: JobQuery| -> Vec<u64> {
         s.jobs(&JobQuery { limit: 100, ..q }).expect("query").iter().map(|j| j.id).collect()

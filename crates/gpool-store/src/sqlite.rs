@@ -403,6 +403,29 @@ mod tests {
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
+    /// The last release's state upgrades: jobs that ended before the
+    /// column existed are found by when they ended, from their documents.
+    #[test]
+    fn jobs_ended_before_the_column_existed_are_found_by_their_end() {
+        let conn = Connection::open_in_memory().expect("db");
+        for sql in &MIGRATIONS[..4] {
+            conn.execute_batch(sql).expect("old schema");
+        }
+        conn.pragma_update(None, "user_version", 4).expect("version");
+        conn.execute(
+            "INSERT INTO jobs (id, user_name, team, queue, state, submitted_ms, doc) VALUES \
+             (1, 'a', 't', 'q', 'succeeded', 0, '{\"id\":1,\"ended_ms\":5000}'), \
+             (2, 'a', 't', 'q', 'running', 0, '{\"id\":2}')",
+            [],
+        )
+        .expect("rows");
+        let mut s = Sqlite::init(conn, false).expect("upgrade");
+        assert_eq!(s.job(1).expect("job").and_then(|j| j.ended_ms), Some(5000));
+        assert_eq!(s.job(2).expect("job").and_then(|j| j.ended_ms), None);
+        let q = JobQuery { ended_from: Some(1000), limit: 10, ..JobQuery::default() };
+        assert_eq!(s.jobs(&q).expect("query").iter().map(|j| j.id).collect::<Vec<_>>(), [1]);
+    }
+
     #[test]
     fn a_newer_schema_is_refused() {
         let conn = Connection::open_in_memory().expect("db");

@@ -3,8 +3,6 @@
 //! the store's index on when jobs ended (`jobs_ended`), a page of 1,000 at a
 //! time; running jobs come from the same list by state.
 
-use std::time::Duration;
-
 use clap::Args;
 use gpool_api::{self as api, JobState};
 
@@ -88,7 +86,8 @@ pub(crate) struct AcctRow {
 impl AcctRow {
     pub(crate) fn of(j: &api::JobView, now_ms: i64) -> AcctRow {
         let ms = |t: &Option<String>| t.as_deref().and_then(api::time::parse_rfc3339);
-        let (submitted, started, ended) = (api::time::parse_rfc3339(&j.submitted_at), ms(&j.started_at), ms(&j.ended_at));
+        let (submitted, started, ended) =
+            (api::time::parse_rfc3339(&j.submitted_at), ms(&j.started_at), ms(&j.ended_at));
         let secs = |a: i64, b: i64| u64::try_from(b - a).ok().map(|d| d / 1000);
         let elapsed_s = started.and_then(|s| secs(s, ended.unwrap_or(now_ms)));
         let waited_s = submitted.and_then(|sub| secs(sub, started.unwrap_or(now_ms)));
@@ -144,7 +143,13 @@ impl AcctRow {
             "cost" => num(self.cost_usd, 2),
             "exitcode" => opt(&self.exit_code),
             "reason" => opt(&self.reason),
-            "nodes" => if self.nodes.is_empty() { "-".into() } else { self.nodes.clone() },
+            "nodes" => {
+                if self.nodes.is_empty() {
+                    "-".into()
+                } else {
+                    self.nodes.clone()
+                }
+            }
             "restarts" => self.restarts.to_string(),
             _ => String::new(),
         }
@@ -180,7 +185,8 @@ pub(crate) fn point(text: &str, flag: &str, now_ms: i64) -> anyhow::Result<i64> 
 
 /// The fields `--format` names, checked.
 pub(crate) fn fields(format: &str) -> anyhow::Result<Vec<String>> {
-    let fields: Vec<String> = format.split(',').map(|f| f.trim().to_ascii_lowercase()).filter(|f| !f.is_empty()).collect();
+    let fields: Vec<String> =
+        format.split(',').map(|f| f.trim().to_ascii_lowercase()).filter(|f| !f.is_empty()).collect();
     if fields.is_empty() {
         anyhow::bail!("--format names no field; pick from {}", FIELDS.join(", "));
     }
@@ -205,7 +211,9 @@ pub(crate) fn run(a: AcctArgs) -> anyhow::Result<()> {
             .filter(|x| !x.trim().is_empty())
             .map(|x| {
                 JobState::parse(x.trim()).ok_or_else(|| {
-                    anyhow::anyhow!("--state {x:?}: pick from succeeded, failed, cancelled, timed_out, running, pending")
+                    anyhow::anyhow!(
+                        "--state {x:?}: pick from succeeded, failed, cancelled, timed_out, running, pending"
+                    )
                 })
             })
             .collect::<anyhow::Result<_>>()?,
@@ -290,7 +298,8 @@ pub(crate) fn render(rows: &[AcctRow], fields: &[String], output: &str) -> anyho
         "json" => return json(rows),
         "yaml" => return Ok(serde_yaml_ng::to_string(rows)?),
         "csv" => {
-            let quote = |v: String| if v.contains([',', '"', '\n']) { format!("\"{}\"", v.replace('"', "\"\"")) } else { v };
+            let quote =
+                |v: String| if v.contains([',', '"', '\n']) { format!("\"{}\"", v.replace('"', "\"\"")) } else { v };
             let mut out = fields.join(",") + "\n";
             for r in rows {
                 out.push_str(&fields.iter().map(|f| quote(r.field(f))).collect::<Vec<_>>().join(","));
@@ -330,14 +339,20 @@ mod tests {
 
     #[test]
     fn times_read_as_slurm_prints_them() {
-        assert_eq!([slurm_time(59), slurm_time(3599), slurm_time(3600), slurm_time(90_061)], ["00:59", "59:59", "01:00:00", "1-01:01:01"]);
+        assert_eq!(
+            [slurm_time(59), slurm_time(3599), slurm_time(3600), slurm_time(90_061)],
+            ["00:59", "59:59", "01:00:00", "1-01:01:01"]
+        );
     }
 
     #[test]
     fn periods_are_spans_back_or_times_and_bad_ones_say_what_to_write() {
         let now = 1_000_000_000_000;
         assert_eq!(point("1h", "since", now).expect("span"), now - 3_600_000);
-        assert_eq!(point("2026-11-01", "since", now).expect("date"), api::time::parse_rfc3339("2026-11-01T00:00:00Z").expect("t"));
+        assert_eq!(
+            point("2026-11-01", "since", now).expect("date"),
+            api::time::parse_rfc3339("2026-11-01T00:00:00Z").expect("t")
+        );
         let e = point("yesterday", "since", now).expect_err("bad").to_string();
         assert!(e.contains("--since \"yesterday\"") && e.contains("1h, 7d"), "{e}");
         assert!(fields("jobid,bogus").expect_err("bad").to_string().contains("\"bogus\" is not a field"));
@@ -345,7 +360,7 @@ mod tests {
 
     #[test]
     fn a_finished_job_reads_like_sacct() {
-        let mut j = job(12).state(JobState::Failed).running_on("gpu-a", &["0", "1"]).build();
+        let mut j = job(12).running_on("gpu-a", &["0", "1"]).state(JobState::Failed).build();
         j.started_at = Some("2026-11-01T09:00:30Z".into());
         j.submitted_at = "2026-11-01T09:00:00Z".into();
         j.ended_at = Some("2026-11-01T10:02:03Z".into());
@@ -355,7 +370,10 @@ mod tests {
         assert_eq!((r.elapsed_s, r.waited_s, r.gpus, r.exit_code.as_deref()), (Some(3693), Some(30), 2, Some("3:0")));
         let fields = fields("jobid,state,elapsed,waited,gpus,exitcode,nodes,reason").expect("fields");
         let table = render(std::slice::from_ref(&r), &fields, "table").expect("table");
-        assert!(table.contains("12     failed  01:01:33  00:30   2     3:0       gpu-a  failed with exit code 3"), "{table}");
+        assert!(
+            table.contains("12     failed  01:01:33  00:30   2     3:0       gpu-a  failed with exit code 3"),
+            "{table}"
+        );
         let csv = render(&[r], &fields, "csv").expect("csv");
         assert_eq!(csv.lines().nth(1), Some("12,failed,01:01:33,00:30,2,3:0,gpu-a,failed with exit code 3"));
     }

@@ -90,7 +90,7 @@ fn a_newer_schema_is_refused() {
     let url = fresh("newer");
     drop(Postgres::connect(&url).expect("connect"));
     admin(&url).execute("UPDATE schema_version SET version = 99", &[]).expect("bump");
-    assert!(matches!(Postgres::connect(&url), Err(StoreError::TooNew { found: 99, supported: 5 })));
+    assert!(matches!(Postgres::connect(&url), Err(StoreError::TooNew { found: 99, supported: 6 })));
 }
 
 #[test]

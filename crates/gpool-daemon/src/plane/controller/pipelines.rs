@@ -194,10 +194,9 @@ impl Reading<'_> {
         let limit = limit.clamp(1, 200) as usize;
         let query = gpool_store::JobQuery {
             user: (!caller.sees_all()).then(|| caller.user.clone()),
-            queue: None,
-            states: Vec::new(),
             after: Some(last.saturating_sub(LIST_WINDOW)),
             limit: LIST_WINDOW as u32,
+            ..gpool_store::JobQuery::default()
         };
         let rows = store.jobs(&query).map_err(|e| ApiError::new(500, e.to_string()))?;
         let firsts: Vec<u64> = rows
