@@ -85,11 +85,16 @@ fn ended_jobs_are_found_by_period_and_team(mut s: Box<dyn Store>) {
     ];
     s.commit(&rows.iter().cloned().map(Write::PutJob).collect::<Vec<_>>()).expect("commit");
     let ids = |s: &mut Box<dyn Store>, q: JobQuery| -> Vec<u64> {
-        s.jobs(&JobQuery { limit: 100, ..q }).expect("query").iter().map(|j| j.id).collect()
+        let limit = if q.limit == 0 { 100 } else { q.limit };
+        s.jobs(&JobQuery { limit, ..q }).expect("query").iter().map(|j| j.id).collect()
     };
     assert_eq!(ids(&mut s, JobQuery { ended_from: Some(100), ended_before: Some(300), ..JobQuery::default() }), [1, 2]);
     assert_eq!(ids(&mut s, JobQuery { ended_from: Some(100), team: Some("a".into()), ..JobQuery::default() }), [1, 4]);
-    assert_eq!(ids(&mut s, JobQuery { ended_before: Some(101), ..JobQuery::default() }), [1, 5]);
+    // In the order they ended, and a page goes on after the job that ended the last one.
+    assert_eq!(ids(&mut s, JobQuery { ended_before: Some(101), ..JobQuery::default() }), [5, 1]);
+    assert_eq!(ids(&mut s, JobQuery { ended_from: Some(0), ..JobQuery::default() }), [5, 1, 2, 4]);
+    assert_eq!(ids(&mut s, JobQuery { ended_from: Some(0), after: Some(1), ..JobQuery::default() }), [2, 4]);
+    assert_eq!(ids(&mut s, JobQuery { ended_from: Some(0), after: Some(5), limit: 2, ..JobQuery::default() }), [1, 2]);
     assert_eq!(s.job(4).expect("job").and_then(|j| j.ended_ms), Some(300), "the end round-trips");
     assert_eq!(s.job(3).expect("job").and_then(|j| j.ended_ms), None);
 }

@@ -144,13 +144,23 @@ pub struct JobQuery {
     /// Any of these states (empty = all).
     pub states: Vec<String>,
     pub team: Option<String>,
-    /// Only jobs that ended at or after this time (ms since the epoch; `gpool acct`).
+    /// Only jobs that ended at or after this time (ms since the epoch; `gpool
+    /// acct`). With either end given, jobs come in the order they ended
+    /// ([`JobQuery::by_end`]).
     pub ended_from: Option<i64>,
     /// Only jobs that ended before this time.
     pub ended_before: Option<i64>,
     /// Only ids greater than this (pagination cursor).
     pub after: Option<u64>,
     pub limit: u32,
+}
+
+impl JobQuery {
+    /// A query for jobs that ended in a period: answered in the order they
+    /// ended, `after` naming the last job of the previous page in that order.
+    pub fn by_end(&self) -> bool {
+        self.ended_from.is_some() || self.ended_before.is_some()
+    }
 }
 
 /// What went wrong in the store.

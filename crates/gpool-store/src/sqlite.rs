@@ -185,6 +185,49 @@ fn is_disk_full(e: &StoreError) -> bool {
     matches!(e, StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::DiskFull)
 }
 
+impl Sqlite {
+    /// Jobs that ended in a period, in the order they ended (then by id),
+    /// a page after the job `after` in that order: a range of the
+    /// `jobs_ended` index, whatever the period's width (`gpool acct`).
+    fn jobs_by_end(&mut self, q: &JobQuery) -> Result<Vec<JobRow>, StoreError> {
+        let (from, before) = (q.ended_from.unwrap_or(i64::MIN), q.ended_before.unwrap_or(i64::MAX));
+        let cursor: Option<(i64, i64)> = match q.after {
+            None => None,
+            Some(id) => self
+                .conn
+                .query_row("SELECT ended_ms FROM jobs WHERE id = ?1", [id as i64], |r| r.get::<_, Option<i64>>(0))
+                .optional()?
+                .flatten()
+                .map(|e| (e, id as i64)),
+        };
+        let (start, last_id) =
+            cursor.map_or((from, i64::MIN), |(e, id)| (e.max(from), if e < from { i64::MIN } else { id }));
+        let mut sql = format!(
+            "SELECT {JOB_COLS} FROM jobs WHERE ended_ms >= ?1 AND ended_ms < ?2 AND (ended_ms > ?1 OR id > ?3)"
+        );
+        let mut args: Vec<rusqlite::types::Value> = vec![start.into(), before.into(), last_id.into()];
+        for (col, v) in [("user_name", &q.user), ("queue", &q.queue), ("team", &q.team)] {
+            if let Some(v) = v {
+                args.push(v.clone().into());
+                sql.push_str(&format!(" AND {col} = ?{}", args.len()));
+            }
+        }
+        if !q.states.is_empty() {
+            let mut marks = Vec::new();
+            for s in &q.states {
+                args.push(s.clone().into());
+                marks.push(format!("?{}", args.len()));
+            }
+            sql.push_str(&format!(" AND state IN ({})", marks.join(", ")));
+        }
+        args.push(i64::from(q.limit.max(1)).into());
+        sql.push_str(&format!(" ORDER BY ended_ms, id LIMIT ?{}", args.len()));
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args), job_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
 impl Store for Sqlite {
     fn backend(&self) -> &'static str {
         "sqlite"
@@ -220,6 +263,9 @@ impl Store for Sqlite {
     }
 
     fn jobs(&mut self, q: &JobQuery) -> Result<Vec<JobRow>, StoreError> {
+        if q.by_end() {
+            return self.jobs_by_end(q);
+        }
         let mut sql = format!("SELECT {JOB_COLS} FROM jobs WHERE id > ?1");
         let mut args: Vec<rusqlite::types::Value> = vec![(q.after.unwrap_or(0) as i64).into()];
         if let Some(u) = &q.user {
@@ -233,14 +279,6 @@ impl Store for Sqlite {
         if let Some(t) = &q.team {
             args.push(t.clone().into());
             sql.push_str(&format!(" AND team = ?{}", args.len()));
-        }
-        if let Some(t) = q.ended_from {
-            args.push(t.into());
-            sql.push_str(&format!(" AND ended_ms >= ?{}", args.len()));
-        }
-        if let Some(t) = q.ended_before {
-            args.push(t.into());
-            sql.push_str(&format!(" AND ended_ms < ?{}", args.len()));
         }
         if !q.states.is_empty() {
             let mut marks = Vec::new();

@@ -3,3 +3,5 @@
 ALTER TABLE jobs ADD COLUMN ended_ms BIGINT;
 UPDATE jobs SET ended_ms = (doc::jsonb ->> 'ended_ms')::bigint;
 CREATE INDEX jobs_ended ON jobs (ended_ms, id);
+-- Users see only their own jobs: their periods are a range of this one.
+CREATE INDEX jobs_user_ended ON jobs (user_name, ended_ms, id);

@@ -3,3 +3,5 @@
 ALTER TABLE jobs ADD COLUMN ended_ms INTEGER;
 UPDATE jobs SET ended_ms = json_extract(doc, '$.ended_ms');
 CREATE INDEX jobs_ended ON jobs (ended_ms, id);
+-- Users see only their own jobs: their periods are a range of this one.
+CREATE INDEX jobs_user_ended ON jobs (user_name, ended_ms, id);

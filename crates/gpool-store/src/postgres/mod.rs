@@ -567,6 +567,46 @@ fn event_row(r: &Row) -> Result<EventRow, StoreError> {
     })
 }
 
+impl Postgres {
+    /// Jobs that ended in a period, in the order they ended (then by id),
+    /// a page after the job `after` in that order (the SQLite store's twin).
+    fn jobs_by_end(&mut self, q: &JobQuery) -> Result<Vec<JobRow>, StoreError> {
+        let (from, before) = (q.ended_from.unwrap_or(i64::MIN), q.ended_before.unwrap_or(i64::MAX));
+        let after = q.after.map(|a| i64::try_from(a).unwrap_or(i64::MAX));
+        let q = q.clone();
+        self.run(move |s| {
+            let cursor = match after {
+                None => None,
+                Some(id) => s
+                    .client
+                    .query_opt("SELECT ended_ms FROM jobs WHERE id = $1", &[&id])?
+                    .and_then(|r| r.get::<_, Option<i64>>(0))
+                    .map(|e| (e, id)),
+            };
+            let (start, last_id) =
+                cursor.map_or((from, i64::MIN), |(e, id)| (e.max(from), if e < from { i64::MIN } else { id }));
+            let limit = i64::from(q.limit.max(1));
+            let mut sql = format!(
+                "SELECT {JOB_COLS} FROM jobs WHERE ended_ms >= $1 AND ended_ms < $2 AND (ended_ms > $1 OR id > $3)"
+            );
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&start, &before, &last_id];
+            for (col, v) in [("user_name", &q.user), ("queue", &q.queue), ("team", &q.team)] {
+                if let Some(v) = v {
+                    params.push(v);
+                    sql.push_str(&format!(" AND {col} = ${}", params.len()));
+                }
+            }
+            if !q.states.is_empty() {
+                params.push(&q.states);
+                sql.push_str(&format!(" AND state = ANY(${})", params.len()));
+            }
+            params.push(&limit);
+            sql.push_str(&format!(" ORDER BY ended_ms, id LIMIT ${}", params.len()));
+            s.client.query(&sql, &params)?.iter().map(job_row).collect()
+        })
+    }
+}
+
 impl Store for Postgres {
     fn backend(&self) -> &'static str {
         "postgres"
@@ -586,6 +626,9 @@ impl Store for Postgres {
     }
 
     fn jobs(&mut self, q: &JobQuery) -> Result<Vec<JobRow>, StoreError> {
+        if q.by_end() {
+            return self.jobs_by_end(q);
+        }
         let Ok(after) = i64::try_from(q.after.unwrap_or(0)) else { return Ok(Vec::new()) };
         let limit = i64::from(q.limit.max(1));
         let mut sql = format!("SELECT {JOB_COLS} FROM jobs WHERE id > $1");
@@ -601,14 +644,6 @@ impl Store for Postgres {
         if let Some(t) = &q.team {
             params.push(t);
             sql.push_str(&format!(" AND team = ${}", params.len()));
-        }
-        if let Some(t) = &q.ended_from {
-            params.push(t);
-            sql.push_str(&format!(" AND ended_ms >= ${}", params.len()));
-        }
-        if let Some(t) = &q.ended_before {
-            params.push(t);
-            sql.push_str(&format!(" AND ended_ms < ${}", params.len()));
         }
         if !q.states.is_empty() {
             params.push(&q.states);
