@@ -81,6 +81,13 @@ fn an_elastic_job_shrinks_instead_of_being_preempted_and_grows_back() {
     let e = id_of(&out);
     watch(&d, e, Duration::from_secs(30), "8 running replicas", |j| j["running_replicas"] == 8);
     started_lines(&d, e, 8);
+    // Some progress saved first (every 10 steps), so that the next size has a step to resume from.
+    let saved = std::path::Path::new(&ckpt).join("checkpoint.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&saved).is_ok_and(|t| !t.contains("\"step\": 0")) {
+        assert!(Instant::now() < deadline, "the first size never checkpointed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     let (ok, out, err) = d.cli(&["submit", "--gpus", "4", "-p", "high", "-o", "json", "--", "sleep", "3"]);
     assert!(ok, "{err}");
