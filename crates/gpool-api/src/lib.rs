@@ -13,6 +13,7 @@ pub mod dashboard;
 pub mod pipeline;
 pub mod profile;
 pub mod quantity;
+pub mod reservation;
 pub mod schedule;
 pub mod spec;
 pub mod telemetry;

@@ -214,6 +214,9 @@ pub struct JobSpec {
     #[serde(default)]
     #[schemars(with = "ReplicasSchema")]
     pub replicas: Replicas,
+    /// The advance reservation it runs in (`gpool reservation`): only on its GPUs, only in its window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -487,6 +490,7 @@ impl JobSpec {
             gpu_model: None,
             tpu_topology: None,
             replicas: Replicas::ONE,
+            reservation: None,
             queue: None,
             priority: None,
             preemptible: false,

@@ -120,6 +120,7 @@ pub(crate) fn policies(a: PoliciesArgs) -> anyhow::Result<()> {
                     let Some(task) = tasks.get(i) else { break };
                     let cfg = SimConfig {
                         elastic: None,
+                        reservations: Vec::new(),
                         estimates: Estimates::for_policy(&task.policy),
                         policy: task.policy.clone(),
                         nodes: gpool_sim::cluster::uniform(task.nodes, 8, "H100-80GB"),

@@ -177,6 +177,9 @@ enum Command {
     /// Your logins to image registries, used only for your jobs' images (login, list, logout).
     #[command(subcommand)]
     Registry(RegistryCommand),
+    /// Advance reservations: GPUs set aside for users or teams over a window (scontrol create reservation).
+    #[command(subcommand)]
+    Reservation(ReservationCommand),
     /// Supervise one job replica (started by the agent, not by hand).
     #[command(hide = true)]
     Shim { dir: std::path::PathBuf },
@@ -277,6 +280,16 @@ enum RegistryCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum ReservationCommand {
+    /// Set GPUs aside (admins): gpool reservation create demo --gpus 4 --start now+1h --duration 8h --team vision.
+    Create(verbs::reservation::CreateArgs),
+    /// The reservations: window, GPUs, who may use them, their running jobs.
+    List(verbs::ListArgs),
+    /// Delete a reservation (admins): its GPUs are anyone's at once.
+    Delete(verbs::reservation::DeleteArgs),
+}
+
+#[derive(Subcommand, Debug)]
 enum TokenCommand {
     /// Create a token for a user (admins only); prints the secret once.
     Create(token::TokenArgs),
@@ -344,6 +357,9 @@ fn main() -> ExitCode {
         Command::Alerts(a) => alerts::run(a),
         Command::Top(a) => top::run(a),
         Command::Health(a) => verbs::health::run(a),
+        Command::Reservation(ReservationCommand::Create(a)) => verbs::reservation::create(a),
+        Command::Reservation(ReservationCommand::List(a)) => verbs::reservation::list(a),
+        Command::Reservation(ReservationCommand::Delete(a)) => verbs::reservation::delete(a),
         Command::Registry(RegistryCommand::Login(a)) => verbs::registry::login(a),
         Command::Registry(RegistryCommand::List(a)) => verbs::registry::list(a),
         Command::Registry(RegistryCommand::Logout(a)) => verbs::registry::logout(a),

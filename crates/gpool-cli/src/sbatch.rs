@@ -31,6 +31,8 @@ pub(crate) struct Slurm {
     pub begin: Option<String>,
     pub workdir: Option<String>,
     pub array: Option<String>,
+    /// `--reservation`: the advance reservation it runs in.
+    pub reservation: Option<String>,
     /// Options read and ignored (they do not change how the job runs), to say so.
     pub ignored: Vec<String>,
 }
@@ -202,6 +204,7 @@ pub(crate) fn slurm_options(words: &[String]) -> anyhow::Result<Slurm> {
             }
             "time" => s.time = Some(v),
             "job-name" => s.name = Some(v),
+            "reservation" => s.reservation = Some(v),
             "partition" => s.queue = Some(v),
             "nodes" => nodes = Some(count(&name, v.split('-').next().unwrap_or(&v))?),
             "ntasks-per-node" => per_node = Some(count(&name, &v)?),

@@ -91,6 +91,10 @@ pub(crate) struct SimArgs {
     /// half its GPUs to twice them) and compare with the rigid run; see docs/elastic.md.
     #[arg(long)]
     elastic: bool,
+    /// GPUs kept from the trace's jobs over a window, as an advance reservation no job runs in
+    /// (repeatable): GPUS@START+DURATION, seconds from the replay's start (its window's, or its first job's), e.g. 64@86400+28800.
+    #[arg(long = "reservation", value_parser = parse_reservation)]
+    reservations: Vec<gpool_core::ReservationRequest>,
     /// With --elastic: throughput gained per doubling of a job's GPUs (1 = linear, 0 = none).
     #[arg(long, default_value_t = 0.8, requires = "elastic")]
     scaling_efficiency: f64,
@@ -115,6 +119,30 @@ struct Run {
     policy: String,
     summary: Summary,
     result: SimResult,
+}
+
+/// `--reservation GPUS@START+DURATION` (seconds on the trace's clock).
+fn parse_reservation(s: &str) -> Result<gpool_core::ReservationRequest, String> {
+    let bad = || format!("{s:?}: expected GPUS@START+DURATION in seconds of the trace's clock, e.g. 64@86400+28800");
+    let (gpus, window) = s.split_once('@').ok_or_else(bad)?;
+    let (start, span) = window.split_once('+').ok_or_else(bad)?;
+    let gpus: u32 = gpus.trim().parse().map_err(|_| bad())?;
+    let start: f64 = start.trim().parse().map_err(|_| bad())?;
+    let span: f64 = span.trim().parse().map_err(|_| bad())?;
+    if !(start.is_finite() && span.is_finite() && start >= 0.0 && span > 0.0) {
+        return Err(bad());
+    }
+    let ms = |x: f64| gpool_core::Time::from_millis((x * 1000.0).round() as i64);
+    Ok(gpool_core::ReservationRequest {
+        name: std::sync::Arc::from(s),
+        gpus,
+        model: None,
+        nodes: Vec::new(),
+        start: ms(start),
+        end: ms(start + span),
+        users: Default::default(),
+        teams: std::iter::once(std::sync::Arc::from("(nobody in the trace)")).collect(),
+    })
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -254,6 +282,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
         }
         let cfg = SimConfig {
             elastic: None,
+            reservations: Vec::new(),
             policy,
             nodes: nodes.clone(),
             estimates,
@@ -265,7 +294,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             faults: faults.clone(),
             fleet,
         };
-        let cfg = SimConfig { elastic, ..cfg };
+        let cfg = SimConfig { elastic, reservations: a.reservations.clone(), ..cfg };
         let mut bar = Progress::new(&format!("{label:>13}"));
         let result = run(&jobs, &cfg, |d, t| bar.update(d, t))?;
         let summary = summarize(&result);

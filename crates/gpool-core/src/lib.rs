@@ -60,7 +60,7 @@ mod policies;
 
 // The modules other crates name, at their paths before the rooms.
 pub use accounting::{cost, pricing, usage_ledger};
-pub use calendar::{cron, deadline, recurring, windows};
+pub use calendar::{cron, deadline, recurring, reservation, windows};
 pub use diagnosis::{advice, alert, profile, series, straggler};
 pub use health::{fault, heat, xid};
 pub use history::{gittins, power_history, runtime_history};
@@ -80,7 +80,7 @@ pub use model::time::Time;
 pub use pass::feasible::Infeasible;
 pub use pass::plan::{PendingReason, Plan, Preempt, PreemptWhy, Resize, ResizeWhy, Start};
 pub use pass::schedule::schedule;
-pub use pass::snapshot::{Snapshot, SnapshotError, StopOutcome};
+pub use pass::snapshot::{ReservationRequest, Snapshot, SnapshotError, StopOutcome};
 pub use policies::policy::{
     Backfill, Ordering, Overload, PlacementStrategy, Policy, PreemptKey, Preemption, StarvationGuard,
 };

@@ -91,6 +91,9 @@ pub struct SimConfig {
     pub faults: Vec<crate::faults::FaultEvent>,
     /// Replay whole-GPU jobs as elastic ones under this scaling model (`gpool sim --elastic`, `elastic.rs`).
     pub elastic: Option<crate::elastic::ElasticModel>,
+    /// Advance reservations no trace job runs in: GPUs kept from the trace
+    /// over their windows (`gpool sim --reservation`), by the daemon's rules.
+    pub reservations: Vec<gpool_core::ReservationRequest>,
 }
 
 /// What happened to one job.
@@ -174,6 +177,8 @@ pub enum SimError {
     Apply { t: f64, err: gpool_core::SnapshotError },
     #[error("the cluster has no GPUs and no CPUs")]
     EmptyCluster,
+    #[error("reservation {name}: {err}")]
+    Reservation { name: String, err: gpool_core::reservation::ReservationError },
     #[error("pool {pool}: {err}")]
     Pool { pool: String, err: gpool_core::SnapshotError },
     #[error("the fault trace: {0}")]
@@ -221,6 +226,12 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
     }
     if cfg.nodes.is_empty() && cfg.fleet.as_ref().is_none_or(|f| f.pools.is_empty()) {
         return Err(SimError::EmptyCluster);
+    }
+    for r in &cfg.reservations {
+        let made = snap.reservable(r).map_err(|err| SimError::Reservation { name: r.name.to_string(), err })?;
+        let mut all = snap.reservations().to_vec();
+        all.push(made);
+        snap.set_reservations(all);
     }
     // Jobs are checked against the largest cluster the pools can make.
     let mut largest = snap.clone();

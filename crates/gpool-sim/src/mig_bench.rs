@@ -182,6 +182,7 @@ pub fn compare(b: &MigBench, policy: &Policy) -> Result<Vec<MigRow>, SimError> {
     let trace = workload(b);
     let cfg = |nodes: Vec<Node>, planner: bool| SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         policy: policy.clone(),
         nodes,
         estimates: Estimates::None,

@@ -31,6 +31,7 @@ fn job(line: usize, submit_s: f64, duration_s: f64, gpus: u32) -> TraceJob {
 fn sim(jobs: &[TraceJob], faults: &str) -> Result<SimResult, gpool_sim::engine::SimError> {
     let cfg = SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         policy: Policy::by_name("fifo").expect("policy"),
         nodes: cluster::uniform(1, 4, "H100-80GB"),
         estimates: Estimates::None,

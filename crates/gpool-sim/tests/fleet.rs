@@ -52,6 +52,7 @@ fn job(line: usize, submit_s: f64, duration_s: f64, gpus: u32) -> TraceJob {
 fn sim(jobs: &[TraceJob], fleet: FleetConfig) -> SimResult {
     let cfg = SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         policy: Policy::by_name("fifo").expect("policy"),
         nodes: Vec::new(),
         estimates: Estimates::None,

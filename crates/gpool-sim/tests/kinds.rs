@@ -20,6 +20,7 @@ fn sim(rows: &str) -> gpool_sim::metrics::Summary {
     let trace = parse(&format!("submit,duration,gpus,user,kind\n{rows}"), Format::Csv).expect("trace");
     let cfg = SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         policy: Policy::by_name("default").expect("policy"),
         nodes: cluster::from_yaml(FLEET).expect("fleet"),
         estimates: Estimates::None,
@@ -75,6 +76,7 @@ fn one_kind_of_device_and_jobs_that_name_none_need_no_rows_per_kind() {
     let trace = parse("submit,duration,gpus\n0,100,8\n0,100,8\n", Format::Csv).expect("trace");
     let cfg = SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         policy: Policy::by_name("default").expect("policy"),
         nodes: cluster::uniform(1, 8, "H100-80GB"),
         estimates: Estimates::None,
@@ -97,6 +99,7 @@ fn learned_estimates_come_from_the_jobs_that_ended_before() {
     let trace = parse(&format!("submit,duration,gpus,user\n{rows}"), Format::Csv).expect("trace");
     let cfg = SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         policy: Policy::by_name("sjf").expect("policy"),
         nodes: cluster::uniform(1, 1, "H100-80GB"),
         estimates: Estimates::parse("learned").expect("mode"),

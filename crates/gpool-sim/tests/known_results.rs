@@ -132,6 +132,7 @@ fn hand_computed_schedules() {
         let policy = Policy::by_name(c.policy).expect("policy");
         let cfg = SimConfig {
             elastic: None,
+            reservations: Vec::new(),
             estimates: Estimates::for_policy(&policy),
             policy,
             nodes: cluster::uniform(c.gpus, 1, "H100-80GB"),
@@ -162,6 +163,7 @@ fn utilisation_and_makespan_follow_their_definitions() {
     let jobs = parse("submit,duration,gpus\n0,100,1\n0,100,1\n", Format::Csv).expect("trace");
     let cfg = SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         policy: Policy::by_name("fifo").expect("policy"),
         nodes: cluster::uniform(2, 1, "H100-80GB"),
         estimates: Estimates::None,
@@ -185,6 +187,7 @@ fn impossible_jobs_are_rejected_not_lost() {
     let jobs = parse("submit,duration,gpus,gpu_model\n0,10,16,\n0,10,1,B200\n0,10,1,\n", Format::Csv).expect("trace");
     let cfg = SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         policy: Policy::gpool_default(),
         nodes: cluster::uniform(1, 8, "H100-80GB"),
         estimates: Estimates::None,

@@ -17,6 +17,7 @@ fn avg_jct(policy: &str, gpus: u32) -> f64 {
     assert_eq!(jobs.len(), 15_802);
     let cfg = SimConfig {
         elastic: None,
+        reservations: Vec::new(),
         estimates: Estimates::for_policy(&Policy::by_name(policy).expect("policy")),
         policy: Policy::by_name(policy).expect("policy"),
         nodes: cluster::uniform(gpus, 1, "H100-80GB"),

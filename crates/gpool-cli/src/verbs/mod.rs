@@ -27,6 +27,7 @@ pub(crate) mod profile;
 pub(crate) mod queue;
 pub(crate) mod queues;
 pub(crate) mod registry;
+pub(crate) mod reservation;
 pub(crate) mod schedule;
 pub(crate) mod services;
 pub(crate) mod show;

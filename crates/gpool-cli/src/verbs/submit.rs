@@ -52,6 +52,9 @@ pub(crate) struct SubmitArgs {
     /// Job name.
     #[arg(long)]
     name: Option<String>,
+    /// Run in this advance reservation: only on its GPUs, only in its window (gpool reservation list).
+    #[arg(long)]
+    reservation: Option<String>,
     /// A job array, as sbatch's --array: 0-99, 1,3,5-7, 0-20:2, with %N for at most N tasks at once
     /// (0-99%8). One job per index, with consecutive ids (the first is the array's; `ID_INDEX` names a
     /// task); each reads its index in GPOOL_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID.
@@ -163,7 +166,8 @@ fn fill(a: &mut SubmitArgs, from: SubmitArgs) {
         retries,
         begin,
         deadline,
-        array
+        array,
+        reservation
     );
     a.preemptible |= from.preemptible;
     if a.after.is_empty() {
@@ -186,7 +190,7 @@ fn with_script(mut a: SubmitArgs, path: &std::path::Path) -> anyhow::Result<(Sub
     macro_rules! unset {
         ($($f:ident),*) => { $( if a.$f.is_none() { a.$f = s.$f.clone(); } )* };
     }
-    unset!(gpus, gpu_model, time, name, queue, cpus, memory, begin, array);
+    unset!(gpus, gpu_model, time, name, queue, cpus, memory, begin, array, reservation);
     if a.replicas.is_none() {
         a.replicas = s.replicas.map(gpool_api::spec::Replicas::fixed);
     }
@@ -280,6 +284,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         }
         if let Some(n) = &a.name {
             s.name = Some(n.clone());
+        }
+        if let Some(r) = &a.reservation {
+            s.reservation = Some(r.clone());
         }
         if let Some(array) = &a.array {
             s.array = Some(array.clone());
@@ -391,7 +398,7 @@ pub(crate) fn render(out: &api::Submitted, output: Output) -> anyhow::Result<Str
 
 /// A begin time as the control plane takes it (RFC 3339, UTC) from what a
 /// user writes: `now+2h`, a time with its zone, or a local time in `zone`.
-fn begin_time(text: &str, zone: &jiff::tz::TimeZone, now: jiff::Timestamp) -> Result<String, String> {
+pub(crate) fn begin_time(text: &str, zone: &jiff::tz::TimeZone, now: jiff::Timestamp) -> Result<String, String> {
     let t = text.trim();
     let at = if let Some(rest) = t.strip_prefix("now") {
         let after = match rest.trim() {

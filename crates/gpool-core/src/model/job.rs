@@ -205,6 +205,8 @@ pub struct JobSpec {
     pub array: Option<ArrayLimit>,
     /// Once started, preempted by no one for this long (`minRuntime`); `None`: its queue's.
     pub min_runtime: Option<Duration>,
+    /// The advance reservation it runs in (`--reservation`): only on its GPUs, only in its window.
+    pub reservation: Option<Arc<str>>,
 }
 
 /// The array a task belongs to (its first task's id) and how many of its tasks may run at once.
@@ -284,6 +286,7 @@ impl JobSpec {
             submit_time,
             array: None,
             min_runtime: None,
+            reservation: None,
         }
     }
 

@@ -59,6 +59,14 @@ pub(crate) struct Capacity<'s> {
     pub(crate) only: Option<(std::sync::Arc<str>, String)>,
     /// Power budgets and their use (`power.rs`), when any is set.
     power: Option<crate::pass::power::PowerState>,
+    /// Advance reservations not over, per node: (their GPUs there, when
+    /// they start, their index in the snapshot's list) (`keep_reservations`).
+    advance: BTreeMap<u32, Vec<(u64, Time, usize)>>,
+    /// The reservation whose window is open for the job being placed: it
+    /// uses that reservation's GPUs and no others.
+    pub(crate) member: Option<usize>,
+    /// Advance reservations are not kept (to tell whether one is what stops a job).
+    pub(crate) ignore_advance: bool,
 }
 
 /// What [`Capacity::hold`] took for a nominated job: free resources and releasing ones.
@@ -83,6 +91,9 @@ impl<'s> Capacity<'s> {
             releasing: Releasing::default(),
             only: None,
             power: crate::pass::power::PowerState::new(snap),
+            advance: BTreeMap::new(),
+            member: None,
+            ignore_advance: false,
         };
         for e in snap.running.values().filter(|e| e.stopping) {
             let preempted = snap.job(e.id).and_then(|j| j.running()).is_some_and(|r| {
@@ -179,8 +190,52 @@ impl<'s> Capacity<'s> {
         }
     }
 
+    /// Keeps the GPUs of the advance reservations not over at `now`: a job
+    /// not in one may use its GPUs only if it ends by its start
+    /// (`calendar/reservation.rs`).
+    pub(crate) fn keep_reservations(&mut self, now: Time) {
+        for (i, r) in self.snap.reservations.iter().enumerate().filter(|(_, r)| r.end > now) {
+            for &(node, mask) in &r.devices {
+                self.advance.entry(node.0).or_default().push((mask, r.start, i));
+            }
+        }
+    }
+
+    /// A reservation of the advance ones that holds, on node `n`, GPUs of
+    /// `gpus` a job ending at `ends` (not its member) may not use.
+    pub(crate) fn reservation_over(&self, n: u32, gpus: u64, ends: Time) -> Option<usize> {
+        self.advance.get(&n)?.iter().find(|(mask, start, i)| mask & gpus != 0 && ends > *start && self.member != Some(*i)).map(|x| x.2)
+    }
+
+    /// Whether no advance reservation is kept in this pass.
+    pub(crate) fn keeps_no_reservation(&self) -> bool {
+        self.advance.is_empty()
+    }
+
     /// What a job ending at `ends` may use on node `n`.
     pub(crate) fn usable(&self, n: u32, ends: Time) -> NodeFree {
+        let mut nf = self.usable_ignoring_advance(n, ends);
+        if self.ignore_advance {
+            return nf;
+        }
+        let held = self.advance.get(&n);
+        if let Some(m) = self.member {
+            // A reservation's job runs on its GPUs only.
+            let mine = held.into_iter().flatten().filter(|x| x.2 == m).fold(0, |a, x| a | x.0);
+            nf.gpus &= mine;
+            nf.shares.retain(|s| mine & (1u64 << (s.slot % 64)) != 0);
+        }
+        for &(mask, start, i) in held.into_iter().flatten() {
+            if self.member != Some(i) && ends > start {
+                nf.gpus &= !mask;
+                nf.shares.retain(|s| mask & (1u64 << (s.slot % 64)) == 0);
+            }
+        }
+        nf
+    }
+
+    /// [`Self::usable`] as if no advance reservation held anything.
+    fn usable_ignoring_advance(&self, n: u32, ends: Time) -> NodeFree {
         let f = &self.free[n as usize];
         match self.reserved.get(&n) {
             Some(r) if ends > self.reserved_until || self.reserved_until == Time::NEVER => {

@@ -138,6 +138,15 @@ pub enum PendingReason {
     Protected { until: Time },
     /// Its begin time (`beginAt`) has not come.
     Begin { at: Time },
+    /// It runs in an advance reservation whose window opens then.
+    ReservationStarts { name: Arc<str>, at: Time },
+    /// The advance reservation it names is over or was deleted: it can never start.
+    ReservationGone { name: Arc<str> },
+    /// The advance reservation it names does not let its user or team in.
+    NotInReservation { name: Arc<str> },
+    /// It would fit on GPUs an advance reservation holds from `at`; it may
+    /// use them only if its time limit ends by then.
+    ReservedAhead { name: Arc<str>, at: Time },
     /// A node has room, but a power budget over it does not (`power.rs`).
     Power { budget: Arc<str>, used_watts: u64, watts: u32 },
     /// Its queue's windows are closed; they open next at `opens`.
@@ -194,6 +203,19 @@ impl fmt::Display for PendingReason {
                 write!(f, "array {of} runs at most {limit} task(s) at once (--array=…%{limit})")
             }
             PendingReason::Begin { at } => write!(f, "waiting for its begin time, {at}"),
+            PendingReason::ReservationStarts { name, at } => {
+                write!(f, "runs in reservation {name}, which starts {at}")
+            }
+            PendingReason::ReservationGone { name } => {
+                write!(f, "reservation {name} is over or was deleted; it can never start: cancel it, or submit it again without --reservation")
+            }
+            PendingReason::NotInReservation { name } => {
+                write!(f, "reservation {name} does not let its user or team in")
+            }
+            PendingReason::ReservedAhead { name, at } => write!(
+                f,
+                "the GPUs it would use are reserved for {name} from {at}; a time limit ending before then would let it start now"
+            ),
             PendingReason::Window { queue, opens: Some(at) } => {
                 write!(f, "queue {queue} starts jobs only in its windows; the next opens {at}")
             }

@@ -139,6 +139,7 @@ impl<'s> Pass<'s> {
         let preemption_possible = !nominations.is_empty() || (policy.preemption.any() && snap.running_count() > 0);
         let slots = snap.shapes.bases.len() * 2;
         let mut cap = Capacity::new(snap);
+        cap.keep_reservations(now);
         let mut held = BTreeMap::new();
         for (job, placement) in &snap.nominations {
             // An elastic job stopping to restart at another size holds its new placement meanwhile.
@@ -164,8 +165,10 @@ impl<'s> Pass<'s> {
         let urgent = snap.urgent.range(after_now..).next().map(|(t, _)| *t);
         // The next begin time: the pass after it may start that job.
         let begin = snap.begins.range(after_now..).next().map(|(t, _)| *t);
-        // The next time a queue's window opens or closes.
+        // The next time a queue's window opens or closes, or an advance reservation's.
         let window = snap.queues.values().filter_map(|q| q.windows.as_ref()?.next_change(now)).min();
+        let reserved = snap.reservations.iter().flat_map(|r| [r.start, r.end]).filter(|t| *t > now).min();
+        let window = window.into_iter().chain(reserved).min();
         Pass {
             snap,
             policy,
@@ -249,6 +252,7 @@ impl<'s> Pass<'s> {
             }
             if key.simple
                 && nominated.is_none()
+                && self.cap.keeps_no_reservation()
                 && let Some(reason) = self.dead[slot].covers(host.0, host.1, self.cache_key(key.pkey))
             {
                 self.plan.stats.cache_hits += 1;
@@ -257,7 +261,10 @@ impl<'s> Pass<'s> {
             }
             let Some(job) = self.snap.jobs.get(&id) else { continue };
             let look = Look { key, slot, cpus: host.0, mem: host.1, ends, nominated: nominated.is_some() };
+            // A job of an advance reservation whose window is open runs on its GPUs only.
+            self.cap.member = self.member_of(job);
             self.examine(job, &look, &mut candidates);
+            self.cap.member = None;
             if self.nothing_more_fits() {
                 if self.snap.pending_count() > self.plan.starts.len() + self.plan.waiting.len() {
                     self.plan.others = Some(PendingReason::Queued);
@@ -426,6 +433,17 @@ impl<'s> Pass<'s> {
         if job.not_before > self.now {
             return Some(PendingReason::NotBefore { until: job.not_before });
         }
+        if let Some(name) = &job.spec.reservation {
+            match self.snap.reservations.iter().find(|r| r.name == *name) {
+                None => return Some(PendingReason::ReservationGone { name: name.clone() }),
+                Some(r) if r.end <= self.now => return Some(PendingReason::ReservationGone { name: name.clone() }),
+                Some(r) if !r.admits(&job.spec) => return Some(PendingReason::NotInReservation { name: name.clone() }),
+                Some(r) if r.start > self.now => {
+                    return Some(PendingReason::ReservationStarts { name: name.clone(), at: r.start });
+                }
+                Some(_) => {}
+            }
+        }
         if let Some(a) = job.spec.array
             && self.array_running.get(&a.of).copied().unwrap_or(0) >= a.limit
         {
@@ -443,9 +461,12 @@ impl<'s> Pass<'s> {
         self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind).err().map(PendingReason::Quota)
     }
 
-    /// Whether jobs of this shape fail alike (anti-affinity makes placement depend on the job itself).
+    /// Whether jobs of this shape fail alike (anti-affinity makes placement
+    /// depend on the job itself, and so do advance reservations, through its time limit).
     fn cacheable(&self, shape: u32) -> bool {
-        self.snap
+        self.cap.keeps_no_reservation()
+            && self
+            .snap
             .shapes
             .get(shape)
             .is_some_and(|(_, b)| b.anti_affinity.is_empty() && (!b.has_labels || !self.cap.anti_affinity_in_use))
@@ -480,13 +501,36 @@ impl<'s> Pass<'s> {
                     Err(()) => self.cap.miss_reason(job),
                 }
             }
-            _ => self.cap.miss_reason(job),
+            _ => self.advance_reason(job, ends).unwrap_or_else(|| self.cap.miss_reason(job)),
         };
         if cacheable {
             self.no_fit[slot].add(cpus, mem, ANY_KEY, self.plan.reason_table.len() as u32);
             self.plan.reason_table.push(reason.clone());
         }
         Err(reason)
+    }
+
+    /// The open advance reservation `job` runs in, if any.
+    fn member_of(&self, job: &Job) -> Option<usize> {
+        let name = job.spec.reservation.as_ref()?;
+        self.snap.reservations.iter().position(|r| r.name == *name && r.active(self.now) && r.admits(&job.spec))
+    }
+
+    /// When a job fits only on GPUs an advance reservation holds: that reservation.
+    fn advance_reason(&mut self, job: &Job, ends: Time) -> Option<PendingReason> {
+        if self.cap.keeps_no_reservation() || self.cap.member.is_some() {
+            return None;
+        }
+        self.cap.ignore_advance = true;
+        let placed = self.cap.place_job(job, ends, self.policy.placement);
+        self.cap.ignore_advance = false;
+        let p = placed.ok()?;
+        for r in &p {
+            self.cap.uncommit(r, job.id);
+        }
+        let i = p.iter().find_map(|r| self.cap.reservation_over(r.node.0, r.gpus, ends))?;
+        let r = self.snap.reservations.get(i)?;
+        Some(PendingReason::ReservedAhead { name: r.name.clone(), at: r.start })
     }
 
     /// True when no remaining job could start or preempt.

@@ -37,6 +37,8 @@ use crate::policies::quota::QueueConfig;
 mod health;
 mod jobs;
 mod pending;
+mod reservations;
+pub use reservations::ReservationRequest;
 mod slots;
 
 pub use slots::MIG_SLOTS_PER_GPU;
@@ -188,6 +190,8 @@ pub struct Snapshot {
     /// Jobs with GPUs to avoid, and on which nodes; whether any GPU is to be avoided (`health.rs`).
     avoiding: BTreeMap<JobId, Vec<NodeId>>,
     health_in_use: bool,
+    /// Advance reservations not yet over (`reservations.rs`).
+    pub(crate) reservations: Vec<crate::calendar::reservation::Reservation>,
 }
 
 impl Snapshot {
@@ -223,6 +227,7 @@ impl Snapshot {
             pool_kinds: 0,
             avoiding: BTreeMap::new(),
             health_in_use: false,
+            reservations: Vec::new(),
         }
     }
 

@@ -215,6 +215,7 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
     core.grace = duration("gracePeriod", &spec.grace_period)?.unwrap_or(DEFAULT_GRACE);
     core.time_limit = duration("timeLimit", &spec.time_limit)?;
     core.min_runtime = duration("minRuntime", &spec.min_runtime)?;
+    core.reservation = spec.reservation.as_deref().map(Arc::from);
     core.estimate = duration("estimate", &spec.estimate)?;
     core.begin = instant("beginAt", "--begin", &spec.begin_at)?;
     core.deadline = instant("deadline", "--deadline", &spec.deadline)?;

@@ -57,6 +57,8 @@ pub fn document() -> Value {
     generator.subschema_for::<api::ServiceView>();
     generator.subschema_for::<api::ServiceApplied>();
     generator.subschema_for::<api::RegistryView>();
+    generator.subschema_for::<api::reservation::ReservationRequest>();
+    generator.subschema_for::<api::reservation::ReservationView>();
     generator.subschema_for::<api::RegistryLogin>();
     generator.subschema_for::<api::telemetry::JobUsageView>();
     generator.subschema_for::<api::telemetry::AdviceView>();

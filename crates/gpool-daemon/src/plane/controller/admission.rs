@@ -38,6 +38,7 @@ pub(super) struct Admission<'a> {
     pub(super) budgets: &'a Budgets,
     pub(super) history: &'a History,
     pub(super) fleet: &'a Fleet,
+    pub(super) reservations: &'a super::reservations::Reservations,
 }
 
 impl Admission<'_> {
@@ -100,6 +101,11 @@ impl Admission<'_> {
             crate::plane::input::spec(spec, caller.role == crate::plane::auth::Role::Admin)
                 .map_err(|r| ApiError::new(400, at(i, format!("{}: {}", r.field, r.message))))?;
             self.check_queue(spec.queue.as_deref()).map_err(|m| ApiError::new(400, at(i, m)))?;
+            if let Some(name) = &spec.reservation {
+                self.reservations
+                    .check(name, &caller.user, &caller.team, now)
+                    .map_err(|m| ApiError::new(400, at(i, format!("reservation: {m}"))))?;
+            }
             let mut core =
                 to_core(spec, &caller.user, &caller.team, now).map_err(|e| ApiError::new(400, at(i, e.to_string())))?;
             if spec.spot.is_none()

@@ -146,6 +146,12 @@ calls! {
     RegistryLogout { registry: String } -> api::RegistryView, People;
     /// The caller's registry logins (never their passwords).
     Registries {} -> Vec<api::RegistryView>, People;
+    /// Set GPUs aside for users or teams over a window; admins only (checked by the call).
+    CreateReservation { req: api::reservation::ReservationRequest } -> api::reservation::ReservationView, People;
+    /// The advance reservations.
+    Reservations {} -> Vec<api::reservation::ReservationView>, Read;
+    /// Delete a reservation; admins only (checked by the call).
+    DeleteReservation { name: String } -> api::reservation::ReservationView, People;
     /// Create a service, or update it (a rolling update) if its spec changed.
     ApplyService { name: String, spec: Box<api::JobSpec> } -> api::ServiceApplied, People;
     /// Delete a service and stop its replicas.
@@ -258,6 +264,7 @@ impl Call {
                 | Call::Power { .. }
                 | Call::Schedules { .. }
                 | Call::Registries { .. }
+                | Call::Reservations { .. }
                 | Call::Logs { .. }
         )
     }

@@ -63,6 +63,7 @@ macro_rules! admission {
             budgets: &$c.budgets,
             history: &$c.history,
             fleet: &$c.fleet,
+            reservations: &$c.reservations,
         }
     };
 }
@@ -101,6 +102,7 @@ mod prefetch;
 mod profiles;
 mod proxy_wire;
 mod registries;
+mod reservations;
 mod requests;
 mod restore;
 mod roster;
@@ -176,6 +178,8 @@ pub struct Controller {
     services: services::Services,
     /// Users' logins to image registries (`registries.rs`).
     registries: registries::Logins,
+    /// Advance reservations (`reservations.rs`).
+    reservations: reservations::Reservations,
     power: power::Power,
     schedules: schedules::Schedules,
     /// Jobs pulling their image, by node, as the nodes last reported (`observe.rs`).
@@ -241,6 +245,7 @@ impl Controller {
             idle_gpus: idle::IdleGpus::default(),
             services: services::Services::default(),
             registries: registries::Logins::default(),
+            reservations: reservations::Reservations::default(),
             power: power::Power::new(power_budgets),
             schedules: schedules::Schedules::default(),
             pulling: BTreeMap::new(),
@@ -279,6 +284,7 @@ impl Controller {
         c.budgets = budgets::Budgets::restore(c.cfg.budgets.clone(), &c.costs.ledger, &c.jobs, now);
         c.services.restore(c.store.as_mut())?;
         c.registries = registries::Logins::restore(c.store.as_mut())?;
+        c.reservations = reservations::Reservations::restore(c.store.as_mut(), &mut c.snap)?;
         c.schedules = schedules::Schedules::restore(c.store.as_mut())?;
         c.power.restore(c.store.as_mut(), &mut c.snap)?;
         health::restore_degraded(c.store.as_mut(), &mut c.telemetry, &mut c.snap)?;

@@ -63,6 +63,8 @@ impl Controller {
         let _ = self.snap.set_node_state(id, state);
         super::mig_layouts::apply_mig_managed(&mut self.snap, id, &doc.mig_managed);
         self.faults.apply_quarantine(id, &mut self.snap, &mut self.out);
+        // A reservation's GPUs on a node the snapshot did not know until now.
+        self.reservations.apply(&mut self.snap);
         self.mig_changes.forget(&mut self.snap, id, &doc.name);
         self.out.write(node_row(&doc, now));
         self.links.insert(id, NodeLink { doc, link, conditions: Vec::new(), hold: None });

@@ -173,6 +173,18 @@ impl Controller {
                 let r = self.registries.logout(&caller, &registry, &mut self.out);
                 self.reply(reply, r);
             }
+            Call::CreateReservation { req, reply } => {
+                let r = self.reservations.create(&caller, req, &mut self.snap, &mut self.out, now);
+                self.reply(reply, r);
+            }
+            Call::Reservations { reply } => {
+                let r = Ok(self.reservations.views(&self.snap, now));
+                self.reply(reply, r);
+            }
+            Call::DeleteReservation { name, reply } => {
+                let r = self.reservations.delete(&caller, &name, &mut self.snap, &mut self.out, now);
+                self.reply(reply, r);
+            }
             Call::Registries { reply } => {
                 let r = Ok(self.registries.views(&caller));
                 self.reply(reply, r);

@@ -29,6 +29,7 @@ mod node_admin;
 mod pipelines;
 mod profile;
 mod registries;
+mod reservations;
 mod routes;
 mod schedules;
 mod services;
@@ -75,6 +76,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/nodes", get(cluster::nodes))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/registries", get(registries::list))
+        .route("/api/v1/reservations", get(reservations::list).post(reservations::create))
+        .route("/api/v1/reservations/{name}", axum::routing::delete(reservations::delete))
         .route("/api/v1/registries/{registry}", axum::routing::put(registries::login).delete(registries::logout))
         .route("/api/v1/pipelines", post(pipelines::submit).get(pipelines::list))
         .route("/api/v1/pipelines/{run}", get(pipelines::get_run))

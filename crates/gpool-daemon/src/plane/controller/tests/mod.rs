@@ -41,6 +41,7 @@ mod power;
 mod preemption;
 mod profiles;
 mod registries;
+mod reservations;
 mod restore;
 mod schedules;
 mod services;
