@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use serde_json::json;
 
 fn id_of(out: &str) -> u64 {
     serde_json::from_str::<serde_json::Value>(out).expect("json")["ids"][0].as_u64().expect("an id")
@@ -201,4 +202,78 @@ fn acct_lists_what_ended_in_the_period_like_sacct() {
     assert_eq!(status, 400, "{body}");
     let (ok, _, err) = d.cli(&["cancel", &running.to_string()]);
     assert!(ok, "{err}");
+}
+
+/// Advance reservations on the real daemon (the scenario, its start
+/// brought near): 8 GPUs, 4 for team vision from a few seconds on. A 6-GPU
+/// job of another team waits naming the reservation, a 4-GPU one starts, and
+/// vision's job with `--reservation` starts once the window opens.
+#[test]
+fn a_reservation_keeps_gpus_for_its_team_from_its_start() {
+    let s = Scratch::new("slurm-reservation");
+    let d = Daemon::start(&s.0.join("data"), "8xH100-80GB", &[]);
+    let (ok, out, err) = d.cli(&[
+        "reservation",
+        "create",
+        "demo",
+        "--gpus",
+        "4",
+        "--start",
+        "now+4s",
+        "--duration",
+        "10m",
+        "--team",
+        "vision",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("reservation demo: 4 GPU(s)"), "{out}");
+    let (ok, out, _) = d.cli(&["reservation", "list"]);
+    assert!(ok && out.contains("demo") && out.contains("upcoming") && out.contains("team vision"), "{out}");
+    let (ok, _, err) =
+        d.cli(&["reservation", "create", "demo", "--gpus", "1", "--start", "now", "--duration", "1h", "--team", "x"]);
+    assert!(!ok && err.contains("exists already"), "{err}");
+
+    // Jobs run as their users' accounts: two of them, in two teams.
+    let (ana_user, vi_user) = (
+        User::create(&format!("gra{}", std::process::id() % 100_000)),
+        User::create(&format!("grv{}", std::process::id() % 100_000)),
+    );
+    let ana = d.token_for(&ana_user.name);
+    let (status, vi) =
+        d.req("POST", "/api/v1/tokens", &d.token, Some(&json!({"user": vi_user.name, "team": "vision"})));
+    assert_eq!(status, 201, "{vi}");
+    let vi = vi["token"].as_str().expect("token").to_string();
+    let submit = |token: &str, spec: serde_json::Value| {
+        let (status, v) = d.req("POST", "/api/v1/jobs", token, Some(&spec));
+        assert_eq!(status, 201, "{v}");
+        v["ids"][0].as_u64().expect("id")
+    };
+    let six =
+        submit(&ana, json!({"command": ["sleep", "600"], "resources": {"nvidia.com/gpu": 6}, "timeLimit": "20m"}));
+    let four =
+        submit(&ana, json!({"command": ["sleep", "600"], "resources": {"nvidia.com/gpu": 4}, "timeLimit": "20m"}));
+    let mine = submit(
+        &vi,
+        json!({"command": ["sleep", "600"], "resources": {"nvidia.com/gpu": 4}, "timeLimit": "5m", "reservation": "demo"}),
+    );
+    d.until(&format!("/api/v1/jobs/{four}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let waiting = d.job(six);
+    assert_eq!(waiting["state"], "pending");
+    assert!(waiting["reason"].as_str().is_some_and(|r| r.contains("reserved for demo")), "{waiting}");
+    let (status, v) = d.req(
+        "POST",
+        "/api/v1/jobs",
+        &ana,
+        Some(&json!({"command": ["true"], "resources": {"nvidia.com/gpu": 1}, "reservation": "demo"})),
+    );
+    assert!(status == 400 && v.to_string().contains(&format!("does not let user {}", ana_user.name)), "{status} {v}");
+    d.until(&format!("/api/v1/jobs/{mine}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let (ok, out, _) = d.cli(&["reservation", "list", "-o", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert!(ok && list[0]["state"] == "active" && list[0]["running_jobs"] == 1, "{list}");
+    let (ok, out, err) = d.cli(&["reservation", "delete", "demo"]);
+    assert!(ok && out.contains("deleted reservation demo"), "{err}");
+    for id in [six, four, mine] {
+        d.cli(&["cancel", &id.to_string()]);
+    }
 }

@@ -109,10 +109,12 @@ fn in_the_window_only_its_jobs_use_its_gpus_and_only_those() {
 fn after_the_window_its_gpus_are_anyones_and_its_late_jobs_say_it_is_over() {
     let mut c = Cluster::new("default").node("n", 8, "H100-80GB");
     reserve(&mut c, &request("demo", 8, 0, 100));
-    let late = c.submit(in_reservation(job("vi").team("vision").gpus(1), "demo"));
-    let other = c.submit(job("ana").team("ml").gpus(8));
+    // 7 GPUs: one stays free afterwards, so the pass looks at the late job too.
+    let other = c.submit(job("ana").team("ml").gpus(7));
     let plan = c.plan(t(50));
     assert!(plan.starts.is_empty() && plan.wake_at == Some(t(100)), "{plan:#?}");
+    assert_eq!(plan.reason_of(other), Some(&PendingReason::ReservedAhead { name: Arc::from("demo"), at: t(0) }));
+    let late = c.submit(in_reservation(job("vi").team("vision").gpus(1), "demo"));
     let plan = c.plan(t(100));
     assert_eq!(plan.starts.iter().map(|s| s.job).collect::<Vec<_>>(), [other]);
     assert_eq!(plan.reason_of(late), Some(&PendingReason::ReservationGone { name: Arc::from("demo") }));

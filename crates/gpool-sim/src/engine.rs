@@ -317,9 +317,12 @@ pub fn run(trace: &[TraceJob], cfg: &SimConfig, mut progress: impl FnMut(u64, u6
         // Faults after the last job are of no interest; those before it may hold jobs back.
         let fault_next = faults.as_ref().and_then(crate::faults::FaultReplay::next_event);
         let now_ms = match (arrival, completion) {
+            // A pass that asked to be woken (a reservation's window ending, a begin time) may start what is left.
             (None, None)
                 if snap.pending_count() == 0
-                    || (fleet_next.is_none_or(|t| t > give_up_ms) && fault_next.is_none_or(|t| t > give_up_ms)) =>
+                    || (fleet_next.is_none_or(|t| t > give_up_ms)
+                        && fault_next.is_none_or(|t| t > give_up_ms)
+                        && wake.is_none_or(|t| t > give_up_ms)) =>
             {
                 break;
             }

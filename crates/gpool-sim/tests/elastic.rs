@@ -15,6 +15,7 @@ fn replay(rows: &str, gpus: u32) -> (Vec<(f64, f64)>, u64) {
     let policy = Policy::by_name("default").expect("policy");
     let cfg = SimConfig {
         elastic: Some(ElasticModel { efficiency: 1.0, ..ElasticModel::default() }),
+        reservations: Vec::new(),
         estimates: Estimates::for_policy(&policy),
         policy,
         nodes: cluster::uniform(1, gpus, "H100-80GB"),

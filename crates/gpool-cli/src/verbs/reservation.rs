@@ -54,8 +54,8 @@ pub(crate) fn create(a: CreateArgs) -> anyhow::Result<()> {
         bail!("say who may run in it: --users ana,bob or --team vision (or both)");
     }
     let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
-    let start =
-        super::submit::begin_time(&a.start, &zone, jiff::Timestamp::now()).map_err(|e| anyhow::anyhow!("--start {e}"))?;
+    let start = super::submit::begin_time(&a.start, &zone, jiff::Timestamp::now())
+        .map_err(|e| anyhow::anyhow!("--start {e}"))?;
     let req = ReservationRequest {
         name: a.name,
         gpus: a.gpus,
@@ -110,8 +110,10 @@ pub(crate) fn render(list: &[ReservationView], output: crate::output::Output) ->
     if list.is_empty() {
         return Ok("no reservations: gpool reservation create NAME --gpus N --start T --duration D --team T\n".into());
     }
-    let mut lines =
-        vec![format!("{:<16} {:<9} {:<20} {:<20} {:>4} {:>4}  {:<24} {}", "NAME", "STATE", "START", "END", "GPUS", "JOBS", "FOR", "DEVICES")];
+    let mut lines = vec![format!(
+        "{:<16} {:<9} {:<20} {:<20} {:>4} {:>4}  {:<24} {}",
+        "NAME", "STATE", "START", "END", "GPUS", "JOBS", "FOR", "DEVICES"
+    )];
     for v in list {
         let who: Vec<String> = v.users.iter().cloned().chain(v.teams.iter().map(|t| format!("team {t}"))).collect();
         lines.push(format!(

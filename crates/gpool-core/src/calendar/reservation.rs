@@ -64,8 +64,6 @@ pub enum ReservationError {
     NobodyAdmitted,
     #[error("reservation {0} exists already; delete it first or pick another name")]
     Exists(String),
-    #[error(
-        "only {free} GPU(s){what} are not held by another reservation over that window, and {want} were asked for"
-    )]
+    #[error("only {free} GPU(s){what} are not held by another reservation over that window, and {want} were asked for")]
     NotEnough { want: u32, free: u32, what: String },
 }

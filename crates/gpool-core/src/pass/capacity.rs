@@ -204,7 +204,11 @@ impl<'s> Capacity<'s> {
     /// A reservation of the advance ones that holds, on node `n`, GPUs of
     /// `gpus` a job ending at `ends` (not its member) may not use.
     pub(crate) fn reservation_over(&self, n: u32, gpus: u64, ends: Time) -> Option<usize> {
-        self.advance.get(&n)?.iter().find(|(mask, start, i)| mask & gpus != 0 && ends > *start && self.member != Some(*i)).map(|x| x.2)
+        self.advance
+            .get(&n)?
+            .iter()
+            .find(|(mask, start, i)| mask & gpus != 0 && ends > *start && self.member != Some(*i))
+            .map(|x| x.2)
     }
 
     /// Whether no advance reservation is kept in this pass.

@@ -144,8 +144,8 @@ pub enum PendingReason {
     ReservationGone { name: Arc<str> },
     /// The advance reservation it names does not let its user or team in.
     NotInReservation { name: Arc<str> },
-    /// It would fit on GPUs an advance reservation holds from `at`; it may
-    /// use them only if its time limit ends by then.
+    /// GPUs it could use are held by an advance reservation from `at`; it
+    /// may use them only if its time limit ends by then.
     ReservedAhead { name: Arc<str>, at: Time },
     /// A node has room, but a power budget over it does not (`power.rs`).
     Power { budget: Arc<str>, used_watts: u64, watts: u32 },
@@ -207,14 +207,17 @@ impl fmt::Display for PendingReason {
                 write!(f, "runs in reservation {name}, which starts {at}")
             }
             PendingReason::ReservationGone { name } => {
-                write!(f, "reservation {name} is over or was deleted; it can never start: cancel it, or submit it again without --reservation")
+                write!(
+                    f,
+                    "reservation {name} is over or was deleted; it can never start: cancel it, or submit it again without --reservation"
+                )
             }
             PendingReason::NotInReservation { name } => {
                 write!(f, "reservation {name} does not let its user or team in")
             }
             PendingReason::ReservedAhead { name, at } => write!(
                 f,
-                "the GPUs it would use are reserved for {name} from {at}; a time limit ending before then would let it start now"
+                "GPUs it could use are reserved for {name} from {at}; only jobs whose time limit ends by then may use them"
             ),
             PendingReason::Window { queue, opens: Some(at) } => {
                 write!(f, "queue {queue} starts jobs only in its windows; the next opens {at}")

@@ -466,10 +466,10 @@ impl<'s> Pass<'s> {
     fn cacheable(&self, shape: u32) -> bool {
         self.cap.keeps_no_reservation()
             && self
-            .snap
-            .shapes
-            .get(shape)
-            .is_some_and(|(_, b)| b.anti_affinity.is_empty() && (!b.has_labels || !self.cap.anti_affinity_in_use))
+                .snap
+                .shapes
+                .get(shape)
+                .is_some_and(|(_, b)| b.anti_affinity.is_empty() && (!b.has_labels || !self.cap.anti_affinity_in_use))
     }
 
     fn try_place(
@@ -516,7 +516,9 @@ impl<'s> Pass<'s> {
         self.snap.reservations.iter().position(|r| r.name == *name && r.active(self.now) && r.admits(&job.spec))
     }
 
-    /// When a job fits only on GPUs an advance reservation holds: that reservation.
+    /// When an advance reservation holds GPUs a job does not fit without:
+    /// the one it would have been placed on, else one holding free GPUs of
+    /// a node it may use (it waits for them as for the rest).
     fn advance_reason(&mut self, job: &Job, ends: Time) -> Option<PendingReason> {
         if self.cap.keeps_no_reservation() || self.cap.member.is_some() {
             return None;
@@ -524,11 +526,17 @@ impl<'s> Pass<'s> {
         self.cap.ignore_advance = true;
         let placed = self.cap.place_job(job, ends, self.policy.placement);
         self.cap.ignore_advance = false;
-        let p = placed.ok()?;
-        for r in &p {
-            self.cap.uncommit(r, job.id);
-        }
-        let i = p.iter().find_map(|r| self.cap.reservation_over(r.node.0, r.gpus, ends))?;
+        let i = match placed {
+            Ok(p) => {
+                for r in &p {
+                    self.cap.uncommit(r, job.id);
+                }
+                p.iter().find_map(|r| self.cap.reservation_over(r.node.0, r.gpus, ends))
+            }
+            Err(()) => (0..self.cap.node_count())
+                .filter(|n| self.cap.eligible(*n, job))
+                .find_map(|n| self.cap.reservation_over(n, self.cap.free[n as usize].gpus, ends)),
+        }?;
         let r = self.snap.reservations.get(i)?;
         Some(PendingReason::ReservedAhead { name: r.name.clone(), at: r.start })
     }

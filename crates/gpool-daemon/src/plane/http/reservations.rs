@@ -19,6 +19,10 @@ pub(super) async fn list(State(st): State<AppState>, who: Who) -> Result<Json<Ve
     Ok(Json(call(&st, &who, |reply| Call::Reservations { reply }).await?))
 }
 
-pub(super) async fn delete(State(st): State<AppState>, who: Who, Path(name): Path<String>) -> Result<Json<ReservationView>> {
+pub(super) async fn delete(
+    State(st): State<AppState>,
+    who: Who,
+    Path(name): Path<String>,
+) -> Result<Json<ReservationView>> {
     Ok(Json(call(&st, &who, |reply| Call::DeleteReservation { name, reply }).await?))
 }

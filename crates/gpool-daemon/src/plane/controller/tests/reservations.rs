@@ -41,7 +41,8 @@ fn a_reservation_keeps_four_gpus_for_its_team_and_others_backfill_around_it() {
     assert_eq!(h.call(ADMIN, |reply| Call::CreateReservation { req, reply }).expect_err("twice").status, 409);
 
     let six = submit_as(&mut h, &ana, "command: [six]\nresources: {nvidia.com/gpu: 6}\ntimeLimit: 20m\n").expect("six");
-    let four = submit_as(&mut h, &ana, "command: [four]\nresources: {nvidia.com/gpu: 4}\ntimeLimit: 20m\n").expect("four");
+    let four =
+        submit_as(&mut h, &ana, "command: [four]\nresources: {nvidia.com/gpu: 4}\ntimeLimit: 20m\n").expect("four");
     let mine = "command: [mine]\nresources: {nvidia.com/gpu: 4}\ntimeLimit: 5m\nreservation: demo\n";
     let e = submit_as(&mut h, &ana, mine).expect_err("ana is not in it");
     assert!(e.message.contains("does not let user ana"), "{}", e.message);
