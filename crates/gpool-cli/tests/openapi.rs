@@ -183,6 +183,14 @@ fn live_answers_validate_against_the_openapi_document() {
     call("PUT", "/api/v1/registries/ghcr.io", Some(&json!({"username": "ana", "password": "secret"})));
     call("GET", "/api/v1/registries", None);
     call("DELETE", "/api/v1/registries/ghcr.io", None);
+    // Advance reservations: made, refused twice (409) and badly (400), listed, deleted, and 404 after.
+    let reservation = json!({"name": "demo", "gpus": 1, "start": "2030-01-01T09:00:00Z", "duration": "1h", "teams": ["vision"]});
+    call("POST", "/api/v1/reservations", Some(&reservation));
+    call("POST", "/api/v1/reservations", Some(&reservation));
+    call("POST", "/api/v1/reservations", Some(&json!({"name": "x y", "gpus": 1, "start": "soon", "duration": "1h"})));
+    call("GET", "/api/v1/reservations", None);
+    call("DELETE", "/api/v1/reservations/demo", None);
+    call("DELETE", "/api/v1/reservations/demo", None);
     let service = json!({"command": "sleep 300", "service": {"replicas": {"min": 0, "max": 1}}});
     call("PUT", "/api/v1/services/echo", Some(&service));
     call("GET", "/api/v1/services", None);

@@ -149,3 +149,54 @@ fn gpus_are_chosen_packed_of_the_model_asked_and_never_twice_over_a_window() {
         assert_eq!(c.snap.reservable(&bad), Err(want));
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// Whatever is reserved, whatever is asked, and whenever the pass runs:
+    /// a start on reserved GPUs is a member's in the window, or a job that
+    /// ends by the window's start; a member starts only in its window and
+    /// only on its GPUs.
+    #[test]
+    fn no_plan_breaks_a_reservation(
+        reserved in 1u32..=12,
+        start in 0i64..=100,
+        span in 1i64..=200,
+        now in 0i64..=300,
+        jobs in proptest::collection::vec((1u32..=6, proptest::option::of(1u64..=300), proptest::bool::ANY, proptest::bool::ANY), 1..8),
+    ) {
+        let mut c = Cluster::new("default").node("a", 8, "H100-80GB").node("b", 8, "H100-80GB");
+        let r = reserve(&mut c, &request("demo", reserved, start, start + span));
+        let mut specs = std::collections::BTreeMap::new();
+        for (gpus, limit, member, vision) in jobs {
+            let mut j = job("u").team(if vision { "vision" } else { "ml" }).gpus(gpus);
+            if let Some(l) = limit {
+                j = j.limit(l);
+            }
+            if member {
+                j = in_reservation(j, "demo");
+            }
+            let spec = j.spec.clone();
+            specs.insert(c.submit(j), spec);
+        }
+        let plan = c.plan(t(now));
+        let held = |node: gpool_core::NodeId, gpus: u64| r.devices.iter().any(|(n, m)| *n == node && m & gpus != 0);
+        for s in &plan.starts {
+            let spec = &specs[&s.job];
+            let member = spec.reservation.is_some();
+            if member {
+                proptest::prop_assert!(r.active(t(now)) && r.admits(spec), "{} started outside its window or not let in", s.job);
+                for p in &s.placement {
+                    let mine = r.devices.iter().filter(|(n, _)| *n == p.node).fold(0, |a, (_, m)| a | m);
+                    proptest::prop_assert!(p.gpus & !mine == 0, "{} ran off its reservation's GPUs", s.job);
+                }
+            } else if s.placement.iter().any(|p| held(p.node, p.gpus)) {
+                let ends = spec.time_limit.map(|l| t(now).plus(l));
+                proptest::prop_assert!(
+                    t(now) >= r.end || (t(now) < r.start && ends.is_some_and(|e| e <= r.start)),
+                    "{} took reserved GPUs and ends {ends:?}, after the start {:?}", s.job, r.start
+                );
+            }
+        }
+    }
+}

@@ -74,6 +74,8 @@ struct Pass<'s> {
     within_class_acts: bool,
     /// GPUs of the nodes that are up, thousandths.
     capacity: GpuMilli,
+    /// Starts of the advance reservations to come, ascending.
+    advance_starts: Vec<Time>,
 }
 
 /// What the pass knows about a job it is about to examine in full.
@@ -91,8 +93,11 @@ struct Look {
 }
 
 /// Shape caches keep one entry per base shape and per "may use reserved resources".
-fn slot(base: u32, can_use_reserved: bool) -> usize {
-    base as usize * 2 + usize::from(can_use_reserved)
+/// With advance reservations to come, also per how many of their starts
+/// the job ends by (`ahead`, of `starts` in all): that decides which of
+/// their GPUs it may use, so jobs of one shape fail alike only within it.
+fn slot(base: u32, can_use_reserved: bool, ahead: usize, starts: usize) -> usize {
+    (base as usize * 2 + usize::from(can_use_reserved)) * (starts + 1) + ahead
 }
 
 /// Failed (CPU, memory, preemption key) points of one base shape, and their
@@ -137,7 +142,12 @@ impl<'s> Pass<'s> {
         let quota = QuotaState::new(&snap.queues, snap.queue_usage.iter().map(|(q, u)| (q, *u)))
             .with_kinds(snap.queue_kind_usage.iter().map(|(q, u)| (q, *u)));
         let preemption_possible = !nominations.is_empty() || (policy.preemption.any() && snap.running_count() > 0);
-        let slots = snap.shapes.bases.len() * 2;
+        // The starts of advance reservations to come, ascending (the shape caches' slots, `slot`).
+        let mut advance_starts: Vec<Time> =
+            snap.reservations.iter().filter(|r| r.start > now && r.end > now).map(|r| r.start).collect();
+        advance_starts.sort();
+        advance_starts.dedup();
+        let slots = snap.shapes.bases.len() * 2 * (advance_starts.len() + 1);
         let mut cap = Capacity::new(snap);
         cap.keep_reservations(now);
         let mut held = BTreeMap::new();
@@ -200,6 +210,7 @@ impl<'s> Pass<'s> {
             preemption_possible,
             within_class_acts,
             capacity,
+            advance_starts,
         }
     }
 
@@ -243,16 +254,19 @@ impl<'s> Pass<'s> {
             }
             let ends = self.now.plus(Duration::from_millis(key.left_ms));
             let ends = if key.left_ms == u64::MAX { Time::NEVER } else { ends };
-            let slot = slot(shape.base, self.can_use_reserved(ends));
+            let ahead = self.advance_starts.iter().filter(|s| ends <= **s).count();
+            let slot = slot(shape.base, self.can_use_reserved(ends), ahead, self.advance_starts.len());
             let nominated = self.held.remove(&id);
             if let Some(held) = &nominated {
                 for r in held {
                     self.cap.release(r);
                 }
             }
+            // A reservation's own job places unlike its shape's others: it neither reads nor feeds the caches.
+            let member = self.snap.jobs.get(&id).is_some_and(|j| j.spec.reservation.is_some());
             if key.simple
                 && nominated.is_none()
-                && self.cap.keeps_no_reservation()
+                && !member
                 && let Some(reason) = self.dead[slot].covers(host.0, host.1, self.cache_key(key.pkey))
             {
                 self.plan.stats.cache_hits += 1;
@@ -309,7 +323,7 @@ impl<'s> Pass<'s> {
             return;
         }
         // A nominated job just got its held devices back: cached failures do not apply to it.
-        let cacheable = self.cacheable(key.shape) && !nominated;
+        let cacheable = self.cacheable(key.shape) && !nominated && job.spec.reservation.is_none();
         match self.try_place(job, slot, (cpus, mem), cacheable) {
             Ok(placement) => {
                 let units = placement_units(self.snap, &placement);
@@ -462,14 +476,12 @@ impl<'s> Pass<'s> {
     }
 
     /// Whether jobs of this shape fail alike (anti-affinity makes placement
-    /// depend on the job itself, and so do advance reservations, through its time limit).
+    /// Whether jobs of this shape fail alike (anti-affinity makes placement depend on the job itself).
     fn cacheable(&self, shape: u32) -> bool {
-        self.cap.keeps_no_reservation()
-            && self
-                .snap
-                .shapes
-                .get(shape)
-                .is_some_and(|(_, b)| b.anti_affinity.is_empty() && (!b.has_labels || !self.cap.anti_affinity_in_use))
+        self.snap
+            .shapes
+            .get(shape)
+            .is_some_and(|(_, b)| b.anti_affinity.is_empty() && (!b.has_labels || !self.cap.anti_affinity_in_use))
     }
 
     fn try_place(
