@@ -184,7 +184,8 @@ fn live_answers_validate_against_the_openapi_document() {
     call("GET", "/api/v1/registries", None);
     call("DELETE", "/api/v1/registries/ghcr.io", None);
     // Advance reservations: made, refused twice (409) and badly (400), listed, deleted, and 404 after.
-    let reservation = json!({"name": "demo", "gpus": 1, "start": "2030-01-01T09:00:00Z", "duration": "1h", "teams": ["vision"]});
+    let reservation =
+        json!({"name": "demo", "gpus": 1, "start": "2030-01-01T09:00:00Z", "duration": "1h", "teams": ["vision"]});
     call("POST", "/api/v1/reservations", Some(&reservation));
     call("POST", "/api/v1/reservations", Some(&reservation));
     call("POST", "/api/v1/reservations", Some(&json!({"name": "x y", "gpus": 1, "start": "soon", "duration": "1h"})));
