@@ -122,6 +122,8 @@ pub struct Scrape {
     pub passes: Histogram,
     pub allocations_total: u64,
     pub preemptions_total: u64,
+    /// Elastic jobs restarted at another size (`Plan::resizes`).
+    pub resizes_total: u64,
     /// Allocated GPU-hours per (user, team), finished and running.
     pub gpu_hours: BTreeMap<(String, String), f64>,
     pub idle_gpu_seconds: BTreeMap<(String, String), f64>,
@@ -317,6 +319,8 @@ pub fn render(s: &Scrape) -> String {
     let _ = writeln!(out, "gpool_allocations_total {}", s.allocations_total);
     header(&mut out, "gpool_preemptions_total", "counter", "Jobs preempted.");
     let _ = writeln!(out, "gpool_preemptions_total {}", s.preemptions_total);
+    header(&mut out, "gpool_resizes_total", "counter", "Elastic jobs restarted at another size (grown or shrunk).");
+    let _ = writeln!(out, "gpool_resizes_total {}", s.resizes_total);
     // Seconds, Prometheus's base unit (divide by 3600 for GPU-hours).
     header(
         &mut out,

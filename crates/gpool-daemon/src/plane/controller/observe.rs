@@ -342,6 +342,7 @@ impl Reading<'_> {
             passes: self.pass.passes.clone(),
             allocations_total: self.pass.allocations,
             preemptions_total: self.pass.preemptions,
+            resizes_total: self.pass.resizes,
             gpu_hours,
             idle_gpu_seconds: self.telemetry.counters.idle_allocated_gpu_secs.clone(),
             energy_joules: self.telemetry.counters.energy_joules.clone(),

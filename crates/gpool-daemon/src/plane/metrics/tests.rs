@@ -68,6 +68,7 @@ fn scrape() -> Scrape {
         passes: Histogram::pass_seconds(),
         allocations_total: 2,
         preemptions_total: 0,
+        resizes_total: 0,
         gpu_hours: [(("ana".to_string(), "ml".to_string()), 1.5)].into_iter().collect(),
         idle_gpu_seconds: BTreeMap::new(),
         energy_joules: [(("ana".to_string(), "ml".to_string()), 7200.0)].into_iter().collect(),

@@ -58,6 +58,8 @@ fn an_elastic_job_shrinks_for_a_higher_class_and_grows_back_when_it_ends() {
     let view = h.job(e);
     assert_eq!((view.running_replicas, view.resizes.len()), (8, 2));
     assert_eq!((view.resizes[1].from, view.resizes[1].to, view.resizes[1].why.as_str()), (4, 8, "idle GPUs"));
+    let scrape = h.call(ADMIN, |reply| Call::Metrics { reply }).expect("scrape");
+    assert_eq!((scrape.resizes_total, scrape.preemptions_total), (2, 0), "two resizes, no preemption");
 }
 
 #[test]
