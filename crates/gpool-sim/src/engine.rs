@@ -522,32 +522,25 @@ impl Ctx<'_> {
             self.stats.time += took;
             self.stats.max = self.stats.max.max(took);
             // Jobs stopped at their queue's window's end, or for a power budget, are requeued as preempted ones are.
+            // Stopped work is requeued, keeping what it did; a resize (`true`)
+            // restarts the job from its checkpoint at the new size and is no preemption.
             let stops = plan.window_stops.iter().chain(&plan.power_stops).copied();
-            for victim in plan.preemptions.iter().map(|p| p.victim).chain(stops) {
-                let idx = victim.0 as usize;
-                *self.allocated_gpus -=
-                    self.snap.job(victim).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
-                self.snap.stop(victim, now, StopOutcome::Requeue { not_before: Time::MIN }).map_err(apply_err)?;
+            let stopped = plan.preemptions.iter().map(|p| p.victim).chain(stops).map(|j| (j, false));
+            for (job, resize) in stopped.chain(plan.resizes.iter().map(|r| (r.job, true))) {
+                let idx = job.0 as usize;
+                *self.allocated_gpus -= self.snap.job(job).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
+                self.snap.stop(job, now, StopOutcome::Requeue { not_before: Time::MIN }).map_err(apply_err)?;
                 let s = &mut self.states[idx];
                 if let Some((start, overhead)) = s.run.take() {
                     s.left_ms -= ((now_ms - start - overhead).max(0) as f64 * s.speed).round() as i64;
                 }
                 s.epoch += 1;
-                self.records[idx].preemptions += 1;
-                self.stats.preemptions += 1;
-            }
-            // A resize restarts the job from its checkpoint at the new size.
-            for r in &plan.resizes {
-                let idx = r.job.0 as usize;
-                *self.allocated_gpus -=
-                    self.snap.job(r.job).and_then(|j| j.running()).map_or(0, |r| r.gpu_milli / 1000);
-                self.snap.stop(r.job, now, StopOutcome::Requeue { not_before: Time::MIN }).map_err(apply_err)?;
-                let s = &mut self.states[idx];
-                if let Some((start, overhead)) = s.run.take() {
-                    s.left_ms -= ((now_ms - start - overhead).max(0) as f64 * s.speed).round() as i64;
+                if resize {
+                    self.stats.resizes += 1;
+                } else {
+                    self.records[idx].preemptions += 1;
+                    self.stats.preemptions += 1;
                 }
-                s.epoch += 1;
-                self.stats.resizes += 1;
             }
             for st in &plan.starts {
                 let idx = st.job.0 as usize;

@@ -476,6 +476,11 @@ impl Job {
         }
     }
 
+    /// Whether it is stopping to restart at another size (an elastic job's resize).
+    pub fn is_resizing(&self) -> bool {
+        self.running().is_some_and(|r| matches!(r.stopping, Some(StopCause::Resized { .. })))
+    }
+
     /// Run time of all runs so far, including the current one.
     pub fn runtime(&self, now: Time) -> Duration {
         self.service.prior_runtime + self.running().map_or(Duration::ZERO, |r| now.since(r.started))

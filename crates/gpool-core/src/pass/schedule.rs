@@ -153,7 +153,7 @@ impl<'s> Pass<'s> {
         let mut held = BTreeMap::new();
         for (job, placement) in &snap.nominations {
             // An elastic job stopping to restart at another size holds its new placement meanwhile.
-            if snap.job(*job).is_some_and(|j| j.running().is_none() || elastic::resizing(j)) {
+            if snap.job(*job).is_some_and(|j| j.running().is_none() || j.is_resizing()) {
                 held.insert(*job, placement.iter().map(|r| cap.hold(r)).collect());
             }
         }

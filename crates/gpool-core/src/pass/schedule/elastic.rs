@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::Pass;
-use crate::model::job::{Job, JobId, JobSpec, Placement, ReplicaPlacement, StopCause};
+use crate::model::job::{Job, JobId, JobSpec, Placement, ReplicaPlacement};
 use crate::model::time::Time;
 use crate::pass::capacity::placement_units;
 use crate::pass::order::Candidates;
@@ -206,9 +206,4 @@ impl<'s> Pass<'s> {
         }
         extra
     }
-}
-
-/// Whether a running job is stopping to restart at another size.
-pub(crate) fn resizing(job: &Job) -> bool {
-    job.running().is_some_and(|r| matches!(r.stopping, Some(StopCause::Resized { .. })))
 }

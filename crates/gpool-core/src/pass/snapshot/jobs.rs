@@ -74,14 +74,8 @@ impl Snapshot {
         let held_for = |job: JobId| plan.preemptions.iter().any(|p| p.for_job == job) || shrunk_for(job);
         // An elastic job restarting at another size keeps its nomination
         // while it stops, and once back in the queue until it starts.
-        let resizing = |job: JobId| {
-            plan.resizes.iter().any(|r| r.job == job)
-                || self
-                    .jobs
-                    .get(&job)
-                    .and_then(Job::running)
-                    .is_some_and(|r| matches!(r.stopping, Some(StopCause::Resized { .. })))
-        };
+        let resizing =
+            |job: JobId| plan.resizes.iter().any(|r| r.job == job) || self.jobs.get(&job).is_some_and(Job::is_resizing);
         let held: BTreeMap<JobId, Placement> = plan
             .nominated
             .iter()
