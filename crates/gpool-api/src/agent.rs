@@ -211,6 +211,10 @@ pub enum Command {
         /// The OCI image to run the command in, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         image: Option<String>,
+        /// An interactive job: run on a pseudo-terminal, ended when no client
+        /// has been attached for this long (milliseconds).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tty_grace_ms: Option<u64>,
     },
     /// Send a signal (by number) to the replica's process group.
     Signal { replica: ReplicaId, signal: i32 },
@@ -219,6 +223,10 @@ pub enum Command {
     Reconcile { replica: ReplicaId, devices: Vec<String> },
     /// A replica that must not run (an old allocation): kill it now.
     Kill { replica: ReplicaId },
+    /// Connect the interactive replica's terminal to the control plane for
+    /// client session `session`: `GET /agent/v1/terminals/{session}/input`
+    /// and `POST /agent/v1/terminals/{session}/output`.
+    Attach { replica: ReplicaId, session: String },
     /// Lay MIG GPU `gpu` out as `layout` (no job uses it); the agent says
     /// how it went, and what the GPU then really has, in its next telemetry.
     MigLayout { gpu: u32, layout: Vec<MigSlotWire> },

@@ -17,6 +17,7 @@ pub mod reservation;
 pub mod schedule;
 pub mod spec;
 pub mod telemetry;
+pub mod terminal;
 pub mod time;
 pub mod view;
 

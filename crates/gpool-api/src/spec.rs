@@ -291,6 +291,25 @@ pub struct JobSpec {
     /// scaled on load (`gpool submit -f` applies it to `/api/v1/services`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
+    /// An interactive session (`gpool run --pty`): the command runs on a
+    /// pseudo-terminal that clients attach to (`gpool attach`), once the
+    /// first one has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interactive: Option<Interactive>,
+    /// Ports the job listens on that the service proxy forwards to, at
+    /// `/job-ID-PORT/` or the host `job-ID-PORT.…` (`--expose 8888` for a notebook).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expose: Vec<u16>,
+}
+
+/// An interactive session's settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Interactive {
+    /// How long the job outlives its last client (and waits for its first)
+    /// before it is ended and its GPUs released (default 60 s, 5 s to 24 h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detach_grace: Option<DurationText>,
 }
 
 /// An inference service's settings: how its replicas are probed and scaled.
@@ -515,6 +534,8 @@ impl JobSpec {
             spot: None,
             image: None,
             service: None,
+            interactive: None,
+            expose: Vec::new(),
         }
     }
 }

@@ -350,6 +350,25 @@ impl Client {
         resp.body_mut().read_json::<T>().context("unexpected answer from the daemon")
     }
 
+    /// A streamed body to read as it comes (an interactive session's output).
+    pub(crate) fn reader(&self, path: &str) -> anyhow::Result<impl std::io::Read + use<>> {
+        let resp = self.send(path, |u| self.authorized(self.agent.get(u)).call())?;
+        Ok(check(resp)?.into_body().into_reader())
+    }
+
+    /// A POST whose body is what `body` yields until it ends, sent as it
+    /// comes (an interactive session's keystrokes); returns once it ended.
+    pub(crate) fn post_reader(&self, path: &str, body: impl std::io::Read) -> anyhow::Result<()> {
+        let body = std::sync::Mutex::new(body);
+        let resp = self.send(path, |u| {
+            let mut body = body.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.authorized(self.agent.post(u))
+                .header("Content-Type", "application/octet-stream")
+                .send(ureq::SendBody::from_reader(&mut *body))
+        })?;
+        check(resp).map(drop)
+    }
+
     /// Streams a plain-text body into `out`.
     pub(crate) fn stream(&self, path: &str, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         let resp = self.send(path, |u| self.authorized(self.agent.get(u)).call())?;

@@ -142,6 +142,8 @@ enum Command {
     Release(verbs::hold::HoldArgs),
     /// Print a job's output; -f follows it until the job ends.
     Logs(logs::LogsArgs),
+    /// Join the terminal of an interactive job (gpool run --pty); `~.` detaches.
+    Attach(verbs::attach::AttachArgs),
     /// Nodes and their devices; `gpool nodes notice NODE --in 2m` gives one a spot notice.
     Nodes(NodesArgs),
     /// Quota queues and their use.
@@ -338,6 +340,7 @@ fn main() -> ExitCode {
         Command::Hold(a) => verbs::hold::run(a, true),
         Command::Release(a) => verbs::hold::run(a, false),
         Command::Logs(a) => logs::run(a),
+        Command::Attach(a) => verbs::attach::run(a),
         Command::Nodes(NodesArgs { command: Some(NodesCommand::Notice(a)), .. }) => drain::notice(a),
         Command::Nodes(NodesArgs { command: Some(NodesCommand::Inject(a)), .. }) => verbs::health::inject(a),
         Command::Nodes(NodesArgs { command: Some(NodesCommand::Restore(a)), .. }) => verbs::health::restore(a),

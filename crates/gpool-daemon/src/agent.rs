@@ -373,7 +373,7 @@ fn poll_commands(conn: &Conn, node: &str, epoch: u64, mut after: u64, agent: &Ag
             Err(e) => return End::Unreachable(format!("bad commands: {e}")),
         };
         match crate::node::session_gate::carry_out(cmds.commands, after, epoch, current, |c| {
-            crate::node::execute::execute(agent, c)
+            crate::node::execute::execute(agent, conn, node, c)
         }) {
             Some(last) => after = last,
             None => return End::Stale,

@@ -115,7 +115,7 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
             }
             Err(e) => return Err(e),
         };
-        let ready = Ready { controller, first, local: None, tx, rx };
+        let ready = Ready { controller, first, local: None, tx, rx, terminals: Default::default() };
         let banner = {
             let shown = shown.clone();
             move |u: &str| format!("gpool control plane is up at {u} (state in {shown})")

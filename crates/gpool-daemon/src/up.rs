@@ -24,8 +24,21 @@ pub struct UpConfig {
     pub node: NodeConfig,
 }
 
-/// The node agent is the controller's local node.
-impl LocalNode for Agent {
+/// The node agent is the controller's local node; interactive sessions
+/// join the plane's relay in this process.
+struct Local {
+    agent: Agent,
+    terminals: Arc<crate::plane::terminals::Relay>,
+}
+
+impl std::ops::Deref for Local {
+    type Target = Agent;
+    fn deref(&self) -> &Agent {
+        &self.agent
+    }
+}
+
+impl LocalNode for Local {
     fn start(&self, key: ReplicaKey, launch: Launch, devices: Vec<String>) -> std::io::Result<()> {
         Agent::start(self, key, launch, devices)
     }
@@ -56,6 +69,21 @@ impl LocalNode for Agent {
 
     fn check_health(&self, gpu: u32, uuid: String) {
         Agent::check_health(self, gpu, uuid);
+    }
+
+    fn attach(&self, key: ReplicaKey, session: String) {
+        let (dir, terminals) = (self.run_dir(key), Arc::clone(&self.terminals));
+        // The shim may still be starting: wait for it off the controller's thread.
+        let spawned = std::thread::Builder::new().name("tty-link".into()).spawn(move || {
+            let joined =
+                crate::node::terminal_link::connect_shim(&dir).and_then(|shim| terminals.join_local(&session, shim));
+            if let Err(e) = joined {
+                terminals.say_and_close(&session, &crate::node::terminal_link::notice(&e.to_string()));
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a thread for an interactive session: {e}");
+        }
     }
 }
 
@@ -119,11 +147,12 @@ pub fn run(cfg: UpConfig) -> anyhow::Result<()> {
         sampler_ctl.clone(),
         container.clone(),
     );
-    let agent = Agent::new(agent_cfg, sink, replicas.clone());
+    let terminals: Arc<crate::plane::terminals::Relay> = Arc::default();
+    let agent = Local { agent: Agent::new(agent_cfg, sink, replicas.clone()), terminals: Arc::clone(&terminals) };
     let (controller, first) = Controller::new(config, Box::new(store), Some(info), Box::new(SystemClock))?;
     let n = gpus.len();
     let dir = plane.data_dir.display().to_string();
-    let ready = Ready { controller, first, local: Some(Box::new(agent)), tx, rx };
+    let ready = Ready { controller, first, local: Some(Box::new(agent)), tx, rx, terminals };
     let process = Process::new()?;
     let banner = move |url: &str| format!("gpool is up at {url} ({n} GPUs: {source}; node {node_name}; data in {dir})");
     match serve(&process, plane, ready, banner, None)? {

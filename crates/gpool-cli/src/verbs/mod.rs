@@ -11,6 +11,7 @@ use crate::output::Output;
 pub(crate) mod acct;
 pub(crate) mod advise;
 pub(crate) mod alerts;
+pub(crate) mod attach;
 pub(crate) mod budgets;
 pub(crate) mod cancel;
 pub(crate) mod cost;

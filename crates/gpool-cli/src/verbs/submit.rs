@@ -107,31 +107,39 @@ pub(crate) struct SubmitArgs {
     command: Vec<String>,
     #[command(flatten)]
     connect: Connect,
+    /// A port the job listens on that the service proxy forwards to, at /job-ID-PORT/ (repeatable):
+    /// a notebook's or TensorBoard's.
+    #[arg(long, value_delimiter = ',')]
+    expose: Vec<u16>,
     /// `gpool run`: follow the job instead of printing its id.
     #[arg(skip)]
     attach: bool,
+    /// `gpool run --pty`: the job runs on a terminal attached here.
+    #[arg(skip)]
+    interactive: Option<api::spec::Interactive>,
 }
 
-/// `gpool run`: Slurm's `srun` without `--pty`.
+/// `gpool run`: Slurm's `srun`, and with `--pty` its interactive session.
 #[derive(Args, Debug)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     submit: SubmitArgs,
-    /// A terminal attached to the job (srun --pty): not in gpool yet.
+    /// Run the command on a terminal attached here (srun --pty), once resources are free: keys,
+    /// Ctrl-C and the window size reach the job; `~.` detaches, `gpool attach ID` rejoins.
     #[arg(long)]
     pty: bool,
+    /// With --pty: how long the job outlives its last client (or waits for its first) before it is
+    /// ended and its GPUs released: 5s to 24h (default 60s).
+    #[arg(long, requires = "pty")]
+    detach_grace: Option<String>,
 }
 
 /// Submits the job, then prints its output as it runs (waiting for resources
-/// first) and exits with its status, as `srun CMD` does.
+/// first) and exits with its status, as `srun CMD` does; with `--pty`, the
+/// job's terminal is this one (`attach.rs`).
 pub(crate) fn run_attached(r: RunArgs) -> anyhow::Result<()> {
-    if r.pty {
-        bail!(
-            "gpool run --pty: an interactive terminal on a job is not in gpool yet; without --pty, gpool run \
-             prints the job's output as it runs and exits with its status"
-        );
-    }
-    run(SubmitArgs { attach: true, ..r.submit })
+    let interactive = r.pty.then(|| api::spec::Interactive { detach_grace: r.detach_grace.map(DurationText::Text) });
+    run(SubmitArgs { attach: true, interactive, ..r.submit })
 }
 
 /// `#GPOOL` lines: `gpool submit`'s own flags.
@@ -172,6 +180,9 @@ fn fill(a: &mut SubmitArgs, from: SubmitArgs) {
     a.preemptible |= from.preemptible;
     if a.after.is_empty() {
         a.after = from.after;
+    }
+    if a.expose.is_empty() {
+        a.expose = from.expose;
     }
     // The flags' variables are set last, so theirs win.
     a.env = from.env.into_iter().chain(std::mem::take(&mut a.env)).collect();
@@ -303,6 +314,10 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
         if let Some(r) = a.retries {
             s.retries = r;
         }
+        s.expose.extend(&a.expose);
+        if a.interactive.is_some() {
+            s.interactive = a.interactive.clone();
+        }
         if let Some(b) = &a.begin {
             s.begin_at = Some(b.clone());
         }
@@ -348,6 +363,9 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
     };
     if a.attach {
         let Some(&id) = out.ids.first() else { bail!("nothing was submitted") };
+        if a.interactive.is_some() {
+            return crate::verbs::attach::when_running(&client, id);
+        }
         eprintln!("gpool: job {id} submitted; waiting for it to start");
         return crate::verbs::logs::follow(&client, id, 0);
     }

@@ -8,7 +8,9 @@ use gpool_api::agent as wire;
 use crate::node::agent::Agent;
 use crate::protocol::{AgentReport, Found, Order, order_of};
 
-pub(crate) fn execute(agent: &Agent, command: wire::Command) {
+/// Carries `command` out; `conn` and `node` are the session it came in, for
+/// the streams an interactive session opens back to the control plane.
+pub(crate) fn execute(agent: &Agent, conn: &crate::node::conn::Conn, node: &str, command: wire::Command) {
     let Some(order) = order_of(command) else {
         tracing::warn!("a signal command with a number this node does not know: ignored");
         return;
@@ -31,6 +33,9 @@ pub(crate) fn execute(agent: &Agent, command: wire::Command) {
             }),
         },
         Order::Abandon { key } => agent.kill(key),
+        Order::Attach { key, session } => {
+            crate::node::terminal_link::relay_remote(conn.clone(), node.to_string(), session, agent.run_dir(key));
+        }
         Order::Profile { key, order } => agent.profile(key, order),
         Order::Prefetch { image, registry_auth } => agent.prefetch(image, registry_auth),
         Order::InjectFault { gpu, fault } => agent.inject_fault(gpu, fault),

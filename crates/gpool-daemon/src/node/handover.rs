@@ -59,6 +59,11 @@ pub struct Handover {
     /// The command's whole environment (nothing of the shim's is kept).
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
+    /// The step's standard output is a terminal (an interactive job): it
+    /// becomes the leader of a new session with that terminal as its
+    /// controlling one, and the command's standard input too.
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// The environment of every program gpool runs as root on a job's behalf
@@ -95,16 +100,21 @@ pub struct Started {
 /// runs (exec'd) or has failed to start.
 pub fn spawn(h: &Handover, stdout: Stdio, stderr: Stdio) -> std::io::Result<Started> {
     let (mut ours, theirs) = UnixStream::pair()?;
-    let child = Command::new("/proc/self/exe")
-        .arg(SUBCOMMAND)
+    let mut step = Command::new("/proc/self/exe");
+    step.arg(SUBCOMMAND)
         .env_clear()
         .envs(root_env())
         .current_dir("/")
         .stdin(Stdio::from(OwnedFd::from(theirs)))
         .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0)
-        .spawn()?;
+        .stderr(stderr);
+    // A terminal's job makes its own session, which a group leader cannot.
+    if !h.tty {
+        step.process_group(0);
+    }
+    let child = step.spawn()?;
+    // Its copy of the step's end of the socket must go, or the answer below never ends.
+    drop(step);
     let spec = serde_json::to_vec(h).map_err(std::io::Error::other)?;
     // A step that died before reading answers with its exit code instead.
     let _ = ours.write_all(&spec);
@@ -141,6 +151,10 @@ pub fn main() -> i32 {
 
 /// Carries `h` out; returns only on failure, with the exit code and why.
 fn run(h: &Handover) -> (i32, String) {
+    let stdin = match h.tty.then(take_terminal).transpose() {
+        Ok(tty) => tty.map_or_else(Stdio::null, Stdio::from),
+        Err(why) => return (126, why),
+    };
     if let Err(why) = confine_and_drop(h) {
         return (126, why);
     }
@@ -150,9 +164,19 @@ fn run(h: &Handover) -> (i32, String) {
     {
         return (127, format!("cannot start {prog:?} in {}: {e}", h.cwd.display()));
     }
-    let e =
-        Command::new(prog).args(args).env_clear().envs(h.env.iter().map(|(k, v)| (k, v))).stdin(Stdio::null()).exec();
+    let e = Command::new(prog).args(args).env_clear().envs(h.env.iter().map(|(k, v)| (k, v))).stdin(stdin).exec();
     (127, format!("cannot start {prog:?} in {}: {e}", h.cwd.display()))
+}
+
+/// An interactive job's step: a session of its own whose controlling
+/// terminal is its standard output (Ctrl-C there reaches the job); returns
+/// the terminal again, for the command's standard input.
+fn take_terminal() -> Result<OwnedFd, String> {
+    rustix::process::setsid().map_err(|e| format!("cannot start a session for the terminal: {e}"))?;
+    let out = std::io::stdout();
+    rustix::process::ioctl_tiocsctty(out.as_fd())
+        .map_err(|e| format!("cannot make the pseudo-terminal the job's controlling terminal: {e}"))?;
+    out.as_fd().try_clone_to_owned().map_err(|e| format!("cannot open the terminal as standard input: {e}"))
 }
 
 /// Steps 1 to 3: join the groups, drop to the account, forbid new privileges.

@@ -32,4 +32,6 @@ pub mod sampler;
 pub(crate) mod session_gate;
 pub mod shim;
 pub mod spot_watch;
+pub mod terminal;
+pub mod terminal_link;
 pub mod trust;

@@ -23,6 +23,7 @@ use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use rustix::fs::{FlockOperation, flock};
 use rustix::process::{
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::node::cgroup::Groups;
 use crate::node::handover::{self, Handover};
 use crate::node::output::Copiers;
+use crate::node::terminal::{self, Attended, interactive};
 use crate::protocol::{ExitRecord, Launch};
 
 /// Written by the shim once the command runs.
@@ -150,6 +152,18 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let started_ms = now_ms();
     let open_log = |p: &Path| OpenOptions::new().create(true).append(true).open(p);
+    let exit_now = |code: Option<i32>, error: String, fenced: bool| -> anyhow::Result<()> {
+        if let Ok(mut f) = open_log(&launch.stderr) {
+            let _ = writeln!(f, "gpool: {error}");
+        }
+        let rec = ExitRecord { code, signal: None, started_ms, ended_ms: now_ms(), error: Some(error), fenced };
+        write_exit(dir, &rec).context("write exit.json")
+    };
+    // An interactive job's clients can connect from now on, while its image is pulled.
+    let listener = match launch.tty_grace_ms.map(|_| terminal::listen(dir)).transpose() {
+        Ok(l) => l,
+        Err(e) => return exit_now(Some(127), format!("cannot open the interactive session: {e}"), false),
+    };
     // A job in an image that is not here: pulled first, as the replica (signals reach the pull).
     if let Some(steps) = &launch.pull {
         let shim_pid = getpid().as_raw_nonzero().get();
@@ -170,35 +184,27 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     // The kernel enforces the allocation (`cgroup.rs`): the job joins its groups before it runs.
     let groups = match launch.confine.as_ref().map(crate::protocol::Confine::create).transpose() {
         Ok(g) => g,
-        Err(e) => {
-            let msg = format!("cannot confine the job with control groups: {e}");
-            if let Ok(mut f) = open_log(&launch.stderr) {
-                let _ = writeln!(f, "gpool: {msg}");
-            }
-            let rec = ExitRecord {
-                code: Some(127),
-                signal: None,
-                started_ms,
-                ended_ms: now_ms(),
-                error: Some(msg),
-                fenced: false,
-            };
-            write_exit(dir, &rec).context("write exit.json")?;
-            return Ok(());
-        }
+        Err(e) => return exit_now(Some(127), format!("cannot confine the job with control groups: {e}"), false),
     };
     if let Some(why) = too_late(dir, &launch) {
         if let Some(g) = groups {
             g.kill_all_and_remove();
         }
-        if let Ok(mut f) = open_log(&launch.stderr) {
-            let _ = writeln!(f, "gpool: {why}");
-        }
-        let rec =
-            ExitRecord { code: None, signal: None, started_ms, ended_ms: now_ms(), error: Some(why), fenced: true };
-        write_exit(dir, &rec).context("write exit.json")?;
-        return Ok(());
+        return exit_now(None, why, true);
     }
+    // An interactive job starts once its first client is here, on a terminal.
+    let tty = match (&listener, launch.tty_grace_ms) {
+        (Some(l), Some(ms)) => match interactive(l, Duration::from_millis(ms), launch.run_as.as_ref()) {
+            Ok(tty) => Some(tty),
+            Err(why) => {
+                if let Some(g) = groups {
+                    g.kill_all_and_remove();
+                }
+                return exit_now(None, why, false);
+            }
+        },
+        _ => None,
+    };
     // The hand-over (`handover.rs`) joins the groups, drops to the job's
     // account and only then takes on the job's environment: nothing the shim
     // runs as root ever sees it.
@@ -211,35 +217,33 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         argv: launch.argv.clone(),
         env: if container { handover::root_env() } else { std::mem::take(&mut launch.env) },
         cwd: launch.cwd.clone(),
+        tty: tty.is_some(),
     };
     let spawned = (|| -> std::io::Result<handover::Started> {
         // With a log limit the shim copies the output (`output.rs`); without,
-        // the job writes to its log files itself.
-        let (out, err) = match launch.log_limit {
-            Some(_) => (Stdio::piped(), Stdio::piped()),
-            None => (open_log(&launch.stdout)?.into(), open_log(&launch.stderr)?.into()),
+        // the job writes to its log files itself. A terminal's output is
+        // always copied (to the log and the client).
+        let (out, err) = match (&tty, launch.log_limit) {
+            (Some((pty, _)), _) => (pty.slave.try_clone()?.into(), pty.slave.try_clone()?.into()),
+            (None, Some(_)) => (Stdio::piped(), Stdio::piped()),
+            (None, None) => (open_log(&launch.stdout)?.into(), open_log(&launch.stderr)?.into()),
         };
         handover::spawn(&handover, out, err)
     })();
     let (mut child, failed) = match spawned {
         Ok(s) => (s.child, s.failed),
         Err(e) => {
-            let msg =
-                format!("cannot start the hand-over to {:?}: {e}", launch.argv.first().map_or("", String::as_str));
-            if let Ok(mut f) = open_log(&launch.stderr) {
-                let _ = writeln!(f, "gpool: {msg}");
-            }
-            let rec = ExitRecord {
-                code: Some(127),
-                signal: None,
-                started_ms,
-                ended_ms: now_ms(),
-                error: Some(msg),
-                fenced: false,
-            };
-            write_exit(dir, &rec).context("write exit.json")?;
-            return Ok(());
+            let prog = launch.argv.first().map_or("", String::as_str);
+            return exit_now(Some(127), format!("cannot start the hand-over to {prog:?}: {e}"), false);
         }
+    };
+    let job_pid = child.id() as i32;
+    // The terminal's clients, its hang-up and its output's copy, from now on.
+    let session = match (tty, listener) {
+        (Some((pty, first)), Some(listener)) => {
+            Some(Attended::start(pty, first, listener, &launch, job_pid).context("serve the terminal")?)
+        }
+        _ => None,
     };
     let copiers = match (launch.log_limit, child.stdout.take(), child.stderr.take()) {
         (Some(limit), Some(out), Some(err)) => Some(
@@ -247,7 +251,6 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         ),
         _ => None,
     };
-    let job_pid = child.id() as i32;
     write_atomic(dir, STATE, &ShimState { shim_pid: getpid().as_raw_nonzero().get(), job_pid })
         .context("write shim.json")?;
     // Killed while it was being spawned (the kill found no shim.json): it ends now.
@@ -273,9 +276,10 @@ fn run(dir: &Path) -> anyhow::Result<()> {
             eprintln!("gpool shim {}: output lost: {e}", dir.display());
         }
     }
+    let hung_up = session.and_then(|s| s.finish(dir, &status));
     let fenced_why = fenced.and_then(|f| f.fenced());
     let fenced = fenced_why.is_some();
-    let error = fenced_why.or(oom).map(|why| {
+    let error = fenced_why.or(oom).or(hung_up).map(|why| {
         if let Ok(mut f) = open_log(&launch.stderr) {
             let _ = writeln!(f, "gpool: {why}");
         }

@@ -51,6 +51,51 @@ fn duration(field: &str, d: &Option<DurationText>) -> Result<Option<Duration>, F
     }
 }
 
+/// How long an interactive job outlives its last client, by default.
+pub const DEFAULT_DETACH_GRACE: Duration = Duration::from_secs(60);
+/// The bounds of an interactive job's `detachGrace`.
+pub const DETACH_GRACE_BOUNDS: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(24 * 3600));
+/// Ports one job may expose through the service proxy.
+pub const MAX_EXPOSED_PORTS: usize = 8;
+
+/// An interactive job's detach grace (`None`: the job is not interactive).
+pub fn detach_grace(spec: &gpool_api::JobSpec) -> Result<Option<Duration>, FieldError> {
+    let Some(i) = &spec.interactive else { return Ok(None) };
+    let grace = duration("interactive.detachGrace", &i.detach_grace)?.unwrap_or(DEFAULT_DETACH_GRACE);
+    let (low, high) = DETACH_GRACE_BOUNDS;
+    if grace < low || grace > high {
+        return Err(bad("interactive.detachGrace", format!("must be from 5s to 24h, got {grace:?}")));
+    }
+    Ok(Some(grace))
+}
+
+/// What an interactive job or one with exposed ports cannot also be.
+fn check_interactive(spec: &gpool_api::JobSpec) -> Result<(), FieldError> {
+    if detach_grace(spec)?.is_some() {
+        let other = if spec.replicas != gpool_api::spec::Replicas::ONE {
+            Some("several replicas")
+        } else if spec.array.is_some() {
+            Some("an array")
+        } else if spec.service.is_some() {
+            Some("a service")
+        } else {
+            None
+        };
+        if let Some(other) = other {
+            return Err(bad(
+                "interactive",
+                format!(
+                    "an interactive job has one terminal and one replica; it cannot be {other} (submit that with gpool submit)"
+                ),
+            ));
+        }
+    }
+    if spec.expose.len() > MAX_EXPOSED_PORTS || spec.expose.contains(&0) {
+        return Err(bad("expose", format!("at most {MAX_EXPOSED_PORTS} ports, each from 1 to 65535")));
+    }
+    Ok(())
+}
+
 fn whole(field: &str, q: &Quantity) -> Result<u32, FieldError> {
     match q {
         Quantity::Number(n) if n.fract() == 0.0 && *n >= 1.0 && *n <= 64.0 => Ok(*n as u32),
@@ -188,6 +233,7 @@ pub fn to_core(spec: &gpool_api::JobSpec, user: &str, team: &str, submit_ms: i64
             format!("must be from 1 to 1024 (min ≤ max for an elastic job), got {}", spec.replicas),
         ));
     }
+    check_interactive(spec)?;
     if spec.replicas.is_elastic() && spec.tpu_topology.is_some() {
         return Err(bad("replicas", "a TPU slice has one replica per host and cannot be elastic; give a number"));
     }

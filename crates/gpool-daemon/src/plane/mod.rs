@@ -21,6 +21,7 @@ pub mod provision;
 pub mod proxy;
 pub mod server;
 pub mod telemetry;
+pub mod terminals;
 pub mod tls;
 pub mod usage_rows;
 pub mod web;

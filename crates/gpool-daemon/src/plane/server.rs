@@ -217,6 +217,8 @@ pub struct Ready {
     pub local: Option<Box<dyn LocalNode>>,
     pub tx: Sender<Event>,
     pub rx: Receiver<Event>,
+    /// Interactive sessions' relay, shared with the local node (`gpool up`).
+    pub terminals: std::sync::Arc<crate::plane::terminals::Relay>,
 }
 
 /// How serving ended.
@@ -256,7 +258,7 @@ pub fn serve(
     banner: impl FnOnce(&str) -> String + Send + 'static,
     away: Option<WhileAway>,
 ) -> anyhow::Result<Ended> {
-    let Ready { mut controller, first, local, tx, rx } = ready;
+    let Ready { mut controller, first, local, tx, rx, terminals } = ready;
     let single_user = controller.single_user().is_some();
     let token = admin_token(&plane.data_dir)?;
     // The admin is this daemon's own account: where jobs run as their
@@ -328,6 +330,7 @@ pub fn serve(
         local_users: std::sync::Arc::new(LocalUsers::default()),
         log_watch: Default::default(),
         away: marked,
+        terminals,
     };
     let socket = plane.socket.clone().unwrap_or_else(|| plane.data_dir.join(SOCKET_FILE));
     let local = bind_socket(&socket, single_user)?;

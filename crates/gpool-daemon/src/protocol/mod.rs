@@ -161,6 +161,11 @@ pub struct Launch {
     /// it is missing, before the command runs (`node/pull.rs`).
     #[serde(default)]
     pub pull: Option<PullSteps>,
+    /// An interactive job (`node/terminal.rs`): the command runs on a
+    /// pseudo-terminal once a client has attached, and ends when none has
+    /// been for this long (milliseconds).
+    #[serde(default)]
+    pub tty_grace_ms: Option<u64>,
 }
 
 /// The account a replica runs as: uid, gid and supplementary groups, as a

@@ -30,6 +30,11 @@ pub enum Order {
     Abandon {
         key: ReplicaKey,
     },
+    /// Connect an interactive replica's terminal to client session `session` (`node/agent/terminal.rs`).
+    Attach {
+        key: ReplicaKey,
+        session: String,
+    },
     /// Lay MIG GPU `gpu` out as `layout` (`mig_layouts.rs`).
     MigLayout {
         gpu: u32,
@@ -76,9 +81,11 @@ pub fn command_of(order: Order) -> wire::Command {
                 cpus_milli: (launch.cpus_milli > 0).then_some(launch.cpus_milli),
                 memory_mb: (launch.memory_mb > 0).then_some(launch.memory_mb),
                 image: launch.image,
+                tty_grace_ms: launch.tty_grace_ms,
             }
         }
         Order::Signal { key, signal } => wire::Command::Signal { replica: key.into(), signal: signal.as_raw() },
+        Order::Attach { key, session } => wire::Command::Attach { replica: key.into(), session },
         Order::Prefetch { image, registry_auth } => {
             wire::Command::Prefetch { image, registry_auth: registry_auth.map(|s| s.0) }
         }
@@ -116,6 +123,7 @@ pub fn order_of(command: wire::Command) -> Option<Order> {
             cpus_milli,
             memory_mb,
             image,
+            tty_grace_ms,
         } => {
             let launch = Launch {
                 argv,
@@ -126,6 +134,7 @@ pub fn order_of(command: wire::Command) -> Option<Order> {
                 memory_mb: memory_mb.unwrap_or(0),
                 image,
                 registry_auth: registry_auth.map(Secret),
+                tty_grace_ms,
                 ..Launch::default()
             };
             Order::Start { key: replica.into(), launch: Box::new(launch), devices }
@@ -135,6 +144,7 @@ pub fn order_of(command: wire::Command) -> Option<Order> {
         }
         wire::Command::Reconcile { replica, devices } => Order::Reconcile { key: replica.into(), devices },
         wire::Command::Kill { replica } => Order::Abandon { key: replica.into() },
+        wire::Command::Attach { replica, session } => Order::Attach { key: replica.into(), session },
         wire::Command::Profile { replica, profile, seconds, native } => {
             Order::Profile { key: replica.into(), order: ProfileOrder { profile, seconds, native } }
         }
@@ -164,6 +174,7 @@ mod tests {
             cwd: "/work".into(),
             user: Some("ana".into()),
             cpus_milli: 4_000,
+            tty_grace_ms: Some(60_000),
             registry_auth: Some(Secret("{}".into())),
             ..Launch::default()
         };
@@ -184,6 +195,7 @@ mod tests {
             Order::Signal { key, signal: Signal::KILL },
             Order::Reconcile { key, devices: vec!["GPU-2".into()] },
             Order::Abandon { key },
+            Order::Attach { key, session: "5e551011".into() },
             Order::Prefetch { image: "img".into(), registry_auth: None },
             Order::CheckHealth { gpu: 3, uuid: "GPU-3".into() },
             Order::MigLayout { gpu: 1, layout: vec![gpool_gpu::MigSlot { profile: "1g.10gb".into(), start: 0 }] },

@@ -211,6 +211,8 @@ calls! {
     /// Profile a running job for `seconds`; answered when the nodes have sent
     /// their captures. Its owner or admins only (checked by the call).
     Profile { id: u64, seconds: u32, native: bool } -> api::ProfileView, People;
+    /// Open a session on an interactive job's terminal (`terminals.rs`): its owner or admins only.
+    Attach { id: u64, session: String } -> api::terminal::AttachView, People;
     /// A job's latest profile, as the verdict (`view`) or as recorded (for its pictures).
     LatestProfile { id: u64 } -> Box<crate::plane::profile_doc::StoredProfile>, Read;
     /// The Prometheus scrape, when the control plane requires a token for it.

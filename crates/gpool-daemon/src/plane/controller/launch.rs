@@ -283,6 +283,8 @@ pub(super) fn plan(doc: &JobDoc, placement: &Placement, ground: &Ground<'_>, por
             image: doc.spec.image.clone(),
             registry_auth: ground.registry_auth.clone(),
             pull: None,
+            // Checked at submission.
+            tty_grace_ms: crate::plane::convert::detach_grace(&doc.spec).ok().flatten().map(|g| g.as_millis() as u64),
         };
         let key = ReplicaKey { job: id, attempt, rank: rank as u32 };
         starts.push((r.node, Order::Start { key, launch: Box::new(launch), devices: device_uuids }));

@@ -15,8 +15,7 @@
 //!    reconcile); orders to remote agents are already in their outboxes;
 //! 4. publish events to stream subscribers and alert notices to the webhook.
 //!
-//! The rooms, and what each may touch, are listed in ARCHITECTURE.md
-//! ("The controller's rooms").
+//! The rooms, and what each may touch, are listed in ARCHITECTURE.md ("The controller's rooms").
 //!
 //! [`turn`]: Controller::turn
 
@@ -111,6 +110,7 @@ mod service_entry;
 mod services;
 mod shell;
 mod spot;
+mod terminals;
 mod timers;
 mod tokens;
 mod turn;

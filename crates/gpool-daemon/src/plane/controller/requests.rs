@@ -337,6 +337,16 @@ impl Controller {
                     }
                 }
             }
+            Call::Attach { id, session, reply } => {
+                match self.visible(&caller, id).and_then(|d| super::terminals::attach(&caller, &d, session, &self.snap))
+                {
+                    Err(e) => self.reply(reply, Err(e)),
+                    Ok((acts, view)) => {
+                        self.act(acts, now);
+                        self.reply(reply, Ok(view));
+                    }
+                }
+            }
             Call::LatestProfile { id, reply } => {
                 let r = self
                     .visible(&caller, id)

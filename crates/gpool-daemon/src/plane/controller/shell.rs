@@ -34,6 +34,8 @@ pub trait LocalNode: Send {
     fn inject_fault(&self, gpu: u32, fault: Option<gpool_gpu::InjectedFault>);
     /// Checks a quarantined GPU; the verdict comes with the node's telemetry.
     fn check_health(&self, gpu: u32, uuid: String);
+    /// Connects an interactive replica's terminal to a client's session (`plane/terminals.rs`).
+    fn attach(&self, key: ReplicaKey, session: String);
 }
 
 /// Runs node pool provider programs (`plane/provision.rs`); each one's end
@@ -207,6 +209,10 @@ pub(super) fn carry_out_order(node: &dyn LocalNode, order: Order) -> Option<Agen
         }
         Order::Profile { key, order } => {
             node.profile(key, order);
+            None
+        }
+        Order::Attach { key, session } => {
+            node.attach(key, session);
             None
         }
         Order::InjectFault { gpu, fault } => {

@@ -33,6 +33,7 @@ mod reservations;
 mod routes;
 mod schedules;
 mod services;
+mod terminals;
 mod who;
 use logs::logs;
 pub use who::LocalUsers;
@@ -59,6 +60,8 @@ pub struct AppState {
     /// Why the control plane answers from memory, once its database is away
     /// (`gpool serve`); every answer then says so (`mark_away`).
     pub away: crate::plane::process::Away,
+    /// Interactive sessions being joined (`plane/terminals.rs`).
+    pub terminals: std::sync::Arc<crate::plane::terminals::Relay>,
 }
 
 pub use routes::ROUTES;
@@ -113,6 +116,7 @@ pub fn router(state: AppState) -> Router {
         .route("/agent/v1/commands", get(agent_commands))
         .route("/agent/v1/report", post(agent_report))
         .route("/agent/v1/logs", post(agent_logs))
+        .merge(terminals::routes())
         .merge(crate::plane::web::routes())
         .fallback(|| async { AppError(ApiError::new(404, "no such endpoint; see /api/v1/openapi.json")) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -580,6 +584,7 @@ mod tests {
             local_users: Default::default(),
             log_watch: Default::default(),
             away: Default::default(),
+            terminals: Default::default(),
         };
         let chunks = (0..6).map(|_| Ok::<_, Infallible>(Bytes::from(vec![b' '; 1024 * 1024])));
         let req = axum::http::Request::post("/api/v1/jobs")

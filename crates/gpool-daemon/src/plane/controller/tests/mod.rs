@@ -47,6 +47,7 @@ mod schedules;
 mod services;
 mod spot;
 mod store;
+mod terminals;
 mod windows;
 
 /// The admin token every harness has.
@@ -101,6 +102,10 @@ impl LocalNode for FakeAgent {
 
     fn check_health(&self, gpu: u32, uuid: String) {
         self.orders.lock().expect("lock").push(Order::CheckHealth { gpu, uuid });
+    }
+
+    fn attach(&self, key: ReplicaKey, session: String) {
+        self.orders.lock().expect("lock").push(Order::Attach { key, session });
     }
 }
 

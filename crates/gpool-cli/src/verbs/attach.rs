@@ -1,0 +1,352 @@
+//! `gpool attach ID` and `gpool run --pty`: the terminal of an interactive
+//! job, here, as `srun --pty` gives it. This terminal is put in raw mode, so
+//! every key (Ctrl-C, Ctrl-Z, Ctrl-D) goes to the job's own terminal and
+//! acts there; the window size follows this one's (`SIGWINCH`). `~.` at the
+//! start of a line detaches, as in ssh: the job goes on, and ends once no
+//! client has been attached for its grace period (`--detach-grace`).
+//!
+//! The frames (`gpool_api::terminal`) travel over two HTTP streams: the
+//! output is read from `GET /terminals/S/output`, the keystrokes, window
+//! sizes and a ping every [`PING_EVERY`] are sent on `POST /terminals/S/input`.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use gpool_api as api;
+use gpool_api::terminal::{AttachView, Frame, read_frame};
+
+use crate::client::{Client, Connect};
+
+/// How often the client says it is still there.
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(5);
+
+#[derive(Args, Debug)]
+pub(crate) struct AttachArgs {
+    /// The interactive job (started by `gpool run --pty`).
+    #[arg(value_name = "ID")]
+    job: crate::job_ref::JobRef,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+pub(crate) fn run(a: AttachArgs) -> anyhow::Result<()> {
+    let client = a.connect.client()?;
+    let id = crate::job_ref::resolve(&client, &[a.job], None)?.first().copied().unwrap_or(0);
+    session(&client, id)
+}
+
+/// `gpool run --pty`, once the job is submitted: waits for it to run, then attaches.
+pub(crate) fn when_running(client: &Client, id: u64) -> anyhow::Result<()> {
+    eprintln!("gpool: job {id} submitted; waiting for resources");
+    let job = wait_running(client, id)?;
+    if job.state.is_terminal() {
+        return ended(&job);
+    }
+    session(client, id)
+}
+
+/// The job's status as the command's, once it has ended.
+fn ended(job: &api::JobView) -> anyhow::Result<()> {
+    match crate::verbs::wait::status_of(job) {
+        Some(status) => Err(status.into()),
+        None => Ok(()),
+    }
+}
+
+/// Waits until job `id` runs or has ended, following its events.
+fn wait_running(client: &Client, id: u64) -> anyhow::Result<api::JobView> {
+    struct Until<'c> {
+        client: &'c Client,
+        id: u64,
+        buf: Vec<u8>,
+        found: Option<api::JobView>,
+    }
+    impl Write for Until<'_> {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.buf.extend_from_slice(data);
+            let event = self.buf.split(|b| *b == b'\n').any(|l| l.starts_with(b"data:"));
+            if let Some(end) = self.buf.iter().rposition(|b| *b == b'\n') {
+                self.buf.drain(..=end);
+            }
+            if event {
+                let job: api::JobView = self
+                    .client
+                    .get(&format!("/jobs/{}", self.id))
+                    .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+                if job.state == api::JobState::Running || job.state.is_terminal() {
+                    self.found = Some(job);
+                    return Err(std::io::Error::other("found"));
+                }
+            }
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let job: api::JobView = client.get(&format!("/jobs/{id}"))?;
+    if job.state == api::JobState::Running || job.state.is_terminal() {
+        return Ok(job);
+    }
+    let mut until = Until { client, id, buf: Vec::new(), found: None };
+    let streamed = client.stream(&format!("/events?job={id}&after=0"), &mut until);
+    match until.found {
+        Some(job) => Ok(job),
+        None => {
+            streamed?;
+            anyhow::bail!("the event stream closed before job {id} started; try gpool attach {id}")
+        }
+    }
+}
+
+/// This terminal in raw mode, restored when dropped.
+struct Raw(rustix::termios::Termios);
+
+impl Raw {
+    fn enter() -> Option<Raw> {
+        let stdin = std::io::stdin();
+        if !rustix::termios::isatty(&stdin) {
+            return None;
+        }
+        let saved = rustix::termios::tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Now, &raw).ok()?;
+        Some(Raw(saved))
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(std::io::stdin(), rustix::termios::OptionalActions::Now, &self.0);
+    }
+}
+
+/// This terminal's size, if it is one.
+fn window() -> Option<Frame> {
+    let size = rustix::termios::tcgetwinsize(std::io::stdout())
+        .or_else(|_| rustix::termios::tcgetwinsize(std::io::stdin()))
+        .ok()?;
+    (size.ws_row > 0 && size.ws_col > 0).then_some(Frame::Resize { rows: size.ws_row, cols: size.ws_col })
+}
+
+/// `~.` at the start of a line: the ssh escape that detaches.
+#[derive(Debug)]
+pub(crate) struct Escape {
+    line_start: bool,
+    tilde: bool,
+}
+
+impl Default for Escape {
+    fn default() -> Escape {
+        Escape { line_start: true, tilde: false }
+    }
+}
+
+impl Escape {
+    /// The keys to send, and whether `~.` came (what follows it is dropped).
+    pub(crate) fn filter(&mut self, keys: &[u8]) -> (Vec<u8>, bool) {
+        let mut out = Vec::with_capacity(keys.len());
+        for &b in keys {
+            if std::mem::take(&mut self.tilde) {
+                match b {
+                    b'.' => return (out, true),
+                    // `~~` sends one `~`.
+                    b'~' => {
+                        out.push(b'~');
+                        self.line_start = false;
+                        continue;
+                    }
+                    _ => out.push(b'~'),
+                }
+            } else if self.line_start && b == b'~' {
+                self.tilde = true;
+                continue;
+            }
+            out.push(b);
+            self.line_start = b == b'\r' || b == b'\n';
+        }
+        (out, false)
+    }
+}
+
+/// Frames to the job, from several threads, in whole frames.
+#[derive(Clone)]
+struct Keys(Arc<Mutex<UnixStream>>);
+
+impl Keys {
+    fn send(&self, f: &Frame) -> std::io::Result<()> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write_all(&f.encode())
+    }
+
+    fn close(&self) {
+        let _ = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Attaches to running interactive job `id` until it ends or this client detaches.
+fn session(client: &Client, id: u64) -> anyhow::Result<()> {
+    let view: AttachView = client.post_empty(&format!("/jobs/{id}/attach"))?;
+    let tty = rustix::termios::isatty(std::io::stdin());
+    if tty {
+        eprintln!(
+            "gpool: attached to job {id} on {}; ~. detaches (the job then ends after {} s with no terminal)",
+            view.node, view.detach_grace_s
+        );
+    }
+    let (body, ours) = UnixStream::pair().context("a pipe for the keystrokes")?;
+    let keys = Keys(Arc::new(Mutex::new(ours)));
+    let detached = Arc::new(AtomicBool::new(false));
+    if let Some(size) = window() {
+        keys.send(&size)?;
+    }
+    let raw = Raw::enter();
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let input = format!("/terminals/{}/input", view.session);
+        s.spawn(move || client.post_reader(&input, body));
+        spawn_keys(keys.clone(), Arc::clone(&detached))?;
+        spawn_pings(keys.clone())?;
+        spawn_window(keys.clone())?;
+        let out = show_output(client, &view.session);
+        // Whatever ended the output ends the input, so the scope can end.
+        keys.close();
+        drop(raw);
+        match out {
+            Ok(Some(exit)) => {
+                if let Some(why) = &exit.error {
+                    eprintln!("gpool: {why}");
+                }
+                match exit.status() {
+                    0 => Ok(()),
+                    code => Err(crate::verbs::wait::JobStatus {
+                        code,
+                        message: format!("job {id} ended with status {code}"),
+                    }
+                    .into()),
+                }
+            }
+            _ if detached.load(Ordering::SeqCst) => {
+                eprintln!(
+                    "gpool: detached from job {id}; gpool attach {id} within {} s rejoins it, else it ends",
+                    view.detach_grace_s
+                );
+                Ok(())
+            }
+            out => {
+                // The stream ended without the job's status: ended meanwhile, or the connection broke.
+                let job: api::JobView = client.get(&format!("/jobs/{id}"))?;
+                if job.state.is_terminal() {
+                    return ended(&job);
+                }
+                let why = out.err().map_or_else(String::new, |e| format!(" ({e:#})"));
+                anyhow::bail!(
+                    "the connection to job {id}'s terminal was lost{why}; gpool attach {id} within {} s rejoins it",
+                    view.detach_grace_s
+                )
+            }
+        }
+    })
+}
+
+/// Writes the job's output here until its exit frame (returned) or the stream's end.
+fn show_output(client: &Client, session: &str) -> anyhow::Result<Option<api::terminal::ExitFrame>> {
+    let mut from = client.reader(&format!("/terminals/{session}/output"))?;
+    let mut out = std::io::stdout().lock();
+    loop {
+        match read_frame(&mut from)? {
+            None => return Ok(None),
+            Some(Frame::Output(bytes)) => {
+                out.write_all(&bytes)?;
+                out.flush()?;
+            }
+            Some(Frame::Notice(text)) => eprint!("\r\n[{text}]\r\n"),
+            Some(Frame::Exit(exit)) => return Ok(Some(exit)),
+            Some(_) => {}
+        }
+    }
+}
+
+/// Keystrokes from standard input, until `~.` or its end.
+fn spawn_keys(keys: Keys, detached: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("keys".into()).spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut escape = Escape::default();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let (send, detach) = escape.filter(&buf[..n]);
+            if !send.is_empty() && keys.send(&Frame::Input(send)).is_err() {
+                return;
+            }
+            if detach {
+                detached.store(true, Ordering::SeqCst);
+                keys.close();
+                return;
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// A ping every [`PING_EVERY`], until the session's input is closed.
+fn spawn_pings(keys: Keys) -> std::io::Result<()> {
+    std::thread::Builder::new().name("ping".into()).spawn(move || {
+        while keys.send(&Frame::Ping).is_ok() {
+            std::thread::sleep(PING_EVERY);
+        }
+    })?;
+    Ok(())
+}
+
+/// The window's new size on each `SIGWINCH`.
+fn spawn_window(keys: Keys) -> std::io::Result<()> {
+    let (mut woken, wake) = UnixStream::pair()?;
+    signal_hook::low_level::pipe::register(signal_hook::consts::SIGWINCH, wake)?;
+    std::thread::Builder::new().name("window".into()).spawn(move || {
+        let mut b = [0u8; 1];
+        while woken.read(&mut b).is_ok_and(|n| n > 0) {
+            if let Some(size) = window()
+                && keys.send(&size).is_err()
+            {
+                return;
+            }
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tilde_dot_at_a_line_start_detaches_and_nothing_else_does() {
+        let cases: [(&[&[u8]], &[u8], bool); 6] = [
+            (&[b"~."], b"", true),
+            (&[b"ls\r~."], b"ls\r", true),
+            (&[b"ls\r~", b"."], b"ls\r", true),
+            (&[b"a~."], b"a~.", false),
+            (&[b"~~."], b"~.", false),
+            (&[b"~x"], b"~x", false),
+        ];
+        for (chunks, sent, detaches) in cases {
+            let mut e = Escape::default();
+            let mut got = Vec::new();
+            let mut detached = false;
+            for c in chunks {
+                let (out, d) = e.filter(c);
+                got.extend(out);
+                detached |= d;
+            }
+            assert_eq!((got.as_slice(), detached), (sent, detaches), "{chunks:?}");
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! An interactive replica's terminal, on the shim's side (`gpool run --pty`).
+//!
+//! The shim opens a pseudo-terminal, listens on `DIR/tty.sock` (root's,
+//! mode 0600: only the agent connects) and waits for a first client before
+//! it starts the command, whose standard input, output and error are the
+//! terminal's slave side. From then on it copies what the job writes to the
+//! job's log (within its limit), to a ring of the last [`RING`] bytes and
+//! to the client attached now, and what the client sends (keystrokes,
+//! window sizes, pings) to the terminal. The frames are
+//! `gpool_api::terminal`'s, end to end from the client.
+//!
+//! - One client at a time: a new one takes the session over (the old one
+//!   is told and closed) and first gets the ring, so it sees the prompt.
+//! - A client that sends nothing for [`SILENCE`] (it pings every few
+//!   seconds) or cannot take output for [`WRITE_TIMEOUT`] is gone; the job
+//!   never waits for a client.
+//! - With no client for the job's grace period (and before the first one),
+//!   the session hangs up: `SIGHUP` to the job's process group, `SIGKILL`
+//!   [`HANGUP_TO_KILL`] later; its GPUs are released as for any ended job.
+//! - When the command ends, the client gets its exit status as the last frame.
+//!
+//! Everything here runs in the shim, which outlives the daemon: a session
+//! survives a restart of the agent or a fail-over of the control plane,
+//! and a client re-attaches (`gpool attach`) within the grace period.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gpool_api::terminal::{ExitFrame, Frame, read_frame};
+use rustix::process::{Pid, Signal, kill_process_group};
+
+use crate::protocol::Ids;
+
+/// The session's socket in the replica's directory.
+pub const SOCKET: &str = "tty.sock";
+/// Output kept for a client that attaches later.
+pub const RING: usize = 16 * 1024;
+/// A client silent this long is gone.
+pub const SILENCE: Duration = Duration::from_secs(20);
+/// A client that cannot take output this long is gone.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// From the hang-up to the kill of a job that ignores it.
+pub const HANGUP_TO_KILL: Duration = Duration::from_secs(10);
+
+/// A pseudo-terminal: the shim keeps the master, the job gets the slave.
+pub struct Pty {
+    pub master: OwnedFd,
+    pub slave: OwnedFd,
+}
+
+/// Opens a pseudo-terminal whose slave side belongs to `owner` (as a login's
+/// does), so that the job may reopen it by name.
+pub fn open_pty(owner: Option<&Ids>) -> std::io::Result<Pty> {
+    use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, unlockpt};
+    let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+    let master = openpt(flags)?;
+    grantpt(&master)?;
+    unlockpt(&master)?;
+    let slave = ioctl_tiocgptpeer(&master, flags)?;
+    if let Some(ids) = owner {
+        use rustix::fs::{Gid, Uid};
+        rustix::fs::fchown(&slave, Some(Uid::from_raw(ids.uid)), Some(Gid::from_raw(ids.gid)))?;
+    }
+    Ok(Pty { master, slave })
+}
+
+/// Listens on the session's socket in `dir`, for the agent only.
+pub fn listen(dir: &Path) -> std::io::Result<UnixListener> {
+    let path = dir.join(SOCKET);
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot listen on {} for the terminal's clients: {e}", path.display()))
+    })?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// The first client, if one connects within `grace`.
+pub fn first_client(listener: &UnixListener, grace: Duration) -> std::io::Result<Option<UnixStream>> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let deadline = Instant::now() + grace;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let timeout = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
+        let mut fds = [PollFd::new(listener, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => return Ok(None),
+            Ok(_) => return listener.accept().map(|(s, _)| Some(s)),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Applies a client's first frame before the command starts: its window
+/// size (the client sends it first) or early keystrokes, which the
+/// terminal keeps for the command.
+pub fn first_frame(client: &mut UnixStream, master: &OwnedFd) {
+    let _ = client.set_read_timeout(Some(Duration::from_secs(2)));
+    match read_frame(client) {
+        Ok(Some(Frame::Resize { rows, cols })) => resize(master, rows, cols),
+        Ok(Some(Frame::Input(bytes))) => {
+            if let Ok(fd) = master.try_clone() {
+                let _ = File::from(fd).write_all(&bytes);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn resize(master: &OwnedFd, rows: u16, cols: u16) {
+    let size = rustix::termios::Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+    let _ = rustix::termios::tcsetwinsize(master, size);
+}
+
+/// One session: who is attached, what they missed, and whether the job ended.
+pub struct Session {
+    state: Mutex<State>,
+    changed: Condvar,
+    /// The terminal's master side, for keystrokes and window sizes.
+    master: OwnedFd,
+    grace: Duration,
+}
+
+#[derive(Default)]
+struct State {
+    /// The client attached now, numbered.
+    client: Option<(u64, UnixStream)>,
+    attached: u64,
+    ring: VecDeque<u8>,
+    /// Since when no client has been attached.
+    alone_since: Option<Instant>,
+    /// The command has ended.
+    done: bool,
+    /// The session hung up for want of a client.
+    hung_up: bool,
+}
+
+impl Session {
+    /// A session whose first client is `first`.
+    pub fn start(master: OwnedFd, first: UnixStream, grace: Duration) -> Arc<Session> {
+        let session = Arc::new(Session { state: Mutex::default(), changed: Condvar::new(), master, grace });
+        session.attach(first);
+        session
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes new clients from `listener` for the rest of the shim's life.
+    pub fn serve(self: &Arc<Self>, listener: UnixListener) -> std::io::Result<()> {
+        let me = Arc::clone(self);
+        std::thread::Builder::new().name("tty-accept".into()).spawn(move || {
+            for stream in listener.incoming().flatten() {
+                me.attach(stream);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Hangs the job up once it has had no client for the grace period
+    /// (`job_pid` is its process group); returns when the job has ended.
+    pub fn watch(self: &Arc<Self>, job_pid: i32) -> std::io::Result<()> {
+        let me = Arc::clone(self);
+        std::thread::Builder::new().name("tty-watch".into()).spawn(move || me.hang_up_when_alone(job_pid))?;
+        Ok(())
+    }
+
+    fn hang_up_when_alone(&self, job_pid: i32) {
+        let mut st = self.lock();
+        loop {
+            if st.done {
+                return;
+            }
+            let Some(since) = st.alone_since else {
+                st = self.changed.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+                continue;
+            };
+            let left = self.grace.saturating_sub(since.elapsed());
+            if !left.is_zero() {
+                st = self.changed.wait_timeout(st, left).unwrap_or_else(std::sync::PoisonError::into_inner).0;
+                continue;
+            }
+            st.hung_up = true;
+            drop(st);
+            let Some(pgid) = Pid::from_raw(job_pid) else { return };
+            let _ = kill_process_group(pgid, Signal::HUP);
+            let st = self.lock();
+            let (st, _) = self
+                .changed
+                .wait_timeout_while(st, HANGUP_TO_KILL, |s| !s.done)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !st.done {
+                let _ = kill_process_group(pgid, Signal::KILL);
+            }
+            return;
+        }
+    }
+
+    /// Why the session ended the job, if it did.
+    pub fn hung_up(&self) -> Option<String> {
+        self.lock().hung_up.then(|| {
+            format!(
+                "no terminal was attached for {} s: the interactive session ended (`gpool attach` within that time keeps it)",
+                self.grace.as_secs()
+            )
+        })
+    }
+
+    /// A new client takes the session over.
+    fn attach(self: &Arc<Self>, stream: UnixStream) {
+        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        let _ = stream.set_read_timeout(Some(SILENCE));
+        let Ok(reader) = stream.try_clone() else { return };
+        let mut st = self.lock();
+        if st.done {
+            return;
+        }
+        if let Some((_, mut old)) = st.client.take() {
+            let _ = old.write_all(&Frame::Notice("another client attached to this session".into()).encode());
+            let _ = old.shutdown(std::net::Shutdown::Both);
+        }
+        let mut stream = stream;
+        let (front, back) = st.ring.as_slices();
+        if !front.is_empty() || !back.is_empty() {
+            let replay = Frame::Output([front, back].concat()).encode();
+            if stream.write_all(&replay).is_err() {
+                st.alone_since.get_or_insert_with(Instant::now);
+                self.changed.notify_all();
+                return;
+            }
+        }
+        st.attached += 1;
+        let id = st.attached;
+        st.client = Some((id, stream));
+        st.alone_since = None;
+        self.changed.notify_all();
+        drop(st);
+        let me = Arc::clone(self);
+        let spawned = std::thread::Builder::new().name("tty-client".into()).spawn(move || me.read_client(id, reader));
+        if spawned.is_err() {
+            self.detach(id);
+        }
+    }
+
+    /// Carries one client's frames to the terminal until it goes.
+    fn read_client(&self, id: u64, mut from: UnixStream) {
+        let Ok(mut keys) = self.master.try_clone().map(File::from) else { return self.detach(id) };
+        loop {
+            match read_frame(&mut from) {
+                Ok(Some(Frame::Input(bytes))) => {
+                    if keys.write_all(&bytes).is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(Frame::Resize { rows, cols })) => resize(&self.master, rows, cols),
+                Ok(Some(_)) => {}
+                // Closed, silent too long, or not speaking frames.
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.detach(id);
+    }
+
+    /// Client `id` is gone (if it is still the one attached).
+    fn detach(&self, id: u64) {
+        let mut st = self.lock();
+        if st.client.as_ref().is_some_and(|(c, _)| *c == id) {
+            st.client = None;
+            st.alone_since = Some(Instant::now());
+            self.changed.notify_all();
+        }
+    }
+
+    /// What the job wrote: kept in the ring and sent to the client.
+    pub fn output(&self, bytes: &[u8]) {
+        let mut st = self.lock();
+        st.ring.extend(bytes);
+        let over = st.ring.len().saturating_sub(RING);
+        st.ring.drain(..over);
+        let failed = match st.client.as_mut() {
+            Some((_, c)) => c.write_all(&Frame::Output(bytes.to_vec()).encode()).is_err(),
+            None => false,
+        };
+        if failed && let Some((_, c)) = st.client.take() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+            st.alone_since = Some(Instant::now());
+            self.changed.notify_all();
+        }
+    }
+
+    /// The command ended: the client gets its status, the watch stops.
+    pub fn finish(&self, exit: ExitFrame) {
+        let mut st = self.lock();
+        st.done = true;
+        if let Some((_, mut c)) = st.client.take() {
+            let _ = c.write_all(&Frame::Exit(exit).encode());
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        self.changed.notify_all();
+    }
+}
+
+/// The terminal's output as a reader for the log's copier, which also goes
+/// to the session as it is read.
+pub struct Tee {
+    pub master: File,
+    pub session: Arc<Session>,
+}
+
+impl Read for Tee {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.master.read(buf)?;
+        if n > 0 {
+            self.session.output(&buf[..n]);
+        }
+        Ok(n)
+    }
+}
+
+/// Before an interactive job starts: its terminal, and its first client
+/// within `grace` (with that client's window size applied); or why it does
+/// not start.
+pub fn interactive(listener: &UnixListener, grace: Duration, owner: Option<&Ids>) -> Result<(Pty, UnixStream), String> {
+    let pty = open_pty(owner).map_err(|e| format!("cannot open a pseudo-terminal for the interactive job: {e}"))?;
+    match first_client(listener, grace) {
+        Ok(Some(mut first)) => {
+            first_frame(&mut first, &pty.master);
+            Ok((pty, first))
+        }
+        Ok(None) => Err(format!(
+            "no terminal attached within {} s of the start: the interactive session ended unused (`gpool run --pty` attaches at once)",
+            grace.as_secs()
+        )),
+        Err(e) => Err(format!("cannot take the interactive job's first client: {e}")),
+    }
+}
+
+/// A running interactive job's session and the copy of its output.
+pub struct Attended {
+    session: Arc<Session>,
+    copy: std::thread::JoinHandle<crate::node::output::Copied>,
+}
+
+impl Attended {
+    /// Serves the terminal of the job `job_pid` (its process group), which
+    /// runs on `pty`'s slave side (the shim's copy of which is closed here).
+    pub fn start(
+        pty: Pty,
+        first: UnixStream,
+        listener: UnixListener,
+        launch: &crate::protocol::Launch,
+        job_pid: i32,
+    ) -> std::io::Result<Attended> {
+        let Pty { master, slave } = pty;
+        // The job's copies only: the master reads end of file once the job and all it started are gone.
+        drop(slave);
+        let grace = Duration::from_millis(launch.tty_grace_ms.unwrap_or(0));
+        let session = Session::start(master.try_clone()?, first, grace);
+        session.serve(listener)?;
+        session.watch(job_pid)?;
+        let tee = Tee { master: File::from(master), session: Arc::clone(&session) };
+        let (log, limit) = (launch.stdout.clone(), launch.log_limit.unwrap_or(u64::MAX));
+        let copy = std::thread::Builder::new()
+            .name("tty-output".into())
+            .spawn(move || crate::node::output::copy_limited(tee, &log, limit))?;
+        Ok(Attended { session, copy })
+    }
+
+    /// Once the job and everything it started are gone: the rest of its
+    /// output to the log and the client, then its status to the client.
+    /// Returns why the session ended the job, if it did.
+    pub fn finish(self, dir: &Path, status: &std::process::ExitStatus) -> Option<String> {
+        use std::os::unix::process::ExitStatusExt as _;
+        if let Ok(copied) = self.copy.join()
+            && let Some(e) = copied.error
+        {
+            eprintln!("gpool shim {}: terminal output lost: {e}", dir.display());
+        }
+        let hung_up = self.session.hung_up();
+        self.session.finish(ExitFrame { code: status.code(), signal: status.signal(), error: hung_up.clone() });
+        let _ = std::fs::remove_file(dir.join(SOCKET));
+        hung_up
+    }
+}
