@@ -149,6 +149,9 @@ pub struct AttachView {
     pub node: String,
     /// How long the job outlives its last client, in seconds.
     pub detach_grace_s: u64,
+    /// Where the service proxy serves the ports the job exposes (`--expose`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exposed: Vec<String>,
 }
 
 #[cfg(test)]

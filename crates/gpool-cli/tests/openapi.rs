@@ -123,6 +123,14 @@ fn live_answers_validate_against_the_openapi_document() {
     let (status, _) = call("POST", &format!("/api/v1/jobs/{id}/profile?seconds=1"), None);
     assert_eq!(status, 422);
     call("GET", &format!("/api/v1/jobs/{id}/profile"), None);
+    // Interactive sessions: opened on a job with a terminal, refused (409) on one without, 404 on none.
+    let (_, tty) = call("POST", "/api/v1/jobs", Some(&json!({"command": "sh", "interactive": {"detachGrace": "5s"}})));
+    let tty = tty["ids"][0].as_u64().unwrap_or_else(|| panic!("{tty}"));
+    d.until(&format!("/api/v1/jobs/{tty}"), Duration::from_secs(30), |j| j["state"] == "running");
+    let (status, session) = call("POST", &format!("/api/v1/jobs/{tty}/attach"), None);
+    assert_eq!(status, 200, "{session}");
+    call("POST", &format!("/api/v1/jobs/{id}/attach"), None);
+    call("POST", "/api/v1/jobs/999999/attach", None);
     call("GET", "/api/v1/nodes", None);
     let node = d.get("/api/v1/nodes")[0]["name"].as_str().unwrap_or_default().to_string();
     call("POST", &format!("/api/v1/nodes/{node}/drain"), None);

@@ -36,6 +36,9 @@ fn spec_like() -> impl Strategy<Value = String> {
         "preemptible",
         "onNodeFailure",
         "onStraggler",
+        "interactive",
+        "detachGrace",
+        "expose",
         "gpuModel",
         "required",
         "key",
@@ -98,6 +101,19 @@ proptest! {
     #[test]
     fn the_spec_parser_never_panics_on_spec_like_text(body in spec_like()) {
         check(body.as_bytes());
+    }
+
+    /// An interactive session's frames, as the shim reads a client's: any
+    /// bytes end in frames, a clean end, or an error; never a panic, and a
+    /// frame read again from its encoding is the same frame.
+    #[test]
+    fn terminal_frames_never_panic_and_round_trip(body in prop::collection::vec(any::<u8>(), 0..512)) {
+        use gpool_api::terminal::read_frame;
+        let mut r = &body[..];
+        while let Ok(Some(frame)) = read_frame(&mut r) {
+            let again = frame.encode();
+            prop_assert_eq!(read_frame(&mut &again[..]).ok().flatten(), Some(frame));
+        }
     }
 
     #[test]

@@ -202,7 +202,8 @@ fn fake_node(sh: Arc<Shared>, i: usize, gpus: u32, speed: f64) {
                         | wire::Command::Prefetch { .. }
                         | wire::Command::InjectFault { .. }
                         | wire::Command::CheckHealth { .. }
-                        | wire::Command::Profile { .. } => {}
+                        | wire::Command::Profile { .. }
+                        | wire::Command::Attach { .. } => {}
                     }
                 }
             }

@@ -199,6 +199,9 @@ fn session(client: &Client, id: u64) -> anyhow::Result<()> {
             view.node, view.detach_grace_s
         );
     }
+    for url in &view.exposed {
+        eprintln!("gpool: exposed at {url}");
+    }
     let (body, ours) = UnixStream::pair().context("a pipe for the keystrokes")?;
     let keys = Keys(Arc::new(Mutex::new(ours)));
     let detached = Arc::new(AtomicBool::new(false));

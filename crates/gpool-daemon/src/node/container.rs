@@ -254,6 +254,10 @@ impl Runtime {
         push(&["--name", c.name, "--label", &format!("gpool.job={}", c.job), "--network", "host"]);
         let pull = if c.pull_always { "always" } else { "missing" };
         push(&["--sig-proxy=true", "--pull", pull]);
+        // An interactive job (`terminal.rs`): the runtime relays the shim's terminal to one in the container.
+        if launch.tty_grace_ms.is_some() {
+            push(&["--interactive", "--tty"]);
+        }
         // Without privilege (Kubernetes' restricted profile): nothing in the
         // image, a setuid program included, can raise the job's rights, and it
         // holds no capability; the runtime's default seccomp profile stays.
@@ -518,6 +522,9 @@ mod tests {
         let filed = ContainerJob { env_file: Some(Path::new("/run/job-7/container.env")), ..c };
         let argv = no_cdi.wrap(&launch, &filed).join(" ");
         assert!(argv.contains("--env-file /run/job-7/container.env"), "{argv}");
+        assert!(!argv.contains("--tty"), "a batch job has no terminal: {argv}");
+        let interactive = Launch { tty_grace_ms: Some(60_000), ..launch.clone() };
+        assert!(no_cdi.wrap(&interactive, &c).join(" ").contains("--interactive --tty"));
         assert!(!argv.contains("CUDA_VISIBLE_DEVICES=GPU-a"), "no variable on the command line: {argv}");
         assert_eq!(Runtime::detect("none", Vec::new()), Ok(None));
         // Issue 40, point 2: an AMD GPU goes in as its files, with their groups, and no NVIDIA flag.

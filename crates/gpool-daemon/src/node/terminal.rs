@@ -393,3 +393,42 @@ impl Attended {
         hung_up
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn next(s: &mut UnixStream) -> Frame {
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        read_frame(s).expect("a frame").expect("not the end")
+    }
+
+    #[test]
+    fn a_new_client_takes_over_and_sees_what_it_missed_and_the_last_gets_the_status() {
+        let pty = open_pty(None).expect("a pseudo-terminal");
+        let (mut a, a_shim) = UnixStream::pair().expect("pair");
+        let session = Session::start(pty.master, a_shim, Duration::from_secs(60));
+        session.output(b"prompt$ ");
+        assert_eq!(next(&mut a), Frame::Output(b"prompt$ ".to_vec()));
+        let (mut b, b_shim) = UnixStream::pair().expect("pair");
+        session.attach(b_shim);
+        assert!(matches!(next(&mut a), Frame::Notice(n) if n.contains("another client")), "the old client is told");
+        assert_eq!(next(&mut b), Frame::Output(b"prompt$ ".to_vec()), "the new one sees what it missed");
+        session.finish(ExitFrame { code: Some(7), ..Default::default() });
+        assert_eq!(next(&mut b), Frame::Exit(ExitFrame { code: Some(7), ..Default::default() }));
+        assert_eq!(session.hung_up(), None, "a client was there: nobody hung the job up");
+    }
+
+    #[test]
+    fn the_ring_keeps_only_the_last_bytes() {
+        let pty = open_pty(None).expect("a pseudo-terminal");
+        let (a, a_shim) = UnixStream::pair().expect("pair");
+        let session = Session::start(pty.master, a_shim, Duration::from_secs(60));
+        drop(a);
+        let big: Vec<u8> = (0..RING + 100).map(|i| (i % 251) as u8).collect();
+        session.output(&big);
+        let (mut b, b_shim) = UnixStream::pair().expect("pair");
+        session.attach(b_shim);
+        assert_eq!(next(&mut b), Frame::Output(big[100..].to_vec()));
+    }
+}

@@ -63,6 +63,7 @@ pub fn document() -> Value {
     generator.subschema_for::<api::telemetry::JobUsageView>();
     generator.subschema_for::<api::telemetry::AdviceView>();
     generator.subschema_for::<api::ProfileView>();
+    generator.subschema_for::<api::terminal::AttachView>();
     generator.subschema_for::<api::telemetry::AlertView>();
     generator.subschema_for::<api::Overview>();
     let schemas: serde_json::Map<String, Value> = generator.take_definitions(true);

@@ -338,8 +338,11 @@ impl Controller {
                 }
             }
             Call::Attach { id, session, reply } => {
-                match self.visible(&caller, id).and_then(|d| super::terminals::attach(&caller, &d, session, &self.snap))
-                {
+                let found = self.visible(&caller, id).and_then(|d| {
+                    let exposed = d.spec.expose.iter().filter_map(|p| self.services.exposed_url(id, *p)).collect();
+                    super::terminals::attach(&caller, &d, session, exposed, &self.snap)
+                });
+                match found {
                     Err(e) => self.reply(reply, Err(e)),
                     Ok((acts, view)) => {
                         self.act(acts, now);

@@ -77,14 +77,44 @@ impl World<'_> {
         let d = self.jobs.get(&job).filter(|d| d.state == api::JobState::Running)?;
         let run = d.run.as_ref()?;
         let port = run.port?;
-        let node = run.replicas.first()?;
-        let link = self.snap.node_id(&node.node).and_then(|id| self.links.get(&id))?;
-        let host = if link.is_local() { "127.0.0.1".to_string() } else { link.doc.addr.clone() };
-        Some(format!("{host}:{port}"))
+        Some(format!("{}:{port}", self.host_of(&run.replicas.first()?.node)?))
+    }
+
+    /// The address the proxy reaches a node at.
+    fn host_of(&self, node: &str) -> Option<String> {
+        let link = self.snap.node_id(node).and_then(|id| self.links.get(&id))?;
+        Some(if link.is_local() { "127.0.0.1".to_string() } else { link.doc.addr.clone() })
+    }
+
+    /// The ports running jobs expose (`--expose`), each a route of its own,
+    /// `job-ID-PORT`, to rank 0's node; ready once it answers on `/`.
+    fn exposed(&self) -> Vec<Route> {
+        let mut routes = Vec::new();
+        for d in self.jobs.values().filter(|d| !d.spec.expose.is_empty() && d.state == api::JobState::Running) {
+            let Some(host) = d.run.as_ref().and_then(|r| r.replicas.first()).and_then(|r| self.host_of(&r.node)) else {
+                continue;
+            };
+            routes.extend(d.spec.expose.iter().map(|port| Route {
+                name: exposed_name(d.id, *port),
+                readiness: "/".into(),
+                backends: vec![Backend { job: d.id, addr: format!("{host}:{port}"), draining: false }],
+            }));
+        }
+        routes
     }
 }
 
+/// The proxy's name for port `port` of job `job` (`/job-7-8888/`, host `job-7-8888.…`).
+pub(super) fn exposed_name(job: u64, port: u16) -> String {
+    format!("job-{job}-{port}")
+}
+
 impl Services {
+    /// Where the proxy serves port `port` of job `job`, if a proxy runs.
+    pub(super) fn exposed_url(&self, job: u64, port: u16) -> Option<String> {
+        self.proxy_url.as_ref().map(|u| format!("{u}/{}/", exposed_name(job, port)))
+    }
+
     /// Checks an applied spec against its name and this plane: the spec as
     /// it will be kept, its scaler's settings, and a replica's job spec (which
     /// the caller must be able to submit: the router checks it).
@@ -97,6 +127,12 @@ impl Services {
             return Err(ApiError::new(
                 400,
                 format!("name: the spec names {:?} but was applied as {name:?}", spec.name.as_deref().unwrap_or("")),
+            ));
+        }
+        if name.starts_with("job-") {
+            return Err(ApiError::new(
+                400,
+                format!("name {name:?}: names job-… are the proxy's for jobs' exposed ports"),
             ));
         }
         spec.name = Some(name.to_string());
@@ -479,10 +515,12 @@ impl Services {
         // Replicas start and stop in other rooms (the pass, lifecycle.rs): with any service, the
         // table is rebuilt each turn and sent only when it differs from the last one sent.
         let changed = std::mem::take(&mut self.routes_changed);
-        if !changed && self.by_name.is_empty() {
+        let exposed = world.exposed();
+        let published_any = self.published.as_ref().is_some_and(|r| !r.services.is_empty());
+        if !changed && self.by_name.is_empty() && exposed.is_empty() && !published_any {
             return None;
         }
-        let routes = Routes {
+        let mut routes = Routes {
             services: self
                 .by_name
                 .values()
@@ -501,6 +539,7 @@ impl Services {
                 })
                 .collect(),
         };
+        routes.services.extend(exposed);
         if self.published.as_deref() == Some(&routes) {
             return None;
         }

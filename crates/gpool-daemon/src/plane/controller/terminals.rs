@@ -20,10 +20,12 @@ use crate::protocol::ReplicaKey;
 
 /// Orders the node of interactive job `doc` to connect its terminal to
 /// `session`; what the caller is told, or why it may not attach.
+/// `exposed`: where the service proxy serves the job's `--expose`d ports.
 pub(super) fn attach(
     caller: &Caller,
     doc: &JobDoc,
     session: String,
+    exposed: Vec<String>,
     snap: &Snapshot,
 ) -> Result<(Acts, AttachView), ApiError> {
     let id = doc.id;
@@ -65,6 +67,6 @@ pub(super) fn attach(
     tracing::info!("{} attaches to job {id} on node {}", caller.user, replica.node);
     let mut acts = Acts::default();
     acts.order(node, Order::Attach { key, session: session.clone() });
-    let view = AttachView { job: id, session, node: replica.node.clone(), detach_grace_s: grace.as_secs() };
+    let view = AttachView { job: id, session, node: replica.node.clone(), detach_grace_s: grace.as_secs(), exposed };
     Ok((acts, view))
 }

@@ -61,4 +61,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/agent/v1/commands"),
     ("post", "/agent/v1/report"),
     ("post", "/agent/v1/logs"),
+    ("post", "/api/v1/jobs/{id}/attach"),
+    ("post", "/api/v1/terminals/{session}/input"),
+    ("get", "/api/v1/terminals/{session}/output"),
+    ("get", "/agent/v1/terminals/{session}/input"),
+    ("post", "/agent/v1/terminals/{session}/output"),
 ];
