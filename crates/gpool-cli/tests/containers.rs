@@ -208,6 +208,16 @@ fn jobs_run_in_their_image_end_with_its_exit_code_and_leave_no_container() {
     // A bad image reference is refused at submission, naming the field.
     let (code, v) = d.req("POST", "/api/v1/jobs", &d.token, Some(&json!({"command": ["true"], "image": "bad image"})));
     assert!(code == 400 && v.to_string().contains("image"), "{v}");
+
+    // An interactive job in its image: the runtime relays the job's terminal into the container.
+    let vars = [("GPOOL_SERVER", d.url.as_str()), ("GPOOL_TOKEN", d.token.as_str())];
+    let script = "cat /IMAGE; tty; read x; echo got=$x; exit 6";
+    let mut t = common::term::Term::spawn(&["run", "--pty", "--image", &image.0, "--", "sh", "-c", script], &vars);
+    t.expect("inside the image", Duration::from_secs(60));
+    t.keys(b"typed in\r");
+    assert_eq!(t.exit(Duration::from_secs(60)), Some(6), "{}", t.text());
+    let screen = t.text();
+    assert!(screen.contains("/dev/pts/") && screen.contains("got=typed in"), "{screen}");
 }
 
 fn after_a_kill_9_of_the_daemon_its_container_jobs_go_on_and_none_is_orphaned() {

@@ -14,6 +14,7 @@ pub mod image;
 /// The chaos suite's cuttable TCP proxy, shared rather than copied.
 #[path = "../../../gpool-devtools/src/chaos/proxy.rs"]
 pub mod proxy;
+pub mod term;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_gpool");
 
