@@ -141,12 +141,13 @@ fn gpool_run_prints_the_jobs_output_and_exits_with_its_status() {
     assert_eq!(code, Some(7), "{out}{err}");
     assert!(out.starts_with("gpus=") && out.trim().len() > "gpus=".len(), "{out}");
     assert!(err.contains("submitted; waiting") && err.contains("oops"), "{err}");
-    let (code, _, err) = d.cli_code(&["run", "--pty", "--", "bash"]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("not in gpool yet"), "{err}");
+    // With no terminal here (standard input at its end), the job's terminal reads its end of input.
+    let (code, out, err) = d.cli_code(&["run", "--pty", "--", "sh", "-c", "cat; echo after-eof; exit 4"]);
+    assert_eq!(code, Some(4), "{out}{err}");
+    assert!(out.contains("after-eof"), "{out}");
     let (_, _, err) = d.cli_code(&["run", "--array", "0-3", "--", "true"]);
     assert!(err.contains("nothing was submitted"), "{err}");
-    assert_eq!(d.get("/api/v1/jobs")["jobs"].as_array().map(Vec::len), Some(1), "only the first run's job");
+    assert_eq!(d.get("/api/v1/jobs")["jobs"].as_array().map(Vec::len), Some(2), "only the two runs' jobs");
 }
 
 /// `gpool acct` (sacct): the jobs that ended in the period with elapsed,

@@ -274,15 +274,25 @@ fn show_output(client: &Client, session: &str) -> anyhow::Result<Option<api::ter
     }
 }
 
-/// Keystrokes from standard input, until `~.` or its end.
+/// Keystrokes from standard input, until `~.` or its end. Standard input
+/// that is not a terminal (`< script`, `/dev/null`) ends with the terminal's
+/// end-of-input character, as ssh sends it, so the job reads its end too.
 fn spawn_keys(keys: Keys, detached: Arc<AtomicBool>) -> std::io::Result<()> {
+    let tty = rustix::termios::isatty(std::io::stdin());
     std::thread::Builder::new().name("keys".into()).spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut escape = Escape::default();
         let mut buf = [0u8; 4096];
         loop {
             let n = match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => {
+                    if !tty {
+                        // The first ends a last line without its newline (or is the end
+                        // itself at a line's start); the second is the end for whoever reads next.
+                        let _ = keys.send(&Frame::Input(b"\x04\x04".to_vec()));
+                    }
+                    return;
+                }
                 Ok(n) => n,
             };
             let (send, detach) = escape.filter(&buf[..n]);
