@@ -23,6 +23,10 @@ containers=()
 command -v podman >/dev/null 2>&1 || containers+=(podman)
 command -v runc >/dev/null 2>&1 || containers+=(runc)
 command -v busybox >/dev/null 2>&1 || containers+=(busybox-static)
+# docker (its own dockerd, started by tests/docker.rs) and a password-protected registry for the authenticated pull.
+command -v dockerd >/dev/null 2>&1 && [ -x /usr/bin/docker ] || containers+=(docker.io)
+command -v docker-registry >/dev/null 2>&1 || containers+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || containers+=(apache2-utils)
 # Chromium runs the dashboard's browser tests (tests/dashboard.rs drives it over the DevTools Protocol).
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
 sudo=""
