@@ -87,10 +87,27 @@ impl Drop for Dockerd {
         for id in String::from_utf8_lossy(&ids.stdout).lines() {
             let _ = self.docker(&["rm", "-f", id]);
         }
+        // Stopped, not killed, so that it unmounts its data root and network namespace itself.
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // vfs layers may hold mounts for a moment; what cannot go now is left in /tmp.
-        let _ = Command::new("umount").arg("-R").arg(self.dir.join("exec")).output();
+        // What it left mounted (its network namespace's file), deepest first.
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let mut left: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| Path::new(m).starts_with(&self.dir))
+            .collect();
+        left.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in left {
+            let _ = Command::new("umount").arg(m).output();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -212,5 +229,7 @@ fn docker_runs_jobs_in_images_and_a_login_pulls_from_a_private_registry() {
     // The login never reaches the job's environment or the node's own docker configuration.
     let (_, shown, _) = d.cli(&["show", &id.to_string(), "-o", "json"]);
     assert!(!shown.contains("s3cret"), "{shown}");
-    assert!(!std::fs::read_to_string(docker.dir.join("client/config.json")).unwrap_or_default().contains(&registry.addr));
+    assert!(
+        !std::fs::read_to_string(docker.dir.join("client/config.json")).unwrap_or_default().contains(&registry.addr)
+    );
 }
