@@ -171,3 +171,25 @@ fn an_interactive_jobs_exposed_port_is_served_by_the_proxy() {
     t.keys(b"\x03");
     assert_ne!(t.exit(LIMIT), Some(0), "Ctrl-C stops it: {}", t.text());
 }
+
+#[test]
+fn a_session_rides_out_a_restart_of_the_daemon() {
+    let s = Scratch::new("pty-restart");
+    let data = s.0.join("data");
+    let mut d = Daemon::start(&data, "1xH100-80GB", &[]);
+    let vars = local(&d);
+    let script = "echo ready; while read x; do echo got=$x; [ \"$x\" = q ] && exit 5; done";
+    let mut t = Term::spawn(&["run", "--gpus", "1", "--pty", "--", "sh", "-c", script], &env(&vars));
+    t.expect("ready", LIMIT);
+    t.keys(b"one\r");
+    t.expect("got=one", LIMIT);
+    // kill -9 of the control plane and its agent: the shim keeps the job and its terminal.
+    d.kill9();
+    t.expect("was lost", LIMIT);
+    let _d = Daemon::start(&data, "1xH100-80GB", &[]);
+    t.expect("attached again to job 1", LIMIT);
+    t.keys(b"two\r");
+    t.expect("got=two", LIMIT);
+    t.keys(b"q\r");
+    assert_eq!(t.exit(LIMIT), Some(5), "the same job, to its end: {}", t.text());
+}

@@ -175,23 +175,62 @@ impl Escape {
     }
 }
 
-/// Frames to the job, from several threads, in whole frames.
+/// Frames to the job, from several threads, in whole frames, into the
+/// current connection's input stream (a new one after a reconnection; what
+/// was typed while none was open is lost, as on a dropped ssh link).
 #[derive(Clone)]
-struct Keys(Arc<Mutex<UnixStream>>);
+struct Keys {
+    pipe: Arc<Mutex<UnixStream>>,
+    closed: Arc<AtomicBool>,
+}
 
 impl Keys {
-    fn send(&self, f: &Frame) -> std::io::Result<()> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write_all(&f.encode())
+    /// The keys, and the first connection's input stream.
+    fn new() -> std::io::Result<(Keys, UnixStream)> {
+        let (body, ours) = UnixStream::pair()?;
+        Ok((Keys { pipe: Arc::new(Mutex::new(ours)), closed: Arc::default() }, body))
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, UnixStream> {
+        self.pipe.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn send(&self, f: &Frame) -> std::io::Result<()> {
+        self.lock().write_all(&f.encode())
+    }
+
+    /// Ends the current connection's input; returns the next one's.
+    fn renew(&self) -> std::io::Result<UnixStream> {
+        let (body, ours) = UnixStream::pair()?;
+        let old = std::mem::replace(&mut *self.lock(), ours);
+        let _ = old.shutdown(std::net::Shutdown::Both);
+        Ok(body)
+    }
+
+    /// Ends the input for good (the session is over here).
     fn close(&self) {
-        let _ = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).shutdown(std::net::Shutdown::Both);
+        self.closed.store(true, Ordering::SeqCst);
+        let _ = self.lock().shutdown(std::net::Shutdown::Both);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
     }
 }
 
-/// Attaches to running interactive job `id` until it ends or this client detaches.
+/// How one connection of a session ended.
+enum Ended {
+    Exit(api::terminal::ExitFrame),
+    Detached,
+    /// The job ended while no connection was open.
+    Job(Box<api::JobView>),
+}
+
+/// Attaches to running interactive job `id` until it ends or this client
+/// detaches; a connection lost meanwhile (the control plane or the node's
+/// agent restarted, a standby took over) is opened again within the job's grace.
 fn session(client: &Client, id: u64) -> anyhow::Result<()> {
-    let view: AttachView = client.post_empty(&format!("/jobs/{id}/attach"))?;
+    let mut view: AttachView = client.post_empty(&format!("/jobs/{id}/attach"))?;
     let tty = rustix::termios::isatty(std::io::stdin());
     if tty {
         eprintln!(
@@ -202,58 +241,97 @@ fn session(client: &Client, id: u64) -> anyhow::Result<()> {
     for url in &view.exposed {
         eprintln!("gpool: exposed at {url}");
     }
-    let (body, ours) = UnixStream::pair().context("a pipe for the keystrokes")?;
-    let keys = Keys(Arc::new(Mutex::new(ours)));
+    let (keys, mut body) = Keys::new().context("a pipe for the keystrokes")?;
     let detached = Arc::new(AtomicBool::new(false));
-    if let Some(size) = window() {
-        keys.send(&size)?;
-    }
     let raw = Raw::enter();
-    std::thread::scope(|s| -> anyhow::Result<()> {
-        let input = format!("/terminals/{}/input", view.session);
-        s.spawn(move || client.post_reader(&input, body));
-        spawn_keys(keys.clone(), Arc::clone(&detached))?;
-        spawn_pings(keys.clone())?;
-        spawn_window(keys.clone())?;
-        let out = show_output(client, &view.session);
-        // Whatever ended the output ends the input, so the scope can end.
-        keys.close();
-        drop(raw);
+    spawn_keys(keys.clone(), Arc::clone(&detached))?;
+    spawn_pings(keys.clone())?;
+    spawn_window(keys.clone())?;
+    let ended = loop {
+        // Each connection starts with this window's size.
+        if let Some(size) = window() {
+            let _ = keys.send(&size);
+        }
+        let out = std::thread::scope(|s| -> anyhow::Result<_> {
+            let input = format!("/terminals/{}/input", view.session);
+            s.spawn(move || client.post_reader(&input, body));
+            let out = show_output(client, &view.session);
+            // Whatever ended the output ends this connection's input, so the scope can end.
+            Ok((out, keys.renew()?))
+        });
+        let (out, next) = match out {
+            Ok(o) => o,
+            Err(e) => break Err(e),
+        };
+        body = next;
         match out {
-            Ok(Some(exit)) => {
-                if let Some(why) = &exit.error {
-                    eprintln!("gpool: {why}");
+            Ok(Some(exit)) => break Ok(Ended::Exit(exit)),
+            _ if detached.load(Ordering::SeqCst) => break Ok(Ended::Detached),
+            lost => match rejoin(client, id, view.detach_grace_s, lost.err()) {
+                Ok(Rejoin::Attached(v)) => {
+                    eprint!("\r\n[gpool: attached again to job {id} on {}]\r\n", v.node);
+                    view = v;
                 }
-                match exit.status() {
-                    0 => Ok(()),
-                    code => Err(crate::verbs::wait::JobStatus {
-                        code,
-                        message: format!("job {id} ended with status {code}"),
-                    }
-                    .into()),
-                }
+                Ok(Rejoin::JobEnded(job)) => break Ok(Ended::Job(job)),
+                Err(e) => break Err(e),
+            },
+        }
+    };
+    keys.close();
+    drop(raw);
+    match ended? {
+        Ended::Exit(exit) => {
+            if let Some(why) = &exit.error {
+                eprintln!("gpool: {why}");
             }
-            _ if detached.load(Ordering::SeqCst) => {
-                eprintln!(
-                    "gpool: detached from job {id}; gpool attach {id} within {} s rejoins it, else it ends",
-                    view.detach_grace_s
-                );
-                Ok(())
-            }
-            out => {
-                // The stream ended without the job's status: ended meanwhile, or the connection broke.
-                let job: api::JobView = client.get(&format!("/jobs/{id}"))?;
-                if job.state.is_terminal() {
-                    return ended(&job);
+            match exit.status() {
+                0 => Ok(()),
+                code => {
+                    Err(crate::verbs::wait::JobStatus { code, message: format!("job {id} ended with status {code}") }
+                        .into())
                 }
-                let why = out.err().map_or_else(String::new, |e| format!(" ({e:#})"));
-                anyhow::bail!(
-                    "the connection to job {id}'s terminal was lost{why}; gpool attach {id} within {} s rejoins it",
-                    view.detach_grace_s
-                )
             }
         }
-    })
+        Ended::Detached => {
+            eprintln!(
+                "gpool: detached from job {id}; gpool attach {id} within {} s rejoins it, else it ends",
+                view.detach_grace_s
+            );
+            Ok(())
+        }
+        Ended::Job(job) => ended(&job),
+    }
+}
+
+enum Rejoin {
+    Attached(AttachView),
+    JobEnded(Box<api::JobView>),
+}
+
+/// After a connection broke without the job's status: the job's end, or a
+/// new session on it, tried each second for up to `grace_s` (the job lives
+/// that long with no client); else why not.
+fn rejoin(client: &Client, id: u64, grace_s: u64, why: Option<anyhow::Error>) -> anyhow::Result<Rejoin> {
+    let why = why.map_or_else(String::new, |e| format!(" ({e:#})"));
+    eprint!(
+        "\r\n[gpool: the connection to job {id}'s terminal was lost{why}; attaching again for up to {grace_s} s]\r\n"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(grace_s);
+    let mut last = String::new();
+    while std::time::Instant::now() < deadline {
+        match client.get::<api::JobView>(&format!("/jobs/{id}")) {
+            Ok(job) if job.state.is_terminal() => return Ok(Rejoin::JobEnded(Box::new(job))),
+            Ok(job) if job.state == api::JobState::Running => match client.post_empty(&format!("/jobs/{id}/attach")) {
+                Ok(v) => return Ok(Rejoin::Attached(v)),
+                Err(e) => last = format!("{e:#}"),
+            },
+            Ok(job) => last = format!("job {id} is {}", job.state.as_str()),
+            // The control plane is away (restarting, failing over): it comes back.
+            Err(e) => last = format!("{e:#}"),
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    anyhow::bail!("could not attach to job {id} again within {grace_s} s ({last}); gpool attach {id} tries once more")
 }
 
 /// Writes the job's output here until its exit frame (returned) or the stream's end.
@@ -296,8 +374,9 @@ fn spawn_keys(keys: Keys, detached: Arc<AtomicBool>) -> std::io::Result<()> {
                 Ok(n) => n,
             };
             let (send, detach) = escape.filter(&buf[..n]);
-            if !send.is_empty() && keys.send(&Frame::Input(send)).is_err() {
-                return;
+            // Keys typed while no connection is open are lost; the next connection takes the next ones.
+            if !send.is_empty() {
+                let _ = keys.send(&Frame::Input(send));
             }
             if detach {
                 detached.store(true, Ordering::SeqCst);
@@ -309,10 +388,11 @@ fn spawn_keys(keys: Keys, detached: Arc<AtomicBool>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A ping every [`PING_EVERY`], until the session's input is closed.
+/// A ping every [`PING_EVERY`], until the session is over here.
 fn spawn_pings(keys: Keys) -> std::io::Result<()> {
     std::thread::Builder::new().name("ping".into()).spawn(move || {
-        while keys.send(&Frame::Ping).is_ok() {
+        while !keys.is_closed() {
+            let _ = keys.send(&Frame::Ping);
             std::thread::sleep(PING_EVERY);
         }
     })?;
@@ -325,11 +405,9 @@ fn spawn_window(keys: Keys) -> std::io::Result<()> {
     signal_hook::low_level::pipe::register(signal_hook::consts::SIGWINCH, wake)?;
     std::thread::Builder::new().name("window".into()).spawn(move || {
         let mut b = [0u8; 1];
-        while woken.read(&mut b).is_ok_and(|n| n > 0) {
-            if let Some(size) = window()
-                && keys.send(&size).is_err()
-            {
-                return;
+        while woken.read(&mut b).is_ok_and(|n| n > 0) && !keys.is_closed() {
+            if let Some(size) = window() {
+                let _ = keys.send(&size);
             }
         }
     })?;
