@@ -247,7 +247,7 @@ fn session(client: &Client, id: u64) -> anyhow::Result<()> {
     spawn_keys(keys.clone(), Arc::clone(&detached))?;
     spawn_pings(keys.clone())?;
     spawn_window(keys.clone())?;
-    let ended = loop {
+    let outcome = loop {
         // Each connection starts with this window's size.
         if let Some(size) = window() {
             let _ = keys.send(&size);
@@ -279,7 +279,7 @@ fn session(client: &Client, id: u64) -> anyhow::Result<()> {
     };
     keys.close();
     drop(raw);
-    match ended? {
+    match outcome? {
         Ended::Exit(exit) => {
             if let Some(why) = &exit.error {
                 eprintln!("gpool: {why}");
