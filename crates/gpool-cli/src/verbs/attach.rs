@@ -243,15 +243,19 @@ fn session(client: &Client, id: u64) -> anyhow::Result<()> {
     }
     let (keys, mut body) = Keys::new().context("a pipe for the keystrokes")?;
     let detached = Arc::new(AtomicBool::new(false));
+    // Each connection starts with this window's size (before any ping), which
+    // the first one's job starts at.
+    let first_size = || {
+        if let Some(size) = window() {
+            let _ = keys.send(&size);
+        }
+    };
+    first_size();
     let raw = Raw::enter();
     spawn_keys(keys.clone(), Arc::clone(&detached))?;
     spawn_pings(keys.clone())?;
     spawn_window(keys.clone())?;
     let outcome = loop {
-        // Each connection starts with this window's size.
-        if let Some(size) = window() {
-            let _ = keys.send(&size);
-        }
         let out = std::thread::scope(|s| -> anyhow::Result<_> {
             let input = format!("/terminals/{}/input", view.session);
             s.spawn(move || client.post_reader(&input, body));
@@ -271,6 +275,7 @@ fn session(client: &Client, id: u64) -> anyhow::Result<()> {
                 Ok(Rejoin::Attached(v)) => {
                     eprint!("\r\n[gpool: attached again to job {id} on {}]\r\n", v.node);
                     view = v;
+                    first_size();
                 }
                 Ok(Rejoin::JobEnded(job)) => break Ok(Ended::Job(job)),
                 Err(e) => break Err(e),

@@ -101,19 +101,23 @@ pub fn first_client(listener: &UnixListener, grace: Duration) -> std::io::Result
     }
 }
 
-/// Applies a client's first frame before the command starts: its window
-/// size (the client sends it first) or early keystrokes, which the
-/// terminal keeps for the command.
+/// Applies a client's first frames before the command starts, up to its
+/// window size (the client sends it first) or its first keystrokes, which
+/// the terminal keeps for the command; pings are skipped. Waits at most 2 s.
 pub fn first_frame(client: &mut UnixStream, master: &OwnedFd) {
     let _ = client.set_read_timeout(Some(Duration::from_secs(2)));
-    match read_frame(client) {
-        Ok(Some(Frame::Resize { rows, cols })) => resize(master, rows, cols),
-        Ok(Some(Frame::Input(bytes))) => {
-            if let Ok(fd) = master.try_clone() {
-                let _ = File::from(fd).write_all(&bytes);
+    loop {
+        match read_frame(client) {
+            Ok(Some(Frame::Resize { rows, cols })) => return resize(master, rows, cols),
+            Ok(Some(Frame::Input(bytes))) => {
+                if let Ok(fd) = master.try_clone() {
+                    let _ = File::from(fd).write_all(&bytes);
+                }
+                return;
             }
+            Ok(Some(_)) => {}
+            _ => return,
         }
-        _ => {}
     }
 }
 
