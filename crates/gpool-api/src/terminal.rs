@@ -29,6 +29,9 @@ pub enum Frame {
     Notice(String),
     /// Job → client: the command ended; the last frame of a session.
     Exit(ExitFrame),
+    /// Job → client: another client took the session over; this one is
+    /// detached (and must not take it back by itself).
+    TakenOver,
 }
 
 /// How the command of an interactive job ended.
@@ -74,6 +77,7 @@ impl Frame {
             Frame::Output(_) => b'o',
             Frame::Notice(_) => b'n',
             Frame::Exit(_) => b'x',
+            Frame::TakenOver => b't',
         }
     }
 
@@ -82,7 +86,7 @@ impl Frame {
         let payload: std::borrow::Cow<'_, [u8]> = match self {
             Frame::Input(b) | Frame::Output(b) => b.as_slice().into(),
             Frame::Resize { rows, cols } => [rows.to_be_bytes(), cols.to_be_bytes()].concat().into(),
-            Frame::Ping => (&[][..]).into(),
+            Frame::Ping | Frame::TakenOver => (&[][..]).into(),
             Frame::Notice(s) => s.as_bytes().into(),
             Frame::Exit(e) => serde_json::to_vec(e).unwrap_or_default().into(),
         };
@@ -98,6 +102,7 @@ impl Frame {
             b'i' => Frame::Input(payload.to_vec()),
             b'o' => Frame::Output(payload.to_vec()),
             b'p' => Frame::Ping,
+            b't' => Frame::TakenOver,
             b'w' => match payload {
                 [r0, r1, c0, c1] => {
                     Frame::Resize { rows: u16::from_be_bytes([*r0, *r1]), cols: u16::from_be_bytes([*c0, *c1]) }
@@ -165,7 +170,8 @@ mod tests {
             Frame::Input(b"ls\r\x03".to_vec()),
             Frame::Ping,
             Frame::Output(vec![0, 255, 27, b'[']),
-            Frame::Notice("another client attached".into()),
+            Frame::Notice("the job's node restarts".into()),
+            Frame::TakenOver,
             Frame::Exit(ExitFrame { code: Some(7), signal: None, error: None }),
         ];
         let bytes: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();

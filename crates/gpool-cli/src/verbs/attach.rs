@@ -218,10 +218,19 @@ impl Keys {
     }
 }
 
-/// How one connection of a session ended.
+/// How the output of one connection ended.
+enum Shown {
+    Exit(api::terminal::ExitFrame),
+    TakenOver,
+    /// The stream ended without a word: the connection broke.
+    Ended,
+}
+
+/// How a session ended here.
 enum Ended {
     Exit(api::terminal::ExitFrame),
     Detached,
+    TakenOver,
     /// The job ended while no connection was open.
     Job(Box<api::JobView>),
 }
@@ -269,7 +278,9 @@ fn session(client: &Client, id: u64) -> anyhow::Result<()> {
         };
         body = next;
         match out {
-            Ok(Some(exit)) => break Ok(Ended::Exit(exit)),
+            Ok(Shown::Exit(exit)) => break Ok(Ended::Exit(exit)),
+            // Not taken back: the two clients would take it from each other forever.
+            Ok(Shown::TakenOver) => break Ok(Ended::TakenOver),
             _ if detached.load(Ordering::SeqCst) => break Ok(Ended::Detached),
             lost => match rejoin(client, id, view.detach_grace_s, lost.err()) {
                 Ok(Rejoin::Attached(v)) => {
@@ -302,6 +313,10 @@ fn session(client: &Client, id: u64) -> anyhow::Result<()> {
                 "gpool: detached from job {id}; gpool attach {id} within {} s rejoins it, else it ends",
                 view.detach_grace_s
             );
+            Ok(())
+        }
+        Ended::TakenOver => {
+            eprintln!("gpool: another client attached to job {id}; this one is detached");
             Ok(())
         }
         Ended::Job(job) => ended(&job),
@@ -340,18 +355,19 @@ fn rejoin(client: &Client, id: u64, grace_s: u64, why: Option<anyhow::Error>) ->
 }
 
 /// Writes the job's output here until its exit frame (returned) or the stream's end.
-fn show_output(client: &Client, session: &str) -> anyhow::Result<Option<api::terminal::ExitFrame>> {
+fn show_output(client: &Client, session: &str) -> anyhow::Result<Shown> {
     let mut from = client.reader(&format!("/terminals/{session}/output"))?;
     let mut out = std::io::stdout().lock();
     loop {
         match read_frame(&mut from)? {
-            None => return Ok(None),
+            None => return Ok(Shown::Ended),
             Some(Frame::Output(bytes)) => {
                 out.write_all(&bytes)?;
                 out.flush()?;
             }
             Some(Frame::Notice(text)) => eprint!("\r\n[{text}]\r\n"),
-            Some(Frame::Exit(exit)) => return Ok(Some(exit)),
+            Some(Frame::Exit(exit)) => return Ok(Shown::Exit(exit)),
+            Some(Frame::TakenOver) => return Ok(Shown::TakenOver),
             Some(_) => {}
         }
     }

@@ -186,25 +186,30 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         Ok(g) => g,
         Err(e) => return exit_now(Some(127), format!("cannot confine the job with control groups: {e}"), false),
     };
+    // An interactive job starts once its first client is here, on a terminal;
+    // a kill while it waits (`ABANDONED`) or its lease running out ends the wait.
+    let tty = match (&listener, launch.tty_grace_ms) {
+        (Some(l), Some(ms)) => {
+            let stop = || too_late(dir, &launch);
+            match interactive(l, Duration::from_millis(ms), launch.run_as.as_ref(), stop) {
+                Ok(tty) => Some(tty),
+                Err(why) => {
+                    if let Some(g) = groups {
+                        g.kill_all_and_remove();
+                    }
+                    let fenced = too_late(dir, &launch).is_some();
+                    return exit_now(None, why, fenced);
+                }
+            }
+        }
+        _ => None,
+    };
     if let Some(why) = too_late(dir, &launch) {
         if let Some(g) = groups {
             g.kill_all_and_remove();
         }
         return exit_now(None, why, true);
     }
-    // An interactive job starts once its first client is here, on a terminal.
-    let tty = match (&listener, launch.tty_grace_ms) {
-        (Some(l), Some(ms)) => match interactive(l, Duration::from_millis(ms), launch.run_as.as_ref()) {
-            Ok(tty) => Some(tty),
-            Err(why) => {
-                if let Some(g) = groups {
-                    g.kill_all_and_remove();
-                }
-                return exit_now(None, why, false);
-            }
-        },
-        _ => None,
-    };
     // The hand-over (`handover.rs`) joins the groups, drops to the job's
     // account and only then takes on the job's environment: nothing the shim
     // runs as root ever sees it.
@@ -240,9 +245,19 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     let job_pid = child.id() as i32;
     // The terminal's clients, its hang-up and its output's copy, from now on.
     let session = match (tty, listener) {
-        (Some((pty, first)), Some(listener)) => {
-            Some(Attended::start(pty, first, listener, &launch, job_pid).context("serve the terminal")?)
-        }
+        (Some((pty, first)), Some(listener)) => match Attended::start(pty, first, listener, &launch, job_pid) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                // Unattended it would run with no one to type into it: it ends, saying why.
+                if let Ok(mut f) = open_log(&launch.stderr) {
+                    let _ = writeln!(f, "gpool: cannot serve the job's terminal: {e}");
+                }
+                if let Some(pgid) = Pid::from_raw(job_pid) {
+                    let _ = kill_process_group(pgid, Signal::KILL);
+                }
+                None
+            }
+        },
         _ => None,
     };
     let copiers = match (launch.log_limit, child.stdout.take(), child.stderr.take()) {
@@ -276,9 +291,10 @@ fn run(dir: &Path) -> anyhow::Result<()> {
             eprintln!("gpool shim {}: output lost: {e}", dir.display());
         }
     }
-    let hung_up = session.and_then(|s| s.finish(dir, &status));
     let fenced_why = fenced.and_then(|f| f.fenced());
     let fenced = fenced_why.is_some();
+    let why_ended = failed.clone().or(fenced_why.clone()).or(oom.clone());
+    let hung_up = session.and_then(|s| s.finish(dir, &status, why_ended));
     let error = fenced_why.or(oom).or(hung_up).map(|why| {
         if let Ok(mut f) = open_log(&launch.stderr) {
             let _ = writeln!(f, "gpool: {why}");

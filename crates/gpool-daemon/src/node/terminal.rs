@@ -67,6 +67,8 @@ pub fn open_pty(owner: Option<&Ids>) -> std::io::Result<Pty> {
         use rustix::fs::{Gid, Uid};
         rustix::fs::fchown(&slave, Some(Uid::from_raw(ids.uid)), Some(Gid::from_raw(ids.gid)))?;
     }
+    // Only its owner may open it by name: no one else writes to the job's screen or holds its terminal open.
+    rustix::fs::fchmod(&slave, rustix::fs::Mode::from_raw_mode(0o600))?;
     Ok(Pty { master, slave })
 }
 
@@ -81,21 +83,37 @@ pub fn listen(dir: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// The first client, if one connects within `grace`.
-pub fn first_client(listener: &UnixListener, grace: Duration) -> std::io::Result<Option<UnixStream>> {
+/// How a wait for the first client ended.
+pub enum First {
+    Client(UnixStream),
+    /// None came within the grace.
+    None,
+    /// `stop` said why the job must not start (killed, or the lease ran out).
+    Stopped(String),
+}
+
+/// The first client, if one connects within `grace`; `stop` is asked each
+/// second whether the job may still start.
+pub fn first_client(
+    listener: &UnixListener,
+    grace: Duration,
+    stop: impl Fn() -> Option<String>,
+) -> std::io::Result<First> {
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
     let deadline = Instant::now() + grace;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        if let Some(why) = stop() {
+            return Ok(First::Stopped(why));
+        }
+        let left = deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
         if left.is_zero() {
-            return Ok(None);
+            return Ok(First::None);
         }
         let timeout = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
         let mut fds = [PollFd::new(listener, PollFlags::IN)];
         match poll(&mut fds, Some(&timeout)) {
-            Ok(0) => return Ok(None),
-            Ok(_) => return listener.accept().map(|(s, _)| Some(s)),
-            Err(rustix::io::Errno::INTR) => {}
+            Ok(0) | Err(rustix::io::Errno::INTR) => {}
+            Ok(_) => return listener.accept().map(|(s, _)| First::Client(s)),
             Err(e) => return Err(e.into()),
         }
     }
@@ -231,7 +249,7 @@ impl Session {
             return;
         }
         if let Some((_, mut old)) = st.client.take() {
-            let _ = old.write_all(&Frame::Notice("another client attached to this session".into()).encode());
+            let _ = old.write_all(&Frame::TakenOver.encode());
             let _ = old.shutdown(std::net::Shutdown::Both);
         }
         let mut stream = stream;
@@ -335,14 +353,20 @@ impl Read for Tee {
 /// Before an interactive job starts: its terminal, and its first client
 /// within `grace` (with that client's window size applied); or why it does
 /// not start.
-pub fn interactive(listener: &UnixListener, grace: Duration, owner: Option<&Ids>) -> Result<(Pty, UnixStream), String> {
+pub fn interactive(
+    listener: &UnixListener,
+    grace: Duration,
+    owner: Option<&Ids>,
+    stop: impl Fn() -> Option<String>,
+) -> Result<(Pty, UnixStream), String> {
     let pty = open_pty(owner).map_err(|e| format!("cannot open a pseudo-terminal for the interactive job: {e}"))?;
-    match first_client(listener, grace) {
-        Ok(Some(mut first)) => {
+    match first_client(listener, grace, stop) {
+        Ok(First::Client(mut first)) => {
             first_frame(&mut first, &pty.master);
             Ok((pty, first))
         }
-        Ok(None) => Err(format!(
+        Ok(First::Stopped(why)) => Err(why),
+        Ok(First::None) => Err(format!(
             "no terminal attached within {} s of the start: the interactive session ended unused (`gpool run --pty` attaches at once)",
             grace.as_secs()
         )),
@@ -350,10 +374,14 @@ pub fn interactive(listener: &UnixListener, grace: Duration, owner: Option<&Ids>
     }
 }
 
+/// How long the end of a job's output may take once the job is gone (a
+/// process outside it holding the terminal open would hold it forever).
+pub const OUTPUT_DRAIN: Duration = Duration::from_secs(5);
+
 /// A running interactive job's session and the copy of its output.
 pub struct Attended {
     session: Arc<Session>,
-    copy: std::thread::JoinHandle<crate::node::output::Copied>,
+    copied: std::sync::mpsc::Receiver<crate::node::output::Copied>,
 }
 
 impl Attended {
@@ -375,24 +403,32 @@ impl Attended {
         session.watch(job_pid)?;
         let tee = Tee { master: File::from(master), session: Arc::clone(&session) };
         let (log, limit) = (launch.stdout.clone(), launch.log_limit.unwrap_or(u64::MAX));
-        let copy = std::thread::Builder::new()
-            .name("tty-output".into())
-            .spawn(move || crate::node::output::copy_limited(tee, &log, limit))?;
-        Ok(Attended { session, copy })
+        let (done, copied) = std::sync::mpsc::channel();
+        std::thread::Builder::new().name("tty-output".into()).spawn(move || {
+            let _ = done.send(crate::node::output::copy_limited(tee, &log, limit));
+        })?;
+        Ok(Attended { session, copied })
     }
 
     /// Once the job and everything it started are gone: the rest of its
-    /// output to the log and the client, then its status to the client.
+    /// output to the log and the client (for at most [`OUTPUT_DRAIN`]), then
+    /// its status to the client, with `why` gpool ended it if it did.
     /// Returns why the session ended the job, if it did.
-    pub fn finish(self, dir: &Path, status: &std::process::ExitStatus) -> Option<String> {
+    pub fn finish(self, dir: &Path, status: &std::process::ExitStatus, why: Option<String>) -> Option<String> {
         use std::os::unix::process::ExitStatusExt as _;
-        if let Ok(copied) = self.copy.join()
-            && let Some(e) = copied.error
-        {
-            eprintln!("gpool shim {}: terminal output lost: {e}", dir.display());
+        match self.copied.recv_timeout(OUTPUT_DRAIN) {
+            Ok(copied) => {
+                if let Some(e) = copied.error {
+                    eprintln!("gpool shim {}: terminal output lost: {e}", dir.display());
+                }
+            }
+            Err(_) => {
+                eprintln!("gpool shim {}: the terminal is still held open; its last output is lost", dir.display())
+            }
         }
         let hung_up = self.session.hung_up();
-        self.session.finish(ExitFrame { code: status.code(), signal: status.signal(), error: hung_up.clone() });
+        let error = why.or_else(|| hung_up.clone());
+        self.session.finish(ExitFrame { code: status.code(), signal: status.signal(), error });
         let _ = std::fs::remove_file(dir.join(SOCKET));
         hung_up
     }
@@ -416,7 +452,7 @@ mod tests {
         assert_eq!(next(&mut a), Frame::Output(b"prompt$ ".to_vec()));
         let (mut b, b_shim) = UnixStream::pair().expect("pair");
         session.attach(b_shim);
-        assert!(matches!(next(&mut a), Frame::Notice(n) if n.contains("another client")), "the old client is told");
+        assert_eq!(next(&mut a), Frame::TakenOver, "the old client is told");
         assert_eq!(next(&mut b), Frame::Output(b"prompt$ ".to_vec()), "the new one sees what it missed");
         session.finish(ExitFrame { code: Some(7), ..Default::default() });
         assert_eq!(next(&mut b), Frame::Exit(ExitFrame { code: Some(7), ..Default::default() }));

@@ -56,12 +56,25 @@ async fn attach(State(st): State<AppState>, who: Who, Path(id): Path<u64>) -> Re
     answer.map(Json)
 }
 
-/// Copies a request's body into `to` until either ends.
-async fn pump(body: Body, to: mpsc::Sender<Bytes>) {
+/// A client silent this long is gone: it pings every 5 s.
+const CLIENT_SILENT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Copies a request's body into `to` until either ends, or (with `silent`)
+/// the body has sent nothing for that long: a client whose link dropped
+/// without a FIN sends nothing more, and nothing else would end this.
+async fn pump(body: Body, to: mpsc::Sender<Bytes>, silent: Option<std::time::Duration>) {
     let mut chunks = body.into_data_stream();
-    while let Some(Ok(chunk)) = chunks.next().await {
-        if to.send(chunk).await.is_err() {
-            break;
+    loop {
+        let next = match silent {
+            Some(limit) => match tokio::time::timeout(limit, chunks.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+            None => chunks.next().await,
+        };
+        match next {
+            Some(Ok(chunk)) if to.send(chunk).await.is_ok() => {}
+            _ => break,
         }
     }
 }
@@ -81,7 +94,7 @@ async fn client_input(
     body: Body,
 ) -> Result<StatusCode> {
     let to = st.terminals.client_input(&session, &owner_of(&who.0)).map_err(refused)?;
-    pump(body, to).await;
+    pump(body, to, Some(CLIENT_SILENT)).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -120,7 +133,8 @@ async fn node_output(
     body: Body,
 ) -> Result<StatusCode> {
     node_may(&st, &who, &p, &session).await?;
+    // A job may print nothing for hours: the node's stream ends with the shim's connection.
     let to = st.terminals.node_output(&session).map_err(refused)?;
-    pump(body, to).await;
+    pump(body, to, None).await;
     Ok(StatusCode::NO_CONTENT)
 }
