@@ -81,8 +81,13 @@ fn detach_attach_and_a_vanished_client_end_the_session_after_its_grace() {
     // Another client joins, sees what it missed, and ends it.
     let mut second = Term::spawn(&["attach", "1"], &env(&vars));
     second.expect("got=a", LIMIT);
-    second.keys(b"q\r");
-    assert_eq!(second.exit(LIMIT), Some(5), "{}", second.text());
+    // A third takes it over: the second is told and leaves, without taking it back.
+    let mut third = Term::spawn(&["attach", "1"], &env(&vars));
+    third.expect("got=a", LIMIT);
+    assert_eq!(second.exit(LIMIT), Some(0), "{}", second.text());
+    assert!(second.text().contains("another client attached to job 1"), "{}", second.text());
+    third.keys(b"q\r");
+    assert_eq!(third.exit(LIMIT), Some(5), "{}", third.text());
 
     // A batch job has no terminal: attach says what to do instead.
     let (ok, out, _) = d.cli(&["submit", "-o", "json", "--", "true"]);

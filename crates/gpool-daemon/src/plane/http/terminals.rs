@@ -72,9 +72,9 @@ async fn pump(body: Body, to: mpsc::Sender<Bytes>, silent: Option<std::time::Dur
             },
             None => chunks.next().await,
         };
-        match next {
-            Some(Ok(chunk)) if to.send(chunk).await.is_ok() => {}
-            _ => break,
+        let Some(Ok(chunk)) = next else { break };
+        if to.send(chunk).await.is_err() {
+            break;
         }
     }
 }
