@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -20,12 +19,9 @@ pub struct Term {
 
 impl Term {
     pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Term {
-        use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, unlockpt};
-        let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
-        let master = openpt(flags).expect("a pseudo-terminal");
-        grantpt(&master).expect("grantpt");
-        unlockpt(&master).expect("unlockpt");
-        let slave: OwnedFd = ioctl_tiocgptpeer(&master, flags).expect("its slave side");
+        // The shim's own way of opening one.
+        let gpool_daemon::node::terminal::Pty { master, slave } =
+            gpool_daemon::node::terminal::open_pty(None).expect("a pseudo-terminal");
         let size = rustix::termios::Winsize { ws_row: 33, ws_col: 111, ws_xpixel: 0, ws_ypixel: 0 };
         rustix::termios::tcsetwinsize(&master, size).expect("a window size");
         let mut cmd = Command::new(BIN);
