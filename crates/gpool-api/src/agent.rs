@@ -482,6 +482,18 @@ pub struct GpuSampleWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_replays: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enc_util_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dec_util_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_tx_bytes_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_rx_bytes_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_correctable: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_uncorrectable: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_fault: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle_reasons: Option<Vec<String>>,

@@ -35,9 +35,16 @@ fn promtool_finds_nothing_to_say_about_gpools_own_series() {
         u["summary"]["mean_gpu_util"].as_f64().is_some_and(|x| x > 0.0)
     });
     let (_, scrape) = d.text("/metrics");
-    for family in
-        ["DCGM_FI_DEV_GPU_UTIL", "gpool_queue_pending_jobs", "gpool_cost_dollars_total", "gpool_service_ready_replicas"]
-    {
+    for family in [
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "gpool_queue_pending_jobs",
+        "gpool_cost_dollars_total",
+        "gpool_service_ready_replicas",
+        "gpool_job_wait_seconds_bucket",
+    ] {
         assert!(scrape.contains(family), "{family} in the scrape:\n{scrape}");
     }
     let bin = std::env::var("PROMTOOL").unwrap_or_else(|_| "promtool".into());

@@ -176,6 +176,18 @@ pub struct GpuSample {
     pub nvlink_errors: Option<u64>,
     /// PCIe replays since the driver loaded.
     pub pcie_replays: Option<u64>,
+    /// Video encoder and decoder use (in %; `utilization.encoder`, NVML's
+    /// encoder and decoder utilization).
+    pub enc_util_pct: Option<f64>,
+    pub dec_util_pct: Option<f64>,
+    /// PCIe throughput, bytes per second sent and received by the GPU (NVML
+    /// samples a 20 ms window; the report prints `Tx/Rx Throughput` in KB/s).
+    pub pcie_tx_bytes_per_s: Option<f64>,
+    pub pcie_rx_bytes_per_s: Option<f64>,
+    /// HBM rows remapped for correctable and for uncorrectable errors
+    /// (`Remapped Rows` › `Correctable Error`, `Uncorrectable Error`).
+    pub remapped_rows_correctable: Option<u64>,
+    pub remapped_rows_uncorrectable: Option<u64>,
     /// The device's own word that it is unhealthy, where it gives one: a GPU
     /// NVML calls lost, an AMD RAS block counting uncorrectable errors, a TPU
     /// chip `tpu-info` reports unhealthy. `None` when it says nothing wrong.

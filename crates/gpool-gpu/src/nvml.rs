@@ -16,14 +16,17 @@ use std::sync::Mutex;
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml as Lib;
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PerformanceState, RetirementCause, TemperatureSensor, TemperatureThreshold,
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, RetirementCause, TemperatureSensor,
+    TemperatureThreshold,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::FieldValueSample;
 use nvml_wrapper::structs::device::FieldId;
-use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING};
+use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_REMAPPED_COR, NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC,
+};
 
 use crate::model::short_model;
 use crate::{Backend, GpuError, GpuInfo, GpuProcess, GpuSample, MigInfo, MigSample, throttle_reason_names};
@@ -137,6 +140,16 @@ fn field_flag(sample: Option<&Result<FieldValueSample, NvmlError>>) -> Option<bo
         SampleValue::I64(v) => *v != 0,
         SampleValue::F64(v) => *v != 0.0,
     })
+}
+
+/// A field value read as a count; `None` when it could not be read.
+fn field_count(sample: Option<&Result<FieldValueSample, NvmlError>>) -> Option<u64> {
+    match sample?.as_ref().ok()?.value.as_ref().ok()? {
+        SampleValue::U32(v) => Some(u64::from(*v)),
+        SampleValue::U64(v) => Some(*v),
+        SampleValue::I64(v) => u64::try_from(*v).ok(),
+        SampleValue::F64(v) => (v.is_finite() && *v >= 0.0).then_some(*v as u64),
+    }
 }
 
 /// The sample of a GPU NVML calls lost: its index, its UUID where it was
@@ -355,10 +368,17 @@ impl Nvml {
             }
         }
         // Row remapping: nvml-wrapper 0.13 has no safe nvmlDeviceGetRemappedRows,
-        // so its two flags are read as the field values NVML documents for them.
-        let remap =
-            get!(d.field_values_for(&[FieldId(NVML_FI_DEV_REMAPPED_PENDING), FieldId(NVML_FI_DEV_REMAPPED_FAILURE)]))
-                .unwrap_or_default();
+        // so its counts and flags are read as the field values NVML documents for them.
+        let remap = get!(d.field_values_for(&[
+            FieldId(NVML_FI_DEV_REMAPPED_PENDING),
+            FieldId(NVML_FI_DEV_REMAPPED_FAILURE),
+            FieldId(NVML_FI_DEV_REMAPPED_COR),
+            FieldId(NVML_FI_DEV_REMAPPED_UNC),
+        ]))
+        .unwrap_or_default();
+        // KB/s over NVML's last 20 ms window; NVML's KB are 1024 bytes.
+        let pcie_tx = get!(d.pcie_throughput(PcieUtilCounter::Send)).map(|kb| f64::from(kb) * 1024.0);
+        let pcie_rx = get!(d.pcie_throughput(PcieUtilCounter::Receive)).map(|kb| f64::from(kb) * 1024.0);
         // Retired pages (before Ampere): single- and double-bit causes together.
         let single = get!(d.retired_pages(RetirementCause::MultipleSingleBitEccErrors)).map(|p| p.len() as u64);
         let double = get!(d.retired_pages(RetirementCause::DoubleBitEccError)).map(|p| p.len() as u64);
@@ -412,6 +432,12 @@ impl Nvml {
             retired_pages_pending: get!(d.are_pages_pending_retired()),
             nvlink_errors,
             pcie_replays: get!(d.pcie_replay_counter()).map(u64::from),
+            enc_util_pct: get!(d.encoder_utilization()).map(|u| f64::from(u.utilization)),
+            dec_util_pct: get!(d.decoder_utilization()).map(|u| f64::from(u.utilization)),
+            pcie_tx_bytes_per_s: pcie_tx,
+            pcie_rx_bytes_per_s: pcie_rx,
+            remapped_rows_correctable: field_count(remap.get(2)),
+            remapped_rows_uncorrectable: field_count(remap.get(3)),
             // A lost GPU is told by the caller; nothing else here says "unhealthy".
             health_fault: None,
             throttle_reasons: get!(d.current_throttle_reasons()).map(|r| throttle_reason_names(r.bits())),

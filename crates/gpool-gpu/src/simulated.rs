@@ -59,6 +59,11 @@ const IDLE_POWER_FRACTION: f64 = 0.1;
 const SM_CLOCK_IDLE_MHZ: u32 = 345;
 const SM_CLOCK_BOOST_MHZ: u32 = 1980;
 const MEM_CLOCK_MHZ: u32 = 2619;
+/// PCIe traffic of an idle GPU (driver housekeeping), bytes per second.
+const PCIE_IDLE_BYTES_PER_S: f64 = 64.0 * 1024.0;
+/// Host-to-GPU bytes per second per percent of use (a data loader's share of
+/// a x16 Gen5 link at full use: about 2 GB/s).
+const PCIE_BYTES_PER_S_PER_UTIL_PCT: f64 = 20.0 * 1024.0 * 1024.0;
 /// GPU slices of a full MIG-capable GPU.
 const MIG_SLICES: f64 = 7.0;
 /// Frame buffer the driver keeps for itself: 528 MiB of an H100's 81,559
@@ -301,6 +306,11 @@ impl Backend for Simulated {
                 remap_pending: Some(false),
                 remap_failed: Some(false),
                 pcie_replays: Some(0),
+                remapped_rows_correctable: Some(0),
+                remapped_rows_uncorrectable: Some(0),
+                // Training moves no video.
+                enc_util_pct: Some(0.0),
+                dec_util_pct: Some(0.0),
                 ..GpuSample::default()
             };
             // The share of the GPU's compute that is busy: drives power, heat and clocks.
@@ -372,6 +382,9 @@ impl Backend for Simulated {
                 (true, true) => (f64::from(SM_CLOCK_BOOST_MHZ) * THROTTLED_CLOCK_FRACTION) as u32,
             });
             s.mem_clock_mhz = Some(MEM_CLOCK_MHZ);
+            // Host traffic grows with the work: data loading in, results out.
+            s.pcie_rx_bytes_per_s = Some(PCIE_IDLE_BYTES_PER_S + PCIE_BYTES_PER_S_PER_UTIL_PCT * busy);
+            s.pcie_tx_bytes_per_s = Some(PCIE_IDLE_BYTES_PER_S + PCIE_BYTES_PER_S_PER_UTIL_PCT * busy / 4.0);
             s.pstate = Some(if loaded { "P0" } else { "P8" }.to_string());
             s.throttle_reasons = Some(match (loaded, throttled) {
                 (false, _) => vec!["idle".to_string()],

@@ -5,15 +5,19 @@
 //! MIG instances with `GPU_I_PROFILE`/`GPU_I_ID`), so existing Grafana
 //! dashboards work; a series of a device held by a job also carries
 //! `job_id`, `job_name`, `user`, `team` and `queue`. gpool's own series start
-//! with `gpool_`. The controller fills a [`Scrape`]; [`render`] writes the
-//! text format outside the controller's thread.
+//! with `gpool_`. The controller fills a [`Scrape`]; [`render`] hands its
+//! families to the `prometheus` crate's encoder (`metrics/exposition.rs`)
+//! outside the controller's thread.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use gpool_gpu::GpuSample;
 
+mod exposition;
 mod vendors;
+
+use exposition::Families;
+use exposition::Kind::{self, Counter, Gauge};
 
 /// Labels of one series, in order.
 pub type Labels = Vec<(&'static str, String)>;
@@ -78,22 +82,6 @@ impl Histogram {
         Histogram { counts: vec![0; bounds.len()], bounds, sum: 0.0, count: 0 }
     }
 
-    fn write(&self, out: &mut String, name: &str) {
-        self.write_with(out, name, "");
-    }
-
-    /// With `label` (`key="value"`, escaped) on every line.
-    fn write_with(&self, out: &mut String, name: &str, label: &str) {
-        let sep = if label.is_empty() { "" } else { "," };
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"{}\"}} {c}", value(*b));
-        }
-        let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"+Inf\"}} {}", self.count);
-        let braces = if label.is_empty() { String::new() } else { format!("{{{label}}}") };
-        let _ = writeln!(out, "{name}_sum{braces} {}", value(self.sum));
-        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
-    }
-
     pub fn observe(&mut self, v: f64) {
         for (b, c) in self.bounds.iter().zip(self.counts.iter_mut()) {
             if v <= *b {
@@ -145,62 +133,9 @@ pub struct Scrape {
     pub services: Vec<ServiceSeries>,
 }
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-fn labels(out: &mut String, l: &[(&str, String)]) {
-    if l.is_empty() {
-        return;
-    }
-    out.push('{');
-    for (i, (k, v)) in l.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "{k}=\"{}\"", escape(v));
-    }
-    out.push('}');
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// A sample value as the exposition format spells it: integers plainly,
-/// infinities as `+Inf` and `-Inf` (Rust would print `inf`), `NaN`.
-fn value(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
-    } else if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v}")
-    }
-}
-
-/// A metric family with one value per series; series without a value are left out.
-fn family<'a>(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    items: impl Iterator<Item = (Option<f64>, &'a Labels)>,
-) {
-    let mut any = false;
-    for (v, l) in items {
-        let Some(v) = v else { continue };
-        if !any {
-            header(out, name, kind, help);
-            any = true;
-        }
-        out.push_str(name);
-        labels(out, l);
-        let _ = writeln!(out, " {}", value(v));
-    }
+/// A series' labels as pairs of strings.
+fn pairs(l: &Labels) -> impl Iterator<Item = (&str, &str)> {
+    l.iter().map(|(k, v)| (*k, v.as_str()))
 }
 
 /// The throttle-reason bitmask of NVML (`clocks_event_reasons`) from names.
@@ -224,244 +159,233 @@ fn throttle_mask(reasons: &[String]) -> u64 {
 
 /// Writes the Prometheus text exposition format (version 0.0.4).
 pub fn render(s: &Scrape) -> String {
-    let mut out = String::with_capacity(4096 + 400 * s.gpus.len());
+    let mut f = Families::default();
+    gpus(&mut f, &s.gpus, &s.migs);
+    // AMD GPUs and TPU chips under their vendors' exporter names.
+    vendors::render(&mut f, &s.amd, &s.tpu);
+    scheduling(&mut f, s);
+    accounting(&mut f, s);
+    let nodes = s.nodes.iter().map(|(n, st, ok)| {
+        (Some(f64::from(u8::from(*ok && st == "up"))), [("node", n.as_str()), ("state", st.as_str())])
+    });
+    f.add("gpool_node_up", Gauge, "1 if the node is up and its telemetry sampler works.", nodes);
+    let health = s.gpu_health.iter().flat_map(|(n, gpu, now)| {
+        ["ok", "degraded", "quarantined"].map(|st| {
+            (
+                Some(f64::from(u8::from(st == *now))),
+                [("node", n.clone()), ("gpu", gpu.to_string()), ("state", st.to_string())],
+            )
+        })
+    });
+    f.add(
+        "gpool_gpu_health",
+        Gauge,
+        "1 for the GPU's health state now (ok, degraded: slowing for heat, quarantined: out of service for a fault), 0 for the others.",
+        health,
+    );
+    let alerts = s
+        .alerts
+        .iter()
+        .map(|((rule, sev), n)| (Some(*n as f64), [("alertname", rule.as_str()), ("severity", sev.as_str())]));
+    f.add("gpool_alerts_firing", Gauge, "Alerts firing now, per rule.", alerts);
+    services(&mut f, &s.services);
+    f.encode()
+}
+
+/// NVIDIA GPUs, under DCGM exporter names; MIG instances' memory with their `GPU_I_*` labels.
+fn gpus(f: &mut Families, gpus: &[GpuSeries], migs: &[MigSeries]) {
     let num = |x: Option<u64>| x.map(|v| v as f64);
     // One family per metric; `gpu` takes a sample's value for every GPU.
-    let mut gpu = |name: &str, kind: &str, help: &str, get: &dyn Fn(&GpuSample) -> Option<f64>| {
-        family(&mut out, name, kind, help, s.gpus.iter().map(|x| (get(&x.sample), &x.labels)));
+    let mut gpu = |name: &str, kind: Kind, help: &str, get: &dyn Fn(&GpuSample) -> Option<f64>| {
+        f.add(name, kind, help, gpus.iter().map(|x| (get(&x.sample), pairs(&x.labels))));
     };
-    gpu("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", &|x| x.gpu_util_pct);
-    gpu("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", &|x| x.mem_util_pct);
-    gpu("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", &|x| num(x.memory_reserved_mb));
-    gpu("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", &|x| x.temperature_c);
-    gpu("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", &|x| x.memory_temperature_c);
-    gpu("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", &|x| x.power_draw_w);
-    gpu("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W).", &|x| x.power_limit_w);
-    gpu("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).", &|x| {
+    gpu("DCGM_FI_DEV_GPU_UTIL", Gauge, "GPU utilization (in %).", &|x| x.gpu_util_pct);
+    gpu("DCGM_FI_DEV_MEM_COPY_UTIL", Gauge, "Memory utilization (in %).", &|x| x.mem_util_pct);
+    gpu("DCGM_FI_DEV_ENC_UTIL", Gauge, "Encoder utilization (in %).", &|x| x.enc_util_pct);
+    gpu("DCGM_FI_DEV_DEC_UTIL", Gauge, "Decoder utilization (in %).", &|x| x.dec_util_pct);
+    gpu("DCGM_FI_DEV_FB_RESERVED", Gauge, "Framebuffer memory reserved (in MiB).", &|x| num(x.memory_reserved_mb));
+    gpu("DCGM_FI_DEV_GPU_TEMP", Gauge, "GPU temperature (in C).", &|x| x.temperature_c);
+    gpu("DCGM_FI_DEV_MEMORY_TEMP", Gauge, "Memory temperature (in C).", &|x| x.memory_temperature_c);
+    gpu("DCGM_FI_DEV_POWER_USAGE", Gauge, "Power draw (in W).", &|x| x.power_draw_w);
+    gpu("DCGM_FI_DEV_POWER_MGMT_LIMIT", Gauge, "Power management limit (in W).", &|x| x.power_limit_w);
+    gpu("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", Counter, "Total energy consumption since boot (in mJ).", &|x| {
         num(x.energy_mj)
     });
-    gpu("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", &|x| x.sm_clock_mhz.map(f64::from));
-    gpu("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", &|x| x.mem_clock_mhz.map(f64::from));
-    gpu("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (in %).", &|x| x.fan_pct);
-    gpu("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", &|x| num(x.xid_last));
-    gpu("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors.", &|x| {
+    gpu("DCGM_FI_DEV_SM_CLOCK", Gauge, "SM clock frequency (in MHz).", &|x| x.sm_clock_mhz.map(f64::from));
+    gpu("DCGM_FI_DEV_MEM_CLOCK", Gauge, "Memory clock frequency (in MHz).", &|x| x.mem_clock_mhz.map(f64::from));
+    gpu("DCGM_FI_DEV_FAN_SPEED", Gauge, "Fan speed (in %).", &|x| x.fan_pct);
+    gpu("DCGM_FI_DEV_XID_ERRORS", Gauge, "Value of the last XID error encountered.", &|x| num(x.xid_last));
+    gpu("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", Counter, "Total number of single-bit volatile ECC errors.", &|x| {
         num(x.ecc_corrected_volatile)
     });
-    gpu("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.", &|x| {
+    gpu("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", Counter, "Total number of double-bit volatile ECC errors.", &|x| {
         num(x.ecc_uncorrected_volatile)
     });
+    // PCIe throughput as DCGM's profiling fields name it: a rate, in bytes per second.
+    gpu(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        Gauge,
+        "The rate of data transmitted over the PCIe bus, including protocol headers and data payloads (in B/s).",
+        &|x| x.pcie_tx_bytes_per_s,
+    );
+    gpu(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        Gauge,
+        "The rate of data received over the PCIe bus, including protocol headers and data payloads (in B/s).",
+        &|x| x.pcie_rx_bytes_per_s,
+    );
     // What GPU fault handling reads (docs/health.md), under DCGM's names where DCGM has one.
     let flag = |b: Option<bool>| b.map(|b| f64::from(u8::from(b)));
-    gpu("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", &|x| num(x.pcie_replays));
-    gpu("DCGM_FI_DEV_RETIRED_PENDING", "gauge", "1 if a page retirement waits for a GPU reset.", &|x| {
+    gpu("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", Counter, "Total number of PCIe retries.", &|x| num(x.pcie_replays));
+    gpu("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", Counter, "Number of remapped rows for correctable errors.", &|x| {
+        num(x.remapped_rows_correctable)
+    });
+    gpu(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        Counter,
+        "Number of remapped rows for uncorrectable errors.",
+        &|x| num(x.remapped_rows_uncorrectable),
+    );
+    gpu("DCGM_FI_DEV_RETIRED_PENDING", Gauge, "1 if a page retirement waits for a GPU reset.", &|x| {
         flag(x.retired_pages_pending)
     });
-    gpu("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "1 if a row remap waits for a GPU reset.", &|x| {
-        flag(x.remap_pending)
-    });
-    gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "1 if a row remap failed (no spare rows left).", &|x| {
+    gpu("DCGM_FI_DEV_ROW_REMAP_PENDING", Gauge, "1 if a row remap waits for a GPU reset.", &|x| flag(x.remap_pending));
+    gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE", Gauge, "1 if a row remap failed (no spare rows left).", &|x| {
         flag(x.remap_failed)
     });
     gpu(
         "gpool_gpu_nvlink_errors_total",
-        "counter",
+        Counter,
         "NVLink errors since the driver loaded, all links and kinds.",
         &|x| num(x.nvlink_errors),
     );
-    gpu("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Throttle reasons bitmask (NVML clocks_event_reasons).", &|x| {
+    gpu("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", Gauge, "Throttle reasons bitmask (NVML clocks_event_reasons).", &|x| {
         x.throttle_reasons.as_deref().map(|r| throttle_mask(r) as f64)
     });
     // Frame-buffer memory: whole GPUs, then MIG instances (with GPU_I_* labels).
     let free =
         |total: Option<u64>, used: Option<u64>, free: Option<u64>| free.or_else(|| Some(total?.saturating_sub(used?)));
-    let used = s.gpus.iter().map(|x| (num(x.sample.memory_used_mb), &x.labels));
-    let mig_used = s.migs.iter().map(|x| (num(x.memory_used_mb), &x.labels));
-    family(&mut out, "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", used.chain(mig_used));
-    let gpu_free = s
-        .gpus
-        .iter()
-        .map(|x| (num(free(x.sample.memory_total_mb, x.sample.memory_used_mb, x.sample.memory_free_mb)), &x.labels));
-    let mig_free = s.migs.iter().map(|x| (num(free(x.memory_total_mb, x.memory_used_mb, None)), &x.labels));
-    family(&mut out, "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", gpu_free.chain(mig_free));
-    // AMD GPUs and TPU chips under their vendors' exporter names.
-    vendors::render(&mut out, &s.amd, &s.tpu);
+    let used = gpus.iter().map(|x| (num(x.sample.memory_used_mb), pairs(&x.labels)));
+    let mig_used = migs.iter().map(|x| (num(x.memory_used_mb), pairs(&x.labels)));
+    f.add("DCGM_FI_DEV_FB_USED", Gauge, "Framebuffer memory used (in MiB).", used.chain(mig_used));
+    let gpu_free = gpus.iter().map(|x| {
+        let s = &x.sample;
+        (num(free(s.memory_total_mb, s.memory_used_mb, s.memory_free_mb)), pairs(&x.labels))
+    });
+    let mig_free = migs.iter().map(|x| (num(free(x.memory_total_mb, x.memory_used_mb, None)), pairs(&x.labels)));
+    f.add("DCGM_FI_DEV_FB_FREE", Gauge, "Framebuffer memory free (in MiB).", gpu_free.chain(mig_free));
+}
 
-    header(&mut out, "gpool_queue_pending_jobs", "gauge", "Jobs waiting in the queue.");
-    for q in &s.queues {
-        let _ = writeln!(out, "gpool_queue_pending_jobs{{queue=\"{}\"}} {}", escape(&q.name), q.pending_jobs);
-    }
-    header(
-        &mut out,
+/// Queues, jobs and the scheduler's work.
+fn scheduling(f: &mut Families, s: &Scrape) {
+    let per_queue =
+        |get: fn(&QueueStat) -> f64| s.queues.iter().map(move |q| (Some(get(q)), [("queue", q.name.as_str())]));
+    f.add("gpool_queue_pending_jobs", Gauge, "Jobs waiting in the queue.", per_queue(|q| q.pending_jobs as f64));
+    f.add(
         "gpool_queue_pending_gpus",
-        "gauge",
+        Gauge,
         "GPUs requested by waiting jobs (MIG instances count their share).",
+        per_queue(|q| q.pending_gpus),
     );
-    for q in &s.queues {
-        let _ = writeln!(out, "gpool_queue_pending_gpus{{queue=\"{}\"}} {}", escape(&q.name), value(q.pending_gpus));
+    f.add(
+        "gpool_queue_running_jobs",
+        Gauge,
+        "Jobs running (or stopping) in the queue.",
+        per_queue(|q| q.running_jobs as f64),
+    );
+    f.add("gpool_queue_allocated_gpus", Gauge, "GPUs the queue's running jobs hold.", per_queue(|q| q.used_gpus));
+    let states = s.jobs_by_state.iter().map(|(st, n)| (Some(*n as f64), [("state", st.as_str())]));
+    f.add("gpool_jobs", Gauge, "Active jobs by state.", states);
+    let none: [(&str, &str); 0] = [];
+    f.histograms("gpool_job_wait_seconds", "Time from submission (or requeue) to start.", [(&s.wait, none)]);
+    f.histograms("gpool_schedule_pass_seconds", "Duration of the scheduler's passes.", [(&s.passes, none)]);
+    f.one("gpool_allocations_total", Counter, "Job runs started (devices allocated).", s.allocations_total as f64);
+    f.one("gpool_preemptions_total", Counter, "Jobs preempted.", s.preemptions_total as f64);
+    f.one(
+        "gpool_resizes_total",
+        Counter,
+        "Elastic jobs restarted at another size (grown or shrunk).",
+        s.resizes_total as f64,
+    );
+}
+
+/// GPU time, energy and money, per user and team (and queue and pool).
+fn accounting(f: &mut Families, s: &Scrape) {
+    fn per_user(
+        m: &BTreeMap<(String, String), f64>,
+        scale: f64,
+    ) -> impl Iterator<Item = (Option<f64>, [(&'static str, &str); 2])> {
+        m.iter().map(move |((u, t), v)| (Some(v * scale), [("user", u.as_str()), ("team", t.as_str())]))
     }
-    header(&mut out, "gpool_queue_running_jobs", "gauge", "Jobs running (or stopping) in the queue.");
-    for q in &s.queues {
-        let _ = writeln!(out, "gpool_queue_running_jobs{{queue=\"{}\"}} {}", escape(&q.name), q.running_jobs);
-    }
-    header(&mut out, "gpool_queue_allocated_gpus", "gauge", "GPUs the queue's running jobs hold.");
-    for q in &s.queues {
-        let _ = writeln!(out, "gpool_queue_allocated_gpus{{queue=\"{}\"}} {}", escape(&q.name), value(q.used_gpus));
-    }
-    header(&mut out, "gpool_jobs", "gauge", "Active jobs by state.");
-    for (st, n) in &s.jobs_by_state {
-        let _ = writeln!(out, "gpool_jobs{{state=\"{st}\"}} {n}");
-    }
-    header(&mut out, "gpool_job_wait_seconds", "histogram", "Time from submission (or requeue) to start.");
-    s.wait.write(&mut out, "gpool_job_wait_seconds");
-    header(&mut out, "gpool_schedule_pass_seconds", "histogram", "Duration of the scheduler's passes.");
-    s.passes.write(&mut out, "gpool_schedule_pass_seconds");
-    header(&mut out, "gpool_allocations_total", "counter", "Job runs started (devices allocated).");
-    let _ = writeln!(out, "gpool_allocations_total {}", s.allocations_total);
-    header(&mut out, "gpool_preemptions_total", "counter", "Jobs preempted.");
-    let _ = writeln!(out, "gpool_preemptions_total {}", s.preemptions_total);
-    header(&mut out, "gpool_resizes_total", "counter", "Elastic jobs restarted at another size (grown or shrunk).");
-    let _ = writeln!(out, "gpool_resizes_total {}", s.resizes_total);
     // Seconds, Prometheus's base unit (divide by 3600 for GPU-hours).
-    header(
-        &mut out,
+    f.add(
         "gpool_allocated_gpu_seconds_total",
-        "counter",
+        Counter,
         "GPU-seconds allocated to jobs (a share or MIG instance counts its fraction), per user and team.",
+        per_user(&s.gpu_hours, 3600.0),
     );
-    for ((u, t), h) in &s.gpu_hours {
-        let _ = writeln!(
-            out,
-            "gpool_allocated_gpu_seconds_total{{user=\"{}\",team=\"{}\"}} {}",
-            escape(u),
-            escape(t),
-            value(*h * 3600.0)
-        );
-    }
-    header(
-        &mut out,
+    f.add(
         "gpool_energy_joules_total",
-        "counter",
+        Counter,
         "Energy jobs' GPUs drew, from their power samples (a share or MIG instance counts its part), per user and team.",
+        per_user(&s.energy_joules, 1.0),
     );
-    for ((u, t), j) in &s.energy_joules {
-        let _ =
-            writeln!(out, "gpool_energy_joules_total{{user=\"{}\",team=\"{}\"}} {}", escape(u), escape(t), value(*j));
-    }
-    header(&mut out, "gpool_job_energy_joules", "gauge", "Energy a running job's GPUs drew so far.");
-    for (job, u, j) in &s.job_energy {
-        let _ = writeln!(out, "gpool_job_energy_joules{{job_id=\"{job}\",user=\"{}\"}} {}", escape(u), value(*j));
-    }
-    header(
-        &mut out,
+    let jobs = s.job_energy.iter().map(|(job, u, j)| (Some(*j), [("job_id", job.to_string()), ("user", u.clone())]));
+    f.add("gpool_job_energy_joules", Gauge, "Energy a running job's GPUs drew so far.", jobs);
+    f.add(
         "gpool_idle_allocated_gpu_seconds_total",
-        "counter",
+        Counter,
         "Seconds allocated GPUs spent under 5% utilisation, per user and team.",
+        per_user(&s.idle_gpu_seconds, 1.0),
     );
-    for ((u, t), v) in &s.idle_gpu_seconds {
-        let _ = writeln!(
-            out,
-            "gpool_idle_allocated_gpu_seconds_total{{user=\"{}\",team=\"{}\"}} {}",
-            escape(u),
-            escape(t),
-            value(*v)
-        );
+    fn per_pool(
+        m: &BTreeMap<(String, String, String, String), f64>,
+    ) -> impl Iterator<Item = (Option<f64>, [(&'static str, &str); 4])> {
+        m.iter().map(|((t, u, q, p), d)| {
+            (Some(*d), [("team", t.as_str()), ("user", u.as_str()), ("queue", q.as_str()), ("pool", p.as_str())])
+        })
     }
-    header(
-        &mut out,
+    f.add(
         "gpool_cost_dollars_total",
-        "counter",
+        Counter,
         "Dollars of GPU time allocated to jobs at their nodes' prices (pool price, or the GPU model's list price), per team, user, queue and pool.",
+        per_pool(&s.cost),
     );
-    for ((t, u, q, p), d) in &s.cost {
-        let _ = writeln!(
-            out,
-            "gpool_cost_dollars_total{{team=\"{}\",user=\"{}\",queue=\"{}\",pool=\"{}\"}} {}",
-            escape(t),
-            escape(u),
-            escape(q),
-            escape(p),
-            value(*d)
-        );
-    }
-    header(
-        &mut out,
+    f.add(
         "gpool_idle_allocated_cost_dollars_total",
-        "counter",
+        Counter,
         "Of gpool_cost_dollars_total, dollars of allocated GPUs under 5% utilisation: paid and wasted.",
+        per_pool(&s.idle_cost),
     );
-    for ((t, u, q, p), d) in &s.idle_cost {
-        let _ = writeln!(
-            out,
-            "gpool_idle_allocated_cost_dollars_total{{team=\"{}\",user=\"{}\",queue=\"{}\",pool=\"{}\"}} {}",
-            escape(t),
-            escape(u),
-            escape(q),
-            escape(p),
-            value(*d)
-        );
-    }
-    header(&mut out, "gpool_node_up", "gauge", "1 if the node is up and its telemetry sampler works.");
-    for (n, st, ok) in &s.nodes {
-        let _ = writeln!(out, "gpool_node_up{{node=\"{}\",state=\"{st}\"}} {}", escape(n), u8::from(*ok && st == "up"));
-    }
-    header(
-        &mut out,
-        "gpool_gpu_health",
-        "gauge",
-        "1 for the GPU's health state now (ok, degraded: slowing for heat, quarantined: out of service for a fault), 0 for the others.",
-    );
-    for (n, gpu, now) in &s.gpu_health {
-        for st in ["ok", "degraded", "quarantined"] {
-            let v = u8::from(st == *now);
-            let _ = writeln!(out, "gpool_gpu_health{{node=\"{}\",gpu=\"{gpu}\",state=\"{st}\"}} {v}", escape(n));
-        }
-    }
-    header(&mut out, "gpool_alerts_firing", "gauge", "Alerts firing now, per rule.");
-    for ((rule, sev), n) in &s.alerts {
-        let _ = writeln!(out, "gpool_alerts_firing{{alertname=\"{}\",severity=\"{sev}\"}} {n}", escape(rule));
-    }
-    services(&mut out, &s.services);
-    out
 }
 
 /// The services' families (only when there is a service).
-fn services(out: &mut String, list: &[ServiceSeries]) {
-    if list.is_empty() {
-        return;
-    }
+fn services(f: &mut Families, list: &[ServiceSeries]) {
     type Get = fn(&ServiceSeries) -> f64;
-    let families: [(&str, &str, &str, Get); 5] = [
-        ("gpool_service_requests_total", "counter", "Requests the proxy answered, per service.", |x| {
+    let families: [(&str, Kind, &str, Get); 5] = [
+        ("gpool_service_requests_total", Counter, "Requests the proxy answered, per service.", |x| {
             x.requests_total as f64
         }),
         (
             "gpool_service_failed_requests_total",
-            "counter",
+            Counter,
             "Requests the proxy itself failed (502/503/504: no replica could take them), per service.",
             |x| x.failed_total as f64,
         ),
-        (
-            "gpool_service_in_flight_requests",
-            "gauge",
-            "Requests in flight through the proxy, held ones included.",
-            |x| x.in_flight,
-        ),
-        ("gpool_service_ready_replicas", "gauge", "Replicas that are ready and take requests.", |x| f64::from(x.ready)),
-        ("gpool_service_desired_replicas", "gauge", "Replicas the service's autoscaler wants.", |x| {
-            f64::from(x.desired)
+        ("gpool_service_in_flight_requests", Gauge, "Requests in flight through the proxy, held ones included.", |x| {
+            x.in_flight
         }),
+        ("gpool_service_ready_replicas", Gauge, "Replicas that are ready and take requests.", |x| f64::from(x.ready)),
+        ("gpool_service_desired_replicas", Gauge, "Replicas the service's autoscaler wants.", |x| f64::from(x.desired)),
     ];
     for (name, kind, help, get) in families {
-        header(out, name, kind, help);
-        for x in list {
-            let _ = writeln!(out, "{name}{{service=\"{}\"}} {}", escape(&x.name), value(get(x)));
-        }
+        f.add(name, kind, help, list.iter().map(|x| (Some(get(x)), [("service", x.name.as_str())])));
     }
-    let name = "gpool_service_request_duration_seconds";
-    header(out, name, "histogram", "Latency through the proxy to the response's head, per service.");
-    for x in list {
-        x.latency.write_with(out, name, &format!("service=\"{}\"", escape(&x.name)));
-    }
+    f.histograms(
+        "gpool_service_request_duration_seconds",
+        "Latency through the proxy to the response's head, per service.",
+        list.iter().map(|x| (&x.latency, [("service", x.name.as_str())])),
+    );
 }
 
 #[cfg(test)]

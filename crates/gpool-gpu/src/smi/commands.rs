@@ -19,8 +19,8 @@ pub const MIG_LGI_ARGS: &[&str] = &["mig", "-lgi"];
 /// older driver that lacks one field fails the whole query, and the backend
 /// then reads the slower report from then on. The CSV parser reads them
 /// where an answer has them; the report (run with each sample while a GPU
-/// has MIG on, and always on the fallback) fills them, and PCIe replays,
-/// which `--query-gpu` has no field for.
+/// has MIG on, and always on the fallback) fills them, and PCIe replays and
+/// throughput, which `--query-gpu` has no field for.
 pub const SAMPLE_FIELDS: &[&str] = &[
     "index",
     "uuid",
@@ -28,6 +28,8 @@ pub const SAMPLE_FIELDS: &[&str] = &[
     "mig.mode.current",
     "utilization.gpu",
     "utilization.memory",
+    "utilization.encoder",
+    "utilization.decoder",
     "memory.total",
     "memory.used",
     "memory.free",
@@ -46,7 +48,7 @@ pub const SAMPLE_FIELDS: &[&str] = &[
 ];
 /// `nvidia-smi` arguments for a sample.
 pub const SAMPLE_ARGS: &[&str] = &[
-    "--query-gpu=index,uuid,pci.bus_id,mig.mode.current,utilization.gpu,utilization.memory,memory.total,memory.used,memory.free,memory.reserved,temperature.gpu,temperature.memory,power.draw,enforced.power.limit,clocks.sm,clocks.mem,fan.speed,pstate,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,clocks_throttle_reasons.active",
+    "--query-gpu=index,uuid,pci.bus_id,mig.mode.current,utilization.gpu,utilization.memory,utilization.encoder,utilization.decoder,memory.total,memory.used,memory.free,memory.reserved,temperature.gpu,temperature.memory,power.draw,enforced.power.limit,clocks.sm,clocks.mem,fan.speed,pstate,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,clocks_throttle_reasons.active",
     "--format=csv",
 ];
 /// The fields [`COMPUTE_APPS_ARGS`] asks for.

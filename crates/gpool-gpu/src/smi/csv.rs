@@ -322,6 +322,13 @@ pub fn parse_query_gpu(text: &str, fields: Option<&[&str]>) -> Result<Vec<QueryG
             // `--query-gpu` has no NVLink error or PCIe replay field (590 `--help-query-gpu`).
             nvlink_errors: None,
             pcie_replays: None,
+            enc_util_pct: t.with_unit(row, "utilization.encoder", value::percent),
+            dec_util_pct: t.with_unit(row, "utilization.decoder", value::percent),
+            // `--query-gpu` has no PCIe throughput field (`nvidia-smi -q` has).
+            pcie_tx_bytes_per_s: None,
+            pcie_rx_bytes_per_s: None,
+            remapped_rows_correctable: t.get(row, "remapped_rows.correctable").and_then(value::count),
+            remapped_rows_uncorrectable: t.get(row, "remapped_rows.uncorrectable").and_then(value::count),
             health_fault: None,
             throttle_reasons,
             processes: Vec::new(),

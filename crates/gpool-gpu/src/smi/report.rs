@@ -89,13 +89,18 @@ pub(crate) fn sort_reasons(names: &mut [String]) {
 }
 
 /// Copies the memory and bus fault readings of a report (`from`) into a
-/// sample where it has none (a `--query-gpu` answer asks for none of them).
+/// sample where it has none (a `--query-gpu` answer asks for none of them),
+/// and the PCIe throughput, which `--query-gpu` has no field for.
 pub(crate) fn fill_faults(s: &mut GpuSample, from: &GpuSample) {
     s.remap_pending = s.remap_pending.or(from.remap_pending);
     s.remap_failed = s.remap_failed.or(from.remap_failed);
     s.retired_pages = s.retired_pages.or(from.retired_pages);
     s.retired_pages_pending = s.retired_pages_pending.or(from.retired_pages_pending);
     s.pcie_replays = s.pcie_replays.or(from.pcie_replays);
+    s.remapped_rows_correctable = s.remapped_rows_correctable.or(from.remapped_rows_correctable);
+    s.remapped_rows_uncorrectable = s.remapped_rows_uncorrectable.or(from.remapped_rows_uncorrectable);
+    s.pcie_tx_bytes_per_s = s.pcie_tx_bytes_per_s.or(from.pcie_tx_bytes_per_s);
+    s.pcie_rx_bytes_per_s = s.pcie_rx_bytes_per_s.or(from.pcie_rx_bytes_per_s);
 }
 
 #[cfg(test)]

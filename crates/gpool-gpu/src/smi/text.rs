@@ -213,6 +213,12 @@ fn gpu(t: &Tree, g: usize, index: u32) -> Result<ReportGpu, GpuError> {
         // The report prints no NVLink error counters (`nvidia-smi nvlink -e` does).
         nvlink_errors: None,
         pcie_replays: t.value(g, &["PCI", "Replays Since Reset"]).and_then(value::count),
+        enc_util_pct: t.value(g, &["Utilization", "Encoder"]).and_then(|v| value::percent(v, None)),
+        dec_util_pct: t.value(g, &["Utilization", "Decoder"]).and_then(|v| value::percent(v, None)),
+        pcie_tx_bytes_per_s: t.value(g, &["PCI", "Tx Throughput"]).and_then(value::bytes_per_s),
+        pcie_rx_bytes_per_s: t.value(g, &["PCI", "Rx Throughput"]).and_then(value::bytes_per_s),
+        remapped_rows_correctable: t.value(g, &["Remapped Rows", "Correctable Error"]).and_then(value::count),
+        remapped_rows_uncorrectable: t.value(g, &["Remapped Rows", "Uncorrectable Error"]).and_then(value::count),
         health_fault: None,
         throttle_reasons: throttle(t, g),
         processes: processes(t, g)?,

@@ -94,6 +94,19 @@ pub fn percent(v: &str, header_unit: Option<&str>) -> Option<f64> {
     matches!(unit(own, header_unit), "" | "%").then_some(n)
 }
 
+/// A throughput in bytes per second, from `KB/s` (as the report prints it;
+/// nvidia-smi's KB are 1024 bytes, as NVML's), `MB/s` or `B/s`.
+pub fn bytes_per_s(v: &str) -> Option<f64> {
+    let (n, own) = number_unit(v)?;
+    let factor = match own {
+        "KB/s" => 1024.0,
+        "MB/s" => 1024.0 * 1024.0,
+        "B/s" => 1.0,
+        _ => return None,
+    };
+    (n >= 0.0).then_some(n * factor)
+}
+
 /// Degrees Celsius (`C` or no unit).
 pub fn celsius(v: &str, header_unit: Option<&str>) -> Option<f64> {
     let (n, own) = number_unit(v)?;

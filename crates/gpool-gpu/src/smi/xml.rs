@@ -149,6 +149,12 @@ fn gpu(doc: &Document<'_>, g: Node<'_, '_>, index: u32) -> Result<ReportGpu, Gpu
         // The report prints no NVLink error counters (`nvidia-smi nvlink -e` does).
         nvlink_errors: None,
         pcie_replays: text(g, &["pci", "replay_counter"]).and_then(value::count),
+        enc_util_pct: text(g, &["utilization", "encoder_util"]).and_then(|v| value::percent(v, None)),
+        dec_util_pct: text(g, &["utilization", "decoder_util"]).and_then(|v| value::percent(v, None)),
+        pcie_tx_bytes_per_s: text(g, &["pci", "tx_util"]).and_then(value::bytes_per_s),
+        pcie_rx_bytes_per_s: text(g, &["pci", "rx_util"]).and_then(value::bytes_per_s),
+        remapped_rows_correctable: text(g, &["remapped_rows", "remapped_row_corr"]).and_then(value::count),
+        remapped_rows_uncorrectable: text(g, &["remapped_rows", "remapped_row_unc"]).and_then(value::count),
         health_fault: None,
         throttle_reasons: throttle(g),
         processes,

@@ -25,6 +25,9 @@ fn scrape() -> Scrape {
                     throttle_reasons: Some(vec!["sw_power_cap".into()]),
                     pcie_replays: Some(3),
                     remap_failed: Some(false),
+                    enc_util_pct: Some(12.0),
+                    pcie_tx_bytes_per_s: Some(3_166_208.0),
+                    remapped_rows_correctable: Some(2),
                     ..GpuSample::default()
                 },
             },
@@ -113,6 +116,15 @@ fn series_use_dcgm_names_and_labels_and_skip_absent_values() {
     assert!(text.lines().any(|l| l.starts_with("DCGM_FI_DEV_PCIE_REPLAY_COUNTER{") && l.ends_with("} 3")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("DCGM_FI_DEV_ROW_REMAP_FAILURE{") && l.ends_with("} 0")), "{text}");
     assert!(!text.contains("DCGM_FI_DEV_RETIRED_PENDING{"), "absent readings are no series");
+    // The rest of dcgm-exporter's default counters that NVML gives.
+    let value_of = |name: &str| {
+        text.lines().find(|l| l.starts_with(&format!("{name}{{gpu=\"0\""))).and_then(|l| l.rsplit(' ').next())
+    };
+    assert_eq!(value_of("DCGM_FI_DEV_ENC_UTIL"), Some("12"), "{text}");
+    assert_eq!(value_of("DCGM_FI_PROF_PCIE_TX_BYTES"), Some("3166208"), "{text}");
+    assert_eq!(value_of("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"), Some("2"), "{text}");
+    assert!(text.contains("# TYPE DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS counter\n"), "{text}");
+    assert_eq!(value_of("DCGM_FI_DEV_DEC_UTIL"), None, "not read, so no series");
     assert!(text.contains("gpool_gpu_health{node=\"n1\",gpu=\"1\",state=\"ok\"} 0\n"), "{text}");
     assert!(text.contains("gpool_gpu_health{node=\"n1\",gpu=\"0\",state=\"ok\"} 1\n"), "{text}");
     assert!(text.contains("gpool_job_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
@@ -207,14 +219,4 @@ fn every_family_is_contiguous_and_declared_once() {
         }
     }
     assert!(seen.len() >= 15, "{seen:?}");
-}
-
-#[test]
-fn sample_values_are_spelled_as_the_exposition_format_wants() {
-    use super::value;
-    assert_eq!(value(3.0), "3");
-    assert_eq!(value(0.25), "0.25");
-    assert_eq!(value(f64::INFINITY), "+Inf", "Rust prints inf");
-    assert_eq!(value(f64::NEG_INFINITY), "-Inf");
-    assert_eq!(value(f64::NAN), "NaN");
 }

@@ -7,7 +7,8 @@
 
 use gpool_gpu::GpuSample;
 
-use super::{GpuSeries, family};
+use super::exposition::{Families, Kind};
+use super::{GpuSeries, pairs};
 
 fn num(x: Option<u64>) -> Option<f64> {
     x.map(|v| v as f64)
@@ -20,9 +21,9 @@ fn free(total: Option<u64>, used: Option<u64>, free: Option<u64>) -> Option<u64>
 
 type Get<'a> = &'a dyn Fn(&GpuSample) -> Option<f64>;
 
-pub(super) fn render(out: &mut String, amd: &[GpuSeries], tpu: &[GpuSeries]) {
+pub(super) fn render(f: &mut Families, amd: &[GpuSeries], tpu: &[GpuSeries]) {
     let mut gauge = |series: &[GpuSeries], name: &str, help: &str, get: Get<'_>| {
-        family(out, name, "gauge", help, series.iter().map(|x| (get(&x.sample), &x.labels)));
+        f.add(name, Kind::Gauge, help, series.iter().map(|x| (get(&x.sample), pairs(&x.labels))));
     };
     gauge(amd, "gpu_gfx_activity", "Graphics engine usage (in %).", &|x| x.gpu_util_pct);
     gauge(amd, "gpu_umc_activity", "Memory controller usage (in %).", &|x| x.mem_util_pct);
@@ -71,8 +72,9 @@ mod tests {
                 ..GpuSample::default()
             },
         )];
-        let mut text = String::new();
-        render(&mut text, &amd, &tpu);
+        let mut f = Families::default();
+        render(&mut f, &amd, &tpu);
+        let text = f.encode();
         let a = "{gpu_id=\"0\",card_model=\"AMD Instinct MI300X\"}";
         for want in ["gpu_gfx_activity", "gpu_used_vram", "gpu_free_vram", "gpu_junction_temperature"] {
             assert!(text.contains(&format!("{want}{a} ")), "{want}: {text}");
@@ -84,8 +86,8 @@ mod tests {
         assert!(text.contains(&format!("memory_used{t} 2147483648\n")), "bytes, as GKE's: {text}");
         assert!(text.contains(&format!("memory_total{t} 102005473280\n")), "{text}");
         assert!(text.contains("# TYPE duty_cycle gauge\n"));
-        let mut none = String::new();
+        let mut none = Families::default();
         render(&mut none, &[], &[]);
-        assert!(none.is_empty(), "no series, no families: {none}");
+        assert!(none.encode().is_empty(), "no series, no families");
     }
 }
