@@ -16,10 +16,11 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A replica, identified across restarts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct ReplicaId {
     pub job: u64,
     pub attempt: u32,
@@ -27,7 +28,7 @@ pub struct ReplicaId {
 }
 
 /// A MIG instance as an agent reports it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MigWire {
     pub profile: String,
     pub uuid: String,
@@ -47,7 +48,7 @@ fn is_nvidia_gpu(kind: &str) -> bool {
 }
 
 /// A GPU as an agent reports it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct GpuWire {
     /// `nvidia-gpu` (absent: agents from before other kinds), `amd-gpu` or `tpu`.
     #[serde(default = "nvidia_gpu", skip_serializing_if = "is_nvidia_gpu")]
@@ -69,7 +70,7 @@ pub struct GpuWire {
 }
 
 /// `POST /agent/v1/register`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Register {
     pub node: String,
@@ -121,7 +122,7 @@ pub struct Register {
 /// The nodes an agent may ask, when no control plane answers it, whether
 /// they still hear from one: every node the control plane counts as a
 /// member (not declared down), itself included.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Roster {
     /// Changes whenever a member joins or is declared down.
@@ -133,7 +134,7 @@ pub struct Roster {
 }
 
 /// A member of the roster.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RosterMember {
     pub node: String,
@@ -144,7 +145,7 @@ pub struct RosterMember {
 }
 
 /// The answer to a report: the roster, when the agent's is out of date.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Reported {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roster: Option<Roster>,
@@ -153,7 +154,7 @@ pub struct Reported {
 /// `GET /agent/v1/peer?from=NODE&nonce=HEX&mac=HEX`, asked of another
 /// agent: does it hear from a leading control plane? `mac` is
 /// HMAC-SHA256(roster key, "ask\n{from}\n{nonce}") in hex.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeerAnswer {
     /// The node that answers.
@@ -166,7 +167,7 @@ pub struct PeerAnswer {
 }
 
 /// The answer to a registration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Registered {
     /// Incremented at every registration; every later request carries it.
     pub epoch: u64,
@@ -184,7 +185,7 @@ pub struct Registered {
 }
 
 /// What the control plane asks an agent to do.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Command {
     /// Start a replica (idempotent: a replica already started is not started again).
@@ -260,7 +261,7 @@ pub enum Command {
 }
 
 /// A fault injected into a simulated GPU.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultWire {
     Xid(u64),
@@ -269,7 +270,7 @@ pub enum FaultWire {
 }
 
 /// What a node's health check said of one GPU.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthVerdict {
     pub gpu: u32,
     /// `false`: the node has no health-check program; the control plane's
@@ -282,14 +283,14 @@ pub struct HealthVerdict {
 }
 
 /// One GPU instance to create: a profile at a start (memory slices).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MigSlotWire {
     pub profile: String,
     pub start: u32,
 }
 
 /// How a MIG layout order went, and the node's GPUs as they really are after it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MigOutcome {
     pub gpu: u32,
     /// Why it failed, if it did (the GPU may be half laid out: `gpus` says how).
@@ -301,20 +302,20 @@ pub struct MigOutcome {
 }
 
 /// A command with its sequence number.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Sequenced {
     pub seq: u64,
     pub command: Command,
 }
 
 /// The answer to a poll.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Commands {
     pub commands: Vec<Sequenced>,
 }
 
 /// How a replica ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ExitWire {
     #[serde(default)]
     pub code: Option<i32>,
@@ -331,7 +332,7 @@ pub struct ExitWire {
 }
 
 /// Something that happened to a replica.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
     /// The replica runs (acknowledges a start, or answers a reconcile).
@@ -361,7 +362,7 @@ pub enum Event {
 }
 
 /// One replica's profile, as its node recorded it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProfileCapture {
     /// The process py-spy attached to, if one was found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -378,7 +379,7 @@ pub struct ProfileCapture {
 }
 
 /// One reading of one device during a profile.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DeviceReading {
     /// Milliseconds since the profile began.
     pub t_ms: u64,
@@ -390,7 +391,7 @@ pub struct DeviceReading {
 }
 
 /// A process on a GPU.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProcessWire {
     pub pid: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -407,7 +408,7 @@ pub struct ProcessWire {
 }
 
 /// A MIG instance's reading.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MigSampleWire {
     pub gi_id: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -419,7 +420,7 @@ pub struct MigSampleWire {
 }
 
 /// One GPU's reading; absent values are left out.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GpuSampleWire {
     pub index: u32,
     pub uuid: String,
@@ -504,7 +505,7 @@ pub struct GpuSampleWire {
 }
 
 /// A node's telemetry at one moment.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TelemetryWire {
     pub at_ms: i64,
     pub gpus: Vec<GpuSampleWire>,
@@ -532,7 +533,7 @@ pub struct TelemetryWire {
 }
 
 /// `POST /agent/v1/report`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Report {
     pub node: String,

@@ -1,21 +1,18 @@
-//! The OpenAPI 3.1 description of `/api/v1`, served at `/api/v1/openapi.json`.
+//! The OpenAPI 3.1 description of the API, served at `/api/v1/openapi.json`.
 //!
-//! The paths (routes, parameters, which body each answer carries) are
-//! written by hand in `openapi_paths.json`; the schemas of every body are
-//! generated from the wire types in `gpool-api` (`schemars`, which follows
-//! their serde attributes), so a field added to a view is in the document
-//! without anyone remembering to add it. Tests check that every route of
-//! the router is described, that every `$ref` resolves, and (the e2e suite)
-//! that live responses validate against the schemas.
+//! Generated from the handlers (aide, `http/routes.rs`): the router and the
+//! document come from the same calls, so a route cannot be served and not
+//! described, or described and not served; parameters and bodies come
+//! from the handlers' extractors (`http/extract.rs`, `http/params.rs`),
+//! answers from their return types, the schemas of every body from the
+//! wire types in `gpool-api` (`schemars`, which follows their serde
+//! attributes). Tests check that every `$ref` resolves and every operation
+//! has an id and a tag, `openapi-spec-validator` and schemathesis check the
+//! document against a live daemon (`gpool-cli/tests/openapi.rs`).
 
 use std::sync::OnceLock;
 
-use gpool_api as api;
-use schemars::generate::SchemaSettings;
 use serde_json::Value;
-
-/// Routes, parameters and responses; `components.schemas` is filled in by [`document`].
-const PATHS: &str = include_str!("openapi_paths.json");
 
 /// The document, as served (built once).
 pub fn document_text() -> &'static str {
@@ -23,62 +20,16 @@ pub fn document_text() -> &'static str {
     TEXT.get_or_init(|| serde_json::to_string_pretty(&document()).unwrap_or_default())
 }
 
-/// The hand-written paths with the generated schemas of the wire types.
+/// The document, as JSON.
 pub fn document() -> Value {
-    let mut doc: Value = serde_json::from_str(PATHS).unwrap_or_else(|_| Value::Object(Default::default()));
-    let mut generator =
-        SchemaSettings::draft2020_12().with(|s| s.definitions_path = "/components/schemas".into()).into_generator();
-    // Every body the paths name; what they contain comes along.
-    generator.subschema_for::<api::JobSpec>();
-    generator.subschema_for::<api::spec::Batch>();
-    generator.subschema_for::<api::Submitted>();
-    generator.subschema_for::<api::JobView>();
-    generator.subschema_for::<api::JobList>();
-    generator.subschema_for::<api::NodeView>();
-    generator.subschema_for::<api::QuarantineView>();
-    generator.subschema_for::<api::QueueView>();
-    generator.subschema_for::<api::PoolView>();
-    generator.subschema_for::<api::CostReport>();
-    generator.subschema_for::<api::EventView>();
-    generator.subschema_for::<api::ErrorBody>();
-    generator.subschema_for::<api::TokenRequest>();
-    generator.subschema_for::<api::TokenCreated>();
-    generator.subschema_for::<api::TokenView>();
-    generator.subschema_for::<api::WhoAmI>();
-    generator.subschema_for::<api::pipeline::PipelineSpec>();
-    generator.subschema_for::<api::pipeline::PipelineCreated>();
-    generator.subschema_for::<api::pipeline::PipelineView>();
-    generator.subschema_for::<api::pipeline::PipelineList>();
-    generator.subschema_for::<api::PowerSet>();
-    generator.subschema_for::<api::PowerView>();
-    generator.subschema_for::<api::BudgetView>();
-    generator.subschema_for::<api::schedule::ScheduleSpec>();
-    generator.subschema_for::<api::schedule::ScheduleView>();
-    generator.subschema_for::<api::ServiceView>();
-    generator.subschema_for::<api::ServiceApplied>();
-    generator.subschema_for::<api::RegistryView>();
-    generator.subschema_for::<api::reservation::ReservationRequest>();
-    generator.subschema_for::<api::reservation::ReservationView>();
-    generator.subschema_for::<api::RegistryLogin>();
-    generator.subschema_for::<api::telemetry::JobUsageView>();
-    generator.subschema_for::<api::telemetry::AdviceView>();
-    generator.subschema_for::<api::ProfileView>();
-    generator.subschema_for::<api::terminal::AttachView>();
-    generator.subschema_for::<api::telemetry::AlertView>();
-    generator.subschema_for::<api::Overview>();
-    let schemas: serde_json::Map<String, Value> = generator.take_definitions(true);
-    if let Some(components) = doc.get_mut("components").and_then(Value::as_object_mut) {
-        components.insert("schemas".into(), Value::Object(schemas));
-    }
-    doc
+    serde_json::to_value(crate::plane::http::openapi_document()).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every `$ref` names a schema the document has, and the bodies that
-    /// were hand-written before are generated now.
+    /// Every `$ref` names a schema the document has; the bodies are generated.
     #[test]
     fn every_reference_resolves_to_a_generated_schema() {
         let doc = document();
@@ -94,5 +45,50 @@ mod tests {
         let job = &doc["components"]["schemas"]["JobView"];
         assert!(job["properties"]["spec"].is_object() && job["required"].is_array(), "{job}");
         assert_eq!(doc["openapi"], "3.1.0");
+    }
+
+    /// Client generators name methods by `operationId` and group them by tag:
+    /// every operation has both, ids are unique, and every tag is declared.
+    #[test]
+    fn every_operation_has_a_unique_id_and_a_declared_tag() {
+        let doc = document();
+        let declared: Vec<&str> =
+            doc["tags"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+        let mut ids = std::collections::BTreeSet::new();
+        let mut count = 0;
+        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in item.as_object().into_iter().flatten() {
+                count += 1;
+                let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+                assert!(ids.insert(id.to_string()), "operationId {id} twice");
+                let tags = op["tags"].as_array().map(Vec::len).unwrap_or(0);
+                assert!(tags > 0, "{method} {path} has no tag");
+                for t in op["tags"].as_array().into_iter().flatten() {
+                    assert!(declared.contains(&t.as_str().unwrap_or("")), "{method} {path}: tag {t} not declared");
+                }
+                assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()), "{method} {path} answers nothing");
+            }
+        }
+        assert!(count >= 60, "{count} operations");
+    }
+
+    /// A path's `{parameters}` are each described by the operation.
+    #[test]
+    fn every_path_parameter_is_described() {
+        let doc = document();
+        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+            let wanted: Vec<&str> =
+                path.split('/').filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}'))).collect();
+            for (method, op) in item.as_object().into_iter().flatten() {
+                for w in &wanted {
+                    let found = op["parameters"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|p| p["in"] == "path" && p["name"] == *w && p["required"] == true);
+                    assert!(found, "{method} {path}: path parameter {w} not described");
+                }
+            }
+        }
     }
 }

@@ -4,10 +4,8 @@
 //! Either way the file is streamed in 64 KiB reads, never held whole: a
 //! few requests for a large log must not grow the daemon by its size.
 
-use std::collections::HashMap;
-
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
@@ -15,8 +13,10 @@ use gpool_api as api;
 use tokio::io::AsyncReadExt;
 use tokio::sync::broadcast;
 
+use super::extract::{P, Q};
 use super::log_watch::{Follow, LogWatch, Watched};
-use super::{AppError, AppState, Result, Who, bad, call, job_id, number, only};
+use super::params::{JobPath, LogsQuery};
+use super::{AppError, AppState, Result, Who, bad, call};
 use crate::plane::auth::Credential;
 use crate::plane::controller::{ApiError, Call, LogTarget};
 
@@ -25,17 +25,15 @@ use crate::plane::controller::{ApiError, Call, LogTarget};
 pub(super) async fn logs(
     State(st): State<AppState>,
     who: Who,
-    Path(id): Path<String>,
-    Query(p): Query<HashMap<String, String>>,
+    P(JobPath { id }): P<JobPath>,
+    Q(p): Q<LogsQuery>,
 ) -> Result<Response> {
-    only(&p, &["stream", "rank", "follow"])?;
-    let id = job_id(&id)?;
-    let stream = p.get("stream").cloned().unwrap_or_else(|| "stdout".into());
+    let stream = p.stream.unwrap_or_else(|| "stdout".into());
     if stream != "stdout" && stream != "stderr" {
         return Err(bad(format!("stream: {stream:?} is not stdout or stderr")));
     }
-    let rank: u32 = number(&p, "rank")?.unwrap_or(0);
-    let follow = match p.get("follow").map(String::as_str) {
+    let rank: u32 = p.rank.unwrap_or(0);
+    let follow = match p.follow.as_deref() {
         None | Some("false") | Some("0") => false,
         Some("true") | Some("1") | Some("") => true,
         Some(other) => return Err(bad(format!("follow: {other:?} is not true or false"))),

@@ -1,31 +1,29 @@
 //! The REST API under `/api/v1`: handlers translate HTTP to controller
 //! [`Call`]s and back; they hold no state and take no locks.
 
-use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::mpsc::Sender;
-use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures_util::stream::{self, Stream, StreamExt};
 use gpool_api as api;
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::plane::controller::{ApiError, Call, EVENTS_PAGE, Event, ListQuery, Open, Reply};
+use crate::plane::controller::{ApiError, Call, Event, Open, Reply};
 
+mod agent;
 mod body;
 mod cluster;
+mod events;
+mod extract;
 mod holds;
+mod jobs;
 mod log_watch;
 mod logs;
 mod node_admin;
+mod params;
 mod pipelines;
 mod profile;
 mod registries;
@@ -34,10 +32,11 @@ mod routes;
 mod schedules;
 mod services;
 mod terminals;
+mod tokens;
 mod who;
 use logs::logs;
 pub use who::LocalUsers;
-use who::{Peer, Who};
+use who::Who;
 
 /// Largest request body accepted (a batch of a few thousand specs).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -64,65 +63,22 @@ pub struct AppState {
     pub terminals: std::sync::Arc<crate::plane::terminals::Relay>,
 }
 
-pub use routes::ROUTES;
-
+/// The API's router: the documented routes (`routes.rs`), the dashboard's pages.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/api/v1/openapi.json", get(openapi))
-        .route("/api/v1/jobs", post(submit).get(list))
-        .route("/api/v1/jobs/{id}", get(get_job).delete(cancel))
-        .route("/api/v1/jobs/{id}/cancel", post(cancel))
-        .route("/api/v1/jobs/{id}/hold", post(holds::hold))
-        .route("/api/v1/jobs/{id}/release", post(holds::release))
-        .route("/api/v1/jobs/{id}/logs", get(logs))
-        .route("/api/v1/nodes", get(cluster::nodes))
-        .route("/api/v1/pools", get(pools))
-        .route("/api/v1/registries", get(registries::list))
-        .route("/api/v1/reservations", get(reservations::list).post(reservations::create))
-        .route("/api/v1/reservations/{name}", axum::routing::delete(reservations::delete))
-        .route("/api/v1/registries/{registry}", axum::routing::put(registries::login).delete(registries::logout))
-        .route("/api/v1/pipelines", post(pipelines::submit).get(pipelines::list))
-        .route("/api/v1/pipelines/{run}", get(pipelines::get_run))
-        .route("/api/v1/pipelines/{run}/cancel", post(pipelines::cancel))
-        .route("/api/v1/power", get(schedules::power).put(schedules::set_power))
-        .route("/api/v1/budgets", get(schedules::budgets))
-        .route("/api/v1/schedules", get(schedules::list))
-        .route("/api/v1/schedules/{name}", axum::routing::put(schedules::apply).delete(schedules::delete))
-        .route("/api/v1/services", get(services::list))
-        .route("/api/v1/services/{name}", axum::routing::put(services::apply).delete(services::delete))
-        .route("/api/v1/cost", get(cost))
-        .route("/api/v1/queues", get(queues))
-        .route("/api/v1/events", get(events))
-        .route("/api/v1/tokens", post(create_token).get(list_tokens))
-        .route("/api/v1/tokens/{id}", axum::routing::delete(revoke_token))
-        .route("/api/v1/whoami", get(whoami))
-        .route("/api/v1/jobs/{id}/usage", get(usage))
-        .route("/api/v1/jobs/{id}/advice", get(advice))
-        .route("/api/v1/jobs/{id}/profile", post(profile::take).get(profile::latest))
-        .route("/api/v1/jobs/{id}/profile/flamegraph.svg", get(profile::flamegraph))
-        .route("/api/v1/jobs/{id}/profile/timeline.svg", get(profile::timeline))
-        .route("/api/v1/alerts", get(alerts))
-        .route("/api/v1/overview", get(cluster::overview))
-        .route("/metrics", get(metrics))
-        .route("/tls/ca.pem", get(ca_pem))
-        .route("/api/v1/nodes/{name}/drain", post(node_admin::drain))
-        .route("/api/v1/nodes/{name}/resume", post(node_admin::resume))
-        .route("/api/v1/nodes/{name}/notice", post(node_admin::notice))
-        .route("/api/v1/nodes/{name}/inject", post(node_admin::inject))
-        .route("/api/v1/nodes/{name}/restore", post(node_admin::restore))
-        .route("/api/v1/health", get(node_admin::health))
-        .route("/agent/v1/register", post(agent_register))
-        .route("/agent/v1/commands", get(agent_commands))
-        .route("/agent/v1/report", post(agent_report))
-        .route("/agent/v1/logs", post(agent_logs))
-        .merge(terminals::routes())
+    let mut doc = aide::openapi::OpenApi::default();
+    routes::routes()
+        .finish_api(&mut doc)
         .merge(crate::plane::web::routes())
         .fallback(|| async { AppError(ApiError::new(404, "no such endpoint; see /api/v1/openapi.json")) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
         .layer(axum::middleware::from_fn_with_state(state.away.clone(), mark_away))
         .with_state(state)
+}
+
+/// The OpenAPI document, as generated from the routes and their handlers.
+pub fn openapi_document() -> aide::openapi::OpenApi {
+    routes::document()
 }
 
 /// Refuses a body whose declared length is over the limit before reading
@@ -210,8 +166,8 @@ fn parse<T: DeserializeOwned>(body: &[u8], yaml: bool) -> std::result::Result<T,
     }
 }
 
-async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], crate::plane::openapi::document_text())
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], crate::plane::openapi::document_text()).into_response()
 }
 
 /// The job specs of a submission's body: one spec, or `{jobs: [...]}`, in
@@ -230,126 +186,12 @@ pub fn submission(body: &[u8], yaml: bool) -> std::result::Result<Vec<api::JobSp
     })
 }
 
-async fn submit(State(st): State<AppState>, who: Who, headers: HeaderMap, body: Bytes) -> Result<Response> {
-    let specs = body::authed(&st, &who, &headers, body, submission).await?;
-    let out = call(&st, &who, |reply| Call::Submit { specs, reply }).await?;
-    Ok((StatusCode::CREATED, Json(out)).into_response())
-}
-
-fn only(params: &HashMap<String, String>, allowed: &[&str]) -> Result<()> {
-    match params.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(bad(format!("unknown query parameter {k:?}; expected one of {}", allowed.join(", ")))),
-        None => Ok(()),
-    }
-}
-
-fn number<T: std::str::FromStr>(params: &HashMap<String, String>, key: &str) -> Result<Option<T>> {
-    params.get(key).map(|v| v.parse::<T>().map_err(|_| bad(format!("{key}: {v:?} is not a number")))).transpose()
-}
-
-async fn list(
-    State(st): State<AppState>,
-    who: Who,
-    Query(p): Query<HashMap<String, String>>,
-) -> Result<Json<api::JobList>> {
-    only(&p, &["state", "user", "team", "queue", "ended_since", "ended_until", "after", "limit"])?;
-    // `gpool acct`: jobs that ended in [since, until), RFC 3339.
-    let time = |key: &str| {
-        p.get(key)
-            .map(|v| api::time::parse_rfc3339(v).ok_or_else(|| bad(format!("{key}: {v:?} is not an RFC 3339 time"))))
-            .transpose()
-    };
-    let mut states = Vec::new();
-    for s in p.get("state").map(|s| s.split(',').filter(|x| !x.is_empty()).collect::<Vec<_>>()).unwrap_or_default() {
-        let st = match s {
-            "active" => {
-                states.extend([api::JobState::Pending, api::JobState::Starting, api::JobState::Running, api::JobState::Stopping]);
-                continue;
-            }
-            other => api::JobState::parse(other).ok_or_else(|| {
-                bad(format!("state: {other:?} is not one of pending, starting, running, stopping, succeeded, failed, cancelled, timed_out, active"))
-            })?,
-        };
-        states.push(st);
-    }
-    let query = ListQuery {
-        states,
-        user: p.get("user").cloned(),
-        team: p.get("team").cloned(),
-        queue: p.get("queue").cloned(),
-        ended_from: time("ended_since")?,
-        ended_before: time("ended_until")?,
-        after: number(&p, "after")?,
-        limit: match number(&p, "limit")? {
-            Some(l) if !(1..=1000).contains(&l) => return Err(bad(format!("limit: {l} is not between 1 and 1000"))),
-            l => l.unwrap_or(100),
-        },
-    };
-    Ok(Json(call(&st, &who, |reply| Call::List { query, reply }).await?))
-}
-
-fn job_id(id: &str) -> Result<u64> {
-    id.parse().map_err(|_| bad(format!("{id:?} is not a job id")))
-}
-
-async fn get_job(State(st): State<AppState>, who: Who, Path(id): Path<String>) -> Result<Json<api::JobView>> {
-    let id = job_id(&id)?;
-    Ok(Json(call(&st, &who, |reply| Call::Get { id, reply }).await?))
-}
-
-async fn cancel(
-    State(st): State<AppState>,
-    from: Peer,
-    who: Who,
-    Path(id): Path<String>,
-) -> Result<Json<api::JobView>> {
-    let id = job_id(&id)?;
-    let from = from.0;
-    Ok(Json(call(&st, &who, |reply| Call::Cancel { id, from, reply }).await?))
-}
-
-/// `?by=team|user|queue|pool|job&since=30d`.
-async fn cost(
-    State(st): State<AppState>,
-    who: Who,
-    Query(p): Query<HashMap<String, String>>,
-) -> Result<Json<api::CostReport>> {
-    only(&p, &["by", "since"])?;
-    let by = p.get("by").cloned().unwrap_or_else(|| "team".into());
-    let since = match p.get("since") {
-        None => std::time::Duration::from_secs(30 * 86_400),
-        Some(s) => api::quantity::parse_duration(s).map_err(|e| bad(format!("since: {e} (e.g. 30d, 12h)")))?,
-    };
-    Ok(Json(call(&st, &who, |reply| Call::Cost { by, since, reply }).await?))
-}
-
 async fn pools(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::PoolView>>> {
     Ok(Json(call(&st, &who, |reply| Call::Pools { reply }).await?))
 }
 
 async fn queues(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::QueueView>>> {
     Ok(Json(call(&st, &who, |reply| Call::Queues { reply }).await?))
-}
-
-async fn usage(State(st): State<AppState>, who: Who, Path(id): Path<String>) -> Result<Json<api::JobUsageView>> {
-    let id = job_id(&id)?;
-    Ok(Json(call(&st, &who, |reply| Call::Usage { id, reply }).await?))
-}
-
-/// `?minSpan=2m`: judge on less telemetry than the advisor's default 5 minutes.
-async fn advice(
-    State(st): State<AppState>,
-    who: Who,
-    Path(id): Path<String>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Result<Json<api::AdviceView>> {
-    only(&p, &["minSpan"])?;
-    let id = job_id(&id)?;
-    let min_span = p
-        .get("minSpan")
-        .map(|v| api::quantity::parse_duration(v).map_err(|e| bad(format!("minSpan: {e}"))))
-        .transpose()?;
-    Ok(Json(call(&st, &who, |reply| Call::Advice { id, min_span, reply }).await?))
 }
 
 async fn alerts(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::AlertView>>> {
@@ -382,192 +224,15 @@ async fn metrics(State(st): State<AppState>, who: std::result::Result<Who, AppEr
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
-async fn agent_register(State(st): State<AppState>, who: Who, body: Bytes) -> Result<Json<api::agent::Registered>> {
-    let reg: api::agent::Register = parse(&body, false).map_err(bad)?;
-    Ok(Json(call(&st, &who, |reply| Call::Register { reg, reply }).await?))
-}
-
-/// The long poll: answered when commands wait, or empty after 20 s.
-async fn agent_commands(
-    State(st): State<AppState>,
-    who: Who,
-    Query(p): Query<HashMap<String, String>>,
-) -> Result<Json<api::agent::Commands>> {
-    only(&p, &["node", "epoch", "after"])?;
-    let node = p.get("node").cloned().ok_or_else(|| bad("node: missing"))?;
-    let epoch: u64 = number(&p, "epoch")?.ok_or_else(|| bad("epoch: missing"))?;
-    let after: u64 = number(&p, "after")?.unwrap_or(0);
-    Ok(Json(call(&st, &who, |reply| Call::Poll { node, epoch, after, reply }).await?))
-}
-
-async fn agent_report(State(st): State<AppState>, who: Who, body: Bytes) -> Result<Json<api::agent::Reported>> {
-    let report: api::agent::Report = parse(&body, false).map_err(bad)?;
-    Ok(Json(call(&st, &who, |reply| Call::Report { report, reply }).await?))
-}
-
-/// The most a replica's log shipped to the control plane may hold (per stream):
-/// whatever a node says, the control plane's disk is not its to fill.
-const MAX_SHIPPED_LOG: u64 = 4 << 30;
-
-/// A chunk of a remote replica's output, appended at `offset` to the copy
-/// kept here (what `gpool logs` reads). Chunks already here are skipped; a
-/// gap is refused with the current length, from which the agent resends.
-/// Only the node that runs the replica may send it (`Controller::may_ship_log`).
-async fn agent_logs(
-    State(st): State<AppState>,
-    who: Who,
-    Query(p): Query<HashMap<String, String>>,
-    body: Bytes,
-) -> Result<Response> {
-    only(&p, &["job", "rank", "stream", "offset", "node"])?;
-    let job: u64 = number(&p, "job")?.ok_or_else(|| bad("job: missing"))?;
-    let rank: u32 = number(&p, "rank")?.ok_or_else(|| bad("rank: missing"))?;
-    // Only the node that runs the replica writes its log (`Controller::may_ship_log`).
-    let node = p.get("node").cloned();
-    call(&st, &who, |reply| Call::ShipLog { node, job, rank, reply }).await?;
-    let offset: u64 = number(&p, "offset")?.ok_or_else(|| bad("offset: missing"))?;
-    let stream = p.get("stream").cloned().unwrap_or_default();
-    if stream != "stdout" && stream != "stderr" {
-        return Err(bad(format!("stream: {stream:?} is not stdout or stderr")));
-    }
-    let path = crate::protocol::log_path(&st.data_dir, job, rank, &stream);
-    if offset.saturating_add(body.len() as u64) > MAX_SHIPPED_LOG {
-        return Err(AppError(ApiError::new(
-            413,
-            format!("a shipped log holds at most {MAX_SHIPPED_LOG} bytes (a node's --log-limit is at most that)"),
-        )));
-    }
-    let length = tokio::task::spawn_blocking(move || -> std::io::Result<std::result::Result<u64, u64>> {
-        use std::io::Write as _;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-        let len = f.metadata()?.len();
-        if offset > len {
-            return Ok(Err(len));
-        }
-        let skip = (len - offset) as usize;
-        if skip < body.len() {
-            f.write_all(&body[skip..])?;
-        }
-        Ok(Ok(len.max(offset + body.len() as u64)))
-    })
-    .await
-    .map_err(|e| AppError(ApiError::new(500, e.to_string())))?
-    .map_err(|e| AppError(ApiError::new(500, format!("cannot write the log: {e}"))))?;
-    Ok(match length {
-        Ok(n) => Json(serde_json::json!({ "length": n })).into_response(),
-        Err(n) => (
-            StatusCode::CONFLICT,
-            Json(serde_json::json!({ "error": format!("a gap: the log here has {n} bytes; resend from there"), "length": n })),
-        )
-            .into_response(),
-    })
-}
-
-async fn whoami(State(st): State<AppState>, who: Who) -> Result<Json<api::WhoAmI>> {
-    Ok(Json(call(&st, &who, |reply| Call::WhoAmI { reply }).await?))
-}
-
-async fn create_token(State(st): State<AppState>, from: Peer, who: Who, body: Bytes) -> Result<Response> {
-    let req: api::TokenRequest = parse(&body, false).map_err(bad)?;
-    let from = from.0;
-    let out = call(&st, &who, |reply| Call::CreateToken { req, from, reply }).await?;
-    Ok((StatusCode::CREATED, Json(out)).into_response())
-}
-
-async fn list_tokens(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::TokenView>>> {
-    Ok(Json(call(&st, &who, |reply| Call::Tokens { reply }).await?))
-}
-
-async fn revoke_token(
-    State(st): State<AppState>,
-    from: Peer,
-    who: Who,
-    Path(id): Path<String>,
-) -> Result<Json<api::TokenView>> {
-    let from = from.0;
-    Ok(Json(call(&st, &who, |reply| Call::RevokeToken { id, from, reply }).await?))
-}
-
-/// Server-sent events: history after `?after=SEQ` (optionally `&job=ID`), then live.
-async fn events(
-    State(st): State<AppState>,
-    who: Who,
-    Query(p): Query<HashMap<String, String>>,
-) -> Result<Sse<impl Stream<Item = std::result::Result<SseEvent, Infallible>>>> {
-    only(&p, &["after", "job"])?;
-    let after: u64 = number(&p, "after")?.unwrap_or(u64::MAX);
-    let job: Option<u64> = number(&p, "job")?;
-    let me = call(&st, &who, |reply| Call::WhoAmI { reply }).await?;
-    // A job the caller may not see is not found, at once, whether or not it asks for history.
-    if let Some(id) = job.filter(|_| after == u64::MAX) {
-        call(&st, &who, |reply| Call::Get { id, reply }).await?;
-    }
-    let live = st.events.subscribe();
-    // History comes a page at a time, until a page is not full; then the
-    // live events after the last one (the subscription above keeps those
-    // that happen meanwhile).
-    let first = if after == u64::MAX {
-        Vec::new()
-    } else {
-        call(&st, &who, |reply| Call::Events { after, job, reply }).await?
-    };
-    let last = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(first.last().map_or(0, |e| e.seq)));
-    let more = first.len() >= EVENTS_PAGE;
-    let (pager_st, pager_who, seen) = (st.clone(), who.0.clone(), last.clone());
-    let pages = stream::unfold(more, move |more| {
-        let (st, who, seen) = (pager_st.clone(), pager_who.clone(), seen.clone());
-        async move {
-            if !more {
-                return None;
-            }
-            let after = seen.load(std::sync::atomic::Ordering::SeqCst);
-            let page = call(&st, &Who(who), |reply| Call::Events { after, job, reply }).await.unwrap_or_default();
-            if let Some(e) = page.last() {
-                seen.store(e.seq, std::sync::atomic::Ordering::SeqCst);
-            }
-            let more = page.len() >= EVENTS_PAGE;
-            Some((stream::iter(page), more))
-        }
-    })
-    .flatten();
-    let history = stream::iter(first).chain(pages);
-    // Admins and readers see every event, others their own jobs'.
-    let sees_all = me.role == "admin" || me.role == "reader";
-    let user = me.user;
-    let visible = move |e: &api::EventView| {
-        (job.is_none() || e.job == Some(job.unwrap_or(0))) && (sees_all || e.user.as_deref() == Some(user.as_str()))
-    };
-    let to_sse = |e: api::EventView| {
-        Ok(SseEvent::default().id(e.seq.to_string()).event(e.kind.clone()).json_data(&e).unwrap_or_default())
-    };
-    let past = history.map(to_sse);
-    let now = tokio_stream::wrappers::BroadcastStream::new(live).filter_map(move |r| {
-        let last = last.load(std::sync::atomic::Ordering::SeqCst);
-        let keep = r.ok().filter(|e| e.seq > last && visible(e));
-        async move { keep.map(to_sse) }
-    });
-    Ok(Sse::new(past.chain(now)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_document_is_json_and_describes_every_route() {
-        let doc: serde_json::Value = serde_json::from_str(crate::plane::openapi::document_text()).expect("valid JSON");
-        for (method, path) in ROUTES {
-            assert!(doc["paths"][path][method].is_object(), "{method} {path} missing from the OpenAPI document");
-        }
-        let described: usize = doc["paths"].as_object().map_or(0, |p| {
-            p.values().map(|v| v.as_object().map_or(0, |m| m.keys().filter(|k| *k != "parameters").count())).sum()
-        });
-        assert_eq!(described, ROUTES.len(), "the document describes routes the router does not have");
-    }
+    use std::convert::Infallible;
+
+    use axum::body::Bytes;
+    use futures_util::stream;
+    use tower::ServiceExt;
 
     use super::*;
-    use tower::ServiceExt;
 
     /// A chunked body (no declared length) over the limit is refused in
     /// JSON, as a declared one is.

@@ -4,9 +4,11 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use gpool_api as api;
 
+use super::extract::P;
+use super::params::NamePath;
 use super::who::{Peer, Who};
 use super::{AppError, AppState, Result, call};
 use crate::plane::controller::{ApiError, Call};
@@ -15,7 +17,7 @@ pub(super) async fn drain(
     State(st): State<AppState>,
     from: Peer,
     who: Who,
-    Path(node): Path<String>,
+    P(NamePath { name: node }): P<NamePath>,
 ) -> Result<Json<api::NodeView>> {
     let from = from.0;
     Ok(Json(call(&st, &who, |reply| Call::Drain { node, draining: true, from, reply }).await?))
@@ -25,7 +27,7 @@ pub(super) async fn resume(
     State(st): State<AppState>,
     from: Peer,
     who: Who,
-    Path(node): Path<String>,
+    P(NamePath { name: node }): P<NamePath>,
 ) -> Result<Json<api::NodeView>> {
     let from = from.0;
     Ok(Json(call(&st, &who, |reply| Call::Drain { node, draining: false, from, reply }).await?))
@@ -36,7 +38,7 @@ pub(super) async fn notice(
     State(st): State<AppState>,
     from: Peer,
     who: Who,
-    Path(node): Path<String>,
+    P(NamePath { name: node }): P<NamePath>,
     body: Bytes,
 ) -> Result<Json<api::NodeView>> {
     let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
@@ -58,7 +60,7 @@ pub(super) async fn inject(
     State(st): State<AppState>,
     from: Peer,
     who: Who,
-    Path(node): Path<String>,
+    P(NamePath { name: node }): P<NamePath>,
     body: Bytes,
 ) -> Result<Json<api::NodeView>> {
     let v = object(&body, "{\"gpu\": 1, \"xid\": 79} (or \"ecc_uncorrected\": true, or \"gone\": true)")?;
@@ -80,7 +82,7 @@ pub(super) async fn restore(
     State(st): State<AppState>,
     from: Peer,
     who: Who,
-    Path(node): Path<String>,
+    P(NamePath { name: node }): P<NamePath>,
     body: Bytes,
 ) -> Result<Json<api::NodeView>> {
     let gpu = gpu_of(&object(&body, "{\"gpu\": 1}")?)?;

@@ -2,15 +2,15 @@
 //! returns when the nodes have sent theirs), read the latest one, and its
 //! flame graph and timeline as SVG, drawn here, off the controller's thread.
 
-use std::collections::HashMap;
-
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use gpool_api as api;
 
-use super::{AppError, AppState, Result, Who, bad, call, job_id, only};
+use super::extract::{P, Q};
+use super::params::{JobPath, ProfileQuery};
+use super::{AppError, AppState, Result, Who, bad, call};
 use crate::plane::controller::{ApiError, Call};
 use crate::plane::profile_doc::StoredProfile;
 
@@ -18,16 +18,11 @@ use crate::plane::profile_doc::StoredProfile;
 pub(super) async fn take(
     State(st): State<AppState>,
     who: Who,
-    Path(id): Path<String>,
-    Query(p): Query<HashMap<String, String>>,
+    P(JobPath { id }): P<JobPath>,
+    Q(p): Q<ProfileQuery>,
 ) -> Result<Json<api::ProfileView>> {
-    only(&p, &["seconds", "native"])?;
-    let id = job_id(&id)?;
-    let seconds = match p.get("seconds") {
-        None => 5,
-        Some(v) => v.parse().map_err(|_| bad(format!("seconds: {v:?} is not a whole number of seconds")))?,
-    };
-    let native = match p.get("native").map(String::as_str) {
+    let seconds = p.seconds.unwrap_or(5);
+    let native = match p.native.as_deref() {
         None | Some("false") => false,
         Some("true") => true,
         Some(v) => return Err(bad(format!("native: {v:?} is neither true nor false"))),
@@ -35,8 +30,7 @@ pub(super) async fn take(
     Ok(Json(call(&st, &who, |reply| Call::Profile { id, seconds, native, reply }).await?))
 }
 
-async fn stored(st: &AppState, who: &Who, id: &str) -> Result<StoredProfile> {
-    let id = job_id(id)?;
+async fn stored(st: &AppState, who: &Who, id: u64) -> Result<StoredProfile> {
     Ok(*call(st, who, |reply| Call::LatestProfile { id, reply }).await?)
 }
 
@@ -44,9 +38,9 @@ async fn stored(st: &AppState, who: &Who, id: &str) -> Result<StoredProfile> {
 pub(super) async fn latest(
     State(st): State<AppState>,
     who: Who,
-    Path(id): Path<String>,
+    P(JobPath { id }): P<JobPath>,
 ) -> Result<Json<api::ProfileView>> {
-    Ok(Json(stored(&st, &who, &id).await?.view()))
+    Ok(Json(stored(&st, &who, id).await?.view()))
 }
 
 fn svg(text: String) -> Response {
@@ -54,8 +48,12 @@ fn svg(text: String) -> Response {
 }
 
 /// `GET /api/v1/jobs/{id}/profile/flamegraph.svg`.
-pub(super) async fn flamegraph(State(st): State<AppState>, who: Who, Path(id): Path<String>) -> Result<Response> {
-    let p = stored(&st, &who, &id).await?;
+pub(super) async fn flamegraph(
+    State(st): State<AppState>,
+    who: Who,
+    P(JobPath { id }): P<JobPath>,
+) -> Result<Response> {
+    let p = stored(&st, &who, id).await?;
     let drawn = tokio::task::spawn_blocking(move || crate::plane::profile_svg::flamegraph(&p))
         .await
         .map_err(|e| AppError(ApiError::new(500, format!("drawing the flame graph failed: {e}"))))?;
@@ -63,7 +61,7 @@ pub(super) async fn flamegraph(State(st): State<AppState>, who: Who, Path(id): P
 }
 
 /// `GET /api/v1/jobs/{id}/profile/timeline.svg`.
-pub(super) async fn timeline(State(st): State<AppState>, who: Who, Path(id): Path<String>) -> Result<Response> {
-    let p = stored(&st, &who, &id).await?;
+pub(super) async fn timeline(State(st): State<AppState>, who: Who, P(JobPath { id }): P<JobPath>) -> Result<Response> {
+    let p = stored(&st, &who, id).await?;
     Ok(svg(crate::plane::profile_svg::timeline(&p)))
 }

@@ -1,16 +1,18 @@
 //! `/api/v1/reservations`: advance reservations (admins make and delete them; anyone may list).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use gpool_api::reservation::{ReservationRequest, ReservationView};
 
+use super::extract::{Body, P};
+use super::params::NamePath;
 use super::{AppState, Result, Who, call};
 use crate::plane::controller::Call;
 
 pub(super) async fn create(
     State(st): State<AppState>,
     who: Who,
-    Json(req): Json<ReservationRequest>,
+    Body(req): Body<ReservationRequest>,
 ) -> Result<Json<ReservationView>> {
     Ok(Json(call(&st, &who, |reply| Call::CreateReservation { req, reply }).await?))
 }
@@ -22,7 +24,7 @@ pub(super) async fn list(State(st): State<AppState>, who: Who) -> Result<Json<Ve
 pub(super) async fn delete(
     State(st): State<AppState>,
     who: Who,
-    Path(name): Path<String>,
+    P(NamePath { name }): P<NamePath>,
 ) -> Result<Json<ReservationView>> {
     Ok(Json(call(&st, &who, |reply| Call::DeleteReservation { name, reply }).await?))
 }

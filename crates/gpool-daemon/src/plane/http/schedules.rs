@@ -4,11 +4,11 @@
 //! budgets (the other settings that change over time).
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::extract::State;
 use gpool_api::schedule::{ScheduleSpec, ScheduleView};
 
+use super::extract::{Body, P};
+use super::params::NamePath;
 use super::who::Who;
 use super::{AppState, Result, call};
 use crate::plane::controller::Call;
@@ -16,11 +16,9 @@ use crate::plane::controller::Call;
 pub(super) async fn apply(
     State(st): State<AppState>,
     who: Who,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    P(NamePath { name }): P<NamePath>,
+    Body(spec): Body<ScheduleSpec>,
 ) -> Result<Json<ScheduleView>> {
-    let spec: ScheduleSpec = super::body::authed_as(&st, &who, &headers, body).await?;
     Ok(Json(call(&st, &who, |reply| Call::ApplySchedule { name, spec: Box::new(spec), reply }).await?))
 }
 
@@ -31,7 +29,7 @@ pub(super) async fn list(State(st): State<AppState>, who: Who) -> Result<Json<Ve
 pub(super) async fn delete(
     State(st): State<AppState>,
     who: Who,
-    Path(name): Path<String>,
+    P(NamePath { name }): P<NamePath>,
 ) -> Result<Json<ScheduleView>> {
     Ok(Json(call(&st, &who, |reply| Call::DeleteSchedule { name, reply }).await?))
 }
@@ -46,10 +44,8 @@ pub(super) async fn set_power(
     State(st): State<AppState>,
     from: super::who::Peer,
     who: Who,
-    headers: HeaderMap,
-    body: Bytes,
+    Body(req): Body<gpool_api::PowerSet>,
 ) -> Result<Json<Vec<gpool_api::PowerView>>> {
-    let req: gpool_api::PowerSet = super::body::authed_as(&st, &who, &headers, body).await?;
     let from = from.0;
     Ok(Json(call(&st, &who, |reply| Call::SetPower { req, from, reply }).await?))
 }

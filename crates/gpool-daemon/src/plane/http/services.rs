@@ -2,12 +2,11 @@
 //! the services, delete one.
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::extract::State;
 use gpool_api as api;
 
+use super::extract::{Applied, Body, P};
+use super::params::NamePath;
 use super::{AppState, Result, Who, call};
 use crate::plane::controller::Call;
 
@@ -15,14 +14,11 @@ use crate::plane::controller::Call;
 pub(super) async fn apply(
     State(st): State<AppState>,
     who: Who,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response> {
-    let spec: api::JobSpec = super::body::authed_as(&st, &who, &headers, body).await?;
-    let out = call(&st, &who, |reply| Call::ApplyService { name, spec: Box::new(spec), reply }).await?;
-    let status = if out.outcome == "created" { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(out)).into_response())
+    P(NamePath { name }): P<NamePath>,
+    Body(spec): Body<api::JobSpec>,
+) -> Result<Applied<api::ServiceApplied>> {
+    let view = call(&st, &who, |reply| Call::ApplyService { name, spec: Box::new(spec), reply }).await?;
+    Ok(Applied { created: view.outcome == "created", view })
 }
 
 pub(super) async fn list(State(st): State<AppState>, who: Who) -> Result<Json<Vec<api::ServiceView>>> {
@@ -32,7 +28,7 @@ pub(super) async fn list(State(st): State<AppState>, who: Who) -> Result<Json<Ve
 pub(super) async fn delete(
     State(st): State<AppState>,
     who: Who,
-    Path(name): Path<String>,
+    P(NamePath { name }): P<NamePath>,
 ) -> Result<Json<api::ServiceView>> {
     Ok(Json(call(&st, &who, |reply| Call::DeleteService { name, reply }).await?))
 }

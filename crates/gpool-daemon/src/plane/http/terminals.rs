@@ -4,32 +4,22 @@
 //! frames, read and written as they come; a request body here has no size
 //! limit (it lasts as long as the session) and is never held in memory.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 
 use axum::Json;
-use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use futures_util::StreamExt;
 use gpool_api::terminal::AttachView;
 use tokio::sync::mpsc;
 
-use super::{AppError, AppState, Result, Who, bad, call, only};
+use super::extract::{P, Q};
+use super::params::{JobPath, NodeQuery, SessionPath};
+use super::{AppError, AppState, Result, Who, call};
 use crate::plane::controller::{ApiError, Call};
 use crate::plane::terminals::{RelayError, owner_of};
-
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/jobs/{id}/attach", post(attach))
-        .route("/api/v1/terminals/{session}/input", post(client_input))
-        .route("/api/v1/terminals/{session}/output", get(client_output))
-        .route("/agent/v1/terminals/{session}/input", get(node_input))
-        .route("/agent/v1/terminals/{session}/output", post(node_output))
-}
 
 fn refused(e: RelayError) -> AppError {
     let status = match e {
@@ -40,7 +30,11 @@ fn refused(e: RelayError) -> AppError {
 }
 
 /// Opens a session on interactive job `id`'s terminal.
-async fn attach(State(st): State<AppState>, who: Who, Path(id): Path<u64>) -> Result<Json<AttachView>> {
+pub(super) async fn attach(
+    State(st): State<AppState>,
+    who: Who,
+    P(JobPath { id }): P<JobPath>,
+) -> Result<Json<AttachView>> {
     let session = st.terminals.open(owner_of(&who.0), id, 0).map_err(|e| AppError(ApiError::new(500, e)))?;
     let answer = call(&st, &who, |reply| Call::Attach { id, session: session.clone(), reply }).await;
     if answer.is_err() {
@@ -87,10 +81,10 @@ fn stream(from: mpsc::Receiver<Bytes>) -> Response {
 }
 
 /// The client's keystrokes, window sizes and pings, for as long as it is attached.
-async fn client_input(
+pub(super) async fn client_input(
     State(st): State<AppState>,
     who: Who,
-    Path(session): Path<String>,
+    P(SessionPath { session }): P<SessionPath>,
     body: Body,
 ) -> Result<StatusCode> {
     let to = st.terminals.client_input(&session, &owner_of(&who.0)).map_err(refused)?;
@@ -99,40 +93,43 @@ async fn client_input(
 }
 
 /// The job's terminal output, for the client.
-async fn client_output(State(st): State<AppState>, who: Who, Path(session): Path<String>) -> Result<Response> {
+pub(super) async fn client_output(
+    State(st): State<AppState>,
+    who: Who,
+    P(SessionPath { session }): P<SessionPath>,
+) -> Result<Response> {
     let from = st.terminals.client_output(&session, &owner_of(&who.0)).map_err(refused)?;
     Ok(stream(from))
 }
 
 /// Checks that the caller is node `?node=` and runs the replica session `session` is for.
-async fn node_may(st: &AppState, who: &Who, p: &HashMap<String, String>, session: &str) -> Result<()> {
-    only(p, &["node"])?;
-    let node = Some(p.get("node").cloned().ok_or_else(|| bad("node: missing"))?);
+async fn node_may(st: &AppState, who: &Who, p: NodeQuery, session: &str) -> Result<()> {
+    let node = Some(p.node);
     let (job, rank) = st.terminals.replica_of(session).map_err(refused)?;
     call(st, who, |reply| Call::ShipLog { node, job, rank, reply }).await
 }
 
 /// The node's side of the keystrokes.
-async fn node_input(
+pub(super) async fn node_input(
     State(st): State<AppState>,
     who: Who,
-    Path(session): Path<String>,
-    Query(p): Query<HashMap<String, String>>,
+    P(SessionPath { session }): P<SessionPath>,
+    Q(p): Q<NodeQuery>,
 ) -> Result<Response> {
-    node_may(&st, &who, &p, &session).await?;
+    node_may(&st, &who, p, &session).await?;
     let from = st.terminals.node_input(&session).map_err(refused)?;
     Ok(stream(from))
 }
 
 /// The node's side of the output.
-async fn node_output(
+pub(super) async fn node_output(
     State(st): State<AppState>,
     who: Who,
-    Path(session): Path<String>,
-    Query(p): Query<HashMap<String, String>>,
+    P(SessionPath { session }): P<SessionPath>,
+    Q(p): Q<NodeQuery>,
     body: Body,
 ) -> Result<StatusCode> {
-    node_may(&st, &who, &p, &session).await?;
+    node_may(&st, &who, p, &session).await?;
     // A job may print nothing for hours: the node's stream ends with the shim's connection.
     let to = st.terminals.node_output(&session).map_err(refused)?;
     pump(body, to, None).await;
