@@ -44,11 +44,13 @@ if [ ${#containers[@]} -gt 0 ]; then
 fi
 
 # From PyPI, in target/pytools: openapi-spec-validator checks the API document
-# (tests/openapi.rs); py-spy and NumPy let tests/profile.rs profile real Python jobs.
+# and schemathesis fuzzes a live daemon from it (tests/openapi.rs); py-spy and
+# NumPy let tests/profile.rs profile real Python jobs.
 pip_need=()
 [ -x target/pytools/bin/openapi-spec-validator ] || command -v openapi-spec-validator >/dev/null 2>&1 \
   || pip_need+=(openapi-spec-validator)
 [ -x target/pytools/bin/py-spy ] || pip_need+=(py-spy)
+[ -x target/pytools/bin/schemathesis ] || pip_need+=("schemathesis==4.32.5")
 { [ -x target/pytools/bin/python ] && target/pytools/bin/python -c 'import numpy' 2>/dev/null; } || pip_need+=(numpy)
 if [ ${#pip_need[@]} -gt 0 ]; then
   echo "== installing ${pip_need[*]} (PyPI) in target/pytools for the tests that use them"

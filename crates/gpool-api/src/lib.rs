@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod dashboard;
+pub mod patterns;
 pub mod pipeline;
 pub mod profile;
 pub mod quantity;

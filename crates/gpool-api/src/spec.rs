@@ -32,11 +32,34 @@ use serde::{Deserialize, Serialize};
 ///
 /// Arguments that YAML reads as numbers or booleans (`--lr 0.1`, `true`) are
 /// taken as the text they were written as.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Command {
     Argv(Vec<String>),
     Shell(String),
+}
+
+/// What the server takes: a list whose first item names the program (any
+/// scalar is an argument, as its text), or a shell line that is not blank.
+impl schemars::JsonSchema for Command {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Command".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "An argument vector ([python, train.py]; numbers and booleans are taken as the text they were written as), or a shell command line.",
+            "oneOf": [
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "prefixItems": [{"type": ["string", "number", "boolean"], "minLength": 1}],
+                    "items": {"type": ["string", "number", "boolean"]}
+                },
+                {"type": "string", "pattern": "\\S"}
+            ]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for Command {
@@ -196,6 +219,7 @@ pub struct JobSpec {
     pub name: Option<String>,
     pub command: Command,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::patterns::ABSOLUTE_PATH))]
     pub workdir: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,

@@ -482,14 +482,18 @@ pub struct TokenView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
+    #[schemars(pattern(crate::patterns::IDENTITY), length(max = 253))]
     pub user: String,
     #[serde(default)]
+    #[schemars(pattern(crate::patterns::IDENTITY), length(max = 253))]
     pub team: Option<String>,
     /// `user` (default), `admin`, `node` or `reader` (reads everything, changes nothing).
     #[serde(default)]
+    #[schemars(pattern("^(user|admin|node|reader)$"))]
     pub role: Option<String>,
     /// How long it is accepted (`90d`, `12h`); absent: until revoked.
     #[serde(default)]
+    #[schemars(pattern(crate::patterns::POSITIVE_DURATION))]
     pub ttl: Option<String>,
 }
 
@@ -570,7 +574,11 @@ pub struct RegistryView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryLogin {
+    /// Not blank; no control character.
+    #[schemars(pattern("^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\s\\x00-\\x1f\\x7f-\\x9f][^\\x00-\\x1f\\x7f-\\x9f]*$"))]
     pub username: String,
+    /// Not empty; no line break or NUL.
+    #[schemars(pattern("^[^\\n\\x00]+$"))]
     pub password: String,
 }
 
@@ -600,6 +608,7 @@ pub struct BudgetView {
 #[serde(deny_unknown_fields)]
 pub struct PowerSet {
     /// `node`, `label` or `pool`.
+    #[schemars(pattern("^(node|label|pool)$"))]
     pub scope: String,
     /// The node's or pool's name, or the label as `key=value`.
     pub target: String,

@@ -387,9 +387,12 @@ pub const TPU_TOPOLOGY_LABEL: &str = "gpool.io/tpu-topology";
 /// slice of that topology, whose chips add up to the topology's.
 fn tpu_slice(core: &mut JobSpec, topology: &str) -> Result<(), FieldError> {
     let dims: Option<Vec<u32>> = topology.split('x').map(|d| d.trim().parse::<u32>().ok().filter(|d| *d > 0)).collect();
-    let chips: u32 = match dims {
-        Some(d) if (2..=3).contains(&d.len()) => d.iter().product(),
-        _ => return Err(bad("tpuTopology", format!("{topology:?} is not a TPU topology like 2x2x1, 2x2x2 or 4x4"))),
+    // A product past u32 is no topology either (and must not overflow).
+    let chips =
+        dims.filter(|d| (2..=3).contains(&d.len())).and_then(|d| d.iter().try_fold(1u32, |a, b| a.checked_mul(*b)));
+    let chips: u32 = match chips {
+        Some(c) => c,
+        None => return Err(bad("tpuTopology", format!("{topology:?} is not a TPU topology like 2x2x1, 2x2x2 or 4x4"))),
     };
     let per_host = core.replica.gpu.device_count();
     if core.replica.gpu_kind != Some(DeviceKind::Tpu) || per_host == 0 {

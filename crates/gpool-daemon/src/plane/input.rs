@@ -20,7 +20,7 @@ use gpool_api::spec::Command;
 pub const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
 /// The most a job's arguments and environment may hold together.
 pub const MAX_ARGS_TOTAL: usize = 1024 * 1024;
-/// The longest name (user, team, queue, job name, label key or value).
+/// The longest name in characters (user, team, queue, job name, label key or value).
 pub const MAX_NAME: usize = 253;
 
 /// A field that is wrong at the boundary: its path and why.
@@ -39,13 +39,14 @@ fn control(s: &str, multiline: bool) -> Option<char> {
     s.chars().find(|c| c.is_control() && !(multiline && matches!(c, '\t' | '\n' | '\r')))
 }
 
-/// A name: not empty, at most [`MAX_NAME`] bytes, no control character.
+/// A name: not empty, at most [`MAX_NAME`] characters, no control character.
 pub fn name(field: &str, s: &str) -> Result<(), Refused> {
     if s.trim().is_empty() {
         return Err(refused(field, "must not be empty"));
     }
-    if s.len() > MAX_NAME {
-        return Err(refused(field, format!("is {} bytes long; the most is {MAX_NAME}", s.len())));
+    let chars = s.chars().count();
+    if chars > MAX_NAME {
+        return Err(refused(field, format!("is {chars} characters long; the most is {MAX_NAME}")));
     }
     text(field, s)
 }

@@ -22,7 +22,38 @@ pub fn document_text() -> &'static str {
 
 /// The document, as JSON.
 pub fn document() -> Value {
-    serde_json::to_value(crate::plane::http::openapi_document()).unwrap_or(Value::Null)
+    let mut doc = serde_json::to_value(crate::plane::http::openapi_document()).unwrap_or(Value::Null);
+    bound_integers(&mut doc);
+    doc
+}
+
+/// Gives every integer schema the range of the Rust type it was made from
+/// (schemars names it in `format` only, and aide copies query parameters'
+/// schemas before any transform sees them): a client must not send a
+/// number the server cannot hold.
+fn bound_integers(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            let range: Option<(Value, Value)> = match o.get("format").and_then(Value::as_str) {
+                Some("uint8") => Some((0.into(), u8::MAX.into())),
+                Some("uint16") => Some((0.into(), u16::MAX.into())),
+                Some("uint32") => Some((0.into(), u32::MAX.into())),
+                Some("uint64" | "uint") => Some((0.into(), u64::MAX.into())),
+                Some("int8") => Some((i8::MIN.into(), i8::MAX.into())),
+                Some("int16") => Some((i16::MIN.into(), i16::MAX.into())),
+                Some("int32") => Some((i32::MIN.into(), i32::MAX.into())),
+                Some("int64" | "int") => Some((i64::MIN.into(), i64::MAX.into())),
+                _ => None,
+            };
+            if let Some((min, max)) = range {
+                o.entry("minimum").or_insert(min);
+                o.entry("maximum").or_insert(max);
+            }
+            o.values_mut().for_each(bound_integers);
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_integers),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -45,6 +76,13 @@ mod tests {
         let job = &doc["components"]["schemas"]["JobView"];
         assert!(job["properties"]["spec"].is_object() && job["required"].is_array(), "{job}");
         assert_eq!(doc["openapi"], "3.1.0");
+        // Integers carry their Rust type's range, query parameters included.
+        let rank = doc["paths"]["/api/v1/jobs/{id}/logs"]["get"]["parameters"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == "rank"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(rank["schema"]["maximum"], u32::MAX, "{rank}");
     }
 
     /// Client generators name methods by `operationId` and group them by tag:

@@ -29,7 +29,9 @@ pub(super) fn may_ship_log(
     rank: u32,
 ) -> Result<(), ApiError> {
     if caller.role == crate::plane::auth::Role::Admin {
-        return Ok(());
+        // An admin may ship any job's log, but only a job's: no file for a job that never was.
+        let known = jobs.contains_key(&job) || store.job(job).map_err(|e| ApiError::new(503, e.to_string()))?.is_some();
+        return if known { Ok(()) } else { Err(ApiError::new(404, format!("job {job} not found"))) };
     }
     let node = match node {
         Some(n) => n,

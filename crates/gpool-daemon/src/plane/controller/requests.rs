@@ -242,9 +242,10 @@ impl Controller {
             }
             Call::Logs { id, rank, stream, reply } => {
                 let r = self.visible(&caller, id).and_then(|d| {
+                    // No such replica, so no such log.
                     if rank >= d.spec.replicas.max {
                         return Err(ApiError::new(
-                            400,
+                            404,
                             format!("rank {rank}: job {id} has at most {} replica(s)", d.spec.replicas.max),
                         ));
                     }

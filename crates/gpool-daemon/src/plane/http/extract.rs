@@ -54,7 +54,7 @@ pub(super) struct Applied<T> {
 #[serde(untagged)]
 #[allow(dead_code)]
 enum Submission {
-    One(api::JobSpec),
+    One(Box<api::JobSpec>),
     Batch(api::spec::Batch),
 }
 
@@ -94,9 +94,7 @@ async fn checked_body(req: Request, st: &AppState) -> Result<(Who, axum::http::H
     let (mut parts, raw) = req.into_parts();
     let who = Who::from_request_parts(&mut parts, st).await?;
     let headers = parts.headers.clone();
-    let bytes = Bytes::from_request(Request::from_parts(parts, raw), st)
-        .await
-        .map_err(unread)?;
+    let bytes = Bytes::from_request(Request::from_parts(parts, raw), st).await.map_err(unread)?;
     Ok((who, headers, bytes))
 }
 

@@ -154,16 +154,46 @@ fn is_yaml(headers: &HeaderMap) -> bool {
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8], yaml: bool) -> std::result::Result<T, String> {
-    if yaml {
-        let de = serde_yaml_ng::Deserializer::from_slice(body);
-        serde_path_to_error::deserialize(de).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+    let located = |e: serde_path_to_error::Error<serde_json::Error>| {
+        let path = e.path().to_string();
+        if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
+    };
+    // YAML with JSON's types: read into a JSON value first, so that a
+    // scalar is what YAML says it is (`null`, `false`, `60`) and never
+    // silently the text of a string field (`user: null` was the user
+    // "null"). The schema of the body says where a number or a boolean is
+    // taken as text (a command's arguments).
+    let mut value = if yaml {
+        yaml_value(body)?
     } else {
-        let mut de = serde_json::Deserializer::from_slice(body);
-        serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
-        })
+        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?
+    };
+    whole_numbers(&mut value);
+    serde_path_to_error::deserialize(value).map_err(located)
+}
+
+/// A number with no fraction is an integer, as JSON Schema says (`2.0` GPUs
+/// are 2): serde would refuse it where the Rust type is an integer.
+fn whole_numbers(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0) {
+                if (0.0..=u64::MAX as f64).contains(&f) && f < 18_446_744_073_709_551_616.0 {
+                    *v = serde_json::Value::from(f as u64);
+                } else if (i64::MIN as f64..0.0).contains(&f) {
+                    *v = serde_json::Value::from(f as i64);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(whole_numbers),
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(whole_numbers),
+        _ => {}
     }
+}
+
+/// A YAML body as the JSON value it spells.
+fn yaml_value(body: &[u8]) -> std::result::Result<serde_json::Value, String> {
+    serde_yaml_ng::from_slice(body).map_err(|e| format!("the body is not valid YAML: {e}"))
 }
 
 async fn openapi() -> Response {
@@ -175,7 +205,7 @@ async fn openapi() -> Response {
 pub fn submission(body: &[u8], yaml: bool) -> std::result::Result<Vec<api::JobSpec>, String> {
     body::shallow(body)?;
     let value: serde_json::Value = if yaml {
-        serde_yaml_ng::from_slice(body).map_err(|e| format!("the body is not valid YAML: {e}"))?
+        yaml_value(body)?
     } else {
         serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?
     };

@@ -13,6 +13,7 @@ use serde::Deserialize;
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct JobPath {
     /// The job's id.
+    #[schemars(range(max = u64::MAX))]
     pub id: u64,
 }
 
@@ -20,6 +21,7 @@ pub(super) struct JobPath {
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct RunPath {
     /// The pipeline run's id.
+    #[schemars(range(max = u64::MAX))]
     pub run: u64,
 }
 
@@ -34,6 +36,7 @@ pub(super) struct NamePath {
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct RegistryPath {
     /// The registry's host, as image references name it (`ghcr.io`, `registry.local:5000`).
+    #[schemars(pattern(gpool_api::patterns::REGISTRY))]
     pub registry: String,
 }
 
@@ -41,6 +44,7 @@ pub(super) struct RegistryPath {
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct TokenPath {
     /// The token's id (`gpool token list`), never its secret.
+    #[schemars(pattern(gpool_api::patterns::TOKEN_ID))]
     pub id: String,
 }
 
@@ -58,6 +62,7 @@ pub(super) struct JobListQuery {
     /// Comma-separated states (`pending`, `starting`, `running`, `stopping`,
     /// `succeeded`, `failed`, `cancelled`, `timed_out`), or `active` for the
     /// first four.
+    #[schemars(pattern(gpool_api::patterns::STATES))]
     pub state: Option<String>,
     /// Only this user's jobs.
     pub user: Option<String>,
@@ -98,6 +103,7 @@ pub(super) struct CostQuery {
     #[schemars(with = "Option<CostBy>")]
     pub by: Option<String>,
     /// The period, back from now: `30d` (the default), `12h`.
+    #[schemars(pattern(gpool_api::patterns::DURATION))]
     pub since: Option<String>,
 }
 
@@ -119,6 +125,7 @@ enum CostBy {
 pub(super) struct AdviceQuery {
     /// Judge on this much telemetry at least (`2m`; the advisor's default is 5 minutes).
     #[serde(rename = "minSpan")]
+    #[schemars(pattern(gpool_api::patterns::DURATION))]
     pub min_span: Option<String>,
 }
 

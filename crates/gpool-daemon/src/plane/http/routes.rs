@@ -29,6 +29,8 @@ trait Doc: Sized {
     fn streams_in(self, content_type: &str, what: &str) -> Self;
     /// It needs no token.
     fn public(self) -> Self;
+    /// Its request body may be left out.
+    fn optional_body(self) -> Self;
 }
 
 impl Doc for TransformOperation<'_> {
@@ -74,6 +76,13 @@ impl Doc for TransformOperation<'_> {
             ..RequestBody::default()
         };
         self.inner_mut().request_body = Some(ReferenceOr::Item(body));
+        self
+    }
+
+    fn optional_body(mut self) -> Self {
+        if let Some(ReferenceOr::Item(body)) = self.inner_mut().request_body.as_mut() {
+            body.required = false;
+        }
         self
     }
 
@@ -377,7 +386,7 @@ fn telemetry_routes() -> ApiRouter<AppState> {
     ApiRouter::new()
         .api_route(
             "/api/v1/events",
-            get_with(events::events, |o| o.op("events", "telemetry", "the event log, then live")),
+            get_with(events::events, |o| o.op("events", "telemetry", "the event log, then live").says(404, NO_JOB)),
         )
         .api_route(
             "/api/v1/jobs/{id}/usage",
@@ -464,9 +473,15 @@ fn agent_routes() -> ApiRouter<AppState> {
         .api_route(
             "/agent/v1/logs",
             post_with(agent::logs, |o| {
-                o.op("agentLogs", "agent", "a chunk of a replica's output, appended at offset")
-                    .response::<200, axum::Json<agent::Shipped>>()
-                    .response_with::<409, axum::Json<agent::Gap>, _>(|r| r.description("a gap: resend from length"))
+                o.op(
+                    "agentLogs",
+                    "agent",
+                    "a chunk of a replica's output, appended at offset (none: a probe for the length)",
+                )
+                .optional_body()
+                .says(404, NO_JOB)
+                .response::<200, axum::Json<agent::Shipped>>()
+                .response_with::<409, axum::Json<agent::Gap>, _>(|r| r.description("a gap: resend from length"))
             }),
         )
 }
