@@ -13,7 +13,6 @@ pub mod identity;
 pub mod input;
 pub mod listen;
 pub mod metrics;
-pub mod openapi;
 pub mod process;
 pub mod profile_doc;
 pub mod profile_svg;

@@ -23,6 +23,7 @@ mod jobs;
 mod log_watch;
 mod logs;
 mod node_admin;
+pub mod openapi;
 mod params;
 mod pipelines;
 mod profile;
@@ -74,11 +75,6 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
         .layer(axum::middleware::from_fn_with_state(state.away.clone(), mark_away))
         .with_state(state)
-}
-
-/// The OpenAPI document, as generated from the routes and their handlers.
-pub fn openapi_document() -> aide::openapi::OpenApi {
-    routes::document()
 }
 
 /// Refuses a body whose declared length is over the limit before reading
@@ -197,7 +193,7 @@ fn yaml_value(body: &[u8]) -> std::result::Result<serde_json::Value, String> {
 }
 
 async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], crate::plane::openapi::document_text()).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], openapi::document_text()).into_response()
 }
 
 /// The job specs of a submission's body: one spec, or `{jobs: [...]}`, in

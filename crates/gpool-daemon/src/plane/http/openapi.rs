@@ -22,7 +22,7 @@ pub fn document_text() -> &'static str {
 
 /// The document, as JSON.
 pub fn document() -> Value {
-    let mut doc = serde_json::to_value(crate::plane::http::openapi_document()).unwrap_or(Value::Null);
+    let mut doc = serde_json::to_value(super::routes::document()).unwrap_or(Value::Null);
     bound_integers(&mut doc);
     doc
 }
