@@ -176,6 +176,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Back up and restore the daemon's state (gpool admin backup FILE; restore FILE).
+    #[command(subcommand)]
+    Admin(verbs::admin::AdminCommand),
     /// Your logins to image registries, used only for your jobs' images (login, list, logout).
     #[command(subcommand)]
     Registry(RegistryCommand),
@@ -366,6 +369,7 @@ fn main() -> ExitCode {
         Command::Registry(RegistryCommand::Login(a)) => verbs::registry::login(a),
         Command::Registry(RegistryCommand::List(a)) => verbs::registry::list(a),
         Command::Registry(RegistryCommand::Logout(a)) => verbs::registry::logout(a),
+        Command::Admin(c) => verbs::admin::run(c),
         Command::Token(TokenCommand::Create(a)) => token::create(a),
         Command::Token(TokenCommand::List(a)) => token::list(a),
         Command::Token(TokenCommand::Revoke(a)) => token::revoke(a),

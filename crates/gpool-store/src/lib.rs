@@ -45,6 +45,7 @@
 //! The throwaway PostgreSQL server of the tests and the chaos suite is
 //! `gpool-testpg`, a crate of its own so that the `gpool` binary does not carry it.
 
+pub mod backup;
 pub mod conformance;
 mod pg_error;
 mod postgres;
@@ -170,7 +171,10 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("cannot open the database at {path}: {why}")]
     Open { path: String, why: String },
-    #[error("the database schema is version {found}, newer than this gpool ({supported}); upgrade gpool")]
+    #[error(
+        "the database schema is version {found}, newer than the {supported} that gpool {} writes; upgrade gpool",
+        env!("CARGO_PKG_VERSION")
+    )]
     TooNew { found: u32, supported: u32 },
     #[error("PostgreSQL error: {0}")]
     Postgres(String),

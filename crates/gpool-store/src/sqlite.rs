@@ -20,6 +20,11 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0005_job_ended.sql"),
 ];
 
+/// The schema version this gpool writes (and the newest it opens).
+pub(crate) fn schema_version() -> u32 {
+    MIGRATIONS.len() as u32
+}
+
 /// A SQLite database file.
 pub struct Sqlite {
     conn: Connection,

@@ -9,6 +9,7 @@ use crate::client::Connect;
 use crate::output::Output;
 
 pub(crate) mod acct;
+pub(crate) mod admin;
 pub(crate) mod advise;
 pub(crate) mod alerts;
 pub(crate) mod attach;

@@ -1,0 +1,261 @@
+//! Backups of the embedded (SQLite) store, for `gpool admin backup` and
+//! `gpool admin restore` (docs/operations.md).
+//!
+//! - A backup is taken with SQLite's online backup API from a read-only
+//!   connection: a daemon may run and write meanwhile (the store is in WAL
+//!   mode, so the copy is one consistent snapshot), and the source is never
+//!   migrated or locked. The copy is written beside the target and renamed
+//!   into place once it passed `PRAGMA integrity_check`, so a target either
+//!   does not exist or is whole.
+//! - A restore refuses while a daemon leads the store (it holds
+//!   `<database>.lock`), refuses a file that is not a whole gpool store or is
+//!   newer than this gpool, keeps the store it replaces beside it
+//!   (`state.db.before-restore-<unix seconds>`), and puts the backup in place
+//!   the same way. The next start migrates it if it is older.
+//!
+//! PostgreSQL stores are backed up with `pg_dump` (docs/operations.md).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::StoreError;
+
+/// What a backup or restore copied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Copied {
+    /// The store's schema version (`PRAGMA user_version`).
+    pub schema: u32,
+    /// Jobs in it.
+    pub jobs: u64,
+    /// Tokens in it.
+    pub tokens: u64,
+    /// The file's size.
+    pub bytes: u64,
+}
+
+/// Why a backup or restore was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{path}: {why}")]
+    Io { path: String, why: String },
+    #[error("{path} is not a gpool store: {why}")]
+    NotAStore { path: String, why: String },
+    #[error("{path} already exists: name a new file (a backup never overwrites one)")]
+    Exists { path: String },
+    #[error(
+        "a gpool daemon is running on {path} (it holds {lock}): stop it first (systemctl stop gpool-up), then restore"
+    )]
+    Running { path: String, lock: String },
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> BackupError + '_ {
+    move |e| BackupError::Io { path: path.display().to_string(), why: e.to_string() }
+}
+
+fn open_read_only(path: &Path) -> Result<Connection, BackupError> {
+    if !path.is_file() {
+        return Err(BackupError::NotAStore { path: path.display().to_string(), why: "no such file".into() });
+    }
+    Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .map_err(|e| BackupError::NotAStore { path: path.display().to_string(), why: e.to_string() })
+}
+
+/// Checks that `conn` (read from `path`) holds a whole gpool store this gpool can open, and says what is in it.
+fn inspect(conn: &Connection, path: &Path) -> Result<Copied, BackupError> {
+    let not = |why: String| BackupError::NotAStore { path: path.display().to_string(), why };
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).map_err(|e| not(e.to_string()))?;
+    if check != "ok" {
+        return Err(not(format!("integrity_check says {check}")));
+    }
+    let schema: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| not(e.to_string()))?;
+    let supported = crate::sqlite::schema_version();
+    if schema > supported {
+        return Err(StoreError::TooNew { found: schema, supported }.into());
+    }
+    let count = |table: &str| -> Result<u64, BackupError> {
+        conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get::<_, i64>(0))
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| not(format!("no {table} table ({e})")))
+    };
+    let bytes = std::fs::metadata(path).map_err(io(path))?.len();
+    Ok(Copied { schema, jobs: count("jobs")?, tokens: count("tokens")?, bytes })
+}
+
+/// `file` with `suffix` added to its name.
+fn beside(file: &Path, suffix: &str) -> PathBuf {
+    let mut s = file.as_os_str().to_owned();
+    s.push(suffix);
+    s.into()
+}
+
+/// Writes `from` to `to` through a file beside it, checked, synced and renamed into place.
+fn put_in_place(to: &Path, write: impl FnOnce(&Path) -> Result<(), BackupError>) -> Result<Copied, BackupError> {
+    let partial = beside(to, ".partial");
+    let _ = std::fs::remove_file(&partial);
+    let done = write(&partial).and_then(|()| {
+        let copied = inspect(&open_read_only(&partial)?, &partial)?;
+        std::fs::File::open(&partial).and_then(|f| f.sync_all()).map_err(io(&partial))?;
+        Ok(copied)
+    });
+    match done {
+        Ok(copied) => {
+            std::fs::rename(&partial, to).map_err(io(to))?;
+            if let Some(dir) = to.parent().filter(|d| !d.as_os_str().is_empty()) {
+                let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+            }
+            Ok(copied)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+/// Copies the store at `db` to a new file `to`, while a daemon may be using it.
+pub fn backup(db: &Path, to: &Path) -> Result<Copied, BackupError> {
+    if to.exists() {
+        return Err(BackupError::Exists { path: to.display().to_string() });
+    }
+    let src = open_read_only(db)?;
+    inspect(&src, db)?;
+    put_in_place(to, |partial| {
+        let mut dst = Connection::open(partial)
+            .map_err(|e| BackupError::Io { path: partial.display().to_string(), why: e.to_string() })?;
+        let b = rusqlite::backup::Backup::new(&src, &mut dst).map_err(StoreError::from)?;
+        // A daemon writing meanwhile restarts the copy of the pages it changed: a step at a time.
+        b.run_to_completion(256, Duration::from_millis(5), None).map_err(StoreError::from)?;
+        drop(b);
+        // A backup is one file: no WAL beside it.
+        dst.pragma_update(None, "journal_mode", "DELETE").map_err(StoreError::from)?;
+        Ok(())
+    })
+}
+
+/// Puts the backup `from` in place of the store at `db`, keeping the
+/// store it replaces beside it; returns what was restored and where the
+/// old store went (`None`: there was none).
+pub fn restore(from: &Path, db: &Path, now_s: u64) -> Result<(Copied, Option<PathBuf>), BackupError> {
+    // Nobody leads the store, and nobody starts to while it is replaced:
+    // `gpool serve` holds `<database>.lock` while it leads, `gpool up` its
+    // data directory's `daemon.lock` while it runs.
+    let dir = db.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let _held = [beside(db, ".lock"), dir.join("daemon.lock")]
+        .iter()
+        .map(|lock| hold(lock, db))
+        .collect::<Result<Vec<_>, _>>()?;
+    inspect(&open_read_only(from)?, from)?;
+    let kept = if db.exists() {
+        // Fold the old store's WAL into it, so the copy kept aside is whole.
+        if let Ok(old) = Connection::open(db) {
+            let _ = old.pragma_update(None, "wal_checkpoint", "TRUNCATE");
+        }
+        let aside = beside(db, &format!(".before-restore-{now_s}"));
+        std::fs::rename(db, &aside).map_err(io(db))?;
+        Some(aside)
+    } else {
+        None
+    };
+    for leftover in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(beside(db, leftover));
+    }
+    let copied = put_in_place(db, |partial| std::fs::copy(from, partial).map(drop).map_err(io(partial)))?;
+    Ok((copied, kept))
+}
+
+/// Holds the lock file `lock` of the store `db`, which no daemon may hold meanwhile.
+fn hold(lock: &Path, db: &Path) -> Result<std::fs::File, BackupError> {
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(lock).map_err(io(lock))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(BackupError::Running { path: db.display().to_string(), lock: lock.display().to_string() })
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(io(lock)(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Sqlite, Store, Write};
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("gpool-backup-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch");
+        d
+    }
+
+    #[test]
+    fn a_backup_of_a_store_in_use_restores_whole_and_keeps_what_it_replaced() {
+        let dir = scratch("round");
+        let db = dir.join("state.db");
+        let mut store = Sqlite::open(&db, false).expect("open");
+        let doc = |id: u64| {
+            Write::PutJob(crate::JobRow {
+                id,
+                user: "ana".into(),
+                team: "ml".into(),
+                queue: "default".into(),
+                state: "succeeded".into(),
+                submitted_ms: 1,
+                ended_ms: Some(2),
+                doc: "{}".into(),
+            })
+        };
+        store.commit(&[doc(1), doc(2), doc(3)]).expect("jobs");
+        // Taken while the store is open and leading, as under `gpool serve`.
+        assert!(store.lead(false).expect("lead"));
+        let file = dir.join("backup.db");
+        let copied = backup(&db, &file).expect("backup");
+        assert_eq!((copied.jobs, copied.schema), (3, schema()), "{copied:?}");
+        assert!(matches!(backup(&db, &file), Err(BackupError::Exists { .. })), "never overwrites");
+        store.commit(&[doc(4)]).expect("a job after the backup");
+        // Restoring under the running daemon is refused, and changes nothing.
+        assert!(matches!(restore(&file, &db, 7), Err(BackupError::Running { .. })));
+        drop(store);
+        // So is one under `gpool up`, which holds its data directory's lock.
+        let up = std::fs::File::create(dir.join("daemon.lock")).expect("lock");
+        up.lock().expect("held");
+        assert!(matches!(restore(&file, &db, 7), Err(BackupError::Running { .. })));
+        drop(up);
+        let (restored, kept) = restore(&file, &db, 7).expect("restore");
+        assert_eq!(restored.jobs, 3);
+        let kept = kept.expect("the store it replaced is kept");
+        assert_eq!(kept, dir.join("state.db.before-restore-7"));
+        let mut back = Sqlite::open(&db, false).expect("reopen");
+        assert!(back.job(3).expect("read").is_some() && back.job(4).expect("read").is_none());
+        let mut old = Sqlite::open(&kept, false).expect("the old one opens");
+        assert!(old.job(4).expect("read").is_some(), "what came after the backup is in the copy kept aside");
+    }
+
+    #[test]
+    fn what_is_no_whole_gpool_store_is_refused_before_anything_moves() {
+        let dir = scratch("refuse");
+        let db = dir.join("state.db");
+        drop(Sqlite::open(&db, false).expect("open"));
+        let junk = dir.join("junk.db");
+        std::fs::write(&junk, b"not a database at all, but long enough to look like one perhaps").expect("junk");
+        assert!(matches!(restore(&junk, &db, 1), Err(BackupError::NotAStore { .. })));
+        let other = dir.join("other.db");
+        Connection::open(&other).and_then(|c| c.execute_batch("CREATE TABLE t (x)")).expect("other");
+        let err = restore(&other, &db, 1).expect_err("no jobs table");
+        assert!(err.to_string().contains("no jobs table"), "{err}");
+        let newer = dir.join("newer.db");
+        std::fs::copy(&db, &newer).expect("copy");
+        Connection::open(&newer).and_then(|c| c.pragma_update(None, "user_version", 999)).expect("version");
+        let err = restore(&newer, &db, 1).expect_err("too new");
+        assert!(err.to_string().contains("999") && err.to_string().contains("upgrade gpool"), "{err}");
+        assert!(db.exists() && !dir.join("state.db.before-restore-1").exists(), "nothing moved");
+        assert!(matches!(backup(&dir.join("missing.db"), &dir.join("b.db")), Err(BackupError::NotAStore { .. })));
+    }
+
+    fn schema() -> u32 {
+        crate::sqlite::schema_version()
+    }
+}
