@@ -16,6 +16,8 @@ command -v flock >/dev/null 2>&1 || need+=(util-linux)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v useradd >/dev/null 2>&1 || need+=(passwd)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+# systemd-analyze checks the units offline (tests/units.rs); no systemd need run.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The escape tests build a static setuid program and a preload library: the C library's headers and libc.a.
 [ -e /usr/include/stdio.h ] && ls /usr/lib/*/libc.a >/dev/null 2>&1 || need+=(libc6-dev)
 # podman and runc run the jobs of the container tests; busybox-static is their image's only program.

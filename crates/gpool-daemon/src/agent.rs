@@ -226,6 +226,8 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         lease_ms = registered.lease_ms;
         contact.opened(sent, registered.lease_ms, registered.roster.clone());
         tracing::info!("registered with {} (epoch {})", conn.base, registered.epoch);
+        // Ready once a control plane knows the node (again after a lost session: READY=1 is idempotent).
+        crate::notify::ready(&format!("registered with {} (epoch {})", conn.base, registered.epoch));
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((registered.epoch, conn.clone()));
         let at = cfg.servers.iter().position(|s| s.trim_end_matches('/') == conn.base).unwrap_or(0);
         let session = Session { conn: &conn, node: &name, reg: &registered, contact: &contact, current: &current };

@@ -15,6 +15,7 @@
 pub mod accounts;
 pub mod agent;
 pub mod node;
+pub mod notify;
 pub mod plane;
 pub mod pools_file;
 pub mod protocol;

@@ -69,6 +69,8 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     // `503 standby` there, and no other program can take it meanwhile.
     let bound = process.hold(plane.listen)?;
     tracing::info!("listening on {bound} (answering 503 standby until this control plane leads)");
+    // Up and answering, as a standby: systemd's start is done (READY=1 again when it leads).
+    crate::notify::ready(&format!("standby on {bound}: answering 503 until this control plane leads"));
     // Once the database was reached, losing it is an outage to ride out, not a wrong setting.
     let mut reached = false;
     let mut delay = Duration::from_millis(200);

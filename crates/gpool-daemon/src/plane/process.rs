@@ -183,4 +183,5 @@ async fn shutdown_signal() {
         _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
     }
     println!("gpool: stopping; running jobs keep running and are re-adopted when a control plane is back");
+    crate::notify::stopping();
 }

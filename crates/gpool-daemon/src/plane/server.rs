@@ -389,6 +389,8 @@ pub fn serve(
         }
         let _ = std::io::stdout().flush();
         let limits = Limits::for_open_files(raise_open_file_limit(), header_timeout);
+        // The socket is bound and is served from here on: systemd may start what waits for the API.
+        crate::notify::ready(&format!("serving {url}"));
         let stopping = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
