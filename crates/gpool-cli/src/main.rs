@@ -201,6 +201,11 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+    /// Write the man pages (gpool.1, and gpool-VERB.1 for each verb) into DIR: what packages install.
+    Man {
+        /// The directory to write them in (made if missing).
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -382,6 +387,7 @@ fn main() -> ExitCode {
             output::emit(&String::from_utf8_lossy(&script));
             Ok(())
         }
+        Command::Man { dir } => man_pages(&dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -390,6 +396,16 @@ fn main() -> ExitCode {
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// The man pages, from the same definitions as `--help` (clap_mangen).
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    let cmd = <Cli as clap::CommandFactory>::command().version(env!("CARGO_PKG_VERSION"));
+    clap_mangen::generate_to(cmd, dir).with_context(|| format!("cannot write the man pages in {}", dir.display()))?;
+    println!("man pages in {}", dir.display());
+    Ok(())
 }
 
 #[cfg(test)]
