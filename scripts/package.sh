@@ -124,9 +124,16 @@ if [ "$1" = configure ]; then
   if ! getent passwd gpool >/dev/null; then
     adduser --system --group --home /var/lib/gpool --no-create-home --quiet gpool
   fi
-  chmod 0600 /etc/default/gpool-up /etc/default/gpool-serve /etc/default/gpool-agent
+  # The settings may hold secrets: private on first install (an upgrade keeps the admin's choice).
+  if [ -z "$2" ]; then
+    chmod 0600 /etc/default/gpool-up /etc/default/gpool-serve /etc/default/gpool-agent
+  fi
   if [ -d /run/systemd/system ]; then
     systemctl daemon-reload >/dev/null || true
+    # An upgrade: running daemons take the new binary (jobs keep running and are re-adopted).
+    if [ -n "$2" ]; then
+      systemctl try-restart gpool-up.service gpool-serve.service gpool-agent.service >/dev/null || true
+    fi
   fi
 fi
 exit 0
@@ -146,7 +153,17 @@ if [ "$1" = purge ]; then
 fi
 exit 0
 EOF
-chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/postrm"
+cat >"$root/DEBIAN/prerm" <<'EOF'
+#!/bin/sh
+set -e
+# Removed: its daemons stop (jobs keep running, as on any stop of gpool; a
+# reinstall re-adopts them). An upgrade restarts them in postinst instead.
+if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
+  systemctl stop gpool-up.service gpool-serve.service gpool-agent.service >/dev/null 2>&1 || true
+fi
+exit 0
+EOF
+chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/postrm" "$root/DEBIAN/prerm"
 deb="gpool_${version}_${arch}.deb"
 if [ "$level" = 9 ]; then comp=(-Zxz); else comp=(-Zgzip -z1); fi
 dpkg-deb --root-owner-group "${comp[@]}" --build "$root" "$out/$deb" >/dev/null

@@ -47,6 +47,10 @@ fn the_package_and_the_archive_hold_what_an_operator_installs() {
     }
     let defaults = listing.lines().find(|l| l.ends_with("./etc/default/gpool-serve")).expect("settings");
     assert!(defaults.starts_with("-rw------- root/root"), "settings hold secrets: {defaults}");
+    let info = run(Command::new("dpkg-deb").args(["-I", deb]));
+    for script in ["postinst", "prerm", "postrm", "conffiles"] {
+        assert!(info.contains(script), "no {script}:\n{info}");
+    }
     let control = run(Command::new("dpkg-deb").args(["-f", deb, "Package", "Version", "Depends"]));
     assert!(control.contains("Package: gpool") && control.contains("Depends: libc6, adduser"), "{control}");
 

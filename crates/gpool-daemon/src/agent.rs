@@ -173,6 +173,10 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         cfg.data_dir.display(),
         cfg.servers.join(", ")
     );
+    // Ready once the node is set up: a control plane that cannot be reached
+    // yet (a cluster powering on) must not fail the unit's start; whether it
+    // is registered is the unit's status.
+    crate::notify::ready(&format!("joining {}", cfg.servers.join(", ")));
     let mut pending: Vec<wire::Event> = Vec::new();
     let mut delay = Duration::from_millis(200);
     // The lease of the last session (the control plane's default before the first).
@@ -226,8 +230,7 @@ pub fn run(cfg: AgentProcessConfig) -> anyhow::Result<()> {
         lease_ms = registered.lease_ms;
         contact.opened(sent, registered.lease_ms, registered.roster.clone());
         tracing::info!("registered with {} (epoch {})", conn.base, registered.epoch);
-        // Ready once a control plane knows the node (again after a lost session: READY=1 is idempotent).
-        crate::notify::ready(&format!("registered with {} (epoch {})", conn.base, registered.epoch));
+        crate::notify::status(&format!("registered with {} (epoch {})", conn.base, registered.epoch));
         *current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((registered.epoch, conn.clone()));
         let at = cfg.servers.iter().position(|s| s.trim_end_matches('/') == conn.base).unwrap_or(0);
         let session = Session { conn: &conn, node: &name, reg: &registered, contact: &contact, current: &current };

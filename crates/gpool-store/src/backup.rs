@@ -124,11 +124,27 @@ pub fn backup(db: &Path, to: &Path) -> Result<Copied, BackupError> {
     let src = open_read_only(db)?;
     inspect(&src, db)?;
     put_in_place(to, |partial| {
+        private_file(partial)?;
         let mut dst = Connection::open(partial)
             .map_err(|e| BackupError::Io { path: partial.display().to_string(), why: e.to_string() })?;
         let b = rusqlite::backup::Backup::new(&src, &mut dst).map_err(StoreError::from)?;
-        // A daemon writing meanwhile restarts the copy of the pages it changed: a step at a time.
-        b.run_to_completion(256, Duration::from_millis(5), None).map_err(StoreError::from)?;
+        // Every page in one step, one read transaction: in WAL mode it does
+        // not block the daemon's writes, and their writes cannot restart it
+        // (copied a few pages at a time, a store written more often than one
+        // copy takes would be copied forever).
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match b.step(-1).map_err(StoreError::from)? {
+                rusqlite::backup::StepResult::Done => break,
+                _ if std::time::Instant::now() > until => {
+                    return Err(BackupError::Io {
+                        path: db.display().to_string(),
+                        why: "busy for a minute: try again".into(),
+                    });
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
         drop(b);
         // A backup is one file: no WAL beside it.
         dst.pragma_update(None, "journal_mode", "DELETE").map_err(StoreError::from)?;
@@ -149,22 +165,68 @@ pub fn restore(from: &Path, db: &Path, now_s: u64) -> Result<(Copied, Option<Pat
         .map(|lock| hold(lock, db))
         .collect::<Result<Vec<_>, _>>()?;
     inspect(&open_read_only(from)?, from)?;
-    let kept = if db.exists() {
-        // Fold the old store's WAL into it, so the copy kept aside is whole.
-        if let Ok(old) = Connection::open(db) {
-            let _ = old.pragma_update(None, "wal_checkpoint", "TRUNCATE");
+    // The backup is copied and checked beside the store first: a copy that
+    // fails (a full disk) leaves the store as it was.
+    let partial = beside(db, ".partial");
+    let _ = std::fs::remove_file(&partial);
+    let copied = (|| {
+        private_file(&partial)?;
+        let mut src = std::fs::File::open(from).map_err(io(from))?;
+        let mut dst = std::fs::OpenOptions::new().write(true).truncate(true).open(&partial).map_err(io(&partial))?;
+        std::io::copy(&mut src, &mut dst).map_err(io(&partial))?;
+        dst.sync_all().map_err(io(&partial))?;
+        inspect(&open_read_only(&partial)?, &partial)
+    })();
+    let copied = match copied {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
         }
-        let aside = beside(db, &format!(".before-restore-{now_s}"));
+    };
+    // The restored store belongs to whoever owns its directory (the daemon's
+    // account: `gpool` under gpool-serve), not to the one who restored it.
+    if let Ok(meta) = std::fs::metadata(dir) {
+        use std::os::unix::fs::MetadataExt as _;
+        for file in [partial.clone(), beside(db, ".lock"), dir.join("daemon.lock")] {
+            let _ = std::os::unix::fs::chown(&file, Some(meta.uid()), Some(meta.gid()));
+        }
+    }
+    let aside = beside(db, &format!(".before-restore-{now_s}"));
+    let kept = if db.exists() {
+        // Fold the old store's WAL into it; what could not be folded is kept beside it, never deleted.
+        if let Ok(old) = Connection::open(db) {
+            let _ = old.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        }
         std::fs::rename(db, &aside).map_err(io(db))?;
-        Some(aside)
+        Some(aside.clone())
     } else {
         None
     };
-    for leftover in ["-wal", "-shm"] {
-        let _ = std::fs::remove_file(beside(db, leftover));
+    // A WAL left beside the store's name belongs to the store it replaces: it
+    // must not be applied to the backup (moved aside with it, never deleted).
+    for side in ["-wal", "-shm"] {
+        if beside(db, side).exists() {
+            std::fs::rename(beside(db, side), beside(&aside, side)).map_err(io(&beside(db, side)))?;
+        }
     }
-    let copied = put_in_place(db, |partial| std::fs::copy(from, partial).map(drop).map_err(io(partial)))?;
+    std::fs::rename(&partial, db).map_err(io(db))?;
+    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     Ok((copied, kept))
+}
+
+/// Makes `path` an empty file only its owner reads (a store holds token
+/// hashes and registry passwords).
+fn private_file(path: &Path) -> Result<(), BackupError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map(drop)
+        .map_err(io(path))
 }
 
 /// Holds the lock file `lock` of the store `db`, which no daemon may hold meanwhile.
@@ -215,6 +277,9 @@ mod tests {
         let copied = backup(&db, &file).expect("backup");
         assert_eq!((copied.jobs, copied.schema), (3, schema()), "{copied:?}");
         assert!(matches!(backup(&db, &file), Err(BackupError::Exists { .. })), "never overwrites");
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&file).expect("backup").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a backup holds token hashes and registry passwords");
         store.commit(&[doc(4)]).expect("a job after the backup");
         // Restoring under the running daemon is refused, and changes nothing.
         assert!(matches!(restore(&file, &db, 7), Err(BackupError::Running { .. })));
