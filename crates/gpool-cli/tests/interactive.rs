@@ -41,12 +41,14 @@ fn a_pty_job_gets_a_real_terminal_with_this_ones_keys_window_and_status() {
     assert!(gpus.len() == 1 && gpus.parse::<u32>().is_ok(), "one GPU: {gpus:?}\n{screen}");
 
     // This window's size, then its new one; Ctrl-C is the job's terminal's interrupt.
-    let script = "stty size; trap 'stty size; echo interrupted; exit 3' INT; echo ready; while :; do sleep 0.1; done";
+    let script = "stty size; trap 'echo resized; stty size' WINCH; trap 'stty size; echo interrupted; exit 3' INT; \
+                  echo ready; while :; do sleep 0.1; done";
     let mut t = Term::spawn(&["run", "--gpus", "1", "--pty", "--", "sh", "-c", script], &env(&vars));
     t.expect("ready", LIMIT);
     assert!(t.text().contains("33 111"), "the job starts at this window's size:\n{}", t.text());
     t.resize(50, 160);
-    // The resize and the key travel in order: the trap prints the new size.
+    // The new size reaches the job's terminal (its SIGWINCH trap says so), then the key.
+    t.expect("resized", LIMIT);
     t.keys(b"\x03");
     assert_eq!(t.exit(LIMIT), Some(3), "{}", t.text());
     let screen = t.text();
