@@ -94,6 +94,18 @@ pub(crate) struct Connect {
     ca_file: Option<PathBuf>,
 }
 
+/// What one control plane answered a probe ([`Client::probe_each`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Probe {
+    pub(crate) status: u16,
+    /// It stands by: another control plane leads (or none yet).
+    pub(crate) standby: bool,
+    /// It led and lost its database.
+    pub(crate) store_away: bool,
+    /// The body (at most 4 KiB).
+    pub(crate) said: String,
+}
+
 pub(crate) struct Client {
     /// What request URLs start with: one per control plane given, tried in
     /// turn while they refuse connections (a standby does not listen).
@@ -130,19 +142,28 @@ impl Connect {
     }
 
     pub(crate) fn client(&self) -> anyhow::Result<Client> {
-        // Flags and environment variables first, then the configuration file.
+        self.with_file()?.connect(true)
+    }
+
+    /// A client for the routes anyone may call (`/healthz`): no token is
+    /// needed, one given or found is sent all the same.
+    pub(crate) fn anonymous_client(&self) -> anyhow::Result<Client> {
+        self.with_file()?.connect(false)
+    }
+
+    /// Flags and environment variables first, then the configuration file.
+    fn with_file(&self) -> anyhow::Result<Connect> {
         let file = crate::config_file::ConfigFile::load()?;
-        let this = Connect {
+        Ok(Connect {
             server: self.server.clone().or(file.server),
             socket: self.socket.clone().or(file.socket),
             token: self.token.clone().or(file.token),
             data_dir: self.data_dir.clone(),
             ca_file: self.ca_file.clone().or(file.ca_file),
-        };
-        this.connect()
+        })
     }
 
-    fn connect(&self) -> anyhow::Result<Client> {
+    fn connect(&self, need_token: bool) -> anyhow::Result<Client> {
         let dir = self.data_dir();
         let mut config =
             ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(Duration::from_secs(5)));
@@ -176,16 +197,19 @@ impl Connect {
             ClientError::new(ErrorKind::Unreachable, "--server is empty: give a daemon's URL")
         );
         let token = match &self.token {
-            Some(t) => t.clone(),
-            None => std::fs::read_to_string(dir.join(TOKEN_FILE)).map(|s| s.trim().to_string()).with_context(|| {
-                ClientError::new(
-                    ErrorKind::Denied,
-                    format!(
-                        "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
-                        dir.join(TOKEN_FILE).display()
-                    ),
-                )
-            })?,
+            Some(t) => Some(t.clone()),
+            None if !need_token => std::fs::read_to_string(dir.join(TOKEN_FILE)).ok().map(|s| s.trim().to_string()),
+            None => Some(std::fs::read_to_string(dir.join(TOKEN_FILE)).map(|s| s.trim().to_string()).with_context(
+                || {
+                    ClientError::new(
+                        ErrorKind::Denied,
+                        format!(
+                            "no token: pass --token or set GPOOL_TOKEN (the local admin token is {})",
+                            dir.join(TOKEN_FILE).display()
+                        ),
+                    )
+                },
+            )?),
         };
         let ca = self.ca_file.clone().or_else(|| Some(dir.join("tls").join("ca.pem")).filter(|p| p.exists()));
         if let Some(ca) = ca {
@@ -196,7 +220,7 @@ impl Connect {
             config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
         }
         let agent: ureq::Agent = config.build().into();
-        Ok(Client { place: bases.join(", "), bases, current: 0.into(), token: Some(token), agent })
+        Ok(Client { place: bases.join(", "), bases, current: 0.into(), token, agent })
     }
 }
 
@@ -292,6 +316,27 @@ impl Client {
             return Ok(resp);
         }
         Err(away.or(last).unwrap_or_else(|| self.unreachable(ureq::Error::ConnectionFailed)))
+    }
+
+    /// Asks each control plane in turn for `path` (outside `/api/v1`), with
+    /// no fail-over: what each answered (status, whether as a standby or
+    /// without its database, the body's first line), or why it did not.
+    pub(crate) fn probe_each(&self, path: &str, within: Duration) -> Vec<(String, Result<Probe, String>)> {
+        let base_of = |b: &String| if b == "http://localhost" { self.place.clone() } else { b.clone() };
+        self.bases
+            .iter()
+            .map(|b| {
+                let request = self.agent.get(format!("{b}{path}")).config().timeout_global(Some(within)).build();
+                let answer = self.authorized(request).call();
+                let probe = answer.map_err(|e| e.to_string()).map(|mut resp| Probe {
+                    status: resp.status().as_u16(),
+                    standby: resp.headers().contains_key(STANDBY_HEADER),
+                    store_away: resp.headers().contains_key(STORE_AWAY_HEADER),
+                    said: resp.body_mut().with_config().limit(4096).read_to_string().unwrap_or_default(),
+                });
+                (base_of(b), probe)
+            })
+            .collect()
     }
 
     /// A request with the bearer token, if there is one.
@@ -434,12 +479,35 @@ mod tests {
             data_dir: Some(std::env::temp_dir()),
             ca_file: None,
         };
-        let client = c.connect().expect("a client");
+        let client = c.connect(true).expect("a client");
         let v: serde_json::Value = client.get("/whoami").expect("the second answers");
         assert_eq!(v["ok"], true);
         assert_eq!(client.current.load(std::sync::atomic::Ordering::Relaxed), 1, "and is used next");
         let only_closed = Connect { server: Some(format!("http://127.0.0.1:{closed}")), ..c };
-        let e = only_closed.connect().expect("a client").get::<serde_json::Value>("/whoami").expect_err("none answers");
+        let e =
+            only_closed.connect(true).expect("a client").get::<serde_json::Value>("/whoami").expect_err("none answers");
         assert!(e.to_string().contains("cannot reach"), "{e}");
+    }
+
+    #[test]
+    fn a_probe_needs_no_token_and_asks_every_control_plane() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let open = answering_once();
+        let empty = std::env::temp_dir().join(format!("gpool-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).expect("a folder with no token");
+        let c = Connect {
+            server: Some(format!("http://127.0.0.1:{closed},http://127.0.0.1:{open}")),
+            socket: None,
+            token: None,
+            data_dir: Some(empty.clone()),
+            ca_file: None,
+        };
+        assert!(c.connect(true).is_err(), "the API needs a token");
+        let probed = c.connect(false).expect("no token needed").probe_each("/healthz", Duration::from_secs(5));
+        assert_eq!(probed.len(), 2);
+        assert_eq!(probed[0].0, format!("http://127.0.0.1:{closed}"));
+        assert!(probed[0].1.is_err(), "{:?}", probed[0]);
+        assert_eq!(probed[1].1.as_ref().map(|p| p.status).ok(), Some(200), "{:?}", probed[1]);
+        let _ = std::fs::remove_dir_all(empty);
     }
 }

@@ -18,7 +18,7 @@ pub(crate) use gpool_daemon::pools_file::read_pools;
 pub(crate) use gpool_daemon::wiring::{SOCKET_FILE, SYSTEM_DATA_DIR, TOKEN_FILE, URL_FILE, default_data_dir};
 
 /// A duration flag (`10s`, `500ms`), more than zero.
-fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     let d = gpool_api::quantity::parse_duration(s).map_err(|e| e.to_string())?;
     if d.is_zero() {
         return Err("must be more than zero".into());

@@ -163,6 +163,8 @@ enum Command {
     Events(events::EventsArgs),
     /// Who the token belongs to.
     Whoami(verbs::ListArgs),
+    /// Is each control plane up, and which leads (`scontrol ping`); needs no token, exits 0 when all answer.
+    Ping(verbs::ping::PingArgs),
     /// Diagnose a job from its GPU telemetry: bottlenecks, idle or oversized GPUs, and what the waste costs.
     Advise(advise::AdviseArgs),
     /// Profile a running job for a few seconds: its Python stacks (py-spy) and accelerators, the bottleneck and the fix.
@@ -363,6 +365,7 @@ fn main() -> ExitCode {
         Command::LocalNode(c) => local_node::run(c),
         Command::Events(a) => events::run(a),
         Command::Whoami(a) => whoami::run(a),
+        Command::Ping(a) => verbs::ping::run(a),
         Command::Advise(a) => advise::run(a),
         Command::Profile(a) => verbs::profile::run(a),
         Command::Alerts(a) => alerts::run(a),

@@ -2,6 +2,10 @@
 //! other NSS sources count): a node runs a job as its submitter's account
 //! (`node/account.rs`), and the control plane names a caller on its Unix
 //! socket by the uid the kernel gives it (`plane/local.rs`).
+//!
+//! Where `getent` and `id` are not installed (a distroless container image
+//! of the control plane), the files /etc/passwd and /etc/group are read
+//! instead, as the name service's `files` source would.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -41,32 +45,99 @@ pub fn lookup(name: &str) -> anyhow::Result<Option<Account>> {
     if name.is_empty() || name.starts_with('-') || name.chars().all(|c| c.is_ascii_digit()) || name.contains(':') {
         return Ok(None);
     }
-    let out = Command::new("getent").args(["passwd", "--", name]).output().context("run getent passwd")?;
-    // getent exits 2 for "not found".
-    if !out.status.success() {
-        return Ok(None);
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(text) = getent_passwd(name)? else { return Ok(None) };
     let Some(mut account) = text.lines().filter_map(parse_passwd).find(|a| a.name == name) else { return Ok(None) };
     account.groups = group_ids(name)?;
     Ok(Some(account))
 }
 
+/// What `getent passwd KEY` prints (`None`: no such account), or, where
+/// there is no `getent`, the matching lines of /etc/passwd.
+fn getent_passwd(key: &str) -> anyhow::Result<Option<String>> {
+    match Command::new("getent").args(["passwd", "--", key]).output() {
+        // getent exits 2 for "not found".
+        Ok(out) => Ok(out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let text = read_or_empty("/etc/passwd")?;
+            let matching: String = text
+                .lines()
+                .filter(|l| parse_passwd(l).is_some_and(|a| a.name == key || a.uid.to_string() == key))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            Ok((!matching.is_empty()).then_some(matching))
+        }
+        Err(e) => Err(e).context("run getent passwd"),
+    }
+}
+
+/// A system file's text; empty when it does not exist.
+fn read_or_empty(path: &str) -> anyhow::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e).with_context(|| format!("read {path}")),
+    }
+}
+
+/// The groups of `name` in an /etc/group text, its primary group
+/// (`primary`) first: (gid, group name).
+fn groups_in(group_file: &str, name: &str, primary: Option<u32>) -> Vec<(u32, String)> {
+    let all: Vec<(u32, String, bool)> = group_file
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.trim_end().split(':').collect();
+            let gid = f.get(2)?.parse().ok()?;
+            let member = f.get(3).is_some_and(|m| m.split(',').any(|m| m == name));
+            Some((gid, f[0].to_string(), member))
+        })
+        .collect();
+    let mut out: Vec<(u32, String)> = Vec::new();
+    if let Some(p) = primary {
+        let n = all.iter().find(|g| g.0 == p).map_or_else(|| p.to_string(), |g| g.1.clone());
+        out.push((p, n));
+    }
+    for (gid, n, member) in all {
+        if member && !out.iter().any(|g| g.0 == gid) {
+            out.push((gid, n));
+        }
+    }
+    out
+}
+
+/// `id -G NAME` or `id -Gn NAME`, or, where there is no `id`, the same
+/// from /etc/passwd and /etc/group; `None` when there is no such account.
+fn id_groups(name: &str, names: bool) -> anyhow::Result<Option<Vec<String>>> {
+    let flag = if names { "-Gn" } else { "-G" };
+    match Command::new("id").args([flag, "--", name]).output() {
+        Ok(out) if out.status.success() => {
+            Ok(Some(String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect()))
+        }
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let Some(account) = read_or_empty("/etc/passwd")?.lines().filter_map(parse_passwd).find(|a| a.name == name)
+            else {
+                return Ok(None);
+            };
+            let groups = groups_in(&read_or_empty("/etc/group")?, name, Some(account.gid));
+            Ok(Some(groups.into_iter().map(|(gid, n)| if names { n } else { gid.to_string() }).collect()))
+        }
+        Err(e) => Err(e).with_context(|| format!("run id {flag}")),
+    }
+}
+
 /// The ids of the groups an account is in (`id -G`, which asks the name
 /// service as a login's `initgroups` does).
 pub fn group_ids(name: &str) -> anyhow::Result<Vec<u32>> {
-    let out = Command::new("id").args(["-G", "--", name]).output().context("run id -G")?;
-    anyhow::ensure!(out.status.success(), "id -G {name} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
-    Ok(String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|g| g.parse().ok()).collect())
+    if name.is_empty() || name.starts_with('-') {
+        return Ok(Vec::new());
+    }
+    let groups = id_groups(name, false)?.with_context(|| format!("id -G {name}: no such account"))?;
+    Ok(groups.iter().filter_map(|g| g.parse().ok()).collect())
 }
 
 /// The account whose uid this is, `None` if there is none.
 pub fn lookup_uid(uid: u32) -> anyhow::Result<Option<Account>> {
-    let out = Command::new("getent").args(["passwd", &uid.to_string()]).output().context("run getent passwd")?;
-    if !out.status.success() {
-        return Ok(None);
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(text) = getent_passwd(&uid.to_string())? else { return Ok(None) };
     Ok(text.lines().filter_map(parse_passwd).find(|a| a.uid == uid))
 }
 
@@ -76,11 +147,7 @@ pub fn group_names(name: &str) -> anyhow::Result<Vec<String>> {
     if name.is_empty() || name.starts_with('-') {
         return Ok(Vec::new());
     }
-    let out = Command::new("id").args(["-Gn", "--", name]).output().context("run id -Gn")?;
-    if !out.status.success() {
-        return Ok(Vec::new());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect())
+    Ok(id_groups(name, true)?.unwrap_or_default())
 }
 
 /// Answers looked up lately, absences included, each kept for
@@ -152,6 +219,17 @@ mod tests {
         assert_eq!(parse_passwd("ana:x:1001:1002"), None);
         assert_eq!(parse_passwd("ana:x:x:1002::/home/ana:/bin/sh"), None);
         assert_eq!(parse_passwd(":x:1:1::/:/bin/sh"), None);
+    }
+
+    #[test]
+    fn an_account_is_in_its_primary_group_first_then_those_that_list_it() {
+        let group = "root:x:0:\nvideo:x:44:ana,bo\nml:x:1002:\nrender:x:105:bo\nbad line\nsudo:x:27:ana\n";
+        let names = |v: Vec<(u32, String)>| v.into_iter().map(|(g, n)| format!("{g}={n}")).collect::<Vec<_>>();
+        assert_eq!(names(groups_in(group, "ana", Some(1002))), ["1002=ml", "44=video", "27=sudo"]);
+        // A primary group with no line of its own is named by its number, as `id -Gn` does.
+        assert_eq!(names(groups_in(group, "bo", Some(5000))), ["5000=5000", "44=video", "105=render"]);
+        assert_eq!(names(groups_in(group, "ana", Some(44))), ["44=video", "27=sudo"], "listed once");
+        assert!(groups_in(group, "nobody-here", None).is_empty());
     }
 
     #[test]

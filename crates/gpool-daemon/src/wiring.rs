@@ -247,12 +247,13 @@ pub fn host_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).ok().filter(|h| !h.is_empty())
 }
 
-/// This process's Unix account name (`id -un`): the admin of `gpool up`,
+/// This process's Unix account name (its effective uid's): the admin of `gpool up`,
 /// and the account every job runs as in single-user mode.
 pub fn this_account() -> Option<String> {
-    let out = std::process::Command::new("id").arg("-un").output().ok()?;
-    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !name.is_empty()).then_some(name)
+    // The owner of /proc/self is this process's effective uid (no `id`
+    // needed: a distroless image has none).
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").ok()?);
+    crate::accounts::lookup_uid(uid).ok().flatten().map(|a| a.name)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub(crate) mod health;
 pub(crate) mod hold;
 pub(crate) mod logs;
 pub(crate) mod nodes;
+pub(crate) mod ping;
 pub(crate) mod pipeline;
 pub(crate) mod pools;
 pub(crate) mod power;
