@@ -21,6 +21,7 @@ pub mod telemetry;
 pub mod terminal;
 pub mod time;
 pub mod view;
+pub mod yaml;
 
 pub use dashboard::*;
 pub use profile::*;

@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn a_stage_is_a_job_spec_with_a_name_needs_and_a_matrix() {
         let yaml = "name: nightly\nstages:\n  - name: prep\n    command: echo prep\n    resources: {cpu: 2}\n  - name: train\n    needs: prep\n    matrix: {lr: [0.1, 1e-3], fast: [true]}\n    command: [python, train.py, --lr, '{{matrix.lr}}']\n    resources: {nvidia.com/gpu: 1}\n    retries: 2\n";
-        let p: PipelineSpec = serde_yaml_ng::from_str(yaml).expect("valid");
+        let p: PipelineSpec = crate::yaml::from_str(yaml).expect("valid");
         assert_eq!(p.stages.len(), 2);
         let train = &p.stages[1];
         assert_eq!(train.needs, vec!["prep".to_string()]);
@@ -189,17 +189,16 @@ mod tests {
 
     #[test]
     fn a_stages_unknown_field_is_named_with_its_stage() {
-        let err = serde_yaml_ng::from_str::<PipelineSpec>("stages:\n  - name: a\n    command: x\n    gpus: 2\n")
+        let err = crate::yaml::from_str::<PipelineSpec>("stages:\n  - name: a\n    command: x\n    gpus: 2\n")
             .expect_err("unknown");
         let err = err.to_string();
         assert!(err.contains(r#"stage "a""#) && err.contains("unknown field `gpus`"), "{err}");
-        let err = serde_yaml_ng::from_str::<PipelineSpec>("stages:\n  - command: x\n").expect_err("unnamed");
+        let err = crate::yaml::from_str::<PipelineSpec>("stages:\n  - command: x\n").expect_err("unnamed");
         assert!(err.to_string().contains("a stage needs a name"), "{err}");
-        let err =
-            serde_yaml_ng::from_str::<PipelineSpec>("stages:\n  - name: a\n    command: x\n    matrix: {lr: 3}\n")
-                .expect_err("bad matrix");
+        let err = crate::yaml::from_str::<PipelineSpec>("stages:\n  - name: a\n    command: x\n    matrix: {lr: 3}\n")
+            .expect_err("bad matrix");
         assert!(err.to_string().contains("matrix.lr: expected a list"), "{err}");
-        let err = serde_yaml_ng::from_str::<PipelineSpec>("stage: []\n").expect_err("unknown top field");
+        let err = crate::yaml::from_str::<PipelineSpec>("stage: []\n").expect_err("unknown top field");
         assert!(err.to_string().contains("unknown field `stage`"), "{err}");
     }
 }

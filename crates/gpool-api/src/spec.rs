@@ -650,15 +650,15 @@ mod tests {
     #[test]
     fn yaml_specs_read_like_kubernetes() {
         let yaml = "name: t\ncommand: [python, train.py]\nresources:\n  nvidia.com/gpu: 4\n  memory: 64Gi\ngpuModel: H100-80GB\nreplicas: 2\npriority: high\ntimeLimit: 2h\n";
-        let s: JobSpec = serde_yaml_ng::from_str(yaml).expect("valid");
+        let s: JobSpec = crate::yaml::from_str(yaml).expect("valid");
         assert_eq!(s.command.argv(), ["python", "train.py"]);
         assert_eq!(s.resources.get("nvidia.com/gpu"), Some(&Quantity::Number(4.0)));
         assert_eq!(s.priority, Some(Priority::Class("high".into())));
         assert_eq!(s.replicas, Replicas::fixed(2));
-        let shell: JobSpec = serde_yaml_ng::from_str("command: echo hi && sleep 1\n").expect("valid");
+        let shell: JobSpec = crate::yaml::from_str("command: echo hi && sleep 1\n").expect("valid");
         assert_eq!(shell.command.argv(), ["/bin/sh", "-c", "echo hi && sleep 1"]);
         let scalars: JobSpec =
-            serde_yaml_ng::from_str("command: [python, train.py, --lr, 0.1, --epochs, 3, --fast, true]\n")
+            crate::yaml::from_str("command: [python, train.py, --lr, 0.1, --epochs, 3, --fast, true]\n")
                 .expect("valid");
         assert_eq!(scalars.command.argv(), ["python", "train.py", "--lr", "0.1", "--epochs", "3", "--fast", "true"]);
         let err = serde_json::from_str::<JobSpec>(r#"{"command": 5}"#).expect_err("a number is no command").to_string();
@@ -667,7 +667,7 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named() {
-        let err = serde_yaml_ng::from_str::<JobSpec>("command: [x]\ngpus: 4\n").expect_err("unknown");
+        let err = crate::yaml::from_str::<JobSpec>("command: [x]\ngpus: 4\n").expect_err("unknown");
         assert!(err.to_string().contains("unknown field `gpus`"), "{err}");
         let err =
             serde_json::from_str::<JobSpec>(r#"{"command":["x"],"affinity":{"requird":[]}}"#).expect_err("unknown");
@@ -677,16 +677,15 @@ mod tests {
     #[test]
     fn a_service_block_reads_like_the_issue_example() {
         let yaml = "name: llm\ncommand: [python3, server.py]\nresources: {nvidia.com/gpu: 1}\nservice:\n  readiness: /health\n  replicas: {min: 0, max: 6}\n  target: {inFlight: 4}\n  scaleUpDelay: 0s\n  scaleDownDelay: 60s\n";
-        let s: JobSpec = serde_yaml_ng::from_str(yaml).expect("valid");
+        let s: JobSpec = crate::yaml::from_str(yaml).expect("valid");
         let svc = s.service.expect("a service");
         assert_eq!(svc.readiness, "/health");
         assert_eq!(svc.replicas, ReplicaRange { min: 0, max: 6 });
         assert_eq!(svc.target.in_flight, Some(4.0));
-        let bare: JobSpec = serde_yaml_ng::from_str("command: [x]\nservice: {}\n").expect("defaults");
+        let bare: JobSpec = crate::yaml::from_str("command: [x]\nservice: {}\n").expect("defaults");
         let svc = bare.service.expect("a service");
         assert_eq!((svc.readiness.as_str(), svc.replicas.min, svc.target.in_flight), ("/", 1, Some(4.0)));
-        let err =
-            serde_yaml_ng::from_str::<JobSpec>("command: [x]\nservice: {target: {qps: 3}}\n").expect_err("unknown");
+        let err = crate::yaml::from_str::<JobSpec>("command: [x]\nservice: {target: {qps: 3}}\n").expect_err("unknown");
         assert!(err.to_string().contains("qps"), "{err}");
     }
 
@@ -700,7 +699,7 @@ mod tests {
 
     #[test]
     fn replicas_are_a_number_or_an_elastic_range_and_bad_ones_say_what_to_write() {
-        let parse = |r: &str| serde_yaml_ng::from_str::<JobSpec>(&format!("command: [x]\nreplicas: {r}\n"));
+        let parse = |r: &str| crate::yaml::from_str::<JobSpec>(&format!("command: [x]\nreplicas: {r}\n"));
         assert_eq!(parse("4").expect("number").replicas, Replicas::fixed(4));
         let elastic = parse("{min: 2, max: 8}").expect("range").replicas;
         assert_eq!((elastic, elastic.is_elastic()), (Replicas { min: 2, max: 8 }, true));

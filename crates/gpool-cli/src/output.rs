@@ -29,7 +29,7 @@ impl Output {
     /// `v` as this format prints it (JSON for a table, which has its own rendering).
     pub(crate) fn data<T: serde::Serialize + ?Sized>(self, v: &T) -> anyhow::Result<String> {
         match self {
-            Output::Yaml => Ok(serde_yaml_ng::to_string(v)?),
+            Output::Yaml => Ok(gpool_api::yaml::to_string(v)?),
             Output::Json | Output::Table | Output::Wide => json(v),
         }
     }

@@ -186,6 +186,20 @@ fn paths_as_images_deep_bodies_and_disguised_names_are_refused_at_the_door() {
         assert_eq!(st, 400, "{body}");
         assert!(body.contains("deep"), "{body}");
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // Anchors and aliases that would expand to 10^9 strings (a "billion
+        // laughs"), in a body of 1 KiB: the parser's budget refuses them.
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (prev, next) in
+            ["a", "b", "c", "d", "e", "f", "g", "h"].iter().zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+        {
+            bomb.push_str(&format!("{next}: &{next} [{}]\n", vec![format!("*{prev}"); 10].join(", ")));
+        }
+        bomb.push_str("command: [\"true\"]\n");
+        let t = Instant::now();
+        let (st, body) = d.raw("/api/v1/jobs", &token, "application/yaml", bomb.into_bytes());
+        assert_eq!(st, 400, "{body}");
+        assert!(body.contains("alias") || body.contains("budget"), "refused for its aliases: {body}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         done.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     assert!(healthy.load(std::sync::atomic::Ordering::Relaxed), "/healthz stopped answering within 1 s");

@@ -151,7 +151,7 @@ pub fn read_pools(path: &Path, prices: &Prices) -> anyhow::Result<PoolsSpec> {
 
 /// Parses a pools file's text.
 pub fn parse_pools(text: &str, prices: &Prices) -> anyhow::Result<PoolsSpec> {
-    let file: File = serde_yaml_ng::from_str(text).context("expected {pools: [...], budget: {dollarsPerHour}}")?;
+    let file: File = gpool_api::yaml::from_str(text).context("expected {pools: [...], budget: {dollarsPerHour}}")?;
     let mut spec = PoolsSpec {
         max_dollars_per_hour: match file.budget {
             Some(b) if b.dollars_per_hour.is_finite() && b.dollars_per_hour > 0.0 => Some(b.dollars_per_hour),

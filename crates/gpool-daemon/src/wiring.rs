@@ -123,7 +123,7 @@ struct RuleFile {
 pub fn read_alert_rules(path: &Path) -> anyhow::Result<Vec<gpool_core::alert::Rule>> {
     use gpool_core::alert::{Comparison, Metric, Rule, Scope, Severity};
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let list: Vec<RuleFile> = serde_yaml_ng::from_str(&text)
+    let list: Vec<RuleFile> = gpool_api::yaml::from_str(&text)
         .with_context(|| format!("{}: expected a list of alert rules", path.display()))?;
     let p = path.display();
     list.into_iter()
@@ -161,7 +161,7 @@ pub fn read_alert_rules(path: &Path) -> anyhow::Result<Vec<gpool_core::alert::Ru
 pub fn read_queues(path: &Path) -> anyhow::Result<Vec<QueueConfig>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let list: Vec<QueueFile> =
-        serde_yaml_ng::from_str(&text).with_context(|| format!("{}: expected a list of queues", path.display()))?;
+        gpool_api::yaml::from_str(&text).with_context(|| format!("{}: expected a list of queues", path.display()))?;
     list.into_iter()
         .map(|q| {
             let valid = |x: f64| x.is_finite() && x >= 0.0;

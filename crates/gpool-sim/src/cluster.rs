@@ -34,7 +34,7 @@ use serde::Deserialize;
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("cluster file: {0}")]
-    Yaml(#[from] serde_yaml_ng::Error),
+    Yaml(String),
     #[error("cluster file: node group {group}: {what}")]
     Invalid { group: String, what: String },
 }
@@ -130,7 +130,9 @@ pub fn uniform(nodes: u32, gpus: u32, model: &str) -> Vec<Node> {
 
 /// Nodes from a cluster YAML text.
 pub fn from_yaml(text: &str) -> Result<Vec<Node>, ClusterError> {
-    let file: File = serde_yaml_ng::from_str(text)?;
+    // serde-saphyr reads within its budget (depth, nodes, aliases); its
+    // message shows where in the file, with a snippet of it.
+    let file: File = serde_saphyr::from_str(text).map_err(|e| ClusterError::Yaml(e.to_string()))?;
     let mut out = Vec::new();
     for g in file.nodes {
         let bad = |what: String| ClusterError::Invalid { group: g.name.clone(), what };

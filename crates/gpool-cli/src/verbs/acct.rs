@@ -296,7 +296,7 @@ fn urlencode(s: &str) -> String {
 pub(crate) fn render(rows: &[AcctRow], fields: &[String], output: &str) -> anyhow::Result<String> {
     match output {
         "json" => return json(rows),
-        "yaml" => return Ok(serde_yaml_ng::to_string(rows)?),
+        "yaml" => return Ok(gpool_api::yaml::to_string(rows)?),
         "csv" => {
             let quote =
                 |v: String| if v.contains([',', '"', '\n']) { format!("\"{}\"", v.replace('"', "\"\"")) } else { v };

@@ -34,7 +34,7 @@ pub(crate) fn run(a: CostArgs) -> anyhow::Result<()> {
 pub(crate) fn render(r: &api::CostReport, output: &str) -> anyhow::Result<String> {
     match output {
         "json" => return json(r),
-        "yaml" => return Ok(serde_yaml_ng::to_string(r)?),
+        "yaml" => return Ok(gpool_api::yaml::to_string(r)?),
         "csv" => {
             let mut out = format!("{},dollars,gpu_hours,jobs,energy_kwh\n", r.by);
             for row in &r.rows {

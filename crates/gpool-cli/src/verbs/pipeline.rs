@@ -48,7 +48,7 @@ pub(crate) struct ListArgs {
 pub(crate) fn read(path: &std::path::Path) -> anyhow::Result<PipelineSpec> {
     let body = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut spec: PipelineSpec =
-        serde_yaml_ng::from_str(&body).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        gpool_api::yaml::from_str(&body).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     if spec.name.is_none() {
         spec.name = path.file_stem().map(|s| s.to_string_lossy().replace(char::is_whitespace, "-"));
     }

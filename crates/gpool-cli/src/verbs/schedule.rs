@@ -53,7 +53,7 @@ pub(crate) struct DeleteArgs {
 
 fn yaml<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<T> {
     let body = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_yaml_ng::from_str(&body).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    gpool_api::yaml::from_str(&body).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 fn spec_of(a: &ApplyArgs) -> anyhow::Result<ScheduleSpec> {

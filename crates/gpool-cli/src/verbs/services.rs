@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(back, list);
         let yaml = render(&list, Output::Yaml).expect("yaml");
         assert!(yaml.starts_with("- name: llm\n"), "{yaml}");
-        let back: Vec<api::ServiceView> = serde_yaml_ng::from_str(&yaml).expect("parses back");
+        let back: Vec<api::ServiceView> = gpool_api::yaml::from_str(&yaml).expect("parses back");
         assert_eq!(back, list, "-o yaml is the same data as -o json");
     }
 }

@@ -220,17 +220,15 @@ pub(crate) fn run(a: SubmitArgs) -> anyhow::Result<()> {
     let mut specs: Vec<JobSpec> = match &a.file {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text)
+            let value: serde_json::Value = gpool_api::yaml::from_str(&text)
                 .with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
             if value.get("stages").is_some() {
                 bail!("{} is a pipeline (it has stages:): run it with gpool pipeline run {0}", path.display());
             }
             if value.get("jobs").is_some() {
-                serde_yaml_ng::from_value::<api::spec::Batch>(value)
-                    .with_context(|| format!("{}", path.display()))?
-                    .jobs
+                serde_json::from_value::<api::spec::Batch>(value).with_context(|| format!("{}", path.display()))?.jobs
             } else {
-                vec![serde_yaml_ng::from_value::<JobSpec>(value).with_context(|| format!("{}", path.display()))?]
+                vec![serde_json::from_value::<JobSpec>(value).with_context(|| format!("{}", path.display()))?]
             }
         }
         None => {

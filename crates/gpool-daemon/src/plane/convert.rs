@@ -423,7 +423,7 @@ mod tests {
     use gpool_core::SpotPolicy;
 
     fn spec(yaml: &str) -> gpool_api::JobSpec {
-        serde_yaml_ng::from_str(yaml).expect("yaml")
+        gpool_api::yaml::from_str(yaml).expect("yaml")
     }
 
     #[test]

@@ -63,8 +63,8 @@ impl Identities {
 
     /// Parses an identity file's text.
     pub fn parse(text: &str) -> anyhow::Result<Identities> {
-        let de = serde_yaml_ng::Deserializer::from_str(text);
-        let ids: Identities = serde_path_to_error::deserialize(de).map_err(|e| {
+        let value: serde_json::Value = gpool_api::yaml::from_str(text)?;
+        let ids: Identities = serde_path_to_error::deserialize(value).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {} (expected keys: admins {{users, groups}}, teams {{group: team}}, accounts {{user: account}})",
                 e.path(),

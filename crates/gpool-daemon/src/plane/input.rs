@@ -257,7 +257,7 @@ mod tests {
     use super::*;
 
     fn job(yaml: &str) -> gpool_api::JobSpec {
-        serde_yaml_ng::from_str(yaml).expect("a spec")
+        gpool_api::yaml::from_str(yaml).expect("a spec")
     }
 
     #[test]

@@ -141,7 +141,7 @@ struct BudgetFile {
 /// Reads a budgets file: a list of `{team | queue, dollarsPerMonth, mode: hard|soft, alertAt: [50, 80, 100]}`.
 pub fn read_budgets(path: &Path) -> anyhow::Result<Vec<Budget>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let list: Vec<BudgetFile> = serde_yaml_ng::from_str(&text).with_context(|| {
+    let list: Vec<BudgetFile> = gpool_api::yaml::from_str(&text).with_context(|| {
         format!("{}: expected a list of {{team or queue, dollarsPerMonth, mode, alertAt}}", path.display())
     })?;
     list.into_iter()

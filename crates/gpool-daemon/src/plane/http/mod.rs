@@ -189,7 +189,7 @@ fn whole_numbers(v: &mut serde_json::Value) {
 
 /// A YAML body as the JSON value it spells.
 fn yaml_value(body: &[u8]) -> std::result::Result<serde_json::Value, String> {
-    serde_yaml_ng::from_slice(body).map_err(|e| format!("the body is not valid YAML: {e}"))
+    gpool_api::yaml::from_slice(body).map_err(|e| format!("the body is not valid YAML: {e}"))
 }
 
 async fn openapi() -> Response {

@@ -31,7 +31,7 @@ fn users_see_their_own_jobs_and_others_are_not_found() {
     let mut h = Setup::new().build();
     let alice = user_token(&mut h, "alice");
     let bob = user_token(&mut h, "bob");
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\n").expect("spec");
     let id = h.call(&alice, |reply| Call::Submit { specs: vec![spec], reply }).expect("ok").ids[0];
     assert_eq!(h.call(&alice, |reply| Call::Get { id, reply }).expect("hers").user, "alice");
     assert_eq!(h.call(&bob, |reply| Call::Get { id, reply }).expect_err("not his").status, 404);
@@ -57,8 +57,8 @@ fn node_tokens_speak_only_the_agent_protocol_and_users_only_the_api() {
 #[test]
 fn a_batch_with_one_bad_spec_is_refused_whole() {
     let mut h = Setup::new().build();
-    let good: api::JobSpec = serde_yaml_ng::from_str("command: [x]\n").expect("spec");
-    let bad: api::JobSpec = serde_yaml_ng::from_str("command: [x]\nresources: {nvidia.com/gpu: 64}\n").expect("spec");
+    let good: api::JobSpec = gpool_api::yaml::from_str("command: [x]\n").expect("spec");
+    let bad: api::JobSpec = gpool_api::yaml::from_str("command: [x]\nresources: {nvidia.com/gpu: 64}\n").expect("spec");
     let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![good, bad], reply }).expect_err("refused");
     assert_eq!(e.status, 400);
     assert!(e.message.starts_with("jobs[1]."), "the bad spec is named: {}", e.message);
@@ -106,7 +106,7 @@ fn a_reader_reads_everything_and_changes_nothing() {
     let mut h = Setup::new().build();
     let alice = user_token(&mut h, "alice");
     let reader = token(&mut h, "grafana", Some("reader"), None).token;
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\n").expect("spec");
     let id = h.call(&alice, |reply| Call::Submit { specs: vec![spec.clone()], reply }).expect("ok").ids[0];
     assert_eq!(h.call(&reader, |reply| Call::Get { id, reply }).expect("sees alice's job").user, "alice");
     assert!(h.call(&reader, |reply| Call::Events { after: 0, job: None, reply }).is_ok());
@@ -141,21 +141,21 @@ fn users_list_and_revoke_only_their_own_tokens() {
 #[test]
 fn with_queues_configured_an_unknown_queue_is_refused_naming_the_known_ones() {
     let mut h = Setup::new().queues(&["research", "prod"]).build();
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\nqueue: reserch\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\nqueue: reserch\n").expect("spec");
     let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("unknown");
     assert_eq!(e.status, 400);
     assert!(e.message.contains("unknown queue \"reserch\"") && e.message.contains("research, prod"), "{}", e.message);
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\n").expect("spec");
     let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("no default");
     assert!(e.message.contains("no default queue"), "{}", e.message);
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\nqueue: prod\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\nqueue: prod\n").expect("spec");
     assert!(h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).is_ok());
 }
 
 #[test]
 fn a_spec_with_a_control_character_is_refused_naming_the_field() {
     let mut h = Setup::new().build();
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\nname: \"a\\u001b[2J\"\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\nname: \"a\\u001b[2J\"\n").expect("spec");
     let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("refused");
     assert_eq!(e.status, 400);
     assert!(e.message.starts_with("name: contains the control character"), "{}", e.message);
@@ -188,7 +188,7 @@ fn a_local_caller_is_who_the_kernel_says_with_the_role_the_identity_file_gives()
     assert_eq!(who(&mut h, local(1001, "ana")).expect("ana").role, "admin");
     assert_eq!(who(&mut h, local(0, "root")).expect("root").role, "admin");
     // A local user may do what a user's token may, as itself: its job is its own.
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\n").expect("spec");
     let id = h.call(local(1002, "bo"), |reply| Call::Submit { specs: vec![spec], reply }).expect("submitted").ids[0];
     assert_eq!(h.job(id).user, "bo");
 
@@ -208,12 +208,13 @@ fn numbers_out_of_their_range_are_refused_naming_the_limit() {
         ("command: [x]\nretries: 1000000\n", "retries: 1000000 is more than the most, 100"),
     ];
     for (yaml, want) in cases {
-        let spec: api::JobSpec = serde_yaml_ng::from_str(yaml).expect("spec");
+        let spec: api::JobSpec = gpool_api::yaml::from_str(yaml).expect("spec");
         let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err(yaml);
         assert_eq!(e.status, 400, "{yaml}");
         assert!(e.message.starts_with(want), "{yaml}: {}", e.message);
     }
-    let ok: api::JobSpec = serde_yaml_ng::from_str("command: [x]\nretries: 100\nresources: {cpu: 1m}\n").expect("spec");
+    let ok: api::JobSpec =
+        gpool_api::yaml::from_str("command: [x]\nretries: 100\nresources: {cpu: 1m}\n").expect("spec");
     h.call(ADMIN, |reply| Call::Submit { specs: vec![ok], reply }).expect("at the limits");
 }
 
@@ -225,7 +226,7 @@ fn a_jobs_submitted_and_ended_events_name_its_owner() {
     let ana = token(&mut h, "ana", None, None).token;
     // Every GPU taken: ana's job waits, and is cancelled while pending.
     h.submit("command: [x]\nresources: {nvidia.com/gpu: 8}\n");
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
     let id = h.call(ana.as_str(), |reply| Call::Submit { specs: vec![spec], reply }).expect("submitted").ids[0];
     h.call(ana.as_str(), |reply| Call::Cancel { id, from: "test".into(), reply }).expect("cancelled");
     let mut owners = Vec::new();
@@ -246,7 +247,7 @@ fn views_are_answered_from_committed_state_before_their_batch_changes_anything()
     let running = h.submit("command: [x]\nresources: {nvidia.com/gpu: 1}\n");
     assert_eq!(h.state(running), api::JobState::Running);
     // A submission and a listing in one batch: the listing is answered first, from the committed state.
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [y]\n").expect("a spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [y]\n").expect("a spec");
     let (submit, mut submitted) = tokio::sync::oneshot::channel();
     let (list, mut listed) = tokio::sync::oneshot::channel();
     h.step(vec![

@@ -22,7 +22,7 @@ fn a_job_that_cannot_make_its_deadline_is_reported_once_and_runs_on() {
     h.exit(key(busy, 1, 0), Some(0), None);
     assert!(h.event_messages("deadline_at_risk").is_empty());
     assert_eq!(h.state(id), api::JobState::Running);
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [z]\ndeadline: '2026-12-01T08:00'\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [z]\ndeadline: '2026-12-01T08:00'\n").expect("spec");
     let err = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("no zone");
     assert!(err.message.contains("deadline") && err.message.contains("with its zone"), "{err:?}");
 }

@@ -73,7 +73,7 @@ fn an_elastic_spec_that_cannot_work_is_refused_with_what_to_write() {
             "cannot be elastic",
         ),
     ] {
-        let spec: Result<api::JobSpec, _> = serde_yaml_ng::from_str(yaml);
+        let spec: Result<api::JobSpec, _> = gpool_api::yaml::from_str(yaml);
         let err = match spec {
             Err(e) => e.to_string(),
             Ok(spec) => {

@@ -272,7 +272,8 @@ fn after_any_and_after_not_ok_follow_how_the_job_they_wait_for_ended() {
     let j = h.job(watcher);
     assert_eq!(j.state, api::JobState::Failed, "{j:?}");
     assert!(j.reason.as_deref().is_some_and(|r| r.contains("runs only if it fails")), "{j:?}");
-    let spec: api::JobSpec = serde_yaml_ng::from_str(&format!("command: [late]\nafterNotOk: [{ok}]\n")).expect("spec");
+    let spec: api::JobSpec =
+        gpool_api::yaml::from_str(&format!("command: [late]\nafterNotOk: [{ok}]\n")).expect("spec");
     let err = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err("can never start");
     assert!(err.message.contains("afterNotOk: job") && err.message.contains("afterAny"), "{}", err.message);
 }

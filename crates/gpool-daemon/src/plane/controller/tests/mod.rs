@@ -341,7 +341,7 @@ impl Harness {
 
     /// Submits one job from its YAML spec as the admin; its id.
     fn submit(&mut self, yaml: &str) -> u64 {
-        let spec: api::JobSpec = serde_yaml_ng::from_str(yaml).expect("a valid spec");
+        let spec: api::JobSpec = gpool_api::yaml::from_str(yaml).expect("a valid spec");
         let ids = self.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect("accepted").ids;
         ids[0]
     }

@@ -27,7 +27,7 @@ stages:
 ";
 
 fn pipeline(h: &mut Harness, yaml: &str) -> Result<api::pipeline::PipelineCreated, ApiError> {
-    let spec: PipelineSpec = serde_yaml_ng::from_str(yaml).expect("a valid pipeline file");
+    let spec: PipelineSpec = gpool_api::yaml::from_str(yaml).expect("a valid pipeline file");
     h.call(ADMIN, |reply| Call::SubmitPipeline { spec: Box::new(spec), reply })
 }
 

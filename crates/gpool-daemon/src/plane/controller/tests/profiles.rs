@@ -96,7 +96,7 @@ fn only_the_owner_or_an_admin_may_profile_a_running_job() {
     let bob = token(&mut h, "bob", None);
     let reader = token(&mut h, "rita", Some("reader"));
     let spec: api::JobSpec =
-        serde_yaml_ng::from_str("command: [train]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
+        gpool_api::yaml::from_str("command: [train]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
     let id = h.call(ana.as_str(), |reply| Call::Submit { specs: vec![spec], reply }).expect("ana's job").ids[0];
     h.orders();
     let refused = |h: &mut Harness, who: &str, id: u64, seconds: u32| -> ApiError {
@@ -116,7 +116,7 @@ fn only_the_owner_or_an_admin_may_profile_a_running_job() {
     assert!(e.status == 409 && e.message.contains("being profiled already"), "one at a time: {e:?}");
     // An admin may profile anyone's job.
     let bobs_spec: api::JobSpec =
-        serde_yaml_ng::from_str("command: [x]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
+        gpool_api::yaml::from_str("command: [x]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
     let bobs = h.call(bob.as_str(), |reply| Call::Submit { specs: vec![bobs_spec], reply }).expect("bob's").ids[0];
     h.orders();
     let _admin = ask(&mut h, ADMIN, bobs, 5);

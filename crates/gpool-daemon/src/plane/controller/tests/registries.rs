@@ -48,7 +48,7 @@ fn a_login_reaches_only_its_owners_jobs_from_that_registry_and_is_never_shown() 
     );
 
     let spec = |image: &str| -> api::JobSpec {
-        serde_yaml_ng::from_str(&format!("command: [serve]\nimage: {image}\n")).expect("spec")
+        gpool_api::yaml::from_str(&format!("command: [serve]\nimage: {image}\n")).expect("spec")
     };
     h.call(ana.as_str(), |reply| Call::Submit { specs: vec![spec("ghcr.io/ana/model:1")], reply }).expect("ana's job");
     let got = auths(&mut h);
@@ -105,7 +105,7 @@ fn a_preemptor_s_image_is_pulled_ahead_on_its_nominated_node_with_its_owner_s_lo
     login(&mut h, &ana, "ghcr.io", "ana", "s3cret").expect("stored");
     h.submit("command: [low]\nresources: {nvidia.com/gpu: 8}\npriority: low\npreemptible: true\ngracePeriod: 30s\n");
     h.orders();
-    let spec: api::JobSpec = serde_yaml_ng::from_str(
+    let spec: api::JobSpec = gpool_api::yaml::from_str(
         "command: [serve]\nimage: ghcr.io/ana/model:2\nresources: {nvidia.com/gpu: 8}\npriority: high\n",
     )
     .expect("spec");

@@ -9,7 +9,7 @@ fn token_in(h: &mut Harness, user: &str, team: &str) -> String {
 }
 
 fn submit_as(h: &mut Harness, token: &str, yaml: &str) -> Result<u64, ApiError> {
-    let spec: api::JobSpec = serde_yaml_ng::from_str(yaml).expect("a valid spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str(yaml).expect("a valid spec");
     h.call(token, |reply| Call::Submit { specs: vec![spec], reply }).map(|s| s.ids[0])
 }
 

@@ -143,7 +143,7 @@ fn a_pipeline_run_survives_a_restart() {
     let state = StateFile::new("pipeline");
     let clock = ManualClock::new(T0);
     let yaml = "name: p\nstages:\n  - {name: a, command: [a]}\n  - {name: b, command: [b], needs: [a]}\n";
-    let spec: api::pipeline::PipelineSpec = serde_yaml_ng::from_str(yaml).expect("pipeline");
+    let spec: api::pipeline::PipelineSpec = gpool_api::yaml::from_str(yaml).expect("pipeline");
     let run = {
         let mut h = restart(&state, &clock, FakeAgent::default());
         h.call(ADMIN, |reply| Call::SubmitPipeline { spec: Box::new(spec), reply }).expect("accepted").run
@@ -167,7 +167,7 @@ fn a_schedule_fires_once_per_occurrence_across_restarts() {
     let state = StateFile::new("schedule");
     let clock = ManualClock::new(T0);
     let spec: api::schedule::ScheduleSpec =
-        serde_yaml_ng::from_str("schedule: '@hourly'\ntimeZone: UTC\njob: {command: [x]}\n").expect("schedule");
+        gpool_api::yaml::from_str("schedule: '@hourly'\ntimeZone: UTC\njob: {command: [x]}\n").expect("schedule");
     {
         let mut h = restart(&state, &clock, FakeAgent::default());
         h.call(ADMIN, |reply| Call::ApplySchedule { name: "h".into(), spec: Box::new(spec), reply }).expect("applied");

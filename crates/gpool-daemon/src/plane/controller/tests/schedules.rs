@@ -11,7 +11,7 @@ use super::*;
 const TWO_AM: i64 = 1_700_013_600_000;
 
 fn apply(h: &mut Harness, name: &str, yaml: &str) -> Result<ScheduleView, ApiError> {
-    let spec: ScheduleSpec = serde_yaml_ng::from_str(yaml).expect("a valid schedule file");
+    let spec: ScheduleSpec = gpool_api::yaml::from_str(yaml).expect("a valid schedule file");
     h.call(ADMIN, |reply| Call::ApplySchedule { name: name.into(), spec: Box::new(spec), reply })
 }
 

@@ -9,7 +9,7 @@ use crate::plane::controller::{ProxyReport, ServiceLoad};
 const SVC: &str = "name: llm\ncommand: [serve]\nresources: {nvidia.com/gpu: 1}\nservice:\n  readiness: /health\n  replicas: {min: 1, max: 3}\n  target: {inFlight: 4}\n  scaleDownDelay: 3s\n  window: 6s\n";
 
 fn apply(h: &mut Harness, yaml: &str) -> Result<api::ServiceApplied, ApiError> {
-    let spec: api::JobSpec = serde_yaml_ng::from_str(yaml).expect("a valid spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str(yaml).expect("a valid spec");
     h.call(ADMIN, |reply| Call::ApplyService { name: "llm".into(), spec: Box::new(spec), reply })
 }
 

@@ -65,7 +65,7 @@ fn a_store_write_that_fails_stops_the_controller_before_it_answers_or_acts() {
     let store = Flaky { inner: Sqlite::memory().expect("store"), broken: broken.clone() };
     let mut h = Setup::new().store(Box::new(store)).build();
     broken.store(true, Ordering::SeqCst);
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\nresources: {nvidia.com/gpu: 1}\n").expect("spec");
     let (tx, mut rx) = tokio::sync::oneshot::channel();
     let failed =
         h.try_step(vec![Event::Api { who: ADMIN.into(), call: Call::Submit { specs: vec![spec], reply: tx } }]);
@@ -95,7 +95,7 @@ fn the_shell_loop_ends_with_the_store_failure_and_then_answers_only_reads() {
         routes: None,
     };
     let (tx, rx) = std::sync::mpsc::channel();
-    let spec: api::JobSpec = serde_yaml_ng::from_str("command: [x]\n").expect("spec");
+    let spec: api::JobSpec = gpool_api::yaml::from_str("command: [x]\n").expect("spec");
     let (reply, mut answer) = tokio::sync::oneshot::channel();
     tx.send(Event::Api { who: ADMIN.into(), call: Call::Submit { specs: vec![spec.clone()], reply } }).expect("send");
     broken.store(true, Ordering::SeqCst);

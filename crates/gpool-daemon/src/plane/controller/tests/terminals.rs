@@ -68,7 +68,7 @@ fn an_interactive_job_is_one_replica_within_its_grace_bounds() {
         ("command: [bash]\ninteractive: {detachGrace: 2d}\n", "5s to 24h"),
         ("command: [bash]\nexpose: [0]\n", "65535"),
     ] {
-        let spec: api::JobSpec = serde_yaml_ng::from_str(yaml).expect("a spec");
+        let spec: api::JobSpec = gpool_api::yaml::from_str(yaml).expect("a spec");
         let e = h.call(ADMIN, |reply| Call::Submit { specs: vec![spec], reply }).expect_err(yaml);
         assert!(e.message.contains(says), "{yaml}: {e:?}");
     }
