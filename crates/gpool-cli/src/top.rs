@@ -298,7 +298,7 @@ fn interactive<B: Backend>(
     let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
     while !stopped() {
         let frame = fetch(client);
-        term.draw(|f| draw(f, &frame, server))?;
+        term.draw(|f| draw(f, &frame, server)).map_err(|e| anyhow::anyhow!("drawing the screen: {e}"))?;
         // Wait for a key, a signal or the next refresh, whichever comes first.
         let next = std::time::Instant::now() + interval;
         while !stopped() {
