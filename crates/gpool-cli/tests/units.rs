@@ -98,3 +98,47 @@ fn gpool_up_tells_systemd_it_is_ready_once_its_api_answers() {
     let n = systemd.recv(&mut buf).expect("STOPPING=1");
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("STOPPING=1"), "{:?}", &buf[..n]);
 }
+
+/// With `WatchdogSec=` (`$WATCHDOG_USEC`), the controller's loop pings
+/// `WATCHDOG=1` while it turns, idle or not; a process the variable does
+/// not name (`$WATCHDOG_PID`) sends none.
+#[test]
+fn gpool_up_pings_systemds_watchdog_from_its_controller_loop() {
+    let s = Scratch::new("watchdog");
+    let socket = s.0.join("notify.sock");
+    let systemd = UnixDatagram::bind(&socket).expect("the notify socket");
+    systemd.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let d = Daemon::spawn_with_env(
+        &s.0.join("data"),
+        &["--simulate-gpus", "1xH100-80GB"],
+        &[("NOTIFY_SOCKET", socket.to_str().expect("path")), ("WATCHDOG_USEC", "400000")],
+    );
+    let mut buf = [0u8; 512];
+    let (mut pings, mut ready) = (0, false);
+    while pings < 5 || !ready {
+        let n = systemd.recv(&mut buf).unwrap_or_else(|e| panic!("{pings} pings, ready {ready}, then: {e}"));
+        match &buf[..n] {
+            b"WATCHDOG=1" => pings += 1,
+            said if said.starts_with(b"READY=1") => ready = true,
+            _ => {}
+        }
+    }
+    drop(d);
+    // The pid systemd names is not this daemon's: no ping.
+    let d = Daemon::spawn_with_env(
+        &s.0.join("data2"),
+        &["--simulate-gpus", "1xH100-80GB"],
+        &[("NOTIFY_SOCKET", socket.to_str().expect("path")), ("WATCHDOG_USEC", "400000"), ("WATCHDOG_PID", "1")],
+    );
+    systemd.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+    let mut said = Vec::new();
+    while let Ok(n) = systemd.recv(&mut buf) {
+        said.push(String::from_utf8_lossy(&buf[..n]).to_string());
+        if said.iter().filter(|s| s.starts_with("READY=1")).count() > 0 && said.len() > 3 {
+            break;
+        }
+    }
+    drop(d);
+    assert!(said.iter().any(|s| s.starts_with("READY=1")), "{said:?}");
+    assert!(!said.iter().any(|s| s == "WATCHDOG=1"), "pinged for another process: {said:?}");
+}

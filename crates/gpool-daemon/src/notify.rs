@@ -51,9 +51,68 @@ pub fn stopping() {
     notify("STOPPING=1\nSTATUS=stopping; running jobs keep running");
 }
 
+/// systemd's watchdog (`WatchdogSec=`): `WATCHDOG=1` at half the interval
+/// systemd gives in `$WATCHDOG_USEC`, sent by the loop whose life it
+/// vouches for (the controller's, `controller/shell.rs`): a controller
+/// stuck in one turn stops the pings, and systemd restarts the process,
+/// which recovers from its store (running jobs keep running under their
+/// shims).
+#[derive(Debug)]
+pub struct Watchdog {
+    every: std::time::Duration,
+    next: std::time::Instant,
+}
+
+impl Watchdog {
+    /// The watchdog systemd asked for, if it asked this process
+    /// (`$WATCHDOG_PID`, when set, names the process meant).
+    pub fn from_env() -> Option<Watchdog> {
+        let usec = std::env::var("WATCHDOG_USEC").ok()?;
+        let pid = std::env::var("WATCHDOG_PID").ok();
+        Watchdog::asked(&usec, pid.as_deref(), std::process::id())
+    }
+
+    fn asked(usec: &str, pid: Option<&str>, me: u32) -> Option<Watchdog> {
+        if pid.is_some_and(|p| p.trim().parse::<u32>().ok() != Some(me)) {
+            return None;
+        }
+        let usec: u64 = usec.trim().parse().ok().filter(|u| *u > 0)?;
+        let every = std::time::Duration::from_micros(usec / 2);
+        Some(Watchdog { every, next: std::time::Instant::now() })
+    }
+
+    /// How long until the next ping is due (zero when it is).
+    pub fn due_in(&self) -> std::time::Duration {
+        self.next.saturating_duration_since(std::time::Instant::now())
+    }
+
+    /// Pings if a ping is due: the caller's loop has just turned.
+    pub fn alive(&mut self) {
+        let now = std::time::Instant::now();
+        if now >= self.next {
+            notify("WATCHDOG=1");
+            self.next = now + self.every;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watchdog_pings_at_half_the_interval_and_only_for_the_process_meant() {
+        let w = Watchdog::asked("30000000", None, 7).expect("asked");
+        assert_eq!(w.every, std::time::Duration::from_secs(15));
+        assert_eq!(w.due_in(), std::time::Duration::ZERO, "the first ping is due at once");
+        assert!(Watchdog::asked("30000000", Some("7"), 7).is_some());
+        assert!(Watchdog::asked("30000000", Some("8"), 7).is_none(), "another process's");
+        assert!(Watchdog::asked("0", None, 7).is_none());
+        assert!(Watchdog::asked("soon", None, 7).is_none());
+        let mut w = Watchdog::asked("2000000", None, 7).expect("asked");
+        w.alive();
+        assert!(w.due_in() > std::time::Duration::from_millis(900), "the next ping in a second");
+    }
 
     /// What a unit of `Type=notify` would receive, on a socket of its own.
     #[test]

@@ -75,10 +75,15 @@ impl Shell {
         let mut fed = self.carry_out(ctl, first)?;
         let every = self.renew_every.map(|d| d.as_millis() as i64);
         let mut next_renew = every.map(|d| ctl.now_ms() + d);
+        let mut watchdog = crate::notify::Watchdog::from_env();
         loop {
+            if let Some(w) = &mut watchdog {
+                w.alive();
+            }
             let mut batch = std::mem::take(&mut fed);
             if batch.is_empty() {
-                let wake = [ctl.next_timer(), next_renew].into_iter().flatten().min();
+                let watched = watchdog.as_ref().map(|w| ctl.now_ms() + w.due_in().as_millis() as i64);
+                let wake = [ctl.next_timer(), next_renew, watched].into_iter().flatten().min();
                 let first = match wake {
                     Some(t) => match rx.recv_timeout(Duration::from_millis((t - ctl.now_ms()).max(0) as u64)) {
                         Ok(e) => Some(e),
