@@ -5,6 +5,11 @@
 # (crates/gpool-cli/tests/upgrade.rs, docs/operations.md "Upgrades").
 #
 #   scripts/store-fixture.sh --bin OLD/gpool --out crates/gpool-cli/tests/data/stores/NAME
+#   scripts/store-fixture.sh --bin OLD/gpool --out DIR --postgres postgres://USER@HOST:PORT/EMPTY_DB
+#
+# With --postgres, a `gpool serve` on that (empty) database and one `gpool
+# agent` stand in for `gpool up`, and the result is OUT/state.sql, the
+# database as `pg_dump --no-owner --no-privileges` writes it.
 #
 # It starts `gpool up` on a scratch data directory with two simulated H100s
 # and, through that binary's own CLI: jobs that succeed, fail, are cancelled,
@@ -15,12 +20,13 @@
 # OUT/fixture.json (what it made, with the tokens' secrets: test data only).
 set -euo pipefail
 
-bin="" out=""
+bin="" out="" pg=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    *) echo "usage: $0 --bin PATH/gpool --out DIR" >&2; exit 2 ;;
+    --postgres) pg="$2"; shift 2 ;;
+    *) echo "usage: $0 --bin PATH/gpool --out DIR [--postgres URL]" >&2; exit 2 ;;
   esac
 done
 [ -x "$bin" ] && [ -n "$out" ] || { echo "usage: $0 --bin PATH/gpool --out DIR" >&2; exit 2; }
@@ -33,6 +39,7 @@ mkdir -p "$data" "$out"
 export GPOOL_DATA_DIR="$data"
 marker="gpool-fixture-$$"
 cleanup() {
+  [ -n "${agent:-}" ] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
   [ -n "${daemon:-}" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
   pkill -f "$marker" 2>/dev/null || true
   rm -rf "$work"
@@ -51,12 +58,29 @@ pools:
     bootTimeout: 24h
     provider: {command: {create: ["true"], delete: ["true"]}}
 YAML
-"$bin" up --data-dir "$data" --listen 127.0.0.1:0 --simulate-gpus 2xH100-80GB --proxy-listen 127.0.0.1:0 \
-  --pools "$out/pools.yaml" > "$work/up.out" 2> "$work/up.err" &
-daemon=$!
-for _ in $(seq 200); do [ -S "$data/gpool.sock" ] && break; sleep 0.1; done
-[ -S "$data/gpool.sock" ] || { cat "$work/up.err" >&2; exit 1; }
-g() { "$bin" "$@"; }   # GPOOL_DATA_DIR names the daemon: its socket, no token
+if [ -z "$pg" ]; then
+  "$bin" up --data-dir "$data" --listen 127.0.0.1:0 --simulate-gpus 2xH100-80GB --proxy-listen 127.0.0.1:0 \
+    --pools "$out/pools.yaml" > "$work/up.out" 2> "$work/up.err" &
+  daemon=$!
+  for _ in $(seq 200); do [ -S "$data/gpool.sock" ] && break; sleep 0.1; done
+  [ -S "$data/gpool.sock" ] || { cat "$work/up.err" >&2; exit 1; }
+  g() { "$bin" "$@"; }   # GPOOL_DATA_DIR names the daemon: its socket, no token
+else
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  GPOOL_DB="$pg" "$bin" serve --data-dir "$data" --listen "127.0.0.1:$port" --proxy-listen 127.0.0.1:0 \
+    --pools "$out/pools.yaml" > "$work/serve.out" 2> "$work/serve.err" &
+  daemon=$!
+  for _ in $(seq 300); do [ -s "$data/admin.token" ] && grep -q "http://" "$work/serve.out" && break; sleep 0.1; done
+  [ -s "$data/admin.token" ] || { cat "$work/serve.err" >&2; exit 1; }
+  export GPOOL_SERVER="http://127.0.0.1:$port" GPOOL_TOKEN="$(cat "$data/admin.token")"
+  g() { "$bin" "$@"; }
+  "$bin" token create --user '*' --role node -o json | jq -r .token > "$work/node.token"
+  chmod 600 "$work/node.token"
+  env -u GPOOL_TOKEN -u GPOOL_DATA_DIR "$bin" agent --server "$GPOOL_SERVER" --token-file "$work/node.token" \
+    --node-name n0 --simulate-gpus 2xH100-80GB --data-dir "$work/agent" > "$work/agent.out" 2> "$work/agent.err" &
+  agent=$!
+  for _ in $(seq 300); do g nodes -o json | jq -e 'map(select(.name == "n0")) | length == 1' >/dev/null 2>&1 && break; sleep 0.1; done
+fi
 id_of() { grep -oE '[0-9]+' | head -1; }
 state() { g show "$1" -o json | jq -r 'if type == "array" then .[0].state else .state end'; }
 until_state() {
@@ -114,12 +138,19 @@ job: {command: "true"}
 YAML
 g schedule apply fixture-nightly -f "$work/schedule.yaml" >/dev/null
 
+if [ -n "$pg" ]; then
+  kill -TERM "$agent"; wait "$agent" || true; agent=""
+fi
 kill -TERM "$daemon"
 wait "$daemon" || true
 daemon=""
 pkill -f "$marker" 2>/dev/null || true
-[ ! -e "$data/state.db-wal" ] || [ ! -s "$data/state.db-wal" ] || { echo "the WAL was not folded in" >&2; exit 1; }
-cp "$data/state.db" "$out/state.db"
+if [ -z "$pg" ]; then
+  [ ! -e "$data/state.db-wal" ] || [ ! -s "$data/state.db-wal" ] || { echo "the WAL was not folded in" >&2; exit 1; }
+  cp "$data/state.db" "$out/state.db"
+else
+  pg_dump --no-owner --no-privileges --dbname="$pg" -f "$out/state.sql"
+fi
 version="$("$bin" --version)"
 jq -n --arg version "$version" --arg commit "${FIXTURE_COMMIT:-unknown}" \
   --argjson succeeded "$succeeded" --argjson failed "$failed" --argjson array "$array" \
@@ -131,4 +162,4 @@ jq -n --arg version "$version" --arg commit "${FIXTURE_COMMIT:-unknown}" \
            pending: $pending, held: $held, cancelled: $cancelled},
     pipeline_run: $pipeline, service: "fixture-svc", schedule: "fixture-nightly",
     tokens: {ana: $user_token, bo_reader: $reader_token, carla_admin: $admin_token}}' > "$out/fixture.json"
-echo "$out/state.db"
+if [ -z "$pg" ]; then echo "$out/state.db"; else echo "$out/state.sql"; fi

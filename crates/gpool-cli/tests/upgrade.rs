@@ -122,3 +122,71 @@ fn a_store_of_the_previous_release_loads_with_its_jobs_tokens_pools_and_services
     assert!(err.contains("schema is version 99") && err.contains(&ours), "names both versions: {err}");
     assert_eq!(schema_of(&db), 99, "and is not touched");
 }
+
+/// The same on PostgreSQL: the earlier release's dump, loaded with `psql`
+/// into a fresh database, is served by this `gpool serve` with its records,
+/// and a newer schema is refused.
+#[test]
+fn a_postgresql_dump_of_the_previous_release_loads_with_its_jobs_tokens_and_pool() {
+    let s = Scratch::new("upgrade-pg");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
+    let made: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("fixture-postgres.json")).expect("fixture"))
+            .expect("json");
+    let pg = gpool_testpg::TestPostgres::start().expect("PostgreSQL (apt-get install -y postgresql)");
+    let db = pg.fresh_database("upgrade_from_0_1_0").expect("a database");
+    let psql = |args: &[&str]| -> String {
+        let out = std::process::Command::new("psql")
+            .args(["-v", "ON_ERROR_STOP=1", "-q", "-tA", "--dbname", &db])
+            .args(args)
+            .output()
+            .expect("psql (apt-get install -y postgresql-client)");
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "psql {args:?}: {said}{}", String::from_utf8_lossy(&out.stderr));
+        said
+    };
+    psql(&["-f", fixture.join("state.sql").to_str().expect("path")]);
+    assert_eq!(psql(&["-c", "SELECT version FROM schema_version"]).trim(), "5");
+    let pools = fixture.join("pools.yaml");
+    let data = s.0.join("cp");
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.env("GPOOL_DB", &db);
+    let d = Daemon::serve_with(&data, &["--pools", pools.to_str().expect("path")], cmd);
+    let version: u32 = psql(&["-c", "SELECT version FROM schema_version"]).trim().parse().expect("a version");
+    assert!(version > 5, "migrated forward to {version}");
+
+    let job = |k: &str| d.get(&format!("/api/v1/jobs/{}", made["jobs"][k].as_u64().expect("an id")));
+    assert_eq!(
+        (job("succeeded")["state"].as_str(), job("succeeded")["exit"]["code"].as_i64()),
+        (Some("succeeded"), Some(0))
+    );
+    assert_eq!((job("failed")["state"].as_str(), job("failed")["exit"]["code"].as_i64()), (Some("failed"), Some(3)));
+    assert_eq!(job("cancelled")["state"], "cancelled");
+    assert!(job("held")["reason"].as_str().is_some_and(|r| r.contains("held")), "{}", job("held"));
+    assert_eq!(job("running")["name"], "fixture-running");
+    let ended = d.get("/api/v1/jobs?ended_since=2000-01-01T00:00:00Z&limit=1000").to_string();
+    assert!(ended.contains("\"fixture-fails\""), "the accounting has the old jobs: {ended}");
+    let (code, ana) = d.req("GET", "/api/v1/whoami", made["tokens"]["ana"].as_str().expect("secret"), None);
+    assert_eq!((code, ana["user"].as_str(), ana["team"].as_str()), (200, Some("ana"), Some("ml")), "{ana}");
+    let (code, bo) = d.req("GET", "/api/v1/whoami", made["tokens"]["bo_reader"].as_str().expect("secret"), None);
+    assert_eq!((code, bo["role"].as_str()), (200, Some("reader")), "{bo}");
+    let pool = d.get("/api/v1/pools");
+    let burst = pool.as_array().and_then(|ps| ps.iter().find(|p| p["name"] == "burst")).expect("pool burst");
+    assert!(burst["creating"].as_u64().is_some_and(|n| n >= 1), "{burst}");
+    assert!(d.get("/api/v1/services").to_string().contains("fixture-svc"));
+    assert!(d.get("/api/v1/schedules").to_string().contains("fixture-nightly"));
+    assert_eq!(d.get(&format!("/api/v1/pipelines/{}", made["pipeline_run"]))["name"], "fixture-pipeline");
+    drop(d);
+
+    psql(&["-c", "UPDATE schema_version SET version = 99"]);
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(s.0.join("cp2"))
+        .env("GPOOL_DB", &db)
+        .output()
+        .expect("gpool serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a newer database must not be served: {err}");
+    assert!(err.contains("schema is version 99"), "names both versions: {err}");
+    assert_eq!(psql(&["-c", "SELECT version FROM schema_version"]).trim(), "99", "and is not touched");
+}
