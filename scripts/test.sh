@@ -18,6 +18,9 @@ command -v useradd >/dev/null 2>&1 || need+=(passwd)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 # systemd-analyze checks the units offline (tests/units.rs); no systemd need run.
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+# tests/package.rs installs the .deb on a fresh Debian 12 (debootstrap) booted in systemd-nspawn.
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 # The escape tests build a static setuid program and a preload library: the C library's headers and libc.a.
 [ -e /usr/include/stdio.h ] && ls /usr/lib/*/libc.a >/dev/null 2>&1 || need+=(libc6-dev)
 # podman and runc run the jobs of the container tests; busybox-static is their image's only program.

@@ -91,8 +91,27 @@ impl Transport for UnixTransport {
     }
 }
 
+/// Resolves every host to 127.0.0.1 without asking the name service: the
+/// connector opens the socket whatever the address. ureq resolves the URL's
+/// host (`localhost`) before it connects, and a machine with no /etc/hosts
+/// (a minimal Debian, a container) has no `localhost`.
+#[derive(Debug)]
+struct NoLookup;
+
+impl ureq::unversioned::resolver::Resolver for NoLookup {
+    fn resolve(
+        &self,
+        _: &ureq::http::Uri,
+        _: &ureq::config::Config,
+        _: NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let mut addrs = self.empty();
+        addrs.push(std::net::SocketAddr::from(([127, 0, 0, 1], 80)));
+        Ok(addrs)
+    }
+}
+
 /// An agent that sends every request to the socket at `path`.
 pub(crate) fn agent(path: PathBuf, config: ureq::config::Config) -> ureq::Agent {
-    // ureq resolves the URL's host before connecting: the client's URL says `localhost`.
-    ureq::Agent::with_parts(config, UnixConnector { path }, ureq::unversioned::resolver::DefaultResolver::default())
+    ureq::Agent::with_parts(config, UnixConnector { path }, NoLookup)
 }
