@@ -33,8 +33,9 @@ else
 fi
 
 # cargo-deny looks for the database named by deny.toml's db-urls in a
-# folder named by that URL's hash, as a git checkout whose last commit's
-# date is the database's (its staleness check reads it).
+# folder named by that URL's hash, as a git checkout. Its staleness check
+# (deny.toml's maximum-db-staleness) takes the later of the last commit's
+# date and the time .git/HEAD was written: both are set to the snapshot's.
 date=$(sed -n 's/^    date //p' deny/README.md)
 db=target/deny/advisory-dbs/advisory-db-3157b0e258782691
 if [ ! -f "$db/.snapshot" ] || ! cmp -s "$db/.snapshot" "$snapshot"; then
@@ -45,6 +46,7 @@ if [ ! -f "$db/.snapshot" ] || ! cmp -s "$db/.snapshot" "$snapshot"; then
   git -C "$db" add -A
   GIT_AUTHOR_DATE="$date" GIT_COMMITTER_DATE="$date" \
     git -C "$db" -c user.name=gpool -c user.email=ci@gpool.invalid commit -qm "RustSec snapshot of $date"
+  touch -d "$date" "$db/.git/HEAD"
   cp "$snapshot" "$db/.snapshot"
 fi
 echo "== cargo deny (advisories as of $date, licences, bans, sources)"

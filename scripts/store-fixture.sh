@@ -37,7 +37,8 @@ work="$(mktemp -d)"
 data="$work/data"
 mkdir -p "$data" "$out"
 export GPOOL_DATA_DIR="$data"
-marker="gpool-fixture-$$"
+# The running job's command line, which pkill finds (sleep takes 3600.PID seconds).
+marker="sleep 3600.$$"
 cleanup() {
   [ -n "${agent:-}" ] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
   [ -n "${daemon:-}" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
@@ -93,7 +94,7 @@ failed=$(g submit --gpus 1 --name fixture-fails -- sh -c 'exit 3' | id_of)
 array=$(g submit --gpus 1 --array 0-1 --name fixture-array -- true | id_of)
 until_state "$succeeded" succeeded
 until_state "$failed" failed
-running=$(g submit --gpus 2 --name fixture-running -- sh -c "sleep 3600 # $marker" | id_of)
+running=$(g submit --gpus 2 --name fixture-running -- $marker | id_of)
 until_state "$running" running
 pending=$(g submit --gpus 1 --name fixture-pending -- true | id_of)
 held=$(g submit --gpus 1 --name fixture-held -- true | id_of)

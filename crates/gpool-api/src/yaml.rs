@@ -24,14 +24,27 @@ impl YamlError {
     }
 }
 
+/// How text is read where no type is fixed (a command's arguments, matrix
+/// values, a body read as a JSON value first): YAML 1.2's core schema, as
+/// serde_yaml read it before. Only `true` and `false` are booleans (`yes`,
+/// `no`, `on`, `off`, `y`, `n` stay text: `command: [echo, yes]` prints
+/// "yes"), and `0755` and `1_000` stay text, not 755 and 1000.
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+    }
+}
+
 /// One YAML document as `T`.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
-    serde_saphyr::from_str(text).map_err(|e| YamlError::read(&e))
+    serde_saphyr::from_str_with_options(text, options()).map_err(|e| YamlError::read(&e))
 }
 
 /// One YAML document, in UTF-8 bytes, as `T`.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, YamlError> {
-    serde_saphyr::from_slice(bytes).map_err(|e| YamlError::read(&e))
+    serde_saphyr::from_slice_with_options(bytes, options()).map_err(|e| YamlError::read(&e))
 }
 
 /// `value` as a YAML document.
@@ -61,6 +74,15 @@ mod tests {
         assert_eq!(again, s);
         let bytes: Spec = from_slice(b"{name: x, gpus: 0}").unwrap();
         assert_eq!(bytes.gpus, 0);
+    }
+
+    #[test]
+    fn only_true_and_false_are_booleans_and_numbers_with_zeros_or_underscores_stay_text() {
+        let v: serde_json::Value = from_str("[echo, yes, n, on, OFF, 0755, 1_000, true, 12, 1.5]").unwrap();
+        assert_eq!(v, serde_json::json!(["echo", "yes", "n", "on", "OFF", "0755", "1_000", true, 12, 1.5]));
+        let env: std::collections::BTreeMap<String, String> = from_str("{WANDB_SILENT: yes, MODE: 0755}").unwrap();
+        assert_eq!(env["WANDB_SILENT"], "yes");
+        assert_eq!(env["MODE"], "0755");
     }
 
     #[test]

@@ -145,8 +145,8 @@ impl Connect {
         self.with_file()?.connect(true)
     }
 
-    /// A client for the routes anyone may call (`/healthz`): no token is
-    /// needed, one given or found is sent all the same.
+    /// A client for the routes anyone may call (`/healthz`, with
+    /// [`Client::probe_each`]): no token is needed.
     pub(crate) fn anonymous_client(&self) -> anyhow::Result<Client> {
         self.with_file()?.connect(false)
     }
@@ -318,16 +318,17 @@ impl Client {
         Err(away.or(last).unwrap_or_else(|| self.unreachable(ureq::Error::ConnectionFailed)))
     }
 
-    /// Asks each control plane in turn for `path` (outside `/api/v1`), with
-    /// no fail-over: what each answered (status, whether as a standby or
+    /// Asks each control plane in turn for `path` (outside `/api/v1`, a
+    /// route that needs no token: none is sent), with no fail-over: what each answered (status, whether as a standby or
     /// without its database, the body's first line), or why it did not.
     pub(crate) fn probe_each(&self, path: &str, within: Duration) -> Vec<(String, Result<Probe, String>)> {
         let base_of = |b: &String| if b == "http://localhost" { self.place.clone() } else { b.clone() };
         self.bases
             .iter()
             .map(|b| {
-                let request = self.agent.get(format!("{b}{path}")).config().timeout_global(Some(within)).build();
-                let answer = self.authorized(request).call();
+                // No token: the probed route needs none, and a health check
+                // that runs every few seconds should not carry an admin's.
+                let answer = self.agent.get(format!("{b}{path}")).config().timeout_global(Some(within)).build().call();
                 let probe = answer.map_err(|e| e.to_string()).map(|mut resp| Probe {
                     status: resp.status().as_u16(),
                     standby: resp.headers().contains_key(STANDBY_HEADER),

@@ -199,7 +199,7 @@ fn paths_as_images_deep_bodies_and_disguised_names_are_refused_at_the_door() {
         let (st, body) = d.raw("/api/v1/jobs", &token, "application/yaml", bomb.into_bytes());
         assert_eq!(st, 400, "{body}");
         assert!(body.contains("alias") || body.contains("budget"), "refused for its aliases: {body}");
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(5), "expanded before refusing? {:?}", t.elapsed());
         done.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     assert!(healthy.load(std::sync::atomic::Ordering::Relaxed), "/healthz stopped answering within 1 s");

@@ -117,6 +117,8 @@ fn the_containerfile_builds_an_image_that_serves_as_nonroot_keeps_its_state_and_
     let containerfile = repo.join("Containerfile");
     ok(&[
         "build",
+        // No intermediate images left behind (the prebuilt stage holds the binary).
+        "--layers=false",
         "--format",
         "docker",
         "--build-arg",

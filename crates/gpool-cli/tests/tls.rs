@@ -81,3 +81,48 @@ fn an_agent_joins_over_tls_by_the_ca_fingerprint_and_refuses_another() {
     let _ = good.kill();
     let _ = good.wait();
 }
+
+/// A standby of a control plane with `--tls` answers `503 standby` in TLS
+/// too: `gpool ping` (the container image's health check) tells it from a
+/// dead port, and exits 0 while both answer.
+#[test]
+fn a_standby_answers_in_tls_and_gpool_ping_tells_it_from_the_leader() {
+    let s = Scratch::new("tls-standby");
+    let db = format!("sqlite://{}", s.0.join("state.db").display());
+    let tls = s.0.join("tls");
+    let tls_arg = tls.to_str().expect("path");
+    let mut cmd = Command::new(BIN);
+    cmd.env("GPOOL_DB", &db);
+    let leader = Daemon::serve_with(&s.0.join("a"), &["--tls", "--tls-dir", tls_arg], cmd);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let mut standby = Command::new(BIN)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--tls", "--tls-dir", tls_arg, "--data-dir"])
+        .arg(s.0.join("b"))
+        .env("GPOOL_DB", &db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("a second control plane");
+    let servers = format!("{},https://127.0.0.1:{port}", leader.url);
+    let ca = tls.join("ca.pem");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let said = loop {
+        let (code, out, err) =
+            gpool(&["ping", "--server", &servers, "--ca-file", ca.to_str().expect("path"), "-o", "json"], &[]);
+        if code == Some(0) && out.contains("\"standby\"") {
+            break out;
+        }
+        assert!(std::time::Instant::now() < deadline, "the standby never answered as one: {out}{err}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let rows: serde_json::Value = serde_json::from_str(&said).expect("json");
+    assert_eq!(rows[0]["state"], "up", "{said}");
+    assert_eq!(rows[1]["state"], "standby", "{said}");
+    let _ = standby.kill();
+    let _ = standby.wait();
+    // A dead port is down, and ping says so with its exit status.
+    let (code, out, _) =
+        gpool(&["ping", "--server", &format!("https://127.0.0.1:{port}"), "--ca-file", ca.to_str().expect("path")], &[]);
+    assert_eq!(code, Some(5), "{out}");
+    assert!(out.contains("down"), "{out}");
+}

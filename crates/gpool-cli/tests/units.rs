@@ -124,7 +124,10 @@ fn gpool_up_pings_systemds_watchdog_from_its_controller_loop() {
         }
     }
     drop(d);
-    // The pid systemd names is not this daemon's: no ping.
+    // The pid systemd names is not this daemon's: no ping (on a socket of
+    // its own: the first daemon's last pings may still be queued on that one).
+    let socket = s.0.join("notify2.sock");
+    let systemd = UnixDatagram::bind(&socket).expect("the notify socket");
     let d = Daemon::spawn_with_env(
         &s.0.join("data2"),
         &["--simulate-gpus", "1xH100-80GB"],

@@ -17,6 +17,32 @@ use serde_json::{Value, json};
 
 const FIXTURE: &str = "tests/data/stores/0.1.0-9d68781";
 
+/// Runs a daemon that must refuse to start: its exit and what it said; a
+/// daemon still running after a minute failed to refuse (killed, then the
+/// test fails instead of hanging).
+fn refused(mut cmd: std::process::Command, scratch: &Path) -> (std::process::ExitStatus, String) {
+    let log = scratch.join("refused.log");
+    let file = std::fs::File::create(&log).expect("a log");
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("the daemon");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after a minute on a newer store: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
 /// SQLite keeps `PRAGMA user_version` at bytes 60..64 of the file's header, big-endian.
 fn schema_of(db: &Path) -> u32 {
     let bytes = std::fs::read(db).expect("the store");
@@ -111,13 +137,10 @@ fn a_store_of_the_previous_release_loads_with_its_jobs_tokens_pools_and_services
     let mut bytes = std::fs::read(&db).expect("the store");
     bytes[60..64].copy_from_slice(&99u32.to_be_bytes());
     std::fs::write(&db, &bytes).expect("a newer schema");
-    let out = std::process::Command::new(BIN)
-        .args(["up", "--listen", "127.0.0.1:0", "--simulate-gpus", "1xH100-80GB", "--data-dir"])
-        .arg(&data)
-        .output()
-        .expect("gpool up");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a newer store must not be opened: {err}");
+    let mut up = std::process::Command::new(BIN);
+    up.args(["up", "--listen", "127.0.0.1:0", "--simulate-gpus", "1xH100-80GB", "--data-dir"]).arg(&data);
+    let (status, err) = refused(up, &s.0);
+    assert!(!status.success(), "a newer store must not be opened: {err}");
     let ours = format!("gpool {}", env!("CARGO_PKG_VERSION"));
     assert!(err.contains("schema is version 99") && err.contains(&ours), "names both versions: {err}");
     assert_eq!(schema_of(&db), 99, "and is not touched");
@@ -145,7 +168,14 @@ fn a_postgresql_dump_of_the_previous_release_loads_with_its_jobs_tokens_and_pool
         assert!(out.status.success(), "psql {args:?}: {said}{}", String::from_utf8_lossy(&out.stderr));
         said
     };
-    psql(&["-f", fixture.join("state.sql").to_str().expect("path")]);
+    // pg_dump 15.14 and later fence the dump with \restrict and
+    // \unrestrict, which an older psql refuses: left out, they change nothing.
+    let dump = std::fs::read_to_string(fixture.join("state.sql")).expect("the dump");
+    let dump: String =
+        dump.lines().filter(|l| !l.starts_with("\\restrict") && !l.starts_with("\\unrestrict")).map(|l| format!("{l}\n")).collect();
+    let loadable = s.0.join("state.sql");
+    std::fs::write(&loadable, dump).expect("the dump, loadable");
+    psql(&["-f", loadable.to_str().expect("path")]);
     assert_eq!(psql(&["-c", "SELECT version FROM schema_version"]).trim(), "5");
     let pools = fixture.join("pools.yaml");
     let data = s.0.join("cp");
@@ -179,14 +209,10 @@ fn a_postgresql_dump_of_the_previous_release_loads_with_its_jobs_tokens_and_pool
     drop(d);
 
     psql(&["-c", "UPDATE schema_version SET version = 99"]);
-    let out = std::process::Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(s.0.join("cp2"))
-        .env("GPOOL_DB", &db)
-        .output()
-        .expect("gpool serve");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a newer database must not be served: {err}");
+    let mut serve = std::process::Command::new(BIN);
+    serve.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(s.0.join("cp2")).env("GPOOL_DB", &db);
+    let (status, err) = refused(serve, &s.0);
+    assert!(!status.success(), "a newer database must not be served: {err}");
     assert!(err.contains("schema is version 99"), "names both versions: {err}");
     assert_eq!(psql(&["-c", "SELECT version FROM schema_version"]).trim(), "99", "and is not touched");
 }

@@ -65,6 +65,9 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let shown = redact(&url);
     let config = controller_config(&plane)?;
     let process = Process::new()?;
+    // TLS as the leader will serve it (and the refusal of plain HTTP beyond
+    // loopback), from the start: a standby answers in it.
+    let standby_tls = crate::plane::server::server_tls(&plane)?.map(|t| t.config);
     // The API's port is this process's from its start: a standby answers
     // `503 standby` there, and no other program can take it meanwhile.
     let bound = process.hold(plane.listen)?;
@@ -86,7 +89,7 @@ pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         let led = match again.take() {
             Some(store) => Ok(Some(store)),
             None => {
-                let standby = process.answer_as_standby(away.clone())?;
+                let standby = process.answer_as_standby(away.clone(), standby_tls.clone())?;
                 let led = lead(&process, &url, &shown, plane.fsync, &mut reached, &away);
                 if let Some(s) = standby {
                     s.end(&process);

@@ -250,9 +250,8 @@ pub fn host_name() -> Option<String> {
 /// This process's Unix account name (its effective uid's): the admin of `gpool up`,
 /// and the account every job runs as in single-user mode.
 pub fn this_account() -> Option<String> {
-    // The owner of /proc/self is this process's effective uid (no `id`
-    // needed: a distroless image has none).
-    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").ok()?);
+    // No `id` needed: a distroless image has none.
+    let uid = rustix::process::geteuid().as_raw();
     crate::accounts::lookup_uid(uid).ok().flatten().map(|a| a.name)
 }
 

@@ -132,7 +132,10 @@ pub fn uniform(nodes: u32, gpus: u32, model: &str) -> Vec<Node> {
 pub fn from_yaml(text: &str) -> Result<Vec<Node>, ClusterError> {
     // serde-saphyr reads within its budget (depth, nodes, aliases); its
     // message shows where in the file, with a snippet of it.
-    let file: File = serde_saphyr::from_str(text).map_err(|e| ClusterError::Yaml(e.to_string()))?;
+    // YAML 1.2's booleans only, as everywhere in gpool (gpool_api::yaml).
+    let options = serde_saphyr::options! { strict_booleans: true };
+    let file: File =
+        serde_saphyr::from_str_with_options(text, options).map_err(|e| ClusterError::Yaml(e.to_string()))?;
     let mut out = Vec::new();
     for g in file.nodes {
         let bad = |what: String| ClusterError::Invalid { group: g.name.clone(), what };

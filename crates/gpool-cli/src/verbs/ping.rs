@@ -59,8 +59,9 @@ pub(crate) fn classify(at: String, probe: Result<Probe, String>) -> Pinged {
     let (state, detail) = match probe {
         Ok(p) if p.status == 200 && p.store_away => ("no-database", "answers from memory: its database is away".into()),
         Ok(p) if p.status == 200 => ("up", "leads".into()),
-        Ok(p) if p.standby => ("standby", "another control plane leads, or none yet".into()),
+        // One that led and lost its database answers as a standby does, and says why.
         Ok(p) if p.store_away => ("no-database", first_line(&p.said)),
+        Ok(p) if p.standby => ("standby", "another control plane leads, or none yet".into()),
         Ok(p) => ("down", format!("HTTP {}: {}", p.status, first_line(&p.said))),
         Err(why) => ("down", why),
     };
@@ -90,7 +91,7 @@ mod tests {
         let rows = [
             ("http://cp1:7878", probe(200, false, false, "ok\n"), "up"),
             ("http://cp2:7878", probe(503, true, false, "{\"error\":\"standby\"}"), "standby"),
-            ("http://cp3:7878", probe(503, false, true, "database away\n"), "no-database"),
+            ("http://cp3:7878", probe(503, true, true, "database away\n"), "no-database"),
             ("http://cp4:7878", probe(200, false, true, "ok\n"), "no-database"),
             ("http://cp5:7878", probe(500, false, false, "boom\nmore"), "down"),
             ("http://cp6:7878", Err("connection refused".to_string()), "down"),

@@ -58,31 +58,41 @@ impl Process {
     /// the returned guard is ended ([`Standby::end`]), before leading. A
     /// control plane that led and lost its database says so instead
     /// (`away`, with `X-Gpool-Store-Away`): clients still move on to the
-    /// next address, and show that message if none leads.
-    pub fn answer_as_standby(&self, away: Away) -> anyhow::Result<Option<Standby>> {
+    /// next address, and show that message if none leads. With `tls` (the
+    /// control plane serves HTTPS), the answer is in TLS too, so a client
+    /// (`gpool ping`, a health check) can tell a standby from a dead port.
+    pub fn answer_as_standby(
+        &self,
+        away: Away,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    ) -> anyhow::Result<Option<Standby>> {
         let Some(l) = self.held()? else { return Ok(None) };
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         let task = self.rt.spawn(async move {
             let Ok(listener) = tokio::net::TcpListener::from_std(l) else { return };
             loop {
-                let Ok((mut c, _)) = listener.accept().await else { continue };
+                let Ok((c, _)) = listener.accept().await else { continue };
                 let (text, extra): (String, &'static str) =
                     match away.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_deref() {
                         Some(why) => (format!("{why}\n"), "X-Gpool-Store-Away: 1\r\n"),
                         None => (STANDBY.into(), ""),
                     };
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    use tokio::io::AsyncWriteExt as _;
-                    // The request is read first (head and body, bounded), so a
-                    // client still writing its body is not cut off mid-write: it
-                    // reads the answer and tries its next address.
-                    let _ = tokio::time::timeout(Duration::from_secs(2), drain_request(&mut c)).await;
                     let answer = format!(
                         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n\
                          X-Gpool-Standby: 1\r\n{extra}Connection: close\r\nContent-Length: {}\r\n\r\n{text}",
                         text.len()
                     );
-                    let _ = tokio::time::timeout(Duration::from_secs(2), c.write_all(answer.as_bytes())).await;
-                    let _ = c.shutdown().await;
+                    match acceptor {
+                        Some(a) => {
+                            let handshake = tokio::time::timeout(Duration::from_secs(2), a.accept(c)).await;
+                            if let Ok(Ok(tls)) = handshake {
+                                answer_standby(tls, answer).await;
+                            }
+                        }
+                        None => answer_standby(c, answer).await,
+                    }
                 });
             }
         });
@@ -127,7 +137,17 @@ impl Process {
 }
 
 /// Reads one HTTP/1.1 request's head and its `Content-Length` body (4 MiB at most).
-async fn drain_request(c: &mut tokio::net::TcpStream) {
+/// Reads the request (head and body, bounded) first, so a client still
+/// writing its body is not cut off mid-write: it reads the answer and tries
+/// its next address.
+async fn answer_standby<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut c: S, answer: String) {
+    use tokio::io::AsyncWriteExt as _;
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain_request(&mut c)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), c.write_all(answer.as_bytes())).await;
+    let _ = c.shutdown().await;
+}
+
+async fn drain_request<S: tokio::io::AsyncRead + Unpin>(c: &mut S) {
     use tokio::io::AsyncReadExt as _;
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];

@@ -305,22 +305,7 @@ pub fn serve(
             }
         })?
     };
-    let tls = match (&plane.tls_files, &plane.tls_dir) {
-        (Some((cert, key)), _) => Some(crate::plane::tls::from_files(cert, key)?),
-        (None, Some(dir)) => {
-            let mut names = plane.tls_sans.clone();
-            if !plane.listen.ip().is_unspecified() {
-                names.push(plane.listen.ip().to_string());
-            }
-            Some(crate::plane::tls::load_or_create(dir, &names)?)
-        }
-        (None, None) if !plane.listen.ip().is_loopback() && !plane.insecure_http => bail!(
-            "--listen {}: plain HTTP beyond loopback would send every token in the clear; pass --tls \
-             (a CA of gpool's own, made on first start) or --insecure-http",
-            plane.listen
-        ),
-        (None, None) => None,
-    };
+    let tls = server_tls(plane)?;
     let state = AppState {
         tx: tx.clone(),
         events,
@@ -433,6 +418,28 @@ pub fn serve(
     let _ = std::fs::remove_file(plane.data_dir.join(URL_FILE));
     let _ = std::fs::remove_file(&socket);
     served
+}
+
+/// The API's TLS, as the flags say: given files, else the CA of its own in
+/// `--tls-dir` (made on first start), else none (refused beyond loopback
+/// without --insecure-http). A standby answers with it too (`serve.rs`).
+pub(crate) fn server_tls(plane: &PlaneConfig) -> anyhow::Result<Option<crate::plane::tls::ServerTls>> {
+    Ok(match (&plane.tls_files, &plane.tls_dir) {
+        (Some((cert, key)), _) => Some(crate::plane::tls::from_files(cert, key)?),
+        (None, Some(dir)) => {
+            let mut names = plane.tls_sans.clone();
+            if !plane.listen.ip().is_unspecified() {
+                names.push(plane.listen.ip().to_string());
+            }
+            Some(crate::plane::tls::load_or_create(dir, &names)?)
+        }
+        (None, None) if !plane.listen.ip().is_loopback() && !plane.insecure_http => bail!(
+            "--listen {}: plain HTTP beyond loopback would send every token in the clear; pass --tls \
+             (a CA of gpool's own, made on first start) or --insecure-http",
+            plane.listen
+        ),
+        (None, None) => None,
+    })
 }
 
 /// Binds the Unix socket local callers use: a stale one (a daemon that
