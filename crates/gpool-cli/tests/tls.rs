@@ -121,8 +121,10 @@ fn a_standby_answers_in_tls_and_gpool_ping_tells_it_from_the_leader() {
     let _ = standby.kill();
     let _ = standby.wait();
     // A dead port is down, and ping says so with its exit status.
-    let (code, out, _) =
-        gpool(&["ping", "--server", &format!("https://127.0.0.1:{port}"), "--ca-file", ca.to_str().expect("path")], &[]);
+    let (code, out, _) = gpool(
+        &["ping", "--server", &format!("https://127.0.0.1:{port}"), "--ca-file", ca.to_str().expect("path")],
+        &[],
+    );
     assert_eq!(code, Some(5), "{out}");
     assert!(out.contains("down"), "{out}");
 }
