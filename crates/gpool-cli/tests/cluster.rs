@@ -53,22 +53,29 @@ fn three_agents_run_500_jobs_through_an_agent_crash_and_a_leader_failover_all_ov
         "a standby does not serve while another leads"
     );
     // Issue 47: but it holds its port from its start, so no local program can
-    // take it, and answers there 503 standby until it leads.
+    // take it, and answers there 503 standby until it leads, in TLS as the
+    // leader does (issue 43: health checks tell it from a dead port).
+    let trusted: ureq::Agent = {
+        let pem = std::fs::read(&ca).expect("the CA");
+        let cert = ureq::tls::Certificate::from_pem(&pem).expect("PEM").to_owned();
+        let roots = ureq::tls::RootCerts::Specific(std::sync::Arc::new(vec![cert]));
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build())
+            .build()
+            .into()
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let answer = loop {
-        if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", pb)) {
-            use std::io::{Read as _, Write as _};
-            let _ = c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-            let mut text = String::new();
-            let _ = c.read_to_string(&mut text);
-            if !text.is_empty() {
-                break text;
-            }
+    let (status, standby_header, answer) = loop {
+        if let Ok(mut r) = trusted.get(format!("https://127.0.0.1:{pb}/healthz")).call() {
+            let header = r.headers().contains_key("x-gpool-standby");
+            break (r.status().as_u16(), header, r.body_mut().read_to_string().unwrap_or_default());
         }
         assert!(std::time::Instant::now() < deadline, "the standby never held its port");
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("standby"), "{answer}");
+    assert!(status == 503 && standby_header && answer.contains("standby"), "{status} {answer}");
     assert!(std::net::TcpListener::bind(("127.0.0.1", pb)).is_err(), "nobody else can bind the standby's port");
     let admin = std::fs::read_to_string(s.0.join("cp-a/admin.token")).expect("token").trim().to_string();
     let mut api = Api::trusting(&a_url, &admin, Some(&ca));
