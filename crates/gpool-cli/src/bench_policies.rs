@@ -1,6 +1,7 @@
 //! `gpool bench policies`: the robustness table of docs/scheduling.md, every
 //! policy on the five job traces at three loads, with the default's ratios
-//! against the baselines and their worst case. Runs use every core.
+//! against the non-clairvoyant baselines (issue 45's goals), the worst case
+//! first. Runs use every core.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -27,7 +28,7 @@ pub(crate) struct PoliciesArgs {
     /// Loads as multiples of each trace's nominal load (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = LOADS.to_vec())]
     loads: Vec<f64>,
-    /// Policies (comma-separated); the default's ratios need fifo, srtf and las.
+    /// Policies (comma-separated); the default's goals compare it with fifo, fifo-backfill, las and fair.
     #[arg(long, value_delimiter = ',', default_value = "fifo,fifo-backfill,sjf,srtf,las,fair,default")]
     policies: Vec<String>,
     /// Change a knob of the default policy (repeatable): `--set overload.after=4h` (see docs/simulator.md).
@@ -177,14 +178,15 @@ pub(crate) fn policies(a: PoliciesArgs) -> anyhow::Result<()> {
     }
     let names: Vec<String> = policies.iter().map(|(n, _)| n.clone()).collect();
     let (held, training): (Vec<Row>, Vec<Row>) = rows.iter().cloned().partition(|r| r.trace == HELD_OUT);
+    // The worst case over every row first, then each part alone.
     let mut text = String::new();
+    if !held.is_empty() && !training.is_empty() {
+        text.push_str(&format!("### All rows\n\n{}\n", policy_table::markdown(&rows, &names)));
+    }
     for (title, part) in [("Training traces", &training), ("Held-out trace", &held)] {
         if !part.is_empty() {
             text.push_str(&format!("### {title}\n\n{}\n", policy_table::markdown(part, &names)));
         }
-    }
-    if !held.is_empty() && !training.is_empty() {
-        text.push_str(&format!("### All rows\n\n{}\n", policy_table::markdown(&rows, &names)));
     }
     let json = serde_json::Value::Array(
         rows.iter()
@@ -200,9 +202,15 @@ pub(crate) fn policies(a: PoliciesArgs) -> anyhow::Result<()> {
                         )
                     })
                     .collect();
-                let misses = policy_table::Ratios::of(r).map(|q| q.misses()).unwrap_or_default();
+                let ratios = policy_table::Ratios::of(r);
+                let misses = ratios.as_ref().map(|q| q.misses()).unwrap_or_default();
+                let finite = |v: f64| if v.is_finite() { serde_json::json!(v) } else { serde_json::Value::Null };
+                let goals = ratios.map(|q| {
+                    serde_json::json!({"avg_vs_best_baseline": finite(q.avg_vs_best), "best_baseline": q.best,
+                        "p99_vs_fifo": finite(q.p99_vs_fifo), "beaten_on_both_by": q.dominated_by})
+                });
                 serde_json::json!({"trace": r.trace, "load": r.load, "gpus": r.gpus, "held_out": r.trace == HELD_OUT,
-                    "runs": runs, "misses": misses})
+                    "runs": runs, "goals": goals, "misses": misses})
             })
             .collect(),
     );
