@@ -14,6 +14,9 @@ use serde::de::DeserializeOwned;
 
 use crate::daemons::{SOCKET_FILE, SYSTEM_DATA_DIR, TOKEN_FILE, URL_FILE, default_data_dir};
 
+/// The base URL of requests over the local daemon's Unix socket (its host is
+/// never looked up: `unix_socket.rs`).
+const SOCKET_BASE: &str = "http://localhost";
 /// The header of a standby's `503` (a `gpool serve` waiting to lead, `plane/server.rs`).
 const STANDBY_HEADER: &str = "x-gpool-standby";
 /// The header of a control plane that led and lost its database (`gpool serve`).
@@ -171,7 +174,7 @@ impl Connect {
             && let Some(socket) = self.local_socket()?
         {
             let agent = crate::unix_socket::agent(socket.clone(), config.build());
-            let bases = vec!["http://localhost".to_string()];
+            let bases = vec![SOCKET_BASE.to_string()];
             let place = format!("the local daemon's socket {}", socket.display());
             return Ok(Client { bases, current: 0.into(), place, token: self.token.clone(), agent });
         }
@@ -198,7 +201,7 @@ impl Connect {
         );
         let token = match &self.token {
             Some(t) => Some(t.clone()),
-            None if !need_token => std::fs::read_to_string(dir.join(TOKEN_FILE)).ok().map(|s| s.trim().to_string()),
+            None if !need_token => None,
             None => Some(std::fs::read_to_string(dir.join(TOKEN_FILE)).map(|s| s.trim().to_string()).with_context(
                 || {
                     ClientError::new(
@@ -322,7 +325,7 @@ impl Client {
     /// route that needs no token: none is sent), with no fail-over: what each answered (status, whether as a standby or
     /// without its database, the body's first line), or why it did not.
     pub(crate) fn probe_each(&self, path: &str, within: Duration) -> Vec<(String, Result<Probe, String>)> {
-        let base_of = |b: &String| if b == "http://localhost" { self.place.clone() } else { b.clone() };
+        let base_of = |b: &String| if b == SOCKET_BASE { self.place.clone() } else { b.clone() };
         self.bases
             .iter()
             .map(|b| {

@@ -114,8 +114,8 @@ fn id_groups(name: &str, names: bool) -> anyhow::Result<Option<Vec<String>>> {
         }
         Ok(_) => Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let Some(account) = read_or_empty("/etc/passwd")?.lines().filter_map(parse_passwd).find(|a| a.name == name)
-            else {
+            let passwd = getent_passwd(name)?.unwrap_or_default();
+            let Some(account) = passwd.lines().filter_map(parse_passwd).find(|a| a.name == name) else {
                 return Ok(None);
             };
             let groups = groups_in(&read_or_empty("/etc/group")?, name, Some(account.gid));

@@ -223,17 +223,18 @@ pub fn worst(rows: &[(&Row, Ratios)]) -> Option<Worst> {
     if rows.is_empty() {
         return None;
     }
-    let pick = |f: &dyn Fn(&Ratios) -> f64| {
-        rows.iter().filter(|(_, q)| f(q).is_finite()).fold((f64::NAN, String::from("–")), |acc, (r, q)| {
-            let v = f(q);
-            if acc.0.is_nan() || v > acc.0 { (v, r.label()) } else { acc }
+    // The row with the largest finite value of `f` (the first, on a tie).
+    let top = |f: &dyn Fn(&Ratios) -> f64| {
+        rows.iter().filter(|(_, q)| f(q).is_finite()).fold(None, |acc: Option<&(&Row, Ratios)>, x| match acc {
+            Some(a) if f(&a.1) >= f(&x.1) => Some(a),
+            _ => Some(x),
         })
     };
-    let (avg, avg_row) = pick(&|q| q.avg_vs_best);
-    let best_of_worst = rows.iter().find(|(r, _)| r.label() == avg_row).map(|(_, q)| q.best.clone());
+    let none = || (f64::NAN, String::from("–"));
     Some(Worst {
-        avg_vs_best: (avg, best_of_worst.map_or(avg_row.clone(), |b| format!("{avg_row}, against {b}"))),
-        p99_vs_fifo: pick(&|q| q.p99_vs_fifo),
+        avg_vs_best: top(&|q| q.avg_vs_best)
+            .map_or_else(none, |(r, q)| (q.avg_vs_best, format!("{}, against {}", r.label(), q.best))),
+        p99_vs_fifo: top(&|q| q.p99_vs_fifo).map_or_else(none, |(r, q)| (q.p99_vs_fifo, r.label())),
         dominated: rows
             .iter()
             .filter(|(_, q)| !q.dominated_by.is_empty())
