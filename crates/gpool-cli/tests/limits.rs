@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::{Daemon, Scratch};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[test]
 fn a_thousand_idle_connections_neither_block_the_api_nor_fail_job_starts() {
@@ -236,4 +236,142 @@ fn a_full_state_disk_keeps_the_daemon_serving_refuses_new_jobs_and_loses_none() 
     assert!(data.join("state.db.reserve").exists(), "the room is kept again");
     eprintln!("{} jobs acknowledged around the full disk, every one succeeded", acknowledged.len());
     d.kill9();
+}
+
+/// Issue 40, point 3: a start that fails for want of a file descriptor, for
+/// real. The daemon's soft limit is lowered (`prlimit`) to its lowest free
+/// descriptor, so that it can open nothing more; a job submitted then (on a
+/// connection opened before) cannot start: it is requeued, not lost, the
+/// node is held and says why; once the limit is back the job runs after the
+/// hold and succeeds.
+#[test]
+fn a_start_that_finds_no_file_descriptor_requeues_the_job_and_holds_the_node() {
+    let scratch = Scratch::new("fd-start");
+    let d = Daemon::start(&scratch.0, "1xH100-80GB", &[]);
+    let pid = d.child.id();
+    let warm = d.submit(json!({"command": ["true"], "resources": {"nvidia.com/gpu": 1}}));
+    d.wait_ended(&[warm], Duration::from_secs(60));
+    let addr = d.url.trim_start_matches("http://").to_string();
+    let mut conn = KeptAlive::open(&addr, &d.token);
+    assert_eq!(conn.ask("GET", "/api/v1/nodes", None).0, 200, "the kept connection is accepted");
+
+    let squeeze = Squeeze::to_lowest_free_descriptor(pid);
+    let (status, answer) =
+        conn.ask("POST", "/api/v1/jobs", Some(&json!({"command": ["true"], "resources": {"nvidia.com/gpu": 1}})));
+    assert_eq!(status, 201, "the submission is acknowledged: {answer}");
+    let id = answer["ids"][0].as_u64().expect("an id");
+    let mut held = Value::Null;
+    common::fleet::until("the node held after a failed start", Duration::from_secs(30), || {
+        let (_, nodes) = conn.ask("GET", "/api/v1/nodes", None);
+        held = nodes.clone();
+        nodes.to_string().contains("start failed")
+    });
+    assert!(held.to_string().contains("Too many open files"), "the node says why it is held: {held}");
+    let (_, job) = conn.ask("GET", &format!("/api/v1/jobs/{id}"), None);
+    assert_eq!(job["state"], "pending", "the job is requeued, not lost: {job}");
+    drop(squeeze);
+    drop(conn);
+
+    d.wait_ended(&[id], Duration::from_secs(90));
+    let job = d.job(id);
+    assert_eq!(job["state"], "succeeded", "the job runs once the node takes work again: {job}");
+    let kinds: Vec<String> = d
+        .history(id, Duration::from_secs(30))
+        .iter()
+        .map(|e| format!("{} {}", e["kind"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or("")))
+        .collect();
+    let lost = kinds.iter().position(|k| k.starts_with("lost") && k.contains("Too many open files"));
+    let requeued = kinds.iter().position(|k| k.starts_with("requeued"));
+    assert!(
+        lost.is_some() && requeued > lost && kinds.iter().filter(|k| k.starts_with("started")).count() == 2,
+        "the failed start is said, the job requeued and started again: {kinds:#?}"
+    );
+}
+
+/// A daemon's soft limit of open files lowered to its lowest free
+/// descriptor (it can open nothing new), put back at drop.
+struct Squeeze {
+    pid: u32,
+    was: String,
+}
+
+impl Squeeze {
+    fn to_lowest_free_descriptor(pid: u32) -> Squeeze {
+        let was = prlimit(pid, None);
+        let open: std::collections::BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("the daemon's descriptors")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        let lowest_free = (0..).find(|n| !open.contains(n)).unwrap_or(0);
+        let hard = was.split(':').nth(1).unwrap_or("unlimited").to_string();
+        prlimit(pid, Some(&format!("{lowest_free}:{hard}")));
+        Squeeze { pid, was }
+    }
+}
+
+impl Drop for Squeeze {
+    fn drop(&mut self) {
+        prlimit(self.pid, Some(&self.was));
+    }
+}
+
+/// `prlimit`'s open-file limit of `pid` as SOFT:HARD, after setting it to `set`.
+fn prlimit(pid: u32, set: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.arg("--pid").arg(pid.to_string());
+    match set {
+        Some(limits) => cmd.arg(format!("--nofile={limits}")),
+        None => cmd.args(["--nofile", "--output=SOFT,HARD", "--noheadings", "--raw"]),
+    };
+    let out = cmd.output().expect("run prlimit (util-linux)");
+    assert!(out.status.success(), "prlimit: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(":")
+}
+
+/// One HTTP/1.1 connection kept open, so that requests need no new
+/// descriptor in the daemon.
+struct KeptAlive {
+    stream: TcpStream,
+    reader: std::io::BufReader<TcpStream>,
+    token: String,
+}
+
+impl KeptAlive {
+    fn open(addr: &str, token: &str) -> KeptAlive {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+        let reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+        KeptAlive { stream, reader, token: token.to_string() }
+    }
+
+    /// One request; its status and its JSON body (the daemon sizes its answers).
+    fn ask(&mut self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        use std::io::BufRead;
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        write!(
+            self.stream,
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.token,
+            body.len()
+        )
+        .expect("send");
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("status line");
+        let status = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let mut length = 0;
+        loop {
+            let mut h = String::new();
+            self.reader.read_line(&mut h).expect("a header");
+            let h = h.trim_end().to_ascii_lowercase();
+            if h.is_empty() {
+                break;
+            }
+            if let Some(v) = h.strip_prefix("content-length:") {
+                length = v.trim().parse().expect("a length");
+            }
+        }
+        let mut answer = vec![0; length];
+        self.reader.read_exact(&mut answer).expect("the body");
+        (status, serde_json::from_slice(&answer).unwrap_or(Value::Null))
+    }
 }

@@ -274,7 +274,7 @@ impl Agent {
         // Its checkpoint directory and its pipeline run's (every stage of a run
         // is the same user's) are its account's, made without following links.
         let owner = account.as_ref().map(|a| (a.uid, a.gid));
-        let made = (|| -> std::io::Result<()> {
+        let made = (|| -> Result<(), job_dir::DirError> {
             if let Some(d) = &shared {
                 if let Some(parent) = d.parent().filter(|_| self.cfg.checkpoint_root.is_none()) {
                     // DATA_DIR/pipelines: passable by the stages' accounts, not listable.
@@ -282,14 +282,23 @@ impl Agent {
                 }
                 job_dir::make_path(d, owner, 0o700)?;
             }
-            std::fs::create_dir_all(&dir)?;
+            std::fs::create_dir_all(&dir).map_err(job_dir::DirError::Node)?;
             job_dir::make_path(&self.checkpoint_dir(key.job), owner, 0o700)
         })();
-        if let Err(e) = made {
+        match made {
+            Ok(()) => {}
             // A link or someone else's directory where the job's should be: it fails, saying where.
-            claim.release();
-            self.fail_at_once(key, 126, format!("cannot make the job's directories on node {}: {e}", self.cfg.node));
-            return Ok(());
+            Err(job_dir::DirError::Refused(why)) => {
+                claim.release();
+                self.fail_at_once(
+                    key,
+                    126,
+                    format!("cannot make the job's directories on node {}: {why}", self.cfg.node),
+                );
+                return Ok(());
+            }
+            // Out of descriptors, a full disk: the node's fault, so the start failed (requeued, node held).
+            Err(job_dir::DirError::Node(e)) => return Err(e),
         }
         if let Some(d) = &shared {
             launch.env.push((pipeline_dir::DIR_ENV.into(), d.display().to_string()));

@@ -12,6 +12,11 @@
 //! directory that was checked and nothing a user could swap in between. A
 //! directory that is already there must be root's or the job's account's:
 //! someone else's is refused (it could hold their files or links).
+//!
+//! The two ways to fail are kept apart ([`DirError`]): what is at the path
+//! is not the job's to use (the job fails, saying so), or the node could
+//! not make it (out of file descriptors, a full or read-only disk): a fault
+//! of the node, after which the job is requeued and the node held.
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -19,19 +24,36 @@ use std::path::Path;
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
 use rustix::io::Errno;
 
+/// Why a job's directory was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// What is at the path is not the job's to use (a link, a file, someone
+    /// else's directory, a swap while it was made): the job's doing or its
+    /// neighbours', never the node's.
+    #[error("{0}")]
+    Refused(String),
+    /// The node could not make it; the error keeps the system's kind.
+    #[error("{0}")]
+    Node(std::io::Error),
+}
+
 /// Makes (or finds) the directory `name` in `parent`, never following a
 /// link at `name`, and gives it to `owner` (uid, gid) with `mode`; without
 /// an owner it stays root's (the agent's) with `mode`.
-pub fn make(parent: &Path, name: &str, owner: Option<(u32, u32)>, mode: u32) -> std::io::Result<()> {
-    let say = |what: String| std::io::Error::other(format!("{}: {what}", parent.join(name).display()));
+pub fn make(parent: &Path, name: &str, owner: Option<(u32, u32)>, mode: u32) -> Result<(), DirError> {
+    let at = || parent.join(name).display().to_string();
+    let say = |what: String| DirError::Refused(format!("{}: {what}", at()));
+    let fault = |what: &str, e: Errno| {
+        DirError::Node(std::io::Error::new(std::io::Error::from(e).kind(), format!("{}: {what}: {e}", at())))
+    };
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         return Err(say("not a name of one directory".into()));
     }
     let dir = rustix::fs::open(parent, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| say(format!("cannot open its parent: {e}")))?;
+        .map_err(|e| fault("cannot open its parent", e))?;
     match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
         Ok(()) | Err(Errno::EXIST) => {}
-        Err(e) => return Err(say(format!("cannot make it: {e}"))),
+        Err(e) => return Err(fault("cannot make it", e)),
     }
     let fd: OwnedFd = rustix::fs::openat(
         &dir,
@@ -44,9 +66,9 @@ pub fn make(parent: &Path, name: &str, owner: Option<(u32, u32)>, mode: u32) -> 
             say("is a symbolic link or not a directory; gpool does not follow it, so the job cannot use it (remove it)"
                 .into())
         }
-        e => say(format!("cannot open it: {e}")),
+        e => fault("cannot open it", e),
     })?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| say(format!("cannot read its owner: {e}")))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| fault("cannot read its owner", e))?;
     let me = rustix::process::geteuid().as_raw();
     if st.st_uid != me && owner.is_none_or(|(uid, _)| st.st_uid != uid) {
         return Err(say(format!(
@@ -56,11 +78,12 @@ pub fn make(parent: &Path, name: &str, owner: Option<(u32, u32)>, mode: u32) -> 
     }
     if let Some((uid, gid)) = owner {
         rustix::fs::fchown(&fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
-            .map_err(|e| say(format!("cannot give it to uid {uid}: {e}")))?;
+            .map_err(|e| fault(&format!("cannot give it to uid {uid}"), e))?;
     }
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| say(format!("cannot set its mode: {e}")))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| fault("cannot set its mode", e))?;
     // Not a mount point or link that moved meanwhile: the name still is this directory.
-    let again = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| say(e.to_string()))?;
+    let again = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|_| say("was removed while gpool made it; try again".into()))?;
     if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
         return Err(say("was replaced while gpool made it; try again".into()));
     }
@@ -68,9 +91,9 @@ pub fn make(parent: &Path, name: &str, owner: Option<(u32, u32)>, mode: u32) -> 
 }
 
 /// [`make`] for a path: its parent and last component.
-pub fn make_path(path: &Path, owner: Option<(u32, u32)>, mode: u32) -> std::io::Result<()> {
+pub fn make_path(path: &Path, owner: Option<(u32, u32)>, mode: u32) -> Result<(), DirError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
-        return Err(std::io::Error::other(format!("{}: not a directory gpool can make", path.display())));
+        return Err(DirError::Refused(format!("{}: not a directory gpool can make", path.display())));
     };
     make(parent, name, owner, mode)
 }
