@@ -274,18 +274,8 @@ impl Agent {
         // Its checkpoint directory and its pipeline run's (every stage of a run
         // is the same user's) are its account's, made without following links.
         let owner = account.as_ref().map(|a| (a.uid, a.gid));
-        let made = (|| -> Result<(), job_dir::DirError> {
-            if let Some(d) = &shared {
-                if let Some(parent) = d.parent().filter(|_| self.cfg.checkpoint_root.is_none()) {
-                    // DATA_DIR/pipelines: passable by the stages' accounts, not listable.
-                    job_dir::make_path(parent, None, 0o711)?;
-                }
-                job_dir::make_path(d, owner, 0o700)?;
-            }
-            std::fs::create_dir_all(&dir).map_err(job_dir::DirError::Node)?;
-            job_dir::make_path(&self.checkpoint_dir(key.job), owner, 0o700)
-        })();
-        match made {
+        let in_data_dir = self.cfg.checkpoint_root.is_none();
+        match job_dir::make_for_job(shared.as_deref(), in_data_dir, &dir, &self.checkpoint_dir(key.job), owner) {
             Ok(()) => {}
             // A link or someone else's directory where the job's should be: it fails, saying where.
             Err(job_dir::DirError::Refused(why)) => {

@@ -90,6 +90,27 @@ pub fn make(parent: &Path, name: &str, owner: Option<(u32, u32)>, mode: u32) -> 
     Ok(())
 }
 
+/// A replica's directories: its pipeline run's `shared` one (with its
+/// parent, DATA_DIR/pipelines, when `shared_in_data_dir`), its run
+/// directory (the agent's) and its `checkpoint` one; `owner`'s where given.
+pub fn make_for_job(
+    shared: Option<&Path>,
+    shared_in_data_dir: bool,
+    run_dir: &Path,
+    checkpoint: &Path,
+    owner: Option<(u32, u32)>,
+) -> Result<(), DirError> {
+    if let Some(d) = shared {
+        if let Some(parent) = d.parent().filter(|_| shared_in_data_dir) {
+            // DATA_DIR/pipelines: passable by the stages' accounts, not listable.
+            make_path(parent, None, 0o711)?;
+        }
+        make_path(d, owner, 0o700)?;
+    }
+    std::fs::create_dir_all(run_dir).map_err(DirError::Node)?;
+    make_path(checkpoint, owner, 0o700)
+}
+
 /// [`make`] for a path: its parent and last component.
 pub fn make_path(path: &Path, owner: Option<(u32, u32)>, mode: u32) -> Result<(), DirError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
