@@ -187,6 +187,9 @@ pub(crate) struct RunningJobs {
     pub(crate) with_known_end: usize,
     /// How many are elastic (the pass looks for shrinks and growth only when some are).
     pub(crate) elastic: usize,
+    /// How many preemptible jobs not stopping each priority class has: a
+    /// blocked job builds the victim pool only when one could be a victim.
+    preemptible_by_class: BTreeMap<i32, usize>,
 }
 
 impl RunningJobs {
@@ -200,6 +203,9 @@ impl RunningJobs {
         self.with_anti_affinity += usize::from(!job.spec.anti_affinity.is_empty());
         self.elastic += usize::from(e.elastic);
         self.with_known_end += usize::from(e.known_end());
+        if e.preemptible && !e.stopping {
+            *self.preemptible_by_class.entry(e.class).or_default() += 1;
+        }
         if let Some(old) = self.entries.insert(job.id, e) {
             self.forget(&old);
         }
@@ -209,8 +215,12 @@ impl RunningJobs {
     pub(crate) fn mark_stopping(&mut self, id: JobId) {
         if let Some(e) = self.entries.get_mut(&id) {
             let before = e.known_end();
+            let counted = e.preemptible && !e.stopping;
             e.stopping = true;
             self.with_known_end += usize::from(!before);
+            if counted {
+                uncount(&mut self.preemptible_by_class, e.class);
+            }
         }
     }
 
@@ -225,6 +235,19 @@ impl RunningJobs {
         self.with_anti_affinity = self.with_anti_affinity.saturating_sub(usize::from(e.anti_affinity));
         self.elastic = self.elastic.saturating_sub(usize::from(e.elastic));
         self.with_known_end = self.with_known_end.saturating_sub(usize::from(e.known_end()));
+        if e.preemptible && !e.stopping {
+            uncount(&mut self.preemptible_by_class, e.class);
+        }
+    }
+
+    /// Whether a preemptible job that is not stopping runs in class `class`.
+    pub(crate) fn preemptible_in(&self, class: i32) -> bool {
+        self.preemptible_by_class.contains_key(&class)
+    }
+
+    /// Whether a preemptible job that is not stopping runs in a class below `class`.
+    pub(crate) fn preemptible_below(&self, class: i32) -> bool {
+        self.preemptible_by_class.range(..class).next().is_some()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -242,6 +265,15 @@ impl RunningJobs {
     /// In job id order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &RunEntry> {
         self.entries.values()
+    }
+}
+
+fn uncount(counts: &mut BTreeMap<i32, usize>, class: i32) {
+    if let Some(n) = counts.get_mut(&class) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&class);
+        }
     }
 }
 
@@ -311,5 +343,30 @@ mod tests {
         r.remove(JobId(2));
         r.remove(JobId(2));
         assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end, r.queues.id_of("a")), (0, 0, 0, None));
+    }
+
+    #[test]
+    fn preemptible_classes_count_jobs_that_are_not_stopping() {
+        let job = |id: u64, class: i32, preemptible: bool| {
+            let mut j = running(id, "a", &[0], None, false);
+            let spec = Arc::make_mut(&mut j.spec);
+            (spec.priority, spec.preemptible) = (class, preemptible);
+            j
+        };
+        let mut r = RunningJobs::default();
+        r.insert(&job(1, 0, true), Duration::ZERO);
+        r.insert(&job(2, 0, true), Duration::ZERO);
+        r.insert(&job(3, 5, true), Duration::ZERO);
+        r.insert(&job(4, 2, false), Duration::ZERO);
+        assert!(r.preemptible_in(0) && r.preemptible_in(5) && !r.preemptible_in(2), "not preemptible: not counted");
+        assert!(!r.preemptible_below(0) && r.preemptible_below(1) && r.preemptible_below(6));
+        r.mark_stopping(JobId(1));
+        r.mark_stopping(JobId(1));
+        assert!(r.preemptible_in(0), "job 2 is still there");
+        r.remove(JobId(2));
+        assert!(!r.preemptible_in(0) && !r.preemptible_below(5), "a stopping job is no victim");
+        r.remove(JobId(1));
+        r.insert(&job(3, 5, false), Duration::ZERO);
+        assert!(!r.preemptible_in(5), "a job inserted again is counted as it is now");
     }
 }

@@ -131,6 +131,17 @@ impl<'s> Pass<'s> {
         victims.iter().filter_map(|(id, _)| until(*id)).max()
     }
 
+    /// A superset of the rules of `Search::allowed`, read from counts: whether
+    /// any running job could be preempted for `job` by priority, within its
+    /// class (when it has a key there), or by reclaim.
+    fn victims_conceivable(&self, job: &Job, has_key: bool) -> bool {
+        let p = &self.policy.preemption;
+        let class = job.spec.priority;
+        (p.by_priority && self.snap.running.preemptible_below(class))
+            || (p.within_class && has_key && self.snap.running.preemptible_in(class))
+            || (p.reclaim && self.quota.within_guarantee(&self.snap.queues, &job.spec.queue, job.spec.gpu_units()))
+    }
+
     fn find_victims(
         &mut self,
         job: &Job,
@@ -140,6 +151,10 @@ impl<'s> Pass<'s> {
         // Without a key, nothing is preempted within the class.
         let key = preemption_key(self.policy, job, self.now).filter(|_| self.within_class_acts);
         let units = job.spec.gpu_units();
+        if prereleased.is_empty() && self.cap.releasing.is_empty() && !self.victims_conceivable(job, key.is_some()) {
+            // Nobody running could be a victim: the pool (a walk over every running job) is not built.
+            return None;
+        }
         let values: Vec<Option<(std::sync::Arc<str>, String)>> = match &job.spec.same_label {
             None => vec![None],
             Some(label) => self.cap.label_values(job, label).into_iter().map(|v| Some((label.clone(), v))).collect(),
