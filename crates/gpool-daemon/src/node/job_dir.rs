@@ -14,9 +14,14 @@
 //! someone else's is refused (it could hold their files or links).
 //!
 //! The two ways to fail are kept apart ([`DirError`]): what is at the path
-//! is not the job's to use (the job fails, saying so), or the node could
-//! not make it (out of file descriptors, a full or read-only disk): a fault
-//! of the node, after which the job is requeued and the node held.
+//! is not the job's to use (the job fails, saying so), or the node ran out
+//! of something or its disk failed (file descriptors, memory, room, a
+//! read-only or failing file system): a fault of the node, after which the
+//! job is requeued and the node held. Only those errors count as the node's:
+//! any other (EACCES, ENOENT, EPERM...) can be caused by a user on a shared
+//! `--checkpoint-root` (a directory of theirs the agent cannot open, renamed
+//! away in a loop, on a file system where root is squashed), and counted as
+//! the node's it would requeue the job and hold every node it lands on.
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -37,14 +42,21 @@ pub enum DirError {
     Node(std::io::Error),
 }
 
+/// Whether an error says the node ran out of something or its disk failed
+/// (nothing a user can cause at a path); see the module's comment.
+fn node_fault(e: Errno) -> bool {
+    matches!(e, Errno::MFILE | Errno::NFILE | Errno::NOMEM | Errno::IO | Errno::ROFS | Errno::NOSPC | Errno::DQUOT)
+}
+
 /// Makes (or finds) the directory `name` in `parent`, never following a
 /// link at `name`, and gives it to `owner` (uid, gid) with `mode`; without
 /// an owner it stays root's (the agent's) with `mode`.
 pub fn make(parent: &Path, name: &str, owner: Option<(u32, u32)>, mode: u32) -> Result<(), DirError> {
     let at = || parent.join(name).display().to_string();
     let say = |what: String| DirError::Refused(format!("{}: {what}", at()));
-    let fault = |what: &str, e: Errno| {
-        DirError::Node(std::io::Error::new(std::io::Error::from(e).kind(), format!("{}: {what}: {e}", at())))
+    let fault = |what: &str, e: Errno| match node_fault(e) {
+        true => DirError::Node(std::io::Error::new(std::io::Error::from(e).kind(), format!("{}: {what}: {e}", at()))),
+        false => DirError::Refused(format!("{}: {what}: {e}", at())),
     };
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         return Err(say("not a name of one directory".into()));
@@ -107,6 +119,7 @@ pub fn make_for_job(
         }
         make_path(d, owner, 0o700)?;
     }
+    // DATA_DIR/jobs is root's: any error there is the node's.
     std::fs::create_dir_all(run_dir).map_err(DirError::Node)?;
     make_path(checkpoint, owner, 0o700)
 }
@@ -128,6 +141,30 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("scratch");
         d
+    }
+
+    #[test]
+    fn only_running_out_or_a_failing_disk_is_the_nodes_fault() {
+        // (errno, the node's fault): what a user can provoke at a path on a
+        // shared root must fail the job, not requeue it and hold the node.
+        let cases = [
+            (Errno::MFILE, true),
+            (Errno::NFILE, true),
+            (Errno::NOMEM, true),
+            (Errno::NOSPC, true),
+            (Errno::DQUOT, true),
+            (Errno::ROFS, true),
+            (Errno::IO, true),
+            (Errno::ACCESS, false),
+            (Errno::PERM, false),
+            (Errno::NOENT, false),
+            (Errno::NOTDIR, false),
+            (Errno::LOOP, false),
+            (Errno::MLINK, false),
+        ];
+        for (e, want) in cases {
+            assert_eq!(node_fault(e), want, "{e}");
+        }
     }
 
     #[test]
