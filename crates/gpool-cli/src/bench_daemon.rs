@@ -166,32 +166,53 @@ pub(crate) struct JobsArgs {
     /// A flag for the daemon (repeatable), e.g. --daemon-arg=--cgroups=off to measure what confinement costs.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
+    /// Also run each repetition with `--run-as=daemon --cgroups=off`,
+    /// interleaved with the runs as configured, and report the ratio of the
+    /// two (what confinement costs, measured side by side).
+    #[arg(long)]
+    compare_unconfined: bool,
     #[arg(long)]
     json: bool,
 }
 
+/// The flags that run jobs as the daemon's account with no control groups.
+const UNCONFINED: [&str; 2] = ["--run-as=daemon", "--cgroups=off"];
+
 /// Submits `jobs` one-GPU jobs in one batch and times submit → all done.
 pub(crate) fn jobs(a: JobsArgs) -> anyhow::Result<()> {
-    let mut results = Vec::new();
-    let mut scratch = Scratch(Vec::new());
-    for _ in 0..a.runs.max(1) {
-        let extra: Vec<&str> = a.daemon_args.iter().map(String::as_str).collect();
-        let d = Daemon::start_with(&a.gpus, &extra, &mut scratch)?;
-        let specs: Vec<Value> =
-            (0..a.jobs).map(|_| json!({"command": a.command, "resources": {"nvidia.com/gpu": 1}})).collect();
-        let t0 = Instant::now();
-        d.post("/api/v1/jobs", &json!({"jobs": specs}))?;
-        let end = d.wait_for(a.jobs, 0)?;
-        results.push(end.duration_since(t0).as_secs_f64());
+    let mut extra: Vec<&str> = a.daemon_args.iter().map(String::as_str).collect();
+    if a.compare_unconfined && extra.iter().any(|f| f.starts_with("--run-as") || f.starts_with("--cgroups")) {
+        bail!("--compare-unconfined sets {} itself: drop them from --daemon-arg", UNCONFINED.join(" "));
     }
-    results.sort_by(f64::total_cmp);
-    let median = results[results.len() / 2];
-    let rate = a.jobs as f64 / median;
+    // The container runtime's self-test (a `podman run` of an empty image,
+    // about 0.15 s of CPU) would share the cores with the first jobs; these
+    // jobs run no image.
+    if !extra.iter().any(|f| f.starts_with("--container-runtime")) {
+        extra.push("--container-runtime=none");
+    }
+    let unconfined: Vec<&str> = extra.iter().copied().chain(UNCONFINED).collect();
+    let mut scratch = Scratch(Vec::new());
+    let (mut confined_runs, mut unconfined_runs) = (Vec::new(), Vec::new());
+    for _ in 0..a.runs.max(1) {
+        confined_runs.push(jobs_run(&a, &extra, &mut scratch)?);
+        if a.compare_unconfined {
+            unconfined_runs.push(jobs_run(&a, &unconfined, &mut scratch)?);
+        }
+    }
+    let summary = |runs: &mut Vec<f64>| {
+        runs.sort_by(f64::total_cmp);
+        let median = runs[runs.len() / 2];
+        (median, a.jobs as f64 / median)
+    };
+    let (median, rate) = summary(&mut confined_runs);
+    let compared = (!unconfined_runs.is_empty()).then(|| summary(&mut unconfined_runs));
     if a.json {
-        outln!(
-            "{}",
-            json!({"jobs": a.jobs, "command": a.command, "gpus": a.gpus, "seconds": (median * 1000.0).round() / 1000.0, "jobs_per_s": rate.round(), "runs": results})
-        );
+        let mut out = json!({"jobs": a.jobs, "command": a.command, "gpus": a.gpus, "seconds": (median * 1000.0).round() / 1000.0, "jobs_per_s": rate.round(), "runs": confined_runs});
+        if let Some((u_median, u_rate)) = compared {
+            out["unconfined"] = json!({"seconds": (u_median * 1000.0).round() / 1000.0, "jobs_per_s": u_rate.round(), "runs": unconfined_runs});
+            out["ratio"] = json!((rate / u_rate * 1000.0).round() / 1000.0);
+        }
+        outln!("{out}");
     } else {
         outln!(
             "{} jobs of `{}` on {}: {:.2} s from submit to all done (median of {}), {:.0} jobs/s; runs: {:?}",
@@ -199,12 +220,30 @@ pub(crate) fn jobs(a: JobsArgs) -> anyhow::Result<()> {
             a.command,
             a.gpus,
             median,
-            results.len(),
+            confined_runs.len(),
             rate,
-            results
+            confined_runs
         );
+        if let Some((u_median, u_rate)) = compared {
+            outln!(
+                "with {}, interleaved: {u_median:.2} s, {u_rate:.0} jobs/s; runs: {unconfined_runs:?}; ratio {:.2}",
+                UNCONFINED.join(" "),
+                rate / u_rate
+            );
+        }
     }
     Ok(())
+}
+
+/// One run on a fresh daemon started with `extra`: seconds from submit to all done.
+fn jobs_run(a: &JobsArgs, extra: &[&str], scratch: &mut Scratch) -> anyhow::Result<f64> {
+    let d = Daemon::start_with(&a.gpus, extra, scratch)?;
+    let specs: Vec<Value> =
+        (0..a.jobs).map(|_| json!({"command": a.command, "resources": {"nvidia.com/gpu": 1}})).collect();
+    let t0 = Instant::now();
+    d.post("/api/v1/jobs", &json!({"jobs": specs}))?;
+    let end = d.wait_for(a.jobs, 0)?;
+    Ok(end.duration_since(t0).as_secs_f64())
 }
 
 #[derive(Args, Debug)]

@@ -312,10 +312,14 @@ enum TokenCommand {
 }
 
 fn main() -> ExitCode {
-    // The last step of a job's start (`node/handover.rs`), before anything else:
-    // it must stay single-threaded and read nothing of this process's environment.
-    if std::env::args_os().nth(1).is_some_and(|a| a == gpool_daemon::node::handover::SUBCOMMAND) {
-        return ExitCode::from(gpool_daemon::node::handover::main().clamp(0, 255) as u8);
+    // A job's shim, as the agent starts it (`gpool shim DIR`): one per job
+    // start, so it skips building the whole command line's parser and
+    // looking up the time zone (half its own cost: issue 44).
+    if let [_, sub, dir] = std::env::args_os().collect::<Vec<_>>().as_slice()
+        && sub == "shim"
+        && !dir.as_encoded_bytes().starts_with(b"-")
+    {
+        return ExitCode::from(daemons::shim(std::path::Path::new(dir)));
     }
     let argv = match daemon_config::expand(&<Cli as clap::CommandFactory>::command(), std::env::args_os().collect()) {
         Ok(argv) => argv,

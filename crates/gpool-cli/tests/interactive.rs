@@ -64,6 +64,24 @@ fn a_pty_job_gets_a_real_terminal_with_this_ones_keys_window_and_status() {
     assert!(row["gpu_hours"].as_f64().is_some_and(|h| h > 0.0) && row["exit_code"] == "3:0", "{row}");
 }
 
+/// The job's process is forked and confined by the shim itself (issue 44):
+/// a command that cannot start is said on the waiting terminal, with a
+/// shell's exit code, and the GPU goes back.
+#[test]
+fn a_pty_job_whose_command_cannot_start_says_why_on_the_terminal() {
+    let s = Scratch::new("pty-refused");
+    let d = Daemon::start(&s.0.join("data"), "1xH100-80GB", &[]);
+    let vars = local(&d);
+    let mut t = Term::spawn(&["run", "--gpus", "1", "--pty", "--", "no-such-program-gpool"], &env(&vars));
+    assert_eq!(t.exit(LIMIT), Some(127), "a shell's code for a command not found:\n{}", t.text());
+    assert!(t.text().contains("cannot start \"no-such-program-gpool\""), "{}", t.text());
+    let job = d.until("/api/v1/jobs/1", LIMIT, |j| j["state"] == "failed");
+    assert!(job["reason"].as_str().is_some_and(|r| r.contains("No such file")), "{job}");
+    let (ok, out, err) = d.cli(&["submit", "--gpus", "1", "-o", "json", "--", "true"]);
+    assert!(ok, "{out}{err}");
+    d.until("/api/v1/jobs/2", LIMIT, |j| j["state"] == "succeeded");
+}
+
 #[test]
 fn detach_attach_and_a_vanished_client_end_the_session_after_its_grace() {
     let s = Scratch::new("pty-attach");

@@ -387,11 +387,12 @@ fn the_daemons_wings_do_not_touch() {
     assert!(broken.is_empty(), "the wings talk through crate::protocol only:\n{}", broken.join("\n"));
 }
 
-/// `unsafe` is forbidden by the workspace's lints; the one crate that must
-/// make a system call no safe crate wraps (`gpool-bpf`) sets its own lints
-/// and no other crate may.
+/// `unsafe` is forbidden by the workspace's lints; the two crates that need
+/// it set their own lints (denied but in place) and no other crate may:
+/// `gpool-bpf` (a system call no safe crate wraps) and `gpool-spawn` (the
+/// one `pre_exec` of a job's start).
 #[test]
-fn unsafe_code_lives_in_gpool_bpf_only() {
+fn unsafe_code_lives_in_gpool_bpf_and_gpool_spawn_only() {
     let crates = workspace().join("crates");
     let block = concat!("unsafe", " {");
     let mut broken = Vec::new();
@@ -411,7 +412,9 @@ fn unsafe_code_lives_in_gpool_bpf_only() {
             .map(|f| f.display().to_string())
             .collect();
         match name.as_str() {
-            "gpool-bpf" => assert!(manifest.contains("unsafe_code = \"deny\""), "gpool-bpf denies unsafe but in place"),
+            "gpool-bpf" | "gpool-spawn" => {
+                assert!(manifest.contains("unsafe_code = \"deny\""), "{name} denies unsafe but in place")
+            }
             _ if !inherits => broken.push(format!("{name} does not take the workspace's lints")),
             _ if !with_unsafe.is_empty() => broken.push(format!("{name} has unsafe code: {with_unsafe:?}")),
             _ => {}

@@ -32,7 +32,7 @@ use rustix::process::{
 use serde::{Deserialize, Serialize};
 
 use crate::node::cgroup::Groups;
-use crate::node::handover::{self, Handover};
+use crate::node::handover::{self, Handover, Refusal};
 use crate::node::output::Copiers;
 use crate::node::terminal::{self, Attended, interactive};
 use crate::protocol::{ExitRecord, Launch};
@@ -214,32 +214,45 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     // account and only then takes on the job's environment: nothing the shim
     // runs as root ever sees it.
     let container = launch.image.is_some();
-    let handover = Handover {
-        join: groups.as_ref().map(Groups::procs_files).unwrap_or_default(),
-        ids: launch.run_as.clone(),
-        // A container's runtime client needs root; the container itself gets no_new_privileges.
-        no_new_privs: !container,
-        argv: launch.argv.clone(),
-        env: if container { handover::root_env() } else { std::mem::take(&mut launch.env) },
-        cwd: launch.cwd.clone(),
-        tty: tty.is_some(),
-    };
-    let spawned = (|| -> std::io::Result<handover::Started> {
+    let spawned = (|| -> Result<std::process::Child, Refusal> {
+        let io = |what: &str, e: std::io::Error| Refusal::Start(format!("cannot open the job's {what}: {e}"));
         // With a log limit the shim copies the output (`output.rs`); without,
         // the job writes to its log files itself. A terminal's output is
         // always copied (to the log and the client).
-        let (out, err) = match (&tty, launch.log_limit) {
-            (Some((pty, _)), _) => (pty.slave.try_clone()?.into(), pty.slave.try_clone()?.into()),
-            (None, Some(_)) => (Stdio::piped(), Stdio::piped()),
-            (None, None) => (open_log(&launch.stdout)?.into(), open_log(&launch.stderr)?.into()),
+        let (out, err, terminal) = match (&tty, launch.log_limit) {
+            (Some((pty, _)), _) => {
+                let clone = || pty.slave.try_clone().map_err(|e| io("terminal", e));
+                (clone()?.into(), clone()?.into(), Some(clone()?))
+            }
+            (None, Some(_)) => (Stdio::piped(), Stdio::piped(), None),
+            (None, None) => (
+                open_log(&launch.stdout).map_err(|e| io("output log", e))?.into(),
+                open_log(&launch.stderr).map_err(|e| io("error log", e))?.into(),
+                None,
+            ),
         };
-        handover::spawn(&handover, out, err)
+        let handover = Handover {
+            join: groups.as_ref().map(Groups::procs_files).unwrap_or_default(),
+            ids: launch.run_as.clone(),
+            // A container's runtime client needs root; the container itself gets no_new_privileges.
+            no_new_privs: !container,
+            argv: launch.argv.clone(),
+            env: if container { handover::root_env() } else { std::mem::take(&mut launch.env) },
+            cwd: launch.cwd.clone(),
+            terminal,
+        };
+        handover::spawn(handover, out, err)
     })();
-    let (mut child, failed) = match spawned {
-        Ok(s) => (s.child, s.failed),
-        Err(e) => {
-            let prog = launch.argv.first().map_or("", String::as_str);
-            return exit_now(Some(127), format!("cannot start the hand-over to {prog:?}: {e}"), false);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(refused) => {
+            if let Some(g) = groups {
+                g.kill_all_and_remove();
+            }
+            if let Some((_, first)) = tty {
+                terminal::refuse(first, refused.code(), &refused.to_string());
+            }
+            return exit_now(Some(refused.code()), refused.to_string(), false);
         }
     };
     let job_pid = child.id() as i32;
@@ -293,7 +306,7 @@ fn run(dir: &Path) -> anyhow::Result<()> {
     }
     let fenced_why = fenced.and_then(|f| f.fenced());
     let fenced = fenced_why.is_some();
-    let why_ended = failed.clone().or(fenced_why.clone()).or(oom.clone());
+    let why_ended = fenced_why.clone().or(oom.clone());
     let hung_up = session.and_then(|s| s.finish(dir, &status, why_ended));
     let error = fenced_why.or(oom).or(hung_up).map(|why| {
         if let Ok(mut f) = open_log(&launch.stderr) {
@@ -301,8 +314,6 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         }
         why
     });
-    // The hand-over said why it could not start the command (in the log too).
-    let error = failed.or(error);
     let rec =
         ExitRecord { code: status.code(), signal: status.signal(), started_ms, ended_ms: now_ms(), error, fenced };
     write_exit(dir, &rec).context("write exit.json")?;
@@ -331,13 +342,33 @@ fn kill_everything(job_pid: i32) {
     }
 }
 
-/// Pids whose parent is `ppid`, from /proc.
+/// Pids whose parent is `ppid`: each of its threads' `children` file, where
+/// the kernel keeps one (`CONFIG_PROC_CHILDREN`, as Debian's and RHEL's do);
+/// else every process's parent from /proc. The files can miss a child forked
+/// or re-parented while they are read: callers ask again until none is left.
 pub(crate) fn children_of(ppid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| proc_ppid(*pid) == Some(ppid))
-        .collect()
+    children_from_task_files(ppid).unwrap_or_else(|| {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| proc_ppid(*pid) == Some(ppid))
+            .collect()
+    })
+}
+
+/// `None` where the kernel keeps no `children` files (or `ppid` is gone).
+fn children_from_task_files(ppid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{ppid}/task")).ok()?;
+    let mut children = Vec::new();
+    for task in tasks.filter_map(Result::ok) {
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(text) => children.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok())),
+            // A thread that ended meanwhile has no files left.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => return None,
+            Err(_) => {}
+        }
+    }
+    Some(children)
 }
 
 /// The parent pid from /proc/PID/stat (the command name may contain spaces and parentheses).
@@ -371,5 +402,19 @@ mod tests {
         let parent = proc_ppid(me).expect("own stat");
         assert!(parent > 0);
         assert!(children_of(parent).contains(&me));
+    }
+
+    #[test]
+    fn children_are_found_through_either_source() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let me = std::process::id() as i32;
+        let pid = child.id() as i32;
+        let (listed, from_files) = (children_of(me), children_from_task_files(me));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listed.contains(&pid), "{pid} not among {listed:?}");
+        if let Some(from_files) = from_files {
+            assert!(from_files.contains(&pid), "the task files missed {pid}: {from_files:?}");
+        }
     }
 }

@@ -374,6 +374,13 @@ pub fn interactive(
     }
 }
 
+/// Tells an interactive job's first client that the job could not start, and why.
+pub fn refuse(mut first: UnixStream, code: i32, why: &str) {
+    let _ = first
+        .write_all(&Frame::Exit(ExitFrame { code: Some(code), signal: None, error: Some(why.to_string()) }).encode());
+    let _ = first.shutdown(std::net::Shutdown::Both);
+}
+
 /// How long the end of a job's output may take once the job is gone (a
 /// process outside it holding the terminal open would hold it forever).
 pub const OUTPUT_DRAIN: Duration = Duration::from_secs(5);
