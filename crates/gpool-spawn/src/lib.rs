@@ -104,13 +104,17 @@ pub enum Refusal {
     /// The command could not be started (127).
     #[error("{0}")]
     Start(String),
+    /// The command was found but cannot be executed: not permitted, or
+    /// not a program the kernel can run (126, as a shell says).
+    #[error("{0}")]
+    NotExecutable(String),
 }
 
 impl Refusal {
     /// The exit code a shell gives for this failure.
     pub fn code(&self) -> i32 {
         match self {
-            Refusal::Confine(_) => 126,
+            Refusal::Confine(_) | Refusal::NotExecutable(_) => 126,
             Refusal::Start(_) => 127,
         }
     }
@@ -126,6 +130,9 @@ impl Refusal {
         };
         let cwd = step.cwd.as_deref().unwrap_or(Path::new("/")).display();
         match stage {
+            stage::EXEC if [Errno::ACCESS, Errno::NOEXEC].iter().any(|e| e.raw_os_error() == errno) => {
+                Refusal::NotExecutable(format!("cannot start {program:?} in {cwd}: {os}"))
+            }
             stage::EXEC | stage::CHDIR => Refusal::Start(format!("cannot start {program:?} in {cwd}: {os}")),
             stage::SESSION => Refusal::Confine(format!("cannot start a session for the terminal: {os}")),
             stage::CONTROLLING_TERMINAL => {

@@ -1,14 +1,14 @@
 //! The step on a real kernel, as root (the shim's case): each stage does
 //! what it says, and each refusal names its stage, its subject and the errno.
 
-use std::io::Read as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use gpool_spawn::{Account, Refusal, Step};
 
-/// nobody, with one supplementary group.
+/// nobody, with no supplementary group.
 const NOBODY: Account = Account { uid: 65534, gid: 65534, groups: Vec::new() };
 
 /// Runs `sh -c script` with `step`; its output, or the refusal.
@@ -19,12 +19,11 @@ fn run(step: Step, script: &str) -> Result<String, Refusal> {
         cmd.process_group(0);
     }
     let info = step.install(&mut cmd)?;
-    let mut child = cmd.spawn().map_err(|e| Refusal::from_spawn(&e, &info, "sh"))?;
-    let mut out = String::new();
-    child.stdout.take().expect("stdout").read_to_string(&mut out).expect("read");
-    let status = child.wait().expect("wait");
-    assert!(status.success(), "{script}: {status}: {out}");
-    Ok(out)
+    let child = cmd.spawn().map_err(|e| Refusal::from_spawn(&e, &info, "sh"))?;
+    let out = child.wait_with_output().expect("wait");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{script}: {}: {stdout}{stderr}", out.status);
+    Ok(stdout.into_owned())
 }
 
 #[test]
@@ -84,6 +83,19 @@ fn a_program_that_is_not_there_is_refused_with_its_name() {
 }
 
 #[test]
+fn a_file_that_is_not_a_program_is_refused_with_a_shells_126() {
+    let file = std::env::temp_dir().join(format!("gpool-spawn-data-{}", std::process::id()));
+    std::fs::write(&file, b"not a program").expect("write");
+    let mut cmd = Command::new(&file);
+    let info = Step::default().install(&mut cmd).expect("install");
+    let e = cmd.spawn().expect_err("not executable");
+    let _ = std::fs::remove_file(&file);
+    let refused = Refusal::from_spawn(&e, &info, "data");
+    assert_eq!(refused.code(), 126, "{refused}");
+    assert!(refused.to_string().contains("Permission denied"), "{refused}");
+}
+
+#[test]
 fn a_group_that_cannot_be_joined_is_named_and_nothing_runs() {
     let missing = Path::new("/nonexistent/gpool/cgroup.procs").to_path_buf();
     let marker = std::env::temp_dir().join(format!("gpool-spawn-ran-{}", std::process::id()));
@@ -94,6 +106,7 @@ fn a_group_that_cannot_be_joined_is_named_and_nothing_runs() {
     assert!(why.contains("No such file"), "{why}");
     assert_eq!(refused.unwrap_err().code(), 126);
     assert!(!marker.exists(), "the command ran although its group could not be joined");
+    let _ = std::fs::remove_file(&marker);
 }
 
 #[test]
@@ -137,15 +150,21 @@ fn the_process_is_in_its_group_before_the_command_runs() {
 #[test]
 fn a_terminal_becomes_the_controlling_one_of_a_new_session() {
     use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).expect("openpt");
     grantpt(&master).expect("grantpt");
     unlockpt(&master).expect("unlockpt");
     let name = ptsname(&master, Vec::new()).expect("ptsname");
-    let slave: std::os::fd::OwnedFd =
-        std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().expect("utf-8")).expect("slave").into();
+    let slave: std::os::fd::OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        // Not this test process's terminal, whatever it is.
+        .custom_flags(rustix::fs::OFlags::NOCTTY.bits() as i32)
+        .open(name.to_str().expect("utf-8"))
+        .expect("slave")
+        .into();
     let mut cmd = Command::new("sh");
-    // `ps -o tty=` would need procps; the session id and the terminal's
-    // foreground group come from /proc and `stat` of /dev/tty.
+    // `ps -o tty=` would need procps: /dev/tty opens only for a process
+    // with a controlling terminal, and field 6 of /proc's stat is the session.
     cmd.args(["-c", "(: < /dev/tty) 2>/dev/null && echo tty-ok; cut -d' ' -f6 /proc/self/stat"])
         .stdin(slave.try_clone().expect("clone"))
         .stdout(Stdio::piped())

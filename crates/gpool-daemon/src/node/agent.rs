@@ -361,9 +361,13 @@ impl Agent {
         }
         let spec = serde_json::to_vec(&launch).map_err(std::io::Error::other)?;
         let log = OpenOptions::new().create(true).append(true).open(&launch.stderr)?;
+        // The shim runs with root's fixed environment, not the daemon's (which
+        // may hold secrets): the job's first process is a copy of it until its exec.
         let mut child = Command::new(&self.cfg.exe)
             .arg("shim")
             .arg(&dir)
+            .env_clear()
+            .envs(crate::node::handover::root_env())
             .stdin(Stdio::piped())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -21,8 +21,9 @@
 //! of their own, one more exec of the whole gpool binary per start.
 //!
 //! A failure before the exec comes back from the spawn as a [`Refusal`]
-//! (exit code 126: could not confine or drop; 127: could not start the
-//! command, as a shell would), and nothing of the job's ran.
+//! (exit code 126: could not confine or drop, or the command is not
+//! executable; 127: could not start it, as a shell would), and nothing of
+//! the job's ran.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt as _;

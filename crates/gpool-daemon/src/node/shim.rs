@@ -251,6 +251,7 @@ fn run(dir: &Path) -> anyhow::Result<()> {
             }
             if let Some((_, first)) = tty {
                 terminal::refuse(first, refused.code(), &refused.to_string());
+                let _ = std::fs::remove_file(dir.join(terminal::SOCKET));
             }
             return exit_now(Some(refused.code()), refused.to_string(), false);
         }
@@ -328,14 +329,23 @@ fn kill_everything(job_pid: i32) {
         let _ = kill_process_group(pgid, Signal::KILL);
     }
     let me = getpid().as_raw_nonzero().get();
+    let mut pause = Duration::from_millis(1);
     loop {
         for pid in children_of(me) {
             if let Some(p) = Pid::from_raw(pid) {
                 let _ = kill_process(p, Signal::KILL);
             }
         }
-        match rustix::process::wait(WaitOptions::empty()) {
-            Ok(_) => continue,
+        match rustix::process::wait(WaitOptions::NOHANG) {
+            Ok(Some(_)) => pause = Duration::from_millis(1),
+            // Children left, none dead yet: a killed one takes a moment to
+            // die (one stuck in a driver, longer: hence the back-off), and
+            // one forked or re-parented while the list was read was not in
+            // it. List and kill again.
+            Ok(None) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
             // ECHILD: nothing left to reap; anything orphaned later would be re-parented to us, and we are done.
             Err(_) => break,
         }
