@@ -50,6 +50,19 @@ fn a_mixed_fleet_is_reported_per_kind() {
         .expect("gpool sim");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("per accelerator kind") && text.contains("| default | amd.com/gpu |"), "{text}");
+    // `-o json` as everywhere in the CLI, and `-o yaml` the same data.
+    let as_format = |format: &str| {
+        let out = Command::new(BIN)
+            .args(["sim", "--trace", &trace, "--cluster", &cluster, "--job-kinds", mix, "-o", format])
+            .output()
+            .expect("gpool sim");
+        assert!(out.status.success(), "-o {format}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json: Value = serde_json::from_str(&as_format("json")).expect("-o json is JSON");
+    assert_eq!(json["by_kind"], v["by_kind"], "-o json is --json");
+    let yaml: Value = gpool_api::yaml::from_str(&as_format("yaml")).expect("-o yaml is YAML");
+    assert_eq!(yaml["by_kind"], v["by_kind"], "-o yaml carries the same data");
 }
 
 #[test]

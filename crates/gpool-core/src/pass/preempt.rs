@@ -577,12 +577,15 @@ impl Search<'_, '_> {
         // where something can be given back are worth a look; a gang may put
         // some replicas on free nodes and needs them all.
         let nodes: Vec<u32> = if job.spec.replicas == 1 {
-            let mut n: BTreeSet<u32> = self.cap.releasing.nodes().collect();
-            n.extend(trial.over.keys().copied());
+            // Ascending, each once: sorted lists merged (a set's inserts, one
+            // per node hosting a candidate, were a tenth of a loaded pass).
+            let mut n: Vec<u32> = self.cap.releasing.nodes().chain(trial.over.keys().copied()).collect();
             if grow {
-                n.extend(self.pool.nodes().iter().copied());
+                n.extend_from_slice(self.pool.nodes());
             }
-            n.into_iter().collect()
+            n.sort_unstable();
+            n.dedup();
+            n
         } else {
             (0..snap.nodes.len() as u32).collect()
         };

@@ -15,7 +15,6 @@
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use rustix::event::{PollFd, PollFlags, poll};
@@ -361,21 +360,7 @@ impl Agent {
         }
         let spec = serde_json::to_vec(&launch).map_err(std::io::Error::other)?;
         let log = OpenOptions::new().create(true).append(true).open(&launch.stderr)?;
-        // The shim runs with root's fixed environment, not the daemon's (which
-        // may hold secrets): the job's first process is a copy of it until its exec.
-        let mut child = Command::new(&self.cfg.exe)
-            .arg("shim")
-            .arg(&dir)
-            .env_clear()
-            .envs(crate::node::handover::root_env())
-            .stdin(Stdio::piped())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A shim that dies before reading reports itself through its exit record or its absence.
-            let _ = stdin.write_all(&spec);
-        }
+        let mut child = shim::spawn(&self.cfg.exe, &dir, &spec, log)?;
         self.register(key, devices, declared);
         claim.keep();
         (self.reports)(AgentReport::Running { key });

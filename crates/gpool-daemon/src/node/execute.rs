@@ -18,7 +18,7 @@ pub(crate) fn execute(agent: &Agent, conn: &crate::node::conn::Conn, node: &str,
     match order {
         Order::Start { key, launch, devices } => {
             if let Err(e) = agent.start(key, *launch, devices) {
-                agent.report(AgentReport::StartFailed { key, error: format!("cannot start its shim: {e}") });
+                agent.report(AgentReport::StartFailed { key, error: e.to_string() });
             }
         }
         Order::Signal { key, signal } => agent.signal(key, signal),

@@ -352,6 +352,28 @@ fn kill_everything(job_pid: i32) {
     }
 }
 
+/// Starts the shim of the replica in `dir` (`gpool shim DIR`, from `exe`)
+/// and hands it the launch `spec`, its output going to `log`. It runs with
+/// root's fixed environment, not the daemon's (which may hold secrets): the
+/// job's first process is a copy of the shim until its exec.
+pub(crate) fn spawn(exe: &Path, dir: &Path, spec: &[u8], log: File) -> std::io::Result<std::process::Child> {
+    let mut child = std::process::Command::new(exe)
+        .arg("shim")
+        .arg(dir)
+        .env_clear()
+        .envs(handover::root_env())
+        .stdin(Stdio::piped())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start its shim: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A shim that dies before reading reports itself through its exit record or its absence.
+        let _ = stdin.write_all(spec);
+    }
+    Ok(child)
+}
+
 /// Pids whose parent is `ppid`: each of its threads' `children` file, where
 /// the kernel keeps one (`CONFIG_PROC_CHILDREN`, as Debian's and RHEL's do);
 /// else every process's parent from /proc. The files can miss a child forked

@@ -192,7 +192,7 @@ pub(super) fn carry_out_order(node: &dyn LocalNode, order: Order) -> Option<Agen
     match order {
         Order::Start { key, launch, devices } => match node.start(key, *launch, devices) {
             Ok(()) => None,
-            Err(err) => Some(AgentReport::StartFailed { key, error: format!("cannot start its shim: {err}") }),
+            Err(err) => Some(AgentReport::StartFailed { key, error: err.to_string() }),
         },
         Order::Signal { key, signal } => {
             node.signal(key, signal);
