@@ -21,6 +21,9 @@ pub(crate) struct SharingArgs {
     /// Arrivals stop when their GPU requests reach this many times the cluster's GPUs.
     #[arg(long, default_value_t = 1.3)]
     until: f64,
+    /// The placements to run (comma-separated); default: all four.
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    placements: Vec<String>,
     /// Seed of the re-sampling once a list runs out.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -51,17 +54,30 @@ pub(crate) fn sharing(a: SharingArgs) -> anyhow::Result<()> {
     } else {
         a.pods.clone()
     };
+    let placements: Vec<Placement> = if a.placements.is_empty() {
+        Placement::ALL.to_vec()
+    } else {
+        let mut chosen = Vec::new();
+        for name in &a.placements {
+            let Some(p) = Placement::ALL.into_iter().find(|p| p.name() == name.trim()) else {
+                let known: Vec<&str> = Placement::ALL.iter().map(|p| p.name()).collect();
+                anyhow::bail!("--placements: no placement {name:?}; choose from {}", known.join(", "));
+            };
+            chosen.push(p);
+        }
+        chosen
+    };
     let gpus: usize = nodes.iter().map(|n| n.whole_gpus().count()).sum();
     let mut bar = Progress::new("runs");
-    let total = (lists.len() * Placement::ALL.len()) as u64;
+    let total = (lists.len() * placements.len()) as u64;
     let mut results: Vec<(String, Vec<Run>)> = Vec::new();
     for path in &lists {
         let pods = read_pods(&read(path)?).with_context(|| format!("in {}", path.display()))?;
         let name = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().replace("openb_pod_list_", ""));
         let mut runs = Vec::new();
-        for p in Placement::ALL {
+        for &p in &placements {
             runs.push(inflate(&nodes, &pods, p, a.until, 0.02, a.seed));
-            bar.update((results.len() * Placement::ALL.len() + runs.len()) as u64, total);
+            bar.update((results.len() * placements.len() + runs.len()) as u64, total);
         }
         results.push((name, runs));
     }

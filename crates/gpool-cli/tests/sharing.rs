@@ -149,3 +149,36 @@ fn a_managed_mig_gpu_is_laid_out_for_the_queue_once_idle() {
     });
     assert!(kinds.contains(&"mig_repartition".to_string()), "{kinds:?}");
 }
+
+/// `gpool bench sharing --placements` runs only the placements named, and
+/// a name it does not know is refused with the ones it does.
+#[test]
+fn bench_sharing_runs_the_placements_named() {
+    let s = Scratch::new("bench-sharing");
+    let nodes = s.0.join("nodes.csv");
+    let pods = s.0.join("openb_pod_list_tiny.csv");
+    std::fs::write(&nodes, "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,2,T4\nn1,32000,262144,2,G2\n")
+        .expect("nodes");
+    let rows: String = (0..12)
+        .map(|i| format!("p{i},4000,1024,1,{},{},LS,Running,0,0,0\n", [250, 500, 1000][i % 3], ["", "T4"][i % 2]))
+        .collect();
+    std::fs::write(
+        &pods,
+        format!("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n{rows}"),
+    )
+    .expect("pods");
+    let (nodes, pods) = (nodes.display().to_string(), pods.display().to_string());
+    let base = ["bench", "sharing", "--nodes", &nodes, "--pods", &pods];
+    let (code, out, err) = gpool(&[&base[..], &["--placements", "best-fit,fragmentation", "--json"]].concat(), &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: Value = serde_json::from_str(&out).expect("json");
+    let names: Vec<&str> = v.as_array().expect("rows").iter().filter_map(|r| r["placement"].as_str()).collect();
+    assert_eq!(names, ["best-fit", "fragmentation"], "{v}");
+    assert!(v[1]["unallocated_gpus_at_100"].as_f64().is_some(), "{v}");
+    let (code, _, err) = gpool(&[&base[..], &["--placements", "best-fit,tetris"]].concat(), &[]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("no placement \"tetris\"") && err.contains("whole-gpu, best-fit, spread, fragmentation"),
+        "{err}"
+    );
+}

@@ -110,9 +110,9 @@ fn each_strategy_places_a_share_where_it_says() {
     for (strategy, want) in cases {
         let mut c = with(strategy).node("a", 2, "H100-80GB").node("b", 2, "H100-80GB");
         c.run(job("x").share(Some(500), None).selector("kubernetes.io/hostname", "a"), t(0));
-        // The mix the cluster sees: mostly whole GPUs and quarters.
+        // The mix the cluster sees: mostly whole GPUs (waiting for their begin time) and quarters.
         for _ in 0..3 {
-            c.submit(job("mix").gpus(1).selector("zone", "none"));
+            c.submit(job("mix").gpus(1).begin(t(1_000_000)));
         }
         let id = c.submit(job("u").share(Some(250), None));
         assert_eq!(c.nodes_of(&c.plan(t(1)), id), [want], "{}", strategy.as_str());
@@ -128,7 +128,7 @@ fn fragmentation_aware_placement_keeps_whole_gpus_for_whole_gpu_jobs() {
     c.run(job("x").gpus(1).selector("kubernetes.io/hostname", "a"), t(0));
     c.run(job("y").share(Some(100), None).selector("kubernetes.io/hostname", "b"), t(0));
     for _ in 0..4 {
-        c.submit(job("mix").gpus(1).selector("zone", "none"));
+        c.submit(job("mix").gpus(1).begin(t(1_000_000)));
     }
     let id = c.submit(job("u").share(Some(250), None));
     let plan = c.plan(t(1));
@@ -136,4 +136,28 @@ fn fragmentation_aware_placement_keeps_whole_gpus_for_whole_gpu_jobs() {
     let s = plan.starts.iter().find(|s| s.job == id).unwrap();
     let y_gpu = c.snap.running_jobs().find(|j| &*j.spec.user == "y").unwrap().running().unwrap().placement[0].gpus;
     assert_eq!(s.placement[0].gpus, y_gpu, "on the GPU already shared");
+}
+
+/// A kind of request has a reach: GPUs of a model it may not use are all
+/// fragments to it. With whole T4 jobs in the mix, an unconstrained job
+/// takes a G2 GPU and leaves the T4s whole (the T4 node comes first, so
+/// without reaches the two nodes tie and the first wins).
+#[test]
+fn fragmentation_aware_placement_leaves_a_model_to_the_jobs_bound_to_it() {
+    let mut c = with(PlacementStrategy::Fragmentation).node("t4", 2, "T4").node("g2", 2, "G2");
+    for _ in 0..4 {
+        c.submit(job("bound").gpus(1).model("T4").begin(t(1_000_000)));
+    }
+    let id = c.submit(job("u").gpus(1));
+    assert_eq!(c.nodes_of(&c.plan(t(1)), id), ["g2"]);
+    // Jobs bound by a label instead reach only the nodes that carry it.
+    let mut c = with(PlacementStrategy::Fragmentation)
+        .node("a", 2, "G2")
+        .node("b", 2, "G2")
+        .labels("a", &[("pool", "research")]);
+    for _ in 0..4 {
+        c.submit(job("bound").gpus(1).selector("pool", "research").begin(t(1_000_000)));
+    }
+    let id = c.submit(job("u").gpus(1));
+    assert_eq!(c.nodes_of(&c.plan(t(1)), id), ["b"]);
 }

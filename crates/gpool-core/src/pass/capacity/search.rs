@@ -9,7 +9,7 @@ use super::fit::{Fit, could_host, fit_gpus, fit_mig, fit_on, fit_share, fits_hos
 use crate::model::job::{GpuRequest, Job, ReplicaPlacement, SpotPolicy};
 use crate::model::node::{GpuSharing, NodeId, NodeState, PoolKind};
 use crate::model::time::Time;
-use crate::pass::fragmentation::node_fragmentation;
+use crate::pass::fragmentation::{Usable, node_fragmentation};
 use crate::pass::plan::{Need, PendingReason};
 use crate::pass::snapshot::{NodeEntry, NodeFree, Snapshot, bits};
 use crate::policies::policy::PlacementStrategy;
@@ -99,7 +99,8 @@ impl<'s> Capacity<'s> {
                     return true;
                 };
                 if frag {
-                    fit.rank = Some(-self.fragmentation_growth(e, &nf, job, fit.gpus, None));
+                    let base = self.fragmentation_base(e, &nf);
+                    fit.rank = Some(-self.fragmentation_growth(&base, &nf, job, fit.gpus, None));
                 }
                 first_free.get_or_insert(free);
                 let score = Score::new(self.snap, job, e, &fit, s);
@@ -170,8 +171,15 @@ impl<'s> Capacity<'s> {
                 continue;
             }
             let nf = self.usable(n, ends);
+            let base = std::cell::OnceCell::new();
             let Some(fit) = fit_share(self.snap, e, &nf, job, (milli, memory_mb), s, |gpu, share| {
-                self.fragmentation_growth(e, &nf, job, gpu, Some(share))
+                self.fragmentation_growth(
+                    base.get_or_init(|| self.fragmentation_base(e, &nf)),
+                    &nf,
+                    job,
+                    gpu,
+                    Some(share),
+                )
             }) else {
                 continue;
             };
@@ -183,23 +191,54 @@ impl<'s> Capacity<'s> {
         best.map(|(_, n, f)| (n, f))
     }
 
-    /// How much node `e`'s fragmentation (weighted by the demand mix) grows
+    /// Node `e`'s fragmentation as it stands: computed once per node, for
+    /// every placement on it that [`Capacity::fragmentation_growth`] ranks.
+    fn fragmentation_base(&self, e: &NodeEntry, nf: &NodeFree) -> FragmentationBase {
+        let mix = &self.snap.demand;
+        if mix.is_empty() {
+            return FragmentationBase { left: Vec::new(), usable: Vec::new(), now: 0 };
+        }
+        let models = &self.snap.models;
+        let usable: Vec<Usable> = mix
+            .reaches()
+            .iter()
+            .map(|r| {
+                r.node(&e.node).then(|| {
+                    e.model_masks
+                        .iter()
+                        .filter(|&&(m, _)| r.model(&models[m].name, models[m].kind))
+                        .fold(0, |acc, &(_, mask)| acc | mask)
+                })
+            })
+            .collect();
+        let left = gpu_left(e, nf);
+        let now = node_fragmentation(mix, &left, &usable, nf.cpus);
+        FragmentationBase { left, usable, now }
+    }
+
+    /// How much a node's fragmentation (weighted by the demand mix) grows
     /// if a replica of `job` takes `gpus` whole, or `share` of the GPU in `gpus`.
-    fn fragmentation_growth(&self, e: &NodeEntry, nf: &NodeFree, job: &Job, gpus: u64, share: Option<u16>) -> i64 {
+    fn fragmentation_growth(
+        &self,
+        base: &FragmentationBase,
+        nf: &NodeFree,
+        job: &Job,
+        gpus: u64,
+        share: Option<u16>,
+    ) -> i64 {
         let mix = &self.snap.demand;
         if mix.is_empty() {
             return 0;
         }
-        let mut left = gpu_left(e, nf);
-        let before = node_fragmentation(mix, &left, nf.cpus);
+        let mut left = base.left.clone();
         for slot in bits(gpus) {
             left[slot] = match share {
                 Some(m) => left[slot].saturating_sub(m),
                 None => 0,
             };
         }
-        let after = node_fragmentation(mix, &left, nf.cpus.saturating_sub(job.spec.replica.cpus_milli));
-        after as i64 - before as i64
+        let after = node_fragmentation(mix, &left, &base.usable, nf.cpus.saturating_sub(job.spec.replica.cpus_milli));
+        after as i64 - base.now as i64
     }
 
     /// CPU-only work: prefer nodes with the fewest free GPUs, to keep GPU nodes for GPU work.
@@ -216,7 +255,7 @@ impl<'s> Capacity<'s> {
             // Under fragmentation-aware placement, CPU-only work avoids taking
             // the CPUs that a node's free GPUs need.
             let rank = (s == PlacementStrategy::Fragmentation)
-                .then(|| -self.fragmentation_growth(self.entry(n), &nf, job, 0, None));
+                .then(|| -self.fragmentation_growth(&self.fragmentation_base(self.entry(n), &nf), &nf, job, 0, None));
             let fit = Fit {
                 gpus: 0,
                 mig: 0,
@@ -339,4 +378,12 @@ impl Score {
         };
         Score { healthy: fit.healthy, preference, pool, topology: fit.topology, fit: fit_term, tiebreak }
     }
+}
+
+/// A node's fragmentation before a placement: each GPU's unallocated share,
+/// what each reach of the mix may use there, and the measure itself.
+struct FragmentationBase {
+    left: Vec<u16>,
+    usable: Vec<Usable>,
+    now: u64,
 }
