@@ -43,8 +43,8 @@ pub struct DemandClass {
     /// The CPU ask in tenths of a core, rounded up: whether a node's free
     /// GPUs are usable depends on the CPUs left beside them, and only the
     /// ask itself tells (12 cores left take an ask of 11.3, not of 12.5).
-    /// Power-of-two buckets of asks, averaged, did worse on every openb
-    /// list but multigpu50 (BENCHMARKS.md, "Fragmentation by reach").
+    /// Power-of-two buckets of asks, averaged, did worse on the list tuned
+    /// on (BENCHMARKS.md, "Fragmentation by reach").
     pub cpu_tenths: u32,
     /// Index into the mix's reaches; 0 is "anywhere".
     pub reach: u16,
