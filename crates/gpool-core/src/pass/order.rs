@@ -12,8 +12,7 @@
 //! jobs whose deadlines made them urgent (`deadline.rs`), first in their class.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::ops::Bound::{Excluded, Unbounded};
+use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::model::job::JobId;
 use crate::model::resources::{GpuMilli, KindUnits};
@@ -37,16 +36,20 @@ struct Head {
 pub(crate) struct Candidates<'s> {
     snap: &'s Snapshot,
     groups: Vec<&'s GroupKey>,
-    /// Each group's pending jobs (looked up once: group keys compare as strings).
-    sets: Vec<&'s BTreeSet<PendingKey>>,
+    /// Each group's pending jobs not yet pushed, in order (looked up once:
+    /// group keys compare as strings).
+    sets: Vec<std::collections::btree_set::Iter<'s, PendingKey>>,
     /// Dynamic points per group (fair share), milli-points.
     group_points: Vec<i64>,
     /// GPUs (thousandths) each group holds, for max-min fairness.
     rates: Vec<GpuMilli>,
     shares: Vec<f64>,
+    /// Each group's best job not yet returned, and promoted jobs. After a
+    /// call, its top is the job just returned: the next call replaces it by
+    /// its group's successor (after feedback), one sift instead of two.
     heap: BinaryHeap<Head>,
-    /// The group whose successor is pushed on the next call (after feedback).
-    deferred: Option<(usize, PendingKey)>,
+    /// The group of the job just returned, at the top of the heap.
+    deferred: Option<usize>,
     max_min: bool,
     /// Jobs promoted by the starvation guard, sorted.
     promoted: Vec<JobId>,
@@ -58,7 +61,7 @@ const PROMOTED: usize = usize::MAX;
 impl<'s> Candidates<'s> {
     pub(crate) fn new(snap: &'s Snapshot, now: Time) -> Candidates<'s> {
         let policy = snap.policy();
-        let (groups, sets): (Vec<&GroupKey>, Vec<&BTreeSet<PendingKey>>) = snap.pending.iter().unzip();
+        let (groups, sets): (Vec<&GroupKey>, Vec<_>) = snap.pending.iter().map(|(g, s)| (g, s.iter())).unzip();
         let max_min = policy.ordering == Ordering::MaxMinFair;
         let mut group_points = vec![0; groups.len()];
         if policy.ordering == Ordering::Multifactor && policy.weights.fair_share != 0.0 {
@@ -90,8 +93,9 @@ impl<'s> Candidates<'s> {
         };
         c.promote(now);
         for g in 0..c.groups.len() {
-            if let Some(first) = c.sets[g].first().copied() {
-                c.push(g, first);
+            if let Some(first) = c.sets[g].next().copied() {
+                let head = c.head(g, first);
+                c.heap.push(head);
             }
         }
         c
@@ -144,9 +148,9 @@ impl<'s> Candidates<'s> {
         self.promoted.sort_unstable();
     }
 
-    fn push(&mut self, group: usize, key: PendingKey) {
+    fn head(&self, group: usize, key: PendingKey) -> Head {
         let primary = if self.max_min { -((self.rates[group] as f64 / self.shares[group]) as i64) } else { 0 };
-        self.heap.push(Head {
+        Head {
             class: key.class.0,
             primary,
             points: key.points.0.saturating_add(self.group_points[group]),
@@ -154,12 +158,12 @@ impl<'s> Candidates<'s> {
             id: Reverse(key.id),
             group,
             key,
-        });
+        }
     }
 
     /// Tells the order that a job of the last returned group started holding `units`.
     pub(crate) fn started(&mut self, units: GpuMilli) {
-        if let Some((g, _)) = self.deferred
+        if let Some(g) = self.deferred
             && g != PROMOTED
         {
             self.rates[g] += units;
@@ -169,14 +173,21 @@ impl<'s> Candidates<'s> {
     /// The next job to look at.
     pub(crate) fn next_job(&mut self) -> Option<PendingKey> {
         loop {
-            if let Some((g, key)) = self.deferred.take()
-                && g != PROMOTED
-                && let Some(next) = self.sets[g].range((Excluded(key), Unbounded)).next().copied()
-            {
-                self.push(g, next);
+            if let Some(g) = self.deferred.take() {
+                match self.sets.get_mut(g).and_then(|s| s.next().copied()) {
+                    Some(next) => {
+                        let head = self.head(g, next);
+                        if let Some(mut top) = self.heap.peek_mut() {
+                            *top = head;
+                        }
+                    }
+                    None => {
+                        self.heap.pop();
+                    }
+                }
             }
-            let head = self.heap.pop()?;
-            self.deferred = Some((head.group, head.key));
+            let head = self.heap.peek()?;
+            self.deferred = Some(head.group);
             // A promoted job comes once, under its promoted points.
             if head.group == PROMOTED || self.promoted.binary_search(&head.key.id).is_err() {
                 return Some(head.key);

@@ -332,11 +332,14 @@ impl Search<'_, '_> {
 
     /// Why `v` may be preempted for this job, if it may.
     fn allowed(&self, v: &Candidate, borrowed_left: &[i64]) -> Option<PreemptWhy> {
+        // The rules first: most candidates fail them, and `taken` is a set lookup.
+        self.by_rule(v, borrowed_left).filter(|_| !self.taken.contains(&v.id) && v.id != self.job.id)
+    }
+
+    /// [`Search::allowed`] before asking whether `v` is already taken or is this job.
+    fn by_rule(&self, v: &Candidate, borrowed_left: &[i64]) -> Option<PreemptWhy> {
         let policy = self.snap().policy();
         let j = &self.job.spec;
-        if self.taken.contains(&v.id) || v.id == self.job.id {
-            return None;
-        }
         if v.protected_until.is_some() && !self.ignore_protection {
             return None;
         }
@@ -589,6 +592,7 @@ impl Search<'_, '_> {
         } else {
             (0..snap.nodes.len() as u32).collect()
         };
+        let reclaims = std::cell::OnceCell::new();
         let mut placement = Vec::with_capacity(job.spec.replicas as usize);
         for _ in 0..job.spec.replicas {
             // (new victims, their GPU units, node) → fewest victims, least GPU work lost, lowest node.
@@ -616,10 +620,15 @@ impl Search<'_, '_> {
                 let mut left: Option<Borrowed> = None;
                 for &vi in hosted {
                     let vi = vi as usize;
+                    let v = &self.pool.list[vi];
+                    // A node's candidates come by class, lowest first: past the job's
+                    // own class only reclaim could allow one.
+                    if v.class > job.spec.priority && !*reclaims.get_or_init(|| self.may_reclaim()) {
+                        break;
+                    }
                     if chosen.iter().any(|(c, _)| *c == vi) {
                         continue;
                     }
-                    let v = &self.pool.list[vi];
                     let Some(why) = self.allowed(v, left.as_ref().unwrap_or(borrowed)) else {
                         continue;
                     };

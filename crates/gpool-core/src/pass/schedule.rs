@@ -28,6 +28,7 @@ use crate::pass::preempt::VictimPool;
 use crate::pass::snapshot::{PendingKey, Snapshot, device_need};
 use crate::policies::policy::{Backfill, Policy, PreemptKey};
 use crate::policies::quota::{QuotaBlock, QuotaState};
+use blocked::Probe;
 
 mod blocked;
 mod elastic;
@@ -55,6 +56,12 @@ struct Pass<'s> {
     no_fit: Vec<Frontier>,
     /// Per base-shape slot: where placement and preemption both failed: skip the job.
     dead: Vec<Frontier>,
+    /// Per base-shape slot: where a preemption search found no victims, with
+    /// the protected work the job then waits on. Valid until a preemption or
+    /// a shrink of this pass gives devices back (then cleared).
+    no_victims: Vec<Frontier<Option<Time>>>,
+    /// Set by a failed victim search: it failed without the job's CPU and memory.
+    failed_bare: bool,
     first_blocked: Option<JobId>,
     strict_blocked: Option<JobId>,
     reservation: Option<(JobId, Time)>,
@@ -104,7 +111,7 @@ fn slot(base: u32, can_use_reserved: bool, ahead: usize, starts: usize) -> usize
 /// reasons. A job needing at least as much CPU and memory, with a key no
 /// lower in either part, fails too.
 #[derive(Clone, Debug, Default)]
-struct Frontier(Vec<(u64, u64, PreemptKey, u32)>);
+struct Frontier<R = u32>(Vec<(u64, u64, PreemptKey, R)>);
 
 /// The key that every key dominates (for failures that do not depend on it).
 const ANY_KEY: PreemptKey = PreemptKey { rank: i64::MIN, submit_ms: i64::MIN };
@@ -113,13 +120,13 @@ fn dominates(a: PreemptKey, b: PreemptKey) -> bool {
     a.rank <= b.rank && a.submit_ms <= b.submit_ms
 }
 
-impl Frontier {
+impl<R: Copy> Frontier<R> {
     /// The reason of a failed point this request dominates, if any.
-    fn covers(&self, cpus: u64, mem: u64, key: PreemptKey) -> Option<u32> {
+    fn covers(&self, cpus: u64, mem: u64, key: PreemptKey) -> Option<R> {
         self.0.iter().find(|(c, m, k, _)| *c <= cpus && *m <= mem && dominates(*k, key)).map(|(_, _, _, r)| *r)
     }
 
-    fn add(&mut self, cpus: u64, mem: u64, key: PreemptKey, reason: u32) {
+    fn add(&mut self, cpus: u64, mem: u64, key: PreemptKey, reason: R) {
         self.0.retain(|(c, m, k, _)| !(cpus <= *c && mem <= *m && dominates(key, *k)));
         self.0.push((cpus, mem, key, reason));
     }
@@ -199,6 +206,8 @@ impl<'s> Pass<'s> {
             pool: None,
             no_fit: vec![Frontier::default(); slots],
             dead: vec![Frontier::default(); slots],
+            no_victims: vec![Frontier::default(); slots],
+            failed_bare: false,
             first_blocked: None,
             strict_blocked: None,
             reservation: None,
@@ -262,11 +271,9 @@ impl<'s> Pass<'s> {
                     self.cap.release(r);
                 }
             }
-            // A reservation's own job places unlike its shape's others: it neither reads nor feeds the caches.
-            let member = self.snap.jobs.get(&id).is_some_and(|j| j.spec.reservation.is_some());
+            // A reservation's own job is not `simple`: it neither reads nor feeds the caches.
             if key.simple
                 && nominated.is_none()
-                && !member
                 && let Some(reason) = self.dead[slot].covers(host.0, host.1, self.cache_key(key.pkey))
             {
                 self.plan.stats.cache_hits += 1;
@@ -360,7 +367,14 @@ impl<'s> Pass<'s> {
                 self.array_started(job);
             }
             Err(reason) => {
-                if self.try_preempt(job, ends, candidates) {
+                // Searches that fail alike are cached as placements are (`no_victims`).
+                let known = (cacheable && key.simple && !self.nominations.contains_key(&id)).then(|| Probe {
+                    slot,
+                    cpus,
+                    mem,
+                    key: self.cache_key(key.pkey),
+                });
+                if self.try_preempt(job, ends, candidates, known) {
                     return;
                 }
                 let protected = self.protected_wait.take();

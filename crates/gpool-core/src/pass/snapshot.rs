@@ -98,7 +98,8 @@ pub(crate) struct PendingKey {
     pub(crate) id: JobId,
     /// Interned [`Shape`] of the job.
     pub(crate) shape: u32,
-    /// No dependencies and no back-off: the shape alone decides whether it fits.
+    /// No dependencies, no back-off and no advance reservation (whose jobs
+    /// place unlike their shape's others): the shape alone decides whether it fits.
     pub(crate) simple: bool,
     /// Planned run time left in ms; `u64::MAX` if unknown.
     pub(crate) left_ms: u64,

@@ -16,20 +16,93 @@ use crate::pass::order::Candidates;
 use crate::pass::plan::{PendingReason, Preempt, PreemptWhy, Reservation, Start};
 use crate::pass::preempt::{Search, VictimPool};
 use crate::pass::running::preemption_key;
+use crate::policies::policy::PreemptKey;
 use crate::policies::quota::QuotaBlock;
+
+/// Victims for a blocked job, and the placement they make possible.
+type Found = (Vec<(JobId, PreemptWhy)>, Placement);
+
+/// A blocked job whose preemption search fails alike for every job of its
+/// shape-cache slot that needs at least its CPU and memory and has a key it
+/// dominates (`Pass::no_victims`).
+#[derive(Clone, Copy)]
+pub(super) struct Probe {
+    pub(super) slot: usize,
+    pub(super) cpus: u64,
+    pub(super) mem: u64,
+    /// Its preemption key as the caches compare it.
+    pub(super) key: PreemptKey,
+}
 
 impl<'s> Pass<'s> {
     /// Looks for victims; on success records the preemptions and the job's claim.
-    pub(super) fn try_preempt(&mut self, job: &'s Job, ends: Time, candidates: &mut Candidates<'_>) -> bool {
+    /// `probe`: the job's failures may be cached, and read from the cache.
+    pub(super) fn try_preempt(
+        &mut self,
+        job: &'s Job,
+        ends: Time,
+        candidates: &mut Candidates<'_>,
+        probe: Option<Probe>,
+    ) -> bool {
         let prereleased: Vec<JobId> = self.nominations.get(&job.id).cloned().unwrap_or_default();
         if !self.policy.preemption.any() && prereleased.is_empty() {
             return false;
         }
-        // Elastic jobs above their minimum give up replicas before anyone is preempted whole.
-        if self.try_shrink(job, ends, &prereleased) {
+        if let Some(p) = probe
+            && let Some(protected) = self.no_victims[p.slot].covers(p.cpus, p.mem, p.key)
+        {
+            self.protected_wait = protected;
+            return false;
+        }
+        let found = self.search_victims(job, ends, &prereleased, probe);
+        if self.preempt_for(job, ends, found, &prereleased, candidates) {
+            // Devices given back: what failed before may not now.
+            self.no_victims.iter_mut().for_each(|f| f.0.clear());
             return true;
         }
-        let mut found = self.find_victims(job, ends, &prereleased);
+        self.protected_wait = self.waits_on_protection(job, ends, &prereleased);
+        if let Some(until) = self.protected_wait {
+            self.plan.wake_at = Some(self.plan.wake_at.map_or(until, |w| w.min(until)));
+        }
+        if let Some(p) = probe {
+            // A job that fails without host resources fails with any (the search is monotone in them).
+            let (cpus, mem) = if self.failed_bare { (0, 0) } else { (p.cpus, p.mem) };
+            self.no_victims[p.slot].add(cpus, mem, p.key, self.protected_wait);
+        }
+        false
+    }
+
+    /// Shrinks elastic jobs or finds victims for `job`: `Err(true)` when
+    /// elastic jobs shrank for it (recorded), else what the victim search
+    /// found. With `probe`, a job that needs host resources is first searched
+    /// without them when no elastic job runs: if that fails, so does the job,
+    /// for every CPU and memory ask (`failed_bare`).
+    fn search_victims(
+        &mut self,
+        job: &'s Job,
+        ends: Time,
+        prereleased: &[JobId],
+        probe: Option<Probe>,
+    ) -> Result<Option<Found>, bool> {
+        self.failed_bare = false;
+        // Elastic jobs above their minimum give up replicas before anyone is preempted whole.
+        if self.try_shrink(job, ends, prereleased) {
+            return Err(true);
+        }
+        if let Some(p) = probe
+            && (p.cpus, p.mem) != (0, 0)
+            && self.snap.running.elastic == 0
+        {
+            let mut spec = (*job.spec).clone();
+            spec.replica.cpus_milli = 0;
+            spec.replica.memory_mb = 0;
+            let bare = Job { spec: std::sync::Arc::new(spec), ..job.clone() };
+            if self.find_victims(&bare, ends, prereleased).is_none() {
+                self.failed_bare = true;
+                return Ok(None);
+            }
+        }
+        let mut found = self.find_victims(job, ends, prereleased);
         // Preempting others must not take the queue over a per-kind maximum
         // either: an any-GPU job whose victims are on a kind at its maximum
         // looks again on each other kind it may use, as a start does.
@@ -49,7 +122,7 @@ impl<'s> Pass<'s> {
                     let mut spec = (*job.spec).clone();
                     spec.replica.gpu_kind = Some(kind);
                     let on_kind = Job { spec: std::sync::Arc::new(spec), ..job.clone() };
-                    let Some((victims, placement)) = self.find_victims(&on_kind, ends, &prereleased) else { continue };
+                    let Some((victims, placement)) = self.find_victims(&on_kind, ends, prereleased) else { continue };
                     let by_kind = self.snap.units_by_kind(&placement);
                     if self.quota.check_kinds(&self.snap.queues, &job.spec.queue, &by_kind).is_ok() {
                         found = Some((victims, placement));
@@ -58,12 +131,24 @@ impl<'s> Pass<'s> {
                 }
             }
         }
-        let Some((victims, placement)) = found else {
-            self.protected_wait = self.waits_on_protection(job, ends, &prereleased);
-            if let Some(until) = self.protected_wait {
-                self.plan.wake_at = Some(self.plan.wake_at.map_or(until, |w| w.min(until)));
-            }
-            return false;
+        Ok(found)
+    }
+
+    /// Records what [`Pass::search_victims`] found: the preemptions and the
+    /// job's claim (or its start, or the shrinks already recorded); whether
+    /// anything was found.
+    fn preempt_for(
+        &mut self,
+        job: &'s Job,
+        ends: Time,
+        found: Result<Option<Found>, bool>,
+        prereleased: &[JobId],
+        candidates: &mut Candidates<'_>,
+    ) -> bool {
+        let (victims, placement) = match found {
+            Err(shrunk) => return shrunk,
+            Ok(None) => return false,
+            Ok(Some(found)) => found,
         };
         let by_kind = self.snap.units_by_kind(&placement);
         if victims.is_empty() && self.cap.fits_free(&placement) {

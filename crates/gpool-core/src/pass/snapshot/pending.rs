@@ -90,7 +90,8 @@ impl Snapshot {
                 && spec.after_any.is_empty()
                 && spec.after_not_ok.is_empty()
                 && job.not_before == Time::MIN
-                && spec.begin.is_none(),
+                && spec.begin.is_none()
+                && spec.reservation.is_none(),
             left_ms,
             pkey: crate::pass::running::preemption_key(&self.policy, job, Time::MIN)
                 .unwrap_or(PreemptKey { rank: i64::MAX, submit_ms: i64::MAX }),
