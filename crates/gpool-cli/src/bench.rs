@@ -54,9 +54,8 @@ pub(crate) struct MigArgs {
     /// Nodes of the cluster the planner's own cost is measured on (8 busy MIG GPUs each, two requests waiting per GPU).
     #[arg(long, default_value_t = 1_000)]
     cost_nodes: u32,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
 }
 
 #[derive(Args, Debug)]
@@ -93,9 +92,8 @@ pub(crate) struct ScheduleArgs {
     #[arg(long = "set")]
     set: Vec<String>,
 
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
 }
 
 pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -154,7 +152,7 @@ fn mig(a: MigArgs) -> anyhow::Result<()> {
             bar.update(all.len() as u64, total);
         }
     }
-    if a.json {
+    if let Some(format) = a.print.data() {
         let v: Vec<serde_json::Value> = all
             .iter()
             .flat_map(|(load, seed, rows)| {
@@ -167,7 +165,7 @@ fn mig(a: MigArgs) -> anyhow::Result<()> {
                 })
             })
             .collect();
-        outln!("{}", serde_json::Value::Array(v));
+        crate::output::print_data(format, &serde_json::Value::Array(v))?;
         return Ok(());
     }
     outln!("{} nodes × {} MIG GPUs, {} h of arrivals, policy {}", a.nodes, a.gpus_per_node, a.hours, a.policy);
@@ -240,7 +238,7 @@ fn schedule(a: ScheduleArgs) -> anyhow::Result<()> {
     let mut bar = Progress::new("passes");
     let r =
         run_schedule(&cfg, |done, total| bar.update(u64::from(done), u64::from(total))).context("benchmark failed")?;
-    if a.json {
+    if let Some(format) = a.print.data() {
         let v = serde_json::json!({
             "pass_ms": round(r.pass_ms),
             "p90_pass_ms": round(r.p90_pass_ms),
@@ -259,7 +257,7 @@ fn schedule(a: ScheduleArgs) -> anyhow::Result<()> {
             "gpus": r.gpus,
             "policy": a.policy,
         });
-        outln!("{v}");
+        crate::output::print_data(format, &v)?;
     } else {
         outln!(
             "{} nodes × {} GPUs, {} pending, policy {}\n  median pass {:.2} ms (p90 {:.2}, max {:.2}); first pass {:.2} ms started {}\n  {} jobs started, {} preemptions; {} pending, {} running at the end",

@@ -171,8 +171,8 @@ pub(crate) struct JobsArgs {
     /// two (what confinement costs, measured side by side).
     #[arg(long)]
     compare_unconfined: bool,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
 }
 
 /// The flags that run jobs as the daemon's account with no control groups.
@@ -206,13 +206,13 @@ pub(crate) fn jobs(a: JobsArgs) -> anyhow::Result<()> {
     };
     let (median, rate) = summary(&mut confined_runs);
     let compared = (!unconfined_runs.is_empty()).then(|| summary(&mut unconfined_runs));
-    if a.json {
+    if let Some(format) = a.print.data() {
         let mut out = json!({"jobs": a.jobs, "command": a.command, "gpus": a.gpus, "seconds": (median * 1000.0).round() / 1000.0, "jobs_per_s": rate.round(), "runs": confined_runs});
         if let Some((u_median, u_rate)) = compared {
             out["unconfined"] = json!({"seconds": (u_median * 1000.0).round() / 1000.0, "jobs_per_s": u_rate.round(), "runs": unconfined_runs});
             out["ratio"] = json!((rate / u_rate * 1000.0).round() / 1000.0);
         }
-        outln!("{out}");
+        crate::output::print_data(format, &out)?;
     } else {
         outln!(
             "{} jobs of `{}` on {}: {:.2} s from submit to all done (median of {}), {:.0} jobs/s; runs: {:?}",
@@ -254,8 +254,8 @@ pub(crate) struct SubmitArgs {
     /// Requests.
     #[arg(long, default_value_t = 50)]
     requests: usize,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
 }
 
 /// Times batch submissions while every GPU is held, so nothing starts and only the API and the store are measured.
@@ -283,11 +283,11 @@ pub(crate) fn submit(a: SubmitArgs) -> anyhow::Result<()> {
     let jobs = a.batch * a.requests;
     let rate = jobs as f64 / total.as_secs_f64();
     let p = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
-    if a.json {
-        outln!(
-            "{}",
-            json!({"batch": a.batch, "requests": a.requests, "jobs": jobs, "jobs_per_s": rate.round(), "p50_ms": (p(0.5) * 100.0).round() / 100.0, "p99_ms": (p(0.99) * 100.0).round() / 100.0})
-        );
+    if let Some(format) = a.print.data() {
+        crate::output::print_data(
+            format,
+            &json!({"batch": a.batch, "requests": a.requests, "jobs": jobs, "jobs_per_s": rate.round(), "p50_ms": (p(0.5) * 100.0).round() / 100.0, "p99_ms": (p(0.99) * 100.0).round() / 100.0}),
+        )?;
     } else {
         outln!(
             "{jobs} jobs in {} requests of {}: {:.0} jobs/s accepted and committed; request latency p50 {:.1} ms, p99 {:.1} ms",
@@ -306,8 +306,8 @@ pub(crate) struct LatencyArgs {
     /// Jobs, one at a time on an idle GPU.
     #[arg(long, default_value_t = 50)]
     samples: usize,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
 }
 
 /// Submit → "started" event, one job at a time on an idle GPU.
@@ -343,11 +343,11 @@ pub(crate) fn latency(a: LatencyArgs) -> anyhow::Result<()> {
     }
     lat.sort_by(f64::total_cmp);
     let p = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
-    if a.json {
-        outln!(
-            "{}",
-            json!({"samples": lat.len(), "p50_ms": (p(0.5) * 100.0).round() / 100.0, "p99_ms": (p(0.99) * 100.0).round() / 100.0, "max_ms": (p(1.0) * 100.0).round() / 100.0})
-        );
+    if let Some(format) = a.print.data() {
+        crate::output::print_data(
+            format,
+            &json!({"samples": lat.len(), "p50_ms": (p(0.5) * 100.0).round() / 100.0, "p99_ms": (p(0.99) * 100.0).round() / 100.0, "max_ms": (p(1.0) * 100.0).round() / 100.0}),
+        )?;
     } else {
         outln!(
             "submit → started on an idle GPU, {} samples: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
@@ -377,8 +377,8 @@ pub(crate) struct TelemetryArgs {
     /// `/metrics` scrapes to time.
     #[arg(long, default_value_t = 200)]
     scrapes: usize,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
 }
 
 /// The cost of telemetry: CPU of the sampler thread and of the controller
@@ -440,8 +440,8 @@ pub(crate) fn telemetry(a: TelemetryArgs) -> anyhow::Result<()> {
         "scrape_p99_ms": p(0.99),
         "scrape_bytes": bytes,
     });
-    if a.json {
-        outln!("{v}");
+    if let Some(format) = a.print.data() {
+        crate::output::print_data(format, &v)?;
     } else {
         outln!(
             "{gpus} GPUs sampled every {} for {:.0} s with {} jobs: sampler {:.3}% of a core, controller {:.3}%, whole daemon {:.3}%\n/metrics ({} bytes): p50 {:.2} ms, p99 {:.2} ms over {} scrapes",

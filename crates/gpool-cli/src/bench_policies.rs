@@ -40,9 +40,8 @@ pub(crate) struct PoliciesArgs {
     /// Write table.md, ratios.svg and rows.json into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Print the rows as JSON instead of the tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
 }
 
 fn selected(names: &[String]) -> anyhow::Result<Vec<TraceSetup>> {
@@ -224,8 +223,8 @@ pub(crate) fn policies(a: PoliciesArgs) -> anyhow::Result<()> {
         write("ratios.svg", policy_table::ratio_plot(&rows))?;
         write("rows.json", format!("{json:#}\n"))?;
     }
-    if a.json {
-        outln!("{json}");
+    if let Some(format) = a.print.data() {
+        crate::output::print_data(format, &json)?;
     } else {
         print!("{text}");
     }

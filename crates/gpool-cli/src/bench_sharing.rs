@@ -30,9 +30,8 @@ pub(crate) struct SharingArgs {
     /// Write one SVG per pod list (allocated share against arrivals) into this folder.
     #[arg(long)]
     plot_dir: Option<PathBuf>,
-    /// Print the rows as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
 }
 
 const VARIANTS: [&str; 6] = ["gpushare20", "gpushare40", "gpushare80", "gpushare100", "gpuspec33", "multigpu50"];
@@ -82,7 +81,7 @@ pub(crate) fn sharing(a: SharingArgs) -> anyhow::Result<()> {
         results.push((name, runs));
     }
     let at = |r: &Run, x: f64| r.at(x).map_or(f64::NAN, |p| p.unallocated);
-    if a.json {
+    if let Some(format) = a.print.data() {
         let v: Vec<serde_json::Value> = results
             .iter()
             .flat_map(|(list, runs)| {
@@ -96,7 +95,7 @@ pub(crate) fn sharing(a: SharingArgs) -> anyhow::Result<()> {
                 })
             })
             .collect();
-        outln!("{}", serde_json::Value::Array(v));
+        crate::output::print_data(format, &serde_json::Value::Array(v))?;
         return Ok(());
     }
     outln!("{} nodes, {gpus} GPUs; arrivals to {:.0}% of the GPUs, seed {}", nodes.len(), a.until * 100.0, a.seed);

@@ -35,6 +35,37 @@ impl Output {
     }
 }
 
+/// `-o table|json|yaml`, and the older `--json`, for commands whose result
+/// is one JSON value (`gpool sim`, `gpool bench …`): the CLI's one spelling.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub(crate) struct DataFlag {
+    /// How the result is printed: table, json or yaml (as everywhere in the CLI).
+    #[arg(long, short = 'o', value_enum, conflicts_with = "json")]
+    pub(crate) output: Option<Output>,
+    /// Print the result as JSON (the same as `-o json`).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl DataFlag {
+    /// The data format asked for; `None` for the table.
+    pub(crate) fn data(self) -> Option<Output> {
+        match self.output {
+            Some(o) => o.is_data().then_some(o),
+            None => self.json.then_some(Output::Json),
+        }
+    }
+}
+
+/// Prints `v` as `format` says: JSON on one line, or YAML.
+pub(crate) fn print_data(format: Output, v: &serde_json::Value) -> anyhow::Result<()> {
+    match format {
+        Output::Yaml => outln!("{}", format.data(v)?.trim_end()),
+        _ => outln!("{v}"),
+    }
+    Ok(())
+}
+
 /// The zone times are shown in: set once by `main` (local, or UTC with
 /// `--utc`); UTC until then, so that rendering tests do not depend on
 /// the machine's zone.

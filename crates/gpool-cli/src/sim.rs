@@ -104,12 +104,8 @@ pub(crate) struct SimArgs {
     /// GPU faults to replay, a CSV line each: at,node,gpu,fault (fault: xid:79, ecc, gone or restore); see docs/health.md.
     #[arg(long, value_name = "FILE")]
     faults: Option<PathBuf>,
-    /// How the summary is printed: table, json or yaml (as everywhere in the CLI).
-    #[arg(long, short = 'o', value_enum, conflicts_with = "json")]
-    output: Option<crate::output::Output>,
-    /// Print the summary as JSON (the same as `-o json`).
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::output::DataFlag,
     /// Where jobs are placed: best-fit (default), spread, or fragmentation (FGD: keeps shared GPUs from stranding capacity).
     #[arg(long, value_parser = clap::value_parser!(gpool_core::PlacementStrategy))]
     placement: Option<gpool_core::PlacementStrategy>,
@@ -306,11 +302,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
     if let Some(dir) = &a.out {
         write_outputs(dir, &runs)?;
     }
-    let data = match a.output {
-        Some(o) => o.is_data().then_some(o),
-        None => a.json.then_some(crate::output::Output::Json),
-    };
-    if let Some(format) = data {
+    if let Some(format) = a.print.data() {
         let list: Vec<serde_json::Value> = runs
             .iter()
             .map(|r| {
@@ -348,10 +340,7 @@ pub(crate) fn run_sim(a: SimArgs) -> anyhow::Result<()> {
             .collect();
         let out =
             if list.len() == 1 { list.into_iter().next().unwrap_or_default() } else { serde_json::Value::Array(list) };
-        match format {
-            crate::output::Output::Yaml => outln!("{}", format.data(&out)?.trim_end()),
-            _ => outln!("{out}"),
-        }
+        crate::output::print_data(format, &out)?;
     } else {
         let gpus: u64 = runs.first().map_or(0, |r| r.result.capacity_gpus);
         if runs.iter().any(|r| r.result.fleet.is_some()) {

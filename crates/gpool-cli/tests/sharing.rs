@@ -175,6 +175,18 @@ fn bench_sharing_runs_the_placements_named() {
     let names: Vec<&str> = v.as_array().expect("rows").iter().filter_map(|r| r["placement"].as_str()).collect();
     assert_eq!(names, ["best-fit", "fragmentation"], "{v}");
     assert!(v[1]["unallocated_gpus_at_100"].as_f64().is_some(), "{v}");
+    // `-o json|yaml` as everywhere in the CLI: the same rows.
+    for format in ["json", "yaml"] {
+        let (code, out, err) =
+            gpool(&[&base[..], &["--placements", "best-fit,fragmentation", "-o", format]].concat(), &[]);
+        assert_eq!(code, Some(0), "{err}");
+        let w: Value = gpool_api::yaml::from_str(&out).expect("JSON and YAML both read as YAML");
+        for row in [0, 1] {
+            for field in ["placement", "unallocated_gpus_at_100", "unallocated_gpus_at_130"] {
+                assert_eq!(w[row][field], v[row][field], "-o {format}, row {row}, {field}: {out}");
+            }
+        }
+    }
     let (code, _, err) = gpool(&[&base[..], &["--placements", "best-fit,tetris"]].concat(), &[]);
     assert_ne!(code, Some(0));
     assert!(
