@@ -42,8 +42,8 @@ pub(crate) struct ClusterArgs {
     /// The control plane's state (default: SQLite in a scratch directory).
     #[arg(long)]
     db: Option<String>,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::print::Print,
     /// After measuring, keep the cluster up this many seconds (its nodes
     /// reporting, its jobs in place) and write its URL and admin token to
     /// FILE, for measuring the web dashboard on it (scripts/dashboard-bench.sh).
@@ -457,7 +457,7 @@ pub(crate) fn cluster(a: ClusterArgs, gpool: &Path) -> anyhow::Result<()> {
         "errors": errors,
     });
     // A closed standard output (`| head`) must not end the run before the server is stopped.
-    let text = if a.json { v.to_string() } else { serde_json::to_string_pretty(&v)? };
+    let text = a.print.render(&v)?;
     let _ = writeln!(std::io::stdout(), "{text}");
     drop(serve);
     Ok(())

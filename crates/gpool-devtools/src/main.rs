@@ -13,6 +13,7 @@
 
 mod bench_cluster;
 mod chaos;
+mod print;
 mod replica_demo;
 
 use std::path::PathBuf;

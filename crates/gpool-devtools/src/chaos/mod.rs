@@ -61,8 +61,8 @@ pub(crate) struct ChaosArgs {
     /// Keep the scratch directory (logs of every process) instead of removing it.
     #[arg(long)]
     keep: bool,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: crate::print::Print,
 }
 
 /// The job every chaos job runs: it locks each of its GPUs and itself (two
@@ -111,8 +111,8 @@ pub(crate) fn run(a: ChaosArgs, gpool: &Path) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     let report = result?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    if a.print.data().is_some() {
+        println!("{}", a.print.render(&report)?);
     } else {
         print_report(&report);
     }
@@ -139,7 +139,7 @@ fn chaos(a: &ChaosArgs, gpool: &Path, dir: &Path, faults: &[Fault]) -> anyhow::R
     let mut outages = Outages::default();
     let lease = gpool_api::quantity::parse_duration(&a.lease).map_err(|e| anyhow::anyhow!("--lease: {e}"))?;
     for (i, f) in faults.iter().enumerate() {
-        if !a.json {
+        if a.print.data().is_none() {
             eprintln!("fault {}/{}: {} (agent {}, {:?})", i + 1, faults.len(), f.kind.name(), f.agent, f.hold);
         }
         if matches!(f.kind, Kind::AgentKill | Kind::AgentStop | Kind::NetCut | Kind::DiskFull | Kind::Isolate) {
