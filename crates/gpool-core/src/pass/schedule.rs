@@ -31,6 +31,8 @@ use crate::policies::quota::{QuotaBlock, QuotaState};
 use blocked::Probe;
 
 mod blocked;
+#[cfg(test)]
+mod cache_tests;
 mod elastic;
 
 /// Runs one scheduling pass over `snap` at time `now`. Pure: equal inputs give equal plans.
@@ -58,7 +60,8 @@ struct Pass<'s> {
     dead: Vec<Frontier>,
     /// Per base-shape slot: where a preemption search found no victims, with
     /// the protected work the job then waits on. Valid until a preemption or
-    /// a shrink of this pass gives devices back (then cleared).
+    /// a shrink of this pass gives devices back, or a nominated job's held
+    /// devices are released (then cleared).
     no_victims: Vec<Frontier<Option<Time>>>,
     /// Set by a failed victim search: it failed without the job's CPU and memory.
     failed_bare: bool,
@@ -270,6 +273,9 @@ impl<'s> Pass<'s> {
                 for r in held {
                     self.cap.release(r);
                 }
+                // Free capacity grows here (what the job does not take stays
+                // free for the rest of the pass): failed searches may not fail now.
+                self.no_victims.iter_mut().for_each(|f| f.0.clear());
             }
             // A reservation's own job is not `simple`: it neither reads nor feeds the caches.
             if key.simple
