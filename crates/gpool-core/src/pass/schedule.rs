@@ -63,8 +63,6 @@ struct Pass<'s> {
     /// a shrink of this pass gives devices back, or a nominated job's held
     /// devices are released (then cleared).
     no_victims: Vec<Frontier<Option<Time>>>,
-    /// Set by a failed victim search: it failed without the job's CPU and memory.
-    failed_bare: bool,
     first_blocked: Option<JobId>,
     strict_blocked: Option<JobId>,
     reservation: Option<(JobId, Time)>,
@@ -210,7 +208,6 @@ impl<'s> Pass<'s> {
             no_fit: vec![Frontier::default(); slots],
             dead: vec![Frontier::default(); slots],
             no_victims: vec![Frontier::default(); slots],
-            failed_bare: false,
             first_blocked: None,
             strict_blocked: None,
             reservation: None,
@@ -273,9 +270,9 @@ impl<'s> Pass<'s> {
                 for r in held {
                     self.cap.release(r);
                 }
-                // Free capacity grows here (what the job does not take stays
-                // free for the rest of the pass): failed searches may not fail now.
-                self.no_victims.iter_mut().for_each(|f| f.0.clear());
+                // Free capacity grows here: what the job does not take stays
+                // free for the rest of the pass.
+                self.capacity_grew();
             }
             // A reservation's own job is not `simple`: it neither reads nor feeds the caches.
             if key.simple

@@ -28,6 +28,17 @@ thread_local! {
 /// Victims for a blocked job, and the placement they make possible.
 type Found = (Vec<(JobId, PreemptWhy)>, Placement);
 
+/// What [`Pass::search_victims`] came to.
+enum Searched {
+    /// Elastic jobs shrank for the job (recorded).
+    Shrunk,
+    Found(Found),
+    /// Nothing; `bare`: not even without the job's CPU and memory.
+    Nothing {
+        bare: bool,
+    },
+}
+
 /// A blocked job whose preemption search fails alike for every job of its
 /// shape-cache slot that needs at least its CPU and memory and has a key it
 /// dominates (`Pass::no_victims`).
@@ -63,9 +74,10 @@ impl<'s> Pass<'s> {
             return false;
         }
         let found = self.search_victims(job, ends, &prereleased, probe);
+        let bare = matches!(found, Searched::Nothing { bare: true });
         if self.preempt_for(job, ends, found, &prereleased, candidates) {
-            // Devices given back: what failed before may not now.
-            self.no_victims.iter_mut().for_each(|f| f.0.clear());
+            // Devices given back.
+            self.capacity_grew();
             return true;
         }
         self.protected_wait = self.waits_on_protection(job, ends, &prereleased);
@@ -74,28 +86,25 @@ impl<'s> Pass<'s> {
         }
         if let Some(p) = probe {
             // A job that fails without host resources fails with any (the search is monotone in them).
-            let (cpus, mem) = if self.failed_bare { (0, 0) } else { (p.cpus, p.mem) };
+            let (cpus, mem) = if bare { (0, 0) } else { (p.cpus, p.mem) };
             self.no_victims[p.slot].add(cpus, mem, p.key, self.protected_wait);
         }
         false
     }
 
-    /// Shrinks elastic jobs or finds victims for `job`: `Err(true)` when
-    /// elastic jobs shrank for it (recorded), else what the victim search
-    /// found. With `probe`, a job that needs host resources is first searched
-    /// without them when no elastic job runs: if that fails, so does the job,
-    /// for every CPU and memory ask (`failed_bare`).
-    fn search_victims(
-        &mut self,
-        job: &'s Job,
-        ends: Time,
-        prereleased: &[JobId],
-        probe: Option<Probe>,
-    ) -> Result<Option<Found>, bool> {
-        self.failed_bare = false;
+    /// Free capacity grew during the pass: failed searches may not fail now.
+    pub(super) fn capacity_grew(&mut self) {
+        self.no_victims.iter_mut().for_each(|f| f.0.clear());
+    }
+
+    /// Shrinks elastic jobs or finds victims for `job`. With `probe`, a job
+    /// that needs host resources is first searched without them when no
+    /// elastic job runs: if that fails, so does the job, for every CPU and
+    /// memory ask.
+    fn search_victims(&mut self, job: &'s Job, ends: Time, prereleased: &[JobId], probe: Option<Probe>) -> Searched {
         // Elastic jobs above their minimum give up replicas before anyone is preempted whole.
         if self.try_shrink(job, ends, prereleased) {
-            return Err(true);
+            return Searched::Shrunk;
         }
         if let Some(p) = probe
             && (p.cpus, p.mem) != (0, 0)
@@ -106,8 +115,7 @@ impl<'s> Pass<'s> {
             spec.replica.memory_mb = 0;
             let bare = Job { spec: std::sync::Arc::new(spec), ..job.clone() };
             if self.find_victims(&bare, ends, prereleased).is_none() {
-                self.failed_bare = true;
-                return Ok(None);
+                return Searched::Nothing { bare: true };
             }
         }
         let mut found = self.find_victims(job, ends, prereleased);
@@ -139,7 +147,7 @@ impl<'s> Pass<'s> {
                 }
             }
         }
-        Ok(found)
+        found.map_or(Searched::Nothing { bare: false }, Searched::Found)
     }
 
     /// Records what [`Pass::search_victims`] found: the preemptions and the
@@ -149,14 +157,14 @@ impl<'s> Pass<'s> {
         &mut self,
         job: &'s Job,
         ends: Time,
-        found: Result<Option<Found>, bool>,
+        found: Searched,
         prereleased: &[JobId],
         candidates: &mut Candidates<'_>,
     ) -> bool {
         let (victims, placement) = match found {
-            Err(shrunk) => return shrunk,
-            Ok(None) => return false,
-            Ok(Some(found)) => found,
+            Searched::Shrunk => return true,
+            Searched::Nothing { .. } => return false,
+            Searched::Found(found) => found,
         };
         let by_kind = self.snap.units_by_kind(&placement);
         if victims.is_empty() && self.cap.fits_free(&placement) {
