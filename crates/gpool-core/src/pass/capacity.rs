@@ -95,7 +95,7 @@ impl<'s> Capacity<'s> {
             member: None,
             ignore_advance: false,
         };
-        for e in snap.running.values().filter(|e| e.stopping) {
+        for e in snap.running.stopping() {
             let preempted = snap.job(e.id).and_then(|j| j.running()).is_some_and(|r| {
                 use crate::model::job::StopCause;
                 matches!(r.stopping, Some(StopCause::Preempted { .. } | StopCause::Resized { .. }))
@@ -104,12 +104,38 @@ impl<'s> Capacity<'s> {
                 c.releasing.add(e.id, &e.placement);
             }
         }
+        // The indexes as `index_node` would build them node by node, built
+        // from sorted lists at once (a pass builds them all, every time).
+        let mut by_model: Vec<Vec<(u32, u32)>> = vec![Vec::new(); snap.models.len()];
+        let (mut mig_nodes, mut share_nodes) = (Vec::new(), Vec::new());
         for n in 0..snap.nodes.len() {
             // Held MIG GPUs and quarantined GPUs take nothing new.
             c.free[n].mig &= !snap.nodes[n].mig_held;
             c.free[n].exclude(snap.nodes[n].out_of_service());
-            c.index_node(n as u32);
+            let n = n as u32;
+            if !c.is_up(n) {
+                continue;
+            }
+            let f = &c.free[n as usize];
+            for &(m, mask) in &c.entry(n).model_masks {
+                let count = (f.gpus & mask).count_ones();
+                if count > 0 {
+                    by_model[m].push((count, n));
+                }
+            }
+            if f.mig != 0 {
+                mig_nodes.push(n);
+            }
+            if f.shares.iter().any(|s| s.milli < 1000) {
+                share_nodes.push(n);
+            }
         }
+        for (set, mut list) in c.by_model.iter_mut().zip(by_model) {
+            list.sort_unstable();
+            *set = list.into_iter().collect();
+        }
+        c.mig_nodes = mig_nodes.into_iter().collect();
+        c.share_nodes = share_nodes.into_iter().collect();
         c
     }
 

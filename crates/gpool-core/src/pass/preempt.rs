@@ -82,6 +82,8 @@ pub(crate) struct VictimPool {
     spread: Vec<(u32, Box<[u32]>)>,
     node_count: usize,
     by_node: std::cell::OnceCell<ByNode>,
+    /// Every candidate in rank order, for the searches after one in this pass took some.
+    by_rank: std::cell::OnceCell<Vec<u32>>,
     /// Per queue id: its most preemptible preemptible candidate, and the
     /// same among those not young.
     first: Vec<Option<u32>>,
@@ -143,7 +145,8 @@ impl VictimPool {
         let mut queue_used = vec![false; queues];
         let mut first: Vec<Option<u32>> = vec![None; queues];
         let mut first_old: Vec<Option<u32>> = vec![None; queues];
-        let mut newest: BTreeMap<(i32, i64), i64> = BTreeMap::new();
+        // Few (class, rank) pairs run at once: a short list, made a map at the end.
+        let mut newest: Vec<((i32, i64), i64)> = Vec::new();
         let lower = |best: &mut Option<u32>, i: usize| {
             if best.is_none_or(|b| ranks[i] < ranks[b as usize]) {
                 *best = Some(i as u32);
@@ -169,8 +172,11 @@ impl VictimPool {
                 }
             }
             if c.preemptible && !c.young {
-                let e = newest.entry((c.class, c.key.rank)).or_insert(i64::MIN);
-                *e = (*e).max(c.key.submit_ms);
+                let at = (c.class, c.key.rank);
+                match newest.iter_mut().find(|(k, _)| *k == at) {
+                    Some((_, n)) => *n = (*n).max(c.key.submit_ms),
+                    None => newest.push((at, c.key.submit_ms)),
+                }
             }
         }
         VictimPool {
@@ -180,9 +186,10 @@ impl VictimPool {
             spread,
             node_count,
             by_node: std::cell::OnceCell::new(),
+            by_rank: std::cell::OnceCell::new(),
             first,
             first_old,
-            newest,
+            newest: newest.into_iter().collect(),
             queue_used,
             any_protected,
         }
@@ -206,12 +213,12 @@ impl VictimPool {
                 .filter_map(|(_, f)| *f)
                 .min_by_key(|i| &self.ranks[*i as usize])
         } else {
-            (0..self.list.len() as u32)
-                .filter(|i| {
-                    let c = &self.list[*i as usize];
-                    c.preemptible && !(old && c.young) && !taken.contains(&c.id) && in_queue(c.qix)
-                })
-                .min_by_key(|i| &self.ranks[*i as usize])
+            // The first in rank order that passes: usually one of the first
+            // few, as only the jobs taken in this pass are skipped.
+            self.by_rank().iter().copied().find(|i| {
+                let c = &self.list[*i as usize];
+                c.preemptible && !(old && c.young) && in_queue(c.qix) && !taken.contains(&c.id)
+            })
         };
         best.map(|i| &self.list[i as usize])
     }
@@ -220,6 +227,15 @@ impl VictimPool {
     pub(crate) fn queue_ix(&self, snap: &Snapshot, q: &str) -> Option<usize> {
         let i = snap.running.queues.id_of(q)? as usize;
         self.queue_used.get(i).copied().unwrap_or(false).then_some(i)
+    }
+
+    /// Every candidate, most preemptible first (sorted on first use).
+    fn by_rank(&self) -> &[u32] {
+        self.by_rank.get_or_init(|| {
+            let mut order: Vec<u32> = (0..self.list.len() as u32).collect();
+            order.sort_unstable_by(|a, b| self.ranks[*a as usize].cmp(&self.ranks[*b as usize]));
+            order
+        })
     }
 
     fn by_node(&self) -> &ByNode {

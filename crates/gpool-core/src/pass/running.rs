@@ -109,6 +109,10 @@ pub(crate) struct RunEntry {
     learned: bool,
     /// When its time limit stops it, if it has one.
     limit_end: Option<Time>,
+    /// It has a deadline (`late_jobs` looks at these only).
+    pub(crate) deadline: bool,
+    /// The array it is a task of.
+    array: Option<JobId>,
 }
 
 impl RunEntry {
@@ -140,6 +144,8 @@ impl RunEntry {
             learned: job.spec.estimate_learned
                 && job.spec.estimate.is_some_and(|e| job.spec.time_limit.is_none_or(|l| e < l)),
             limit_end: job.spec.time_limit.map(|l| r.started.plus(l.saturating_sub(job.service.prior_runtime))),
+            deadline: job.spec.deadline.is_some(),
+            array: job.spec.array.map(|a| a.of),
         })
     }
 
@@ -187,6 +193,12 @@ pub(crate) struct RunningJobs {
     pub(crate) with_known_end: usize,
     /// How many are elastic (the pass looks for shrinks and growth only when some are).
     pub(crate) elastic: usize,
+    /// How many were asked to stop (the pass walks them only when some were).
+    pub(crate) stopping: usize,
+    /// How many have deadlines.
+    pub(crate) with_deadline: usize,
+    /// Running tasks per array (by the array's job), for array limits.
+    pub(crate) array_tasks: BTreeMap<JobId, u32>,
     /// How many preemptible jobs not stopping each priority class has: a
     /// blocked job builds the victim pool only when one could be a victim.
     preemptible_by_class: BTreeMap<i32, usize>,
@@ -203,6 +215,11 @@ impl RunningJobs {
         self.with_anti_affinity += usize::from(!job.spec.anti_affinity.is_empty());
         self.elastic += usize::from(e.elastic);
         self.with_known_end += usize::from(e.known_end());
+        self.stopping += usize::from(e.stopping);
+        self.with_deadline += usize::from(e.deadline);
+        if let Some(a) = e.array {
+            *self.array_tasks.entry(a).or_default() += 1;
+        }
         if e.preemptible && !e.stopping {
             *self.preemptible_by_class.entry(e.class).or_default() += 1;
         }
@@ -216,6 +233,7 @@ impl RunningJobs {
         if let Some(e) = self.entries.get_mut(&id) {
             let before = e.known_end();
             let counted = e.preemptible && !e.stopping;
+            self.stopping += usize::from(!e.stopping);
             e.stopping = true;
             self.with_known_end += usize::from(!before);
             if counted {
@@ -235,6 +253,16 @@ impl RunningJobs {
         self.with_anti_affinity = self.with_anti_affinity.saturating_sub(usize::from(e.anti_affinity));
         self.elastic = self.elastic.saturating_sub(usize::from(e.elastic));
         self.with_known_end = self.with_known_end.saturating_sub(usize::from(e.known_end()));
+        self.stopping = self.stopping.saturating_sub(usize::from(e.stopping));
+        self.with_deadline = self.with_deadline.saturating_sub(usize::from(e.deadline));
+        if let Some(a) = e.array
+            && let Some(n) = self.array_tasks.get_mut(&a)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.array_tasks.remove(&a);
+            }
+        }
         if e.preemptible && !e.stopping {
             uncount(&mut self.preemptible_by_class, e.class);
         }
@@ -265,6 +293,12 @@ impl RunningJobs {
     /// In job id order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &RunEntry> {
         self.entries.values()
+    }
+
+    /// The jobs asked to stop, in job id order.
+    pub(crate) fn stopping(&self) -> impl Iterator<Item = &RunEntry> {
+        // Most passes find none: the count spares them the walk.
+        self.entries.values().take(if self.stopping == 0 { 0 } else { usize::MAX }).filter(|e| e.stopping)
     }
 }
 
@@ -343,6 +377,40 @@ mod tests {
         r.remove(JobId(2));
         r.remove(JobId(2));
         assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end, r.queues.id_of("a")), (0, 0, 0, None));
+    }
+
+    /// The counts that spare a pass its walks over every running job:
+    /// those stopping, those with deadlines, the tasks of each array.
+    #[test]
+    fn stops_deadlines_and_array_tasks_are_counted_as_jobs_come_and_go() {
+        let job = |id: u64, deadline: bool, array: Option<u64>| {
+            let mut j = running(id, "a", &[0], None, false);
+            let spec = Arc::make_mut(&mut j.spec);
+            spec.deadline = deadline.then_some(Time::from_secs(1_000));
+            spec.array = array.map(|of| crate::model::job::ArrayLimit { of: JobId(of), limit: 2 });
+            j
+        };
+        let mut r = RunningJobs::default();
+        r.insert(&job(1, true, Some(10)), Duration::ZERO);
+        r.insert(&job(2, false, Some(10)), Duration::ZERO);
+        r.insert(&job(3, true, Some(20)), Duration::ZERO);
+        r.insert(&job(4, false, None), Duration::ZERO);
+        assert_eq!(r.with_deadline, 2);
+        assert_eq!(r.array_tasks, BTreeMap::from([(JobId(10), 2), (JobId(20), 1)]));
+        assert_eq!(r.stopping().count(), 0);
+        r.mark_stopping(JobId(2));
+        r.mark_stopping(JobId(2));
+        r.mark_stopping(JobId(4));
+        let stopping: Vec<JobId> = r.stopping().map(|e| e.id).collect();
+        assert_eq!((r.stopping, stopping), (2, vec![JobId(2), JobId(4)]));
+        r.remove(JobId(2));
+        r.remove(JobId(3));
+        assert_eq!((r.stopping, r.with_deadline), (1, 1));
+        assert_eq!(r.array_tasks, BTreeMap::from([(JobId(10), 1)]), "an array with no task running is gone");
+        // Started again (a requeued job): counted as it is now, not twice.
+        r.insert(&job(1, false, None), Duration::ZERO);
+        r.insert(&job(4, false, None), Duration::ZERO);
+        assert_eq!((r.stopping, r.with_deadline, r.array_tasks.len()), (0, 0, 0));
     }
 
     #[test]

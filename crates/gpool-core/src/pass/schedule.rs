@@ -138,7 +138,7 @@ impl<'s> Pass<'s> {
         let policy = snap.policy();
         let mut nominations: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
         // Only jobs asked to stop can be stopping for someone.
-        for j in snap.running.values().filter(|e| e.stopping).filter_map(|e| snap.job(e.id)) {
+        for j in snap.running.stopping().filter_map(|e| snap.job(e.id)) {
             if let Some(r) = j.running()
                 && let Some(StopCause::Preempted { for_job } | StopCause::Resized { for_job: Some(for_job) }) =
                     &r.stopping
@@ -612,9 +612,11 @@ fn unready_gpu(snap: &Snapshot, now: Time) -> GpuMilli {
         .filter(|q| q.windows.as_ref().is_some_and(|w| !w.is_open(now)))
         .map(|q| &*q.name)
         .collect();
-    let shut = snap
-        .pending_ids()
-        .filter(|id| !closed.is_empty() && snap.job(*id).is_some_and(|j| closed.contains(&*j.spec.queue)));
+    // Walked only when a window is closed: the walk is over every pending job.
+    let shut = (!closed.is_empty())
+        .then(|| snap.pending_ids().filter(|id| snap.job(*id).is_some_and(|j| closed.contains(&*j.spec.queue))))
+        .into_iter()
+        .flatten();
     let unready: BTreeSet<JobId> = snap
         .pending_with_deps
         .iter()
@@ -649,8 +651,11 @@ fn window_stops(snap: &Snapshot, now: Time) -> Vec<JobId> {
 /// `urgent` index) and running ones.
 fn late_jobs(snap: &Snapshot, now: Time) -> Vec<(JobId, crate::calendar::deadline::Late)> {
     let pending = snap.urgent.iter().filter_map(|(_, id)| snap.job(*id)).map(|j| (j, None));
-    let running =
-        snap.running_jobs().filter(|j| j.spec.deadline.is_some()).map(|j| (j, j.running().map(|r| r.started)));
+    // Most passes have no running job with a deadline: the count spares them the walk.
+    let with_deadline = if snap.running.with_deadline == 0 { 0 } else { usize::MAX };
+    let running = (snap.running.values().take(with_deadline).filter(|e| e.deadline))
+        .filter_map(|e| snap.job(e.id))
+        .map(|j| (j, j.running().map(|r| r.started)));
     pending
         .chain(running)
         .filter_map(|(j, started)| crate::calendar::deadline::late(&j.spec, now, started).map(|l| (j.id, l)))
@@ -659,11 +664,5 @@ fn late_jobs(snap: &Snapshot, now: Time) -> Vec<(JobId, crate::calendar::deadlin
 
 /// Tasks running now of each array that limits its running tasks.
 fn array_running(snap: &Snapshot) -> BTreeMap<JobId, u32> {
-    let mut running = BTreeMap::new();
-    for e in snap.running.values() {
-        if let Some(a) = snap.job(e.id).and_then(|j| j.spec.array) {
-            *running.entry(a.of).or_default() += 1;
-        }
-    }
-    running
+    snap.running.array_tasks.clone()
 }

@@ -29,17 +29,33 @@ struct Account {
     rate: KindUnits,
 }
 
+/// Decay over one interval: the same for every account, so it is computed
+/// once per interval, not once per account and kind (an `exp` each).
+#[derive(Clone, Copy, Debug)]
+struct Decay {
+    dt: f64,
+    half_life: f64,
+    /// What one unit of usage is worth after `dt`.
+    factor: f64,
+}
+
+impl Decay {
+    fn over(dt: f64, half_life: f64) -> Decay {
+        let factor = if half_life <= 0.0 { 1.0 } else { (-dt / half_life * std::f64::consts::LN_2).exp() };
+        Decay { dt, half_life, factor }
+    }
+}
+
 impl Account {
-    fn usage_at(&self, dt: f64, half_life: f64) -> [f64; KINDS] {
+    fn usage_at(&self, d: Decay) -> [f64; KINDS] {
         let mut out = [0.0; KINDS];
         for k in DeviceKind::ALL {
             let (u, rate) = (self.usage[k.index()], self.rate.get(k) as f64 / 1000.0);
-            out[k.index()] = if half_life <= 0.0 {
-                u + rate * dt
+            out[k.index()] = if d.half_life <= 0.0 {
+                u + rate * d.dt
             } else {
-                let decay = (-dt / half_life * std::f64::consts::LN_2).exp();
                 // Integral of a constant rate under exponential decay over [0, dt].
-                u * decay + rate * half_life / std::f64::consts::LN_2 * (1.0 - decay)
+                u * d.factor + rate * d.half_life / std::f64::consts::LN_2 * (1.0 - d.factor)
             };
         }
         out
@@ -68,10 +84,9 @@ impl UsageLedger {
         if now <= self.last {
             return;
         }
-        let dt = now.since(self.last).as_secs_f64();
-        let h = half_life.as_secs_f64();
+        let d = Decay::over(now.since(self.last).as_secs_f64(), half_life.as_secs_f64());
         for a in self.teams.values_mut().chain(self.users.values_mut()) {
-            a.usage = a.usage_at(dt, h);
+            a.usage = a.usage_at(d);
         }
         self.last = now;
     }
@@ -97,12 +112,11 @@ impl UsageLedger {
 
     /// Decayed GPU-seconds of `team`/`user` at `now` on the given kinds.
     pub fn usage(&self, now: Time, cfg: &FairShare, team: &str, user: &str, kinds: KindMask) -> f64 {
-        let dt = now.since(self.last).as_secs_f64();
-        let h = cfg.half_life.as_secs_f64();
+        let d = Decay::over(now.since(self.last).as_secs_f64(), cfg.half_life.as_secs_f64());
         self.users
             .iter()
             .find(|((t, u), _)| &**t == team && &**u == user)
-            .map_or(0.0, |(_, a)| masked(&a.usage_at(dt, h), kinds))
+            .map_or(0.0, |(_, a)| masked(&a.usage_at(d), kinds))
     }
 
     /// Current units of every user per kind, for max-min fairness.
@@ -119,10 +133,9 @@ impl UsageLedger {
     /// What every factor at `now` depends on, to look up a few users' factors
     /// (a pass needs those of the users with pending jobs only).
     pub fn factor_table<'a>(&'a self, now: Time, cfg: &'a FairShare) -> FactorTable<'a> {
-        let dt = now.since(self.last).as_secs_f64();
-        let h = cfg.half_life.as_secs_f64();
+        let d = Decay::over(now.since(self.last).as_secs_f64(), cfg.half_life.as_secs_f64());
         let team_usage: BTreeMap<&Arc<str>, [f64; KINDS]> =
-            self.teams.iter().map(|(t, a)| (t, a.usage_at(dt, h))).collect();
+            self.teams.iter().map(|(t, a)| (t, a.usage_at(d))).collect();
         let mut total = [0.0; KINDS];
         for u in team_usage.values() {
             for (t, x) in total.iter_mut().zip(u) {
@@ -136,7 +149,7 @@ impl UsageLedger {
         for (t, u) in self.users.keys() {
             *users_in_team.entry(t).or_default() += if equal { 1.0 } else { cfg.user_share(u) };
         }
-        FactorTable { ledger: self, cfg, dt, h, team_usage, total, team_shares, users_in_team }
+        FactorTable { ledger: self, cfg, d, team_usage, total, team_shares, users_in_team }
     }
 }
 
@@ -144,8 +157,7 @@ impl UsageLedger {
 pub struct FactorTable<'a> {
     ledger: &'a UsageLedger,
     cfg: &'a FairShare,
-    dt: f64,
-    h: f64,
+    d: Decay,
     team_usage: BTreeMap<&'a Arc<str>, [f64; KINDS]>,
     total: [f64; KINDS],
     team_shares: f64,
@@ -162,7 +174,7 @@ impl FactorTable<'_> {
         let total = masked(&self.total, kinds);
         let team_norm = if total > 0.0 { tu / total } else { 0.0 };
         let team_share = self.cfg.team_share(t) / self.team_shares.max(1e-9);
-        let user_norm = if tu > 0.0 { masked(&a.usage_at(self.dt, self.h), kinds) / tu } else { 0.0 };
+        let user_norm = if tu > 0.0 { masked(&a.usage_at(self.d), kinds) / tu } else { 0.0 };
         let user_share = self.cfg.user_share(u) / self.users_in_team.get(t).copied().unwrap_or(1.0).max(1e-9);
         Some((-(team_norm / team_share)).exp2() * (-(user_norm / user_share)).exp2())
     }
