@@ -33,3 +33,11 @@ mod shapes;
 mod shares;
 mod slices;
 pub mod snapshot;
+
+#[cfg(test)]
+thread_local! {
+    /// Passes run as if their caches of failed searches (`Pass::no_victims`)
+    /// and of the last victim looked for (`VictimPool::most_preemptible`)
+    /// did not exist (`schedule/cache_tests.rs`).
+    pub(crate) static UNCACHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}

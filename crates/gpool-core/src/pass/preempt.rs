@@ -82,8 +82,10 @@ pub(crate) struct VictimPool {
     spread: Vec<(u32, Box<[u32]>)>,
     node_count: usize,
     by_node: std::cell::OnceCell<ByNode>,
-    /// Every candidate in rank order, for the searches after one in this pass took some.
-    by_rank: std::cell::OnceCell<Vec<u32>>,
+    /// The last answer of [`VictimPool::most_preemptible`] once some are
+    /// taken, without and with `old`: (the asking queue, how many were
+    /// taken, the answer).
+    memo: [std::cell::Cell<Option<(Option<usize>, usize, Option<u32>)>>; 2],
     /// Per queue id: its most preemptible preemptible candidate, and the
     /// same among those not young.
     first: Vec<Option<u32>>,
@@ -186,7 +188,7 @@ impl VictimPool {
             spread,
             node_count,
             by_node: std::cell::OnceCell::new(),
-            by_rank: std::cell::OnceCell::new(),
+            memo: Default::default(),
             first,
             first_old,
             newest: newest.into_iter().collect(),
@@ -196,11 +198,14 @@ impl VictimPool {
     }
 
     /// The most preemptible candidate that is preemptible, not taken, not
-    /// young if `old`, and in a queue `in_queue` accepts.
+    /// young if `old`, and in a queue `in_queue` accepts. `job_q` is the
+    /// asking job's queue: with `taken`, all `in_queue` depends on (see
+    /// [`Search::possible`]).
     fn most_preemptible(
         &self,
         taken: &BTreeSet<JobId>,
         old: bool,
+        job_q: Option<usize>,
         in_queue: impl Fn(usize) -> bool,
     ) -> Option<&Candidate> {
         let best = if taken.is_empty() {
@@ -213,12 +218,28 @@ impl VictimPool {
                 .filter_map(|(_, f)| *f)
                 .min_by_key(|i| &self.ranks[*i as usize])
         } else {
-            // The first in rank order that passes: usually one of the first
-            // few, as only the jobs taken in this pass are skipped.
-            self.by_rank().iter().copied().find(|i| {
-                let c = &self.list[*i as usize];
-                c.preemptible && !(old && c.young) && in_queue(c.qix) && !taken.contains(&c.id)
-            })
+            // A walk over every candidate, asked again by each blocked job
+            // after a preemption in the pass: the answer is kept for the
+            // next job of the same queue. `taken` only grows during a pass,
+            // so its size tells its versions apart.
+            let memo = &self.memo[usize::from(old)];
+            #[cfg(test)]
+            if crate::pass::UNCACHED.with(std::cell::Cell::get) {
+                memo.set(None);
+            }
+            match memo.get() {
+                Some((q, n, best)) if q == job_q && n == taken.len() => best,
+                _ => {
+                    let best = (0..self.list.len() as u32)
+                        .filter(|i| {
+                            let c = &self.list[*i as usize];
+                            c.preemptible && !(old && c.young) && in_queue(c.qix) && !taken.contains(&c.id)
+                        })
+                        .min_by_key(|i| &self.ranks[*i as usize]);
+                    memo.set(Some((job_q, taken.len(), best)));
+                    best
+                }
+            }
         };
         best.map(|i| &self.list[i as usize])
     }
@@ -227,15 +248,6 @@ impl VictimPool {
     pub(crate) fn queue_ix(&self, snap: &Snapshot, q: &str) -> Option<usize> {
         let i = snap.running.queues.id_of(q)? as usize;
         self.queue_used.get(i).copied().unwrap_or(false).then_some(i)
-    }
-
-    /// Every candidate, most preemptible first (sorted on first use).
-    fn by_rank(&self) -> &[u32] {
-        self.by_rank.get_or_init(|| {
-            let mut order: Vec<u32> = (0..self.list.len() as u32).collect();
-            order.sort_unstable_by(|a, b| self.ranks[*a as usize].cmp(&self.ranks[*b as usize]));
-            order
-        })
     }
 
     fn by_node(&self) -> &ByNode {
@@ -419,7 +431,7 @@ impl Search<'_, '_> {
         // The priority class is monotone along the list; only candidates the
         // queue rule lets us take count.
         let in_queue = |q: usize| Some(q) == self.job_q || borrowed.get(q).is_some_and(|o| *o > 0);
-        let by_priority = self.pool.most_preemptible(self.taken, false, in_queue);
+        let by_priority = self.pool.most_preemptible(self.taken, false, self.job_q, in_queue);
         if by_priority.is_some_and(|c| self.allowed(c, &borrowed).is_some()) {
             return true;
         }
@@ -436,7 +448,7 @@ impl Search<'_, '_> {
                     .range((self.job.spec.priority, i64::MIN)..=(self.job.spec.priority, i64::MAX))
                     .any(|(&(_, rank), &submit_ms)| policy.outranks(k, PreemptKey { rank, submit_ms })),
                 _ => {
-                    let within = self.pool.most_preemptible(self.taken, true, in_queue);
+                    let within = self.pool.most_preemptible(self.taken, true, self.job_q, in_queue);
                     within.is_some_and(|c| self.allowed(c, &borrowed).is_some())
                 }
             };

@@ -19,12 +19,6 @@ use crate::pass::running::preemption_key;
 use crate::policies::policy::PreemptKey;
 use crate::policies::quota::QuotaBlock;
 
-#[cfg(test)]
-thread_local! {
-    /// Searches as if `Pass::no_victims` did not exist (`cache_tests.rs`).
-    pub(super) static UNCACHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// Victims for a blocked job, and the placement they make possible.
 type Found = (Vec<(JobId, PreemptWhy)>, Placement);
 
@@ -66,7 +60,7 @@ impl<'s> Pass<'s> {
             return false;
         }
         #[cfg(test)]
-        let probe = probe.filter(|_| !UNCACHED.with(std::cell::Cell::get));
+        let probe = probe.filter(|_| !crate::pass::UNCACHED.with(std::cell::Cell::get));
         if let Some(p) = probe
             && let Some(protected) = self.no_victims[p.slot].covers(p.cpus, p.mem, p.key)
         {

@@ -1,17 +1,18 @@
-//! The failed-search cache (`Pass::no_victims`) changes how much a pass
-//! searches, never what it decides: on random clusters and queues, a pass
-//! with the cache plans the same starts, preemptions, nominations and
-//! resizes as one without it (`blocked::UNCACHED`).
+//! The failed-search cache (`Pass::no_victims`) and the victim pool's memo
+//! of its last answer change how much a pass searches, never what it
+//! decides: on random clusters and queues, a pass with them plans the same
+//! starts, preemptions, nominations and resizes as one without them
+//! (`crate::pass::UNCACHED`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::blocked::UNCACHED;
 use crate::model::job::{GpuRequest, JobId, JobSpec};
 use crate::model::node::Node;
 use crate::model::time::Time;
+use crate::pass::UNCACHED;
 use crate::pass::plan::Plan;
 use crate::pass::snapshot::{Snapshot, StopOutcome};
 use crate::policies::policy::Policy;
@@ -71,7 +72,7 @@ fn plan_both(snap: &Snapshot, now: Time) -> (Plan, Plan) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
     #[test]
     fn the_cache_of_failed_searches_changes_no_decision(
