@@ -128,7 +128,7 @@ impl VictimPool {
             let c = Candidate {
                 id: e.id,
                 class: e.class,
-                key: e.key.key(policy, now).unwrap_or(PreemptKey { rank: 0, submit_ms: 0 }),
+                key: e.preemption_key(policy, now).unwrap_or(PreemptKey { rank: 0, submit_ms: 0 }),
                 qix: e.queue as usize,
                 units: e.units,
                 preemptible: e.preemptible,

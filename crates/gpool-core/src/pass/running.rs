@@ -109,6 +109,10 @@ pub(crate) struct RunEntry {
     learned: bool,
     /// When its time limit stops it, if it has one.
     limit_end: Option<Time>,
+    /// Until when a starvation-guard promotion keeps its run at level 0
+    /// ([`KeyInputs::promoted_until`] under the snapshot's policy, kept
+    /// because every pass that may preempt asks it of every running job).
+    promoted_until: Option<Time>,
     /// It has a deadline (`late_jobs` looks at these only).
     pub(crate) deadline: bool,
     /// The array it is a task of.
@@ -117,7 +121,7 @@ pub(crate) struct RunEntry {
 
 impl RunEntry {
     /// The entry of a job that has just started (`None` if it is not running).
-    pub(crate) fn of(job: &Job, queue: u32, protect: Duration) -> Option<RunEntry> {
+    pub(crate) fn of(job: &Job, queue: u32, protect: Duration, policy: &Policy) -> Option<RunEntry> {
         let r = job.running()?;
         let mut nodes: Vec<u32> = r.placement.iter().map(|p| p.node.0).collect();
         nodes.dedup();
@@ -125,7 +129,9 @@ impl RunEntry {
             Some((first, more)) => (Some(*first), more),
             None => (None, &[][..]),
         };
+        let key = KeyInputs::of(job);
         Some(RunEntry {
+            promoted_until: key.promoted_until(policy),
             id: job.id,
             class: job.spec.priority,
             queue,
@@ -134,7 +140,7 @@ impl RunEntry {
             started: r.started,
             protected_until: r.started.plus(protect),
             units: r.gpu_milli,
-            key: KeyInputs::of(job),
+            key,
             first_node,
             more_nodes: more.into(),
             placement: r.placement.clone(),
@@ -165,6 +171,18 @@ impl RunEntry {
         }
         let again = now.plus(now.since(self.started));
         self.limit_end.map_or(again, |l| again.min(l.max(now)))
+    }
+
+    /// Its preemption key at `now` under `policy`, the snapshot's: the same
+    /// as [`KeyInputs::key`], with the promotion looked up once at its start.
+    pub(crate) fn preemption_key(&self, policy: &Policy, now: Time) -> Option<PreemptKey> {
+        if policy.ordering != Ordering::Multifactor {
+            return self.key.key(policy, now);
+        }
+        let promoted = self.promoted_until.is_some_and(|until| now < until);
+        let rank =
+            if promoted { 0 } else { i64::from(policy.service_level(self.key.attained_gpu_milli_secs(now) / 1000)) };
+        Some(PreemptKey { rank, submit_ms: self.key.submit.as_millis() })
     }
 
     /// When it is planned to end: start + planned run time left; [`Time::NEVER`] without an estimate or limit.
@@ -205,10 +223,10 @@ pub(crate) struct RunningJobs {
 }
 
 impl RunningJobs {
-    /// Records a job that has just started; it is protected from preemption for `protect`.
-    pub(crate) fn insert(&mut self, job: &Job, protect: Duration) {
+    /// Records a job that has just started under `policy`; it is protected from preemption for `protect`.
+    pub(crate) fn insert(&mut self, job: &Job, protect: Duration, policy: &Policy) {
         let queue = self.queues.acquire(job.spec.queue.clone());
-        let Some(e) = RunEntry::of(job, queue, protect) else {
+        let Some(e) = RunEntry::of(job, queue, protect, policy) else {
             self.queues.release(queue);
             return;
         };
@@ -225,6 +243,13 @@ impl RunningJobs {
         }
         if let Some(old) = self.entries.insert(job.id, e) {
             self.forget(&old);
+        }
+    }
+
+    /// The snapshot's policy changed: what entries keep of it follows.
+    pub(crate) fn set_policy(&mut self, policy: &Policy) {
+        for e in self.entries.values_mut() {
+            e.promoted_until = e.key.promoted_until(policy);
         }
     }
 
@@ -326,6 +351,10 @@ mod tests {
     use crate::model::job::{JobSpec, JobState, ReplicaPlacement, Running};
     use crate::model::node::NodeId;
 
+    fn default_policy() -> Policy {
+        Policy::by_name("default").expect("a preset")
+    }
+
     fn running(id: u64, queue: &str, nodes: &[u32], planned: Option<u64>, anti: bool) -> Job {
         let mut spec = JobSpec::new("u", Time::from_secs(id as i64));
         spec.queue = Arc::from(queue);
@@ -355,9 +384,9 @@ mod tests {
     #[test]
     fn counts_and_queues_follow_starts_stop_requests_and_stops() {
         let mut r = RunningJobs::default();
-        r.insert(&running(1, "a", &[0], None, false), Duration::ZERO);
-        r.insert(&running(2, "a", &[3, 3, 5, 3], Some(60), true), Duration::ZERO);
-        r.insert(&running(3, "b", &[1], None, true), Duration::ZERO);
+        r.insert(&running(1, "a", &[0], None, false), Duration::ZERO, &default_policy());
+        r.insert(&running(2, "a", &[3, 3, 5, 3], Some(60), true), Duration::ZERO, &default_policy());
+        r.insert(&running(3, "b", &[1], None, true), Duration::ZERO, &default_policy());
         assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end), (3, 2, 1));
         let e = r.get(&JobId(2)).expect("entry");
         // Consecutive replicas on one node list it once.
@@ -391,10 +420,10 @@ mod tests {
             j
         };
         let mut r = RunningJobs::default();
-        r.insert(&job(1, true, Some(10)), Duration::ZERO);
-        r.insert(&job(2, false, Some(10)), Duration::ZERO);
-        r.insert(&job(3, true, Some(20)), Duration::ZERO);
-        r.insert(&job(4, false, None), Duration::ZERO);
+        r.insert(&job(1, true, Some(10)), Duration::ZERO, &default_policy());
+        r.insert(&job(2, false, Some(10)), Duration::ZERO, &default_policy());
+        r.insert(&job(3, true, Some(20)), Duration::ZERO, &default_policy());
+        r.insert(&job(4, false, None), Duration::ZERO, &default_policy());
         assert_eq!(r.with_deadline, 2);
         assert_eq!(r.array_tasks, BTreeMap::from([(JobId(10), 2), (JobId(20), 1)]));
         assert_eq!(r.stopping().count(), 0);
@@ -408,9 +437,44 @@ mod tests {
         assert_eq!((r.stopping, r.with_deadline), (1, 1));
         assert_eq!(r.array_tasks, BTreeMap::from([(JobId(10), 1)]), "an array with no task running is gone");
         // Started again (a requeued job): counted as it is now, not twice.
-        r.insert(&job(1, false, None), Duration::ZERO);
-        r.insert(&job(4, false, None), Duration::ZERO);
+        r.insert(&job(1, false, None), Duration::ZERO, &default_policy());
+        r.insert(&job(4, false, None), Duration::ZERO, &default_policy());
         assert_eq!((r.stopping, r.with_deadline, r.array_tasks.len()), (0, 0, 0));
+    }
+
+    /// The key a pass ranks victims by is the one the job itself would
+    /// give, with the promotion kept at the start: before and after the
+    /// promoted run's end, and after the policy changes.
+    #[test]
+    fn kept_promotions_give_the_jobs_own_preemption_key() {
+        use crate::policies::policy::StarvationGuard;
+        let mut job = running(1, "a", &[0], None, false);
+        // Above the first level before this run (3,200 GPU-seconds), submitted long ago: promoted.
+        job.service = Service { prior_runtime: Duration::from_secs(600), prior_gpu_milli_secs: 5_000_000, restarts: 1 };
+        let mut policy = default_policy();
+        policy.starvation_guard =
+            Some(StarvationGuard { after: Duration::from_secs(10), max_runtime: Duration::from_secs(3_600) });
+        let other = Policy { starvation_guard: None, ..policy.clone() };
+        let mut r = RunningJobs::default();
+        r.insert(&job, Duration::ZERO, &policy);
+        let check = |r: &RunningJobs, policy: &Policy| {
+            let e = r.get(&JobId(1)).expect("entry");
+            // Started at 100 s with 600 s behind it: promoted until 3,100 s.
+            for t in [100, 3_099, 3_100, 50_000] {
+                let now = Time::from_secs(t);
+                assert_eq!(e.preemption_key(policy, now), KeyInputs::of(&job).key(policy, now), "at {t} s");
+            }
+        };
+        check(&r, &policy);
+        let e = r.get(&JobId(1)).expect("entry");
+        assert_eq!(e.preemption_key(&policy, Time::from_secs(3_099)).map(|k| k.rank), Some(0), "promoted");
+        assert_eq!(e.preemption_key(&policy, Time::from_secs(3_100)).map(|k| k.rank), Some(1), "the promotion ended");
+        r.set_policy(&other);
+        check(&r, &other);
+        assert_eq!(
+            r.get(&JobId(1)).and_then(|e| e.preemption_key(&other, Time::from_secs(200))).map(|k| k.rank),
+            Some(1)
+        );
     }
 
     #[test]
@@ -422,10 +486,10 @@ mod tests {
             j
         };
         let mut r = RunningJobs::default();
-        r.insert(&job(1, 0, true), Duration::ZERO);
-        r.insert(&job(2, 0, true), Duration::ZERO);
-        r.insert(&job(3, 5, true), Duration::ZERO);
-        r.insert(&job(4, 2, false), Duration::ZERO);
+        r.insert(&job(1, 0, true), Duration::ZERO, &default_policy());
+        r.insert(&job(2, 0, true), Duration::ZERO, &default_policy());
+        r.insert(&job(3, 5, true), Duration::ZERO, &default_policy());
+        r.insert(&job(4, 2, false), Duration::ZERO, &default_policy());
         assert!(r.preemptible_in(0) && r.preemptible_in(5) && !r.preemptible_in(2), "not preemptible: not counted");
         assert!(!r.preemptible_below(0) && r.preemptible_below(1) && r.preemptible_below(6));
         r.mark_stopping(JobId(1));
@@ -434,7 +498,7 @@ mod tests {
         r.remove(JobId(2));
         assert!(!r.preemptible_in(0) && !r.preemptible_below(5), "a stopping job is no victim");
         r.remove(JobId(1));
-        r.insert(&job(3, 5, false), Duration::ZERO);
+        r.insert(&job(3, 5, false), Duration::ZERO, &default_policy());
         assert!(!r.preemptible_in(5), "a job inserted again is counted as it is now");
     }
 }

@@ -239,6 +239,7 @@ impl Snapshot {
     /// Changes the policy; re-indexes the pending jobs.
     pub fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
+        self.running.set_policy(&self.policy);
         let pending: Vec<JobId> = self.pending_keys.keys().copied().collect();
         self.pending.clear();
         self.pending_keys.clear();

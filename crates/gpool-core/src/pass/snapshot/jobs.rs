@@ -178,7 +178,7 @@ impl Snapshot {
             .spec
             .min_runtime
             .unwrap_or_else(|| self.queues.get(&job.spec.queue).map_or(std::time::Duration::ZERO, |q| q.min_runtime));
-        self.running.insert(job, protect);
+        self.running.insert(job, protect, &self.policy);
         self.clear_avoid(id);
         Ok(())
     }
