@@ -245,3 +245,44 @@ impl Snapshot {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::model::job::{GpuRequest, ReplicaPlacement};
+    use crate::pass::running::KeyInputs;
+    use crate::policies::policy::StarvationGuard;
+
+    /// A running job's promotion, kept from its start for the victim pool,
+    /// follows the snapshot's policy when it changes.
+    #[test]
+    fn a_new_policy_reaches_the_kept_promotions() {
+        let mut guarded = Policy::by_name("default").expect("a preset");
+        guarded.starvation_guard =
+            Some(StarvationGuard { after: Duration::from_secs(10), max_runtime: Duration::from_secs(3_600) });
+        let plain = Policy { starvation_guard: None, ..guarded.clone() };
+        let mut snap = Snapshot::new(guarded.clone());
+        let node = snap.add_node(Node::with_gpus("n0", 8, "H100-80GB", 81_920)).expect("node");
+        let mut spec = JobSpec::new("u", Time::from_secs(0));
+        spec.replica.gpu = GpuRequest::Gpus { count: 1 };
+        // Above the first service level before this run, submitted long ago: promoted when it starts.
+        let service = Service { prior_runtime: Duration::from_secs(600), prior_gpu_milli_secs: 5_000_000, restarts: 1 };
+        snap.restore_pending(JobId(1), Arc::new(spec), service, Time::MIN).expect("restore");
+        let one_gpu = ReplicaPlacement { node, gpus: 1, mig: 0, cpus_milli: 0, memory_mb: 0, share: None };
+        snap.start(JobId(1), vec![one_gpu], Time::from_secs(100)).expect("start");
+        let rank = |snap: &Snapshot| {
+            let now = Time::from_secs(200);
+            let kept = snap.running.get(&JobId(1)).and_then(|e| e.preemption_key(snap.policy(), now));
+            let own = snap.job(JobId(1)).and_then(|j| KeyInputs::of(j).key(snap.policy(), now));
+            assert_eq!(kept, own);
+            kept.map(|k| k.rank)
+        };
+        assert_eq!(rank(&snap), Some(0), "promoted under the guard");
+        snap.set_policy(plain);
+        assert_eq!(rank(&snap), Some(1), "no guard, no promotion");
+        snap.set_policy(guarded);
+        assert_eq!(rank(&snap), Some(0));
+    }
+}
