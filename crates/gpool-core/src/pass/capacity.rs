@@ -69,6 +69,14 @@ pub(crate) struct Capacity<'s> {
     pub(crate) ignore_advance: bool,
 }
 
+/// Where an up node with free resources `f` belongs in the capacity's
+/// indexes: (model, its free GPUs there) for each model with some, whether
+/// it has a free MIG instance, whether a shared GPU of it has compute left.
+fn index_keys<'a>(e: &'a NodeEntry, f: &'a NodeFree) -> (impl Iterator<Item = (usize, u32)> + 'a, bool, bool) {
+    let models = e.model_masks.iter().map(|&(m, mask)| (m, (f.gpus & mask).count_ones())).filter(|(_, c)| *c > 0);
+    (models, f.mig != 0, f.shares.iter().any(|s| s.milli < 1000))
+}
+
 /// What [`Capacity::hold`] took for a nominated job: free resources and releasing ones.
 #[derive(Clone, Debug)]
 pub(crate) struct Held {
@@ -116,17 +124,14 @@ impl<'s> Capacity<'s> {
             if !c.is_up(n) {
                 continue;
             }
-            let f = &c.free[n as usize];
-            for &(m, mask) in &c.entry(n).model_masks {
-                let count = (f.gpus & mask).count_ones();
-                if count > 0 {
-                    by_model[m].push((count, n));
-                }
+            let (models, mig, share) = index_keys(c.entry(n), &c.free[n as usize]);
+            for (m, count) in models {
+                by_model[m].push((count, n));
             }
-            if f.mig != 0 {
+            if mig {
                 mig_nodes.push(n);
             }
-            if f.shares.iter().any(|s| s.milli < 1000) {
+            if share {
                 share_nodes.push(n);
             }
         }
@@ -156,18 +161,14 @@ impl<'s> Capacity<'s> {
         if !self.is_up(n) {
             return;
         }
-        let e = self.entry(n);
-        let f = &self.free[n as usize];
-        for &(m, mask) in &e.model_masks {
-            let c = (f.gpus & mask).count_ones();
-            if c > 0 {
-                self.by_model[m].insert((c, n));
-            }
+        let (models, mig, share) = index_keys(self.entry(n), &self.free[n as usize]);
+        for (m, count) in models {
+            self.by_model[m].insert((count, n));
         }
-        if f.mig != 0 {
+        if mig {
             self.mig_nodes.insert(n);
         }
-        if f.shares.iter().any(|s| s.milli < 1000) {
+        if share {
             self.share_nodes.insert(n);
         }
     }

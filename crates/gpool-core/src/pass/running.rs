@@ -60,11 +60,22 @@ impl KeyInputs {
 
     /// The key a policy compares within one priority class (see [`PreemptKey`]).
     pub(crate) fn key(&self, policy: &Policy, now: Time) -> Option<PreemptKey> {
+        self.key_with(policy, now, || self.promoted_until(policy))
+    }
+
+    /// [`KeyInputs::key`], with the promotion's end given (`promoted_until`
+    /// is asked only by the orderings that promote).
+    fn key_with(
+        &self,
+        policy: &Policy,
+        now: Time,
+        promoted_until: impl FnOnce() -> Option<Time>,
+    ) -> Option<PreemptKey> {
         let level = || i64::from(policy.service_level(self.attained_gpu_milli_secs(now) / 1000));
         match policy.ordering {
             Ordering::AttainedService => Some(PreemptKey { rank: level(), submit_ms: 0 }),
             Ordering::Multifactor => {
-                let promoted = self.promoted_until(policy).is_some_and(|until| now < until);
+                let promoted = promoted_until().is_some_and(|until| now < until);
                 let rank = if promoted { 0 } else { level() };
                 Some(PreemptKey { rank, submit_ms: self.submit.as_millis() })
             }
@@ -114,7 +125,7 @@ pub(crate) struct RunEntry {
     /// because every pass that may preempt asks it of every running job).
     promoted_until: Option<Time>,
     /// It has a deadline (`late_jobs` looks at these only).
-    pub(crate) deadline: bool,
+    deadline: bool,
     /// The array it is a task of.
     array: Option<JobId>,
 }
@@ -176,13 +187,7 @@ impl RunEntry {
     /// Its preemption key at `now` under `policy`, the snapshot's: the same
     /// as [`KeyInputs::key`], with the promotion looked up once at its start.
     pub(crate) fn preemption_key(&self, policy: &Policy, now: Time) -> Option<PreemptKey> {
-        if policy.ordering != Ordering::Multifactor {
-            return self.key.key(policy, now);
-        }
-        let promoted = self.promoted_until.is_some_and(|until| now < until);
-        let rank =
-            if promoted { 0 } else { i64::from(policy.service_level(self.key.attained_gpu_milli_secs(now) / 1000)) };
-        Some(PreemptKey { rank, submit_ms: self.key.submit.as_millis() })
+        self.key.key_with(policy, now, || self.promoted_until)
     }
 
     /// When it is planned to end: start + planned run time left; [`Time::NEVER`] without an estimate or limit.
@@ -214,7 +219,7 @@ pub(crate) struct RunningJobs {
     /// How many were asked to stop (the pass walks them only when some were).
     pub(crate) stopping: usize,
     /// How many have deadlines.
-    pub(crate) with_deadline: usize,
+    with_deadline: usize,
     /// Running tasks per array (by the array's job), for array limits.
     pub(crate) array_tasks: BTreeMap<JobId, u32>,
     /// How many preemptible jobs not stopping each priority class has: a
@@ -322,8 +327,18 @@ impl RunningJobs {
 
     /// The jobs asked to stop, in job id order.
     pub(crate) fn stopping(&self) -> impl Iterator<Item = &RunEntry> {
-        // Most passes find none: the count spares them the walk.
-        self.entries.values().take(if self.stopping == 0 { 0 } else { usize::MAX }).filter(|e| e.stopping)
+        self.counted(self.stopping).filter(|e| e.stopping)
+    }
+
+    /// The jobs with deadlines, in job id order.
+    pub(crate) fn with_deadlines(&self) -> impl Iterator<Item = &RunEntry> {
+        self.counted(self.with_deadline).filter(|e| e.deadline)
+    }
+
+    /// Every entry, or none when `count` (of those a caller looks for) is 0:
+    /// most passes find none, and the count spares them the walk.
+    fn counted(&self, count: usize) -> impl Iterator<Item = &RunEntry> {
+        self.entries.values().take(if count == 0 { 0 } else { usize::MAX })
     }
 }
 

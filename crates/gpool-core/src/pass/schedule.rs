@@ -651,11 +651,8 @@ fn window_stops(snap: &Snapshot, now: Time) -> Vec<JobId> {
 /// `urgent` index) and running ones.
 fn late_jobs(snap: &Snapshot, now: Time) -> Vec<(JobId, crate::calendar::deadline::Late)> {
     let pending = snap.urgent.iter().filter_map(|(_, id)| snap.job(*id)).map(|j| (j, None));
-    // Most passes have no running job with a deadline: the count spares them the walk.
-    let with_deadline = if snap.running.with_deadline == 0 { 0 } else { usize::MAX };
-    let running = (snap.running.values().take(with_deadline).filter(|e| e.deadline))
-        .filter_map(|e| snap.job(e.id))
-        .map(|j| (j, j.running().map(|r| r.started)));
+    let running =
+        snap.running.with_deadlines().filter_map(|e| snap.job(e.id)).map(|j| (j, j.running().map(|r| r.started)));
     pending
         .chain(running)
         .filter_map(|(j, started)| crate::calendar::deadline::late(&j.spec, now, started).map(|l| (j.id, l)))
