@@ -7,7 +7,7 @@
 //! (`shares.rs`), fragmentation (`fragmentation.rs`), label slices
 //! (`slices.rs`), a node's MIG GPUs one at a time (`mig_slots.rs`), power
 //! budgets counted in a pass (`power.rs`); the order (`order.rs`), preemption
-//! (`preempt.rs`, `releasing.rs`), backfill (`backfill.rs`), the overload gate
+//! (`preempt.rs`, `victim_pool.rs`, `releasing.rs`), backfill (`backfill.rs`), the overload gate
 //! (`overload.rs`), feasibility (`feasible.rs`), and the plan it returns
 //! (`plan.rs`).
 //!
@@ -33,6 +33,7 @@ mod shapes;
 mod shares;
 mod slices;
 pub mod snapshot;
+mod victim_pool;
 
 #[cfg(test)]
 thread_local! {

@@ -1,7 +1,7 @@
 //! The running jobs as a pass reads them: one compact entry per job.
 //!
 //! Every pass that may preempt ranks all running jobs (see
-//! [`crate::pass::preempt::VictimPool`]). Reading them through the job table
+//! `victim_pool.rs`, which follows the change log kept here). Reading them through the job table
 //! costs a few cache misses per job, which at a few hundred running jobs and
 //! one pass per event was most of a trace replay's time. The entries here hold
 //! just what ranking needs, side by side, and the snapshot keeps them current
@@ -87,6 +87,35 @@ impl KeyInputs {
                 submit_ms: 0,
             }),
             Ordering::Fifo | Ordering::ShortestFirst | Ordering::MaxMinFair => None,
+        }
+    }
+
+    /// A time after which [`KeyInputs::key_with`] may give another key than
+    /// at `now`; before it, it gives the same ([`Time::NEVER`]: the same for
+    /// as long as the run lasts). Never later than the key's next change,
+    /// possibly earlier. `promoted_until` as `key_with` is given it.
+    fn same_until(&self, policy: &Policy, now: Time, promoted_until: Option<Time>) -> Time {
+        // The attained service only grows, and the level with it: it changes
+        // when the service reaches the boundary above the current level.
+        let level_until = || {
+            let Some((started, milli)) = self.run.filter(|(_, milli)| *milli > 0) else { return Time::NEVER };
+            let level = policy.service_level(self.attained_gpu_milli_secs(now) / 1000) as usize;
+            let Some(boundary) = policy.service_levels.get(level) else { return Time::NEVER };
+            let needed = boundary.saturating_mul(1000).saturating_sub(self.service.prior_gpu_milli_secs);
+            // `attained_gpu_milli_secs` counts whole seconds of the run.
+            started.plus(Duration::from_secs(needed.div_ceil(milli))).max(now)
+        };
+        match policy.ordering {
+            Ordering::AttainedService => level_until(),
+            Ordering::Multifactor => match promoted_until.filter(|until| now < *until) {
+                Some(until) => until,
+                None => level_until(),
+            },
+            // The time left shrinks every millisecond.
+            Ordering::ShortestRemaining if self.planned.is_some() => now.plus(Duration::from_millis(1)),
+            Ordering::ShortestRemaining | Ordering::Fifo | Ordering::ShortestFirst | Ordering::MaxMinFair => {
+                Time::NEVER
+            }
         }
     }
 }
@@ -190,6 +219,11 @@ impl RunEntry {
         self.key.key_with(policy, now, || self.promoted_until)
     }
 
+    /// Until when [`RunEntry::preemption_key`] stays what it is at `now` (see [`KeyInputs::same_until`]).
+    pub(crate) fn preemption_key_same_until(&self, policy: &Policy, now: Time) -> Time {
+        self.key.same_until(policy, now, self.promoted_until)
+    }
+
     /// When it is planned to end: start + planned run time left; [`Time::NEVER`] without an estimate or limit.
     pub(crate) fn planned_end(&self) -> Time {
         match self.key.planned {
@@ -225,6 +259,35 @@ pub(crate) struct RunningJobs {
     /// How many preemptible jobs not stopping each priority class has: a
     /// blocked job builds the victim pool only when one could be a victim.
     preemptible_by_class: BTreeMap<i32, usize>,
+    /// The jobs whose entries were added, removed or marked stopping, in
+    /// order (the change log), and how many were dropped from its front.
+    /// An entry changes in no other way but to follow a new policy
+    /// (`policy_epoch`).
+    log: Vec<JobId>,
+    log_start: u64,
+    /// Moves when the policy changes (see [`RunningJobs::policy_epoch`]).
+    policy_epoch: u64,
+    kept: Kept,
+}
+
+/// Where a pass leaves what it derived from the running jobs (the victim
+/// pool, `victim_pool.rs`) for the next pass to reuse what still holds. The
+/// value's type is erased so that this module need not know the pass's
+/// types. A lock, since a snapshot may be read by several threads, held
+/// only to take or put; a copy of the snapshot starts empty.
+#[derive(Default)]
+struct Kept(std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>);
+
+impl Clone for Kept {
+    fn clone(&self) -> Kept {
+        Kept::default()
+    }
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Kept")
+    }
 }
 
 impl RunningJobs {
@@ -235,6 +298,7 @@ impl RunningJobs {
             self.queues.release(queue);
             return;
         };
+        self.log(job.id);
         self.with_anti_affinity += usize::from(!job.spec.anti_affinity.is_empty());
         self.elastic += usize::from(e.elastic);
         self.with_known_end += usize::from(e.known_end());
@@ -253,6 +317,7 @@ impl RunningJobs {
 
     /// The snapshot's policy changed: what entries keep of it follows.
     pub(crate) fn set_policy(&mut self, policy: &Policy) {
+        self.policy_epoch += 1;
         for e in self.entries.values_mut() {
             e.promoted_until = e.key.promoted_until(policy);
         }
@@ -260,6 +325,7 @@ impl RunningJobs {
 
     /// A stop was requested.
     pub(crate) fn mark_stopping(&mut self, id: JobId) {
+        self.log(id);
         if let Some(e) = self.entries.get_mut(&id) {
             let before = e.known_end();
             let counted = e.preemptible && !e.stopping;
@@ -273,6 +339,7 @@ impl RunningJobs {
     }
 
     pub(crate) fn remove(&mut self, id: JobId) {
+        self.log(id);
         if let Some(e) = self.entries.remove(&id) {
             self.forget(&e);
         }
@@ -296,6 +363,52 @@ impl RunningJobs {
         if e.preemptible && !e.stopping {
             uncount(&mut self.preemptible_by_class, e.class);
         }
+    }
+
+    /// Keeps `value`, derived from the entries, for a later pass
+    /// ([`RunningJobs::take_kept`]); it replaces what was kept. What of it
+    /// still holds is for the taker to tell ([`RunningJobs::changed_since`],
+    /// [`RunningJobs::policy_epoch`]).
+    pub(crate) fn keep<T: std::any::Any + Send>(&self, value: T) {
+        let mut slot = self.kept.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Some(Box::new(value));
+    }
+
+    /// Takes what a pass kept, if it is a `T`.
+    pub(crate) fn take_kept<T: std::any::Any>(&self) -> Option<T> {
+        let kept = self.kept.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        kept?.downcast::<T>().ok().map(|v| *v)
+    }
+
+    /// Records a change to a job's entry. The log keeps its newest part,
+    /// at least as long as the entries; whoever followed it to an older
+    /// point starts over ([`RunningJobs::changed_since`]).
+    fn log(&mut self, id: JobId) {
+        self.log.push(id);
+        if self.log.len() > 2 * self.entries.len() + 1024 {
+            let drop = self.log.len() / 2;
+            self.log.drain(..drop);
+            self.log_start += drop as u64;
+        }
+    }
+
+    /// The end of the change log: what a follower has seen once it has read it all.
+    pub(crate) fn log_end(&self) -> u64 {
+        self.log_start + self.log.len() as u64
+    }
+
+    /// The jobs whose entries changed since the log stood at `seen` (a
+    /// [`RunningJobs::log_end`]), possibly more than once; `None` when that
+    /// part of the log was dropped (or `seen` is not of this log).
+    pub(crate) fn changed_since(&self, seen: u64) -> Option<&[JobId]> {
+        let from = usize::try_from(seen.checked_sub(self.log_start)?).ok()?;
+        self.log.get(from..)
+    }
+
+    /// Moves whenever the policy changes: what was derived from the entries
+    /// under an older policy no longer holds.
+    pub(crate) fn policy_epoch(&self) -> u64 {
+        self.policy_epoch
     }
 
     /// Whether a preemptible job that is not stopping runs in class `class`.
@@ -421,6 +534,66 @@ mod tests {
         r.remove(JobId(2));
         r.remove(JobId(2));
         assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end, r.queues.id_of("a")), (0, 0, 0, None));
+    }
+
+    /// The change log a kept victim pool follows: every insert, stop
+    /// request and removal, in order; a follower too far behind is told to
+    /// start over, one at the end sees nothing.
+    #[test]
+    fn the_change_log_lists_changed_jobs_and_forgets_its_oldest_part() {
+        let mut r = RunningJobs::default();
+        let start = r.log_end();
+        r.insert(&running(1, "a", &[0], None, false), Duration::ZERO, &default_policy());
+        r.insert(&running(2, "a", &[1], None, false), Duration::ZERO, &default_policy());
+        let middle = r.log_end();
+        r.mark_stopping(JobId(1));
+        r.remove(JobId(2));
+        assert_eq!(r.changed_since(start), Some(&[JobId(1), JobId(2), JobId(1), JobId(2)][..]));
+        assert_eq!(r.changed_since(middle), Some(&[JobId(1), JobId(2)][..]));
+        assert_eq!(r.changed_since(r.log_end()), Some(&[][..]));
+        assert_eq!(r.changed_since(r.log_end() + 1), None, "not a point of this log");
+        // Thousands of starts and stops of one job: the log stays short.
+        for _ in 0..3_000 {
+            r.insert(&running(3, "a", &[0], None, false), Duration::ZERO, &default_policy());
+            r.remove(JobId(3));
+        }
+        assert!(r.log.len() <= 2 * r.len() + 1024, "{}", r.log.len());
+        assert_eq!(r.changed_since(start), None, "dropped: start over");
+        let recent = r.log_end() - 2;
+        assert_eq!(r.changed_since(recent), Some(&[JobId(3), JobId(3)][..]));
+    }
+
+    /// `same_until` is never after the key changes, and for service levels
+    /// it is the very millisecond it does (checked by asking the key itself
+    /// at every second around it).
+    #[test]
+    fn a_key_stays_the_same_until_the_time_it_is_said_to() {
+        let mut job = running(1, "a", &[0], Some(7_200), false);
+        // Two GPUs since t=100 s, with 1,000 GPU-s from an earlier run.
+        if let JobState::Running(r) = &mut job.state {
+            r.gpu_milli = 2_000;
+        }
+        job.service.prior_gpu_milli_secs = 1_000_000;
+        for name in ["default", "las", "srtf", "fifo-backfill"] {
+            let policy = Policy::by_name(name).expect("preset");
+            let key = KeyInputs::of(&job);
+            for now_s in [100, 500, 1_199, 1_200, 1_201, 16_000, 20_000] {
+                let now = Time::from_secs(now_s);
+                let until = key.same_until(&policy, now, key.promoted_until(&policy));
+                assert!(until >= now, "{name} at {now_s} s: {until}");
+                let at_now = key.key(&policy, now);
+                let mut t = now;
+                while t < until && t < Time::from_secs(40_000) {
+                    assert_eq!(key.key(&policy, t), at_now, "{name}: from {now_s} s the key changed at {t}");
+                    t = t.plus(Duration::from_secs(1));
+                }
+                // Levels: 3,200 GPU-s at t=1,200 s, 32,000 at t=15,600 s.
+                if matches!(name, "las" | "default") && until != Time::NEVER {
+                    assert!([1_200, 15_600].contains(&(until.as_millis() / 1000)), "{name} at {now_s} s: {until}");
+                    assert_ne!(key.key(&policy, until), at_now, "{name} at {now_s} s: the key changes at {until}");
+                }
+            }
+        }
     }
 
     /// The counts that spare a pass its walks over every running job:

@@ -312,6 +312,9 @@ impl<'s> Pass<'s> {
                 self.plan.nominated.push((job, p.clone()));
             }
         }
+        if let Some(pool) = self.pool.take() {
+            pool.keep(self.snap);
+        }
         self.plan
     }
 

@@ -257,7 +257,7 @@ impl<'s> Pass<'s> {
         let mut found = None;
         for only in values {
             self.cap.restrict_to(only);
-            let pool = self.pool.get_or_insert_with(|| VictimPool::new(self.snap, self.now));
+            let pool = self.pool.get_or_insert_with(|| VictimPool::for_pass(self.snap, self.now));
             let search = Search {
                 cap: &self.cap,
                 pool,

@@ -1,8 +1,10 @@
-//! The failed-search cache (`Pass::no_victims`) and the victim pool's memo
-//! of its last answer change how much a pass searches, never what it
-//! decides: on random clusters and queues, a pass with them plans the same
-//! starts, preemptions, nominations and resizes as one without them
-//! (`crate::pass::UNCACHED`).
+//! The failed-search cache (`Pass::no_victims`), the victim pool's memo
+//! of its last answer and the pool a pass keeps for the next change how much
+//! a pass searches, never what it decides: on random clusters and queues, a
+//! pass with them plans the same starts, preemptions, nominations and
+//! resizes as one without them (`crate::pass::UNCACHED`). Passes follow
+//! each other after steps that cross the default policy's service-level
+//! boundaries (3,200 GPU-s for one GPU) or not, with and without arrivals.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,9 +84,15 @@ proptest! {
         first in proptest::collection::vec(ask(), 1..24),
         later in proptest::collection::vec(ask(), 1..40),
         rounds in 1usize..6,
+        steps in proptest::collection::vec(prop_oneof![
+            Just(0u64), Just(1), Just(600), Just(3_199), Just(3_200), Just(3_201), Just(3_600), Just(36_000)
+        ], 6),
+        quiet in proptest::collection::vec(any::<bool>(), 6),
+        min_runtime in prop_oneof![Just(0u64), Just(1_800)],
     ) {
         let mut p = Policy::by_name(policy).expect("preset");
         p.preemption.reclaim = reclaim;
+        p.preemption.min_runtime = Duration::from_secs(min_runtime);
         let mut snap = Snapshot::new(p);
         for n in 0..nodes {
             snap.add_node(Node::with_gpus(&format!("n{n}"), 8, "H100-80GB", 81_920)).expect("node");
@@ -105,8 +113,12 @@ proptest! {
         let (plan, _) = plan_both(&snap, now);
         apply(&mut snap, &plan);
         for round in 0..rounds {
-            now = now.plus(Duration::from_secs(3_600));
+            now = now.plus(Duration::from_secs(steps[round]));
+            // A quiet round: time passes, nothing arrives.
             for a in later.iter().skip(round * later.len() / rounds).take(later.len() / rounds + 1) {
+                if quiet[round] {
+                    break;
+                }
                 snap.submit(JobId(id), spec(a, now)).expect("submit");
                 id += 1;
             }

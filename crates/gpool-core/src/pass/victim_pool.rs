@@ -1,0 +1,377 @@
+//! The running jobs that could be preempted, as a victim search reads them
+//! (`preempt.rs`): one candidate per job with its rank, the per-queue and
+//! per-rank answers most passes need, a per-node index built for the first
+//! search, and the upkeep that carries a pool from one pass to the next.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::job::JobId;
+use crate::model::resources::GpuMilli;
+use crate::model::time::Time;
+use crate::pass::running::RunEntry;
+use crate::pass::snapshot::Snapshot;
+use crate::policies::policy::{Policy, PreemptKey};
+
+/// A running job that could be preempted by someone.
+#[derive(Clone, Debug)]
+pub(crate) struct Candidate {
+    pub(crate) id: JobId,
+    pub(crate) class: i32,
+    pub(crate) key: PreemptKey,
+    /// Its queue: an id among [`Snapshot::running_queues`] (searches compare
+    /// queues millions of times).
+    pub(crate) qix: usize,
+    pub(crate) units: GpuMilli,
+    pub(crate) preemptible: bool,
+    /// Started less than `min_runtime` ago: exempt from within-class preemption.
+    pub(crate) young: bool,
+    /// Protected from any preemption until then (its queue's or its own `minRuntime`).
+    pub(crate) protected_until: Option<Time>,
+    /// When its current run started.
+    started: Time,
+}
+
+/// Candidates' order, most preemptible first: lowest class, worst key
+/// (highest rank, newest submission), then the job that would lose the least
+/// work (the latest started), then the newest id. Ids are unique, so it is
+/// total. Packed into words compared in order, since a pass sorts every
+/// running job. It does not depend on the time but through the key.
+type Rank = [u64; 5];
+
+impl Candidate {
+    fn rank(&self) -> Rank {
+        // Flipping the sign bit orders signed values as unsigned; `!` reverses.
+        let flip = |x: i64| (x as u64) ^ (1 << 63);
+        let started = flip(self.started.as_millis());
+        [flip(i64::from(self.class)), !flip(self.key.rank), !flip(self.key.submit_ms), !started, !self.id.0]
+    }
+}
+
+impl Candidate {
+    /// A running entry as a candidate at `now`, its rank, and until when
+    /// both stay as they are (see [`VictimPool::same_until`]).
+    fn of(e: &RunEntry, policy: &Policy, now: Time) -> (Candidate, Rank, Time) {
+        let c = Candidate {
+            id: e.id,
+            class: e.class,
+            key: e.preemption_key(policy, now).unwrap_or(PreemptKey { rank: 0, submit_ms: 0 }),
+            qix: e.queue as usize,
+            units: e.units,
+            preemptible: e.preemptible,
+            young: now.since(e.started) < policy.preemption.min_runtime,
+            protected_until: (e.protected_until > now).then_some(e.protected_until),
+            started: e.started,
+        };
+        let mut until = e.preemption_key_same_until(policy, now);
+        if c.young {
+            // Not later than its youth ends (`plus` counts whole milliseconds).
+            until = until.min(e.started.plus(policy.preemption.min_runtime));
+        }
+        if let Some(protected) = c.protected_until {
+            until = until.min(protected);
+        }
+        let rank = c.rank();
+        (c, rank, until)
+    }
+}
+
+/// The running jobs that could be preempted.
+///
+/// A pool is needed almost every pass of a busy cluster, and most passes
+/// only ask [`Search::possible`], which needs the most preemptible candidate
+/// per queue and the newest per rank. The per-node index a search walks is
+/// built on the first search. A search only needs the order per node, and
+/// sorting the few jobs of each node is cheaper than sorting them all.
+///
+/// A pass keeps its pool for the next ([`VictimPool::for_pass`]), which
+/// makes anew only the candidates of jobs that started, stopped or were
+/// asked to stop since (the running jobs' change log), and those whose
+/// key, youth or protection may have changed with time (`same_until`).
+/// The candidates are in no particular order: every answer is a minimum
+/// or maximum over them, and ranks are unique.
+pub(crate) struct VictimPool {
+    pub(crate) list: Vec<Candidate>,
+    pub(crate) ranks: Vec<Rank>,
+    /// Per candidate: until when its key, youth and protection stay as they are.
+    same_until: Vec<Time>,
+    /// Each candidate's first node (`u32::MAX`: none), and its other nodes.
+    homes: Vec<u32>,
+    more: Vec<Box<[u32]>>,
+    /// Where each job's candidate is in the lists.
+    at: BTreeMap<JobId, u32>,
+    node_count: usize,
+    by_node: std::cell::OnceCell<ByNode>,
+    /// The last answer of [`VictimPool::most_preemptible`] once some are
+    /// taken, without and with `old`: (the asking queue, how many were
+    /// taken, the answer).
+    memo: [std::cell::Cell<Option<(Option<usize>, usize, Option<u32>)>>; 2],
+    /// Per queue id: its most preemptible preemptible candidate, and the
+    /// same among those not young.
+    first: Vec<Option<u32>>,
+    first_old: Vec<Option<u32>>,
+    /// Per (class, rank) of preemptible candidates: the newest submission,
+    /// the easiest victim of that rank under multifactor preemption.
+    pub(crate) newest: BTreeMap<(i32, i64), i64>,
+    /// Per queue id: whether a candidate is in it.
+    pub(crate) queue_used: Vec<bool>,
+    /// Whether any candidate is protected by a minimum run time (the lists above leave them out).
+    pub(crate) any_protected: bool,
+    /// When it was last brought up to date, the running jobs' change log
+    /// it has followed to (see [`crate::pass::running::RunningJobs::changed_since`]),
+    /// and the policy's epoch it was made under.
+    built: Time,
+    synced: u64,
+    policy_epoch: u64,
+}
+
+/// Candidates per node, most preemptible first: node n's are
+/// `hosted[node_starts[n]..node_starts[n + 1]]` (indexes into the list).
+struct ByNode {
+    node_starts: Vec<u32>,
+    hosted: Vec<u32>,
+    /// The nodes hosting a candidate, ascending.
+    nodes: Vec<u32>,
+}
+
+impl VictimPool {
+    /// The pool of `snap` at `now`: the one the last pass kept, brought up
+    /// to date, or a new one.
+    pub(crate) fn for_pass(snap: &Snapshot, now: Time) -> VictimPool {
+        let kept = snap.running.take_kept::<VictimPool>().filter(|p| {
+            p.built <= now && p.node_count == snap.nodes.len() && p.policy_epoch == snap.running.policy_epoch()
+        });
+        #[cfg(test)]
+        let kept = kept.filter(|_| !crate::pass::UNCACHED.with(std::cell::Cell::get));
+        let Some((mut pool, changed)) = kept.and_then(|p| {
+            let changed = snap.running.changed_since(p.synced)?;
+            Some((p, changed))
+        }) else {
+            return VictimPool::new(snap, now);
+        };
+        // Jobs that started, stopped or were asked to stop, then candidates that time changed.
+        let mut redo: Vec<JobId> = changed.to_vec();
+        redo.extend(pool.same_until.iter().zip(&pool.list).filter(|(until, _)| **until <= now).map(|(_, c)| c.id));
+        let policy = snap.policy();
+        for id in &redo {
+            pool.remove(*id);
+            if let Some(e) = snap.running.get(id).filter(|e| !e.stopping) {
+                pool.add(e, policy, now);
+            }
+        }
+        pool.built = now;
+        pool.synced = snap.running.log_end();
+        pool.memo.iter().for_each(|m| m.set(None));
+        if !redo.is_empty() {
+            pool.by_node = std::cell::OnceCell::new();
+            pool.summarize(snap);
+        }
+        pool
+    }
+
+    /// Leaves the pool for the next pass of `snap` ([`VictimPool::for_pass`]).
+    pub(crate) fn keep(self, snap: &Snapshot) {
+        snap.running.keep(self);
+    }
+
+    fn new(snap: &Snapshot, now: Time) -> VictimPool {
+        let n = snap.running.len();
+        let mut pool = VictimPool {
+            list: Vec::with_capacity(n),
+            ranks: Vec::with_capacity(n),
+            same_until: Vec::with_capacity(n),
+            homes: Vec::with_capacity(n),
+            more: Vec::with_capacity(n),
+            at: BTreeMap::new(),
+            node_count: snap.nodes.len(),
+            by_node: std::cell::OnceCell::new(),
+            memo: Default::default(),
+            first: Vec::new(),
+            first_old: Vec::new(),
+            newest: BTreeMap::new(),
+            queue_used: Vec::new(),
+            any_protected: false,
+            built: now,
+            synced: snap.running.log_end(),
+            policy_epoch: snap.running.policy_epoch(),
+        };
+        let policy = snap.policy();
+        for e in snap.running.values().filter(|e| !e.stopping) {
+            pool.add(e, policy, now);
+        }
+        pool.summarize(snap);
+        pool
+    }
+
+    /// Adds the candidate of a running job, as it is at `now`.
+    fn add(&mut self, e: &RunEntry, policy: &Policy, now: Time) {
+        let (c, rank, until) = Candidate::of(e, policy, now);
+        self.at.insert(e.id, self.list.len() as u32);
+        self.list.push(c);
+        self.ranks.push(rank);
+        self.same_until.push(until);
+        self.homes.push(e.first_node.filter(|n| (*n as usize) < self.node_count).unwrap_or(u32::MAX));
+        self.more.push(e.more_nodes.clone());
+    }
+
+    /// Removes a job's candidate, if it has one; the last takes its place.
+    fn remove(&mut self, id: JobId) {
+        let Some(i) = self.at.remove(&id) else { return };
+        let i = i as usize;
+        self.list.swap_remove(i);
+        self.ranks.swap_remove(i);
+        self.same_until.swap_remove(i);
+        self.homes.swap_remove(i);
+        self.more.swap_remove(i);
+        if let Some(moved) = self.list.get(i) {
+            self.at.insert(moved.id, i as u32);
+        }
+    }
+
+    /// The per-queue and per-rank answers, from the candidates.
+    fn summarize(&mut self, snap: &Snapshot) {
+        let queues = snap.running.queues.len();
+        let ranks = &self.ranks;
+        let mut queue_used = vec![false; queues];
+        let mut first: Vec<Option<u32>> = vec![None; queues];
+        let mut first_old: Vec<Option<u32>> = vec![None; queues];
+        // Few (class, rank) pairs run at once: a short list, made a map at the end.
+        let mut newest: Vec<((i32, i64), i64)> = Vec::new();
+        let lower = |best: &mut Option<u32>, i: usize| {
+            if best.is_none_or(|b| ranks[i] < ranks[b as usize]) {
+                *best = Some(i as u32);
+            }
+        };
+        let mut any_protected = false;
+        for (i, c) in self.list.iter().enumerate() {
+            if let Some(u) = queue_used.get_mut(c.qix) {
+                *u = true;
+            }
+            if c.protected_until.is_some() {
+                any_protected = true;
+                continue;
+            }
+            if c.preemptible {
+                if let Some(f) = first.get_mut(c.qix) {
+                    lower(f, i);
+                }
+                if !c.young
+                    && let Some(f) = first_old.get_mut(c.qix)
+                {
+                    lower(f, i);
+                }
+            }
+            if c.preemptible && !c.young {
+                let at = (c.class, c.key.rank);
+                match newest.iter_mut().find(|(k, _)| *k == at) {
+                    Some((_, n)) => *n = (*n).max(c.key.submit_ms),
+                    None => newest.push((at, c.key.submit_ms)),
+                }
+            }
+        }
+        self.queue_used = queue_used;
+        self.first = first;
+        self.first_old = first_old;
+        self.newest = newest.into_iter().collect();
+        self.any_protected = any_protected;
+    }
+
+    /// The most preemptible candidate that is preemptible, not taken, not
+    /// young if `old`, and in a queue `in_queue` accepts. `job_q` is the
+    /// asking job's queue: with `taken`, all `in_queue` depends on (see
+    /// [`Search::possible`]).
+    pub(crate) fn most_preemptible(
+        &self,
+        taken: &BTreeSet<JobId>,
+        old: bool,
+        job_q: Option<usize>,
+        in_queue: impl Fn(usize) -> bool,
+    ) -> Option<&Candidate> {
+        let best = if taken.is_empty() {
+            // The per-queue minima answer directly.
+            let firsts = if old { &self.first_old } else { &self.first };
+            firsts
+                .iter()
+                .enumerate()
+                .filter(|(q, _)| in_queue(*q))
+                .filter_map(|(_, f)| *f)
+                .min_by_key(|i| &self.ranks[*i as usize])
+        } else {
+            // A walk over every candidate, asked again by each blocked job
+            // after a preemption in the pass: the answer is kept for the
+            // next job of the same queue. `taken` only grows during a pass,
+            // so its size tells its versions apart.
+            let memo = &self.memo[usize::from(old)];
+            #[cfg(test)]
+            if crate::pass::UNCACHED.with(std::cell::Cell::get) {
+                memo.set(None);
+            }
+            match memo.get() {
+                Some((q, n, best)) if q == job_q && n == taken.len() => best,
+                _ => {
+                    let best = (0..self.list.len() as u32)
+                        .filter(|i| {
+                            let c = &self.list[*i as usize];
+                            c.preemptible && !(old && c.young) && in_queue(c.qix) && !taken.contains(&c.id)
+                        })
+                        .min_by_key(|i| &self.ranks[*i as usize]);
+                    memo.set(Some((job_q, taken.len(), best)));
+                    best
+                }
+            }
+        };
+        best.map(|i| &self.list[i as usize])
+    }
+
+    /// A queue's id (`None`: no candidate is in it).
+    pub(crate) fn queue_ix(&self, snap: &Snapshot, q: &str) -> Option<usize> {
+        let i = snap.running.queues.id_of(q)? as usize;
+        self.queue_used.get(i).copied().unwrap_or(false).then_some(i)
+    }
+
+    fn by_node(&self) -> &ByNode {
+        self.by_node.get_or_init(|| {
+            let node_count = self.node_count;
+            let firsts = self.homes.iter().enumerate().filter(|(_, n)| **n != u32::MAX).map(|(i, n)| (i as u32, *n));
+            let more =
+                self.more.iter().enumerate().flat_map(|(i, more)| {
+                    more.iter().filter(|n| (**n as usize) < node_count).map(move |n| (i as u32, *n))
+                });
+            let on_nodes = firsts.chain(more);
+            // Counts, offsets, the entries, then a sort per node.
+            let mut node_starts = vec![0u32; node_count + 1];
+            for (_, n) in on_nodes.clone() {
+                node_starts[n as usize + 1] += 1;
+            }
+            let nodes: Vec<u32> = (0..node_count as u32).filter(|n| node_starts[*n as usize + 1] > 0).collect();
+            for n in 0..node_count {
+                node_starts[n + 1] += node_starts[n];
+            }
+            let mut hosted = vec![0u32; node_starts[node_count] as usize];
+            let mut next: Vec<u32> = node_starts[..node_count].to_vec();
+            for (i, n) in on_nodes {
+                hosted[next[n as usize] as usize] = i;
+                next[n as usize] += 1;
+            }
+            for &n in &nodes {
+                let (a, b) = (node_starts[n as usize] as usize, node_starts[n as usize + 1] as usize);
+                hosted[a..b].sort_unstable_by(|x, y| self.ranks[*x as usize].cmp(&self.ranks[*y as usize]));
+            }
+            ByNode { node_starts, hosted, nodes }
+        })
+    }
+
+    /// The nodes hosting a candidate, ascending.
+    pub(crate) fn nodes(&self) -> &[u32] {
+        &self.by_node().nodes
+    }
+
+    /// The candidates on node `n`, as indexes into `list`.
+    pub(crate) fn hosted(&self, n: u32) -> &[u32] {
+        let b = self.by_node();
+        let n = n as usize;
+        match (b.node_starts.get(n), b.node_starts.get(n + 1)) {
+            (Some(&a), Some(&e)) => &b.hosted[a as usize..e as usize],
+            _ => &[],
+        }
+    }
+}
