@@ -184,9 +184,8 @@ impl Search<'_, '_> {
                 // may already be taken; the search then finds out).
                 (Ordering::Multifactor, Some(k)) => self
                     .pool
-                    .newest
-                    .range((self.job.spec.priority, i64::MIN)..=(self.job.spec.priority, i64::MAX))
-                    .any(|(&(_, rank), &submit_ms)| policy.outranks(k, PreemptKey { rank, submit_ms })),
+                    .newest_in(self.job.spec.priority)
+                    .any(|(rank, submit_ms)| policy.outranks(k, PreemptKey { rank, submit_ms })),
                 _ => {
                     let within = self.pool.most_preemptible(self.taken, true, self.job_q, in_queue);
                     within.is_some_and(|c| self.allowed(c, &borrowed).is_some())
@@ -207,7 +206,7 @@ impl Search<'_, '_> {
         let snap = self.snap();
         let mut over: Borrowed = (0..snap.running.queues.len())
             .map(|i| match snap.running.queues.get(i as u32) {
-                Some(q) if self.pool.queue_used[i] => {
+                Some(q) if self.pool.has_queue(i) => {
                     let used = snap.queue_usage.get(q).copied().unwrap_or(0) as i64;
                     used - snap.queues.get(q).map_or(0, |c| c.guarantee) as i64
                 }
@@ -217,7 +216,7 @@ impl Search<'_, '_> {
         for id in self.taken {
             if let Some(e) = snap.running.get(id)
                 && let Some(o) = over.get_mut(e.queue as usize)
-                && self.pool.queue_used[e.queue as usize]
+                && self.pool.has_queue(e.queue as usize)
             {
                 *o -= e.units as i64;
             }

@@ -105,17 +105,18 @@ pub(crate) struct VictimPool {
     /// taken, without and with `old`: (the asking queue, how many were
     /// taken, the answer).
     memo: [std::cell::Cell<Option<(Option<usize>, usize, Option<u32>)>>; 2],
-    /// Per queue id: its most preemptible preemptible candidate, and the
-    /// same among those not young.
-    first: Vec<Option<u32>>,
-    first_old: Vec<Option<u32>>,
-    /// Per (class, rank) of preemptible candidates: the newest submission,
-    /// the easiest victim of that rank under multifactor preemption.
-    pub(crate) newest: BTreeMap<(i32, i64), i64>,
-    /// Per queue id: whether a candidate is in it.
-    pub(crate) queue_used: Vec<bool>,
-    /// Whether any candidate is protected by a minimum run time (the lists above leave them out).
-    pub(crate) any_protected: bool,
+    /// Per queue id: its preemptible candidates, most preemptible first,
+    /// and the same among those not young.
+    by_queue: Vec<BTreeSet<(Rank, JobId)>>,
+    by_queue_old: Vec<BTreeSet<(Rank, JobId)>>,
+    /// Per (class, rank): the submissions of preemptible candidates not
+    /// young, with how many have each; the newest is the easiest victim of
+    /// that rank under multifactor preemption.
+    by_rank: BTreeMap<(i32, i64), BTreeMap<i64, u32>>,
+    /// Per queue id: how many candidates are in it.
+    in_queue: Vec<u32>,
+    /// How many candidates are protected by a minimum run time (the indexes above leave them out).
+    protected: usize,
     /// When it was last brought up to date, the running jobs' change log
     /// it has followed to (see [`crate::pass::running::RunningJobs::changed_since`]),
     /// and the policy's epoch it was made under.
@@ -163,9 +164,37 @@ impl VictimPool {
         pool.memo.iter().for_each(|m| m.set(None));
         if !redo.is_empty() {
             pool.by_node = std::cell::OnceCell::new();
-            pool.summarize(snap);
         }
+        // The post-condition, in every test that runs a pass: the pool
+        // brought up to date is the pool a new one would be.
+        #[cfg(test)]
+        assert_eq!(pool.digest(), VictimPool::new(snap, now).digest(), "a kept pool went stale");
         pool
+    }
+
+    /// What the pool holds, in an order that does not depend on how it was made.
+    #[cfg(test)]
+    fn digest(&self) -> String {
+        let mut candidates: Vec<String> = (0..self.list.len())
+            .map(|i| {
+                let c = &self.list[i];
+                format!("{c:?} {:?} {:?} {} {:?}", self.ranks[i], self.same_until[i], self.homes[i], self.more[i])
+            })
+            .collect();
+        candidates.sort();
+        let sets = |v: &[BTreeSet<(Rank, JobId)>]| {
+            v.iter().enumerate().filter(|(_, s)| !s.is_empty()).map(|(q, s)| format!("{q}:{s:?}")).collect::<Vec<_>>()
+        };
+        let counts: Vec<_> = self.in_queue.iter().enumerate().filter(|(_, n)| **n > 0).collect();
+        let at: BTreeMap<_, _> = self.at.iter().map(|(id, i)| (*id, self.list[*i as usize].id)).collect();
+        format!(
+            "{candidates:?} {:?} {:?} {:?} {counts:?} {} {}",
+            sets(&self.by_queue),
+            sets(&self.by_queue_old),
+            self.by_rank,
+            self.protected,
+            at.iter().all(|(id, found)| id == found) && at.len() == self.list.len()
+        )
     }
 
     /// Leaves the pool for the next pass of `snap` ([`VictimPool::for_pass`]).
@@ -185,11 +214,11 @@ impl VictimPool {
             node_count: snap.nodes.len(),
             by_node: std::cell::OnceCell::new(),
             memo: Default::default(),
-            first: Vec::new(),
-            first_old: Vec::new(),
-            newest: BTreeMap::new(),
-            queue_used: Vec::new(),
-            any_protected: false,
+            by_queue: Vec::new(),
+            by_queue_old: Vec::new(),
+            by_rank: BTreeMap::new(),
+            in_queue: Vec::new(),
+            protected: 0,
             built: now,
             synced: snap.running.log_end(),
             policy_epoch: snap.running.policy_epoch(),
@@ -198,13 +227,13 @@ impl VictimPool {
         for e in snap.running.values().filter(|e| !e.stopping) {
             pool.add(e, policy, now);
         }
-        pool.summarize(snap);
         pool
     }
 
     /// Adds the candidate of a running job, as it is at `now`.
     fn add(&mut self, e: &RunEntry, policy: &Policy, now: Time) {
         let (c, rank, until) = Candidate::of(e, policy, now);
+        self.index(&c, rank, true);
         self.at.insert(e.id, self.list.len() as u32);
         self.list.push(c);
         self.ranks.push(rank);
@@ -217,6 +246,8 @@ impl VictimPool {
     fn remove(&mut self, id: JobId) {
         let Some(i) = self.at.remove(&id) else { return };
         let i = i as usize;
+        let (c, rank) = (self.list[i].clone(), self.ranks[i]);
+        self.index(&c, rank, false);
         self.list.swap_remove(i);
         self.ranks.swap_remove(i);
         self.same_until.swap_remove(i);
@@ -227,52 +258,63 @@ impl VictimPool {
         }
     }
 
-    /// The per-queue and per-rank answers, from the candidates.
-    fn summarize(&mut self, snap: &Snapshot) {
-        let queues = snap.running.queues.len();
-        let ranks = &self.ranks;
-        let mut queue_used = vec![false; queues];
-        let mut first: Vec<Option<u32>> = vec![None; queues];
-        let mut first_old: Vec<Option<u32>> = vec![None; queues];
-        // Few (class, rank) pairs run at once: a short list, made a map at the end.
-        let mut newest: Vec<((i32, i64), i64)> = Vec::new();
-        let lower = |best: &mut Option<u32>, i: usize| {
-            if best.is_none_or(|b| ranks[i] < ranks[b as usize]) {
-                *best = Some(i as u32);
-            }
-        };
-        let mut any_protected = false;
-        for (i, c) in self.list.iter().enumerate() {
-            if let Some(u) = queue_used.get_mut(c.qix) {
-                *u = true;
-            }
-            if c.protected_until.is_some() {
-                any_protected = true;
-                continue;
-            }
-            if c.preemptible {
-                if let Some(f) = first.get_mut(c.qix) {
-                    lower(f, i);
-                }
-                if !c.young
-                    && let Some(f) = first_old.get_mut(c.qix)
-                {
-                    lower(f, i);
-                }
-            }
-            if c.preemptible && !c.young {
-                let at = (c.class, c.key.rank);
-                match newest.iter_mut().find(|(k, _)| *k == at) {
-                    Some((_, n)) => *n = (*n).max(c.key.submit_ms),
-                    None => newest.push((at, c.key.submit_ms)),
-                }
+    /// Enters a candidate in the per-queue and per-rank indexes, or takes it out.
+    fn index(&mut self, c: &Candidate, rank: Rank, enter: bool) {
+        let q = c.qix;
+        if self.in_queue.len() <= q {
+            self.in_queue.resize(q + 1, 0);
+            self.by_queue.resize_with(q + 1, BTreeSet::new);
+            self.by_queue_old.resize_with(q + 1, BTreeSet::new);
+        }
+        let count = |n: &mut u32| *n = if enter { *n + 1 } else { n.saturating_sub(1) };
+        count(&mut self.in_queue[q]);
+        if c.protected_until.is_some() {
+            self.protected = if enter { self.protected + 1 } else { self.protected.saturating_sub(1) };
+            return;
+        }
+        if !c.preemptible {
+            return;
+        }
+        if enter {
+            self.by_queue[q].insert((rank, c.id));
+        } else {
+            self.by_queue[q].remove(&(rank, c.id));
+        }
+        if c.young {
+            return;
+        }
+        if enter {
+            self.by_queue_old[q].insert((rank, c.id));
+        } else {
+            self.by_queue_old[q].remove(&(rank, c.id));
+        }
+        let submits = self.by_rank.entry((c.class, c.key.rank)).or_default();
+        let n = submits.entry(c.key.submit_ms).or_default();
+        count(n);
+        if *n == 0 {
+            submits.remove(&c.key.submit_ms);
+            if submits.is_empty() {
+                self.by_rank.remove(&(c.class, c.key.rank));
             }
         }
-        self.queue_used = queue_used;
-        self.first = first;
-        self.first_old = first_old;
-        self.newest = newest.into_iter().collect();
-        self.any_protected = any_protected;
+    }
+
+    /// Whether any candidate is protected by a minimum run time.
+    pub(crate) fn any_protected(&self) -> bool {
+        self.protected > 0
+    }
+
+    /// Whether a candidate is in queue `q` (an id among [`Snapshot::running_queues`]).
+    pub(crate) fn has_queue(&self, q: usize) -> bool {
+        self.in_queue.get(q).is_some_and(|n| *n > 0)
+    }
+
+    /// Per rank in `class`, the newest submission among preemptible
+    /// candidates not young: (rank, submission).
+    pub(crate) fn newest_in(&self, class: i32) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.by_rank
+            .range((class, i64::MIN)..=(class, i64::MAX))
+            .filter_map(|(&(_, rank), submits)| Some((rank, *submits.last_key_value()?.0)))
     }
 
     /// The most preemptible candidate that is preemptible, not taken, not
@@ -288,13 +330,13 @@ impl VictimPool {
     ) -> Option<&Candidate> {
         let best = if taken.is_empty() {
             // The per-queue minima answer directly.
-            let firsts = if old { &self.first_old } else { &self.first };
-            firsts
-                .iter()
+            let sets = if old { &self.by_queue_old } else { &self.by_queue };
+            sets.iter()
                 .enumerate()
                 .filter(|(q, _)| in_queue(*q))
-                .filter_map(|(_, f)| *f)
-                .min_by_key(|i| &self.ranks[*i as usize])
+                .filter_map(|(_, set)| set.first())
+                .min()
+                .and_then(|(_, id)| self.at.get(id).copied())
         } else {
             // A walk over every candidate, asked again by each blocked job
             // after a preemption in the pass: the answer is kept for the
@@ -325,7 +367,7 @@ impl VictimPool {
     /// A queue's id (`None`: no candidate is in it).
     pub(crate) fn queue_ix(&self, snap: &Snapshot, q: &str) -> Option<usize> {
         let i = snap.running.queues.id_of(q)? as usize;
-        self.queue_used.get(i).copied().unwrap_or(false).then_some(i)
+        self.has_queue(i).then_some(i)
     }
 
     fn by_node(&self) -> &ByNode {

@@ -207,7 +207,7 @@ impl<'s> Pass<'s> {
     /// work protected by a minimum run time is no longer protected: the last
     /// protection of the victims it would then choose.
     fn waits_on_protection(&mut self, job: &Job, ends: Time, prereleased: &[JobId]) -> Option<Time> {
-        let pool = self.pool.as_ref().filter(|p| p.any_protected)?;
+        let pool = self.pool.as_ref().filter(|p| p.any_protected())?;
         let search = Search {
             cap: &self.cap,
             pool,
