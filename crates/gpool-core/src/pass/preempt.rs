@@ -18,7 +18,7 @@ use crate::model::time::Time;
 use crate::pass::capacity::{Capacity, fit_on};
 use crate::pass::plan::PreemptWhy;
 use crate::pass::snapshot::{NodeFree, Snapshot};
-pub(crate) use crate::pass::victim_pool::{Candidate, VictimPool};
+use crate::pass::victim_pool::{Candidate, VictimPool};
 use crate::policies::policy::{Ordering, PreemptKey};
 use crate::policies::quota::QuotaState;
 

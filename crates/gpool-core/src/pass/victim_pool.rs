@@ -153,9 +153,12 @@ impl VictimPool {
         }) else {
             return VictimPool::new(snap, now);
         };
-        // Jobs that started, stopped or were asked to stop, then candidates that time changed.
+        // Jobs that started, stopped or were asked to stop, and candidates
+        // that time changed, each once.
         let mut redo: Vec<JobId> = changed.to_vec();
         redo.extend(pool.same_until.iter().zip(&pool.list).filter(|(until, _)| **until <= now).map(|(_, c)| c.id));
+        redo.sort_unstable();
+        redo.dedup();
         let policy = snap.policy();
         for id in &redo {
             pool.remove(*id);

@@ -14,8 +14,9 @@ use crate::pass::backfill::{Release, reserve};
 use crate::pass::capacity::placement_units;
 use crate::pass::order::Candidates;
 use crate::pass::plan::{PendingReason, Preempt, PreemptWhy, Reservation, Start};
-use crate::pass::preempt::{Search, VictimPool};
+use crate::pass::preempt::Search;
 use crate::pass::running::preemption_key;
+use crate::pass::victim_pool::VictimPool;
 use crate::policies::policy::PreemptKey;
 use crate::policies::quota::QuotaBlock;
 

@@ -71,7 +71,7 @@ impl<'s> Pass<'s> {
             return false;
         }
         let key = preemption_key(self.policy, job, self.now).filter(|_| self.within_class_acts);
-        let pool = self.pool.get_or_insert_with(|| crate::pass::preempt::VictimPool::for_pass(self.snap, self.now));
+        let pool = self.pool.get_or_insert_with(|| crate::pass::victim_pool::VictimPool::for_pass(self.snap, self.now));
         let search = Search {
             cap: &self.cap,
             pool,
