@@ -20,7 +20,9 @@ use crate::model::time::Time;
 use crate::pass::snapshot::{GroupKey, PendingKey, Snapshot};
 use crate::policies::policy::Ordering;
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// A heap entry: the order's fields and where its job's key is. Kept small
+/// (the key itself is not in it): a pass moves heads once per job it walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Head {
     class: i32,
     /// Orders groups before points (max-min fairness); 0 otherwise.
@@ -28,8 +30,10 @@ struct Head {
     points: i64,
     submit_ms: Reverse<i64>,
     id: Reverse<JobId>,
-    group: usize,
-    key: PendingKey,
+    /// A group's index (its job's key in `current`), or [`PROMOTED`] plus
+    /// the index of a promoted job's key in `promoted_keys`. A promoted
+    /// job's own entry sorts before its group's entry for the same job.
+    entry: u32,
 }
 
 /// Pending jobs, best first, with feedback when one starts.
@@ -48,15 +52,19 @@ pub(crate) struct Candidates<'s> {
     /// call, its top is the job just returned: the next call replaces it by
     /// its group's successor (after feedback), one sift instead of two.
     heap: BinaryHeap<Head>,
-    /// The group of the job just returned, at the top of the heap.
-    deferred: Option<usize>,
+    /// Each group's job in the heap (`None` once the group is done).
+    current: Vec<Option<PendingKey>>,
+    /// The keys of promoted jobs' own entries, under their promoted points.
+    promoted_keys: Vec<PendingKey>,
+    /// The entry of the job just returned, at the top of the heap.
+    deferred: Option<u32>,
     max_min: bool,
     /// Jobs promoted by the starvation guard, sorted.
     promoted: Vec<JobId>,
 }
 
-/// The group of a promoted job's own heap entry: it has no successor.
-const PROMOTED: usize = usize::MAX;
+/// Entries from here on are promoted jobs' own: they have no successor.
+const PROMOTED: u32 = 1 << 31;
 
 impl<'s> Candidates<'s> {
     pub(crate) fn new(snap: &'s Snapshot, now: Time) -> Candidates<'s> {
@@ -87,17 +95,23 @@ impl<'s> Candidates<'s> {
             rates,
             shares,
             heap: BinaryHeap::new(),
+            current: Vec::new(),
+            promoted_keys: Vec::new(),
             deferred: None,
             max_min,
             promoted: Vec::new(),
         };
         c.promote(now);
+        let mut current = Vec::with_capacity(c.groups.len());
         for g in 0..c.groups.len() {
-            if let Some(first) = c.sets[g].next().copied() {
+            let first = c.sets[g].next().copied();
+            if let Some(first) = &first {
                 let head = c.head(g, first);
                 c.heap.push(head);
             }
+            current.push(first);
         }
+        c.current = current;
         c
     }
 
@@ -116,9 +130,9 @@ impl<'s> Candidates<'s> {
                 points: key.points.0.saturating_add(self.group_points[g]),
                 submit_ms: Reverse(key.submit_ms),
                 id: Reverse(id),
-                group: PROMOTED,
-                key: *key,
+                entry: PROMOTED + self.promoted_keys.len() as u32,
             });
+            self.promoted_keys.push(*key);
             self.promoted.push(id);
         }
         self.promoted.sort_unstable();
@@ -140,15 +154,15 @@ impl<'s> Candidates<'s> {
                 points: points.saturating_add(self.group_points[g]),
                 submit_ms: Reverse(key.submit_ms),
                 id: Reverse(id),
-                group: PROMOTED,
-                key,
+                entry: PROMOTED + self.promoted_keys.len() as u32,
             });
+            self.promoted_keys.push(key);
             self.promoted.push(id);
         }
         self.promoted.sort_unstable();
     }
 
-    fn head(&self, group: usize, key: PendingKey) -> Head {
+    fn head(&self, group: usize, key: &PendingKey) -> Head {
         let primary = if self.max_min { -((self.rates[group] as f64 / self.shares[group]) as i64) } else { 0 };
         Head {
             class: key.class.0,
@@ -156,17 +170,16 @@ impl<'s> Candidates<'s> {
             points: key.points.0.saturating_add(self.group_points[group]),
             submit_ms: Reverse(key.submit_ms),
             id: Reverse(key.id),
-            group,
-            key,
+            entry: group as u32,
         }
     }
 
     /// Tells the order that a job of the last returned group started holding `units`.
     pub(crate) fn started(&mut self, units: GpuMilli) {
         if let Some(g) = self.deferred
-            && g != PROMOTED
+            && g < PROMOTED
         {
-            self.rates[g] += units;
+            self.rates[g as usize] += units;
         }
     }
 
@@ -174,9 +187,11 @@ impl<'s> Candidates<'s> {
     pub(crate) fn next_job(&mut self) -> Option<PendingKey> {
         loop {
             if let Some(g) = self.deferred.take() {
+                let g = g as usize;
                 match self.sets.get_mut(g).and_then(|s| s.next().copied()) {
                     Some(next) => {
-                        let head = self.head(g, next);
+                        let head = self.head(g, &next);
+                        self.current[g] = Some(next);
                         if let Some(mut top) = self.heap.peek_mut() {
                             *top = head;
                         }
@@ -186,11 +201,14 @@ impl<'s> Candidates<'s> {
                     }
                 }
             }
-            let head = self.heap.peek()?;
-            self.deferred = Some(head.group);
+            let head = *self.heap.peek()?;
+            self.deferred = Some(head.entry);
+            if head.entry >= PROMOTED {
+                return self.promoted_keys.get((head.entry - PROMOTED) as usize).copied();
+            }
             // A promoted job comes once, under its promoted points.
-            if head.group == PROMOTED || self.promoted.binary_search(&head.key.id).is_err() {
-                return Some(head.key);
+            if self.promoted.binary_search(&head.id.0).is_err() {
+                return self.current.get(head.entry as usize).copied().flatten();
             }
         }
     }

@@ -27,6 +27,9 @@ struct Account {
     usage: [f64; KINDS],
     /// Units in use now per kind (thousandths of a GPU or chip).
     rate: KindUnits,
+    /// A team's users the ledger knows (0 for a user's own account): what a
+    /// pass divides the team's share by when users have no configured shares.
+    members: u32,
 }
 
 /// Decay over one interval: the same for every account, so it is computed
@@ -98,8 +101,15 @@ impl UsageLedger {
         let apply = |a: &mut Account| {
             if add { a.rate.add_all(units) } else { a.rate.sub_all(units) }
         };
-        apply(self.teams.entry(team.clone()).or_default());
-        apply(self.users.entry((team.clone(), user.clone())).or_default());
+        let t = self.teams.entry(team.clone()).or_default();
+        apply(t);
+        match self.users.entry((team.clone(), user.clone())) {
+            std::collections::btree_map::Entry::Occupied(mut a) => apply(a.get_mut()),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                t.members += 1;
+                apply(v.insert(Account::default()));
+            }
+        }
     }
 
     /// Units `user` of `team` holds right now, per kind.
@@ -134,22 +144,24 @@ impl UsageLedger {
     /// (a pass needs those of the users with pending jobs only).
     pub fn factor_table<'a>(&'a self, now: Time, cfg: &'a FairShare) -> FactorTable<'a> {
         let d = Decay::over(now.since(self.last).as_secs_f64(), cfg.half_life.as_secs_f64());
-        let team_usage: BTreeMap<&Arc<str>, [f64; KINDS]> =
-            self.teams.iter().map(|(t, a)| (t, a.usage_at(d))).collect();
+        // Every pass builds one: no per-team map, a team's usage is worked out
+        // again for each user looked up (the same arithmetic, the same value).
         let mut total = [0.0; KINDS];
-        for u in team_usage.values() {
-            for (t, x) in total.iter_mut().zip(u) {
+        for a in self.teams.values() {
+            for (t, x) in total.iter_mut().zip(a.usage_at(d)) {
                 *t += x;
             }
         }
         let team_shares: f64 = self.teams.keys().map(|t| cfg.team_share(t)).sum();
-        let mut users_in_team: BTreeMap<&Arc<str>, f64> = BTreeMap::new();
-        // Without configured shares every user's is 1: skip the name lookups.
-        let equal = cfg.user_shares.is_empty();
-        for (t, u) in self.users.keys() {
-            *users_in_team.entry(t).or_default() += if equal { 1.0 } else { cfg.user_share(u) };
-        }
-        FactorTable { ledger: self, cfg, d, team_usage, total, team_shares, users_in_team }
+        // Without configured shares every user's is 1: a team's sum is its member count.
+        let users_in_team = (!cfg.user_shares.is_empty()).then(|| {
+            let mut sums: BTreeMap<&Arc<str>, f64> = BTreeMap::new();
+            for (t, u) in self.users.keys() {
+                *sums.entry(t).or_default() += cfg.user_share(u);
+            }
+            sums
+        });
+        FactorTable { ledger: self, cfg, d, total, team_shares, users_in_team }
     }
 }
 
@@ -158,10 +170,11 @@ pub struct FactorTable<'a> {
     ledger: &'a UsageLedger,
     cfg: &'a FairShare,
     d: Decay,
-    team_usage: BTreeMap<&'a Arc<str>, [f64; KINDS]>,
     total: [f64; KINDS],
     team_shares: f64,
-    users_in_team: BTreeMap<&'a Arc<str>, f64>,
+    /// Each team's sum of its users' configured shares; `None` when no user
+    /// has one (then it is the team's member count).
+    users_in_team: Option<BTreeMap<&'a Arc<str>, f64>>,
 }
 
 impl FactorTable<'_> {
@@ -170,12 +183,17 @@ impl FactorTable<'_> {
     pub fn get(&self, key: &(Arc<str>, Arc<str>), kinds: KindMask) -> Option<Factor> {
         let a = self.ledger.users.get(key)?;
         let (t, u) = key;
-        let tu = self.team_usage.get(t).map_or(0.0, |x| masked(x, kinds));
+        let team = self.ledger.teams.get(t);
+        let tu = team.map_or(0.0, |x| masked(&x.usage_at(self.d), kinds));
         let total = masked(&self.total, kinds);
         let team_norm = if total > 0.0 { tu / total } else { 0.0 };
         let team_share = self.cfg.team_share(t) / self.team_shares.max(1e-9);
         let user_norm = if tu > 0.0 { masked(&a.usage_at(self.d), kinds) / tu } else { 0.0 };
-        let user_share = self.cfg.user_share(u) / self.users_in_team.get(t).copied().unwrap_or(1.0).max(1e-9);
+        let in_team = match &self.users_in_team {
+            Some(sums) => sums.get(t).copied(),
+            None => team.filter(|x| x.members > 0).map(|x| f64::from(x.members)),
+        };
+        let user_share = self.cfg.user_share(u) / in_team.unwrap_or(1.0).max(1e-9);
         Some((-(team_norm / team_share)).exp2() * (-(user_norm / user_share)).exp2())
     }
 }
