@@ -372,11 +372,10 @@ impl Search<'_, '_> {
                 let e = &snap.nodes[n as usize];
                 let mut nf = trial.get(n);
                 if let Some(fit) = fit_on(snap, e, &nf, job) {
-                    let cost = (0, 0, n);
-                    if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
-                        best = Some((cost, Vec::new(), fit));
-                    }
-                    continue;
+                    // No victim on the lowest such node: the nodes come in
+                    // ascending order, so no later node does better.
+                    best = Some(((0, 0, n), Vec::new(), fit));
+                    break;
                 }
                 if !grow {
                     continue;

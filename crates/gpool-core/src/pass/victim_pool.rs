@@ -1,7 +1,7 @@
 //! The running jobs that could be preempted, as a victim search reads them
 //! (`preempt.rs`): one candidate per job with its rank, the per-queue and
-//! per-rank answers most passes need, a per-node index built for the first
-//! search, and the upkeep that carries a pool from one pass to the next.
+//! per-rank answers most passes need, the per-node lists a search walks, and
+//! the upkeep that carries a pool from one pass to the next.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -79,9 +79,9 @@ impl Candidate {
 ///
 /// A pool is needed almost every pass of a busy cluster, and most passes
 /// only ask [`Search::possible`], which needs the most preemptible candidate
-/// per queue and the newest per rank. The per-node index a search walks is
-/// built on the first search. A search only needs the order per node, and
-/// sorting the few jobs of each node is cheaper than sorting them all.
+/// per queue and the newest per rank. A search walks each node's candidates
+/// in order: per-node lists kept sorted as candidates come and go (a few jobs
+/// per node), not sorted again whenever one changed.
 ///
 /// A pass keeps its pool for the next ([`VictimPool::for_pass`]), which
 /// makes anew only the candidates of jobs that started, stopped or were
@@ -100,7 +100,12 @@ pub(crate) struct VictimPool {
     /// Where each job's candidate is in the lists.
     at: BTreeMap<JobId, u32>,
     node_count: usize,
-    by_node: std::cell::OnceCell<ByNode>,
+    /// Per node: its candidates, each once, most preemptible first (indexes
+    /// into `list`); kept up to date with each candidate made anew.
+    per_node: Vec<Vec<u32>>,
+    /// The nodes hosting a candidate, ascending; worked out again on the
+    /// first search after a change.
+    nodes: std::cell::OnceCell<Vec<u32>>,
     /// The last answer of [`VictimPool::most_preemptible`] once some are
     /// taken, without and with `old`: (the asking queue, how many were
     /// taken, the answer).
@@ -123,15 +128,6 @@ pub(crate) struct VictimPool {
     built: Time,
     synced: u64,
     policy_epoch: u64,
-}
-
-/// Candidates per node, most preemptible first: node n's are
-/// `hosted[node_starts[n]..node_starts[n + 1]]` (indexes into the list).
-struct ByNode {
-    node_starts: Vec<u32>,
-    hosted: Vec<u32>,
-    /// The nodes hosting a candidate, ascending.
-    nodes: Vec<u32>,
 }
 
 impl VictimPool {
@@ -170,7 +166,7 @@ impl VictimPool {
         pool.synced = snap.running.log_end();
         pool.memo.iter().for_each(|m| m.set(None));
         if !redo.is_empty() {
-            pool.by_node = std::cell::OnceCell::new();
+            pool.nodes = std::cell::OnceCell::new();
         }
         // The post-condition, in every test that runs a pass: the pool
         // brought up to date is the pool a new one would be.
@@ -194,8 +190,10 @@ impl VictimPool {
         };
         let counts: Vec<_> = self.in_queue.iter().enumerate().filter(|(_, n)| **n > 0).collect();
         let at: BTreeMap<_, _> = self.at.iter().map(|(id, i)| (*id, self.list[*i as usize].id)).collect();
+        let per_node: Vec<Vec<JobId>> =
+            self.per_node.iter().map(|v| v.iter().map(|i| self.list[*i as usize].id).collect()).collect();
         format!(
-            "{candidates:?} {:?} {:?} {:?} {counts:?} {} {}",
+            "{candidates:?} {per_node:?} {:?} {:?} {:?} {counts:?} {} {}",
             sets(&self.by_queue),
             sets(&self.by_queue_old),
             self.by_rank,
@@ -223,7 +221,8 @@ impl VictimPool {
             more: Vec::with_capacity(n),
             at: BTreeMap::new(),
             node_count: snap.nodes.len(),
-            by_node: std::cell::OnceCell::new(),
+            per_node: vec![Vec::new(); snap.nodes.len()],
+            nodes: std::cell::OnceCell::new(),
             memo: Default::default(),
             by_queue: Vec::new(),
             by_queue_old: Vec::new(),
@@ -251,6 +250,20 @@ impl VictimPool {
         self.same_until.push(until);
         self.homes.push(e.first_node.filter(|n| (*n as usize) < self.node_count).unwrap_or(u32::MAX));
         self.more.push(e.more_nodes.clone());
+        let i = self.list.len() - 1;
+        let (ranks, per_node) = (&self.ranks, &mut self.per_node);
+        for &n in Self::nodes_of(&self.homes, &self.more, i) {
+            let Some(on) = per_node.get_mut(n as usize) else { continue };
+            // A job whose replicas come back to a node is listed there once.
+            if !on.contains(&(i as u32)) {
+                on.insert(on.partition_point(|x| ranks[*x as usize] < ranks[i]), i as u32);
+            }
+        }
+    }
+
+    /// The nodes of candidate `i` (a node may come twice).
+    fn nodes_of<'a>(homes: &'a [u32], more: &'a [Box<[u32]>], i: usize) -> impl Iterator<Item = &'a u32> {
+        homes[i..=i].iter().filter(|n| **n != u32::MAX).chain(more[i].iter())
     }
 
     /// Removes a job's candidate, if it has one; the last takes its place.
@@ -259,6 +272,12 @@ impl VictimPool {
         let i = i as usize;
         let (c, rank) = (self.list[i].clone(), self.ranks[i]);
         self.index(&c, rank, false);
+        for &n in Self::nodes_of(&self.homes, &self.more, i) {
+            if let Some(on) = self.per_node.get_mut(n as usize) {
+                on.retain(|x| *x as usize != i);
+            }
+        }
+        let last = self.list.len() - 1;
         self.list.swap_remove(i);
         self.ranks.swap_remove(i);
         self.same_until.swap_remove(i);
@@ -266,6 +285,14 @@ impl VictimPool {
         self.more.swap_remove(i);
         if let Some(moved) = self.list.get(i) {
             self.at.insert(moved.id, i as u32);
+            // The last candidate moved to `i`: its place in each node's list stays.
+            for &n in Self::nodes_of(&self.homes, &self.more, i) {
+                for x in self.per_node.get_mut(n as usize).into_iter().flatten() {
+                    if *x as usize == last {
+                        *x = i as u32;
+                    }
+                }
+            }
         }
     }
 
@@ -381,50 +408,15 @@ impl VictimPool {
         self.has_queue(i).then_some(i)
     }
 
-    fn by_node(&self) -> &ByNode {
-        self.by_node.get_or_init(|| {
-            let node_count = self.node_count;
-            let firsts = self.homes.iter().enumerate().filter(|(_, n)| **n != u32::MAX).map(|(i, n)| (i as u32, *n));
-            let more =
-                self.more.iter().enumerate().flat_map(|(i, more)| {
-                    more.iter().filter(|n| (**n as usize) < node_count).map(move |n| (i as u32, *n))
-                });
-            let on_nodes = firsts.chain(more);
-            // Counts, offsets, the entries, then a sort per node.
-            let mut node_starts = vec![0u32; node_count + 1];
-            for (_, n) in on_nodes.clone() {
-                node_starts[n as usize + 1] += 1;
-            }
-            let nodes: Vec<u32> = (0..node_count as u32).filter(|n| node_starts[*n as usize + 1] > 0).collect();
-            for n in 0..node_count {
-                node_starts[n + 1] += node_starts[n];
-            }
-            let mut hosted = vec![0u32; node_starts[node_count] as usize];
-            let mut next: Vec<u32> = node_starts[..node_count].to_vec();
-            for (i, n) in on_nodes {
-                hosted[next[n as usize] as usize] = i;
-                next[n as usize] += 1;
-            }
-            for &n in &nodes {
-                let (a, b) = (node_starts[n as usize] as usize, node_starts[n as usize + 1] as usize);
-                hosted[a..b].sort_unstable_by(|x, y| self.ranks[*x as usize].cmp(&self.ranks[*y as usize]));
-            }
-            ByNode { node_starts, hosted, nodes }
-        })
-    }
-
     /// The nodes hosting a candidate, ascending.
     pub(crate) fn nodes(&self) -> &[u32] {
-        &self.by_node().nodes
+        self.nodes.get_or_init(|| {
+            (0..self.per_node.len() as u32).filter(|n| !self.per_node[*n as usize].is_empty()).collect()
+        })
     }
 
     /// The candidates on node `n`, as indexes into `list`.
     pub(crate) fn hosted(&self, n: u32) -> &[u32] {
-        let b = self.by_node();
-        let n = n as usize;
-        match (b.node_starts.get(n), b.node_starts.get(n + 1)) {
-            (Some(&a), Some(&e)) => &b.hosted[a as usize..e as usize],
-            _ => &[],
-        }
+        self.per_node.get(n as usize).map_or(&[], Vec::as_slice)
     }
 }
