@@ -114,7 +114,7 @@ impl<'s> Capacity<'s> {
         }
         // The indexes as `index_node` would build them node by node, built
         // from sorted lists at once (a pass builds them all, every time).
-        let mut by_model: Vec<Vec<(u32, u32)>> = vec![Vec::new(); snap.models.len()];
+        let mut by_model: Vec<Vec<(u32, u32)>> = vec![Vec::with_capacity(snap.nodes.len()); snap.models.len()];
         let (mut mig_nodes, mut share_nodes) = (Vec::new(), Vec::new());
         for n in 0..snap.nodes.len() {
             // Held MIG GPUs and quarantined GPUs take nothing new.

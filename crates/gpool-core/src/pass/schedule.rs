@@ -200,6 +200,8 @@ impl<'s> Pass<'s> {
                 window_stops: window_stops(snap, now),
                 power_stops: crate::pass::power::over_budget_stops(snap),
                 late: late_jobs(snap, now),
+                // Most pending jobs get a line: one allocation, not a dozen regrowths.
+                waiting: Vec::with_capacity(snap.pending_count()),
                 ..Plan::default()
             },
             nominations,
