@@ -7,7 +7,7 @@
 //! just what ranking needs, side by side, and the snapshot keeps them current
 //! as jobs start, are asked to stop, and stop.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -248,6 +248,8 @@ pub(crate) struct RunningJobs {
     pub(crate) with_anti_affinity: usize,
     /// How many release their resources at a known time: stopping, or with a planned end.
     pub(crate) with_known_end: usize,
+    /// Those jobs (an EASY reservation without an open one walks only them).
+    known_ends: BTreeSet<JobId>,
     /// How many are elastic (the pass looks for shrinks and growth only when some are).
     pub(crate) elastic: usize,
     /// How many were asked to stop (the pass walks them only when some were).
@@ -302,6 +304,7 @@ impl RunningJobs {
         self.with_anti_affinity += usize::from(!job.spec.anti_affinity.is_empty());
         self.elastic += usize::from(e.elastic);
         self.with_known_end += usize::from(e.known_end());
+        let known = e.known_end();
         self.stopping += usize::from(e.stopping);
         self.with_deadline += usize::from(e.deadline);
         if let Some(a) = e.array {
@@ -312,6 +315,9 @@ impl RunningJobs {
         }
         if let Some(old) = self.entries.insert(job.id, e) {
             self.forget(&old);
+        }
+        if known {
+            self.known_ends.insert(job.id);
         }
     }
 
@@ -332,10 +338,16 @@ impl RunningJobs {
             self.stopping += usize::from(!e.stopping);
             e.stopping = true;
             self.with_known_end += usize::from(!before);
+            self.known_ends.insert(id);
             if counted {
                 uncount(&mut self.preemptible_by_class, e.class);
             }
         }
+    }
+
+    /// The jobs that release their resources at a known time (stopping, or with a planned end), by id.
+    pub(crate) fn known_ends(&self) -> &BTreeSet<JobId> {
+        &self.known_ends
     }
 
     pub(crate) fn remove(&mut self, id: JobId) {
@@ -350,6 +362,7 @@ impl RunningJobs {
         self.with_anti_affinity = self.with_anti_affinity.saturating_sub(usize::from(e.anti_affinity));
         self.elastic = self.elastic.saturating_sub(usize::from(e.elastic));
         self.with_known_end = self.with_known_end.saturating_sub(usize::from(e.known_end()));
+        self.known_ends.remove(&e.id);
         self.stopping = self.stopping.saturating_sub(usize::from(e.stopping));
         self.with_deadline = self.with_deadline.saturating_sub(usize::from(e.deadline));
         if let Some(a) = e.array
@@ -516,6 +529,8 @@ mod tests {
         r.insert(&running(2, "a", &[3, 3, 5, 3], Some(60), true), Duration::ZERO, &default_policy());
         r.insert(&running(3, "b", &[1], None, true), Duration::ZERO, &default_policy());
         assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end), (3, 2, 1));
+        let known = |r: &RunningJobs| r.known_ends().iter().map(|j| j.0).collect::<Vec<_>>();
+        assert_eq!(known(&r), [2]);
         let e = r.get(&JobId(2)).expect("entry");
         // Consecutive replicas on one node list it once.
         assert_eq!((e.first_node, &*e.more_nodes), (Some(3), &[5, 3][..]));
@@ -526,7 +541,13 @@ mod tests {
         r.mark_stopping(JobId(1));
         r.mark_stopping(JobId(1));
         r.mark_stopping(JobId(2));
-        assert_eq!(r.with_known_end, 2);
+        assert_eq!((r.with_known_end, known(&r)), (2, vec![1, 2]));
+        // A job started again under its id, now without a planned end, has no known end.
+        r.insert(&running(2, "a", &[3], None, true), Duration::ZERO, &default_policy());
+        assert_eq!((r.with_known_end, known(&r)), (1, vec![1]));
+        r.insert(&running(2, "a", &[3, 3, 5, 3], Some(60), true), Duration::ZERO, &default_policy());
+        r.mark_stopping(JobId(2));
+        assert_eq!((r.with_known_end, known(&r)), (2, vec![1, 2]));
         r.remove(JobId(3));
         assert_eq!((r.with_anti_affinity, r.queues.id_of("b")), (1, None));
         r.remove(JobId(1));
@@ -534,6 +555,7 @@ mod tests {
         r.remove(JobId(2));
         r.remove(JobId(2));
         assert_eq!((r.len(), r.with_anti_affinity, r.with_known_end, r.queues.id_of("a")), (0, 0, 0, None));
+        assert!(known(&r).is_empty());
     }
 
     /// The change log a kept victim pool follows: every insert, stop

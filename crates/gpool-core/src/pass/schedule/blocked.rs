@@ -15,7 +15,7 @@ use crate::pass::capacity::placement_units;
 use crate::pass::order::Candidates;
 use crate::pass::plan::{PendingReason, Preempt, PreemptWhy, Reservation, Start};
 use crate::pass::preempt::Search;
-use crate::pass::running::preemption_key;
+use crate::pass::running::{RunEntry, preemption_key};
 use crate::pass::victim_pool::VictimPool;
 use crate::policies::policy::PreemptKey;
 use crate::policies::quota::QuotaBlock;
@@ -295,18 +295,22 @@ impl<'s> Pass<'s> {
         // is kept, so jobs without a planned end are not worth releasing.
         let open = self.now.since(job.spec.submit_time) >= self.policy.open_reservation_after;
         let mut releases: Vec<Release<'_>> = Vec::new();
-        // Without an open reservation only known ends count, and often no running job has one.
-        if open || self.snap.running.with_known_end > 0 || !self.taken.is_empty() {
-            for e in self.snap.running.values() {
-                let at = if e.stopping || self.taken.contains(&e.id) {
-                    self.now.plus(e.grace)
-                } else {
-                    e.expected_end(self.now)
-                };
-                if open || at != Time::NEVER {
-                    releases.push(Release { at, placement: &e.placement });
-                }
-            }
+        let release = |e: &'s RunEntry| {
+            let at = if e.stopping || self.taken.contains(&e.id) {
+                self.now.plus(e.grace)
+            } else {
+                e.expected_end(self.now)
+            };
+            (open || at != Time::NEVER).then_some(Release { at, placement: &e.placement })
+        };
+        if open {
+            releases.extend(self.snap.running.values().filter_map(release));
+        } else {
+            // Only known ends count: jobs stopping or with a planned end, and
+            // this pass's victims (any other job's end is `NEVER`), by id as
+            // a walk over all would find them.
+            let known = self.snap.running.known_ends().union(&self.taken);
+            releases.extend(known.filter_map(|id| self.snap.running.get(id)).filter_map(release));
         }
         for (s, at) in self.plan.starts.iter().zip(&self.started_ends) {
             if open || *at != Time::NEVER {
