@@ -8,7 +8,7 @@
 //! `capacity/search.rs`, and where one replica fits on one node in
 //! `capacity/fit.rs`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::model::job::{GpuShare, Job, JobId, JobSpec, Placement, ReplicaPlacement};
 use crate::model::node::{NodeId, NodeState};
@@ -21,6 +21,9 @@ use crate::policies::policy::PlacementStrategy;
 
 mod fit;
 mod search;
+mod sorted;
+
+use sorted::SortedSet;
 
 pub(crate) use fit::{Fit, fit_on};
 
@@ -41,11 +44,11 @@ pub(crate) struct Capacity<'s> {
     pub(crate) snap: &'s Snapshot,
     pub(crate) free: Vec<NodeFree>,
     /// Per model: (usable free GPUs of that model, node) for up nodes with at least one.
-    by_model: Vec<BTreeSet<(u32, u32)>>,
+    by_model: Vec<SortedSet<(u32, u32)>>,
     /// Up nodes with a free MIG instance.
-    mig_nodes: BTreeSet<u32>,
+    mig_nodes: SortedSet<u32>,
     /// Up nodes with a shared GPU that has compute left.
-    share_nodes: BTreeSet<u32>,
+    share_nodes: SortedSet<u32>,
     reserved: BTreeMap<u32, Reserve>,
     reserved_until: Time,
     /// Jobs placed during this pass, by node, for anti-affinity.
@@ -77,6 +80,25 @@ fn index_keys<'a>(e: &'a NodeEntry, f: &'a NodeFree) -> (impl Iterator<Item = (u
     (models, f.mig != 0, f.shares.iter().any(|s| s.milli < 1000))
 }
 
+/// `(free GPUs, node)` pairs listed in node order, sorted: a counting sort
+/// on the free count (at most 64), which keeps node order within a count.
+fn by_free_count(list: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
+    let mut starts = [0usize; 66];
+    for &(count, _) in &list {
+        starts[(count as usize).min(64) + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut sorted = vec![(0, 0); list.len()];
+    for (count, n) in list {
+        let at = &mut starts[(count as usize).min(64)];
+        sorted[*at] = (count, n);
+        *at += 1;
+    }
+    sorted
+}
+
 /// What [`Capacity::hold`] took for a nominated job: free resources and releasing ones.
 #[derive(Clone, Debug)]
 pub(crate) struct Held {
@@ -89,9 +111,9 @@ impl<'s> Capacity<'s> {
         let mut c = Capacity {
             snap,
             free: snap.free.clone(),
-            by_model: vec![BTreeSet::new(); snap.models.len()],
-            mig_nodes: BTreeSet::new(),
-            share_nodes: BTreeSet::new(),
+            by_model: Vec::new(),
+            mig_nodes: SortedSet::default(),
+            share_nodes: SortedSet::default(),
             reserved: BTreeMap::new(),
             reserved_until: Time::NEVER,
             placed: Vec::new(),
@@ -135,12 +157,9 @@ impl<'s> Capacity<'s> {
                 share_nodes.push(n);
             }
         }
-        for (set, mut list) in c.by_model.iter_mut().zip(by_model) {
-            list.sort_unstable();
-            *set = list.into_iter().collect();
-        }
-        c.mig_nodes = mig_nodes.into_iter().collect();
-        c.share_nodes = share_nodes.into_iter().collect();
+        c.by_model = by_model.into_iter().map(|list| SortedSet::from_sorted(by_free_count(list))).collect();
+        c.mig_nodes = SortedSet::from_sorted(mig_nodes);
+        c.share_nodes = SortedSet::from_sorted(share_nodes);
         c
     }
 

@@ -112,14 +112,14 @@ impl<'s> Capacity<'s> {
             };
             match s {
                 PlacementStrategy::BestFit | PlacementStrategy::Fragmentation => {
-                    for item in set.range((count, 0)..) {
+                    for item in set.range_from(&(count, 0)) {
                         if !visit(item) {
                             break;
                         }
                     }
                 }
                 PlacementStrategy::Spread => {
-                    for item in set.range((count, 0)..).rev() {
+                    for item in set.range_from(&(count, 0)).iter().rev() {
                         if !visit(item) {
                             break;
                         }
