@@ -418,6 +418,10 @@ impl Search<'_, '_> {
                         }
                         break;
                     }
+                    // One more victim here would make more than the best node needs.
+                    if best.as_ref().is_some_and(|((victims, _, _), _, _)| added.len() >= *victims) {
+                        break;
+                    }
                 }
             }
             let ((_, _, n), added, fit) = best?;

@@ -84,6 +84,8 @@ struct Pass<'s> {
     capacity: GpuMilli,
     /// Starts of the advance reservations to come, ascending.
     advance_starts: Vec<Time>,
+    /// The submit time decides no preemption (see [`Pass::cache_key`]).
+    submit_free_keys: bool,
 }
 
 /// What the pass knows about a job it is about to examine in full.
@@ -222,6 +224,9 @@ impl<'s> Pass<'s> {
             within_class_acts,
             capacity,
             advance_starts,
+            submit_free_keys: policy.ordering == crate::policies::policy::Ordering::Multifactor
+                && policy.weights.age_per_hour == 0.0
+                && policy.weights.preemption_age_per_hour == 0.0,
         }
     }
 
@@ -229,15 +234,7 @@ impl<'s> Pass<'s> {
     /// the submit time decides no preemption, so a failed search stands for
     /// every job of the shape at that level or above, whenever submitted.
     fn cache_key(&self, k: PreemptKey) -> PreemptKey {
-        let w = &self.policy.weights;
-        if self.policy.ordering == crate::policies::policy::Ordering::Multifactor
-            && w.age_per_hour == 0.0
-            && w.preemption_age_per_hour == 0.0
-        {
-            PreemptKey { submit_ms: i64::MIN, ..k }
-        } else {
-            k
-        }
+        if self.submit_free_keys { PreemptKey { submit_ms: i64::MIN, ..k } } else { k }
     }
 
     fn can_use_reserved(&self, ends: Time) -> bool {

@@ -376,10 +376,11 @@ impl VictimPool {
                 .min()
                 .and_then(|(_, id)| self.at.get(id).copied())
         } else {
-            // A walk over every candidate, asked again by each blocked job
-            // after a preemption in the pass: the answer is kept for the
-            // next job of the same queue. `taken` only grows during a pass,
-            // so its size tells its versions apart.
+            // Asked again by each blocked job after a preemption in the
+            // pass: the answer is kept for the next job of the same queue.
+            // `taken` only grows during a pass, so its size tells its
+            // versions apart. Protected candidates are in no index: with
+            // any, a walk over every candidate answers.
             let memo = &self.memo[usize::from(old)];
             #[cfg(test)]
             if crate::pass::UNCACHED.with(std::cell::Cell::get) {
@@ -388,12 +389,31 @@ impl VictimPool {
             match memo.get() {
                 Some((q, n, best)) if q == job_q && n == taken.len() => best,
                 _ => {
-                    let best = (0..self.list.len() as u32)
-                        .filter(|i| {
-                            let c = &self.list[*i as usize];
-                            c.preemptible && !(old && c.young) && in_queue(c.qix) && !taken.contains(&c.id)
-                        })
-                        .min_by_key(|i| &self.ranks[*i as usize]);
+                    let walk = || {
+                        (0..self.list.len() as u32)
+                            .filter(|i| {
+                                let c = &self.list[*i as usize];
+                                c.preemptible && !(old && c.young) && in_queue(c.qix) && !taken.contains(&c.id)
+                            })
+                            .min_by_key(|i| &self.ranks[*i as usize])
+                    };
+                    let best = if self.protected == 0 {
+                        // The per-queue indexes hold every preemptible candidate
+                        // (none is protected), in order: each queue's first not taken.
+                        let sets = if old { &self.by_queue_old } else { &self.by_queue };
+                        let best = sets
+                            .iter()
+                            .enumerate()
+                            .filter(|(q, _)| in_queue(*q))
+                            .filter_map(|(_, set)| set.iter().find(|(_, id)| !taken.contains(id)))
+                            .min()
+                            .and_then(|(_, id)| self.at.get(id).copied());
+                        #[cfg(test)]
+                        assert_eq!(best, walk(), "the indexes and the walk disagree");
+                        best
+                    } else {
+                        walk()
+                    };
                     memo.set(Some((job_q, taken.len(), best)));
                     best
                 }
