@@ -19,10 +19,12 @@ use crate::pass::shares;
 use crate::pass::snapshot::{NodeEntry, NodeFree, Snapshot};
 use crate::policies::policy::PlacementStrategy;
 
+mod base;
 mod fit;
 mod search;
 mod sorted;
 
+use base::{Base, index_keys};
 use sorted::SortedSet;
 
 pub(crate) use fit::{Fit, fit_on};
@@ -72,33 +74,6 @@ pub(crate) struct Capacity<'s> {
     pub(crate) ignore_advance: bool,
 }
 
-/// Where an up node with free resources `f` belongs in the capacity's
-/// indexes: (model, its free GPUs there) for each model with some, whether
-/// it has a free MIG instance, whether a shared GPU of it has compute left.
-fn index_keys<'a>(e: &'a NodeEntry, f: &'a NodeFree) -> (impl Iterator<Item = (usize, u32)> + 'a, bool, bool) {
-    let models = e.model_masks.iter().map(|&(m, mask)| (m, (f.gpus & mask).count_ones())).filter(|(_, c)| *c > 0);
-    (models, f.mig != 0, f.shares.iter().any(|s| s.milli < 1000))
-}
-
-/// `(free GPUs, node)` pairs listed in node order, sorted: a counting sort
-/// on the free count (at most 64), which keeps node order within a count.
-fn by_free_count(list: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
-    let mut starts = [0usize; 66];
-    for &(count, _) in &list {
-        starts[(count as usize).min(64) + 1] += 1;
-    }
-    for i in 1..starts.len() {
-        starts[i] += starts[i - 1];
-    }
-    let mut sorted = vec![(0, 0); list.len()];
-    for (count, n) in list {
-        let at = &mut starts[(count as usize).min(64)];
-        sorted[*at] = (count, n);
-        *at += 1;
-    }
-    sorted
-}
-
 /// What [`Capacity::hold`] took for a nominated job: free resources and releasing ones.
 #[derive(Clone, Debug)]
 pub(crate) struct Held {
@@ -108,12 +83,15 @@ pub(crate) struct Held {
 
 impl<'s> Capacity<'s> {
     pub(crate) fn new(snap: &'s Snapshot) -> Capacity<'s> {
+        // The free capacity and its indexes as the last pass left them,
+        // brought up to date (`capacity/base.rs`), copied for this pass.
+        let base = Base::for_pass(snap);
         let mut c = Capacity {
             snap,
-            free: snap.free.clone(),
-            by_model: Vec::new(),
-            mig_nodes: SortedSet::default(),
-            share_nodes: SortedSet::default(),
+            free: base.free.clone(),
+            by_model: base.by_model.clone(),
+            mig_nodes: base.mig_nodes.clone(),
+            share_nodes: base.share_nodes.clone(),
             reserved: BTreeMap::new(),
             reserved_until: Time::NEVER,
             placed: Vec::new(),
@@ -125,6 +103,7 @@ impl<'s> Capacity<'s> {
             member: None,
             ignore_advance: false,
         };
+        base.keep(snap);
         for e in snap.running.stopping() {
             let preempted = snap.job(e.id).and_then(|j| j.running()).is_some_and(|r| {
                 use crate::model::job::StopCause;
@@ -134,32 +113,6 @@ impl<'s> Capacity<'s> {
                 c.releasing.add(e.id, &e.placement);
             }
         }
-        // The indexes as `index_node` would build them node by node, built
-        // from sorted lists at once (a pass builds them all, every time).
-        let mut by_model: Vec<Vec<(u32, u32)>> = vec![Vec::with_capacity(snap.nodes.len()); snap.models.len()];
-        let (mut mig_nodes, mut share_nodes) = (Vec::new(), Vec::new());
-        for n in 0..snap.nodes.len() {
-            // Held MIG GPUs and quarantined GPUs take nothing new.
-            c.free[n].mig &= !snap.nodes[n].mig_held;
-            c.free[n].exclude(snap.nodes[n].out_of_service());
-            let n = n as u32;
-            if !c.is_up(n) {
-                continue;
-            }
-            let (models, mig, share) = index_keys(c.entry(n), &c.free[n as usize]);
-            for (m, count) in models {
-                by_model[m].push((count, n));
-            }
-            if mig {
-                mig_nodes.push(n);
-            }
-            if share {
-                share_nodes.push(n);
-            }
-        }
-        c.by_model = by_model.into_iter().map(|list| SortedSet::from_sorted(by_free_count(list))).collect();
-        c.mig_nodes = SortedSet::from_sorted(mig_nodes);
-        c.share_nodes = SortedSet::from_sorted(share_nodes);
         c
     }
 

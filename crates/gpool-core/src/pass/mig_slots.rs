@@ -62,6 +62,7 @@ impl Snapshot {
         let f = &mut self.free[id.index()];
         f.mig = (f.mig & !range) | (entry.mig_exists & range);
         self.nodes[id.index()] = entry;
+        self.touch_node(id.index());
         self.set_quarantined_gpus(id, &quarantined)?;
         self.set_degraded_gpus(id, &degraded)
     }
@@ -82,6 +83,7 @@ impl Snapshot {
         } else {
             e.mig_held &= !range;
         }
+        self.touch_node(id.index());
         Ok(())
     }
 

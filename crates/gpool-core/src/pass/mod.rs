@@ -3,7 +3,8 @@
 //! current event by event (`snapshot.rs` and `snapshot/`), the running jobs in
 //! compact form (`running.rs`), job shapes and the interner behind them
 //! (`shapes.rs`, `intern.rs`); the working copy of free capacity a pass places
-//! into and the placement search (`capacity.rs` and `capacity/`), shared GPUs
+//! into and the placement search (`capacity.rs` and `capacity/`), what a pass
+//! keeps for the next and the change logs behind it (`kept.rs`), shared GPUs
 //! (`shares.rs`), fragmentation (`fragmentation.rs`), label slices
 //! (`slices.rs`), a node's MIG GPUs one at a time (`mig_slots.rs`), power
 //! budgets counted in a pass (`power.rs`); the order (`order.rs`), preemption
@@ -20,6 +21,7 @@ mod capacity;
 pub(crate) mod feasible;
 pub mod fragmentation;
 mod intern;
+mod kept;
 mod mig_slots;
 mod order;
 mod overload;

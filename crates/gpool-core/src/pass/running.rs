@@ -15,6 +15,7 @@ use crate::model::job::{Job, JobId, Placement, Service};
 use crate::model::resources::GpuMilli;
 use crate::model::time::Time;
 use crate::pass::intern::Interner;
+use crate::pass::kept::{ChangeLog, Kept};
 use crate::policies::policy::{Ordering, Policy, PreemptKey};
 
 /// What a job's preemption key depends on.
@@ -262,34 +263,14 @@ pub(crate) struct RunningJobs {
     /// blocked job builds the victim pool only when one could be a victim.
     preemptible_by_class: BTreeMap<i32, usize>,
     /// The jobs whose entries were added, removed or marked stopping, in
-    /// order (the change log), and how many were dropped from its front.
+    /// order (the change log).
     /// An entry changes in no other way but to follow a new policy
     /// (`policy_epoch`).
-    log: Vec<JobId>,
-    log_start: u64,
+    log: ChangeLog<JobId>,
     /// Moves when the policy changes (see [`RunningJobs::policy_epoch`]).
     policy_epoch: u64,
+    /// Where a pass leaves the victim pool (`victim_pool.rs`) for the next.
     kept: Kept,
-}
-
-/// Where a pass leaves what it derived from the running jobs (the victim
-/// pool, `victim_pool.rs`) for the next pass to reuse what still holds. The
-/// value's type is erased so that this module need not know the pass's
-/// types. A lock, since a snapshot may be read by several threads, held
-/// only to take or put; a copy of the snapshot starts empty.
-#[derive(Default)]
-struct Kept(std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>);
-
-impl Clone for Kept {
-    fn clone(&self) -> Kept {
-        Kept::default()
-    }
-}
-
-impl std::fmt::Debug for Kept {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Kept")
-    }
 }
 
 impl RunningJobs {
@@ -383,39 +364,31 @@ impl RunningJobs {
     /// still holds is for the taker to tell ([`RunningJobs::changed_since`],
     /// [`RunningJobs::policy_epoch`]).
     pub(crate) fn keep<T: std::any::Any + Send>(&self, value: T) {
-        let mut slot = self.kept.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *slot = Some(Box::new(value));
+        self.kept.put(value);
     }
 
     /// Takes what a pass kept, if it is a `T`.
     pub(crate) fn take_kept<T: std::any::Any>(&self) -> Option<T> {
-        let kept = self.kept.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        kept?.downcast::<T>().ok().map(|v| *v)
+        self.kept.take()
     }
 
     /// Records a change to a job's entry. The log keeps its newest part,
     /// at least as long as the entries; whoever followed it to an older
     /// point starts over ([`RunningJobs::changed_since`]).
     fn log(&mut self, id: JobId) {
-        self.log.push(id);
-        if self.log.len() > 2 * self.entries.len() + 1024 {
-            let drop = self.log.len() / 2;
-            self.log.drain(..drop);
-            self.log_start += drop as u64;
-        }
+        self.log.push(id, self.entries.len());
     }
 
     /// The end of the change log: what a follower has seen once it has read it all.
     pub(crate) fn log_end(&self) -> u64 {
-        self.log_start + self.log.len() as u64
+        self.log.end()
     }
 
     /// The jobs whose entries changed since the log stood at `seen` (a
     /// [`RunningJobs::log_end`]), possibly more than once; `None` when that
     /// part of the log was dropped (or `seen` is not of this log).
     pub(crate) fn changed_since(&self, seen: u64) -> Option<&[JobId]> {
-        let from = usize::try_from(seen.checked_sub(self.log_start)?).ok()?;
-        self.log.get(from..)
+        self.log.since(seen)
     }
 
     /// Moves whenever the policy changes: what was derived from the entries

@@ -27,6 +27,7 @@ use crate::model::node::{Device, MigInstance, Node, NodeError, NodeId, NodeState
 use crate::model::resources::{GPU, GpuMilli, KindMask, KindUnits};
 use crate::model::time::Time;
 use crate::pass::fragmentation::DemandMix;
+use crate::pass::kept::{ChangeLog, Kept};
 use crate::pass::running::RunningJobs;
 use crate::pass::shapes::{BaseShape, Shapes};
 use crate::pass::shares;
@@ -193,6 +194,12 @@ pub struct Snapshot {
     health_in_use: bool,
     /// Advance reservations not yet over (`reservations.rs`).
     pub(crate) reservations: Vec<crate::calendar::reservation::Reservation>,
+    /// The nodes whose free resources, state, health marks, MIG holds or
+    /// inventory changed, in order: what a kept copy of the free-capacity
+    /// indexes (`capacity/base.rs`) brings up to date.
+    node_log: ChangeLog<u32>,
+    /// Where a pass leaves those indexes for the next.
+    pub(crate) kept_capacity: Kept,
 }
 
 impl Snapshot {
@@ -229,7 +236,24 @@ impl Snapshot {
             avoiding: BTreeMap::new(),
             health_in_use: false,
             reservations: Vec::new(),
+            node_log: ChangeLog::default(),
+            kept_capacity: Kept::default(),
         }
+    }
+
+    /// Records a change to node `n` that its free-capacity indexes read.
+    pub(crate) fn touch_node(&mut self, n: usize) {
+        self.node_log.push(n as u32, self.nodes.len());
+    }
+
+    /// The nodes changed since the node log stood at `seen` (see [`crate::pass::kept::ChangeLog::since`]).
+    pub(crate) fn nodes_changed_since(&self, seen: u64) -> Option<&[u32]> {
+        self.node_log.since(seen)
+    }
+
+    /// The end of the node log.
+    pub(crate) fn node_log_end(&self) -> u64 {
+        self.node_log.end()
     }
 
     pub fn policy(&self) -> &Policy {
@@ -269,6 +293,7 @@ impl Snapshot {
         let entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
         self.free.push(entry.full());
         self.nodes.push(entry);
+        self.touch_node(id.index());
         Ok(id)
     }
 
@@ -299,12 +324,14 @@ impl Snapshot {
         let entry = NodeEntry::new(node, &mut self.models, &mut self.profiles);
         self.free[id.index()] = entry.full();
         self.nodes[id.index()] = entry;
+        self.touch_node(id.index());
         Ok(())
     }
 
     pub fn set_node_state(&mut self, id: NodeId, state: NodeState) -> Result<(), SnapshotError> {
         let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
         e.node.state = state;
+        self.touch_node(id.index());
         Ok(())
     }
 

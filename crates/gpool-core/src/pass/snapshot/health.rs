@@ -67,6 +67,7 @@ impl Snapshot {
         let e = self.nodes.get_mut(id.index()).ok_or(SnapshotError::UnknownNode(id))?;
         e.quarantined = e.slots_of_indices(indices);
         e.quarantined_mig = e.mig_slots_of_indices(indices);
+        self.touch_node(id.index());
         Ok(())
     }
 

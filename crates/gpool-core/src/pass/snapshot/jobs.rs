@@ -157,6 +157,7 @@ impl Snapshot {
         }
         for (node, f) in trial {
             self.free[node.index()] = f;
+            self.touch_node(node.index());
         }
         let by_kind = self.units_by_kind(&placement);
         let mut units = 0;
@@ -217,6 +218,7 @@ impl Snapshot {
             if let (Some(f), Some(e)) = (self.free.get_mut(r.node.index()), self.nodes.get_mut(r.node.index())) {
                 f.release(r);
                 e.jobs.remove(&id);
+                self.node_log.push(r.node.0, self.nodes.len());
             }
         }
         self.running.remove(id);
