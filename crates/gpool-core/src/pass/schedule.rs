@@ -72,7 +72,8 @@ struct Pass<'s> {
     protected_wait: Option<Time>,
     /// Planned ends of the jobs started in this pass (index into `plan.starts`).
     started_ends: Vec<Time>,
-    /// Pending jobs not yet examined, by devices per replica.
+    /// Pending jobs not yet examined, by devices per replica (kept only
+    /// when no preemption is possible: `nothing_more_fits` reads it then).
     remaining: BTreeMap<u32, u32>,
     /// Free devices held for nominated jobs until they are examined.
     held: BTreeMap<JobId, Vec<Held>>,
@@ -218,7 +219,7 @@ impl<'s> Pass<'s> {
             started_ends: Vec::new(),
             array_running: array_running(snap),
             protected_wait: None,
-            remaining: snap.pending_by_devices.clone(),
+            remaining: if preemption_possible { BTreeMap::new() } else { snap.pending_by_devices.clone() },
             held,
             preemption_possible,
             within_class_acts,
@@ -247,12 +248,15 @@ impl<'s> Pass<'s> {
             let id = key.id;
             self.plan.stats.examined += 1;
             let Some((shape, base)) = self.snap.shapes.get(key.shape) else { continue };
-            let need = device_need(&base.gpu);
             let host = (shape.cpus_milli, shape.memory_mb);
-            if let Some(c) = self.remaining.get_mut(&need) {
-                *c = c.saturating_sub(1);
-                if *c == 0 {
-                    self.remaining.remove(&need);
+            // Only a pass that can preempt nobody stops early (`nothing_more_fits`).
+            if !self.preemption_possible {
+                let need = device_need(&base.gpu);
+                if let Some(c) = self.remaining.get_mut(&need) {
+                    *c = c.saturating_sub(1);
+                    if *c == 0 {
+                        self.remaining.remove(&need);
+                    }
                 }
             }
             if let Some(blocked_by) = self.strict_blocked {
