@@ -14,6 +14,9 @@ use crate::pass::snapshot::{NodeEntry, NodeFree, Snapshot};
 
 use super::sorted::SortedSet;
 
+/// How many changed nodes a kept base makes anew; with more, a new base is built.
+const REDO_AT_MOST: usize = 32;
+
 /// Free capacity at the start of a pass, with its indexes.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Base {
@@ -68,6 +71,12 @@ impl Base {
         let mut changed = changed;
         changed.sort_unstable();
         changed.dedup();
+        // Making a node anew looks through every model's list for it: past a
+        // few dozen nodes a new base is cheaper (a burst of starts, a fleet
+        // of thousands of nodes).
+        if changed.len() > REDO_AT_MOST {
+            return Base::new(snap);
+        }
         for n in changed {
             base.redo(snap, n);
         }
