@@ -1,6 +1,6 @@
 //! A node agent's starts under the faults the chaos suite found: a start
 //! delivered twice, a start that arrives after the node's lease ran out, a
-//! replica killed before its shim started it; and a kill that must spare
+//! replica killed or signaled before its shim started it; and a kill that must spare
 //! another agent's job of the same id (the e2e suite's daemons share one
 //! machine, and a sweep by job id killed a neighbour's job). The agent runs real shims
 //! (the `gpool` binary); the control plane is this test, calling the agent
@@ -127,6 +127,22 @@ fn a_replica_killed_before_its_shim_started_it_never_runs() {
     let seen = until_end(&n.reports);
     assert!(!seen.is_empty(), "the replica ended");
     assert_eq!(runs(&n.dir), 0, "the job never ran: {seen:?}");
+}
+
+#[test]
+fn a_stop_signal_sent_before_its_shim_started_the_job_still_stops_it() {
+    let scratch = Scratch::new("agent-signaled");
+    let n = node(&scratch);
+    lease::write(&n.lease, lease::monotonic_ms() + 60_000).expect("lease");
+    // A cancel right after the start: the shim has not written shim.json yet.
+    std::fs::create_dir_all(n.agent.run_dir(KEY)).expect("run dir");
+    n.agent.signal(KEY, rustix::process::Signal::TERM);
+    let mut long = launch(&n.dir);
+    long.argv = vec!["bash".into(), "-c".into(), "echo ran >> \"$RAN\"; exec sleep 600".into()];
+    n.agent.start(KEY, long, Vec::new()).expect("start");
+    let seen = until_end(&n.reports);
+    let Some(AgentReport::Exited { exit, .. }) = seen.last() else { panic!("an end within a minute: {seen:?}") };
+    assert_eq!(exit.signal, Some(15), "stopped by the signal sent before it ran: {exit:?}");
 }
 
 /// Waits (a minute at most) until `file` exists.

@@ -483,6 +483,12 @@ impl Agent {
     /// Sends `sig` to a replica's process group. Missing state (not started yet, gone) is not an error.
     pub fn signal(&self, key: ReplicaKey, sig: Signal) {
         let dir = self.run_dir(key);
+        // A shim that has not written shim.json yet sends the signal itself
+        // once it has (it looks after writing it, and this looks after
+        // leaving the mark, so one of the two sees the other).
+        if dir.is_dir() && !dir.join(EXIT).exists() && !dir.join(STATE).exists() {
+            let _ = std::fs::write(dir.join(shim::SIGNALED), format!("{}\n", sig.as_raw()));
+        }
         if let Some(st) = read_json::<ShimState>(&dir.join(STATE))
             && let Some(pgid) = Pid::from_raw(st.job_pid)
         {

@@ -50,6 +50,9 @@ pub const EXIT: &str = "exit.json";
 pub const LOCK: &str = "lock";
 /// Left by a restarted daemon that gave the replica up: a shim that starts late must not run it.
 pub const ABANDONED: &str = "abandoned";
+/// A signal the agent sent before the job's process group was known (no
+/// `shim.json` yet), by number: the shim sends it once the job runs.
+pub const SIGNALED: &str = "signaled";
 
 use crate::node::clock::wall_ms as now_ms;
 
@@ -287,6 +290,17 @@ fn run(dir: &Path) -> anyhow::Result<()> {
         && let Some(pgid) = Pid::from_raw(job_pid)
     {
         let _ = kill_process_group(pgid, Signal::KILL);
+    }
+    // Signaled while it was being spawned (a cancel right after the start):
+    // the signal is sent now, or it would be lost and the job would run on
+    // until its grace ended.
+    if let Some(sig) = std::fs::read_to_string(dir.join(SIGNALED))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .and_then(Signal::from_named_raw)
+        && let Some(pgid) = Pid::from_raw(job_pid)
+    {
+        let _ = kill_process_group(pgid, sig);
     }
     let fenced = launch.lease.clone().map(|lease| crate::node::lease::fence(lease, job_pid));
     let status = child.wait().context("wait for the job")?;
