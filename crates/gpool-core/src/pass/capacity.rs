@@ -24,8 +24,7 @@ mod fit;
 mod search;
 mod sorted;
 
-use base::{Base, index_keys};
-use sorted::SortedSet;
+use base::{Base, NodeIndexes};
 
 pub(crate) use fit::{Fit, fit_on};
 
@@ -45,12 +44,8 @@ pub(crate) struct Reserve {
 pub(crate) struct Capacity<'s> {
     pub(crate) snap: &'s Snapshot,
     pub(crate) free: Vec<NodeFree>,
-    /// Per model: (usable free GPUs of that model, node) for up nodes with at least one.
-    by_model: Vec<SortedSet<(u32, u32)>>,
-    /// Up nodes with a free MIG instance.
-    mig_nodes: SortedSet<u32>,
-    /// Up nodes with a shared GPU that has compute left.
-    share_nodes: SortedSet<u32>,
+    /// Per model the nodes by free GPUs, and the nodes with free MIG instances or shares.
+    ix: NodeIndexes,
     reserved: BTreeMap<u32, Reserve>,
     reserved_until: Time,
     /// Jobs placed during this pass, by node, for anti-affinity.
@@ -89,9 +84,7 @@ impl<'s> Capacity<'s> {
         let mut c = Capacity {
             snap,
             free: base.free.clone(),
-            by_model: base.by_model.clone(),
-            mig_nodes: base.mig_nodes.clone(),
-            share_nodes: base.share_nodes.clone(),
+            ix: base.ix.clone(),
             reserved: BTreeMap::new(),
             reserved_until: Time::NEVER,
             placed: Vec::new(),
@@ -130,19 +123,7 @@ impl<'s> Capacity<'s> {
     }
 
     fn index_node(&mut self, n: u32) {
-        if !self.is_up(n) {
-            return;
-        }
-        let (models, mig, share) = index_keys(self.entry(n), &self.free[n as usize]);
-        for (m, count) in models {
-            self.by_model[m].insert((count, n));
-        }
-        if mig {
-            self.mig_nodes.insert(n);
-        }
-        if share {
-            self.share_nodes.insert(n);
-        }
+        self.ix.enter(self.entry(n), &self.free[n as usize], n);
     }
 
     fn unindex_node(&mut self, n: u32) {
@@ -154,18 +135,18 @@ impl<'s> Capacity<'s> {
         for &(m, mask) in &e.model_masks {
             let c = (f.gpus & mask).count_ones();
             if c > 0 {
-                self.by_model[m].remove(&(c, n));
+                self.ix.by_model[m].remove(&(c, n));
             }
         }
-        self.mig_nodes.remove(&n);
-        self.share_nodes.remove(&n);
+        self.ix.mig_nodes.remove(&n);
+        self.ix.share_nodes.remove(&n);
     }
 
     /// Largest number of devices (whole GPUs of one model, or MIG instances) free on one up node.
     pub(crate) fn max_free_devices(&self) -> u32 {
-        let gpus = self.by_model.iter().filter_map(|s| s.last()).map(|&(c, _)| c).max().unwrap_or(0);
-        let mig = self.mig_nodes.iter().map(|&n| self.free[n as usize].mig.count_ones()).max().unwrap_or(0);
-        let share = u32::from(!self.share_nodes.is_empty());
+        let gpus = self.ix.by_model.iter().filter_map(|s| s.last()).map(|&(c, _)| c).max().unwrap_or(0);
+        let mig = self.ix.mig_nodes.iter().map(|&n| self.free[n as usize].mig.count_ones()).max().unwrap_or(0);
+        let share = u32::from(!self.ix.share_nodes.is_empty());
         gpus.max(mig).max(share)
     }
 

@@ -17,16 +17,41 @@ use super::sorted::SortedSet;
 /// How many changed nodes a kept base makes anew; with more, a new base is built.
 const REDO_AT_MOST: usize = 32;
 
-/// Free capacity at the start of a pass, with its indexes.
+/// The indexes of free capacity that make a placement search cheap.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Base {
-    pub(super) free: Vec<NodeFree>,
+pub(super) struct NodeIndexes {
     /// Per model: (usable free GPUs of that model, node) for up nodes with at least one.
     pub(super) by_model: Vec<SortedSet<(u32, u32)>>,
     /// Up nodes with a free MIG instance.
     pub(super) mig_nodes: SortedSet<u32>,
     /// Up nodes with a shared GPU that has compute left.
     pub(super) share_nodes: SortedSet<u32>,
+}
+
+impl NodeIndexes {
+    /// Enters node `n` (entry `e`, free resources `f`) where it belongs, if it is up.
+    pub(super) fn enter(&mut self, e: &NodeEntry, f: &NodeFree, n: u32) {
+        if e.node.state != NodeState::Up {
+            return;
+        }
+        let (models, mig, share) = index_keys(e, f);
+        for (m, count) in models {
+            self.by_model[m].insert((count, n));
+        }
+        if mig {
+            self.mig_nodes.insert(n);
+        }
+        if share {
+            self.share_nodes.insert(n);
+        }
+    }
+}
+
+/// Free capacity at the start of a pass, with its indexes.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Base {
+    pub(super) free: Vec<NodeFree>,
+    pub(super) ix: NodeIndexes,
     /// The node log's end it is up to date with, and the model count it was made for.
     synced: u64,
     models: usize,
@@ -35,10 +60,7 @@ pub(super) struct Base {
 /// Where an up node with free resources `f` belongs in the indexes: (model,
 /// its free GPUs there) for each model with some, whether it has a free MIG
 /// instance, whether a shared GPU of it has compute left.
-pub(super) fn index_keys<'a>(
-    e: &'a NodeEntry,
-    f: &'a NodeFree,
-) -> (impl Iterator<Item = (usize, u32)> + 'a, bool, bool) {
+fn index_keys<'a>(e: &'a NodeEntry, f: &'a NodeFree) -> (impl Iterator<Item = (usize, u32)> + 'a, bool, bool) {
     let models = e.model_masks.iter().map(|&(m, mask)| (m, (f.gpus & mask).count_ones())).filter(|(_, c)| *c > 0);
     (models, f.mig != 0, f.shares.iter().any(|s| s.milli < 1000))
 }
@@ -96,8 +118,8 @@ impl Base {
     }
 
     fn new(snap: &Snapshot) -> Base {
-        // The indexes as `redo` would make them node by node, from lists
-        // made in node order at once.
+        // The indexes as `NodeIndexes::enter` would make them node by node,
+        // from lists made in node order at once.
         let mut by_model: Vec<Vec<(u32, u32)>> = vec![Vec::with_capacity(snap.nodes.len()); snap.models.len()];
         let (mut mig_nodes, mut share_nodes) = (Vec::new(), Vec::new());
         let mut free = Vec::with_capacity(snap.nodes.len());
@@ -119,9 +141,11 @@ impl Base {
         }
         Base {
             free,
-            by_model: by_model.into_iter().map(|list| SortedSet::from_sorted(by_free_count(list))).collect(),
-            mig_nodes: SortedSet::from_sorted(mig_nodes),
-            share_nodes: SortedSet::from_sorted(share_nodes),
+            ix: NodeIndexes {
+                by_model: by_model.into_iter().map(|list| SortedSet::from_sorted(by_free_count(list))).collect(),
+                mig_nodes: SortedSet::from_sorted(mig_nodes),
+                share_nodes: SortedSet::from_sorted(share_nodes),
+            },
             synced: snap.node_log_end(),
             models: snap.models.len(),
         }
@@ -131,26 +155,15 @@ impl Base {
     fn redo(&mut self, snap: &Snapshot, n: u32) {
         let i = n as usize;
         // Its model masks may have changed with its inventory: every model's list is looked at.
-        for list in &mut self.by_model {
+        for list in &mut self.ix.by_model {
             if let Some(&(count, _)) = list.iter().find(|(_, m)| *m == n) {
                 list.remove(&(count, n));
             }
         }
-        self.mig_nodes.remove(&n);
-        self.share_nodes.remove(&n);
+        self.ix.mig_nodes.remove(&n);
+        self.ix.share_nodes.remove(&n);
         let f = start_free(snap, i);
-        if snap.nodes[i].node.state == NodeState::Up {
-            let (models, mig, share) = index_keys(&snap.nodes[i], &f);
-            for (m, count) in models {
-                self.by_model[m].insert((count, n));
-            }
-            if mig {
-                self.mig_nodes.insert(n);
-            }
-            if share {
-                self.share_nodes.insert(n);
-            }
-        }
+        self.ix.enter(&snap.nodes[i], &f, n);
         self.free[i] = f;
     }
 }

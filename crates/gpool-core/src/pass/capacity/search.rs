@@ -81,7 +81,7 @@ impl<'s> Capacity<'s> {
             if only.is_some_and(|o| o != m) || !job.model_allows_index(self.snap, m) {
                 continue;
             }
-            let set = &self.by_model[m];
+            let set = &self.ix.by_model[m];
             let mut first_free: Option<u32> = None;
             let mut visit = |&(free, n): &(u32, u32)| -> bool {
                 if let Some(ff) = first_free
@@ -139,7 +139,7 @@ impl<'s> Capacity<'s> {
         count: u32,
     ) -> Option<(u32, Fit)> {
         let mut best: Option<(Score, u32, Fit)> = None;
-        for &n in &self.mig_nodes {
+        for &n in &self.ix.mig_nodes {
             if !self.eligible(n, job) {
                 continue;
             }
@@ -316,12 +316,13 @@ impl<'s> Capacity<'s> {
             GpuRequest::Gpus { .. } | GpuRequest::Memory { .. } | GpuRequest::Share { .. } => {
                 (0..self.snap.models.len())
                     .filter(|&m| job.model_allows_index(self.snap, m))
-                    .filter_map(|m| self.by_model[m].last().map(|&(c, _)| c))
+                    .filter_map(|m| self.ix.by_model[m].last().map(|&(c, _)| c))
                     .max()
                     .unwrap_or(0)
             }
             GpuRequest::Mig { profile, .. } => match self.snap.profiles.iter().position(|x| x.profile == *profile) {
                 Some(p) => self
+                    .ix
                     .mig_nodes
                     .iter()
                     .map(|&n| (self.free[n as usize].mig & self.entry(n).profile_mask(p)).count_ones())
